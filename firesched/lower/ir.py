@@ -1,0 +1,257 @@
+"""The kernel IR: what a checked schedule lowers to, and what both back ends read.
+
+A ``Program`` is one or more ``Kernel`` launches over global buffers.  A kernel body is a tree of
+statements over three kinds of storage:
+
+* ``GlobalBuffer`` — a kernel parameter (row-major, strides in elements), or a workspace;
+* ``SharedBuffer`` — a block's shared memory, a flat array of elements (its swizzle is already in
+  the index expressions that address it);
+* ``RegBuffer`` — a per-thread register array of ``size`` elements, indexed only by expressions
+  that are compile-time constants once unrolled loops are unrolled.
+
+Statements: ``Seq``, ``For`` (serial or unrolled), ``If`` (a predicate; it may diverge between
+threads — the interpreter masks, the printer branches), ``AtomCall`` (one hardware atom issued by
+its thread group), ``Barrier``, ``AsyncCommit``/``AsyncWait`` (cp.async groups), ``RegFill``
+(set registers to a constant), ``Pointwise`` (one element-wise scalar op on registers),
+``Comment``.
+
+Index expressions are ints or ``expr.Expr``; thread and block indices are the variables
+``TID``, ``BID_X``, ``BID_Y``, ``BID_Z`` below, loop indices are the loops' own ``Var``.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import attrs
+
+from ..dtypes import DType
+from ..hardware.atoms.base import Atom
+from .expr import IntExpr, Var
+
+
+def _tuple(x):
+    return tuple(x)
+
+
+# --------------------------------------------------------------------------- storage
+
+@attrs.frozen
+class GlobalBuffer:
+    """A kernel argument in global memory (or a workspace the program allocates)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]          # elements
+    role: str = "in"                  # "in" | "out" | "inout" | "workspace"
+    align: int = 16                   # bytes the base pointer must be aligned to
+
+    @property
+    def size(self) -> int:
+        """Elements spanned (max offset + 1)."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+
+
+@attrs.frozen
+class SharedBuffer:
+    """A block's shared-memory array of ``size`` elements, aligned to ``align`` bytes."""
+
+    name: str
+    dtype: DType
+    size: int
+    align: int = 128
+    note: str = ""                    # e.g. "4 stages x 128x32, Sw<3,3,3>"
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.bits // 8
+
+
+@attrs.frozen
+class RegBuffer:
+    """A per-thread register array of ``size`` elements."""
+
+    name: str
+    dtype: DType
+    size: int
+
+
+Buffer = Union[GlobalBuffer, SharedBuffer, RegBuffer]
+
+
+@attrs.frozen
+class MemRef:
+    """An element offset into a global or shared buffer."""
+
+    buffer: GlobalBuffer | SharedBuffer
+    offset: IntExpr
+
+
+@attrs.frozen
+class RegRef:
+    """The registers of ``buffer`` starting at element ``offset``."""
+
+    buffer: RegBuffer
+    offset: IntExpr
+
+
+# --------------------------------------------------------------------------- statements
+
+@attrs.frozen
+class Seq:
+    body: tuple = attrs.field(converter=_tuple)
+
+
+@attrs.frozen
+class For:
+    """``for var in range(extent)``; ``unroll`` loops are fully unrolled (their variable may index
+    registers).  ``var.extent`` equals ``extent``."""
+
+    var: Var
+    extent: int
+    body: object
+    unroll: bool = False
+
+
+@attrs.frozen
+class If:
+    """Run ``then`` where ``cond`` is non-zero.  The condition may differ between threads."""
+
+    cond: IntExpr
+    then: object
+
+
+@attrs.frozen
+class AtomCall:
+    """Issue ``atom`` with its operands bound.
+
+    ``args`` maps each operand name of the atom to a ``RegRef`` (register operands) or a
+    ``MemRef`` (address operands; for collective atoms such as ldmatrix, each thread's own
+    address).  ``pred`` disables the access where zero: a disabled COPY load writes zeros to its
+    registers, a disabled CP_ASYNC writes zeros to shared memory (zero-fill), a disabled store
+    writes nothing; ``pred`` must be uniform within the atom's thread group for MMA and LDMATRIX.
+    """
+
+    atom: Atom
+    args: tuple[tuple[str, MemRef | RegRef], ...] = attrs.field(converter=_tuple)
+    pred: IntExpr = 1
+    comment: str = ""
+
+    def arg(self, name: str):
+        for n, v in self.args:
+            if n == name:
+                return v
+        raise KeyError(f"{self.atom.name}: no argument {name!r}")
+
+
+@attrs.frozen
+class Barrier:
+    """``bar.sync 0``: every thread of the block waits; shared memory written before is visible."""
+
+    comment: str = ""
+
+
+@attrs.frozen
+class AsyncCommit:
+    """``cp.async.commit_group``: close the calling thread's open group of async copies."""
+
+
+@attrs.frozen
+class AsyncWait:
+    """``cp.async.wait_group pending``: wait until at most ``pending`` of the calling thread's
+    committed groups are still in flight."""
+
+    pending: int
+
+
+@attrs.frozen
+class RegFill:
+    """Set ``count`` registers from ``ref`` on to ``value``."""
+
+    ref: RegRef
+    count: int
+    value: float = 0.0
+
+
+@attrs.frozen
+class Pointwise:
+    """``dst = op(*srcs)`` on one element; srcs are ``RegRef`` or float constants.
+
+    ``op`` names an entry of ``firesched.ops.SCALAR_OPS`` (add, mul, max, relu, gelu, sigmoid,
+    tanh, cvt).  ``cvt`` converts between the register dtypes of src and dst (rounding to nearest
+    even), everything else computes in the dtype of dst.
+    """
+
+    op: str
+    dst: RegRef
+    srcs: tuple = attrs.field(converter=_tuple)
+
+
+@attrs.frozen
+class Comment:
+    text: str
+
+
+Stmt = Union[Seq, For, If, AtomCall, Barrier, AsyncCommit, AsyncWait, RegFill, Pointwise, Comment]
+
+# Thread and block indices.  Block size and grid size bound them per kernel; the lowering binds
+# fresh Vars with the right extents, but the names below are the ones the back ends know.
+TID_NAME = "tid"
+BID_NAMES = ("bid_x", "bid_y", "bid_z")
+
+
+def tid(threads: int) -> Var:
+    return Var(TID_NAME, threads)
+
+
+def bid(axis: int, extent: int) -> Var:
+    return Var(BID_NAMES[axis], extent)
+
+
+@attrs.frozen
+class Kernel:
+    """One launch: ``grid`` blocks of ``threads`` threads; ``params`` in signature order."""
+
+    name: str
+    params: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)
+    grid: tuple[int, int, int] = attrs.field(converter=_tuple)
+    threads: int = 128
+    shared: tuple[SharedBuffer, ...] = attrs.field(default=(), converter=_tuple)
+    regs: tuple[RegBuffer, ...] = attrs.field(default=(), converter=_tuple)
+    body: object = None
+    header: str = ""                 # text printed as a comment on top (the schedule tree)
+    min_blocks_per_sm: int = 1
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory the launch needs (buffers laid out in order, each aligned)."""
+        off = 0
+        for b in self.shared:
+            off = -(-off // b.align) * b.align + b.nbytes
+        return off
+
+    def shared_offsets(self) -> dict[str, int]:
+        off, out = 0, {}
+        for b in self.shared:
+            off = -(-off // b.align) * b.align
+            out[b.name] = off
+            off += b.nbytes
+        return out
+
+
+@attrs.frozen
+class Program:
+    """Kernels launched in order over the same arguments.
+
+    ``inputs`` and ``output`` are the user-visible global buffers, in the order
+    ``firesched.interpret``/``compile(...)(...)`` take them (output last); ``workspaces`` are
+    allocated by the runtime (zero-filled) and passed where kernels name them.
+    """
+
+    kernels: tuple[Kernel, ...] = attrs.field(converter=_tuple)
+    inputs: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)
+    output: GlobalBuffer = None
+    workspaces: tuple[GlobalBuffer, ...] = attrs.field(default=(), converter=_tuple)

@@ -1,0 +1,206 @@
+"""Element-wise operations: the scalar ops of the kernel IR, and the epilogue/prologue ops users
+attach to a spec (``fs.ops.bias("bias", axis="n")``, ``fs.ops.relu()``, ...).
+
+A scalar op is data: its arity, how CUDA spells it on ``float`` values and how numpy computes it.
+Both back ends read this one table.  Epilogue ops are values (frozen, printable) that say which
+extra tensors they read and lower to a short list of scalar ops.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+import numpy as np
+
+from .dtypes import DType, dtype
+
+# --------------------------------------------------------------------------- scalar ops
+
+
+def _gelu_erf(x):
+    from math import erf, sqrt
+
+    v = np.vectorize(lambda t: 0.5 * t * (1.0 + erf(t / sqrt(2.0))), otypes=[np.float64])
+    return v(np.asarray(x, dtype=np.float64))
+
+
+def _gelu_tanh(x):
+    x = np.asarray(x, dtype=np.float64)
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+@attrs.frozen
+class ScalarOp:
+    name: str
+    arity: int
+    c: Callable = attrs.field(eq=False, hash=False)       # (*c_args) -> C expression on float
+    np: Callable = attrs.field(eq=False, hash=False)      # (*arrays) -> array (float64 math)
+
+
+SCALAR_OPS: dict[str, ScalarOp] = {
+    op.name: op
+    for op in (
+        ScalarOp("copy", 1, lambda x: x, lambda x: x),
+        ScalarOp("add", 2, lambda x, y: f"{x} + {y}", lambda x, y: x + y),
+        ScalarOp("mul", 2, lambda x, y: f"{x} * {y}", lambda x, y: x * y),
+        ScalarOp("max", 2, lambda x, y: f"fmaxf({x}, {y})", np.maximum),
+        ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
+        ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
+        ScalarOp("gelu_tanh", 1,
+                 lambda x: f"0.5f * {x} * (1.0f + tanhf(0.7978845608028654f * ({x} + 0.044715f * {x} * {x} * {x})))",
+                 _gelu_tanh),
+        ScalarOp("sigmoid", 1, lambda x: f"1.0f / (1.0f + expf(-{x}))", lambda x: 1.0 / (1.0 + np.exp(-x))),
+        ScalarOp("tanh", 1, lambda x: f"tanhf({x})", np.tanh),
+        # cvt: conversion between register dtypes; the printer spells it per dtype pair
+        ScalarOp("cvt", 1, lambda x: x, lambda x: x),
+    )
+}
+
+
+# --------------------------------------------------------------------------- epilogue / prologue ops
+
+@attrs.frozen
+class Extra:
+    """An extra tensor an op reads: a vector along one axis of C, or a full matrix like C."""
+
+    name: str
+    kind: str        # "vector_m" | "vector_n" | "matrix"
+
+
+class EpilogueOp:
+    """Base of element-wise ops fused on C (epilogue) or on A/B (prologue)."""
+
+    def extras(self) -> tuple[Extra, ...]:
+        return ()
+
+    def scalar(self) -> tuple[tuple[str, tuple], ...]:
+        """(scalar op name, extra args) applied in order to the value; an extra arg that is an
+        ``Extra`` reads that tensor at the element's coordinate."""
+        raise NotImplementedError
+
+    def reference(self, x: np.ndarray, extras: dict[str, np.ndarray]) -> np.ndarray:
+        """numpy meaning on a full M x N tile (float64)."""
+        for name, args in self.scalar():
+            vals = [extras_at(a, extras, x.shape) for a in args]
+            x = SCALAR_OPS[name].np(x, *vals)
+        return x
+
+
+def extras_at(a, extras: dict[str, np.ndarray], shape) -> np.ndarray | float:
+    if not isinstance(a, Extra):
+        return a
+    v = np.asarray(extras[a.name], dtype=np.float64)
+    if a.kind == "vector_n":
+        return v.reshape(1, -1)
+    if a.kind == "vector_m":
+        return v.reshape(-1, 1)
+    return v
+
+
+@attrs.frozen
+class Bias(EpilogueOp):
+    """``x + bias[n]`` (axis="n") or ``x + bias[m]`` (axis="m"); bias has C's dtype."""
+
+    name: str = "bias"
+    axis: str = attrs.field(default="n", validator=attrs.validators.in_(("m", "n")))
+
+    def extras(self):
+        return (Extra(self.name, f"vector_{self.axis}"),)
+
+    def scalar(self):
+        return (("add", (self.extras()[0],)),)
+
+    def __str__(self):
+        return f"bias({self.name}[{self.axis}])"
+
+
+@attrs.frozen
+class Residual(EpilogueOp):
+    """``x + r[m, n]``: a residual tensor of C's shape and dtype."""
+
+    name: str = "residual"
+
+    def extras(self):
+        return (Extra(self.name, "matrix"),)
+
+    def scalar(self):
+        return (("add", (self.extras()[0],)),)
+
+    def __str__(self):
+        return f"residual({self.name})"
+
+
+@attrs.frozen
+class Unary(EpilogueOp):
+    """relu, gelu, gelu_tanh, sigmoid, tanh."""
+
+    op: str = attrs.field(validator=attrs.validators.in_(("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")))
+
+    def scalar(self):
+        return ((self.op, ()),)
+
+    def __str__(self):
+        return f"{self.op}()"
+
+
+@attrs.frozen
+class Scale(EpilogueOp):
+    """``alpha * x``."""
+
+    alpha: float = 1.0
+
+    def scalar(self):
+        return (("mul", (float(self.alpha),)),)
+
+    def __str__(self):
+        return f"scale({self.alpha:g})"
+
+
+@attrs.frozen
+class Cast(EpilogueOp):
+    """Store C as ``dtype`` instead of the spec's C dtype."""
+
+    dtype: DType = attrs.field(converter=dtype)
+
+    def scalar(self):
+        return ()
+
+    def __str__(self):
+        return f"cast({self.dtype})"
+
+
+def bias(name: str = "bias", axis: str = "n") -> Bias:
+    if axis not in ("m", "n"):
+        raise ValueError(f"bias(axis={axis!r}): allowed axes are 'm' and 'n'")
+    return Bias(name, axis)
+
+
+def residual(name: str = "residual") -> Residual:
+    return Residual(name)
+
+
+def relu() -> Unary:
+    return Unary("relu")
+
+
+def gelu(approximate: str = "none") -> Unary:
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu(approximate={approximate!r}): allowed 'none' (erf) or 'tanh'")
+    return Unary("gelu" if approximate == "none" else "gelu_tanh")
+
+
+def sigmoid() -> Unary:
+    return Unary("sigmoid")
+
+
+def tanh() -> Unary:
+    return Unary("tanh")
+
+
+def scale(alpha: float) -> Scale:
+    return Scale(float(alpha))
+
+
+def cast(to) -> Cast:
+    return Cast(dtype(to))
