@@ -1,0 +1,91 @@
+"""Every atom of every table, and the look-ups the strategies use to pick one.
+
+``ALL_ATOMS`` lists the records of ``sm70`` and ``sm80`` in table order; names are unique across
+tables.  ``by_name`` finds one record, ``for_target`` those a target can issue, ``mma_atoms``
+the MMA atoms of a dtype combination and ``copy_atom`` the thread-level move of a width between
+two memories.  ``with_immediates`` turns template parameters that PTX wants as literal constants
+(``$n`` of ``cp.async.wait_group``) into text before the atom reaches ``asm_node``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+import attrs
+
+from ...dtypes import DType, dtype
+from ..target import Target
+from ..target import target as _target
+from . import sm70, sm80
+from .base import COPY, CP_ASYNC, MMA, Atom
+
+ALL_ATOMS: tuple[Atom, ...] = sm70.ATOMS + sm80.ATOMS
+
+BY_NAME: dict[str, Atom] = {a.name: a for a in ALL_ATOMS}
+if len(BY_NAME) != len(ALL_ATOMS):  # pragma: no cover - a table error, caught on import
+    _dups = sorted({a.name for a in ALL_ATOMS if sum(b.name == a.name for b in ALL_ATOMS) > 1})
+    raise RuntimeError(f"atom names are not unique: {_dups}")
+
+
+def by_name(name: str) -> Atom:
+    """The atom called ``name`` (``"ldmatrix_x4"``); a ValueError names the closest ones."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    close = difflib.get_close_matches(str(name), BY_NAME, n=5, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"no atom named {name!r}{hint} (allowed: {', '.join(BY_NAME)})")
+
+
+def for_target(target: Target | str) -> tuple[Atom, ...]:
+    """The atoms ``target`` can issue, in table order."""
+    t = _target(target)
+    return tuple(a for a in ALL_ATOMS if t.supports(a))
+
+
+def mma_atoms(a_dtype: DType | str, b_dtype: DType | str, acc_dtype: DType | str,
+              target: Target | str | None = None) -> tuple[Atom, ...]:
+    """MMA atoms multiplying ``a_dtype`` by ``b_dtype`` into ``acc_dtype`` accumulators, largest
+    k first; restricted to those ``target`` can issue when it is given.  Empty when none fits."""
+    a, b, acc = dtype(a_dtype), dtype(b_dtype), dtype(acc_dtype)
+    t = None if target is None else _target(target)
+    found = [x for x in ALL_ATOMS
+             if x.family == MMA and x.dtype_of("a") == a and x.dtype_of("b") == b
+             and x.dtype_of("c") == acc and (t is None or t.supports(x))]
+    return tuple(sorted(found, key=lambda x: -x.shape[2]))
+
+
+def copy_atom(src_mem: str, dst_mem: str, width: int) -> Atom:
+    """The per-thread move of ``width`` bytes from ``src_mem`` to ``dst_mem``.
+
+    Memories are ``"GL"``, ``"SH"`` and ``"RF"``; global -> shared is ``cp.async``.
+    """
+    family = CP_ASYNC if (src_mem, dst_mem) == ("GL", "SH") else COPY
+    cands = [a for a in ALL_ATOMS
+             if a.family == family and a.src_memory == src_mem and a.dst_memory == dst_mem]
+    if not cands:
+        pairs = sorted({(a.src_memory, a.dst_memory) for a in ALL_ATOMS if a.family in (COPY, CP_ASYNC)})
+        raise ValueError(f"no copy atom moves {src_mem} -> {dst_mem}; "
+                         f"allowed: {', '.join(f'{s}->{d}' for s, d in pairs)}")
+    for a in cands:
+        if a.width == width:
+            return a
+    raise ValueError(f"no {src_mem} -> {dst_mem} copy atom of width {width!r} bytes; "
+                     f"allowed: {sorted(a.width for a in cands)}")
+
+
+def with_immediates(atom: Atom, **values: int) -> Atom:
+    """``atom`` with ``$name`` replaced by the literal ``values[name]`` in its PTX template.
+
+    For parameters PTX only takes as constants, e.g. ``with_immediates(cp_async_wait, n=1)``
+    prints ``cp.async.wait_group 1;``.
+    """
+    ptx = atom.ptx
+    for name, v in values.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"atom {atom.name}: immediate {name}={v!r} is not an int")
+        pattern = re.compile(r"\$" + re.escape(name) + r"(?![A-Za-z0-9_])")
+        if not pattern.search(ptx):
+            raise ValueError(f"atom {atom.name}: its template {atom.ptx!r} has no ${name}")
+        ptx = pattern.sub(str(v), ptx)
+    return attrs.evolve(atom, ptx=ptx)
