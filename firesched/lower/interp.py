@@ -1,0 +1,1007 @@
+"""The CPU interpreter of the kernel IR, and the hazard checker that makes it worth having.
+
+``run_program(program, arrays)`` executes every kernel of a ``Program`` in order on numpy arrays
+and returns the final global buffers.  Blocks run one after another (grid x fastest, then y,
+then z); the threads of a block run in lockstep, vectorised over numpy: the index variable
+``tid`` is ``np.arange(threads)``, every index expression evaluates to one value per thread (or
+to an int), registers are ``[threads, size]`` arrays, loop variables are ints and ``If`` is an
+active-thread mask.
+
+While it runs, the interpreter checks what the GPU would not tell us, and raises
+``HazardError`` with the buffer, the offsets, the threads, the kernel, the block and the
+statement involved:
+
+* shared-memory races: a read of an element another thread wrote since the last barrier (RAW), a
+  write of an element another thread wrote (WAW) or read (WAR) since the last barrier.  Every
+  shared element remembers the barrier epoch and the thread of its last write and of up to two
+  distinct readers; a ``Barrier`` starts a new epoch.  Collective atoms (ldmatrix) access memory
+  on behalf of the thread whose address they use.
+* cp.async: the destination of an issued copy is *in flight* until an ``AsyncWait`` of the
+  issuing thread completes its group; any access to it before then is a hazard, and the landing
+  counts as a write by the issuing thread at the wait.  Copies still in flight when a block
+  ends are a hazard too.
+* bounds: global, shared and register offsets outside their buffer; misaligned addresses of
+  atoms that declare an alignment.
+* divergence: a ``Barrier`` some threads of the block do not reach, a collective atom (warp,
+  quad-pair) issued by part of its thread group.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..dtypes import DType, round_to
+from ..errors import HazardError, InternalError
+from ..hardware.atoms import base as atoms
+from ..ops import SCALAR_OPS
+from . import ir
+from .expr import BinOp, Select, Sum, Var
+
+__all__ = ["run_program", "run_kernel", "describe"]
+
+_MAX_LISTED = 4
+
+
+# --------------------------------------------------------------------------- entry points
+
+def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every kernel of ``program`` in order; return the final global arrays by name.
+
+    ``arrays`` holds each input (and optionally the output) by buffer name, in the buffer's
+    ``shape`` (or already flat, ``buffer.size`` elements); missing outputs and workspaces start
+    as zeros.  The result maps every global buffer name to an array of its ``shape``.
+    """
+    buffers: dict[str, ir.GlobalBuffer] = {}
+    for b in (*program.inputs, *((program.output,) if program.output is not None else ()),
+              *program.workspaces):
+        buffers.setdefault(b.name, b)
+    for k in program.kernels:
+        for b in k.params:
+            buffers.setdefault(b.name, b)
+    unknown = sorted(set(arrays) - set(buffers))
+    if unknown:
+        raise ValueError(f"run_program: no global buffer named {unknown}; the program has {sorted(buffers)}")
+    missing = [b.name for b in program.inputs if b.name not in arrays]
+    if missing:
+        raise ValueError(f"run_program: inputs {missing} are not given")
+
+    memory = {name: _load_global(b, arrays.get(name)) for name, b in buffers.items()}
+    for k in program.kernels:
+        run_kernel(k, memory)
+    return {name: _unload_global(buffers[name], memory[name]) for name in buffers}
+
+
+def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray]) -> None:
+    """Run one kernel launch on flat global arrays (by buffer name), in place."""
+    _KernelRun(kernel, memory).run()
+
+
+def _load_global(buf: ir.GlobalBuffer, value) -> np.ndarray:
+    flat = np.zeros(buf.size, dtype=buf.dtype.np)
+    if value is None:
+        return flat
+    value = np.asarray(value)
+    if tuple(value.shape) == tuple(buf.shape):
+        _strided(buf, flat)[...] = _to_dtype(value, buf.dtype)
+    elif value.ndim == 1 and value.size == buf.size:
+        flat[...] = _to_dtype(value, buf.dtype)
+    else:
+        raise ValueError(f"run_program: array for {buf.name!r} has shape {value.shape}; the buffer has "
+                         f"shape {buf.shape} (or flat size {buf.size})")
+    return flat
+
+
+def _unload_global(buf: ir.GlobalBuffer, flat: np.ndarray) -> np.ndarray:
+    if buf.size == 0:
+        return np.zeros(buf.shape, dtype=buf.dtype.np)
+    return np.array(_strided(buf, flat))
+
+
+def _strided(buf: ir.GlobalBuffer, flat: np.ndarray) -> np.ndarray:
+    item = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat, shape=buf.shape, strides=[s * item for s in buf.strides])
+
+
+def _to_dtype(values, dt: DType) -> np.ndarray:
+    """Values converted to ``dt``'s numpy type, rounding to nearest (integers: rint, saturated)."""
+    values = np.asarray(values)
+    if values.dtype == dt.np:
+        return values
+    if dt.name == "tf32":
+        return round_to(dt, values.astype(np.float32)).astype(np.float32)
+    if dt.kind in ("int", "uint") and values.dtype.kind == "f":
+        info = _int_range(dt)
+        values = np.clip(np.rint(values.astype(np.float64)), info[0], info[1])
+    return values.astype(dt.np)
+
+
+def _int_range(dt: DType) -> tuple[int, int]:
+    if dt.kind == "int":
+        return -(1 << (dt.bits - 1)), (1 << (dt.bits - 1)) - 1
+    return 0, (1 << dt.bits) - 1
+
+
+# --------------------------------------------------------------------------- index expressions
+
+def _compile(x):
+    """A function ``env -> value`` computing ``expr.evaluate(x, env)``, built once per expression."""
+    if isinstance(x, (bool, np.bool_)):
+        x = int(x)
+    if isinstance(x, (int, np.integer)):
+        c = int(x)
+        return lambda env: c
+    if isinstance(x, Var):
+        name = x.name
+
+        def var(env):
+            try:
+                return env[name]
+            except KeyError:
+                raise InternalError(f"index variable {name!r} is not bound here") from None
+        return var
+    if isinstance(x, Sum):
+        const = x.const
+        terms = tuple((_compile(t), c) for t, c in x.terms)
+        if len(terms) == 1:
+            (f0, c0), = terms
+            return lambda env: const + c0 * f0(env)
+
+        def total(env):
+            out = const
+            for f, c in terms:
+                out = out + c * f(env)
+            return out
+        return total
+    if isinstance(x, BinOp):
+        fa, fb = _compile(x.a), _compile(x.b)
+        op = _BINOPS.get(x.op)
+        if op is None:
+            raise InternalError(f"unknown index operator {x.op!r} in {x!r}")
+        return lambda env: op(fa(env), fb(env))
+    if isinstance(x, Select):
+        fc, fa, fb = _compile(x.cond), _compile(x.a), _compile(x.b)
+
+        def sel(env):
+            c, a, b = fc(env), fa(env), fb(env)
+            if np.ndim(c) == 0 and np.ndim(a) == 0 and np.ndim(b) == 0:
+                return int(a) if c else int(b)
+            return np.where(np.asarray(c) != 0, a, b)
+        return sel
+    raise InternalError(f"not an index expression: {x!r}")
+
+
+def _as_int(r):
+    return r.astype(np.int64) if isinstance(r, np.ndarray) else int(r)
+
+
+_BINOPS = {
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+    "*": lambda a, b: a * b,
+    "&": lambda a, b: a & b,
+    "^": lambda a, b: a ^ b,
+    ">>": lambda a, b: a >> b,
+    "<<": lambda a, b: a << b,
+    "<": lambda a, b: _as_int(np.less(a, b)),
+    ">=": lambda a, b: _as_int(np.greater_equal(a, b)),
+    "==": lambda a, b: _as_int(np.equal(a, b)),
+    "!=": lambda a, b: _as_int(np.not_equal(a, b)),
+    "&&": lambda a, b: _as_int(np.logical_and(a, b)),
+    "min": lambda a, b: np.minimum(a, b),
+    "max": lambda a, b: np.maximum(a, b),
+}
+
+
+# --------------------------------------------------------------------------- statement descriptions
+
+def describe(stmt) -> str:
+    """A one-line description of a statement, for error messages."""
+    if isinstance(stmt, ir.AtomCall):
+        args = ", ".join(f"{n}={_ref_str(r)}" for n, r in stmt.args)
+        pred = "" if isinstance(stmt.pred, int) and stmt.pred == 1 else f" if ({stmt.pred})"
+        note = f"  // {stmt.comment}" if stmt.comment else ""
+        return f"AtomCall {stmt.atom!r}({args}){pred}{note}"
+    if isinstance(stmt, ir.Barrier):
+        return "Barrier" + (f"  // {stmt.comment}" if stmt.comment else "")
+    if isinstance(stmt, ir.AsyncCommit):
+        return "AsyncCommit"
+    if isinstance(stmt, ir.AsyncWait):
+        return f"AsyncWait({stmt.pending})"
+    if isinstance(stmt, ir.RegFill):
+        return f"RegFill({_ref_str(stmt.ref)} x{stmt.count} = {stmt.value})"
+    if isinstance(stmt, ir.Pointwise):
+        srcs = ", ".join(_ref_str(s) if isinstance(s, ir.RegRef) else repr(s) for s in stmt.srcs)
+        return f"Pointwise({_ref_str(stmt.dst)} = {stmt.op}({srcs}))"
+    if isinstance(stmt, ir.For):
+        return f"For({stmt.var} < {stmt.extent})"
+    if isinstance(stmt, ir.If):
+        return f"If({stmt.cond})"
+    return type(stmt).__name__
+
+
+def _ref_str(ref) -> str:
+    if isinstance(ref, ir.MemRef):
+        kind = "GL" if isinstance(ref.buffer, ir.GlobalBuffer) else "SH"
+        return f"{kind} {ref.buffer.name}[{ref.offset}]"
+    if isinstance(ref, ir.RegRef):
+        return f"{ref.buffer.name}[{ref.offset}]"
+    return repr(ref)
+
+
+def _listing(items) -> str:
+    items = list(items)
+    s = ", ".join(str(int(i)) for i in items[:_MAX_LISTED])
+    return s + (f", ... ({len(items)} in all)" if len(items) > _MAX_LISTED else "")
+
+
+# --------------------------------------------------------------------------- atom tables
+
+def _tv_index(tv) -> np.ndarray:
+    """``[threads, values]`` column-major tile index of each (thread, value) of a TV layout."""
+    rows, _ = tv.tile
+    out = np.empty((tv.num_threads, tv.num_values), dtype=np.int64)
+    for t in range(tv.num_threads):
+        for v in range(tv.num_values):
+            r, c = tv.coord(t, v)
+            out[t, v] = int(r) + rows * int(c)
+    return out
+
+
+def _groups(group: str, threads: int) -> np.ndarray:
+    """``[groups, group_threads]`` thread ids of each thread group of a block."""
+    t = np.arange(threads, dtype=np.int64)
+    if group == atoms.THREAD:
+        return t[:, None]
+    if group == atoms.BLOCK:
+        return t[None, :]
+    if group == atoms.QUADPAIR:
+        if threads % 32:
+            raise InternalError(f"quad-pair atoms need whole warps; the block has {threads} threads")
+        w = np.arange(threads // 32)[:, None, None]
+        p = np.arange(4)[None, :, None]
+        q = np.arange(8)[None, None, :]
+        return (32 * w + 4 * p + q % 4 + 16 * (q // 4)).reshape(-1, 8)
+    n = atoms.GROUP_THREADS.get(group)
+    if n is None:
+        raise InternalError(f"unknown thread group {group!r}")
+    if threads % n:
+        raise InternalError(f"{group} atoms need a multiple of {n} threads; the block has {threads}")
+    return t.reshape(-1, n)
+
+
+class _AtomTables:
+    """What executing one atom needs, computed once per atom."""
+
+    def __init__(self, atom: atoms.Atom, threads: int):
+        self.atom = atom
+        self.groups = _groups(atom.group, threads)
+        self.tv: dict[str, np.ndarray] = {}
+        self.tile: dict[str, tuple[int, int]] = {}
+        for o in atom.operands:
+            if o.tv is not None:
+                self.tv[o.name] = _tv_index(o.tv)
+                self.tile[o.name] = tuple(int(n) for n in o.tv.tile)
+        self.addr = None
+        if atom.family == atoms.LDMATRIX:
+            src = _mem_operand(atom)
+            dst = _reg_operand(atom, "out")
+            rows, cols = (int(n) for n in atom.shape[:2])
+            lanes = int(src.addr.size())
+            per = rows * cols // lanes
+            first = np.array([int(src.addr(lane)) for lane in range(lanes)], dtype=np.int64)
+            # each address supplies `per` contiguous elements along the columns of its tile row
+            self.addr = first[:, None] + rows * np.arange(per)[None, :]
+            self.src, self.dst = src.name, dst.name
+            self.mem_tile = (rows, cols)
+            self.per = per
+        if atom.family == atoms.MMA:
+            ins = [o for o in atom.operands if o.memory == "RF" and o.role == "in"]
+            outs = [o for o in atom.operands if o.memory == "RF" and o.role in ("out", "inout")]
+            names = [o.name for o in ins] + [o.name for o in outs if o.role == "inout"]
+            self.inputs = tuple(n for n in ("a", "b", "c") if n in names) or tuple(names)
+            self.output = "d" if any(o.name == "d" for o in outs) else outs[0].name
+
+
+def _mem_operand(atom):
+    for o in atom.operands:
+        if o.memory in ("SH", "GL"):
+            return o
+    raise InternalError(f"atom {atom.name} has no memory operand")
+
+
+def _reg_operand(atom, role):
+    for o in atom.operands:
+        if o.memory == "RF" and (o.role == role or o.role == "inout"):
+            return o
+    raise InternalError(f"atom {atom.name} has no register operand with role {role!r}")
+
+
+# --------------------------------------------------------------------------- shared memory state
+
+class _Shared:
+    """One shared buffer of the running block: data plus the access history of each element."""
+
+    __slots__ = ("buf", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
+                 "r_stmt", "inflight", "inflight_stmt", "base")
+
+    def __init__(self, buf: ir.SharedBuffer, base: int):
+        n = buf.size
+        self.buf = buf
+        self.base = base
+        self.data = np.zeros(n, dtype=buf.dtype.np)
+        self.w_epoch = np.full(n, -1, dtype=np.int64)
+        self.writer = np.full(n, -1, dtype=np.int64)
+        self.w_stmt = np.full(n, -1, dtype=np.int64)
+        self.r_epoch = np.full(n, -1, dtype=np.int64)
+        self.reader = np.full(n, -1, dtype=np.int64)   # first distinct reader this epoch
+        self.reader2 = np.full(n, -1, dtype=np.int64)  # a second distinct reader, or -1
+        self.r_stmt = np.full(n, -1, dtype=np.int64)
+        self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
+        self.inflight_stmt = np.full(n, -1, dtype=np.int64)
+
+    def reset(self):
+        self.data[...] = 0
+        for a in (self.w_epoch, self.writer, self.w_stmt, self.r_epoch, self.reader, self.reader2,
+                  self.r_stmt, self.inflight, self.inflight_stmt):
+            a[...] = -1
+
+
+def _by_address(addr: np.ndarray, thr: np.ndarray):
+    """Unique addresses with the smallest and largest thread accessing each."""
+    if addr.size <= 1:
+        return addr, thr, thr
+    order = np.argsort(addr, kind="stable")
+    sa, st = addr[order], thr[order]
+    starts = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
+    if starts.size == sa.size:
+        return sa, st, st
+    return sa[starts], np.minimum.reduceat(st, starts), np.maximum.reduceat(st, starts)
+
+
+class _Async:
+    """The cp.async copies of one statement execution that have not landed yet."""
+
+    __slots__ = ("sh", "addr", "thr", "group", "values", "sid")
+
+    def __init__(self, sh, addr, thr, group, values, sid):
+        self.sh, self.addr, self.thr, self.group, self.values, self.sid = sh, addr, thr, group, values, sid
+
+
+# --------------------------------------------------------------------------- the interpreter
+
+class _KernelRun:
+    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray]):
+        self.kernel = kernel
+        self.memory = memory
+        self.T = int(kernel.threads)
+        self.tid = np.arange(self.T, dtype=np.int64)
+        for p in kernel.params:
+            if p.name not in memory:
+                memory[p.name] = np.zeros(p.size, dtype=p.dtype.np)
+        self.globals = {p.name: p for p in kernel.params}
+        offsets = kernel.shared_offsets()
+        self.shared = {b.name: _Shared(b, offsets[b.name]) for b in kernel.shared}
+        self.regs = {r.name: np.zeros((self.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
+        self.reg_bufs = {r.name: r for r in kernel.regs}
+        self.fns: dict[int, tuple] = {}
+        self.tables: dict[int, tuple] = {}
+        self.stmts: list = []
+        self.stmt_ids: dict[int, int] = {}
+        self.dispatch = {
+            ir.Seq: self.x_seq, tuple: self.x_list, list: self.x_list, ir.For: self.x_for,
+            ir.If: self.x_if, ir.AtomCall: self.x_atom, ir.Barrier: self.x_barrier,
+            ir.AsyncCommit: self.x_commit, ir.AsyncWait: self.x_wait, ir.RegFill: self.x_fill,
+            ir.Pointwise: self.x_pointwise, ir.Comment: self.x_nothing, type(None): self.x_nothing,
+        }
+
+    # ----------------------------------------------------------------- driving
+
+    def run(self):
+        gx, gy, gz = (int(g) for g in self.kernel.grid)
+        for bz in range(gz):
+            for by in range(gy):
+                for bx in range(gx):
+                    self.run_block((bx, by, bz))
+
+    def run_block(self, bid):
+        self.bid = bid
+        self.env = {ir.TID_NAME: self.tid, ir.BID_NAMES[0]: bid[0], ir.BID_NAMES[1]: bid[1],
+                    ir.BID_NAMES[2]: bid[2]}
+        self.loops: list[tuple[str, int]] = []
+        self.mask = np.ones(self.T, dtype=bool)
+        self.full = True
+        self.epoch = 0
+        for sh in self.shared.values():
+            sh.reset()
+        for r in self.regs.values():
+            r[...] = 0
+        self.open_group = np.zeros(self.T, dtype=np.int64)
+        self.pending: list[_Async] = []
+        self.stmt = None
+        self.exec(self.kernel.body)
+        if self.pending:
+            rec = self.pending[0]
+            self.stmt = self.stmts[rec.sid]
+            self.hazard(
+                f"async copies never waited for: thread {int(rec.thr[0])}'s cp.async into SH buffer "
+                f"{rec.sh.buf.name!r} offset {int(rec.addr[0])} (group {int(rec.group[0])}) is still in "
+                f"flight when the block ends; threads {_listing(np.unique(np.concatenate([p.thr for p in self.pending])))} "
+                f"have copies in flight")
+
+    def exec(self, s):
+        try:
+            handler = self.dispatch[type(s)]
+        except KeyError:
+            raise InternalError(f"kernel {self.kernel.name!r}: not a statement: {s!r}") from None
+        handler(s)
+
+    def sid(self, s) -> int:
+        i = self.stmt_ids.get(id(s))
+        if i is None:
+            i = self.stmt_ids[id(s)] = len(self.stmts)
+            self.stmts.append(s)
+        return i
+
+    def ev(self, x):
+        """Value of index expression ``x`` now (an int or a per-thread array)."""
+        if type(x) is int:
+            return x
+        entry = self.fns.get(id(x))
+        if entry is None:
+            entry = self.fns[id(x)] = (x, _compile(x))
+        return entry[1](self.env)
+
+    def per_thread(self, x) -> np.ndarray:
+        v = self.ev(x)
+        if np.ndim(v) == 0:
+            return np.full(self.T, int(v), dtype=np.int64)
+        return np.broadcast_to(np.asarray(v, dtype=np.int64), (self.T,))
+
+    def atom_tables(self, atom) -> _AtomTables:
+        entry = self.tables.get(id(atom))
+        if entry is None:
+            entry = self.tables[id(atom)] = (atom, _AtomTables(atom, self.T))
+        return entry[1]
+
+    # ----------------------------------------------------------------- errors
+
+    def hazard(self, message: str):
+        where = f"kernel {self.kernel.name!r}, block {self.bid}"
+        if self.loops:
+            where += ", " + ", ".join(f"{n}={v}" for n, v in self.loops)
+        stmt = describe(self.stmt) if self.stmt is not None else "(end of block)"
+        raise HazardError(f"{message}\n  in {where}\n  at {stmt}")
+
+    def stmt_str(self, i) -> str:
+        return describe(self.stmts[int(i)]) if i >= 0 else "?"
+
+    # ----------------------------------------------------------------- control flow
+
+    def x_nothing(self, s):
+        pass
+
+    def x_seq(self, s):
+        for c in s.body:
+            self.exec(c)
+
+    def x_list(self, s):
+        for c in s:
+            self.exec(c)
+
+    def x_for(self, s):
+        name = s.var.name
+        saved = self.env.get(name)
+        self.loops.append((name, 0))
+        slot = len(self.loops) - 1
+        for i in range(int(s.extent)):
+            self.env[name] = i
+            self.loops[slot] = (name, i)
+            self.exec(s.body)
+        self.loops.pop()
+        if saved is None:
+            self.env.pop(name, None)
+        else:
+            self.env[name] = saved
+
+    def x_if(self, s):
+        c = self.ev(s.cond)
+        if np.ndim(c) == 0:
+            if c:
+                self.exec(s.then)
+            return
+        new = self.mask & (np.broadcast_to(c, (self.T,)) != 0)
+        if not new.any():
+            return
+        saved = (self.mask, self.full)
+        self.mask, self.full = new, bool(new.all())
+        try:
+            self.exec(s.then)
+        finally:
+            self.mask, self.full = saved
+
+    def x_barrier(self, s):
+        self.stmt = s
+        if not self.full:
+            missing = np.flatnonzero(~self.mask)
+            self.hazard(f"barrier inside divergent code: threads {_listing(missing)} of the block do not "
+                        f"reach it (threads {_listing(np.flatnonzero(self.mask))} do)")
+        self.epoch += 1
+
+    # ----------------------------------------------------------------- registers
+
+    def reg_index(self, ref: ir.RegRef, n: int, thr: np.ndarray):
+        """``(array, index)`` selecting ``n`` registers from ``ref`` for each thread of ``thr``."""
+        buf = ref.buffer
+        R = self.regs.get(buf.name)
+        if R is None or self.reg_bufs[buf.name] != buf:
+            self.hazard(f"register buffer {buf.name!r} is not declared by the kernel")
+        off = self.ev(ref.offset)
+        rows = slice(None) if thr is self.tid else thr
+        if np.ndim(off) == 0:
+            off = int(off)
+            if off < 0 or off + n > buf.size:
+                self.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offsets "
+                            f"{off}..{off + n - 1}: out of range (threads {_listing(thr)})")
+            return R, (rows, slice(off, off + n))
+        offs = self.per_thread_value(off)[thr]
+        cols = offs[:, None] + np.arange(n)[None, :]
+        bad = (cols < 0) | (cols >= buf.size)
+        if bad.any():
+            t = np.flatnonzero(bad.any(axis=1))
+            self.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offset "
+                        f"{int(cols[t[0]][bad[t[0]]][0])}: out of range (threads {_listing(thr[t])})")
+        return R, (thr[:, None], cols)
+
+    def per_thread_value(self, v) -> np.ndarray:
+        if np.ndim(v) == 0:
+            return np.full(self.T, int(v), dtype=np.int64)
+        return np.broadcast_to(np.asarray(v, dtype=np.int64), (self.T,))
+
+    def x_fill(self, s):
+        self.stmt = s
+        thr = self.active()
+        if thr.size == 0:
+            return
+        R, idx = self.reg_index(s.ref, int(s.count), thr)
+        R[idx] = _to_dtype(np.float64(s.value), s.ref.buffer.dtype)
+
+    def x_pointwise(self, s):
+        self.stmt = s
+        thr = self.active()
+        if thr.size == 0:
+            return
+        op = SCALAR_OPS.get(s.op)
+        if op is None:
+            raise InternalError(f"Pointwise op {s.op!r} is unknown; allowed: {sorted(SCALAR_OPS)}")
+        if len(s.srcs) != op.arity:
+            raise InternalError(f"Pointwise {s.op} takes {op.arity} sources, got {len(s.srcs)}")
+        dt = s.dst.buffer.dtype
+        if s.op == "cvt":
+            src = s.srcs[0]
+            if isinstance(src, ir.RegRef):
+                R, idx = self.reg_index(src, 1, thr)
+                x = R[idx][:, 0]
+            else:
+                x = np.full(thr.size, float(src))
+            if np.asarray(x).dtype.kind == "f" or dt.kind != "float":
+                x = np.asarray(x).astype(np.float64)
+            out = _to_dtype(x, dt)
+        else:
+            args = []
+            for src in s.srcs:
+                if isinstance(src, ir.RegRef):
+                    R, idx = self.reg_index(src, 1, thr)
+                    args.append(R[idx][:, 0].astype(np.float64))
+                else:
+                    args.append(np.float64(src))
+            out = _to_dtype(np.broadcast_to(np.asarray(op.np(*args), dtype=np.float64), (thr.size,)), dt)
+        R, idx = self.reg_index(s.dst, 1, thr)
+        R[idx] = out[:, None]
+
+    def active(self) -> np.ndarray:
+        return self.tid if self.full else np.flatnonzero(self.mask)
+
+    # ----------------------------------------------------------------- memory
+
+    def mem_target(self, ref: ir.MemRef):
+        buf = ref.buffer
+        if isinstance(buf, ir.SharedBuffer):
+            sh = self.shared.get(buf.name)
+            if sh is None or sh.buf != buf:
+                self.hazard(f"shared buffer {buf.name!r} is not declared by the kernel")
+            return sh
+        if isinstance(buf, ir.GlobalBuffer):
+            if self.globals.get(buf.name) != buf:
+                self.hazard(f"global buffer {buf.name!r} is not a parameter of the kernel")
+            return None
+        raise InternalError(f"MemRef to {buf!r}, which is neither global nor shared")
+
+    def check_bounds(self, ref: ir.MemRef, addr: np.ndarray, thr: np.ndarray, what: str):
+        size = ref.buffer.size
+        bad = (addr < 0) | (addr >= size)
+        if bad.any():
+            rows = np.flatnonzero(bad.reshape(addr.shape[0], -1).any(axis=1))
+            first = addr.reshape(addr.shape[0], -1)[rows[0]]
+            off = int(first[(first < 0) | (first >= size)][0])
+            kind = "SH" if isinstance(ref.buffer, ir.SharedBuffer) else "GL"
+            self.hazard(f"out-of-bounds {what}: {kind} buffer {ref.buffer.name!r} (size {size}) at offset "
+                        f"{off} by thread {int(thr[rows[0]])} (threads {_listing(thr[rows])} are out of bounds)")
+
+    def check_align(self, atom, ref: ir.MemRef, addr0: np.ndarray, thr: np.ndarray):
+        align = int(getattr(atom, "alignment", 0) or 0)
+        if align <= 1:
+            return
+        bits = ref.buffer.dtype.bits
+        base = self.shared[ref.buffer.name].base if isinstance(ref.buffer, ir.SharedBuffer) else 0
+        byte = base * 8 + addr0 * bits
+        bad = byte % (8 * align) != 0
+        if bad.any():
+            i = np.flatnonzero(bad)
+            self.hazard(f"misaligned address: {atom.name} needs {align}-byte aligned addresses; buffer "
+                        f"{ref.buffer.name!r} offset {int(addr0[i[0]])} by thread {int(thr[i[0]])} "
+                        f"(threads {_listing(thr[i])})")
+
+    def sh_read(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray):
+        """Check and record reads of ``addr`` (any shape) by ``thr`` (same shape)."""
+        a, t = addr.ravel(), thr.ravel()
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)
+            self.hazard(f"read of in-flight async data: thread {int(t[i[0]])} reads SH buffer "
+                        f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
+                        f"({self.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an "
+                        f"AsyncWait (threads {_listing(np.unique(t[i]))} read in-flight data)")
+        E = self.epoch
+        bad = (sh.w_epoch[a] == E) & (sh.writer[a] != t)
+        if bad.any():
+            i = np.flatnonzero(bad)
+            j = i[0]
+            self.hazard(f"race (read after write): thread {int(t[j])} reads SH buffer {sh.buf.name!r} offset "
+                        f"{int(a[j])}, written by thread {int(sh.writer[a[j]])} since the last barrier "
+                        f"(at {self.stmt_str(sh.w_stmt[a[j]])}); {i.size} element read(s) race, by threads "
+                        f"{_listing(np.unique(t[i]))}")
+        u, tmin, tmax = _by_address(a, t)
+        cur = sh.r_epoch[u] == E
+        r1 = np.where(cur, sh.reader[u], -1)
+        r2 = np.where(cur, sh.reader2[u], -1)
+        fresh = r1 < 0
+        new1 = np.where(fresh, tmin, r1)
+        cand = np.where(tmin != new1, tmin, np.where(tmax != new1, tmax, -1))
+        new2 = np.where(r2 >= 0, r2, cand)
+        sh.reader[u] = new1
+        sh.reader2[u] = new2
+        sh.r_epoch[u] = E
+        sh.r_stmt[u] = self.sid(self.stmt)
+
+    def sh_write_check(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray, async_issue=False):
+        """Check writes of ``addr`` by ``thr``; return (unique addresses, their writer)."""
+        a, t = addr.ravel(), thr.ravel()
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)
+            self.hazard(f"overwrite of in-flight async data: thread {int(t[i[0]])} writes SH buffer "
+                        f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
+                        f"({self.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an AsyncWait")
+        u, tmin, tmax = _by_address(a, t)
+        dup = tmin != tmax
+        if dup.any():
+            j = np.flatnonzero(dup)[0]
+            self.hazard(f"race (write after write): threads {int(tmin[j])} and {int(tmax[j])} both write SH "
+                        f"buffer {sh.buf.name!r} offset {int(u[j])} in the same statement")
+        E = self.epoch
+        waw = (sh.w_epoch[u] == E) & (sh.writer[u] != tmin)
+        if waw.any():
+            i = np.flatnonzero(waw)
+            j = i[0]
+            self.hazard(f"race (write after write): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
+                        f"offset {int(u[j])}, written by thread {int(sh.writer[u[j]])} since the last barrier "
+                        f"(at {self.stmt_str(sh.w_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                        f"{_listing(np.unique(tmin[i]))}")
+        cur = sh.r_epoch[u] == E
+        r1, r2 = sh.reader[u], sh.reader2[u]
+        other = np.where(r1 != tmin, r1, r2)
+        war = cur & (other >= 0)
+        if war.any():
+            i = np.flatnonzero(war)
+            j = i[0]
+            self.hazard(f"race (write after read): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
+                        f"offset {int(u[j])}, read by thread {int(other[j])} since the last barrier "
+                        f"(at {self.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                        f"{_listing(np.unique(tmin[i]))}")
+        return u, tmin
+
+    def sh_write(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid=None):
+        u, w = self.sh_write_check(sh, addr, thr)
+        sh.writer[u] = w
+        sh.w_epoch[u] = self.epoch
+        sh.w_stmt[u] = self.sid(self.stmt) if sid is None else sid
+        sh.data[addr.ravel()] = values.ravel()
+
+    def mem_read(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Read memory at ``addr`` (``[k, n]``) for threads ``thr`` (``[k]``)."""
+        sh = self.mem_target(ref)
+        self.check_bounds(ref, addr, thr, "read")
+        if sh is None:
+            return self.memory[ref.buffer.name][addr]
+        self.sh_read(sh, addr, thr2d)
+        return sh.data[addr]
+
+    def mem_write(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray, values):
+        sh = self.mem_target(ref)
+        self.check_bounds(ref, addr, thr, "write")
+        if sh is None:
+            self.memory[ref.buffer.name][addr] = values
+            return
+        self.sh_write(sh, addr, thr2d, values)
+
+    # ----------------------------------------------------------------- atoms
+
+    def x_atom(self, s: ir.AtomCall):
+        self.stmt = s
+        fam = s.atom.family
+        if fam == atoms.COPY:
+            self.x_copy(s)
+        elif fam == atoms.CP_ASYNC:
+            self.x_cp_async(s)
+        elif fam == atoms.LDMATRIX:
+            self.x_ldmatrix(s)
+        elif fam == atoms.MMA:
+            self.x_mma(s)
+        elif fam == atoms.SHUFFLE:
+            self.x_shuffle(s)
+        elif fam == atoms.SYNC:
+            self.x_sync_atom(s)
+        else:
+            raise InternalError(f"atom {s.atom.name}: family {fam!r} is not interpretable")
+
+    def enabled(self, s) -> np.ndarray:
+        """Thread ids that are active and whose ``pred`` is non-zero, and the active ones."""
+        if type(s.pred) is int:
+            act = self.active()
+            return (act if s.pred else act[:0]), act
+        p = self.per_thread(s.pred) != 0
+        act = self.active()
+        return act[p[act]], act
+
+    def x_copy(self, s):
+        atom = s.atom
+        src, dst = s.arg("src"), s.arg("dst")
+        sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+        if sdt.bits != ddt.bits:
+            raise InternalError(f"{describe(s)}: source dtype {sdt} and destination dtype {ddt} differ in width")
+        n = atom.values_for(sdt)
+        if n == 0:
+            raise InternalError(f"{describe(s)}: atom {atom.name} ({atom.width} bytes) cannot move {sdt} elements")
+        on, act = self.enabled(s)
+        load = isinstance(dst, ir.RegRef) and isinstance(src, ir.MemRef)
+        lane = np.arange(n, dtype=np.int64)[None, :]
+        if on.size:
+            if isinstance(src, ir.RegRef):
+                R, idx = self.reg_index(src, n, on)
+                vals = R[idx]
+            else:
+                base = self.per_thread(src.offset)[on]
+                self.check_bounds(src, base[:, None] + lane, on, "read")
+                self.check_align(atom, src, base, on)
+                vals = self.mem_read(src, base[:, None] + lane, np.broadcast_to(on[:, None], (on.size, n)), on)
+            if sdt != ddt:
+                vals = vals.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else vals.astype(ddt.np)
+            if isinstance(dst, ir.RegRef):
+                R, idx = self.reg_index(dst, n, on)
+                R[idx] = vals
+            else:
+                base = self.per_thread(dst.offset)[on]
+                self.check_bounds(dst, base[:, None] + lane, on, "write")
+                self.check_align(atom, dst, base, on)
+                self.mem_write(dst, base[:, None] + lane, np.broadcast_to(on[:, None], (on.size, n)), on, vals)
+        if load and on.size != act.size:
+            off = act[~np.isin(act, on)]
+            R, idx = self.reg_index(dst, n, off)
+            R[idx] = 0
+
+    def x_cp_async(self, s):
+        atom = s.atom
+        src, dst = s.arg("src"), s.arg("dst")
+        if not isinstance(dst, ir.MemRef) or not isinstance(dst.buffer, ir.SharedBuffer):
+            raise InternalError(f"{describe(s)}: cp.async must write shared memory")
+        sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+        if sdt.bits != ddt.bits:
+            raise InternalError(f"{describe(s)}: source dtype {sdt} and destination dtype {ddt} differ in width")
+        n = atom.values_for(ddt)
+        if n == 0:
+            raise InternalError(f"{describe(s)}: atom {atom.name} ({atom.width} bytes) cannot move {ddt} elements")
+        act = self.active()
+        if act.size == 0:
+            return
+        p = (self.per_thread(s.pred)[act] != 0) if type(s.pred) is not int else np.full(act.size, bool(s.pred))
+        lane = np.arange(n, dtype=np.int64)[None, :]
+        sh = self.mem_target(dst)
+        dbase = self.per_thread(dst.offset)[act]
+        daddr = dbase[:, None] + lane
+        self.check_bounds(dst, daddr, act, "write (cp.async destination)")
+        self.check_align(atom, dst, dbase, act)
+        vals = np.zeros((act.size, n), dtype=ddt.np)
+        on = act[p]
+        if on.size:
+            sbase = self.per_thread(src.offset)[on]
+            saddr = sbase[:, None] + lane
+            self.check_bounds(src, saddr, on, "read (cp.async source)")
+            self.check_align(atom, src, sbase, on)
+            data = self.mem_read(src, saddr, np.broadcast_to(on[:, None], saddr.shape), on)
+            if sdt != ddt:
+                data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
+            vals[p] = data
+        thr2d = np.broadcast_to(act[:, None], daddr.shape)
+        self.sh_write_check(sh, daddr, thr2d)
+        sid = self.sid(s)
+        sh.inflight[daddr.ravel()] = thr2d.ravel()
+        sh.inflight_stmt[daddr.ravel()] = sid
+        group = np.broadcast_to(self.open_group[act][:, None], daddr.shape)
+        self.pending.append(_Async(sh, daddr.ravel(), thr2d.ravel().copy(), group.ravel().copy(),
+                                   vals.ravel(), sid))
+
+    def x_commit(self, s):
+        self.stmt = s
+        self.open_group[self.active()] += 1
+
+    def x_wait(self, s):
+        self.stmt = s
+        self.wait_groups(int(s.pending))
+
+    def wait_groups(self, pending: int):
+        if not self.pending:
+            return
+        keep = []
+        limit = self.open_group - pending           # groups below this are complete
+        for rec in self.pending:
+            done = self.mask[rec.thr] & (rec.group < limit[rec.thr])
+            if done.any():
+                a, t = rec.addr[done], rec.thr[done]
+                rec.sh.inflight[a] = -1
+                rec.sh.inflight_stmt[a] = -1
+                self.sh_write(rec.sh, a, t, rec.values[done], sid=rec.sid)
+                if not done.all():
+                    rest = ~done
+                    keep.append(_Async(rec.sh, rec.addr[rest], rec.thr[rest], rec.group[rest],
+                                       rec.values[rest], rec.sid))
+            else:
+                keep.append(rec)
+        self.pending = keep
+
+    def x_sync_atom(self, s):
+        name = s.atom.name
+        if "commit" in name:
+            self.x_commit(s)
+        elif "wait" in name:
+            self.stmt = s
+            n = _wait_count(s.atom)
+            if "wait_all" in s.atom.ptx:
+                self.open_group[self.active()] += 1
+            self.wait_groups(n)
+        else:
+            self.x_barrier(s)
+
+    def group_rows(self, s, tab: _AtomTables) -> np.ndarray:
+        """Thread groups that issue the atom now (all threads of each active); ``[G, n]``."""
+        on, _ = self.enabled(s)
+        if on.size == 0:
+            return tab.groups[:0]
+        flag = np.zeros(self.T, dtype=bool)
+        flag[on] = True
+        g = flag[tab.groups]
+        full = g.all(axis=1)
+        part = g.any(axis=1) & ~full
+        if part.any():
+            k = np.flatnonzero(part)[0]
+            missing = tab.groups[k][~g[k]]
+            self.hazard(f"collective atom {s.atom.name} ({s.atom.group}) issued by part of its thread group "
+                        f"(divergent code or a non-uniform pred): threads {_listing(tab.groups[k][g[k]])} "
+                        f"issue it, threads {_listing(missing)} do not")
+        return tab.groups[full]
+
+    def x_ldmatrix(self, s):
+        atom = s.atom
+        tab = self.atom_tables(atom)
+        groups = self.group_rows(s, tab)
+        if groups.shape[0] == 0:
+            return
+        src, dst = s.arg(tab.src), s.arg(tab.dst)
+        if not isinstance(src.buffer, ir.SharedBuffer):
+            raise InternalError(f"{describe(s)}: ldmatrix reads shared memory")
+        lanes = tab.addr.shape[0]
+        G = groups.shape[0]
+        rows, cols = tab.mem_tile
+        who = groups[:, :lanes]                                    # [G, lanes]
+        base = self.per_thread(src.offset)[who]                    # [G, lanes]
+        addr = base[..., None] + np.arange(tab.per)[None, None, :]  # [G, lanes, per]
+        flat_who = who.ravel()
+        self.check_bounds(src, addr.reshape(G * lanes, tab.per), flat_who, "read")
+        self.check_align(atom, src, base.ravel(), flat_who)
+        data = self.mem_read(src, addr, np.broadcast_to(who[..., None], addr.shape), flat_who)
+        tile = np.zeros((G, rows * cols), dtype=data.dtype)
+        tile[:, tab.addr.ravel()] = data.reshape(G, -1)
+        tile = tile.reshape(G, cols, rows).transpose(0, 2, 1)
+        idx = tab.tv[tab.dst]
+        trows, _ = tab.tile[tab.dst]
+        outs = []
+        for g in range(G):
+            out = np.asarray(atom.semantics(tile[g])) if atom.semantics is not None else tile[g]
+            if out.shape[0] != trows:
+                raise InternalError(f"{atom.name}: semantics returned a {out.shape} tile; the destination "
+                                    f"layout expects {tab.tile[tab.dst]}")
+            outs.append(np.ravel(out, order="F")[idx])
+        vals = np.stack(outs)                                     # [G, 32, V]
+        self.write_group_regs(s, dst, groups, vals)
+
+    def read_group_regs(self, ref, groups, nvals):
+        thr = groups.ravel()
+        R, idx = self.reg_index(ref, nvals, thr)
+        return R[idx].reshape(groups.shape[0], groups.shape[1], nvals)
+
+    def write_group_regs(self, s, ref, groups, vals):
+        thr = groups.ravel()
+        G, n, V = vals.shape
+        R, idx = self.reg_index(ref, V, thr)
+        dt = ref.buffer.dtype
+        R[idx] = _to_dtype(vals.reshape(G * n, V), dt) if vals.dtype != dt.np else vals.reshape(G * n, V)
+
+    def x_mma(self, s):
+        atom = s.atom
+        tab = self.atom_tables(atom)
+        groups = self.group_rows(s, tab)
+        if groups.shape[0] == 0:
+            return
+        G, n = groups.shape
+        tiles = []
+        for name in tab.inputs:
+            ref = s.arg(name)
+            idx = tab.tv[name]
+            rows, cols = tab.tile[name]
+            want = atom.dtype_of(name)
+            if ref.buffer.dtype.bits != want.bits:
+                raise InternalError(f"{describe(s)}: operand {name} wants {want} registers, "
+                                    f"{ref.buffer.name!r} holds {ref.buffer.dtype}")
+            vals = self.read_group_regs(ref, groups, idx.shape[1])   # [G, n, V]
+            if vals.dtype != want.np:
+                vals = vals.astype(want.np)
+            t = np.zeros((G, rows * cols), dtype=vals.dtype)
+            t[:, idx.ravel()] = vals.reshape(G, -1)
+            tiles.append(t.reshape(G, cols, rows).transpose(0, 2, 1))
+        idx = tab.tv[tab.output]
+        outs = []
+        for g in range(G):
+            d = np.asarray(atom.semantics(*(t[g] for t in tiles)))
+            outs.append(np.ravel(d, order="F")[idx])
+        self.write_group_regs(s, s.arg(tab.output), groups, np.stack(outs))
+
+    def x_shuffle(self, s):
+        atom = s.atom
+        tab = self.atom_tables(atom)
+        groups = self.group_rows(s, tab)
+        if groups.shape[0] == 0:
+            return
+        dst = s.arg(_reg_operand(atom, "out").name)
+        ins = [o.name for o in atom.operands if o.role == "in"]
+        src = s.arg("src" if "src" in ins else ins[0])
+        lane_ref = s.arg(next(n for n in ins if n != ("src" if "src" in ins else ins[0])))
+        vals = self.read_group_regs(src, groups, 1)[..., 0]           # [G, 32]
+        if isinstance(lane_ref, ir.RegRef):
+            lanes = self.read_group_regs(lane_ref, groups, 1)[..., 0].astype(np.int64)
+        else:
+            lanes = self.per_thread(lane_ref)[groups]
+        out = np.stack([np.asarray(atom.semantics(vals[g], lanes[g])) for g in range(groups.shape[0])])
+        self.write_group_regs(s, dst, groups, out[..., None])
+
+
+def _wait_count(atom) -> int:
+    """The ``pending`` count of a ``cp.async.wait_group N`` atom (its immediate substituted by
+    ``catalog.with_immediates``); ``wait_all`` waits for everything."""
+    m = re.search(r"wait_group\s+(\d+)", atom.ptx)
+    if m:
+        return int(m.group(1))
+    if "wait_all" in atom.ptx:
+        return 0
+    raise InternalError(f"atom {atom.name}: cannot tell how many groups it leaves pending from its PTX "
+                        f"{atom.ptx!r}; substitute the immediate with catalog.with_immediates(atom, n=...)")
