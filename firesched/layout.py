@@ -149,9 +149,16 @@ def _is_plain_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
+_NOT_AN_INDEX = (str, bytes, float, complex, type(None))
+
+
 def _norm_coord(c: Any) -> Any:
+    """Lists become tuples.  Leaves are left alone (they may be symbolic) unless they are values
+    that can never be an index, which would otherwise slip through ``*`` and ``%`` silently."""
     if isinstance(c, (tuple, list)):
         return tuple(_norm_coord(e) for e in c)
+    if isinstance(c, _NOT_AN_INDEX):
+        raise TypeError(f"{type(c).__name__} is not an index")
     return c
 
 
@@ -207,8 +214,8 @@ def _c2i(crd: Any, shape: IntTuple, stride: IntTuple) -> Any:
 
 
 def _crd2idx(func: str, crd: Any, shape: IntTuple, stride: IntTuple) -> Any:
-    crd = _norm_coord(crd)
     try:
+        crd = _norm_coord(crd)
         out = _c2i(crd, shape, stride)
     except _CoordMismatch:
         raise _err(func, "coord", crd, f"does not fit shape {_fmt(shape)}",
@@ -243,24 +250,25 @@ def idx2crd(idx: Any, shape: IntTuple, stride: IntTuple | None = None) -> Any:
 
     ``stride`` is the stride used to decompose the index (compact column-major by default).
     Every mode, the last included, is reduced modulo its size, as in CuTe.  When ``idx`` is
-    already a tuple it is decomposed mode by mode.  Works on symbolic index expressions.
+    already (partly) a tuple, each entry is an index into its own mode: ``idx2crd((1, 3),
+    ((2, 2), 4)) == ((1, 0), 3)``.  Works on symbolic index expressions.
     """
     shape = _as_inttuple(shape, "idx2crd", "shape", positive=True)
-    if stride is None:
-        stride = _compact_colmajor(shape)[0]
-    else:
+    if stride is not None:
         stride = _as_inttuple(stride, "idx2crd", "stride", positive=True)
         if not _congruent(shape, stride):
             raise _err("idx2crd", "stride", stride, f"is not congruent with shape {_fmt(shape)}",
                        "give the stride the same nesting as the shape")
-    idx = _norm_coord(idx)
 
-    def rec(i: Any, s: IntTuple, d: IntTuple) -> Any:
+    def rec(i: Any, s: IntTuple, d: IntTuple | None) -> Any:
         if isinstance(i, tuple):
             if not isinstance(s, tuple) or len(i) != len(s):
                 raise _err("idx2crd", "idx", idx, f"does not fit shape {_fmt(shape)}",
                            "pass an int or a tuple with the nesting of the shape")
-            return tuple(rec(a, b, c) for a, b, c in zip(i, s, d))
+            subs = d if d is not None else (None,) * len(s)
+            return tuple(rec(a, b, c) for a, b, c in zip(i, s, subs))
+        if d is None:
+            d = _compact_colmajor(s)[0]
         if isinstance(s, tuple):
             return tuple(rec(i, b, c) for b, c in zip(s, d))
         if s == 1:
@@ -268,7 +276,7 @@ def idx2crd(idx: Any, shape: IntTuple, stride: IntTuple | None = None) -> Any:
         return (i if d == 1 else i // d) % s
 
     try:
-        return rec(idx, shape, stride)
+        return rec(_norm_coord(idx), shape, stride)
     except TypeError as e:
         raise _err("idx2crd", "idx", idx, f"cannot be used as an index ({e})",
                    "indices are ints or expressions supporting // and %") from e
