@@ -1,0 +1,388 @@
+"""The CUDA printer: deterministic text, errors on IR it does not know, and hand-built programs
+(and, where the microkernel builder exists, every catalog atom) that compile with NVRTC for
+sm_80 and sm_90a without spilling."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from firesched import dtypes as dt
+from firesched.errors import InternalError
+from firesched.hardware.atoms import catalog, sm70, sm80
+from firesched.hardware.target import TARGETS
+from firesched.lower import cuda, ir
+from firesched.lower import expr as ex
+from firesched.lower.nvrtc import compile_cuda
+
+ARCHS = ("sm_80", "sm_90a")
+
+
+def compile_ok(source: str, arch: str, kernels) -> None:
+    mod = compile_cuda(source, arch=arch, use_cache=False)
+    for name in kernels:
+        res = mod.resources_of(name)
+        assert res.spill_store_bytes == 0 and res.spill_load_bytes == 0, (name, arch, res)
+
+
+def kernel_text(kernel: ir.Kernel) -> str:
+    """The printed kernel without the prelude."""
+    src = cuda.emit_kernel(kernel)
+    assert src.startswith(cuda.PRELUDE)
+    return src[len(cuda.PRELUDE):]
+
+
+def program_of(*kernels: ir.Kernel) -> ir.Program:
+    bufs = {b.name: b for k in kernels for b in k.params}
+    outs = [b for b in bufs.values() if b.role == "out"]
+    ins = [b for b in bufs.values() if b.role == "in"]
+    return ir.Program(kernels=kernels, inputs=ins, output=outs[0] if outs else None)
+
+
+# --------------------------------------------------------------------------- hand-built programs
+
+def copy_kernel() -> ir.Kernel:
+    """A 100x64 f16 matrix copied through shared memory by 4 blocks of 128 threads: predicated
+    cp.async (rows past 100 zero-fill), commit, wait, barrier, shared loads, predicated stores."""
+    a = ir.GlobalBuffer("A", dt.f16, (100, 64), (64, 1), role="in")
+    b = ir.GlobalBuffer("B", dt.f16, (100, 64), (64, 1), role="out")
+    s = ir.SharedBuffer("A_s", dt.f16, 32 * 64, note="32x64 rows of A")
+    r = ir.RegBuffer("frag", dt.f16, 8)
+    tid, bx = ir.tid(128), ir.bid(0, 4)
+    i = ex.Var("i", 2)
+    j = ex.Var("j", 2)
+    row_i = i * 16 + tid // 8
+    row_j = j * 16 + tid // 8
+    col = (tid % 8) * 8
+    load = ir.For(i, 2, ir.AtomCall(
+        sm80.cp_async_16,
+        (("dst", ir.MemRef(s, row_i * 64 + col)), ("src", ir.MemRef(a, (bx * 32 + row_i) * 64 + col))),
+        pred=ex.lt(bx * 32 + row_i, 100), comment="A tile, 16 bytes per thread"), unroll=True)
+    store = ir.For(j, 2, ir.Seq([
+        ir.AtomCall(sm70.ld_shared_16, (("dst", ir.RegRef(r, 0)), ("src", ir.MemRef(s, row_j * 64 + col)))),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(b, (bx * 32 + row_j) * 64 + col)), ("src", ir.RegRef(r, 0))),
+                    pred=ex.lt(bx * 32 + row_j, 100)),
+    ]), unroll=True)
+    body = ir.Seq([
+        ir.Comment("global -> shared"),
+        load, ir.AsyncCommit(), ir.AsyncWait(0), ir.Barrier("A_s is complete"),
+        ir.Comment("shared -> global"),
+        store,
+    ])
+    return ir.Kernel("copy_tile", params=(a, b), grid=(4, 1, 1), threads=128, shared=(s,), regs=(r,),
+                     body=body, header="copy(A -> B)\n  tile 32x64 per block\n  cp.async 16 B per thread")
+
+
+def masked_load_kernel() -> ir.Kernel:
+    """Predicated global loads of 16, 4 and 1 bytes (the last through a 16-bit register) and
+    predicated stores back, with a serial loop around them."""
+    x = ir.GlobalBuffer("X", dt.f8e4m3, (1000,), (1,), role="in")
+    y = ir.GlobalBuffer("Y", dt.f8e4m3, (1000,), (1,), role="out")
+    r = ir.RegBuffer("v", dt.f8e4m3, 24)
+    tid, bx = ir.tid(64), ir.bid(0, 8)
+    t = ex.Var("t", 3)
+    base = (bx * 3 + t) * 64 * 24 + tid * 24
+    ok = ex.lt(base, 1000 - 24)
+    body = ir.For(t, 3, ir.Seq([
+        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(r, 0)), ("src", ir.MemRef(x, base))), pred=ok),
+        ir.AtomCall(sm70.ld_global_4, (("dst", ir.RegRef(r, 16)), ("src", ir.MemRef(x, base + 16))), pred=ok),
+        ir.AtomCall(sm70.ld_global_2, (("dst", ir.RegRef(r, 20)), ("src", ir.MemRef(x, base + 20))), pred=ok),
+        ir.AtomCall(sm70.ld_global_1, (("dst", ir.RegRef(r, 22)), ("src", ir.MemRef(x, base + 22))), pred=ok),
+        ir.AtomCall(sm70.ld_global_1, (("dst", ir.RegRef(r, 23)), ("src", ir.MemRef(x, base + 23))), pred=ok),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(y, base)), ("src", ir.RegRef(r, 0))), pred=ok),
+        ir.AtomCall(sm70.st_global_4, (("dst", ir.MemRef(y, base + 16)), ("src", ir.RegRef(r, 16))), pred=ok),
+        ir.AtomCall(sm70.st_global_2, (("dst", ir.MemRef(y, base + 20)), ("src", ir.RegRef(r, 20))), pred=ok),
+        ir.AtomCall(sm70.st_global_1, (("dst", ir.MemRef(y, base + 22)), ("src", ir.RegRef(r, 22))), pred=ok),
+        ir.AtomCall(sm70.st_global_1, (("dst", ir.MemRef(y, base + 23)), ("src", ir.RegRef(r, 23))), pred=ok),
+    ]))
+    return ir.Kernel("masked_bytes", params=(x, y), grid=(8, 1, 1), threads=64, regs=(r,), body=body)
+
+
+def epilogue_kernel() -> ir.Kernel:
+    """Accumulators plus an f16 bias, gelu, a scale, converted to f16 and stored (predicated)."""
+    bias = ir.GlobalBuffer("bias", dt.f16, (256,), (1,), role="in")
+    out = ir.GlobalBuffer("C", dt.f16, (250, 256), (256, 1), role="out")
+    acc = ir.RegBuffer("acc", dt.f32, 8)
+    bv = ir.RegBuffer("bias_r", dt.f16, 8)
+    o = ir.RegBuffer("out_r", dt.f16, 8)
+    tid, bx = ir.tid(32), ir.bid(0, 250)
+    e = ex.Var("e", 8)
+    body = ir.Seq([
+        ir.RegFill(ir.RegRef(acc, 0), 8, 0.25),
+        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(bv, 0)), ("src", ir.MemRef(bias, tid * 8)))),
+        ir.For(e, 8, ir.Seq([
+            ir.Pointwise("add", ir.RegRef(acc, e), (ir.RegRef(acc, e), ir.RegRef(bv, e))),
+            ir.Pointwise("gelu", ir.RegRef(acc, e), (ir.RegRef(acc, e),)),
+            ir.Pointwise("mul", ir.RegRef(acc, e), (ir.RegRef(acc, e), -0.5)),
+            ir.Pointwise("max", ir.RegRef(acc, e), (ir.RegRef(acc, e), -1e-3)),
+            ir.Pointwise("cvt", ir.RegRef(o, e), (ir.RegRef(acc, e),)),
+        ]), unroll=True),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(out, bx * 256 + tid * 8)), ("src", ir.RegRef(o, 0))),
+                    pred=ex.lt(bx, 250), comment="C row, 8 f16 per thread"),
+    ])
+    return ir.Kernel("epilogue_f16", params=(bias, out), grid=(250, 1, 1), threads=32,
+                     regs=(acc, bv, o), body=body)
+
+
+def conversions_kernel() -> ir.Kernel:
+    """Every register dtype the printer converts to and from, through Pointwise."""
+    src = ir.GlobalBuffer("src", dt.f32, (32, 4), (4, 1), role="in")
+    dst = ir.GlobalBuffer("dst", dt.f32, (32, 4), (4, 1), role="out")
+    x = ir.RegBuffer("x", dt.f32, 4)
+    y = ir.RegBuffer("y", dt.f32, 4)
+    tid = ir.tid(32)
+    stmts = [ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(x, 0)), ("src", ir.MemRef(src, tid * 4))))]
+    regs = [x, y]
+    for d in (dt.f16, dt.bf16, dt.tf32, dt.f8e4m3, dt.f8e5m2, dt.i8, dt.u8, dt.i32, dt.i4, dt.u4, dt.f64):
+        t = ir.RegBuffer(f"t_{d.name}", d, 4)
+        regs.append(t)
+        for k in range(4):
+            stmts.append(ir.Pointwise("cvt", ir.RegRef(t, k), (ir.RegRef(x, k),)))
+        stmts.append(ir.Pointwise("add", ir.RegRef(t, 1), (ir.RegRef(t, 1), ir.RegRef(t, 2))))
+        stmts.append(ir.Pointwise("relu", ir.RegRef(t, 3), (ir.RegRef(t, 3),)))
+        for k in range(4):
+            stmts.append(ir.Pointwise("add", ir.RegRef(y, k), (ir.RegRef(y, k), ir.RegRef(t, k))))
+        stmts.append(ir.RegFill(ir.RegRef(t, 0), 2, -3.0))
+        stmts.append(ir.Pointwise("sigmoid", ir.RegRef(y, 0), (ir.RegRef(t, 0),)))
+    stmts.insert(0, ir.RegFill(ir.RegRef(y, 0), 4, 0.0))
+    stmts.append(ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(dst, tid * 4)), ("src", ir.RegRef(y, 0)))))
+    return ir.Kernel("conversions", params=(src, dst), grid=(1, 1, 1), threads=32, regs=tuple(regs),
+                     body=ir.Seq(stmts))
+
+
+def mma_kernel() -> ir.Kernel:
+    """One warp: A (16x16 f16, row-major) and B (8x16 f16, n-major) to shared memory by cp.async,
+    ldmatrix x4 / x2 into fragments, one m16n8k16 mma, C stored as f32 and as f16."""
+    A = ir.GlobalBuffer("A", dt.f16, (16, 16), (16, 1), role="in")
+    B = ir.GlobalBuffer("B", dt.f16, (8, 16), (16, 1), role="in")
+    C = ir.GlobalBuffer("C", dt.f32, (16, 8), (8, 1), role="out")
+    C16 = ir.GlobalBuffer("C16", dt.f16, (16, 8), (8, 1), role="out")
+    As = ir.SharedBuffer("A_s", dt.f16, 256)
+    Bs = ir.SharedBuffer("B_s", dt.f16, 128)
+    a = ir.RegBuffer("a_frag", dt.f16, 8)
+    b = ir.RegBuffer("b_frag", dt.f16, 4)
+    acc = ir.RegBuffer("acc", dt.f32, 4)
+    h = ir.RegBuffer("acc_h", dt.f16, 4)
+    lane = ir.tid(32)
+    group, tig = lane // 4, lane % 4
+    half = ex.Var("half", 2)
+    body = ir.Seq([
+        ir.AtomCall(sm80.cp_async_16, (("dst", ir.MemRef(As, lane * 8)), ("src", ir.MemRef(A, lane * 8)))),
+        ir.If(ex.lt(lane, 16), ir.AtomCall(
+            sm80.cp_async_16, (("dst", ir.MemRef(Bs, lane * 8)), ("src", ir.MemRef(B, lane * 8))))),
+        ir.AsyncCommit(),
+        ir.AsyncWait(0),
+        ir.Barrier(),
+        ir.AtomCall(sm80.ldmatrix_x4, (("dst", ir.RegRef(a, 0)), ("src", ir.MemRef(As, (lane % 16) * 16 + (lane // 16) * 8))),
+                    comment="A fragment"),
+        ir.AtomCall(sm80.ldmatrix_x2, (("dst", ir.RegRef(b, 0)),
+                                       ("src", ir.MemRef(Bs, (lane % 8) * 16 + ((lane // 8) % 2) * 8))),
+                    comment="B fragment"),
+        ir.RegFill(ir.RegRef(acc, 0), 4, 0.0),
+        ir.AtomCall(sm80.mma_m16n8k16_f16_f32, (("d", ir.RegRef(acc, 0)), ("a", ir.RegRef(a, 0)),
+                                                ("b", ir.RegRef(b, 0)), ("c", ir.RegRef(acc, 0)))),
+        ir.For(half, 2, ir.Seq([
+            ir.AtomCall(sm70.st_global_8, (("dst", ir.MemRef(C, (group + half * 8) * 8 + tig * 2)),
+                                           ("src", ir.RegRef(acc, half * 2)))),
+            ir.Pointwise("cvt", ir.RegRef(h, half * 2), (ir.RegRef(acc, half * 2),)),
+            ir.Pointwise("cvt", ir.RegRef(h, half * 2 + 1), (ir.RegRef(acc, half * 2 + 1),)),
+            ir.AtomCall(sm70.st_global_4, (("dst", ir.MemRef(C16, (group + half * 8) * 8 + tig * 2)),
+                                           ("src", ir.RegRef(h, half * 2)))),
+        ]), unroll=True),
+    ])
+    return ir.Kernel("mma_one_warp", params=(A, B, C, C16), grid=(1, 1, 1), threads=32,
+                     shared=(As, Bs), regs=(a, b, acc, h), body=body, header="mma 16x8x16, one warp")
+
+
+HAND_BUILT = {
+    "copy": copy_kernel,
+    "masked_bytes": masked_load_kernel,
+    "epilogue": epilogue_kernel,
+    "conversions": conversions_kernel,
+    "mma": mma_kernel,
+}
+
+
+# --------------------------------------------------------------------------- text
+
+def test_printing_is_deterministic():
+    for make in HAND_BUILT.values():
+        k1, k2 = make(), make()
+        assert cuda.emit_kernel(k1) == cuda.emit_kernel(k2)
+        assert cuda.emit(program_of(k1)) == cuda.emit(program_of(k2))
+
+
+def test_program_holds_every_kernel_once_with_one_prelude():
+    src = cuda.emit(program_of(copy_kernel(), epilogue_kernel()))
+    assert src.count("#define FIRESCHED_PRELUDE") == 1
+    assert src.index("copy_tile(") < src.index("epilogue_f16(")
+    assert "#include" not in src
+
+
+def test_copy_kernel_text():
+    src = kernel_text(copy_kernel())
+    assert 'extern "C" __global__ void __launch_bounds__(128, 1) copy_tile(' in src
+    assert "const unsigned short* __restrict__ A" in src
+    assert "unsigned short* __restrict__ B)" in src
+    assert "// copy(A -> B)\n//   tile 32x64 per block" in src
+    assert "extern __shared__ __align__(128) unsigned char fs_smem[];" in src
+    assert "const unsigned A_s_base = (unsigned)__cvta_generic_to_shared(A_s);" in src
+    assert "alignas(16) unsigned short frag[8];" in src
+    # predicated cp.async: zero-fill through src_size, and the base address when disabled
+    assert "? 16 : 0" in src
+    assert ") ? A + (" in src and ": A)" in src
+    assert "cp.async.commit_group;" in src and "cp.async.wait_group 0;" in src
+    assert "__syncthreads();" in src
+    assert "#pragma unroll\n" in src
+    assert src.count('"memory"') >= 5
+    # a disabled store writes nothing: no else branch
+    assert "} else {" not in src
+
+
+def test_masked_loads_zero_their_registers():
+    src = kernel_text(masked_load_kernel())
+    assert "#pragma unroll 1\n" in src
+    assert "} else {" in src
+    assert "*reinterpret_cast<unsigned*>(&v[0]) = 0;" in src
+    # one byte through a 16-bit register: a temporary, copied back
+    assert "unsigned short fs_t0;" in src and "v[22] = (unsigned char)fs_t0;" in src
+    assert '"h"((unsigned short)(v[23]))' in src
+
+
+def test_epilogue_text():
+    src = kernel_text(epilogue_kernel())
+    assert "acc[e] = acc[e] + fs_f16_to_f32(bias_r[e]);" in src
+    assert "acc[e] = acc[e] * (-0.5f);" in src
+    assert "out_r[e] = fs_f32_to_f16(acc[e]);" in src
+    assert "acc[0] = 0.25f;" in src
+
+
+def test_mma_text():
+    src = kernel_text(mma_kernel())
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
+    assert '"=f"(acc[0])' in src and '"f"(acc[3])' in src
+    assert '"r"(*reinterpret_cast<unsigned*>(&a_frag[6]))' in src
+    assert "// sm80.ldmatrix_x4: A fragment" in src
+
+
+# --------------------------------------------------------------------------- errors
+
+class NotANode:
+    pass
+
+
+def tiny_kernel(body) -> ir.Kernel:
+    out = ir.GlobalBuffer("out", dt.f32, (32,), (1,), role="out")
+    r = ir.RegBuffer("r", dt.f32, 4)
+    return ir.Kernel("tiny", params=(out,), grid=(1, 1, 1), threads=32, regs=(r,), body=body)
+
+
+def test_unknown_node_is_an_internal_error():
+    with pytest.raises(InternalError, match="NotANode"):
+        cuda.emit_kernel(tiny_kernel(ir.Seq([ir.Comment("ok"), NotANode()])))
+
+
+def test_a_lookalike_of_an_ir_class_is_rejected():
+    Seq = type("Seq", (), {"body": ()})
+    with pytest.raises(InternalError, match="Seq"):
+        cuda.emit_kernel(tiny_kernel(Seq()))
+
+
+def test_unbound_index_variable_is_an_internal_error():
+    r = ir.RegBuffer("r", dt.f32, 4)
+    stray = ex.Var("k", 4)
+    with pytest.raises(InternalError, match="'k' is not bound"):
+        cuda.emit_kernel(tiny_kernel(ir.RegFill(ir.RegRef(r, stray), 1, 0.0)))
+
+
+def test_register_out_of_range_is_an_internal_error():
+    r = ir.RegBuffer("r", dt.f32, 4)
+    with pytest.raises(InternalError, match="register buffer r"):
+        cuda.emit_kernel(tiny_kernel(ir.RegFill(ir.RegRef(r, 2), 4, 0.0)))
+
+
+def test_buffer_not_in_kernel_is_an_internal_error():
+    other = ir.RegBuffer("other", dt.f32, 4)
+    with pytest.raises(InternalError, match="not one of the kernel's register buffers"):
+        cuda.emit_kernel(tiny_kernel(ir.RegFill(ir.RegRef(other, 0), 1, 0.0)))
+
+
+def test_unsubstituted_immediate_is_an_internal_error():
+    with pytest.raises(InternalError, match=r"\$n"):
+        cuda.emit_kernel(tiny_kernel(ir.AtomCall(sm80.cp_async_wait, ())))
+    text = cuda.emit_kernel(tiny_kernel(ir.AtomCall(catalog.with_immediates(sm80.cp_async_wait, n=2), ())))
+    assert "cp.async.wait_group 2;" in text
+
+
+# --------------------------------------------------------------------------- NVRTC
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(HAND_BUILT))
+def test_hand_built_kernel_compiles(name, arch):
+    kernel = HAND_BUILT[name]()
+    compile_ok(cuda.emit_kernel(kernel), arch, [kernel.name])
+
+
+def test_program_compiles_as_one_unit():
+    kernels = [make() for make in HAND_BUILT.values()]
+    compile_ok(cuda.emit(program_of(*kernels)), "sm_80", [k.name for k in kernels])
+
+
+def test_sm70_atoms_compile_on_later_targets():
+    """Volta's quad-pair HMMA and the shuffles, bound by hand (NVRTC 13 has no sm_70)."""
+    a = ir.RegBuffer("a", dt.f16, 4)
+    b = ir.RegBuffer("b", dt.f16, 4)
+    c = ir.RegBuffer("c", dt.f32, 8)
+    v = ir.RegBuffer("v", dt.f32, 2)
+    lane = ir.RegBuffer("lane", dt.i32, 1)
+    out = ir.GlobalBuffer("out", dt.f32, (32, 8), (8, 1), role="out")
+    tid = ir.tid(32)
+    body = ir.Seq([
+        ir.RegFill(ir.RegRef(a, 0), 4, 1.0),
+        ir.RegFill(ir.RegRef(b, 0), 4, 2.0),
+        ir.RegFill(ir.RegRef(c, 0), 8, 0.0),
+        ir.AtomCall(sm70.mma_m8n8k4_f16_f32, (("d", ir.RegRef(c, 0)), ("a", ir.RegRef(a, 0)),
+                                              ("b", ir.RegRef(b, 0)), ("c", ir.RegRef(c, 0)))),
+        ir.RegFill(ir.RegRef(lane, 0), 1, 3),
+        ir.AtomCall(sm70.shfl_sync_idx_b32, (("dst", ir.RegRef(v, 0)), ("src", ir.RegRef(c, 0)),
+                                             ("lane", ir.RegRef(lane, 0)))),
+        ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(v, 1)), ("src", ir.RegRef(c, 1)),
+                                              ("lane_mask", ir.RegRef(lane, 0)))),
+        ir.Pointwise("add", ir.RegRef(c, 0), (ir.RegRef(c, 0), ir.RegRef(v, 0))),
+        ir.Pointwise("add", ir.RegRef(c, 1), (ir.RegRef(c, 1), ir.RegRef(v, 1))),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(out, tid * 8)), ("src", ir.RegRef(c, 0)))),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(out, tid * 8 + 4)), ("src", ir.RegRef(c, 4)))),
+    ])
+    k = ir.Kernel("volta_atoms", params=(out,), grid=(1, 1, 1), threads=32, regs=(a, b, c, v, lane), body=body)
+    compile_ok(cuda.emit_kernel(k), "sm_80", [k.name])
+
+
+# --------------------------------------------------------------------------- microkernels
+
+def _atom_program():
+    try:
+        return importlib.import_module("firesched.lower.microkernel").atom_program
+    except (ImportError, AttributeError):
+        return None
+
+
+def _compiled_archs(atom) -> list[str]:
+    """The archs of firesched's targets that can issue ``atom`` and that NVRTC can compile for."""
+    from firesched.lower.nvrtc import _nvrtc_archs
+
+    have = set(_nvrtc_archs())
+    return [t.arch for t in TARGETS.values()
+            if t.supports(atom) and int(t.arch[3:].rstrip("a")) in have]
+
+
+@pytest.mark.skipif(_atom_program() is None, reason="firesched.lower.microkernel.atom_program is not there")
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in catalog.ALL_ATOMS])
+def test_atom_microkernel_compiles(atom):
+    program = _atom_program()(atom)[0]
+    src = cuda.emit(program)
+    assert src == cuda.emit(_atom_program()(atom)[0])
+    archs = _compiled_archs(atom)
+    assert archs, f"no target NVRTC can compile for issues {atom.name}"
+    for arch in archs:
+        compile_ok(src, arch, [k.name for k in program.kernels])
