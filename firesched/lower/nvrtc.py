@@ -38,6 +38,11 @@ SUPPORTED_ARCHS: tuple[str, ...] = ("sm_70", "sm_80", "sm_86", "sm_89", "sm_90",
 #: results (flush to zero, approximate division), so a schedule must ask for it.
 DEFAULT_OPTIONS: tuple[str, ...] = ("--ptxas-options=-v", "-std=c++17", "-lineinfo")
 
+#: NVRTC 12.9+ keeps CUBINs in the driver's compute cache when a driver is installed, and on a
+#: hit skips ptxas, so its log then lacks the resource report we parse (and compile times lie).
+#: We have our own cache, so we turn that one off.
+_NO_DRIVER_CACHE = "--no-cache"
+
 #: Bumped whenever the cache key or the entry layout changes, so old entries are never misread.
 CACHE_FORMAT = "firesched-cubin-v1"
 
@@ -514,8 +519,8 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
                  filename: str = "firesched_kernel.cu", use_cache: bool = True) -> CompiledModule:
     """Compile CUDA C++ ``source`` to a CUBIN for ``arch``.
 
-    Every compile passes ``--gpu-architecture=<arch>`` and ``DEFAULT_OPTIONS``, then
-    ``options``.  Kernels should be ``extern "C"`` so that they are found by their plain names.
+    Every compile passes ``--gpu-architecture=<arch>`` and ``DEFAULT_OPTIONS`` (plus
+    ``--no-cache`` on NVRTC 12.9+, see ``_NO_DRIVER_CACHE``), then ``options``.  Kernels should be ``extern "C"`` so that they are found by their plain names.
     With ``use_cache`` an identical earlier compile (same source, options, file name and NVRTC)
     is read back from ``cache_dir()`` instead of recompiled.  Raises ``CompileError`` with the
     offending source lines when NVRTC rejects the source, ``ValueError`` for an unknown arch.
@@ -526,6 +531,8 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
     _check_arch(arch)
     user = _check_options(options)
     defaults = DEFAULT_OPTIONS
+    if nvrtc_version() >= (12, 9):
+        defaults = (*defaults, _NO_DRIVER_CACHE)
     if any(o.startswith(("-std=", "--std=")) for o in user):
         defaults = tuple(o for o in defaults if not o.startswith("-std="))
     all_options = (f"--gpu-architecture={arch}", *defaults, *user)
