@@ -1,0 +1,257 @@
+"""The decomposition tree, its focus, printing and ``check()``.
+
+A ``Schedule`` is an immutable tree of ``Node`` values.  Each node holds a spec and, once refined,
+the strategy that refined it and the pieces it was split into:
+
+* ``loops`` — the loops the strategy created (outer first), sequential or mapped onto parallel
+  units of a level (blocks, warps, threads);
+* ``pre`` / ``body`` / ``post`` — child nodes before the loops, inside them, after them.  The last
+  child of ``body`` is the compute spec the chain goes on refining (the *focus* path); moves the
+  strategies create come before it.  ``pre``/``post`` hold the accumulator's ``Init`` and store.
+
+Strategies refine the *focus*: the deepest open compute node on the ``body[-1]`` chain.  Moves,
+inits and stores are refined at ``check()`` time by their ``via`` strategies or, by default, by a
+schedule derived from the layouts around them (a coalesced 16-byte copy, the ldmatrix that feeds
+the consumer's fragments) — that is what makes the chain data-movement aware without making the
+user spell out every copy.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+
+from .errors import ScheduleError
+from .spec import Init, MatMul, Move, Reduce
+from .tensor import Level
+
+
+@attrs.frozen(repr=False)
+class Loop:
+    """``for var in range(count)``: each step advances the named dims by their steps.
+
+    ``unit`` is None for a sequential loop, else the level whose units run the iterations in
+    parallel (``Level.BLOCK`` → grid, ``Level.WARP`` → warps of the block, ``Level.THREAD`` →
+    threads).  ``stages`` > 1 marks a K loop a ``pipeline`` turned into a software pipeline.
+    """
+
+    var: str
+    count: int
+    steps: tuple[tuple[str, int], ...]
+    unit: Level | None = None
+    stages: int = 1
+
+    @property
+    def dim(self) -> str:
+        return self.steps[0][0]
+
+    def step(self, dim: str) -> int:
+        for d, s in self.steps:
+            if d == dim:
+                return s
+        return 0
+
+    def __repr__(self):
+        return f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages})"
+
+    def __str__(self):
+        kind = "seq" if self.unit is None else str(self.unit)
+        pipe = f" pipelined({self.stages} stages)" if self.stages > 1 else ""
+        return f"{self.var} in {kind}({self.count}){pipe}"
+
+
+@attrs.frozen(repr=False)
+class Node:
+    spec: object
+    strategy: object = None
+    loops: tuple[Loop, ...] = ()
+    pre: tuple["Node", ...] = ()
+    body: tuple["Node", ...] = ()
+    post: tuple["Node", ...] = ()
+    via: tuple = ()          # Move nodes: strategies the user gave for this copy
+    atom: object = None      # set by done(atom)
+
+    @property
+    def is_open(self) -> bool:
+        return self.strategy is None and self.atom is None
+
+    @property
+    def children(self) -> tuple["Node", ...]:
+        return self.pre + self.body + self.post
+
+    def __repr__(self):
+        return f"Node({self.spec!r}, strategy={self.strategy!r}, loops={self.loops!r})"
+
+
+def _is_compute(node: Node) -> bool:
+    return isinstance(node.spec, MatMul)
+
+
+@attrs.frozen(repr=False, eq=False)
+class Schedule:
+    """A spec and the strategies refining it, as a tree.  Immutable; ``apply`` returns a new one."""
+
+    root: Node
+    strategies: tuple = ()
+
+    @classmethod
+    def of(cls, spec) -> "Schedule":
+        if not isinstance(spec, MatMul):
+            raise ScheduleError("only MatMul kernels can be scheduled so far", spec=spec,
+                                fix="build the spec with firesched.MatMul.kernel(...)")
+        return cls(Node(spec))
+
+    @property
+    def spec(self):
+        return self.root.spec
+
+    # ------------------------------------------------------------------ focus navigation
+
+    def focus_path(self) -> tuple[Node, ...]:
+        """Nodes from the root along ``body[-1]`` to the focus (the last one)."""
+        path = [self.root]
+        while True:
+            n = path[-1]
+            if n.is_open or not n.body or not _is_compute(n.body[-1]):
+                return tuple(path)
+            path.append(n.body[-1])
+
+    @property
+    def focus(self) -> Node:
+        return self.focus_path()[-1]
+
+    def open_focus(self, strategy) -> Node:
+        f = self.focus
+        if not f.is_open:
+            raise ScheduleError(
+                "nothing left to refine: the focus is already atomic", strategy=strategy, spec=f.spec,
+                fix="put compute strategies before done(...); epilogue/prologue/pipeline may follow it")
+        return f
+
+    def replace_path(self, path: tuple[Node, ...], new_last: Node) -> "Schedule":
+        """Rebuild the chain ``path`` (root..node) with its last node replaced."""
+        node = new_last
+        for parent in reversed(path[:-1]):
+            node = attrs.evolve(parent, body=parent.body[:-1] + (node,))
+        return attrs.evolve(self, root=node)
+
+    def replace_focus(self, new: Node) -> "Schedule":
+        return self.replace_path(self.focus_path(), new)
+
+    def map_nodes(self, fn: Callable[[Node], Node]) -> "Schedule":
+        """Apply ``fn`` bottom-up to every node."""
+
+        def go(n: Node) -> Node:
+            n = attrs.evolve(n, pre=tuple(go(c) for c in n.pre), body=tuple(go(c) for c in n.body),
+                             post=tuple(go(c) for c in n.post))
+            return fn(n)
+
+        return attrs.evolve(self, root=go(self.root))
+
+    def nodes(self):
+        """Every node, pre-order."""
+
+        def go(n):
+            yield n
+            for c in n.children:
+                yield from go(c)
+
+        return go(self.root)
+
+    # ------------------------------------------------------------------ refinement
+
+    def apply(self, *strategies) -> "Schedule":
+        from .strategies.base import Strategy  # strategies sit above the schedule
+
+        s = self
+        for st in strategies:
+            if not isinstance(st, Strategy):
+                raise ScheduleError(f"{st!r} is not a strategy", field="strategy", value=st,
+                                    allowed="tile, to_blocks, to_warps, to_threads, split_k, move_to_smem, "
+                                            "move_to_regs, pipeline, epilogue, prologue, done, or a chain a >> b")
+            s = st.apply(s)
+            s = attrs.evolve(s, strategies=s.strategies + (st,))
+        return s
+
+    def with_strategy_record(self, st) -> "Schedule":
+        return attrs.evolve(self, strategies=self.strategies + (st,))
+
+    # ------------------------------------------------------------------ check / lowering
+
+    def check(self, target=None) -> "Schedule":
+        """Raise ``ScheduleError`` unless every leaf is atomic, resources fit ``target`` and the
+        register fragments of producers and consumers agree.  Returns self."""
+        from .lowering import plan  # the lowering sits above the schedule it reads
+
+        plan(self, target)
+        return self
+
+    def lower(self, target=None):
+        """The kernel IR ``Program`` of this schedule."""
+        from .lowering import lower
+
+        return lower(self, target)
+
+    # ------------------------------------------------------------------ printing
+
+    def __str__(self) -> str:
+        focus = self.focus
+        lines: list[str] = []
+
+        def go(n: Node, ind: int):
+            pad = "  " * ind
+            mark = "   <- focus" if n is focus and n.is_open else ""
+            lines.append(f"{pad}{n.spec}{mark}")
+            inner = ind + 1
+            if n.strategy is not None:
+                lines.append(f"{'  ' * inner}{n.strategy}")
+            if n.atom is not None:
+                lines.append(f"{'  ' * inner}done({n.atom!r})")
+            if n.via:
+                lines.append(f"{'  ' * inner}via " + " >> ".join(map(str, n.via)))
+            for c in n.pre:
+                go(c, inner)
+            if n.loops:
+                lines.append(f"{'  ' * inner}for " + ", ".join(map(str, n.loops)) + ":")
+                for c in n.body:
+                    go(c, inner + 1)
+            else:
+                for c in n.body:
+                    go(c, inner)
+            for c in n.post:
+                go(c, inner)
+
+        go(self.root, 0)
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"Schedule.of({self.root.spec!r}).apply(*{self.strategies!r})"
+
+    def __hash__(self):
+        return hash((self.root.spec, self.strategies))
+
+    def __eq__(self, other):
+        return isinstance(other, Schedule) and (self.root.spec, self.strategies) == (
+            other.root.spec, other.strategies)
+
+
+def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | None:
+    """(path to the node whose ``post`` stores the accumulator into ``c_name`` in GL, index)."""
+
+    def go(path):
+        n = path[-1]
+        for i, p in enumerate(n.post):
+            if isinstance(p.spec, (Move, Reduce)) and p.spec.dst.name == c_name and \
+                    str(p.spec.dst.memory) == "GL":
+                return path, i
+        for c in n.body:
+            r = go(path + (c,))
+            if r:
+                return r
+        return None
+
+    return go((sched.root,))
+
+
+__all__ = ["Schedule", "Node", "Loop", "find_store", "Init"]

@@ -1,0 +1,78 @@
+"""``done(atom)``: declare the focus atomic.
+
+The focus must match the atom's pattern exactly — kind, level, shape, dtypes and memories; the
+error lists every field that differs::
+
+    MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+      done(sm80.mma_m16n8k16_f16_f32)
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..hardware.atoms.base import GROUP_THREADS, Atom
+from ..spec import MatMul
+from ..tensor import RF, WARP
+from .base import Strategy
+
+_GROUP_LEVEL = {"warp": WARP, "quadpair": WARP}
+
+
+def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
+    """One line per field in which ``spec`` differs from ``atom``'s pattern."""
+    diffs = []
+    if atom.kind != "MatMul":
+        return [f"kind: the atom implements {atom.kind}, the focus is a MatMul"]
+    want_level = _GROUP_LEVEL.get(atom.group)
+    if want_level is None or spec.level != want_level:
+        diffs.append(f"level: focus is {spec.level}, atom runs per {atom.group}")
+    if atom.group == "quadpair":
+        diffs.append("thread group: quad-pair atoms need a quad-pair thread mapping, which the "
+                     "strategies do not build yet")
+    m, n, k = atom.shape
+    for d, want in (("m", m), ("n", n), ("k", k)):
+        have = spec.extents[d]
+        if have != want:
+            diffs.append(f"{d}: focus has {have}, atom has {want}")
+    for opname, tile in (("a", spec.a), ("b", spec.b), ("c", spec.c)):
+        want = atom.dtype_of(opname)
+        have = spec.acc if opname == "c" else tile.dtype
+        if have != want:
+            diffs.append(f"{opname} dtype: focus has {have}, atom takes {want}")
+        if tile.memory != RF:
+            diffs.append(f"{opname} memory: {tile.name} is in {tile.memory}, atom takes RF"
+                         + (f" (add move_to_regs({tile.name!r}))" if opname != "c" else
+                            " (tile(k=...) creates the register accumulator)"))
+    return diffs
+
+
+@attrs.frozen(repr=False)
+class done(Strategy):
+    atom: Atom
+
+    def apply(self, sched):
+        node = sched.open_focus(self)
+        spec = node.spec
+        if not isinstance(self.atom, Atom):
+            raise ScheduleError("done takes an atom record", strategy=self, spec=spec, field="atom",
+                                value=self.atom, allowed="an entry of firesched.hardware.sm80 (or sm70)")
+        diffs = pattern_mismatch(spec, self.atom)
+        if diffs:
+            raise ScheduleError("the focus does not match the atom's pattern:\n    " + "\n    ".join(diffs),
+                                strategy=self, spec=spec, field="atom", value=self.atom,
+                                fix=_hint(spec, self.atom))
+        return sched.replace_focus(attrs.evolve(node, atom=self.atom))
+
+    def __repr__(self):
+        return f"done({self.atom!r})"
+
+    __str__ = __repr__
+
+
+def _hint(spec, atom) -> str:
+    if atom.kind == "MatMul" and spec.extents != dict(zip("mnk", atom.shape)):
+        m, n, k = atom.shape
+        return f"tile the focus to the atom's shape first: tile(m={m}, n={n}, k={k})"
+    return f"pick an atom for these dtypes/memories ({GROUP_THREADS.get(atom.group, 1)} threads per issue)"

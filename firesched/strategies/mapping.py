@@ -1,0 +1,125 @@
+"""``to(level)`` and its short forms: map the loops a ``tile`` just created onto parallel units.
+
+::
+
+    MatMul<kernel>(... C:GL[4096x4096])                 MatMul<kernel>(... C:GL[4096x4096])
+      tile(m=128, n=128)                       ==>        tile(m=128, n=128) >> to_blocks()
+      for m0 in seq(32), n0 in seq(32):                   for m0 in block(32), n0 in block(32):
+        MatMul<kernel>(... C:GL[128x128])                   MatMul<block>(... C:GL[128x128])
+
+Units are linearised row-major over the mapped loops (the last loop varies fastest): blocks
+``n`` → ``blockIdx.x``; warps ``w = wm * WN + wn``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..tensor import BLOCK, KERNEL, THREAD, WARP, WARPGROUP, Level
+from .base import Strategy, record
+
+# Which level a spec must be at for its loops to map onto units of ``to``.
+_FROM = {
+    BLOCK: (KERNEL,),
+    WARPGROUP: (BLOCK,),
+    WARP: (BLOCK, WARPGROUP),
+    THREAD: (WARP, BLOCK, WARPGROUP),
+}
+
+
+@attrs.frozen(repr=False)
+class to(Strategy):
+    level: Level
+    arrangement: tuple[int, ...] = ()
+
+    def apply(self, sched):
+        path = sched.focus_path()
+        focus = path[-1]
+        if not isinstance(self.level, Level) or self.level not in _FROM:
+            raise ScheduleError("cannot map loops onto this level", strategy=self, spec=focus.spec,
+                                field="level", value=self.level,
+                                allowed="Level.BLOCK, Level.WARPGROUP, Level.WARP, Level.THREAD")
+        if len(path) < 2 or not path[-2].loops or focus is not path[-2].body[-1]:
+            raise ScheduleError("there are no loops to map: to(...) follows a tile(...)", strategy=self,
+                                spec=focus.spec, fix="write tile(m=..., n=...) >> " + str(self))
+        parent = path[-2]
+        loops = [lp for lp in parent.loops if lp.unit is None and lp.dim in ("m", "n")]
+        if not loops:
+            raise ScheduleError("the last tile created no unmapped m/n loops", strategy=self,
+                                spec=parent.spec, fix="tile m and/or n before mapping")
+        spec = focus.spec
+        if spec.level not in _FROM[self.level]:
+            raise ScheduleError(f"loops of a {spec.level}-level spec cannot map onto {self.level}s",
+                                strategy=self, spec=spec, field="level", value=str(self.level),
+                                allowed=", ".join(str(x) for x in _FROM[self.level]) + " specs",
+                                fix=_fix_for(spec.level, self.level))
+        counts = tuple(lp.count for lp in loops)
+        if self.arrangement:
+            for a in self.arrangement:
+                if isinstance(a, bool) or not isinstance(a, int) or a <= 0:
+                    raise ScheduleError("an arrangement holds positive ints", strategy=self, spec=spec,
+                                        field="arrangement", value=self.arrangement)
+            if tuple(self.arrangement) != counts:
+                dims = ", ".join(f"{lp.dim}: {lp.count} tiles" for lp in loops)
+                raise ScheduleError(
+                    f"the arrangement does not match the tiling ({dims})", strategy=self, spec=parent.spec,
+                    field="arrangement", value=self.arrangement, allowed=str(counts),
+                    fix="choose tile sizes that divide the spec into exactly that many tiles per dim")
+        n_units = 1
+        for c in counts:
+            n_units *= c
+        if self.level == WARP:
+            others = _mapped_warps(path[:-1])
+            if n_units * others > 32:
+                raise ScheduleError(f"{n_units * others} warps per block; a block holds at most 32",
+                                    strategy=self, spec=spec, field="warps", value=n_units * others,
+                                    allowed="<= 32", fix="use larger warp tiles")
+        if self.level == THREAD and n_units > 1024:
+            raise ScheduleError(f"{n_units} threads; a block holds at most 1024", strategy=self, spec=spec,
+                                field="threads", value=n_units, allowed="<= 1024")
+        mapped = tuple(attrs.evolve(lp, unit=self.level) if lp in loops else lp for lp in parent.loops)
+        new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))
+        new_parent = attrs.evolve(parent, loops=mapped, strategy=record(parent, self),
+                                  body=parent.body[:-1] + (new_focus,))
+        return sched.replace_path(path[:-1], new_parent)
+
+    def __repr__(self):
+        names = {BLOCK: "to_blocks", WARP: "to_warps", THREAD: "to_threads", WARPGROUP: "to_warpgroups"}
+        args = ", ".join(map(str, self.arrangement))
+        return f"{names.get(self.level, 'to')}({args})"
+
+    __str__ = __repr__
+
+
+def _mapped_warps(path) -> int:
+    n = 1
+    for node in path:
+        for lp in node.loops:
+            if lp.unit == WARP:
+                n *= lp.count
+    return n
+
+
+def _fix_for(have: Level, want: Level) -> str:
+    if want == WARP and have == KERNEL:
+        return "map the block tiles first: tile(m=..., n=...) >> to_blocks(), then tile(...) >> to_warps()"
+    if want == BLOCK:
+        return "to_blocks() maps the first tiling of the kernel-level spec"
+    return f"insert the tiling that creates {want}-sized work before mapping to {want}s"
+
+
+def to_blocks(*arrangement: int) -> to:
+    return to(BLOCK, tuple(arrangement))
+
+
+def to_warps(*arrangement: int) -> to:
+    return to(WARP, tuple(arrangement))
+
+
+def to_threads(*arrangement: int) -> to:
+    return to(THREAD, tuple(arrangement))
+
+
+def to_warpgroups(*arrangement: int) -> to:
+    return to(WARPGROUP, tuple(arrangement))

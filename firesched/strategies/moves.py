@@ -1,0 +1,154 @@
+"""``move_to_smem`` and ``move_to_regs``: stage an operand's tile in a faster memory.
+
+::
+
+    MatMul<block>(A:GL f16[128x32], B:GL f16[32x128], C:RF f32[128x128])
+      move_to_smem("A")
+      Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3>)
+      MatMul<block>(A:SH f16[128x32] Sw<2,3,3>, B:GL f16[32x128], C:RF f32[128x128])   <- focus
+
+The created ``Move`` is refined at ``check()`` time: by ``via=`` strategies when given, else by a
+default derived from the layouts — a coalesced copy of the widest aligned vector (cp.async 16 B
+where it can) for global → shared, and for shared → registers the ldmatrix variant whose
+fragments are exactly the ones the consuming atom reads.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..hardware.atoms.base import Atom
+from ..layout import Swizzle
+from ..schedule import Node
+from ..spec import Move
+from ..tensor import BLOCK, GL, RF, SH, WARP, Tile
+from .base import Strategy
+
+_NO_SWIZZLE = Swizzle(0, 0, 0)
+# A 16-byte chunk is the unit of cp.async and ldmatrix rows; a swizzle must keep it whole.
+CHUNK_BYTES = 16
+BANK_LINE_BYTES = 128
+
+
+def auto_swizzle(cols: int, elem_bits: int) -> Swizzle:
+    """A bank-conflict-free swizzle for a row-major shared tile ``cols`` elements wide.
+
+    XOR the 16-byte chunk index inside a 128-byte line with the row bits above it, so the 8 rows
+    an ldmatrix (or a quarter-warp of 16-byte stores) touches land in 8 different chunk columns::
+
+        chunk ->  0 1 2 3 4 5 6 7          Sw<3,3,3> on a 64-element f16 row (128 B)
+        row 0:    0 1 2 3 4 5 6 7
+        row 1:    1 0 3 2 5 4 7 6
+        row 2:    2 3 0 1 6 7 4 5
+        ...       (chunk c of row r is stored at c ^ (r % 8))
+    """
+    row_bytes = cols * elem_bits // 8
+    if row_bytes < 2 * CHUNK_BYTES or row_bytes % CHUNK_BYTES:
+        return _NO_SWIZZLE
+    base = (CHUNK_BYTES * 8 // elem_bits).bit_length() - 1          # elements per chunk, log2
+    bits = min(3, (row_bytes // CHUNK_BYTES).bit_length() - 1)      # chunks per line, log2
+    shift = max(cols.bit_length() - 1, base + 3) - base             # row bits sit above the line
+    return Swizzle(bits, base, shift)
+
+
+def _operand_tile(strategy, spec, name: str) -> Tile:
+    names = [t.name for t in spec.operands]
+    if not isinstance(name, str) or name not in names:
+        raise ScheduleError("unknown operand", strategy=strategy, spec=spec, field="operand",
+                            value=name, allowed=", ".join(repr(n) for n in names))
+    return spec.operand(name)
+
+
+@attrs.frozen(repr=False)
+class move_to_smem(Strategy):
+    operand: str
+    swizzle: Swizzle | None = None
+    via: tuple = ()
+
+    def apply(self, sched):
+        node = sched.open_focus(self)
+        spec = node.spec
+        t = _operand_tile(self, spec, self.operand)
+        if spec.level != BLOCK:
+            raise ScheduleError("shared memory belongs to a block: stage operands of a block-level spec",
+                                strategy=self, spec=spec, field="level", value=str(spec.level),
+                                allowed="block", fix="apply move_to_smem right after tiling to blocks (and K)")
+        if t.memory != GL:
+            raise ScheduleError(f"operand {t.name} is in {t.memory}, not global memory", strategy=self,
+                                spec=spec, field="operand", value=self.operand,
+                                allowed="operands in GL", fix="stage each operand once")
+        if t is spec.c or t.name == spec.c.name:
+            raise ScheduleError("C is accumulated in registers; stage A and B", strategy=self, spec=spec,
+                                field="operand", value=self.operand, allowed=f"{spec.a.name!r}, {spec.b.name!r}")
+        cols = t.extent(t.tensor.major)
+        sw = self.swizzle
+        if sw is None:
+            sw = auto_swizzle(cols, t.dtype.bits)
+        elif not isinstance(sw, Swizzle):
+            raise ScheduleError("swizzle must be a Swizzle(bits, base, shift) or None (automatic)",
+                                strategy=self, spec=spec, field="swizzle", value=sw)
+        else:
+            min_base = (CHUNK_BYTES * 8 // t.dtype.bits).bit_length() - 1
+            if sw.bits and sw.base < min_base:
+                raise ScheduleError(
+                    "the swizzle would split 16-byte chunks that copies and ldmatrix move whole",
+                    strategy=self, spec=spec, field="swizzle", value=sw,
+                    allowed=f"base >= {min_base} for {t.dtype} (or None for automatic)")
+            tile_elems = t.shape[0] * t.shape[1]
+            if sw.bits and (1 << (sw.bits + sw.base + sw.shift)) > tile_elems:
+                raise ScheduleError(f"the swizzle permutes blocks of {1 << (sw.bits + sw.base + sw.shift)} "
+                                    f"elements, more than the {tile_elems}-element tile", strategy=self,
+                                    spec=spec, field="swizzle", value=sw, fix="use fewer bits or swizzle=None")
+        sh = Tile(attrs.evolve(t.tensor, memory=SH, shape=t.shape, swizzle=sw), t.shape)
+        move = Node(Move(t, sh, BLOCK), via=tuple(self.via))
+        new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, sh))))
+        return sched.replace_focus(new)
+
+    def __repr__(self):
+        args = [repr(self.operand)]
+        if self.swizzle is not None:
+            args.append(f"swizzle={self.swizzle!r}")
+        if self.via:
+            args.append(f"via={self.via!r}")
+        return f"move_to_smem({', '.join(args)})"
+
+    __str__ = __repr__
+
+
+@attrs.frozen(repr=False)
+class move_to_regs(Strategy):
+    operand: str
+    atom: Atom | None = None
+
+    def apply(self, sched):
+        node = sched.open_focus(self)
+        spec = node.spec
+        t = _operand_tile(self, spec, self.operand)
+        if t.name == spec.c.name:
+            raise ScheduleError("C's register accumulator is created by tile(k=...)", strategy=self,
+                                spec=spec, field="operand", value=self.operand,
+                                allowed=f"{spec.a.name!r}, {spec.b.name!r}")
+        if spec.level not in (WARP, BLOCK):
+            raise ScheduleError("register fragments are loaded by warps", strategy=self, spec=spec,
+                                field="level", value=str(spec.level), allowed="warp, block",
+                                fix="apply move_to_regs after tile(...) >> to_warps()")
+        if t.memory != SH:
+            raise ScheduleError(f"operand {t.name} is in {t.memory}; fragments are loaded from shared "
+                                "memory (ldmatrix)", strategy=self, spec=spec, field="operand",
+                                value=self.operand, allowed="operands in SH",
+                                fix=f"apply move_to_smem({t.name!r}) at the block level first")
+        if self.atom is not None and (not isinstance(self.atom, Atom) or self.atom.family != "ldmatrix"):
+            raise ScheduleError("move_to_regs takes an ldmatrix atom", strategy=self, spec=spec,
+                                field="atom", value=self.atom,
+                                allowed="sm80.ldmatrix_x1/x2/x4 with or without _trans, or None (automatic)")
+        rf = Tile(attrs.evolve(t.tensor, memory=RF, shape=t.shape, swizzle=None, stages=1), t.shape)
+        move = Node(Move(t, rf, spec.level), atom=self.atom)
+        new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, rf))))
+        return sched.replace_focus(new)
+
+    def __repr__(self):
+        a = f", atom={self.atom!r}" if self.atom is not None else ""
+        return f"move_to_regs({self.operand!r}{a})"
+
+    __str__ = __repr__

@@ -1,0 +1,79 @@
+"""``pipeline(stages=)``: turn the K loop and its global → shared moves into a software pipeline.
+
+::
+
+    for k0 in seq(128):                       for k0 in seq(128) pipelined(4 stages):
+      Move<block>(A:GL -> A:SH)        ==>      Move<block>(A:GL -> A:SH x4 stages)
+      ...                                        ...
+
+Shared buffers become ``stages`` deep; the lowering issues ``stages - 1`` tiles ahead with
+cp.async groups and places the waits and the one barrier per iteration that make it race-free.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..spec import Move
+from ..tensor import GL, SH
+from .base import Strategy
+
+MAX_STAGES = 8
+
+
+@attrs.frozen(repr=False)
+class pipeline(Strategy):
+    stages: int = 2
+
+    def apply(self, sched):
+        path = sched.focus_path()
+        spec = path[-1].spec
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or not 1 <= self.stages <= MAX_STAGES:
+            raise ScheduleError("stages must be an int", strategy=self, spec=spec, field="stages",
+                                value=self.stages, allowed=f"1..{MAX_STAGES}")
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            kloops = [lp for lp in node.loops if lp.unit is None and lp.dim == "k"]
+            if not kloops:
+                continue
+            moved = _staged_tensors(path[i:])
+            if not moved:
+                raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
+                                    spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
+            loops = tuple(attrs.evolve(lp, stages=self.stages) if lp is kloops[-1] else lp for lp in node.loops)
+            sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
+            return _restage(sched, moved, self.stages)
+        raise ScheduleError("there is no sequential K loop to pipeline", strategy=self, spec=spec,
+                            fix="tile(k=...) inside a block first")
+
+    def __repr__(self):
+        return f"pipeline(stages={self.stages})"
+
+    __str__ = __repr__
+
+
+def _staged_tensors(path):
+    names = set()
+    for node in path:
+        for c in node.body:
+            if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+                names.add(c.spec.dst.name)
+    return names
+
+
+def _restage(sched, names, stages):
+    """Every SH tensor named in ``names`` becomes ``stages`` deep, wherever it appears."""
+
+    def fix_tile(t):
+        if t.memory == SH and t.name in names:
+            return attrs.evolve(t, tensor=attrs.evolve(t.tensor, stages=stages))
+        return t
+
+    def fix(node):
+        sp = node.spec
+        fields = {f.name: getattr(sp, f.name) for f in attrs.fields(type(sp))}
+        changed = {k: fix_tile(v) for k, v in fields.items() if hasattr(v, "tensor") and hasattr(v, "shape")}
+        return attrs.evolve(node, spec=attrs.evolve(sp, **changed)) if changed else node
+
+    return sched.map_nodes(fix)

@@ -1,0 +1,113 @@
+"""``split_k(parts, across=Level.BLOCK | Level.WARP)``: parallelise the reduction over K.
+
+Across blocks (on the kernel-level spec, before ``to_blocks``)::
+
+    MatMul<kernel>(A[MxK], B[KxN], C:GL[MxN])
+      split_k(4, across=block)
+      for kp0 in block(4):
+        MatMul<kernel>(A[MxKp], B[KpxN], C_part:GL f32[1xMxN])      <- focus
+      Reduce<kernel>(sum over kp: C_part:GL f32[4xMxN] -> C:GL[MxN])   (a second launch)
+
+Across warps (on a block-level spec inside the K loop, seed 000's intra-block split-K): the K
+tile is divided between groups of warps, each keeping its own partial accumulator; the store of
+the accumulator becomes a ``Reduce`` through shared memory before the epilogue.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..schedule import Loop, Node, find_store
+from ..spec import Reduce
+from ..tensor import BLOCK, GL, KERNEL, RF, WARP, Level, Tensor, Tile
+from .base import Strategy, fresh_var, positive_int
+
+# Block-level parts are rounded to this many K elements, so a part's loads stay whole 16-byte chunks.
+PART_GRANULE = 64
+
+
+@attrs.frozen(repr=False)
+class split_k(Strategy):
+    parts: int
+    across: Level = WARP
+
+    def apply(self, sched):
+        node = sched.open_focus(self)
+        spec = node.spec
+        positive_int(self, spec, "parts", self.parts)
+        if self.across not in (BLOCK, WARP):
+            raise ScheduleError("split-K runs across blocks or across warps", strategy=self, spec=spec,
+                                field="across", value=self.across, allowed="Level.BLOCK, Level.WARP")
+        if self.parts == 1:
+            return sched
+        if self.across == BLOCK:
+            return self._blocks(sched, node, spec)
+        return self._warps(sched, node, spec)
+
+    def _blocks(self, sched, node, spec):
+        if spec.level != KERNEL or spec.c.memory != GL:
+            raise ScheduleError("split_k across blocks refines the kernel-level spec (C in global memory)",
+                                strategy=self, spec=spec, field="level", value=str(spec.level),
+                                allowed="kernel", fix="apply split_k(..., across=BLOCK) before tile(...) >> to_blocks()")
+        kp = -(-spec.k // self.parts)
+        kp = -(-kp // PART_GRANULE) * PART_GRANULE
+        used = -(-spec.k // kp)
+        if used != self.parts:
+            raise ScheduleError(f"K={spec.k} split in parts of {kp} (multiples of {PART_GRANULE}) "
+                                f"gives {used} parts, not {self.parts}", strategy=self, spec=spec,
+                                field="parts", value=self.parts,
+                                allowed=f"2..{max(1, -(-spec.k // PART_GRANULE))} with no empty part",
+                                fix=f"use split_k({used}) or fewer parts")
+        c = spec.c
+        ws_t = Tensor(f"{c.name}_part", spec.acc, GL, ("kp", "m", "n"), (self.parts, spec.m, spec.n), "n")
+        child = attrs.evolve(spec.with_extents(k=kp), c=Tile(ws_t, (1, spec.m, spec.n)))
+        var = fresh_var(sched, "kp")
+        loop = Loop(var, self.parts, (("k", kp), ("kp", 1)), BLOCK)
+        reduce = Reduce("sum", Tile(ws_t, (self.parts, spec.m, spec.n)), c, ("kp",), KERNEL)
+        new = attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),),
+                           post=(Node(reduce),))
+        return sched.replace_focus(new)
+
+    def _warps(self, sched, node, spec):
+        if spec.level != BLOCK or spec.c.memory != RF:
+            raise ScheduleError("split_k across warps divides a block's K tile between warps: the focus "
+                                "must be a block-level MatMul whose C is the register accumulator",
+                                strategy=self, spec=spec, field="level/C",
+                                value=f"{spec.level}/{spec.c.memory}", allowed="block/RF",
+                                fix="apply it after tile(k=...) (and the moves to shared memory), "
+                                    "before tile(...) >> to_warps()")
+        if spec.k % self.parts:
+            raise ScheduleError(f"the K tile {spec.k} does not divide into {self.parts} parts",
+                                strategy=self, spec=spec, field="parts", value=self.parts,
+                                allowed=f"divisors of {spec.k}")
+        kp = spec.k // self.parts
+        var = fresh_var(sched, "kp")
+        loop = Loop(var, self.parts, (("k", kp),), WARP)
+        child = attrs.evolve(spec.with_extents(k=kp))
+        sched = sched.replace_focus(attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),)))
+        found = find_store(sched, spec.c.name)
+        if found is None:  # pragma: no cover - tile(k) always creates the store
+            raise ScheduleError("no accumulator store found", strategy=self, spec=spec)
+        path, i = found
+        holder = path[-1]
+        st = holder.post[i]
+        red = Reduce("sum", st.spec.src, st.spec.dst, (var,), st.spec.level, getattr(st.spec, "ops", ()))
+        new_holder = attrs.evolve(holder, post=holder.post[:i] + (attrs.evolve(st, spec=red),) + holder.post[i + 1:])
+        return _replace_node(sched, path, new_holder)
+
+    def __repr__(self):
+        return f"split_k({self.parts}, across=Level.{self.across.name})"
+
+    def __str__(self):
+        return f"split_k({self.parts}, across={self.across})"
+
+
+def _replace_node(sched, path, new_last):
+    """Replace the last node of ``path`` (a chain of body/children links) in the tree."""
+    node = new_last
+    for parent, child in zip(reversed(path[:-1]), reversed(path[1:])):
+        def swap(seq, old=child, new=node):
+            return tuple(new if c is old else c for c in seq)
+        node = attrs.evolve(parent, pre=swap(parent.pre), body=swap(parent.body), post=swap(parent.post))
+    return attrs.evolve(sched, root=node)
