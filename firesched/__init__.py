@@ -1,0 +1,30 @@
+"""firesched: a Fireiron-style scheduling language for NVIDIA GPU kernels.
+
+Write a kernel-level spec, refine it with strategies until every leaf is a hardware atom, then
+``interpret`` it on the CPU (race- and bounds-checked) or ``compile`` it to CUDA through NVRTC::
+
+    import firesched as fs
+    sched = fs.recipes.gemm(1024, 1024, 1024, dtype="f16")
+    print(sched)                      # the decomposition tree
+    C = fs.interpret(sched, A, B)     # numpy, on the CPU
+    k = fs.compile(sched, arch="sm_90a")
+"""
+
+from . import dtypes, ops
+from .api import CompiledProgram, compile, interpret
+from .errors import CompileError, FireschedError, HazardError, LaunchError, ScheduleError
+from .layout import Layout, Swizzle, TVLayout
+from .schedule import Schedule
+from .spec import Fused, Init, MatMul, Move, Pointwise, Reduce
+from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP, Level, Memory, Tensor, Tile
+from . import recipes  # noqa: E402  (recipes build on everything above)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "dtypes", "ops", "recipes", "compile", "interpret", "CompiledProgram",
+    "FireschedError", "ScheduleError", "CompileError", "HazardError", "LaunchError",
+    "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "Fused",
+    "Level", "Memory", "Tensor", "Tile", "GL", "SH", "RF", "KERNEL", "CLUSTER", "BLOCK", "WARPGROUP", "WARP",
+    "THREAD",
+]

@@ -716,7 +716,7 @@ class Lowering:
                         if own_lane != lane:
                             return (f"lane {lane} would receive element {logical} that the consumer expects "
                                     f"in lane {own_lane}")
-                        if v == 0:
+                        if lane == 0 and v == 0:
                             base = off
                         elif off != base + v:
                             return "the values arrive in a register order the consumer does not use"
@@ -729,29 +729,32 @@ class Lowering:
         return part
 
     def _emit_ldmatrix(self, node, ctx, atom, lay, src, dst, rdim, cdim) -> list:
+        """One ldmatrix per atom tile of the warp's part, unrolled here so that each issue's first
+        register is a constant (an x1/x2 issue may start inside a consumer fragment)."""
         ar, ac = atom.operand("dst").tv.tile
         part = self._warp_part(lay)
         rbuf = self.reg(f"{dst.name}_frag", dst.dtype, lay.size)
         sbuf = self.shared_buf(src)
         addr = atom.operand("src").addr
-        n_addr = addr.size()
-        a_idx = addr(self.lane % n_addr)
+        a_idx = addr(self.lane % addr.size())
         a_r, a_c = a_idx % ar, a_idx // ar
         so = ctx.origin[_key(src)]
-        v0, v1 = Var(f"i{next(self._tmp)}", part[rdim] // ar), Var(f"i{next(self._tmp)}", part[cdim] // ac)
-        logical = {rdim: v0 * ar, cdim: v1 * ac}
-        reg_off = lay.offset({d: logical[d] for d in lay.dims})
-        soff = self.sh_offset(src, ctx, {rdim: so[rdim] + logical[rdim] + a_r, cdim: so[cdim] + logical[cdim] + a_c})
-        call = ir.AtomCall(atom, (("dst", ir.RegRef(rbuf, reg_off)), ("src", ir.MemRef(sbuf, soff))),
-                           comment=f"{src.name} fragments for {lay.atom.name}")
-        stmts = [call]
-        for op in spec_ops(node.spec):
-            for name, args in op.scalar():
-                for v in range(atom.operand("dst").values):
-                    r = ir.RegRef(rbuf, reg_off + v)
-                    stmts.append(ir.Pointwise(name, r, (r, *args)))
-        inner = ir.For(v1, part[cdim] // ac, ir.Seq(tuple(stmts)), unroll=True)
-        return [ir.Comment(f"{node.spec}: {atom.name}"), ir.For(v0, part[rdim] // ar, inner, unroll=True)]
+        r0, c0 = atom.operand("dst").tv.coord(0, 0)
+        ops_ = spec_ops(node.spec)
+        stmts: list = [ir.Comment(f"{node.spec}: {atom.name}")]
+        for i0 in range(0, part[rdim], ar):
+            for i1 in range(0, part[cdim], ac):
+                first = {rdim: i0 + r0, cdim: i1 + c0}
+                _, reg_off = lay.owner((first[lay.dims[0]], first[lay.dims[1]]))
+                soff = self.sh_offset(src, ctx, {rdim: so[rdim] + i0 + a_r, cdim: so[cdim] + i1 + a_c})
+                stmts.append(ir.AtomCall(atom, (("dst", ir.RegRef(rbuf, reg_off)), ("src", ir.MemRef(sbuf, soff))),
+                                         comment=f"{src.name} fragments for {lay.atom.name}"))
+                for op in ops_:
+                    for name, args in op.scalar():
+                        for v in range(atom.operand("dst").values):
+                            r = ir.RegRef(rbuf, reg_off + v)
+                            stmts.append(ir.Pointwise(name, r, (r, *args)))
+        return stmts
 
     # ---------------------------------------------------------------- MMA
 

@@ -240,13 +240,10 @@ def _listing(items) -> str:
 
 def _tv_index(tv) -> np.ndarray:
     """``[threads, values]`` column-major tile index of each (thread, value) of a TV layout."""
-    rows, _ = tv.tile
-    out = np.empty((tv.num_threads, tv.num_values), dtype=np.int64)
-    for t in range(tv.num_threads):
-        for v in range(tv.num_values):
-            r, c = tv.coord(t, v)
-            out[t, v] = int(r) + rows * int(c)
-    return out
+    t = np.arange(tv.num_threads, dtype=np.int64)[:, None]
+    v = np.arange(tv.num_values, dtype=np.int64)[None, :]
+    idx = np.asarray(tv.layout(t, v), dtype=np.int64)
+    return np.ascontiguousarray(np.broadcast_to(idx, (tv.num_threads, tv.num_values)))
 
 
 def _groups(group: str, threads: int) -> np.ndarray:
@@ -272,11 +269,10 @@ def _groups(group: str, threads: int) -> np.ndarray:
 
 
 class _AtomTables:
-    """What executing one atom needs, computed once per atom."""
+    """What executing one atom needs, computed once per atom (see ``_atom_tables``)."""
 
-    def __init__(self, atom: atoms.Atom, threads: int):
+    def __init__(self, atom: atoms.Atom):
         self.atom = atom
-        self.groups = _groups(atom.group, threads)
         self.tv: dict[str, np.ndarray] = {}
         self.tile: dict[str, tuple[int, int]] = {}
         for o in atom.operands:
@@ -290,7 +286,7 @@ class _AtomTables:
             rows, cols = (int(n) for n in atom.shape[:2])
             lanes = int(src.addr.size())
             per = rows * cols // lanes
-            first = np.array([int(src.addr(lane)) for lane in range(lanes)], dtype=np.int64)
+            first = np.asarray(src.addr.offsets(), dtype=np.int64)
             # each address supplies `per` contiguous elements along the columns of its tile row
             self.addr = first[:, None] + rows * np.arange(per)[None, :]
             self.src, self.dst = src.name, dst.name
@@ -302,6 +298,30 @@ class _AtomTables:
             names = [o.name for o in ins] + [o.name for o in outs if o.role == "inout"]
             self.inputs = tuple(n for n in ("a", "b", "c") if n in names) or tuple(names)
             self.output = "d" if any(o.name == "d" for o in outs) else outs[0].name
+
+
+# Atoms are long-lived module constants; their tables are kept by identity (with the atom itself,
+# so that an id is never reused while its entry lives).
+_TABLES: dict[int, tuple[atoms.Atom, _AtomTables]] = {}
+_GROUPS: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _atom_tables(atom: atoms.Atom) -> _AtomTables:
+    entry = _TABLES.get(id(atom))
+    if entry is None or entry[0] is not atom:
+        if len(_TABLES) > 4096:
+            _TABLES.clear()
+        entry = _TABLES[id(atom)] = (atom, _AtomTables(atom))
+    return entry[1]
+
+
+def _thread_groups(group: str, threads: int) -> np.ndarray:
+    key = (group, threads)
+    g = _GROUPS.get(key)
+    if g is None:
+        g = _GROUPS[key] = _groups(group, threads)
+        g.setflags(write=False)
+    return g
 
 
 def _mem_operand(atom):
@@ -386,7 +406,6 @@ class _KernelRun:
         self.regs = {r.name: np.zeros((self.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
         self.reg_bufs = {r.name: r for r in kernel.regs}
         self.fns: dict[int, tuple] = {}
-        self.tables: dict[int, tuple] = {}
         self.stmts: list = []
         self.stmt_ids: dict[int, int] = {}
         self.dispatch = {
@@ -459,11 +478,6 @@ class _KernelRun:
             return np.full(self.T, int(v), dtype=np.int64)
         return np.broadcast_to(np.asarray(v, dtype=np.int64), (self.T,))
 
-    def atom_tables(self, atom) -> _AtomTables:
-        entry = self.tables.get(id(atom))
-        if entry is None:
-            entry = self.tables[id(atom)] = (atom, _AtomTables(atom, self.T))
-        return entry[1]
 
     # ----------------------------------------------------------------- errors
 
@@ -720,9 +734,8 @@ class _KernelRun:
         sh.data[addr.ravel()] = values.ravel()
 
     def mem_read(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray) -> np.ndarray:
-        """Read memory at ``addr`` (``[k, n]``) for threads ``thr`` (``[k]``)."""
+        """Read memory at ``addr`` (``[k, n]``, bounds already checked) for threads ``thr`` (``[k]``)."""
         sh = self.mem_target(ref)
-        self.check_bounds(ref, addr, thr, "read")
         if sh is None:
             return self.memory[ref.buffer.name][addr]
         self.sh_read(sh, addr, thr2d)
@@ -730,7 +743,6 @@ class _KernelRun:
 
     def mem_write(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray, values):
         sh = self.mem_target(ref)
-        self.check_bounds(ref, addr, thr, "write")
         if sh is None:
             self.memory[ref.buffer.name][addr] = values
             return
@@ -885,25 +897,28 @@ class _KernelRun:
 
     def group_rows(self, s, tab: _AtomTables) -> np.ndarray:
         """Thread groups that issue the atom now (all threads of each active); ``[G, n]``."""
+        groups = _thread_groups(s.atom.group, self.T)
         on, _ = self.enabled(s)
+        if on.size == self.T:
+            return groups
         if on.size == 0:
-            return tab.groups[:0]
+            return groups[:0]
         flag = np.zeros(self.T, dtype=bool)
         flag[on] = True
-        g = flag[tab.groups]
+        g = flag[groups]
         full = g.all(axis=1)
         part = g.any(axis=1) & ~full
         if part.any():
             k = np.flatnonzero(part)[0]
-            missing = tab.groups[k][~g[k]]
+            missing = groups[k][~g[k]]
             self.hazard(f"collective atom {s.atom.name} ({s.atom.group}) issued by part of its thread group "
-                        f"(divergent code or a non-uniform pred): threads {_listing(tab.groups[k][g[k]])} "
+                        f"(divergent code or a non-uniform pred): threads {_listing(groups[k][g[k]])} "
                         f"issue it, threads {_listing(missing)} do not")
-        return tab.groups[full]
+        return groups[full]
 
     def x_ldmatrix(self, s):
         atom = s.atom
-        tab = self.atom_tables(atom)
+        tab = _atom_tables(atom)
         groups = self.group_rows(s, tab)
         if groups.shape[0] == 0:
             return
@@ -949,7 +964,7 @@ class _KernelRun:
 
     def x_mma(self, s):
         atom = s.atom
-        tab = self.atom_tables(atom)
+        tab = _atom_tables(atom)
         groups = self.group_rows(s, tab)
         if groups.shape[0] == 0:
             return
@@ -978,7 +993,7 @@ class _KernelRun:
 
     def x_shuffle(self, s):
         atom = s.atom
-        tab = self.atom_tables(atom)
+        tab = _atom_tables(atom)
         groups = self.group_rows(s, tab)
         if groups.shape[0] == 0:
             return

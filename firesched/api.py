@@ -1,0 +1,167 @@
+"""The two ways to run a schedule: ``interpret`` (CPU, numpy, hazard-checked) and ``compile``
+(CUDA C++ → NVRTC → a launchable kernel).
+
+Both take arrays in the order of the lowered program: ``A, B``, then the extra tensors the
+epilogue reads (bias, residual) in the order the ops name them; ``compile(...)`` also takes the
+output ``C`` last.  Arrays are logical (A is M×K whatever its majorness); a column-major operand
+is passed as a transposed view (``At.T``), which is what its strides say.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import attrs
+import numpy as np
+
+from .lower import cuda, ir
+from .lower import interp as _interp
+from .lower import nvrtc, runtime
+from .schedule import Schedule
+
+
+def _logical(buf: ir.GlobalBuffer, prog: ir.Program, sched: Schedule):
+    """(logical shape, logical strides in elements) of a global buffer as the user passes it."""
+    for t in (sched.spec.a, sched.spec.b):
+        if t.name == buf.name:
+            tens = t.tensor
+            storage = tens.storage_dims
+            st = dict(zip(storage, buf.strides))
+            return tuple(tens.extent(d) for d in tens.dims), tuple(st[d] for d in tens.dims), storage != tens.dims
+    return buf.shape, buf.strides, False
+
+
+def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
+    """Run ``schedule`` on the CPU interpreter and return C (numpy).
+
+    ``arrays`` are ``A, B`` and the epilogue's extra tensors, as numpy arrays of any float dtype
+    (values are rounded to the schedule's dtypes).  Races, reads of in-flight async copies and
+    out-of-bounds accesses raise ``HazardError``.
+    """
+    prog = schedule.lower(target)
+    if len(arrays) != len(prog.inputs):
+        names = ", ".join(b.name for b in prog.inputs)
+        raise ValueError(f"interpret: expected {len(prog.inputs)} arrays ({names}), got {len(arrays)}")
+    feed = {}
+    for buf, arr in zip(prog.inputs, arrays):
+        arr = np.asarray(arr)
+        shape, _, transposed = _logical(buf, prog, schedule)
+        if tuple(arr.shape) != tuple(shape):
+            raise ValueError(f"interpret: {buf.name} has shape {arr.shape}, the schedule expects {shape}")
+        feed[buf.name] = np.ascontiguousarray(arr.T) if transposed else arr
+    out = _interp.run_program(prog, feed)
+    return out[prog.output.name]
+
+
+@attrs.frozen
+class _Launch:
+    kernel: object
+    grid: tuple
+    block: tuple
+    smem: int
+    args: tuple          # indices into the call's pointer list
+
+
+class CompiledProgram:
+    """A compiled schedule: ``source`` (CUDA C++), per-kernel ``modules`` (cubin + resources),
+    callable on GPU arrays as ``k(A, B, *extras, C)``."""
+
+    def __init__(self, schedule: Schedule, program: ir.Program, source: str, modules, arch: str,
+                 compile_seconds: float):
+        self.schedule = schedule
+        self.program = program
+        self.source = source
+        self.modules = modules
+        self.arch = arch
+        self.compile_seconds = compile_seconds
+        self._loaded = None
+        self._workspace = {}
+        self._arg_specs = self._make_arg_specs()
+
+    @property
+    def resources(self) -> dict:
+        out = {}
+        for m in self.modules:
+            out.update(m.resources)
+        return out
+
+    @property
+    def spills(self) -> int:
+        return sum(r.spill_store_bytes + r.spill_load_bytes for r in self.resources.values())
+
+    def _make_arg_specs(self):
+        specs = []
+        for buf in list(self.program.inputs) + [self.program.output]:
+            shape, strides, _ = _logical(buf, self.program, self.schedule)
+            specs.append(runtime.ArgSpec(buf.name, shape, buf.dtype.name, strides, 16,
+                                         writable=buf is self.program.output))
+        return specs
+
+    def _load(self, device: int):
+        if self._loaded is None or self._loaded[0] != device:
+            launches = []
+            names = [b.name for b in self.program.inputs] + [self.program.output.name]
+            for kern, mod in zip(self.program.kernels, self.modules):
+                lm = runtime.load_module(mod, device)
+                k = lm.kernel(kern.name)
+                if kern.shared_bytes > 48 * 1024:
+                    k.reserve_shared(kern.shared_bytes)
+                idx = []
+                for p in kern.params:
+                    idx.append(names.index(p.name) if p.name in names else ("ws", p.name))
+                launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx)))
+            self._loaded = (device, launches)
+        return self._loaded[1]
+
+    def _ws(self, name: str, device: int, nbytes: int) -> int:
+        key = (name, device)
+        if key not in self._workspace:
+            from cuda.bindings import driver
+
+            err, ptr = driver.cuMemAlloc(max(nbytes, 16))
+            if err != driver.CUresult.CUDA_SUCCESS:
+                raise runtime.LaunchError(f"cuMemAlloc({nbytes}) for the split-K workspace failed: {err}")
+            self._workspace[key] = int(ptr)
+        return self._workspace[key]
+
+    def __call__(self, *arrays, stream=None):
+        if not runtime.gpu_available():
+            raise runtime.LaunchError(
+                f"no usable CUDA GPU: {runtime.gpu_unavailable_reason()}. The kernel compiled fine "
+                f"(source and cubin are on this object); running it needs a GPU.")
+        specs = self._arg_specs
+        if len(arrays) != len(specs):
+            names = ", ".join(s.name for s in specs)
+            raise ValueError(f"{self.program.kernels[0].name}: expected {len(specs)} arrays ({names}), "
+                             f"got {len(arrays)}")
+        descs = [runtime.as_device_array(a, s.name) for a, s in zip(arrays, specs)]
+        device = runtime.check_args(specs, descs, self.program.kernels[0].name)
+        if stream is None:
+            stream = next((d.stream for d in descs if d.stream is not None), 0)
+        launches = self._load(device)
+        ptrs = [d.ptr for d in descs]
+        for ln in launches:
+            args = []
+            for i in ln.args:
+                if isinstance(i, tuple):
+                    buf = next(b for b in self.program.workspaces if b.name == i[1])
+                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
+                else:
+                    args.append((ptrs[i], ctypes.c_void_p))
+            ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
+        return arrays[-1]
+
+
+def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True) -> CompiledProgram:
+    """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU)."""
+    t0 = time.perf_counter()
+    prog = schedule.lower(arch)
+    modules = []
+    sources = []
+    for kern in prog.kernels:
+        src = cuda.emit_kernel(kern)
+        sources.append(src)
+        modules.append(nvrtc.compile_cuda(src, arch=arch, use_cache=use_cache,
+                                          filename=f"{kern.name}.cu"))
+    return CompiledProgram(schedule, prog, "\n".join(sources), modules, arch, time.perf_counter() - t0)

@@ -1,0 +1,175 @@
+"""The GEMM recipe family on sm_80 atoms: ``C[M,N] = A[M,K] @ B[K,N]`` (+ fused epilogue).
+
+Built only from strategies::
+
+    split_k(p, across=BLOCK)                         # optional: K parts over blocks + reduce kernel
+    tile(m=BM, n=BN) >> to_blocks()
+    tile(k=BK)                                       # register accumulator around the K loop
+    move_to_smem("A", swizzle), move_to_smem("B", swizzle)
+    pipeline(stages=S)                               # cp.async ring, S deep
+    split_k(q, across=WARP)                          # optional: the K tile split between warp groups
+    tile(m=WM, n=WN) >> to_warps()
+    move_to_regs("A"), move_to_regs("B")             # ldmatrix chosen to match the mma fragments
+    tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
+    epilogue(*ops), prologue("A", relu())            # optional
+
+``gemm_space`` enumerates the parameter sets that give a valid schedule for a problem.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import attrs
+
+from .. import ops as fops
+from ..dtypes import dtype
+from ..errors import ScheduleError
+from ..hardware.atoms import sm80
+from ..hardware.target import target as get_target
+from ..layout import Swizzle
+from ..schedule import Schedule
+from ..spec import MatMul
+from ..strategies import (done, epilogue, move_to_regs, move_to_smem, pipeline, prologue, split_k, tile,
+                          to_blocks, to_warps)
+from ..tensor import BLOCK, WARP
+
+_MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
+
+
+@attrs.frozen
+class GemmParams:
+    """One point of the recipe's parameter space."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warps_m: int = 2
+    warps_n: int = 2
+    stages: int = 3
+    split_k_blocks: int = 1
+    split_k_warps: int = 1
+    swizzle: Swizzle | None = None           # None: bank-conflict-free choice per operand
+
+    @property
+    def warp_m(self) -> int:
+        return self.block_m // self.warps_m
+
+    @property
+    def warp_n(self) -> int:
+        return self.block_n // self.warps_n
+
+
+def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
+         layout: str = "RR", block_m: int = 128, block_n: int = 128, block_k: int = 32, warps_m: int = 2,
+         warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
+         swizzle: Swizzle | None = None, epilogue_ops: tuple = (), prologue_ops: tuple = (),
+         check: bool = True) -> Schedule:
+    """A GEMM schedule.
+
+    ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
+    input type.  ``layout`` gives A's then B's majorness (``R``/``C``).  ``epilogue_ops`` are
+    ``firesched.ops`` values (bias, relu, gelu, residual, scale, cast); ``prologue_ops`` run on A's
+    fragments (e.g. ``(ops.relu(),)``).  ``arch`` is the target the schedule is checked against
+    (sm_80 atoms run on sm_80 and sm_90a).
+    """
+    tgt = get_target(arch)
+    dt = _input_dtype(dtype)
+    out = dt if out_dtype is None else _out_dtype(out_dtype)
+    p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle)
+    _check_params(p, M, N, K)
+    spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
+    chain = []
+    if p.split_k_blocks > 1:
+        chain.append(split_k(p.split_k_blocks, across=BLOCK))
+    chain += [
+        tile(m=p.block_m, n=p.block_n) >> to_blocks(),
+        tile(k=p.block_k),
+        move_to_smem("A", swizzle=p.swizzle),
+        move_to_smem("B", swizzle=p.swizzle),
+        pipeline(stages=p.stages),
+    ]
+    if p.split_k_warps > 1:
+        chain.append(split_k(p.split_k_warps, across=WARP))
+    chain += [
+        tile(m=p.warp_m, n=p.warp_n) >> to_warps(p.warps_m, p.warps_n),
+        move_to_regs("A"),
+        move_to_regs("B"),
+        tile(m=16, n=8, k=16) >> done(_MMA[dt.name]),
+    ]
+    if epilogue_ops:
+        chain.append(epilogue(*epilogue_ops))
+    if prologue_ops:
+        chain.append(prologue("A", *prologue_ops))
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(tgt)
+    return sched
+
+
+def _input_dtype(name):
+    dt = dtype(name)
+    if dt.name not in _MMA:
+        raise ScheduleError("the sm_80 GEMM recipe takes 16-bit inputs", field="dtype", value=name,
+                            allowed="f16, bf16")
+    return dt
+
+
+def _out_dtype(name):
+    dt = dtype(name)
+    if dt.name not in ("f16", "bf16", "f32"):
+        raise ScheduleError("unsupported output dtype", field="out_dtype", value=name, allowed="f16, bf16, f32")
+    return dt
+
+
+def _check_params(p: GemmParams, M: int, N: int, K: int):
+    for f in attrs.fields(GemmParams):
+        v = getattr(p, f.name)
+        if f.name == "swizzle":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ScheduleError("recipe parameters are positive ints", field=f.name, value=v,
+                                allowed="a positive int", fix=f"pass gemm(..., {f.name}=<int>)")
+    if p.block_m % p.warps_m or p.block_n % p.warps_n:
+        raise ScheduleError("the warp arrangement does not divide the block tile", field="warps_m x warps_n",
+                            value=f"{p.warps_m}x{p.warps_n}", allowed=f"divisors of {p.block_m}x{p.block_n}",
+                            fix="choose warps_m | block_m and warps_n | block_n")
+    if p.warp_m % 16 or p.warp_n % 16:
+        raise ScheduleError(f"warp tiles of {p.warp_m}x{p.warp_n}: each warp tile must be a multiple of "
+                            "16x16 (mma m16n8k16 fragments, ldmatrix x4 of B)", field="block / warps",
+                            value=(p.block_m, p.block_n, p.warps_m, p.warps_n), allowed="multiples of 16")
+    if p.block_k % (16 * p.split_k_warps):
+        raise ScheduleError("the K tile must hold 16 K per warp group", field="block_k", value=p.block_k,
+                            allowed=f"multiples of {16 * p.split_k_warps}")
+
+
+def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, limit: int | None = None):
+    """Yield ``GemmParams`` whose schedule checks for this problem and target.
+
+    Ordered roughly from the configurations that suit large problems to small ones.
+    """
+    blocks = [(128, 256), (256, 128), (128, 128), (64, 128), (128, 64), (64, 64), (32, 64), (64, 32), (32, 32)]
+    warp_layouts = [(2, 4), (4, 2), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1), (1, 1)]
+    count = 0
+    for (bm, bn), (wm, wn), bk, st, skw, skb in itertools.product(
+            blocks, warp_layouts, (32, 64), (4, 3, 2, 1), (1, 2), (1, 2, 4)):
+        if bm > M or bn > N or bk > K:
+            continue
+        try:
+            gemm(M, N, K, dtype, arch, block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=st,
+                 split_k_warps=skw, split_k_blocks=skb)
+        except ScheduleError:
+            continue
+        yield GemmParams(bm, bn, bk, wm, wn, st, skb, skw)
+        count += 1
+        if limit is not None and count >= limit:
+            return
+
+
+EPILOGUES = {
+    "none": (),
+    "bias": (fops.bias("bias"),),
+    "bias_relu": (fops.bias("bias"), fops.relu()),
+    "bias_gelu": (fops.bias("bias"), fops.gelu()),
+    "residual": (fops.residual("residual"),),
+}
