@@ -948,6 +948,12 @@ class _KernelRun:
                                     f"layout expects {tab.tile[tab.dst]}")
             outs.append(np.ravel(out, order="F")[idx])
         vals = np.stack(outs)                                     # [G, 32, V]
+        rdt = dst.buffer.dtype.np
+        if vals.dtype != rdt:
+            if vals.dtype.itemsize != rdt.itemsize:
+                raise InternalError(f"{describe(s)}: ldmatrix moves {src.buffer.dtype} into {dst.buffer.dtype} "
+                                    f"registers of another width")
+            vals = vals.view(rdt)                                 # a move: bits, not values
         self.write_group_regs(s, dst, groups, vals)
 
     def read_group_regs(self, ref, groups, nvals):
