@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 
+import numpy as np
 import pytest
 
 from firesched import dtypes as dt
@@ -75,28 +76,22 @@ def copy_kernel() -> ir.Kernel:
 
 
 def masked_load_kernel() -> ir.Kernel:
-    """Predicated global loads of 16, 4 and 1 bytes (the last through a 16-bit register) and
-    predicated stores back, with a serial loop around them."""
+    """Predicated global loads of 16, 8, 4, 2 and 1 bytes (the last through a 16-bit register)
+    and predicated stores back, 32 bytes per thread, in a serial loop."""
     x = ir.GlobalBuffer("X", dt.f8e4m3, (1000,), (1,), role="in")
     y = ir.GlobalBuffer("Y", dt.f8e4m3, (1000,), (1,), role="out")
-    r = ir.RegBuffer("v", dt.f8e4m3, 24)
+    r = ir.RegBuffer("v", dt.f8e4m3, 32)
     tid, bx = ir.tid(64), ir.bid(0, 8)
     t = ex.Var("t", 3)
-    base = (bx * 3 + t) * 64 * 24 + tid * 24
-    ok = ex.lt(base, 1000 - 24)
-    body = ir.For(t, 3, ir.Seq([
-        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(r, 0)), ("src", ir.MemRef(x, base))), pred=ok),
-        ir.AtomCall(sm70.ld_global_4, (("dst", ir.RegRef(r, 16)), ("src", ir.MemRef(x, base + 16))), pred=ok),
-        ir.AtomCall(sm70.ld_global_2, (("dst", ir.RegRef(r, 20)), ("src", ir.MemRef(x, base + 20))), pred=ok),
-        ir.AtomCall(sm70.ld_global_1, (("dst", ir.RegRef(r, 22)), ("src", ir.MemRef(x, base + 22))), pred=ok),
-        ir.AtomCall(sm70.ld_global_1, (("dst", ir.RegRef(r, 23)), ("src", ir.MemRef(x, base + 23))), pred=ok),
-        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(y, base)), ("src", ir.RegRef(r, 0))), pred=ok),
-        ir.AtomCall(sm70.st_global_4, (("dst", ir.MemRef(y, base + 16)), ("src", ir.RegRef(r, 16))), pred=ok),
-        ir.AtomCall(sm70.st_global_2, (("dst", ir.MemRef(y, base + 20)), ("src", ir.RegRef(r, 20))), pred=ok),
-        ir.AtomCall(sm70.st_global_1, (("dst", ir.MemRef(y, base + 22)), ("src", ir.RegRef(r, 22))), pred=ok),
-        ir.AtomCall(sm70.st_global_1, (("dst", ir.MemRef(y, base + 23)), ("src", ir.RegRef(r, 23))), pred=ok),
-    ]))
-    return ir.Kernel("masked_bytes", params=(x, y), grid=(8, 1, 1), threads=64, regs=(r,), body=body)
+    base = (bx * 3 + t) * 64 * 32 + tid * 32
+    ok = ex.lt(base, 1000 - 32)
+    pieces = ((0, 16), (16, 8), (24, 4), (28, 2), (30, 1), (31, 1))
+    loads = [ir.AtomCall(catalog.copy_atom("GL", "RF", w), (("dst", ir.RegRef(r, o)), ("src", ir.MemRef(x, base + o))),
+                         pred=ok) for o, w in pieces]
+    stores = [ir.AtomCall(catalog.copy_atom("RF", "GL", w), (("dst", ir.MemRef(y, base + o)), ("src", ir.RegRef(r, o))),
+                          pred=ok) for o, w in pieces]
+    return ir.Kernel("masked_bytes", params=(x, y), grid=(8, 1, 1), threads=64, regs=(r,),
+                     body=ir.For(t, 3, ir.Seq(loads + stores)))
 
 
 def epilogue_kernel() -> ir.Kernel:
@@ -151,6 +146,62 @@ def conversions_kernel() -> ir.Kernel:
                      body=ir.Seq(stmts))
 
 
+ROUNDTRIP_DTYPES = (dt.f16, dt.bf16, dt.tf32, dt.f8e4m3, dt.f8e5m2, dt.i8, dt.u8, dt.i32, dt.i4, dt.u4, dt.f64)
+
+
+def roundtrip_kernel() -> ir.Kernel:
+    """``y[n, i] = f32(dtype_n(x[i]))`` for each dtype the printer converts to: 32 threads, 4
+    values each."""
+    x = ir.GlobalBuffer("x", dt.f32, (128,), (1,), role="in")
+    y = ir.GlobalBuffer("y", dt.f32, (len(ROUNDTRIP_DTYPES), 128), (128, 1), role="out")
+    xr = ir.RegBuffer("xr", dt.f32, 4)
+    yr = ir.RegBuffer("yr", dt.f32, 4)
+    tid = ir.tid(32)
+    regs = [xr, yr]
+    stmts = [ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(xr, 0)), ("src", ir.MemRef(x, tid * 4))))]
+    for n, d in enumerate(ROUNDTRIP_DTYPES):
+        t = ir.RegBuffer(f"t_{d.name}", d, 4)
+        regs.append(t)
+        stmts.append(ir.Comment(f"f32 -> {d} -> f32"))
+        for k in range(4):
+            stmts.append(ir.Pointwise("cvt", ir.RegRef(t, k), (ir.RegRef(xr, k),)))
+            stmts.append(ir.Pointwise("cvt", ir.RegRef(yr, k), (ir.RegRef(t, k),)))
+        stmts.append(ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(y, n * 128 + tid * 4)),
+                                                     ("src", ir.RegRef(yr, 0)))))
+    return ir.Kernel("roundtrip", params=(x, y), grid=(1, 1, 1), threads=32, regs=tuple(regs),
+                     body=ir.Seq(stmts))
+
+
+def roundtrip_inputs() -> np.ndarray:
+    """Ties, overflows, subnormals and specials of every dtype, then random values."""
+    special = [
+        0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 3.5, 7.49, 7.5, 8.5, -8.5, 15.5, 16.5, 127.5, 128.5,
+        -128.5, -129.0, 255.5, 256.0, 300.0, -300.0, 448.0, 449.0, 464.0, 465.0, 470.0, 480.0, -500.0,
+        57344.0, 61439.0, 61440.0, 65504.0, 65519.0, 65520.0, 1e5, 3e9, -3e9, 3.4e38, np.inf, -np.inf,
+        np.nan, 1e-40, 2.0 ** -6, 2.0 ** -7, 2.0 ** -9, 2.0 ** -10, 1.5 * 2.0 ** -9, 2.5 * 2.0 ** -9,
+        2.0 ** -14, 2.0 ** -16, 2.0 ** -17, 3 * 2.0 ** -17, 2.0 ** -24, 2.0 ** -25, 1 + 2.0 ** -11,
+        1 + 3 * 2.0 ** -11, 1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -4, 1 + 3 * 2.0 ** -4,
+        1 + 2.0 ** -3, 1 + 3 * 2.0 ** -3, -(1 + 3 * 2.0 ** -3),
+    ]
+    rng = np.random.default_rng(7)
+    rest = rng.standard_normal(128 - len(special)) * np.exp2(rng.integers(-20, 20, 128 - len(special)))
+    return np.concatenate([np.array(special), rest]).astype(np.float32)
+
+
+def roundtrip_reference(x: np.ndarray) -> np.ndarray:
+    rows = []
+    with np.errstate(invalid="ignore", over="ignore"):
+        for d in ROUNDTRIP_DTYPES:
+            if d.kind in ("int", "uint"):
+                lo, hi = ((-(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1) if d.kind == "int"
+                          else (0, (1 << d.bits) - 1))
+                v = np.clip(np.rint(x.astype(np.float64)), lo, hi)
+                rows.append(np.where(np.isnan(x), 0.0, v).astype(np.float32))
+            else:
+                rows.append(dt.round_to(d, x).astype(np.float32))
+    return np.stack(rows)
+
+
 def mma_kernel() -> ir.Kernel:
     """One warp: A (16x16 f16, row-major) and B (8x16 f16, n-major) to shared memory by cp.async,
     ldmatrix x4 / x2 into fragments, one m16n8k16 mma, C stored as f32 and as f16."""
@@ -201,6 +252,7 @@ HAND_BUILT = {
     "epilogue": epilogue_kernel,
     "conversions": conversions_kernel,
     "mma": mma_kernel,
+    "roundtrip": roundtrip_kernel,
 }
 
 
@@ -246,8 +298,8 @@ def test_masked_loads_zero_their_registers():
     assert "} else {" in src
     assert "*reinterpret_cast<unsigned*>(&v[0]) = 0;" in src
     # one byte through a 16-bit register: a temporary, copied back
-    assert "unsigned short fs_t0;" in src and "v[22] = (unsigned char)fs_t0;" in src
-    assert '"h"((unsigned short)(v[23]))' in src
+    assert "unsigned short fs_t0;" in src and "v[30] = (unsigned char)fs_t0;" in src
+    assert '"h"((unsigned short)(v[31]))' in src
 
 
 def test_epilogue_text():
@@ -376,13 +428,170 @@ def _compiled_archs(atom) -> list[str]:
             if t.supports(atom) and int(t.arch[3:].rstrip("a")) in have]
 
 
-@pytest.mark.skipif(_atom_program() is None, reason="firesched.lower.microkernel.atom_program is not there")
-@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in catalog.ALL_ATOMS])
-def test_atom_microkernel_compiles(atom):
-    program = _atom_program()(atom)[0]
+MOVE_DTYPES = (dt.u8, dt.f8e4m3, dt.f16, dt.bf16, dt.f32, dt.i32)
+
+
+def _microkernel_cases():
+    """(atom, dtype) pairs: every atom with its default dtype, and the moves with each dtype
+    that fills their width."""
+    cases = []
+    for a in catalog.ALL_ATOMS:
+        cases.append(pytest.param(a, None, id=a.name))
+        if a.family in ("copy", "cp_async"):
+            cases += [pytest.param(a, d, id=f"{a.name}-{d}") for d in MOVE_DTYPES if a.values_for(d)]
+    return cases
+
+
+needs_microkernels = pytest.mark.skipif(
+    _atom_program() is None, reason="firesched.lower.microkernel.atom_program is not there")
+
+
+@needs_microkernels
+@pytest.mark.parametrize("atom, dtype", _microkernel_cases())
+def test_atom_microkernel_compiles(atom, dtype):
+    program = _atom_program()(atom, dtype)[0]
     src = cuda.emit(program)
-    assert src == cuda.emit(_atom_program()(atom)[0])
+    assert src == cuda.emit(_atom_program()(atom, dtype)[0])
     archs = _compiled_archs(atom)
     assert archs, f"no target NVRTC can compile for issues {atom.name}"
     for arch in archs:
         compile_ok(src, arch, [k.name for k in program.kernels])
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+class Device:
+    """The first GPU through the driver API: runs a printed Program on numpy arrays."""
+
+    def __init__(self):
+        from cuda.bindings import driver
+
+        self.cu = driver
+        self.ok(driver.cuInit(0))
+        dev = self.ok(driver.cuDeviceGet(0))
+        attr = driver.CUdevice_attribute
+        major = self.ok(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+        self.arch = "sm_90a" if major == 9 else "sm_80"
+        self.ok(driver.cuCtxSetCurrent(self.ok(driver.cuDevicePrimaryCtxRetain(dev))))
+
+    def ok(self, result):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        assert err == self.cu.CUresult.CUDA_SUCCESS, err
+        return rest[0] if len(rest) == 1 else (tuple(rest) or None)
+
+    def run(self, program: ir.Program, arrays: dict) -> dict:
+        """Launch every kernel of ``program``; global buffers start as ``arrays[name]`` (zeros where
+        absent); returns every buffer a kernel may write, as numpy arrays of its dtype."""
+        cu = self.cu
+        mod = compile_cuda(cuda.emit(program), arch=self.arch, use_cache=False)
+        module = self.ok(cu.cuModuleLoadData(mod.cubin))
+        buffers = {b.name: b for k in program.kernels for b in k.params}
+        ptrs, host = {}, {}
+        try:
+            for name, b in buffers.items():
+                h = np.zeros(b.size, dtype=b.dtype.np)
+                if name in arrays:
+                    h[:] = np.asarray(arrays[name]).astype(b.dtype.np).reshape(-1)
+                host[name] = h
+                ptrs[name] = self.ok(cu.cuMemAlloc(max(h.nbytes, 16)))
+                self.ok(cu.cuMemcpyHtoD(ptrs[name], h.ctypes.data, h.nbytes))
+            for k in program.kernels:
+                func = self.ok(cu.cuModuleGetFunction(module, k.name.encode()))
+                if k.shared_bytes > 48 * 1024:
+                    self.ok(cu.cuFuncSetAttribute(
+                        func, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        k.shared_bytes))
+                args = [np.array([int(ptrs[b.name])], dtype=np.uint64) for b in k.params]
+                argv = np.array([a.ctypes.data for a in args], dtype=np.uint64)
+                self.ok(cu.cuLaunchKernel(func, *k.grid, k.threads, 1, 1, k.shared_bytes, 0, argv.ctypes.data, 0))
+                self.ok(cu.cuCtxSynchronize())
+            out = {}
+            for name, b in buffers.items():
+                if b.role != "in":
+                    self.ok(cu.cuMemcpyDtoH(host[name].ctypes.data, ptrs[name], host[name].nbytes))
+                    out[name] = host[name].reshape(b.shape) if b.size == int(np.prod(b.shape)) else host[name]
+            return out
+        finally:
+            for p in ptrs.values():
+                self.ok(cu.cuMemFree(p))
+            self.ok(cu.cuModuleUnload(module))
+
+
+@pytest.fixture(scope="module")
+def device():
+    return Device()
+
+
+def assert_same(got, want):
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.gpu
+@needs_microkernels
+@pytest.mark.parametrize("atom, dtype", _microkernel_cases())
+def test_atom_microkernel_runs(atom, dtype, device):
+    if atom.min_target == "sm_90a" and device.arch != "sm_90a":
+        pytest.skip(f"{atom.name} needs sm_90a")
+    program, inputs, expected = _atom_program()(atom, dtype)
+    out = device.run(program, inputs)
+    assert_same(out[program.output.name], expected(inputs))
+
+
+def _f16_grid(rng, shape):
+    return (rng.integers(-8, 9, size=shape) / 4.0).astype(np.float16)
+
+
+@pytest.mark.gpu
+def test_copy_kernel_runs(device):
+    k = copy_kernel()
+    a = np.random.default_rng(1).standard_normal((100, 64)).astype(np.float16)
+    out = device.run(program_of(k), {"A": a})
+    assert_same(out["B"], a)
+
+
+@pytest.mark.gpu
+def test_masked_bytes_run(device):
+    k = masked_load_kernel()
+    x = np.random.default_rng(2).integers(0, 256, size=1000).astype(np.uint8).view(dt.f8e4m3.np)
+    want = np.zeros(1000, dtype=np.uint8)
+    for chunk in range(8 * 3 * 64):
+        base = chunk * 32
+        if base < 1000 - 32:
+            want[base:base + 32] = x.view(np.uint8)[base:base + 32]
+    out = device.run(program_of(k), {"X": x})
+    np.testing.assert_array_equal(out["Y"].view(np.uint8), want)
+
+
+@pytest.mark.gpu
+def test_epilogue_runs(device):
+    from math import erf, sqrt
+
+    k = epilogue_kernel()
+    bias = _f16_grid(np.random.default_rng(3), 256)
+    x = 0.25 + bias.astype(np.float64)
+    x = np.array([0.5 * v * (1.0 + erf(v / sqrt(2.0))) for v in x]) * -0.5
+    x = np.maximum(x, np.float32(-1e-3))
+    out = device.run(program_of(k), {"bias": bias})
+    np.testing.assert_allclose(out["C"].astype(np.float64), np.broadcast_to(x.astype(np.float16), (250, 256)),
+                               rtol=2e-3, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_mma_kernel_runs(device):
+    rng = np.random.default_rng(4)
+    a, b = _f16_grid(rng, (16, 16)), _f16_grid(rng, (8, 16))
+    out = device.run(program_of(mma_kernel()), {"A": a, "B": b})
+    c = a.astype(np.float64) @ b.astype(np.float64).T
+    assert_same(out["C"], c)
+    assert_same(out["C16"], c.astype(np.float16))
+
+
+@pytest.mark.gpu
+def test_conversions_round_like_numpy(device):
+    x = roundtrip_inputs()
+    out = device.run(program_of(roundtrip_kernel()), {"x": x})
+    want = roundtrip_reference(x)
+    for n, d in enumerate(ROUNDTRIP_DTYPES):
+        np.testing.assert_array_equal(out["y"][n], want[n], err_msg=f"f32 -> {d} -> f32")
