@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firesched import dtypes as dt
 from firesched.errors import HazardError
@@ -315,3 +317,21 @@ def test_hazards_in_later_blocks_name_the_block():
             ld_smem(NEXT * 4), store_y(R2)]
     with pytest.raises(HazardError, match=r"block \(2, 0, 0\)"):
         run(body, grid=(3, 1, 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(shift=st.integers(0, T - 1), barrier=st.booleans(), writers=st.integers(1, T))
+def test_exchange_races_exactly_when_a_thread_reads_another_threads_chunk(shift, barrier, writers):
+    """Threads below `writers` publish their chunk; every thread reads chunk (t + shift) % T."""
+    src = (TID + shift) % T
+    body = [load_x(), ir.If(lt(TID, writers), st_smem(TID * 4)), *([ir.Barrier()] if barrier else []),
+            ld_smem(src * 4), store_y(R2)]
+    t = np.arange(T)
+    reader_of_foreign = ((t + shift) % T != t) & ((t + shift) % T < writers)
+    if not barrier and reader_of_foreign.any():
+        with pytest.raises(HazardError, match="race"):
+            run(body)
+    else:
+        x, y = run(body)
+        j = (t + shift) % T
+        np.testing.assert_array_equal(y, np.where((j < writers)[:, None], x[j], 0))

@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firesched import dtypes as dt
 from firesched.hardware.atoms import base as atoms
@@ -396,3 +398,17 @@ def test_describe_names_atom_arguments_and_comment():
     r = ir.RegBuffer("frag", dt.f16, 8)
     text = describe(call(sm80.ldmatrix_x4, dst=ir.RegRef(r, 0), src=ir.MemRef(sh, t * 8), comment="A fragment"))
     assert "sm80.ldmatrix_x4" in text and "A_smem" in text and "frag" in text and "A fragment" in text
+
+
+@settings(max_examples=30, deadline=None)
+@given(warps_m=st.sampled_from([1, 2]), warps_n=st.sampled_from([1, 2]), mi=st.sampled_from([1, 2]),
+       ni=st.sampled_from([1, 2, 4]), bk=st.sampled_from([16, 32]), k_tiles=st.integers(1, 2),
+       grid_m=st.integers(1, 2), grid_n=st.integers(1, 2), stage=st.sampled_from(["cp_async", "ld_st"]),
+       seed=st.integers(0, 2**16))
+def test_gemm_tilings_agree_with_numpy(warps_m, warps_n, mi, ni, bk, k_tiles, grid_m, grid_n, stage, seed):
+    BM, BN = 16 * mi * warps_m, 8 * ni * warps_n
+    M, N, K = BM * grid_m, BN * grid_n, bk * k_tiles
+    prog = gemm_program(M, N, K, BM=BM, BN=BN, BK=bk, warps_m=warps_m, warps_n=warps_n, stage=stage)
+    x = gemm_inputs(M, N, K, seed)
+    got = run_program(prog, x)["C"]
+    np.testing.assert_allclose(got, x["A"].astype(np.float64) @ x["B"].astype(np.float64), rtol=1e-6)
