@@ -15,8 +15,9 @@ verbatim:
 
 * an integer index becomes a coordinate colexicographically (the first mode varies fastest);
 * when an integer is given to a hierarchical mode, the last sub-mode is not reduced modulo its
-  size, exactly like CuTe's ``crd2idx``: this "last mode is unbounded" reading is what makes
-  ``composition(A, B)(i) == A(B(i))`` hold even where ``B`` reaches past ``size(A)``;
+  size, exactly like CuTe's ``crd2idx``; composition reads the last mode of ``A`` the same
+  way, so ``composition(A, B)`` stays meaningful where ``B`` reaches past ``size(A)`` (tiles
+  that overhang the data, to be predicated);
 * the default stride is the compact column-major one.
 
 Every function that rejects its input raises :class:`LayoutError`, a ``ValueError`` whose message
@@ -582,6 +583,9 @@ def _compose(func: str, a: Layout, b: Layout) -> Layout:
 
 def composition(A: Any, B: Any) -> Any:
     """The layout ``R`` with ``R(i) == A(B(i))`` for every ``i < size(B)``, shaped like ``B``.
+
+    The law needs the modes of ``B`` not to interfere (``B`` injective, or with broadcast
+    modes), since ``B``'s modes are composed one at a time.
 
     ``B`` is a Layout; an int ``n`` means ``n:1``; a tuple applies its entries (Layouts, ints,
     ``None`` for "leave this mode", or nested tuples) to the modes of ``A`` one by one, so the

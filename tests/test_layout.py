@@ -585,6 +585,21 @@ def test_composition_is_application_in_turn(A, B, pad_stride):
         assert R.rank == B.rank
 
 
+@given(layouts(shapes=st.integers(1, 6), strides=st.integers(0, 20), max_modes=3),
+       injective_layouts(shapes=st.integers(1, 6), gaps=st.integers(1, 4), max_modes=3), st.integers(0, 9))
+def test_composition_is_application_or_a_value_error(A, B, pad_stride):
+    """Any shapes: either the divisibility conditions fail (ValueError) or the law holds."""
+    if A.size() < B.cosize():
+        A = make_layout(A, Layout(-(-B.cosize() // A.size()), pad_stride))
+    try:
+        R = composition(A, B)
+    except ValueError as e:
+        assert "divisibility" in str(e)
+        return
+    assert R.size() == B.size()
+    assert np.array_equal(R.offsets(), at(A, B.offsets()))
+
+
 @given(bijective_rank2(), st.data())
 def test_by_mode_composition_picks_a_block(A, data):
     A0, A1 = A
