@@ -24,6 +24,23 @@ statement involved:
   atoms that declare an alignment.
 * divergence: a ``Barrier`` some threads of the block do not reach, a collective atom (warp,
   quad-pair) issued by part of its thread group.
+
+Semantics decided here, beyond what ``ir`` states:
+
+* shared memory and registers start as zeros in every block;
+* a statement reads before it writes: within one statement, two threads writing one shared
+  element race (WAW), and a write to an element another thread reads in the same statement is a
+  WAR; several threads reading one element is fine;
+* ``pred`` and the ``If`` mask both disable a thread; a disabled COPY load zeroes its registers
+  without reading (or bounds-checking) its source, a disabled CP_ASYNC zero-fills its
+  destination (still in flight until waited for), a disabled store does nothing; MMA,
+  LDMATRIX and SHUFFLE run for whole thread groups or not at all;
+* moves (COPY, CP_ASYNC, LDMATRIX) move bits: buffers of equal width but different dtypes are
+  reinterpreted; ``Pointwise`` computes in float64 and rounds once to the destination dtype
+  (integers: to nearest, saturated), ``cvt`` likewise;
+* SYNC atoms issued as ``AtomCall``: ``cp_async_commit`` is ``AsyncCommit``, a wait whose PTX
+  names its count (``catalog.with_immediates``) is ``AsyncWait``, any other (``bar_sync``) is a
+  ``Barrier``.
 """
 
 from __future__ import annotations
@@ -549,7 +566,7 @@ class _KernelRun:
         """``(array, index)`` selecting ``n`` registers from ``ref`` for each thread of ``thr``."""
         buf = ref.buffer
         R = self.regs.get(buf.name)
-        if R is None or self.reg_bufs[buf.name] != buf:
+        if R is None or (self.reg_bufs[buf.name] is not buf and self.reg_bufs[buf.name] != buf):
             self.hazard(f"register buffer {buf.name!r} is not declared by the kernel")
         off = self.ev(ref.offset)
         rows = slice(None) if thr is self.tid else thr
@@ -623,11 +640,12 @@ class _KernelRun:
         buf = ref.buffer
         if isinstance(buf, ir.SharedBuffer):
             sh = self.shared.get(buf.name)
-            if sh is None or sh.buf != buf:
+            if sh is None or (sh.buf is not buf and sh.buf != buf):
                 self.hazard(f"shared buffer {buf.name!r} is not declared by the kernel")
             return sh
         if isinstance(buf, ir.GlobalBuffer):
-            if self.globals.get(buf.name) != buf:
+            known = self.globals.get(buf.name)
+            if known is not buf and known != buf:
                 self.hazard(f"global buffer {buf.name!r} is not a parameter of the kernel")
             return None
         raise InternalError(f"MemRef to {buf!r}, which is neither global nor shared")
