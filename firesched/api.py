@@ -153,8 +153,19 @@ class CompiledProgram:
         return arrays[-1]
 
 
+_MEMO: dict = {}
+_MEMO_MAX = 64
+
+
 def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True) -> CompiledProgram:
-    """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU)."""
+    """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU).
+
+    Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
+    (``firesched.lower.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
+    """
+    key = (schedule, arch, nvrtc.cache_dir())
+    if use_cache and key in _MEMO:
+        return _MEMO[key]
     t0 = time.perf_counter()
     prog = schedule.lower(arch)
     modules = []
@@ -164,4 +175,9 @@ def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True)
         sources.append(src)
         modules.append(nvrtc.compile_cuda(src, arch=arch, use_cache=use_cache,
                                           filename=f"{kern.name}.cu"))
-    return CompiledProgram(schedule, prog, "\n".join(sources), modules, arch, time.perf_counter() - t0)
+    out = CompiledProgram(schedule, prog, "\n".join(sources), modules, arch, time.perf_counter() - t0)
+    if use_cache:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.pop(next(iter(_MEMO)))
+        _MEMO[key] = out
+    return out

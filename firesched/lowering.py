@@ -23,6 +23,7 @@ accumulator's init and store are derived from that layout, and checked against i
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import attrs
@@ -99,7 +100,7 @@ class RFLayout:
         part of the tensor)."""
         f0, f1 = self.frag
         r, c = coord
-        inv = self.tv.inverse()
+        inv = _inverse(self.tv)
         lane, v = inv[r % f0, c % f1]
         origin = {self.dims[0]: r - r % f0, self.dims[1]: c - c % f1}
         return int(lane), int(evaluate(self.offset(origin), {})) + int(v)
@@ -705,12 +706,13 @@ class Lowering:
             if part[d] % g[d]:
                 return f"its {ar}x{ac} tile does not divide the warp's {part[rdim]}x{part[cdim]} part"
         tv = atom.operand("dst").tv
+        coords = _coords(tv)
         for i0 in range(0, part[rdim], ar):
             for i1 in range(0, part[cdim], ac):
                 base = None
                 for lane in range(32):
                     for v in range(tv.num_values):
-                        r, c = tv.coord(lane, v)
+                        r, c = coords[lane][v]
                         logical = {rdim: i0 + r, cdim: i1 + c}
                         own_lane, off = lay.owner((logical[lay.dims[0]], logical[lay.dims[1]]))
                         if own_lane != lane:
@@ -1032,6 +1034,17 @@ def _value_runs(tv) -> list[tuple[int, ...]]:
             cur = [v]
     runs.append(tuple(cur))
     return runs
+
+
+@functools.lru_cache(maxsize=None)
+def _inverse(tv):
+    return tv.inverse()
+
+
+@functools.lru_cache(maxsize=None)
+def _coords(tv):
+    return tuple(tuple(tuple(int(x) for x in tv.coord(t, v)) for v in range(tv.num_values))
+                 for t in range(tv.num_threads))
 
 
 def plan(sched: Schedule, target=None) -> ir.Program:

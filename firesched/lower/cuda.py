@@ -18,7 +18,8 @@ Storage conventions
   * shared buffers are typed pointers into one dynamic ``extern __shared__`` array at
     ``Kernel.shared_offsets()``; an address operand gets ``name_base + offset * element bytes``,
     ``name_base`` being the 32-bit shared-window address of the buffer computed once;
-  * register buffers are ``alignas(16)`` local arrays of their storage type; a register operand
+  * register buffers are ``alignas(16)`` local arrays of their storage type, zeroed at the start
+    (as the interpreter's registers are); a register operand
     of ``reg_bits`` bits binds ``name[i]`` when one element fills it, and
     ``*reinterpret_cast<unsigned*>(&name[i])`` when it carries several elements (likewise for
     16- and 64-bit registers).  Sub-byte types are packed two per byte, low nibble first.
@@ -174,6 +175,17 @@ static __device__ __forceinline__ int fs_f32_to_u4(float f)
     return (int)(v > 15u ? 15u : v);
 }
 
+// integer arithmetic of integer registers: in 64 bits, saturated when stored
+static __device__ __forceinline__ long long fs_max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+static __device__ __forceinline__ long long fs_sat(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 // 4-bit elements, two per byte, low nibble first
 static __device__ __forceinline__ int fs_i4_get(const unsigned char* p, int i)
 {
@@ -231,6 +243,16 @@ def c_type(dt: DType) -> str:
         raise InternalError(f"CUDA printer: no storage type for dtype {dt}") from None
 
 
+def _int_range(dt: DType) -> tuple[int, int]:
+    if dt.kind == "int":
+        return -(1 << (dt.bits - 1)), (1 << (dt.bits - 1)) - 1
+    return 0, (1 << dt.bits) - 1
+
+
+def _ll(v: int) -> str:
+    return f"{v}LL" if v >= 0 else f"({v}LL)"
+
+
 def _array_len(dt: DType, size: int) -> int:
     """C array elements needed for ``size`` elements of ``dt``."""
     return size if dt.bits >= 8 else -(-size * dt.bits // 8)
@@ -273,13 +295,15 @@ def _storage_literal(dt: DType, value: float) -> str:
         return _float_lit(float(round_to(dt, np.float64(value))))
     if dt.name == "f64":
         return _double_lit(value)
-    with np.errstate(invalid="ignore", over="ignore"):
-        arr = np.asarray([value], dtype=np.float64).astype(dt.np)
     if dt.kind in ("int", "uint"):
-        v = int(arr[0])
+        # round to nearest even and saturate, as a float -> integer conversion does
+        lo, hi = _int_range(dt)
+        v = 0 if value != value else int(min(max(np.rint(np.float64(value)), lo), hi))
         if dt.bits < 8:
             return str(v & 0xF)
         return str(v) if v >= 0 else f"({v})"
+    with np.errstate(invalid="ignore", over="ignore"):
+        arr = np.asarray([value], dtype=np.float64).astype(dt.np)
     bits = int(arr.view({16: np.uint16, 8: np.uint8}[dt.bits])[0])
     return f"0x{bits:0{dt.bits // 4}x}"
 
@@ -306,6 +330,15 @@ _CXX_WORDS = frozenset("""
 """.split())
 
 _TEMPLATE_NAME = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _needs_64bit(offset, buf) -> bool:
+    """Whether a global element offset may leave the range of a 32-bit int (then it is computed
+    in 64 bits); disabled threads may form offsets past the buffer, hence the margin."""
+    _, hi = ex.bounds(offset)
+    if hi is None:
+        return buf.size >= 2 ** 30
+    return hi >= 2 ** 31 - 1
 
 
 def _is_ir_node(node) -> bool:
@@ -417,34 +450,33 @@ class _KernelPrinter:
         raise InternalError(f"{self._where()}: a Pointwise source must be a RegRef or a number, not {src!r}")
 
     def _read_int(self, src) -> str:
+        """A ``long long`` expression for one Pointwise source of an integer op."""
         if isinstance(src, ir.RegRef):
             buf = self._reg_buffer(src.buffer)
             self._check_reg_range(buf, src.offset, 1, "a pointwise source")
             if buf.dtype.bits < 8:
                 fn = "fs_i4_get" if buf.dtype.kind == "int" else "fs_u4_get"
-                return f"{fn}({buf.name}, {self.c(src.offset)})"
-            e = self._elem(buf, src.offset)
-            return e if buf.dtype.name == "i32" else f"(int){e}"
+                return f"(long long){fn}({buf.name}, {self.c(src.offset)})"
+            return f"(long long){self._elem(buf, src.offset)}"
         v = int(src)
-        return str(v) if v >= 0 else f"({v})"
+        return f"{v}LL" if v >= 0 else f"({v}LL)"
 
     def _store(self, ref: ir.RegRef, value: str, *, is_int: bool) -> str:
-        """The statement writing ``value`` (a float, or an int when ``is_int``) to ``ref``."""
+        """The statement writing ``value`` to ``ref``: a float rounded to the register's dtype,
+        or (``is_int``) a ``long long`` saturated to its range."""
         buf = self._reg_buffer(ref.buffer)
         self._check_reg_range(buf, ref.offset, 1, "a pointwise destination")
         dt = buf.dtype
-        if dt.bits < 8:
-            v = value if is_int else f"{_FROM_F32[dt.name]}({value})"
-            return f"fs_4bit_set({buf.name}, {self.c(ref.offset)}, {v});"
-        lhs = self._elem(buf, ref.offset)
         if is_int:
-            cast = {"i32": "", "i8": "(signed char)", "u8": "(unsigned char)"}[dt.name]
-            return f"{lhs} = {cast}({value});" if cast else f"{lhs} = {value};"
-        if dt.name == "f32":
-            return f"{lhs} = {value};"
-        if dt.name not in _FROM_F32:
-            raise InternalError(f"{self._where()}: cannot write float values to {dt} registers")
-        return f"{lhs} = {_FROM_F32[dt.name]}({value});"
+            lo, hi = _int_range(dt)
+            value = f"({c_type(dt) if dt.bits >= 8 else 'int'})fs_sat({value}, {_ll(lo)}, {_ll(hi)})"
+        elif dt.name != "f32":
+            if dt.name not in _FROM_F32:
+                raise InternalError(f"{self._where()}: cannot write float values to {dt} registers")
+            value = f"{_FROM_F32[dt.name]}({value})"
+        if dt.bits < 8:
+            return f"fs_4bit_set({buf.name}, {self.c(ref.offset)}, {value});"
+        return f"{self._elem(buf, ref.offset)} = {value};"
 
     # ------------------------------------------------------------------ dispatch
 
@@ -569,7 +601,7 @@ class _KernelPrinter:
             return
         # Integer destinations keep integer math where every source is an integer.
         int_ops = {"copy": "{}", "cvt": "{}", "add": "{} + {}", "mul": "{} * {}",
-                   "max": "max({}, {})", "relu": "max({}, 0)"}
+                   "max": "fs_max_ll({}, {})", "relu": "fs_max_ll({}, 0LL)"}
         if (dst_dt.name in _INT_NAMES and node.op in int_ops
                 and all((isinstance(s, ir.RegRef) and s.buffer.dtype.name in _INT_NAMES)
                         or (isinstance(s, (int, float)) and not isinstance(s, bool) and float(s).is_integer())
@@ -654,8 +686,14 @@ class _KernelPrinter:
                     f"{self._where()}: atom {atom.name} operand {o.name} reads global memory; "
                     f"{buf!r} is not a parameter of this kernel")
             off = ref.offset if buf.dtype.bits >= 8 else ex.floordiv(ex.mul(ref.offset, buf.dtype.bits), 8)
-            addr = buf.name if isinstance(off, int) and off == 0 else f"{buf.name} + {self.c(off, 10)}"
-            return addr, buf.name
+            if isinstance(off, int) and off == 0:
+                return buf.name, buf.name
+            text = self.c(off, 10)
+            if _needs_64bit(off, buf):
+                # every variable widened first, so no partial sum is formed in 32 bits
+                wide = ex.substitute(off, {v: ex.Var(f"(long long){v.name}", v.extent) for v in ex.free_vars(off)})
+                text = ex.to_c(wide, 10)
+            return f"{buf.name} + {text}", buf.name
         if o.memory == "SH":
             if not isinstance(buf, ir.SharedBuffer) or self.shared.get(buf.name) != buf:
                 raise InternalError(
@@ -828,7 +866,8 @@ class _KernelPrinter:
                 continue
             if b.size <= 0:
                 raise InternalError(f"{self._where()}: register buffer {b.name} has size {b.size}")
-            decl.append(f"alignas(16) {c_type(b.dtype)} {b.name}[{_array_len(b.dtype, b.size)}];"
+            # zeroed like the interpreter's registers; stores the program overwrites are dead code
+            decl.append(f"alignas(16) {c_type(b.dtype)} {b.name}[{_array_len(b.dtype, b.size)}] = {{}};"
                         f"  // {b.dtype} x {b.size}")
         out += [INDENT + d if d else "" for d in decl]
         if decl and body_lines:
