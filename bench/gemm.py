@@ -131,6 +131,7 @@ def main(argv=None):
     p.add_argument("--no-fused", dest="fused", action="store_false")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--only", default="", help="comma-separated MxNxK shapes to run instead of the table")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/gemm-<date>.json)")
     args = p.parse_args(argv)
     import torch
@@ -139,6 +140,9 @@ def main(argv=None):
         raise SystemExit("bench/gemm.py needs a CUDA GPU and torch")
     shapes = QUICK if args.quick else SHAPES
     fused_shapes = QUICK[:1] if args.quick else FUSED
+    if args.only:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.only.split(",")]
+        fused_shapes = [s for s in fused_shapes if s in shapes]
     reps, samples = (5, 5) if args.quick else (args.reps, args.samples)
     rows = []
     for dt_name in args.dtypes.split(","):
