@@ -267,9 +267,28 @@ class Lowering:
         if len(block_loops) > 3:
             raise _err(node, f"{len(block_loops)} loops mapped to blocks; the grid has 3 dimensions")
         grid = [1, 1, 1]
-        for axis, (lp, _) in enumerate(reversed(block_loops)):
-            grid[axis] = lp.count
-            self.var_expr[lp.var] = ir.bid(axis, lp.count)
+        grouped = [lp for lp, _ in block_loops if lp.group > 1]
+        if grouped:
+            # one grid axis for the M x N tiles, walked in column-major groups of G M-tiles:
+            # the blocks resident at once touch G rows of A tiles and few columns of B tiles
+            lm, ln = [lp for lp, _ in block_loops if lp.group > 1]
+            rest = [lp for lp, _ in block_loops if lp.group == 1]
+            G, Mt, Nt = lm.group, lm.count, ln.count
+            pid = ir.bid(0, Mt * Nt)
+            per_group = G * Nt
+            first_m = (pid // per_group) * G
+            size_m = _min(Mt - first_m, G)
+            local = pid % per_group
+            self.var_expr[lm.var] = first_m + _mod(local, size_m)
+            self.var_expr[ln.var] = _div(local, size_m)
+            grid[0] = Mt * Nt
+            for axis, lp in enumerate(reversed(rest), start=1):
+                grid[axis] = lp.count
+                self.var_expr[lp.var] = ir.bid(axis, lp.count)
+        else:
+            for axis, (lp, _) in enumerate(reversed(block_loops)):
+                grid[axis] = lp.count
+                self.var_expr[lp.var] = ir.bid(axis, lp.count)
         warp_loops = self._warp_loops(block_node)
         nwarps = 1
         for lp in warp_loops:
@@ -1010,6 +1029,18 @@ def _min(a: IntExpr, b: IntExpr) -> IntExpr:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
     return minimum(a, b)
+
+
+def _mod(a: IntExpr, b: IntExpr) -> IntExpr:
+    from .lower.expr import binop
+
+    return a % b if isinstance(b, int) else binop("%", a, b)
+
+
+def _div(a: IntExpr, b: IntExpr) -> IntExpr:
+    from .lower.expr import binop
+
+    return a // b if isinstance(b, int) else binop("//", a, b)
 
 
 def _eq0(e: IntExpr) -> IntExpr:

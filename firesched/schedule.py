@@ -34,6 +34,8 @@ class Loop:
     ``unit`` is None for a sequential loop, else the level whose units run the iterations in
     parallel (``Level.BLOCK`` → grid, ``Level.WARP`` → warps of the block, ``Level.THREAD`` →
     threads).  ``stages`` > 1 marks a K loop a ``pipeline`` turned into a software pipeline.
+    ``group`` > 1 on block-mapped M/N loops orders blocks in groups of ``group`` M tiles, so
+    blocks that run together share A and B tiles in L2.
     """
 
     var: str
@@ -41,6 +43,7 @@ class Loop:
     steps: tuple[tuple[str, int], ...]
     unit: Level | None = None
     stages: int = 1
+    group: int = 1
 
     @property
     def dim(self) -> str:
@@ -53,12 +56,13 @@ class Loop:
         return 0
 
     def __repr__(self):
-        return f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages})"
+        return f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, {self.group})"
 
     def __str__(self):
         kind = "seq" if self.unit is None else str(self.unit)
         pipe = f" pipelined({self.stages} stages)" if self.stages > 1 else ""
-        return f"{self.var} in {kind}({self.count}){pipe}"
+        grp = f" grouped({self.group})" if self.group > 1 else ""
+        return f"{self.var} in {kind}({self.count}){pipe}{grp}"
 
 
 @attrs.frozen(repr=False)

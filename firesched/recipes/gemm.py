@@ -50,6 +50,8 @@ class GemmParams:
     split_k_blocks: int = 1
     split_k_warps: int = 1
     swizzle: Swizzle | None = None           # None: bank-conflict-free choice per operand
+    warp_k: int = 16                         # K per fragment load (registers hold one K step)
+    group_m: int = 1                         # block order: groups of this many M tiles (L2)
 
     @property
     def warp_m(self) -> int:
@@ -63,8 +65,8 @@ class GemmParams:
 def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
          layout: str = "RR", block_m: int = 128, block_n: int = 128, block_k: int = 32, warps_m: int = 2,
          warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
-         swizzle: Swizzle | None = None, epilogue_ops: tuple = (), prologue_ops: tuple = (),
-         check: bool = True) -> Schedule:
+         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, epilogue_ops: tuple = (),
+         prologue_ops: tuple = (), check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -76,14 +78,15 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     tgt = get_target(arch)
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
-    p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle)
+    p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
+                   warp_k, group_m)
     _check_params(p, M, N, K)
     spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
     chain = []
     if p.split_k_blocks > 1:
         chain.append(split_k(p.split_k_blocks, across=BLOCK))
     chain += [
-        tile(m=p.block_m, n=p.block_n) >> to_blocks(),
+        tile(m=p.block_m, n=p.block_n) >> to_blocks(group=_group(p, M, N)),
         tile(k=p.block_k),
         move_to_smem("A", swizzle=p.swizzle),
         move_to_smem("B", swizzle=p.swizzle),
@@ -93,6 +96,10 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         chain.append(split_k(p.split_k_warps, across=WARP))
     chain += [
         tile(m=p.warp_m, n=p.warp_n) >> to_warps(p.warps_m, p.warps_n),
+    ]
+    if p.warp_k < p.block_k // p.split_k_warps:
+        chain.append(tile(k=p.warp_k))
+    chain += [
         move_to_regs("A"),
         move_to_regs("B"),
         tile(m=16, n=8, k=16) >> done(_MMA[dt.name]),
@@ -138,9 +145,18 @@ def _check_params(p: GemmParams, M: int, N: int, K: int):
         raise ScheduleError(f"warp tiles of {p.warp_m}x{p.warp_n}: each warp tile must be a multiple of "
                             "16x16 (mma m16n8k16 fragments, ldmatrix x4 of B)", field="block / warps",
                             value=(p.block_m, p.block_n, p.warps_m, p.warps_n), allowed="multiples of 16")
+    if p.warp_k % 16 or (p.block_k // p.split_k_warps) % p.warp_k:
+        raise ScheduleError("warp_k is the K of one fragment load: a multiple of 16 dividing the warp's K tile",
+                            field="warp_k", value=p.warp_k, allowed=f"multiples of 16 dividing {p.block_k // p.split_k_warps}")
     if p.block_k % (16 * p.split_k_warps):
         raise ScheduleError("the K tile must hold 16 K per warp group", field="block_k", value=p.block_k,
                             allowed=f"multiples of {16 * p.split_k_warps}")
+
+
+def _group(p: GemmParams, M: int, N: int) -> int:
+    """Grouped block order only where there is more than one group of M tiles."""
+    mt = -(-M // p.block_m)
+    return p.group_m if 1 < p.group_m < mt and N > p.block_n else 1
 
 
 def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, limit: int | None = None):

@@ -32,6 +32,7 @@ _FROM = {
 class to(Strategy):
     level: Level
     arrangement: tuple[int, ...] = ()
+    group: int = 1
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -78,7 +79,14 @@ class to(Strategy):
         if self.level == THREAD and n_units > 1024:
             raise ScheduleError(f"{n_units} threads; a block holds at most 1024", strategy=self, spec=spec,
                                 field="threads", value=n_units, allowed="<= 1024")
-        mapped = tuple(attrs.evolve(lp, unit=self.level) if lp in loops else lp for lp in parent.loops)
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 1:
+            raise ScheduleError("group must be a positive int", strategy=self, spec=spec, field="group",
+                                value=self.group, allowed=">= 1 (1 = row-major block order)")
+        if self.group > 1 and (self.level != BLOCK or [lp.dim for lp in loops] != ["m", "n"]):
+            raise ScheduleError("grouped block order needs one m and one n loop mapped to blocks", strategy=self,
+                                spec=spec, field="group", value=self.group, fix="tile(m=..., n=...) >> to_blocks(group=8)")
+        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group) if lp in loops else lp
+                       for lp in parent.loops)
         new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))
         new_parent = attrs.evolve(parent, loops=mapped, strategy=record(parent, self),
                                   body=parent.body[:-1] + (new_focus,))
@@ -86,8 +94,10 @@ class to(Strategy):
 
     def __repr__(self):
         names = {BLOCK: "to_blocks", WARP: "to_warps", THREAD: "to_threads", WARPGROUP: "to_warpgroups"}
-        args = ", ".join(map(str, self.arrangement))
-        return f"{names.get(self.level, 'to')}({args})"
+        args = [str(a) for a in self.arrangement]
+        if self.group > 1:
+            args.append(f"group={self.group}")
+        return f"{names.get(self.level, 'to')}({', '.join(args)})"
 
     __str__ = __repr__
 
@@ -109,8 +119,9 @@ def _fix_for(have: Level, want: Level) -> str:
     return f"insert the tiling that creates {want}-sized work before mapping to {want}s"
 
 
-def to_blocks(*arrangement: int) -> to:
-    return to(BLOCK, tuple(arrangement))
+def to_blocks(*arrangement: int, group: int = 1) -> to:
+    """Map onto blocks; ``group=G`` orders blocks in groups of G M-tiles (L2 reuse)."""
+    return to(BLOCK, tuple(arrangement), group)
 
 
 def to_warps(*arrangement: int) -> to:

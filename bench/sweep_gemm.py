@@ -1,0 +1,67 @@
+"""Time several GEMM recipe configurations next to cuBLAS on one shape (same process).
+
+    PYTHONPATH=. python bench/sweep_gemm.py 4096 4096 4096 [--dtype f16]
+
+Prints one line per configuration: TFLOP/s, ratio to ``torch.matmul``, registers, shared memory.
+Used to choose ``bench/gemm.py``'s per-shape parameters; the configurations are listed below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import firesched as fs  # noqa: E402
+from bench.gemm import time_ms  # noqa: E402
+
+CONFIGS = [
+    dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4),
+    dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4, group_m=8),
+    dict(block_m=128, block_n=256, block_k=64, warps_m=2, warps_n=4, stages=3, group_m=8),
+    dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8),
+    dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4, group_m=8),
+    dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8),
+    dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=4, stages=4, group_m=8),
+]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("M", type=int)
+    p.add_argument("N", type=int)
+    p.add_argument("K", type=int)
+    p.add_argument("--dtype", default="f16")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--samples", type=int, default=7)
+    args = p.parse_args(argv)
+    import torch
+
+    M, N, K = args.M, args.N, args.K
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    A = torch.randn(M, K, device="cuda", dtype=tdt)
+    B = torch.randn(K, N, device="cuda", dtype=tdt)
+    C = torch.empty(M, N, device="cuda", dtype=tdt)
+    flops = 2.0 * M * N * K
+    t_cb = time_ms(torch, lambda i: torch.matmul(A, B), args.reps, args.samples)
+    print(f"{M}x{N}x{K} {args.dtype}: cuBLAS {flops / t_cb / 1e9:.0f} TFLOP/s", flush=True)
+    ref = A.float() @ B.float()
+    for cfg in CONFIGS:
+        try:
+            sched = fs.recipes.gemm(M, N, K, dtype=args.dtype, arch="sm_90a", **cfg)
+            k = fs.compile(sched, arch="sm_90a")
+        except fs.FireschedError as e:
+            print(f"  {cfg}: {type(e).__name__}: {str(e).splitlines()[0]}")
+            continue
+        k(A, B, C)
+        err = ((C.float() - ref).norm() / ref.norm()).item()
+        t = time_ms(torch, lambda i: k(A, B, C), args.reps, args.samples)
+        regs = max(r.registers for r in k.resources.values())
+        print(f"  {flops / t / 1e9:6.1f} TFLOP/s  ratio {t_cb / t:.2f}  regs {regs}  smem "
+              f"{k.program.kernels[0].shared_bytes // 1024} KiB  err {err:.1e}  {cfg}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
