@@ -37,12 +37,14 @@ L2_BYTES = 50 * 2 ** 20
 
 
 def params_for(M: int, N: int, K: int) -> dict:
-    """The recipe parameters used per shape (a fixed heuristic, not a tuner)."""
-    if M >= 1024 and N >= 1024:
-        return dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4)
+    """The recipe parameters used per shape (a fixed heuristic chosen with bench/sweep_gemm.py)."""
+    aligned = K % 8 == 0 and N % 8 == 0
     if M < 256 and N >= 1024:
-        return dict(block_m=64, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4)
-    return dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4)
+        return dict(block_m=64, block_n=128, block_k=64 if aligned else 32, warps_m=2, warps_n=2, stages=4,
+                    group_m=1)
+    if not aligned:
+        return dict(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=2, stages=4, group_m=8)
+    return dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8)
 
 
 def time_ms(torch, fn, reps: int, samples: int) -> float:
