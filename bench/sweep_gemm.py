@@ -57,7 +57,7 @@ def main(argv=None):
             continue
         k(A, B, C)
         err = ((C.float() - ref).norm() / ref.norm()).item()
-        t = time_ms(torch, lambda i: k(A, B, C), args.reps, args.samples)
+        t = time_ms(torch, lambda i, k=k: k(A, B, C), args.reps, args.samples)
         regs = max(r.registers for r in k.resources.values())
         print(f"  {flops / t / 1e9:6.1f} TFLOP/s  ratio {t_cb / t:.2f}  regs {regs}  smem "
               f"{k.program.kernels[0].shared_bytes // 1024} KiB  err {err:.1e}  {cfg}", flush=True)

@@ -10,14 +10,17 @@ Write a kernel-level spec, refine it with strategies until every leaf is a hardw
     k = fs.compile(sched, arch="sm_90a")
 """
 
-from . import dtypes, ops
+from . import (
+    dtypes,
+    ops,
+    recipes,  # noqa: E402  (recipes build on everything above)
+)
 from .api import CompiledProgram, compile, interpret
 from .errors import CompileError, FireschedError, HazardError, LaunchError, ScheduleError
 from .layout import Layout, Swizzle, TVLayout
 from .schedule import Schedule
 from .spec import Fused, Init, MatMul, Move, Pointwise, Reduce
 from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP, Level, Memory, Tensor, Tile
-from . import recipes  # noqa: E402  (recipes build on everything above)
 
 __version__ = "0.1.0"
 

@@ -15,9 +15,8 @@ import time
 import attrs
 import numpy as np
 
-from .lower import cuda, ir
+from .lower import cuda, ir, nvrtc, runtime
 from .lower import interp as _interp
-from .lower import nvrtc, runtime
 from .schedule import Schedule
 
 

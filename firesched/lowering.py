@@ -31,9 +31,10 @@ import attrs
 from . import ops as fops
 from .dtypes import DType, f32
 from .errors import InternalError, ScheduleError
-from .hardware.target import SM80, target as get_target
 from .hardware.atoms import catalog, sm80
 from .hardware.atoms.base import Atom
+from .hardware.target import SM80
+from .hardware.target import target as get_target
 from .lower import ir
 from .lower.expr import IntExpr, Var, evaluate, land, lt, minimum
 from .schedule import Loop, Node, Schedule
@@ -454,7 +455,7 @@ class Lowering:
                                   "and sequential loops can hold register fragments")
         # steps must nest: each loop's step divides the one above it (per dim)
         last = {d: None for d in dims}
-        for d, c, s in [(d, c, s) for d, c, s, *_ in par] + seq:
+        for d, _c, s in [(d, c, s) for d, c, s, *_ in par] + seq:
             if last[d] is not None and last[d] % s:
                 raise _err(path[-1], f"the tiles of register tensor {tile.name} along {d} do not nest "
                                      f"({s} does not divide {last[d]})", fix="use power-of-two tile sizes")
@@ -745,7 +746,7 @@ class Lowering:
 
     def _warp_part(self, lay: RFLayout) -> dict[str, int]:
         part = dict(zip(lay.dims, lay.shape))
-        for d, c, s, _ in lay.par:
+        for d, _c, s, _ in lay.par:
             part[d] = s
         return part
 
@@ -810,9 +811,9 @@ class Lowering:
         for every fragment run of this thread, grouped in runs adjacent along the last dim."""
         vars_ = [Var(f"f{next(self._tmp)}", c) for _, c, _ in lay.seq]
         origin = {d: 0 for d in lay.dims}
-        for (d, c, s), v in zip(lay.seq, vars_):
+        for (d, _c, s), v in zip(lay.seq, vars_):
             origin[d] = origin[d] + v * s
-        for d, c, s, var in lay.par:
+        for d, _c, s, var in lay.par:
             origin[d] = origin[d] + self.var_expr[var] * s
         base = lay.offset({d: sum(v * s for (dd, c, s), v in zip(lay.seq, vars_) if dd == d) for d in lay.dims})
         tv = lay.tv

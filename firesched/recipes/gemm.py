@@ -30,8 +30,18 @@ from ..hardware.target import target as get_target
 from ..layout import Swizzle
 from ..schedule import Schedule
 from ..spec import MatMul
-from ..strategies import (done, epilogue, move_to_regs, move_to_smem, pipeline, prologue, split_k, tile,
-                          to_blocks, to_warps)
+from ..strategies import (
+    done,
+    epilogue,
+    move_to_regs,
+    move_to_smem,
+    pipeline,
+    prologue,
+    split_k,
+    tile,
+    to_blocks,
+    to_warps,
+)
 from ..tensor import BLOCK, WARP
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
