@@ -280,7 +280,7 @@ def test_copy_kernel_text():
     assert "// copy(A -> B)\n//   tile 32x64 per block" in src
     assert "extern __shared__ __align__(128) unsigned char fs_smem[];" in src
     assert "const unsigned A_s_base = (unsigned)__cvta_generic_to_shared(A_s);" in src
-    assert "alignas(16) unsigned short frag[8];" in src
+    assert "alignas(16) unsigned short frag[8] = {};" in src
     # predicated cp.async: zero-fill through src_size, and the base address when disabled
     assert "? 16 : 0" in src
     assert ") ? A + (" in src and ": A)" in src
@@ -316,6 +316,35 @@ def test_mma_text():
     assert '"=f"(acc[0])' in src and '"f"(acc[3])' in src
     assert '"r"(*reinterpret_cast<unsigned*>(&a_frag[6]))' in src
     assert "// sm80.ldmatrix_x4: A fragment" in src
+
+
+def test_large_global_offsets_are_computed_in_64_bits():
+    big = ir.GlobalBuffer("W", dt.f16, (65536, 65536), (65536, 1), role="in")
+    out = ir.GlobalBuffer("o", dt.f16, (65536, 8), (8, 1), role="out")
+    r = ir.RegBuffer("r", dt.f16, 8)
+    tid, bx = ir.tid(128), ir.bid(0, 512)
+    row = bx * 128 + tid
+    body = ir.Seq([
+        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(r, 0)), ("src", ir.MemRef(big, row * 65536 + 8)))),
+        ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(out, row * 8)), ("src", ir.RegRef(r, 0)))),
+    ])
+    k = ir.Kernel("big", params=(big, out), grid=(512, 1, 1), threads=128, regs=(r,), body=body)
+    src = kernel_text(k)
+    assert '"l"(W + ((long long)bid_x * 8388608 + (long long)tid * 65536 + 8))' in src
+    assert '"l"(o + (bid_x * 1024 + tid * 8))' in src
+    compile_ok(cuda.emit_kernel(k), "sm_80", ["big"])
+
+
+def test_integer_pointwise_saturates():
+    a = ir.RegBuffer("a", dt.i8, 2)
+    k = tiny_kernel(ir.Seq([
+        ir.RegFill(ir.RegRef(a, 0), 2, 300.0),
+        ir.Pointwise("add", ir.RegRef(a, 0), (ir.RegRef(a, 0), ir.RegRef(a, 1))),
+    ]))
+    k = ir.Kernel("tiny", params=k.params, grid=k.grid, threads=32, regs=(a,), body=k.body)
+    src = kernel_text(k)
+    assert "a[0] = 127;" in src
+    assert "a[0] = (signed char)fs_sat((long long)a[0] + (long long)a[1], (-128LL), 127LL);" in src
 
 
 # --------------------------------------------------------------------------- errors
@@ -595,3 +624,84 @@ def test_conversions_round_like_numpy(device):
     want = roundtrip_reference(x)
     for n, d in enumerate(ROUNDTRIP_DTYPES):
         np.testing.assert_array_equal(out["y"][n], want[n], err_msg=f"f32 -> {d} -> f32")
+
+
+POINTWISE_DTYPES = (dt.f32, dt.f16, dt.bf16, dt.f8e4m3, dt.i8, dt.u8, dt.i32, dt.i4)
+
+
+def pointwise_kernel() -> ir.Kernel:
+    """Exact element-wise ops into each register dtype, and integer ops on integer registers;
+    each case stored as f32 to one row of ``out``."""
+    x = ir.GlobalBuffer("x", dt.f32, (128,), (1,), role="in")
+    y = ir.GlobalBuffer("y", dt.f32, (128,), (1,), role="in")
+    cases = [(d, op) for d in POINTWISE_DTYPES for op in ("copy", "add", "mul", "max", "relu", "int_add")]
+    out = ir.GlobalBuffer("out", dt.f32, (len(cases), 128), (128, 1), role="out")
+    xr, yr, res = (ir.RegBuffer(n, dt.f32, 4) for n in ("xr", "yr", "res"))
+    tid = ir.tid(32)
+    regs = [xr, yr, res]
+    stmts = [
+        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(xr, 0)), ("src", ir.MemRef(x, tid * 4)))),
+        ir.AtomCall(sm70.ld_global_16, (("dst", ir.RegRef(yr, 0)), ("src", ir.MemRef(y, tid * 4)))),
+    ]
+    for n, (d, op) in enumerate(cases):
+        t = ir.RegBuffer(f"t{n}", d, 4)
+        regs.append(t)
+        for k in range(4):
+            xs, ys = ir.RegRef(xr, k), ir.RegRef(yr, k)
+            if op == "int_add":      # both sources of the destination's dtype
+                stmts.append(ir.Pointwise("cvt", ir.RegRef(t, k), (xs,)))
+                stmts.append(ir.Pointwise("add", ir.RegRef(t, k), (ir.RegRef(t, k), ir.RegRef(t, k))))
+            elif op in ("copy", "relu"):
+                stmts.append(ir.Pointwise(op, ir.RegRef(t, k), (xs,)))
+            else:
+                stmts.append(ir.Pointwise(op, ir.RegRef(t, k), (xs, ys)))
+            stmts.append(ir.Pointwise("cvt", ir.RegRef(res, k), (ir.RegRef(t, k),)))
+        stmts.append(ir.AtomCall(sm70.st_global_16, (("dst", ir.MemRef(out, n * 128 + tid * 4)),
+                                                     ("src", ir.RegRef(res, 0)))))
+    return ir.Kernel("pointwise", params=(x, y, out), grid=(1, 1, 1), threads=32, regs=tuple(regs),
+                     body=ir.Seq(stmts))
+
+
+HAND_BUILT["pointwise"] = pointwise_kernel
+
+
+@pytest.mark.gpu
+def test_pointwise_matches_the_interpreter(device):
+    """Values are multiples of 1/4 up to +-200: every f32 result is exact, so the GPU (f32 math)
+    and the interpreter (f64 math) round the same value once to the destination dtype."""
+    from firesched.lower.interp import run_program
+
+    rng = np.random.default_rng(11)
+    arrays = {n: (rng.integers(-800, 801, size=128) / 4.0).astype(np.float32) for n in ("x", "y")}
+    program = program_of(pointwise_kernel())
+    want = run_program(program, arrays)["out"]
+    got = device.run(program, arrays)["out"]
+    np.testing.assert_array_equal(got, want)
+
+
+def _gemm_cases():
+    from firesched import ops
+
+    return [
+        pytest.param(dict(M=250, N=200, K=100), id="f16-ragged"),
+        pytest.param(dict(M=256, N=128, K=64, dtype="bf16", layout="CC",
+                          epilogue_ops=(ops.bias("bias"), ops.relu())), id="bf16-CC-bias-relu"),
+        pytest.param(dict(M=128, N=128, K=128, split_k_blocks=2, out_dtype="f32"), id="split-k-blocks"),
+        pytest.param(dict(M=128, N=256, K=256, split_k_warps=2, prologue_ops=(ops.relu(),)), id="split-k-warps"),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _gemm_cases())
+def test_lowered_gemm_matches_the_interpreter(case, device):
+    """A GEMM schedule lowered to IR computes the same bits printed on the GPU as interpreted:
+    inputs are multiples of 1/4 in [-2, 2], so every f32 sum is exact in any order."""
+    from firesched.lower.interp import run_program
+    from firesched.recipes.gemm import gemm
+
+    program = gemm(**case).lower()
+    rng = np.random.default_rng(5)
+    arrays = {b.name: (rng.integers(-8, 9, size=b.shape) / 4.0).astype(b.dtype.np) for b in program.inputs}
+    want = run_program(program, arrays)[program.output.name]
+    got = device.run(program, arrays)[program.output.name]
+    np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
