@@ -1,0 +1,69 @@
+"""The scripts under bench/ are imported and run small, so they cannot rot."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+
+import firesched as fs
+
+SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_imports(name):
+    mod = importlib.import_module(name)
+    assert mod.__doc__
+
+
+def test_bench_parameters_schedule_every_shape():
+    from bench.gemm import FUSED, QUICK, SHAPES, params_for
+
+    for (M, N, K) in SHAPES + FUSED + QUICK:
+        sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **params_for(M, N, K))
+        sched.check("sm_90a")
+
+
+def test_sweep_configs_are_valid_recipes():
+    from bench.sweep_gemm import CONFIGS
+
+    for cfg in CONFIGS:
+        fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", **cfg)
+
+
+@pytest.mark.parametrize("case", ["pipelined-partial", "unaligned-rows", "splitk-blocks"])
+def test_sanitizer_cases_interpret(case):
+    """The sanitizer's cases are valid schedules that the interpreter runs clean at their size."""
+    import numpy as np
+
+    from bench.sanitize_cases import CASES
+
+    c = CASES[case]
+    sched = fs.recipes.gemm(c["M"], c["N"], c["K"], arch="sm_90a", **c["kw"])
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((c["M"], c["K"])), rng.standard_normal((c["K"], c["N"]))
+    extras = [rng.standard_normal(c["N"]) for op in c["kw"].get("epilogue_ops", ()) for _ in op.extras()]
+    out = fs.interpret(sched, A, B, *extras)
+    assert out.shape == (c["M"], c["N"])
+
+
+@pytest.mark.gpu
+def test_bench_gemm_quick(tmp_path):
+    pytest.importorskip("torch")
+    from bench import gemm
+
+    out = tmp_path / "r.json"
+    rows = gemm.main(["--quick", "--dtypes", "f16", "--out", str(out)])
+    assert rows and all(r["rel_err"] < 2e-2 for r in rows)
+    assert json.loads(out.read_text())["rows"]
+
+
+@pytest.mark.gpu
+def test_sanitize_cases_run():
+    torch = pytest.importorskip("torch")
+    from bench.sanitize_cases import CASES, run_case
+
+    for name in CASES:
+        assert run_case(torch, name), name
