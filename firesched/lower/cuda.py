@@ -19,10 +19,18 @@ Storage conventions
     ``Kernel.shared_offsets()``; an address operand gets ``name_base + offset * element bytes``,
     ``name_base`` being the 32-bit shared-window address of the buffer computed once;
   * register buffers are ``alignas(16)`` local arrays of their storage type, zeroed at the start
-    (as the interpreter's registers are); a register operand
-    of ``reg_bits`` bits binds ``name[i]`` when one element fills it, and
-    ``*reinterpret_cast<unsigned*>(&name[i])`` when it carries several elements (likewise for
-    16- and 64-bit registers).  Sub-byte types are packed two per byte, low nibble first.
+    as the interpreter's registers are; a register operand of ``reg_bits`` bits binds
+    ``name[i]`` when one element fills it, and ``*reinterpret_cast<unsigned*>(&name[i])`` when it
+    carries several elements (likewise for 16- and 64-bit registers); a register wider than its
+    data (a one-byte copy through a 16-bit register) goes through a temporary.  Sub-byte types
+    are packed two per byte, low nibble first.  Global offsets that may not fit an ``int`` are
+    computed in 64 bits.
+
+Pointwise ops compute in f32 (``SCALAR_OPS[op].c``) on sources converted exactly to f32 and round
+once to the destination dtype: to nearest even for floats (ties away for tf32, as
+``dtypes.round_to``), to nearest and saturated for integers.  Ops whose sources and destination
+are all integers compute in 64-bit integers, saturated when stored; a copy between equal dtypes
+moves the bits.
 
 Predication (``AtomCall.pred``): a disabled COPY load writes zeros to its registers, a disabled
 store writes nothing, a disabled cp.async reads 0 bytes (``$src_size`` is 0, so it zero-fills)
@@ -481,6 +489,8 @@ class _KernelPrinter:
     # ------------------------------------------------------------------ dispatch
 
     def visit(self, node) -> None:
+        if node is None:    # an empty body, as the interpreter reads it
+            return
         method = getattr(self, "visit_" + type(node).__name__, None)
         if method is None or not _is_ir_node(node):
             raise InternalError(
@@ -563,7 +573,7 @@ class _KernelPrinter:
             i = "fs_r"
             self.emit("#pragma unroll")
             self.emit(f"for (int {i} = 0; {i} < {count}; ++{i}) {{")
-            index = f"{self.c(ref.offset, 9)} + {i}" if ref.offset != 0 else i
+            index = i if isinstance(ref.offset, int) and ref.offset == 0 else f"{self.c(ref.offset, 9)} + {i}"
             if buf.dtype.bits < 8:
                 self.emit(f"{INDENT}fs_4bit_set({buf.name}, {index}, {lit});")
             else:
