@@ -36,7 +36,7 @@ from .hardware.atoms.base import Atom
 from .hardware.target import SM80
 from .hardware.target import target as get_target
 from .lower import ir
-from .lower.expr import IntExpr, Var, evaluate, land, lt, minimum
+from .lower.expr import IntExpr, Var, evaluate, land, lt, minimum, substitute
 from .schedule import Loop, Node, Schedule
 from .spec import Init, MatMul, Move, Reduce
 from .tensor import BLOCK, GL, KERNEL, RF, SH, THREAD, WARP
@@ -290,6 +290,12 @@ class Lowering:
             for axis, (lp, _) in enumerate(reversed(block_loops)):
                 grid[axis] = lp.count
                 self.var_expr[lp.var] = ir.bid(axis, lp.count)
+        for axis, limit in ((0, 2 ** 31 - 1), (1, 65535), (2, 65535)):
+            if grid[axis] > limit:
+                raise _err(node, f"grid dimension {'xyz'[axis]} would be {grid[axis]} blocks",
+                           field=f"gridDim.{'xyz'[axis]}", value=grid[axis], allowed=f"<= {limit}",
+                           fix="use larger block tiles, or group=... in to_blocks() to put the M x N tiles on "
+                               "grid x")
         warp_loops = self._warp_loops(block_node)
         nwarps = 1
         for lp in warp_loops:
@@ -584,11 +590,63 @@ class Lowering:
             out.append(ir.AsyncCommit())
         ahead = kt + (S - 1)
         issue = loads(ahead, ahead % S)
+        split = _split_ksteps(compute)
+        if split is not None and lp.prefetch:
+            # the next tile's fragments come from stage (kt + 1) % S; lowered afresh rather than
+            # substituted, since expressions were simplified knowing kt < n
+            nxt = kt + 1
+            next_ctx = attrs.evolve(self._advance(ctx, node, lp, nxt), mode="compute", staged=staged,
+                                    stage={**ctx.stage, **{s: nxt % S for s in staged}})
+            split_next = _split_ksteps(self.loops(node, next_ctx, rest))
+            return out + self._prefetching_loop(kt, n, S, ir.If(lt(ahead, n), ir.Seq(tuple(issue))), *split,
+                                                split_next[1])
         body = [ir.AsyncWait(S - 2), ir.Barrier("tile kt landed; stage (kt-1) % S is free"),
                 ir.If(lt(ahead, n), ir.Seq(tuple(issue))), ir.AsyncCommit(), *compute]
         out.append(ir.For(kt, n, ir.Seq(tuple(body))))
         out.append(ir.AsyncWait(0))
         return out
+
+    def _prefetching_loop(self, kt: Var, n: int, S: int, issue, kvar: Var, frag_loads: list, math: list,
+                          next_loads: list) -> list:
+        """The K loop with register fragments double-buffered one warp K-step ahead.
+
+        Fragments of step ks+1 load while the mma of step ks run; the first step of tile kt+1
+        loads during the last step of tile kt, right after the one barrier of the iteration (which
+        now sits there: every read of stage kt-1 happened before it, so the cp.async issued at the
+        top of the next iteration may overwrite that stage)::
+
+            wait; barrier; load frags(tile 0, step 0) -> buf 0
+            for kt:  issue cp.async(tile kt+S-1); commit
+                     step 0: load frags(step 1) -> buf 1;  mma(buf 0)
+                     ...
+                     step KS-1: wait; barrier; load frags(tile kt+1, step 0) -> buf 0;  mma(buf 1)
+        """
+        KS = kvar.extent
+        bufs = {}
+        for st in _walk_ir(frag_loads):
+            if isinstance(st, ir.AtomCall) and st.atom.family == "ldmatrix":
+                b = st.arg("dst").buffer
+                bufs[b.name] = b
+        doubled = {}
+        for name, b in bufs.items():
+            d = ir.RegBuffer(b.name, b.dtype, 2 * b.size)
+            self.regs[name] = d
+            doubled[name] = (d, b.size)
+
+        def part(stmts, kt_expr, ks, parity):
+            env = {kvar.name: ks} if kt_expr is kt else {kvar.name: ks, kt.name: kt_expr}
+            return [_rewrite(s, env, doubled, parity) for s in stmts]
+
+        pro = [ir.AsyncWait(S - 2), ir.Barrier("tile 0 landed"), *part(frag_loads, 0, 0, 0)]
+        body: list = [issue, ir.AsyncCommit()]
+        for ks in range(KS):
+            if ks < KS - 1:
+                body += part(frag_loads, kt, ks + 1, (ks + 1) % 2)
+            else:
+                body += [ir.AsyncWait(S - 2), ir.Barrier("tile kt+1 landed; stage kt-1 is no longer read"),
+                         *part(next_loads, kt, 0, 0)]
+            body += part(math, kt, ks, ks % 2)
+        return [*pro, ir.For(kt, n, ir.Seq(tuple(body))), ir.AsyncWait(0)]
 
     # ---------------------------------------------------------------- GL -> SH
 
@@ -993,6 +1051,83 @@ class Lowering:
 
 
 # --------------------------------------------------------------------------- helpers
+
+def _flat(stmts) -> list:
+    out = []
+    for st in stmts:
+        if isinstance(st, ir.Seq):
+            out += _flat(st.body)
+        else:
+            out.append(st)
+    return out
+
+
+def _walk_ir(stmts):
+    for st in stmts:
+        yield st
+        if isinstance(st, ir.Seq):
+            yield from _walk_ir(st.body)
+        elif isinstance(st, ir.For):
+            yield from _walk_ir([st.body])
+        elif isinstance(st, ir.If):
+            yield from _walk_ir([st.then])
+
+
+def _split_ksteps(compute: list):
+    """(k-step var, fragment loads, math) when the compute part of a K tile is one unrolled loop
+    over an even number of warp K steps whose body is ldmatrix issues followed by the mma."""
+    top = [st for st in _flat(compute) if not isinstance(st, ir.Comment)]
+    if len(top) != 1 or not isinstance(top[0], ir.For) or not top[0].unroll or top[0].extent % 2:
+        return None
+    loop = top[0]
+    body = _flat([loop.body])
+    loads, math, seen_math = [], [], False
+    for st in body:
+        is_load = (isinstance(st, ir.AtomCall) and st.atom.family == "ldmatrix") or isinstance(st, ir.Pointwise)
+        if is_load and not seen_math:
+            loads.append(st)
+        elif isinstance(st, ir.Comment) and not seen_math:
+            loads.append(st)
+        else:
+            seen_math = True
+            math.append(st)
+    has_mma = any(isinstance(s, ir.AtomCall) and s.atom.family == "mma" for s in _walk_ir(math))
+    if not loads or not has_mma or any(isinstance(s, ir.AtomCall) and s.atom.family == "ldmatrix"
+                                       for s in _walk_ir(math)):
+        return None
+    return loop.var, loads, math
+
+
+def _rewrite(st, env: dict, doubled: dict, parity: int):
+    """``st`` with variables substituted and fragment buffers replaced by their double buffers."""
+
+    def e(x):
+        return substitute(x, env)
+
+    def ref(r):
+        if isinstance(r, ir.RegRef):
+            if r.buffer.name in doubled:
+                buf, size = doubled[r.buffer.name]
+                return ir.RegRef(buf, e(r.offset) + parity * size)
+            return ir.RegRef(r.buffer, e(r.offset))
+        if isinstance(r, ir.MemRef):
+            return ir.MemRef(r.buffer, e(r.offset))
+        return r
+
+    if isinstance(st, ir.Seq):
+        return ir.Seq(tuple(_rewrite(s, env, doubled, parity) for s in st.body))
+    if isinstance(st, ir.For):
+        return ir.For(st.var, st.extent, _rewrite(st.body, env, doubled, parity), st.unroll)
+    if isinstance(st, ir.If):
+        return ir.If(e(st.cond), _rewrite(st.then, env, doubled, parity))
+    if isinstance(st, ir.AtomCall):
+        return ir.AtomCall(st.atom, tuple((k, ref(v)) for k, v in st.args), e(st.pred), st.comment)
+    if isinstance(st, ir.Pointwise):
+        return ir.Pointwise(st.op, ref(st.dst), tuple(ref(x) for x in st.srcs))
+    if isinstance(st, ir.RegFill):
+        return ir.RegFill(ref(st.ref), st.count, st.value)
+    return st
+
 
 class _SyncCopy:
     """Marker for an element-wise synchronous copy (rows not 4-byte aligned)."""

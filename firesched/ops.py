@@ -98,7 +98,7 @@ def extras_at(a, extras: dict[str, np.ndarray], shape) -> np.ndarray | float:
     return v
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Bias(EpilogueOp):
     """``x + bias[n]`` (axis="n") or ``x + bias[m]`` (axis="m"); bias has C's dtype."""
 
@@ -114,8 +114,11 @@ class Bias(EpilogueOp):
     def __str__(self):
         return f"bias({self.name}[{self.axis}])"
 
+    def __repr__(self):
+        return f"ops.bias({self.name!r}, axis={self.axis!r})"
 
-@attrs.frozen
+
+@attrs.frozen(repr=False)
 class Residual(EpilogueOp):
     """``x + r[m, n]``: a residual tensor of C's shape and dtype."""
 
@@ -130,8 +133,11 @@ class Residual(EpilogueOp):
     def __str__(self):
         return f"residual({self.name})"
 
+    def __repr__(self):
+        return f"ops.residual({self.name!r})"
 
-@attrs.frozen
+
+@attrs.frozen(repr=False)
 class Unary(EpilogueOp):
     """relu, gelu, gelu_tanh, sigmoid, tanh."""
 
@@ -143,8 +149,13 @@ class Unary(EpilogueOp):
     def __str__(self):
         return f"{self.op}()"
 
+    def __repr__(self):
+        if self.op.startswith("gelu"):
+            return "ops.gelu()" if self.op == "gelu" else "ops.gelu(approximate='tanh')"
+        return f"ops.{self.op}()"
 
-@attrs.frozen
+
+@attrs.frozen(repr=False)
 class Scale(EpilogueOp):
     """``alpha * x``."""
 
@@ -156,8 +167,11 @@ class Scale(EpilogueOp):
     def __str__(self):
         return f"scale({self.alpha:g})"
 
+    def __repr__(self):
+        return f"ops.scale({self.alpha!r})"
 
-@attrs.frozen
+
+@attrs.frozen(repr=False)
 class Cast(EpilogueOp):
     """Store C as ``dtype`` instead of the spec's C dtype."""
 
@@ -168,6 +182,9 @@ class Cast(EpilogueOp):
 
     def __str__(self):
         return f"cast({self.dtype})"
+
+    def __repr__(self):
+        return f"ops.cast({self.dtype.name!r})"
 
 
 def bias(name: str = "bias", axis: str = "n") -> Bias:

@@ -44,6 +44,7 @@ class Loop:
     unit: Level | None = None
     stages: int = 1
     group: int = 1
+    prefetch: bool = False     # pipeline(prefetch=True): register fragments one K step ahead
 
     @property
     def dim(self) -> str:
@@ -232,12 +233,13 @@ class Schedule:
     def __repr__(self):
         return f"Schedule.of({self.root.spec!r}).apply(*{self.strategies!r})"
 
+    # Two schedules are equal when they build the same tree, however the strategies were grouped
+    # (apply(a >> b) == apply(a, b)).
     def __hash__(self):
-        return hash((self.root.spec, self.strategies))
+        return hash(self.root)
 
     def __eq__(self, other):
-        return isinstance(other, Schedule) and (self.root.spec, self.strategies) == (
-            other.root.spec, other.strategies)
+        return isinstance(other, Schedule) and self.root == other.root
 
 
 def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | None:

@@ -363,6 +363,7 @@ class _KernelPrinter:
         self.lines: list[str] = []
         self.depth = 1
         self.loop_vars: dict[str, ex.Var] = {}
+        self.unrolled: set[str] = set()          # variables of enclosing unrolled loops
         self.used_indices: set[str] = set()
         self.used_shared: set[str] = set()
         self.used_regs: set[str] = set()
@@ -427,7 +428,17 @@ class _KernelPrinter:
         return buf
 
     def _check_reg_range(self, buf: ir.RegBuffer, offset, count: int, what: str) -> None:
-        """Reject register indices that are certainly outside ``buf`` (exact for affine offsets)."""
+        """Reject register indices that are not compile-time constants once unrolled loops are
+        unrolled (the array would live in local memory), or that are certainly outside ``buf``
+        (exact for affine offsets)."""
+        if not isinstance(offset, (int, ex.Expr)) or isinstance(offset, bool):
+            raise InternalError(f"{self._where()}: {what}: register offset {offset!r} is not an index expression")
+        varying = sorted(v.name for v in ex.free_vars(offset) if v.name not in self.unrolled)
+        if varying:
+            raise InternalError(
+                f"{self._where()}: {what} indexes register buffer {buf.name} with {varying}, which "
+                f"are not variables of enclosing unrolled loops: register indices must be "
+                f"compile-time constants once unrolled loops are unrolled")
         affine = isinstance(offset, (int, ex.Var)) or (
             isinstance(offset, ex.Sum) and all(isinstance(t, ex.Var) for t, _ in offset.terms))
         if not affine:
@@ -515,12 +526,15 @@ class _KernelPrinter:
         self.emit("#pragma unroll" if node.unroll else "#pragma unroll 1")
         self.emit(f"for (int {var.name} = 0; {var.name} < {int(node.extent)}; ++{var.name}) {{")
         self.loop_vars[var.name] = var
+        if node.unroll:
+            self.unrolled.add(var.name)
         self.depth += 1
         try:
             self.visit(node.body)
         finally:
             self.depth -= 1
             del self.loop_vars[var.name]
+            self.unrolled.discard(var.name)
         self.emit("}")
 
     def visit_If(self, node: ir.If) -> None:

@@ -62,6 +62,7 @@ class GemmParams:
     swizzle: Swizzle | None = None           # None: bank-conflict-free choice per operand
     warp_k: int = 16                         # K per fragment load (registers hold one K step)
     group_m: int = 1                         # block order: groups of this many M tiles (L2)
+    prefetch: bool = True                    # register fragments loaded one K step ahead
 
     @property
     def warp_m(self) -> int:
@@ -75,7 +76,8 @@ class GemmParams:
 def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
          layout: str = "RR", block_m: int = 128, block_n: int = 128, block_k: int = 32, warps_m: int = 2,
          warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
-         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, epilogue_ops: tuple = (),
+         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool = True,
+         epilogue_ops: tuple = (),
          prologue_ops: tuple = (), check: bool = True) -> Schedule:
     """A GEMM schedule.
 
@@ -85,11 +87,24 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     fragments (e.g. ``(ops.relu(),)``).  ``arch`` is the target the schedule is checked against
     (sm_80 atoms run on sm_80 and sm_90a).
     """
-    tgt = get_target(arch)
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ScheduleError("problem sizes are positive ints", field=name, value=v, allowed="an int >= 1")
+    try:
+        tgt = get_target(arch)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
+    if not (isinstance(layout, str) and len(layout) == 2 and set(layout) <= {"R", "C"}):
+        raise ScheduleError("layout gives A's then B's majorness", field="layout", value=layout,
+                            allowed="'RR', 'RC', 'CR', 'CC' (R = row-major, C = column-major)")
+    for name, v in (("epilogue_ops", epilogue_ops), ("prologue_ops", prologue_ops)):
+        if not isinstance(v, (tuple, list)):
+            raise ScheduleError(f"{name} is a tuple of firesched.ops values", field=name, value=v,
+                                allowed="e.g. (ops.bias('bias'), ops.relu())", fix=f"pass {name}=({v!r},)")
     p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-                   warp_k, group_m)
+                   warp_k, group_m, prefetch)
     _check_params(p, M, N, K)
     spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
     chain = []
@@ -100,7 +115,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         tile(k=p.block_k),
         move_to_smem("A", swizzle=p.swizzle),
         move_to_smem("B", swizzle=p.swizzle),
-        pipeline(stages=p.stages),
+        pipeline(stages=p.stages, prefetch=p.prefetch),
     ]
     if p.split_k_warps > 1:
         chain.append(split_k(p.split_k_warps, across=WARP))
@@ -125,7 +140,10 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
 
 
 def _input_dtype(name):
-    dt = dtype(name)
+    try:
+        dt = dtype(name)
+    except ValueError:
+        raise ScheduleError("unknown dtype", field="dtype", value=name, allowed="f16, bf16") from None
     if dt.name not in _MMA:
         raise ScheduleError("the sm_80 GEMM recipe takes 16-bit inputs", field="dtype", value=name,
                             allowed="f16, bf16")
@@ -133,7 +151,10 @@ def _input_dtype(name):
 
 
 def _out_dtype(name):
-    dt = dtype(name)
+    try:
+        dt = dtype(name)
+    except ValueError:
+        raise ScheduleError("unknown output dtype", field="out_dtype", value=name, allowed="f16, bf16, f32") from None
     if dt.name not in ("f16", "bf16", "f32"):
         raise ScheduleError("unsupported output dtype", field="out_dtype", value=name, allowed="f16, bf16, f32")
     return dt
@@ -143,6 +164,10 @@ def _check_params(p: GemmParams, M: int, N: int, K: int):
     for f in attrs.fields(GemmParams):
         v = getattr(p, f.name)
         if f.name == "swizzle":
+            continue
+        if f.name == "prefetch":
+            if not isinstance(v, bool):
+                raise ScheduleError("prefetch is a bool", field="prefetch", value=v, allowed="True, False")
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ScheduleError("recipe parameters are positive ints", field=f.name, value=v,
@@ -155,12 +180,12 @@ def _check_params(p: GemmParams, M: int, N: int, K: int):
         raise ScheduleError(f"warp tiles of {p.warp_m}x{p.warp_n}: each warp tile must be a multiple of "
                             "16x16 (mma m16n8k16 fragments, ldmatrix x4 of B)", field="block / warps",
                             value=(p.block_m, p.block_n, p.warps_m, p.warps_n), allowed="multiples of 16")
-    if p.warp_k % 16 or (p.block_k // p.split_k_warps) % p.warp_k:
-        raise ScheduleError("warp_k is the K of one fragment load: a multiple of 16 dividing the warp's K tile",
-                            field="warp_k", value=p.warp_k, allowed=f"multiples of 16 dividing {p.block_k // p.split_k_warps}")
     if p.block_k % (16 * p.split_k_warps):
         raise ScheduleError("the K tile must hold 16 K per warp group", field="block_k", value=p.block_k,
                             allowed=f"multiples of {16 * p.split_k_warps}")
+    if p.warp_k % 16 or (p.block_k // p.split_k_warps) % p.warp_k:
+        raise ScheduleError("warp_k is the K of one fragment load: a multiple of 16 dividing the warp's K tile",
+                            field="warp_k", value=p.warp_k, allowed=f"multiples of 16 dividing {p.block_k // p.split_k_warps}")
 
 
 def _group(p: GemmParams, M: int, N: int) -> int:

@@ -38,6 +38,13 @@ class to(Strategy):
         path = sched.focus_path()
         focus = path[-1]
         if not isinstance(self.level, Level) or self.level not in _FROM:
+            bad_level = True
+        else:
+            bad_level = False
+        if not isinstance(self.arrangement, tuple):
+            raise ScheduleError("an arrangement is a tuple of unit counts", strategy=self, spec=focus.spec,
+                                field="arrangement", value=self.arrangement, allowed="e.g. (2, 2)")
+        if bad_level:
             raise ScheduleError("cannot map loops onto this level", strategy=self, spec=focus.spec,
                                 field="level", value=self.level,
                                 allowed="Level.BLOCK, Level.WARPGROUP, Level.WARP, Level.THREAD")
@@ -94,9 +101,12 @@ class to(Strategy):
 
     def __repr__(self):
         names = {BLOCK: "to_blocks", WARP: "to_warps", THREAD: "to_threads", WARPGROUP: "to_warpgroups"}
-        args = [str(a) for a in self.arrangement]
-        if self.group > 1:
-            args.append(f"group={self.group}")
+        arr = self.arrangement if isinstance(self.arrangement, tuple) else (self.arrangement,)
+        args = [repr(a) for a in arr]
+        if self.group != 1:
+            args.append(f"group={self.group!r}")
+        if not isinstance(self.level, Level) or self.level not in names:
+            return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
 
     __str__ = __repr__

@@ -100,8 +100,16 @@ class move_to_smem(Strategy):
                 raise ScheduleError(f"the swizzle permutes blocks of {1 << (sw.bits + sw.base + sw.shift)} "
                                     f"elements, more than the {tile_elems}-element tile", strategy=self,
                                     spec=spec, field="swizzle", value=sw, fix="use fewer bits or swizzle=None")
+        via = self.via if isinstance(self.via, (tuple, list)) else (self.via,)
+        for a in via:
+            if not isinstance(a, Atom) or a.family not in ("cp_async", "copy"):
+                raise ScheduleError("via= names the copy atom for this move", strategy=self, spec=spec,
+                                    field="via", value=self.via,
+                                    allowed="sm80.cp_async_4/8/16 (or nothing: the widest legal copy)")
+        if len(via) > 1:
+            raise ScheduleError("give one copy atom", strategy=self, spec=spec, field="via", value=self.via)
         sh = Tile(attrs.evolve(t.tensor, memory=SH, shape=t.shape, swizzle=sw), t.shape)
-        move = Node(Move(t, sh, BLOCK), via=tuple(self.via))
+        move = Node(Move(t, sh, BLOCK), via=tuple(via))
         new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, sh))))
         return sched.replace_focus(new)
 

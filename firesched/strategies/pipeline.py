@@ -25,6 +25,7 @@ MAX_STAGES = 8
 @attrs.frozen(repr=False)
 class pipeline(Strategy):
     stages: int = 2
+    prefetch: bool = True
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -41,14 +42,19 @@ class pipeline(Strategy):
             if not moved:
                 raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
                                     spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
-            loops = tuple(attrs.evolve(lp, stages=self.stages) if lp is kloops[-1] else lp for lp in node.loops)
+            if not isinstance(self.prefetch, bool):
+                raise ScheduleError("prefetch is a bool", strategy=self, spec=spec, field="prefetch",
+                                    value=self.prefetch, allowed="True, False")
+            loops = tuple(attrs.evolve(lp, stages=self.stages, prefetch=self.prefetch) if lp is kloops[-1] else lp
+                          for lp in node.loops)
             sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
             return _restage(sched, moved, self.stages)
         raise ScheduleError("there is no sequential K loop to pipeline", strategy=self, spec=spec,
                             fix="tile(k=...) inside a block first")
 
     def __repr__(self):
-        return f"pipeline(stages={self.stages})"
+        pf = "" if self.prefetch else ", prefetch=False"
+        return f"pipeline(stages={self.stages}{pf})"
 
     __str__ = __repr__
 

@@ -36,7 +36,7 @@ class split_k(Strategy):
         node = sched.open_focus(self)
         spec = node.spec
         positive_int(self, spec, "parts", self.parts)
-        if self.across not in (BLOCK, WARP):
+        if not isinstance(self.across, Level) or self.across not in (BLOCK, WARP):
             raise ScheduleError("split-K runs across blocks or across warps", strategy=self, spec=spec,
                                 field="across", value=self.across, allowed="Level.BLOCK, Level.WARP")
         if self.parts == 1:
@@ -97,7 +97,8 @@ class split_k(Strategy):
         return _replace_node(sched, path, new_holder)
 
     def __repr__(self):
-        return f"split_k({self.parts}, across=Level.{self.across.name})"
+        across = f"Level.{self.across.name}" if isinstance(self.across, Level) else repr(self.across)
+        return f"split_k({self.parts!r}, across={across})"
 
     def __str__(self):
         return f"split_k({self.parts}, across={self.across})"
