@@ -44,7 +44,9 @@ def params_for(M: int, N: int, K: int) -> dict:
                     group_m=1)
     if not aligned:
         return dict(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=2, stages=4, group_m=8)
-    return dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8)
+    if M >= 2048 and N >= 2048:
+        return dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8)
+    return dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4, group_m=8)
 
 
 def time_ms(torch, fn, reps: int, samples: int) -> float:

@@ -203,8 +203,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
     unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 32768);
     const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
     alignas(16) float C_acc[128] = {};  // f32 x 128
-    alignas(16) unsigned short A_frag[32] = {};  // f16 x 32
-    alignas(16) unsigned short B_frag[32] = {};  // f16 x 32
+    alignas(16) unsigned short A_frag[64] = {};  // f16 x 64
+    alignas(16) unsigned short B_frag[64] = {};  // f16 x 64
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
@@ -289,15 +289,65 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
         :
         :
         : "memory");
+    // sm80.cp_async_wait: at most 2 cp.async groups still pending
+    asm volatile("cp.async.wait_group 2;"
+        :
+        :
+        : "memory");
+    // tile 0 landed
+    __syncthreads();
+    // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[0 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[16 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[24 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8) * 2))
+        : "memory");
+    // Move<warp>(B:SH f16[16x64] Sw<3,3,5> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[0 .. +8], src = &B_smem[tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+        : "r"(B_smem_base + ((tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+        : "r"(B_smem_base + ((tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[16 .. +8], src = &B_smem[tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+        : "r"(B_smem_base + ((tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[24 .. +8], src = &B_smem[tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+        : "r"(B_smem_base + ((tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32) * 2))
+        : "memory");
     #pragma unroll 1
     for (int k0 = 0; k0 < 128; ++k0) {
-        // sm80.cp_async_wait: at most 2 cp.async groups still pending
-        asm volatile("cp.async.wait_group 2;"
-            :
-            :
-            : "memory");
-        // tile kt landed; stage (kt-1) % S is free
-        __syncthreads();
         if (k0 + 3 < 128) {
             // Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages): 512 chunks of 8 x f16 over 256 threads
             #pragma unroll
@@ -325,70 +375,138 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
             :
             :
             : "memory");
+        // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[32 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 16 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[38]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 16 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[40 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 528 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[46]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 528 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[48 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1040 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[54]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1040 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[56 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1552 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[62]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1552 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x64] Sw<3,3,5> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[32 .. +8], src = &B_smem[k0 % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4096 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4096 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[38]))
+            : "r"(B_smem_base + (k0 % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4096 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4096 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[40 .. +8], src = &B_smem[k0 % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4112 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4112 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[46]))
+            : "r"(B_smem_base + (k0 % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4112 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4112 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[48 .. +8], src = &B_smem[k0 % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4128 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4128 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[54]))
+            : "r"(B_smem_base + (k0 % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4128 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4128 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[56 .. +8], src = &B_smem[k0 % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4144 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4144 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[62]))
+            : "r"(B_smem_base + (k0 % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4144 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 4144 & 1792) / 32) * 2))
+            : "memory");
         #pragma unroll
-        for (int k1 = 0; k1 < 2; ++k1) {
-            // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[0 .. +8], src = &A_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8) * 2))
-                : "memory");
-            // Move<warp>(B:SH f16[16x64] Sw<3,3,5> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[0 .. +8], src = &B_smem[k0 % 4 * 8192 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + (k0 % 4 * 16384 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 4 * 8192 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + (k0 % 4 * 16384 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 4 * 8192 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-                : "r"(B_smem_base + (k0 % 4 * 16384 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 4 * 8192 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-                : "r"(B_smem_base + (k0 % 4 * 16384 + (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (k1 * 4096 + tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32) * 2))
-                : "memory");
+        for (int m2 = 0; m2 < 4; ++m2) {
             #pragma unroll
-            for (int m2 = 0; m2 < 4; ++m2) {
+            for (int n2 = 0; n2 < 8; ++n2) {
                 #pragma unroll
-                for (int n2 = 0; n2 < 8; ++n2) {
-                    #pragma unroll
-                    for (int k2 = 0; k2 < 1; ++k2) {
-                        // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
-                        //   d = C_acc[m2 * 32 + n2 * 4 .. +4], a = A_frag[m2 * 8 .. +8], b = B_frag[n2 * 4 .. +4], c = C_acc[m2 * 32 + n2 * 4 .. +4]
-                        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-                            : "=f"(C_acc[m2 * 32 + n2 * 4]), "=f"(C_acc[m2 * 32 + n2 * 4 + 1]), "=f"(C_acc[m2 * 32 + n2 * 4 + 2]), "=f"(C_acc[m2 * 32 + n2 * 4 + 3])
-                            : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 2])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 4])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 6])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 2])), "f"(C_acc[m2 * 32 + n2 * 4]), "f"(C_acc[m2 * 32 + n2 * 4 + 1]), "f"(C_acc[m2 * 32 + n2 * 4 + 2]), "f"(C_acc[m2 * 32 + n2 * 4 + 3]));
-                    }
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+                    //   d = C_acc[m2 * 32 + n2 * 4 .. +4], a = A_frag[m2 * 8 .. +8], b = B_frag[n2 * 4 .. +4], c = C_acc[m2 * 32 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_acc[m2 * 32 + n2 * 4]), "=f"(C_acc[m2 * 32 + n2 * 4 + 1]), "=f"(C_acc[m2 * 32 + n2 * 4 + 2]), "=f"(C_acc[m2 * 32 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 2])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 4])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 6])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 2])), "f"(C_acc[m2 * 32 + n2 * 4]), "f"(C_acc[m2 * 32 + n2 * 4 + 1]), "f"(C_acc[m2 * 32 + n2 * 4 + 2]), "f"(C_acc[m2 * 32 + n2 * 4 + 3]));
+                }
+            }
+        }
+        // sm80.cp_async_wait: at most 2 cp.async groups still pending
+        asm volatile("cp.async.wait_group 2;"
+            :
+            :
+            : "memory");
+        // tile kt+1 landed; stage kt-1 is no longer read
+        __syncthreads();
+        // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[0 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 512 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[16 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1024 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[24 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 2048 + 1536 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x64] Sw<3,3,5> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[0 .. +8], src = &B_smem[(k0 + 1) % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 16 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[16 .. +8], src = &B_smem[(k0 + 1) % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 32 & 1792) / 32) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[24 .. +8], src = &B_smem[(k0 + 1) % 4 * 8192 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 16384 + (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 ^ (tid % 16 * 256 + tid % 32 / 16 * 8 + tid / 32 % 4 * 64 + 48 & 1792) / 32) * 2))
+            : "memory");
+        #pragma unroll
+        for (int m2 = 0; m2 < 4; ++m2) {
+            #pragma unroll
+            for (int n2 = 0; n2 < 8; ++n2) {
+                #pragma unroll
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+                    //   d = C_acc[m2 * 32 + n2 * 4 .. +4], a = A_frag[m2 * 8 + 32 .. +8], b = B_frag[n2 * 4 + 32 .. +4], c = C_acc[m2 * 32 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_acc[m2 * 32 + n2 * 4]), "=f"(C_acc[m2 * 32 + n2 * 4 + 1]), "=f"(C_acc[m2 * 32 + n2 * 4 + 2]), "=f"(C_acc[m2 * 32 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 32])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 34])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 36])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 38])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 32])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 34])), "f"(C_acc[m2 * 32 + n2 * 4]), "f"(C_acc[m2 * 32 + n2 * 4 + 1]), "f"(C_acc[m2 * 32 + n2 * 4 + 2]), "f"(C_acc[m2 * 32 + n2 * 4 + 3]));
                 }
             }
         }

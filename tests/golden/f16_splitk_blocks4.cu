@@ -208,8 +208,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 8192);
     const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
     alignas(16) float C_part_acc[32] = {};  // f32 x 32
-    alignas(16) unsigned short A_frag[16] = {};  // f16 x 16
-    alignas(16) unsigned short B_frag[16] = {};  // f16 x 16
+    alignas(16) unsigned short A_frag[32] = {};  // f16 x 32
+    alignas(16) unsigned short B_frag[32] = {};  // f16 x 32
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) float out_f32[2] = {};  // f32 x 2
 
@@ -244,15 +244,41 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
         :
         :
         : "memory");
+    // sm80.cp_async_wait: at most 0 cp.async groups still pending
+    asm volatile("cp.async.wait_group 0;"
+        :
+        :
+        : "memory");
+    // tile 0 landed
+    __syncthreads();
+    // Move<warp>(A:SH f16[32x16] Sw<2,3,3> x2 stages -> A:RF f16[32x16]): ldmatrix_x4
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[0 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+        : "memory");
+    // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[0 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+        : "memory");
     #pragma unroll 1
     for (int k0 = 0; k0 < 64; ++k0) {
-        // sm80.cp_async_wait: at most 0 cp.async groups still pending
-        asm volatile("cp.async.wait_group 0;"
-            :
-            :
-            : "memory");
-        // tile kt landed; stage (kt-1) % S is free
-        __syncthreads();
         if (k0 + 1 < 64) {
             // Move<block>(A:GL f16[64x32] -> A:SH f16[64x32] Sw<2,3,3> x2 stages): 256 chunks of 8 x f16 over 128 threads
             #pragma unroll
@@ -280,46 +306,90 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
             :
             :
             : "memory");
+        // Move<warp>(A:SH f16[32x16] Sw<2,3,3> x2 stages -> A:RF f16[32x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8) * 2))
+            : "memory");
         #pragma unroll
-        for (int k1 = 0; k1 < 2; ++k1) {
-            // Move<warp>(A:SH f16[32x16] Sw<2,3,3> x2 stages -> A:RF f16[32x16]): ldmatrix_x4
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[0 .. +8], src = &A_smem[k0 % 2 * 2048 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + (k0 % 2 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 2 * 2048 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + (k0 % 2 * 4096 + (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
-                : "memory");
-            // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[0 .. +8], src = &B_smem[k0 % 2 * 2048 + (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + (k0 % 2 * 4096 + (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 2 * 2048 + (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + (k0 % 2 * 4096 + (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
-                : "memory");
+        for (int m2 = 0; m2 < 2; ++m2) {
             #pragma unroll
-            for (int m2 = 0; m2 < 2; ++m2) {
+            for (int n2 = 0; n2 < 4; ++n2) {
                 #pragma unroll
-                for (int n2 = 0; n2 < 4; ++n2) {
-                    #pragma unroll
-                    for (int k2 = 0; k2 < 1; ++k2) {
-                        // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C_part:RF f32[16x8]) acc f32
-                        //   d = C_part_acc[m2 * 16 + n2 * 4 .. +4], a = A_frag[m2 * 8 .. +8], b = B_frag[n2 * 4 .. +4], c = C_part_acc[m2 * 16 + n2 * 4 .. +4]
-                        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
-                            : "=f"(C_part_acc[m2 * 16 + n2 * 4]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 3])
-                            : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 2])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 4])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 6])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 2])), "f"(C_part_acc[m2 * 16 + n2 * 4]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 3]));
-                    }
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C_part:RF f32[16x8]) acc f32
+                    //   d = C_part_acc[m2 * 16 + n2 * 4 .. +4], a = A_frag[m2 * 8 .. +8], b = B_frag[n2 * 4 .. +4], c = C_part_acc[m2 * 16 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_part_acc[m2 * 16 + n2 * 4]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 2])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 4])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 6])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 2])), "f"(C_part_acc[m2 * 16 + n2 * 4]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 3]));
+                }
+            }
+        }
+        // sm80.cp_async_wait: at most 0 cp.async groups still pending
+        asm volatile("cp.async.wait_group 0;"
+            :
+            :
+            : "memory");
+        // tile kt+1 landed; stage kt-1 is no longer read
+        __syncthreads();
+        // Move<warp>(A:SH f16[32x16] Sw<2,3,3> x2 stages -> A:RF f16[32x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[0 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[0 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+            : "memory");
+        #pragma unroll
+        for (int m2 = 0; m2 < 2; ++m2) {
+            #pragma unroll
+            for (int n2 = 0; n2 < 4; ++n2) {
+                #pragma unroll
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C_part:RF f32[16x8]) acc f32
+                    //   d = C_part_acc[m2 * 16 + n2 * 4 .. +4], a = A_frag[m2 * 8 + 16 .. +8], b = B_frag[n2 * 4 + 16 .. +4], c = C_part_acc[m2 * 16 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_part_acc[m2 * 16 + n2 * 4]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "=f"(C_part_acc[m2 * 16 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 16])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 18])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 20])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 22])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 16])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 18])), "f"(C_part_acc[m2 * 16 + n2 * 4]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 1]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 2]), "f"(C_part_acc[m2 * 16 + n2 * 4 + 3]));
                 }
             }
         }
