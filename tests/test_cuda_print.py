@@ -371,10 +371,20 @@ def test_a_lookalike_of_an_ir_class_is_rejected():
 
 
 def test_unbound_index_variable_is_an_internal_error():
-    r = ir.RegBuffer("r", dt.f32, 4)
     stray = ex.Var("k", 4)
     with pytest.raises(InternalError, match="'k' is not bound"):
-        cuda.emit_kernel(tiny_kernel(ir.RegFill(ir.RegRef(r, stray), 1, 0.0)))
+        cuda.emit_kernel(tiny_kernel(ir.If(ex.lt(stray, 2), ir.Comment("unreachable"))))
+
+
+def test_register_index_that_is_not_constant_is_an_internal_error():
+    r = ir.RegBuffer("r", dt.f32, 4)
+    i = ex.Var("i", 4)
+    serial = ir.For(i, 4, ir.RegFill(ir.RegRef(r, i), 1, 0.0), unroll=False)
+    with pytest.raises(InternalError, match="not variables of enclosing unrolled loops"):
+        cuda.emit_kernel(tiny_kernel(serial))
+    with pytest.raises(InternalError, match=r"\['tid'\]"):
+        cuda.emit_kernel(tiny_kernel(ir.RegFill(ir.RegRef(r, ir.tid(32) % 4), 1, 0.0)))
+    assert "r[i] = 0.0f;" in kernel_text(tiny_kernel(ir.For(i, 4, serial.body, unroll=True)))
 
 
 def test_register_out_of_range_is_an_internal_error():
