@@ -13,23 +13,26 @@ from firesched import ops
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 BIG = dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4)
-DEF = dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8)
+DEF = dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4, group_m=8)
+WIDE = dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8)
 SMALL = dict(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=2)
 
 VARIANTS = {
     "f16_128x256x32_s4": ((4096, 4096, 4096), dict(BIG)),
-    "f16_128x128x64_s3_g8": ((4096, 4096, 4096), dict(DEF)),
-    "bf16_128x128x32_s4": ((2048, 2048, 2048), dict(DEF, block_k=32, stages=4, dtype="bf16")),
+    "f16_128x128x32_s4_g8": ((4096, 4096, 4096), dict(DEF)),
+    "f16_256x128x32_s4_g8": ((8192, 8192, 8192), dict(WIDE)),
+    "f16_128x128x64_s3_no_prefetch": ((4096, 4096, 4096), dict(DEF, block_k=64, stages=3)),
+    "bf16_128x128x32_s4": ((2048, 2048, 2048), dict(DEF, dtype="bf16")),
     "f16_64x64x32_s2": ((1000, 1000, 1000), dict(SMALL)),
     "f16_stages1": ((512, 512, 512), dict(SMALL, stages=1)),
     "f16_splitk_warps2": ((1024, 1024, 2048), dict(SMALL, split_k_warps=2)),
     "f16_splitk_blocks4": ((512, 512, 8192), dict(SMALL, split_k_blocks=4)),
-    "f16_bias_relu": ((8192, 8192, 1024), dict(DEF, epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "f16_bias_relu": ((8192, 8192, 1024), dict(WIDE, epilogue_ops=(ops.bias("bias"), ops.relu()))),
     "f16_bias_gelu_f32out": ((1024, 1024, 1024), dict(DEF, out_dtype="f32",
                                                        epilogue_ops=(ops.bias("bias"), ops.gelu()))),
     "bf16_residual_scale": ((1024, 768, 512), dict(SMALL, dtype="bf16",
                                                     epilogue_ops=(ops.scale(0.5), ops.residual("residual")))),
-    "bf16_layout_CC": ((1024, 1024, 1024), dict(DEF, dtype="bf16", layout="CC")),
+    "bf16_layout_CC": ((1024, 1024, 1024), dict(DEF, dtype="bf16", layout="CC", prefetch=False)),
     "f16_layout_RC_sigmoid": ((1024, 1024, 1024), dict(SMALL, layout="RC", epilogue_ops=(ops.sigmoid(),))),
     "f16_prologue_relu": ((1024, 1024, 1024), dict(SMALL, prologue_ops=(ops.relu(),))),
     "f16_unaligned_4095x4097x1023": ((4095, 4097, 1023), dict(DEF, block_k=16, stages=4)),

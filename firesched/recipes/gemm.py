@@ -62,7 +62,7 @@ class GemmParams:
     swizzle: Swizzle | None = None           # None: bank-conflict-free choice per operand
     warp_k: int = 16                         # K per fragment load (registers hold one K step)
     group_m: int = 1                         # block order: groups of this many M tiles (L2)
-    prefetch: bool = True                    # register fragments loaded one K step ahead
+    prefetch: bool | None = None             # fragments one K step ahead; None: where registers allow
 
     @property
     def warp_m(self) -> int:
@@ -76,7 +76,7 @@ class GemmParams:
 def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
          layout: str = "RR", block_m: int = 128, block_n: int = 128, block_k: int = 32, warps_m: int = 2,
          warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
-         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool = True,
+         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool | None = None,
          epilogue_ops: tuple = (),
          prologue_ops: tuple = (), check: bool = True) -> Schedule:
     """A GEMM schedule.
@@ -115,7 +115,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         tile(k=p.block_k),
         move_to_smem("A", swizzle=p.swizzle),
         move_to_smem("B", swizzle=p.swizzle),
-        pipeline(stages=p.stages, prefetch=p.prefetch),
+        pipeline(stages=p.stages, prefetch=_prefetch(p)),
     ]
     if p.split_k_warps > 1:
         chain.append(split_k(p.split_k_warps, across=WARP))
@@ -166,8 +166,9 @@ def _check_params(p: GemmParams, M: int, N: int, K: int):
         if f.name == "swizzle":
             continue
         if f.name == "prefetch":
-            if not isinstance(v, bool):
-                raise ScheduleError("prefetch is a bool", field="prefetch", value=v, allowed="True, False")
+            if v is not None and not isinstance(v, bool):
+                raise ScheduleError("prefetch is a bool or None", field="prefetch", value=v,
+                                    allowed="True, False, None (automatic)")
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ScheduleError("recipe parameters are positive ints", field=f.name, value=v,
@@ -186,6 +187,15 @@ def _check_params(p: GemmParams, M: int, N: int, K: int):
     if p.warp_k % 16 or (p.block_k // p.split_k_warps) % p.warp_k:
         raise ScheduleError("warp_k is the K of one fragment load: a multiple of 16 dividing the warp's K tile",
                             field="warp_k", value=p.warp_k, allowed=f"multiples of 16 dividing {p.block_k // p.split_k_warps}")
+
+
+def _prefetch(p: GemmParams) -> bool:
+    """Double-buffered fragments cost registers: with 64x64 warp tiles (128 accumulator registers)
+    they fit when a K tile holds two warp K steps, not four (measured: 255 registers and spills)."""
+    if p.prefetch is not None:
+        return p.prefetch
+    steps = p.block_k // p.split_k_warps // p.warp_k
+    return steps <= 2 or p.warp_m * p.warp_n <= 64 * 32
 
 
 def _group(p: GemmParams, M: int, N: int) -> int:

@@ -159,34 +159,34 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 //   tile(m=128, n=128) >> to_blocks()
 //   for m0 in block(8), n0 in block(8):
 //     MatMul<block>(A:GL bf16[128x1024], B:GL bf16[1024x128], C:GL bf16[128x128]) acc f32
-//       tile(k=64)
+//       tile(k=32)
 //       Init<block>(C:RF f32[128x128] = 0)
-//       for k0 in seq(16) pipelined(3 stages):
-//         MatMul<block>(A:GL bf16[128x64], B:GL bf16[64x128], C:RF f32[128x128]) acc f32
+//       for k0 in seq(32) pipelined(4 stages):
+//         MatMul<block>(A:GL bf16[128x32], B:GL bf16[32x128], C:RF f32[128x128]) acc f32
 //           move_to_smem('A')
-//           Move<block>(A:GL bf16[128x64] -> A:SH bf16[128x64] Sw<3,3,4> x3 stages)
-//           MatMul<block>(A:SH bf16[128x64] Sw<3,3,4> x3 stages, B:GL bf16[64x128], C:RF f32[128x128]) acc f32
+//           Move<block>(A:GL bf16[128x32] -> A:SH bf16[128x32] Sw<3,3,4> x4 stages)
+//           MatMul<block>(A:SH bf16[128x32] Sw<3,3,4> x4 stages, B:GL bf16[32x128], C:RF f32[128x128]) acc f32
 //             move_to_smem('B')
-//             Move<block>(B:GL bf16[64x128] -> B:SH bf16[64x128] Sw<3,3,3> x3 stages)
-//             MatMul<block>(A:SH bf16[128x64] Sw<3,3,4> x3 stages, B:SH bf16[64x128] Sw<3,3,3> x3 stages, C:RF f32[128x128]) acc f32
+//             Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages)
+//             MatMul<block>(A:SH bf16[128x32] Sw<3,3,4> x4 stages, B:SH bf16[32x128] Sw<2,3,3> x4 stages, C:RF f32[128x128]) acc f32
 //               tile(m=64, n=64) >> to_warps(2, 2)
 //               for m1 in warp(2), n1 in warp(2):
-//                 MatMul<warp>(A:SH bf16[64x64] Sw<3,3,4> x3 stages, B:SH bf16[64x64] Sw<3,3,3> x3 stages, C:RF f32[64x64]) acc f32
+//                 MatMul<warp>(A:SH bf16[64x32] Sw<3,3,4> x4 stages, B:SH bf16[32x64] Sw<2,3,3> x4 stages, C:RF f32[64x64]) acc f32
 //                   tile(k=16)
-//                   for k1 in seq(4):
-//                     MatMul<warp>(A:SH bf16[64x16] Sw<3,3,4> x3 stages, B:SH bf16[16x64] Sw<3,3,3> x3 stages, C:RF f32[64x64]) acc f32
+//                   for k1 in seq(2):
+//                     MatMul<warp>(A:SH bf16[64x16] Sw<3,3,4> x4 stages, B:SH bf16[16x64] Sw<2,3,3> x4 stages, C:RF f32[64x64]) acc f32
 //                       move_to_regs('A')
-//                       Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x3 stages -> A:RF bf16[64x16])
-//                       MatMul<warp>(A:RF bf16[64x16], B:SH bf16[16x64] Sw<3,3,3> x3 stages, C:RF f32[64x64]) acc f32
+//                       Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x4 stages -> A:RF bf16[64x16])
+//                       MatMul<warp>(A:RF bf16[64x16], B:SH bf16[16x64] Sw<2,3,3> x4 stages, C:RF f32[64x64]) acc f32
 //                         move_to_regs('B')
-//                         Move<warp>(B:SH bf16[16x64] Sw<3,3,3> x3 stages -> B:RF bf16[16x64])
+//                         Move<warp>(B:SH bf16[16x64] Sw<2,3,3> x4 stages -> B:RF bf16[16x64])
 //                         MatMul<warp>(A:RF bf16[64x16], B:RF bf16[16x64], C:RF f32[64x64]) acc f32
 //                           tile(m=16, n=8, k=16)
 //                           for m2 in seq(4), n2 in seq(8), k2 in seq(1):
 //                             MatMul<warp>(A:RF bf16[16x16], B:RF bf16[16x8], C:RF f32[16x8]) acc f32
 //                               done(sm80.mma_m16n8k16_bf16_f32)
 //       Move<block>(C:RF f32[128x128] -> C:GL bf16[128x128])
-// firesched_gemm: grid (8, 8, 1) x 128 threads, 98304 bytes of dynamic shared memory
+// firesched_gemm: grid (8, 8, 1) x 128 threads, 65536 bytes of dynamic shared memory
 extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     const unsigned short* __restrict__ A,
     const unsigned short* __restrict__ B,
@@ -196,11 +196,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     const int bid_x = blockIdx.x;
     const int bid_y = blockIdx.y;
     extern __shared__ __align__(128) unsigned char fs_smem[];
-    // A_smem: bf16[24576] at byte 0, 3 stage(s) x 128x64 bf16, Sw<3,3,4>
+    // A_smem: bf16[16384] at byte 0, 4 stage(s) x 128x32 bf16, Sw<3,3,4>
     unsigned short* const A_smem = reinterpret_cast<unsigned short*>(fs_smem + 0);
     const unsigned A_smem_base = (unsigned)__cvta_generic_to_shared(A_smem);
-    // B_smem: bf16[24576] at byte 49152, 3 stage(s) x 64x128 bf16, Sw<3,3,3>
-    unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 49152);
+    // B_smem: bf16[16384] at byte 32768, 4 stage(s) x 32x128 bf16, Sw<2,3,3>
+    unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 32768);
     const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
     alignas(16) float C_acc[128] = {};  // f32 x 128
     alignas(16) unsigned short A_frag[32] = {};  // bf16 x 32
@@ -213,10 +213,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     for (int fs_r = 0; fs_r < 128; ++fs_r) {
         C_acc[fs_r] = 0.0f;
     }
-    // K loop over 16 tiles of 64, 3-stage cp.async pipeline
-    // Move<block>(A:GL bf16[128x64] -> A:SH bf16[128x64] Sw<3,3,4> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+    // K loop over 32 tiles of 32, 4-stage cp.async pipeline
+    // Move<block>(A:GL bf16[128x32] -> A:SH bf16[128x32] Sw<3,3,4> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
-    for (int c0 = 0; c0 < 8; ++c0) {
+    for (int c0 = 0; c0 < 4; ++c0) {
         // sm80.cp_async_16: A tile -> shared
         //   dst = &A_smem[c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16], src = &A[bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
@@ -224,14 +224,14 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
             : "r"(A_smem_base + ((c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"(A + (bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024)), "r"(16)
             : "memory");
     }
-    // Move<block>(B:GL bf16[64x128] -> B:SH bf16[64x128] Sw<3,3,3> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+    // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
-    for (int c1 = 0; c1 < 8; ++c1) {
+    for (int c1 = 0; c1 < 4; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &B[bid_x * 131072 + c1 * 16384 + tid % 8 * 8 + tid / 8 * 1024]
+        //   dst = &B_smem[c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &B[bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"(B + (bid_x * 131072 + c1 * 16384 + tid % 8 * 8 + tid / 8 * 1024)), "r"(16)
+            : "r"(B_smem_base + ((c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(B + (bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -239,24 +239,49 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
         :
         :
         : "memory");
-    // Move<block>(A:GL bf16[128x64] -> A:SH bf16[128x64] Sw<3,3,4> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+    // Move<block>(A:GL bf16[128x32] -> A:SH bf16[128x32] Sw<3,3,4> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
-    for (int c2 = 0; c2 < 8; ++c2) {
+    for (int c2 = 0; c2 < 4; ++c2) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &A[bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
+        //   dst = &A_smem[(c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 4096], src = &A[bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"(A + (bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
+            : "r"(A_smem_base + ((c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 8192)), "l"(A + (bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768)), "r"(16)
             : "memory");
     }
-    // Move<block>(B:GL bf16[64x128] -> B:SH bf16[64x128] Sw<3,3,3> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+    // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
-    for (int c3 = 0; c3 < 8; ++c3) {
+    for (int c3 = 0; c3 < 4; ++c3) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) + 8192], src = &B[bid_x * 131072 + c3 * 16384 + tid % 8 * 8 + tid / 8 * 1024 + 64]
+        //   dst = &B_smem[(c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 4096], src = &B[bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2 + 16384)), "l"(B + (bid_x * 131072 + c3 * 16384 + tid % 8 * 8 + tid / 8 * 1024 + 64)), "r"(16)
+            : "r"(B_smem_base + ((c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 8192)), "l"(B + (bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32)), "r"(16)
+            : "memory");
+    }
+    // sm80.cp_async_commit
+    asm volatile("cp.async.commit_group;"
+        :
+        :
+        : "memory");
+    // Move<block>(A:GL bf16[128x32] -> A:SH bf16[128x32] Sw<3,3,4> x4 stages): 512 chunks of 8 x bf16 over 128 threads
+    #pragma unroll
+    for (int c4 = 0; c4 < 4; ++c4) {
+        // sm80.cp_async_16: A tile -> shared
+        //   dst = &A_smem[(c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &A[bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(A_smem_base + ((c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"(A + (bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
+            : "memory");
+    }
+    // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
+    #pragma unroll
+    for (int c5 = 0; c5 < 4; ++c5) {
+        // sm80.cp_async_16: B tile -> shared
+        //   dst = &B_smem[(c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 8192], src = &B[bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(B_smem_base + ((c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 16384)), "l"(B + (bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -265,33 +290,33 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
         :
         : "memory");
     #pragma unroll 1
-    for (int k0 = 0; k0 < 16; ++k0) {
-        // sm80.cp_async_wait: at most 1 cp.async group still pending
-        asm volatile("cp.async.wait_group 1;"
+    for (int k0 = 0; k0 < 32; ++k0) {
+        // sm80.cp_async_wait: at most 2 cp.async groups still pending
+        asm volatile("cp.async.wait_group 2;"
             :
             :
             : "memory");
         // tile kt landed; stage (kt-1) % S is free
         __syncthreads();
-        if (k0 + 2 < 16) {
-            // Move<block>(A:GL bf16[128x64] -> A:SH bf16[128x64] Sw<3,3,4> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+        if (k0 + 3 < 32) {
+            // Move<block>(A:GL bf16[128x32] -> A:SH bf16[128x32] Sw<3,3,4> x4 stages): 512 chunks of 8 x bf16 over 128 threads
             #pragma unroll
-            for (int c4 = 0; c4 < 8; ++c4) {
+            for (int c6 = 0; c6 < 4; ++c6) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 2) % 3 * 8192 + (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &A[bid_y * 128 + c4 * 8192 + k0 * 65536 + tid % 16 * 8 + tid / 16 * 1024 + 131072]
+                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &A[bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 2) % 3 * 16384 + (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c4 * 8 + k0 * 64 + tid / 16 + 128 < 1024) ? A + (bid_y * 128 + c4 * 8192 + k0 * 65536 + tid % 16 * 8 + tid / 16 * 1024 + 131072) : A), "r"((c4 * 8 + k0 * 64 + tid / 16 + 128 < 1024) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c6 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? A + (bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304) : A), "r"((c6 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? 16 : 0)
                     : "memory");
             }
-            // Move<block>(B:GL bf16[64x128] -> B:SH bf16[64x128] Sw<3,3,3> x3 stages): 1024 chunks of 8 x bf16 over 128 threads
+            // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
             #pragma unroll
-            for (int c5 = 0; c5 < 8; ++c5) {
+            for (int c7 = 0; c7 < 4; ++c7) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 2) % 3 * 8192 + (c5 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c5 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8)], src = &B[bid_x * 131072 + c5 * 16384 + k0 * 64 + tid % 8 * 8 + tid / 8 * 1024 + 128]
+                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &B[bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 2) % 3 * 16384 + (c5 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c5 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((k0 * 64 + tid % 8 * 8 + 128 < 1024) ? B + (bid_x * 131072 + c5 * 16384 + k0 * 64 + tid % 8 * 8 + tid / 8 * 1024 + 128) : B), "r"((k0 * 64 + tid % 8 * 8 + 128 < 1024) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? B + (bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96) : B), "r"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? 16 : 0)
                     : "memory");
             }
         }
@@ -301,200 +326,200 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
             :
             : "memory");
         #pragma unroll
-        for (int k1 = 0; k1 < 4; ++k1) {
-            // Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x3 stages -> A:RF bf16[64x16]): ldmatrix_x1_trans
+        for (int k1 = 0; k1 < 2; ++k1) {
+            // Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x4 stages -> A:RF bf16[64x16]): ldmatrix_x1_trans
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[0 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16)]
+            //   dst = A_frag[0 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[2 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16)]
+            //   dst = A_frag[2 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[2]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[8 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16)]
+            //   dst = A_frag[8 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[10 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16)]
+            //   dst = A_frag[10 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[10]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[16 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16)]
+            //   dst = A_frag[16 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[18 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16)]
+            //   dst = A_frag[18 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[18]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[24 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16)]
+            //   dst = A_frag[24 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[26 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16)]
+            //   dst = A_frag[26 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[26]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[4 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16)]
+            //   dst = A_frag[4 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[4]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[6 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16)]
+            //   dst = A_frag[6 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[12 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16)]
+            //   dst = A_frag[12 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[12]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[14 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16)]
+            //   dst = A_frag[14 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[20 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16)]
+            //   dst = A_frag[20 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[20]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[22 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16)]
+            //   dst = A_frag[22 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[28 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16)]
+            //   dst = A_frag[28 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[28]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16) * 2))
                 : "memory");
             // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[30 .. +2], src = &A_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16)]
+            //   dst = A_frag[30 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16) * 2))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16) * 2))
                 : "memory");
-            // Move<warp>(B:SH bf16[16x64] Sw<3,3,3> x3 stages -> B:RF bf16[16x64]): ldmatrix_x1
+            // Move<warp>(B:SH bf16[16x64] Sw<2,3,3> x4 stages -> B:RF bf16[16x64]): ldmatrix_x1
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[0 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 & 448) / 8)]
+            //   dst = B_frag[0 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[2 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 8 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 8 & 448) / 8)]
+            //   dst = B_frag[2 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[2]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 8 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 8 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[4 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 512 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 512 & 448) / 8)]
+            //   dst = B_frag[4 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[4]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 512 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 512 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[6 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 520 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 520 & 448) / 8)]
+            //   dst = B_frag[6 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 520 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 520 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[8 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1024 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1024 & 448) / 8)]
+            //   dst = B_frag[8 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1024 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1024 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[10 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1032 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1032 & 448) / 8)]
+            //   dst = B_frag[10 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[10]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1032 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1032 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[12 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1536 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1536 & 448) / 8)]
+            //   dst = B_frag[12 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[12]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1536 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1536 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[14 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1544 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1544 & 448) / 8)]
+            //   dst = B_frag[14 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1544 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 1544 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[16 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2048 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2048 & 448) / 8)]
+            //   dst = B_frag[16 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2048 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2048 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[18 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2056 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2056 & 448) / 8)]
+            //   dst = B_frag[18 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[18]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2056 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2056 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[20 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2560 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2560 & 448) / 8)]
+            //   dst = B_frag[20 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[20]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2560 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2560 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[22 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2568 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2568 & 448) / 8)]
+            //   dst = B_frag[22 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2568 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 2568 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[24 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3072 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3072 & 448) / 8)]
+            //   dst = B_frag[24 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3072 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3072 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[26 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3080 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3080 & 448) / 8)]
+            //   dst = B_frag[26 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[26]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3080 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3080 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[28 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3584 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3584 & 448) / 8)]
+            //   dst = B_frag[28 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[28]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3584 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3584 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 & 192) / 8) * 2))
                 : "memory");
             // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[30 .. +2], src = &B_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3592 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3592 & 448) / 8)]
+            //   dst = B_frag[30 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3592 ^ (k1 * 16 + tid % 8 * 64 + tid / 32 % 2 * 4096 + 3592 & 448) / 8) * 2))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 & 192) / 8) * 2))
                 : "memory");
             #pragma unroll
             for (int m2 = 0; m2 < 4; ++m2) {
@@ -519,28 +544,28 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
         : "memory");
     // Move<block>(C:RF f32[128x128] -> C:GL bf16[128x128])
     #pragma unroll
-    for (int f6 = 0; f6 < 4; ++f6) {
+    for (int f8 = 0; f8 < 4; ++f8) {
         #pragma unroll
-        for (int f7 = 0; f7 < 8; ++f7) {
-            epi[0] = C_acc[f6 * 32 + f7 * 4];
-            epi[1] = C_acc[f6 * 32 + f7 * 4 + 1];
+        for (int f9 = 0; f9 < 8; ++f9) {
+            epi[0] = C_acc[f8 * 32 + f9 * 4];
+            epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
             out_bf16[0] = fs_f32_to_bf16(epi[0]);
             out_bf16[1] = fs_f32_to_bf16(epi[1]);
             // sm70.st_global_4: C
-            //   dst = &C[bid_x * 128 + bid_y * 131072 + f6 * 16384 + f7 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536], src = out_bf16[0 .. +2]
+            //   dst = &C[bid_x * 128 + bid_y * 131072 + f8 * 16384 + f9 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536], src = out_bf16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"
                 :
-                : "l"(C + (bid_x * 128 + bid_y * 131072 + f6 * 16384 + f7 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536)), "r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "l"(C + (bid_x * 128 + bid_y * 131072 + f8 * 16384 + f9 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536)), "r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
                 : "memory");
-            epi[0] = C_acc[f6 * 32 + f7 * 4 + 2];
-            epi[1] = C_acc[f6 * 32 + f7 * 4 + 3];
+            epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
+            epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
             out_bf16[0] = fs_f32_to_bf16(epi[0]);
             out_bf16[1] = fs_f32_to_bf16(epi[1]);
             // sm70.st_global_4: C
-            //   dst = &C[bid_x * 128 + bid_y * 131072 + f6 * 16384 + f7 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536 + 8192], src = out_bf16[0 .. +2]
+            //   dst = &C[bid_x * 128 + bid_y * 131072 + f8 * 16384 + f9 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536 + 8192], src = out_bf16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"
                 :
-                : "l"(C + (bid_x * 128 + bid_y * 131072 + f6 * 16384 + f7 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "l"(C + (bid_x * 128 + bid_y * 131072 + f8 * 16384 + f9 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 65536 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
                 : "memory");
         }
     }

@@ -1,0 +1,549 @@
+// ---- firesched prelude: raw storage types, conversions in PTX or integer code ----
+#ifndef FIRESCHED_PRELUDE
+#define FIRESCHED_PRELUDE
+
+// f16 <-> f32 (round to nearest even)
+static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_f16(float f)
+{
+    unsigned short x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+}
+
+// bf16 <-> f32: a bf16 is the high half of an f32
+static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
+{
+    return __uint_as_float((unsigned)x << 16);
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_bf16(float f)
+{
+#if __CUDA_ARCH__ >= 800
+    unsigned short x;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+#else
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((u >> 16) | 0x40u);  // a NaN stays a (quiet) NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (unsigned short)(u >> 16);
+#endif
+}
+
+// f32 -> tf32 (kept in an f32): 10 mantissa bits, ties away from zero, as cvt.rna.tf32.f32
+static __device__ __forceinline__ float fs_f32_to_tf32(float f)
+{
+    return __uint_as_float((__float_as_uint(f) + 0x1000u) & 0xffffe000u);
+}
+
+// 8-bit floats.  e4m3 has no infinities (S.1111.111 is NaN), e5m2 is the high byte of an f16.
+static __device__ __forceinline__ float fs_e4m3_to_f32(unsigned char x)
+{
+    const unsigned sign = (unsigned)(x & 0x80u) << 24;
+    const unsigned e = (x >> 3) & 0xfu;
+    const unsigned m = x & 0x7u;
+    if (e == 0xfu && m == 0x7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e == 0u) {
+        return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f));  // m * 2^-9
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static __device__ __forceinline__ float fs_e5m2_to_f32(unsigned char x)
+{
+    return fs_f16_to_f32((unsigned short)((unsigned)x << 8));
+}
+
+// f32 -> an 8-bit float with `mbits` mantissa bits and exponent bias `bias`, rounding to nearest
+// even; `maxcode` is the largest finite code, `overflow` the code of anything rounding past it.
+static __device__ __forceinline__ unsigned char fs_f32_to_f8(float f, unsigned mbits, unsigned bias,
+                                                             unsigned maxcode, unsigned overflow,
+                                                             unsigned nan)
+{
+    const unsigned u = __float_as_uint(f);
+    const unsigned sign = (u >> 24) & 0x80u;
+    unsigned a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return (unsigned char)(sign | nan);
+    }
+    unsigned code;
+    if (a < ((128u - bias) << 23)) {
+        // below the smallest normal: count subnormal steps of 2^(1 - bias - mbits)
+        const float scale = __uint_as_float((bias + mbits - 1u + 127u) << 23);
+        code = __float2uint_rn(__uint_as_float(a) * scale);
+    } else {
+        a += (1u << (22u - mbits)) - 1u + ((a >> (23u - mbits)) & 1u);
+        code = (a >> (23u - mbits)) - ((127u - bias) << mbits);
+    }
+    return (unsigned char)(sign | (code > maxcode ? overflow : code));
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e4m3(float f)
+{
+    return fs_f32_to_f8(f, 3u, 7u, 0x7eu, 0x7fu, 0x7fu);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e5m2(float f)
+{
+    return fs_f32_to_f8(f, 2u, 15u, 0x7bu, 0x7cu, 0x7eu);
+}
+
+// f32 -> integers: round to nearest even, saturate (NaN gives 0)
+static __device__ __forceinline__ signed char fs_f32_to_i8(float f)
+{
+    const int v = __float2int_rn(f);
+    return (signed char)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_u8(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (unsigned char)(v > 255u ? 255u : v);
+}
+
+static __device__ __forceinline__ int fs_f32_to_i4(float f)
+{
+    const int v = __float2int_rn(f);
+    return v < -8 ? -8 : v > 7 ? 7 : v;
+}
+
+static __device__ __forceinline__ int fs_f32_to_u4(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (int)(v > 15u ? 15u : v);
+}
+
+// integer arithmetic of integer registers: in 64 bits, saturated when stored
+static __device__ __forceinline__ long long fs_max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+static __device__ __forceinline__ long long fs_sat(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+// 4-bit elements, two per byte, low nibble first
+static __device__ __forceinline__ int fs_i4_get(const unsigned char* p, int i)
+{
+    const int v = (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static __device__ __forceinline__ int fs_u4_get(const unsigned char* p, int i)
+{
+    return (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+}
+
+static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int v)
+{
+    const int s = (i & 1) * 4;
+    p[i >> 1] = (unsigned char)((p[i >> 1] & ~(0xf << s)) | ((v & 0xf) << s));
+}
+
+#endif  // FIRESCHED_PRELUDE
+
+// MatMul<kernel>(A:GL f16[4096x4096], B:GL f16[4096x4096], C:GL f16[4096x4096]) acc f32
+//   tile(m=128, n=128) >> to_blocks(group=8)
+//   for m0 in block(32) grouped(8), n0 in block(32) grouped(8):
+//     MatMul<block>(A:GL f16[128x4096], B:GL f16[4096x128], C:GL f16[128x128]) acc f32
+//       tile(k=32)
+//       Init<block>(C:RF f32[128x128] = 0)
+//       for k0 in seq(128) pipelined(4 stages):
+//         MatMul<block>(A:GL f16[128x32], B:GL f16[32x128], C:RF f32[128x128]) acc f32
+//           move_to_smem('A')
+//           Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages)
+//           MatMul<block>(A:SH f16[128x32] Sw<2,3,3> x4 stages, B:GL f16[32x128], C:RF f32[128x128]) acc f32
+//             move_to_smem('B')
+//             Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages)
+//             MatMul<block>(A:SH f16[128x32] Sw<2,3,3> x4 stages, B:SH f16[32x128] Sw<3,3,4> x4 stages, C:RF f32[128x128]) acc f32
+//               tile(m=64, n=64) >> to_warps(2, 2)
+//               for m1 in warp(2), n1 in warp(2):
+//                 MatMul<warp>(A:SH f16[64x32] Sw<2,3,3> x4 stages, B:SH f16[32x64] Sw<3,3,4> x4 stages, C:RF f32[64x64]) acc f32
+//                   tile(k=16)
+//                   for k1 in seq(2):
+//                     MatMul<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages, B:SH f16[16x64] Sw<3,3,4> x4 stages, C:RF f32[64x64]) acc f32
+//                       move_to_regs('A')
+//                       Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16])
+//                       MatMul<warp>(A:RF f16[64x16], B:SH f16[16x64] Sw<3,3,4> x4 stages, C:RF f32[64x64]) acc f32
+//                         move_to_regs('B')
+//                         Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64])
+//                         MatMul<warp>(A:RF f16[64x16], B:RF f16[16x64], C:RF f32[64x64]) acc f32
+//                           tile(m=16, n=8, k=16)
+//                           for m2 in seq(4), n2 in seq(8), k2 in seq(1):
+//                             MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+//                               done(sm80.mma_m16n8k16_f16_f32)
+//       Move<block>(C:RF f32[128x128] -> C:GL f16[128x128])
+// firesched_gemm: grid (1024, 1, 1) x 128 threads, 65536 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
+    const unsigned short* __restrict__ A,
+    const unsigned short* __restrict__ B,
+    unsigned short* __restrict__ C)
+{
+    const int tid = threadIdx.x;
+    const int bid_x = blockIdx.x;
+    extern __shared__ __align__(128) unsigned char fs_smem[];
+    // A_smem: f16[16384] at byte 0, 4 stage(s) x 128x32 f16, Sw<2,3,3>
+    unsigned short* const A_smem = reinterpret_cast<unsigned short*>(fs_smem + 0);
+    const unsigned A_smem_base = (unsigned)__cvta_generic_to_shared(A_smem);
+    // B_smem: f16[16384] at byte 32768, 4 stage(s) x 32x128 f16, Sw<3,3,4>
+    unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 32768);
+    const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
+    alignas(16) float C_acc[128] = {};  // f32 x 128
+    alignas(16) unsigned short A_frag[64] = {};  // f16 x 64
+    alignas(16) unsigned short B_frag[64] = {};  // f16 x 64
+    alignas(16) float epi[2] = {};  // f32 x 2
+    alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
+
+    // C_acc[0 .. +128] = 0.0
+    #pragma unroll
+    for (int fs_r = 0; fs_r < 128; ++fs_r) {
+        C_acc[fs_r] = 0.0f;
+    }
+    // K loop over 128 tiles of 32, 4-stage cp.async pipeline
+    // Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c0 = 0; c0 < 4; ++c0) {
+        // sm80.cp_async_16: A tile -> shared
+        //   dst = &A_smem[c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 4096]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(A_smem_base + ((c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 32 + tid / 4 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 4096) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 32 + tid / 4 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c1 = 0; c1 < 4; ++c1) {
+        // sm80.cp_async_16: B tile -> shared
+        //   dst = &B_smem[c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(B_smem_base + ((c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // sm80.cp_async_commit
+    asm volatile("cp.async.commit_group;"
+        :
+        :
+        : "memory");
+    // Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c2 = 0; c2 < 4; ++c2) {
+        // sm80.cp_async_16: A tile -> shared
+        //   dst = &A_smem[(c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 4096], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 131072 + tid % 4 * 8 + tid / 4 * 4096 + 32]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(A_smem_base + ((c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 8192)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 32 + tid / 4 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 131072 + tid % 4 * 8 + tid / 4 * 4096 + 32) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 32 + tid / 4 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c3 = 0; c3 < 4; ++c3) {
+        // sm80.cp_async_16: B tile -> shared
+        //   dst = &B_smem[(c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 4096], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 131072]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(B_smem_base + ((c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 8192)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 131072) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // sm80.cp_async_commit
+    asm volatile("cp.async.commit_group;"
+        :
+        :
+        : "memory");
+    // Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c4 = 0; c4 < 4; ++c4) {
+        // sm80.cp_async_16: A tile -> shared
+        //   dst = &A_smem[(c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 8192], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 131072 + tid % 4 * 8 + tid / 4 * 4096 + 64]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(A_smem_base + ((c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 16384)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 32 + tid / 4 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 131072 + tid % 4 * 8 + tid / 4 * 4096 + 64) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 32 + tid / 4 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
+    #pragma unroll
+    for (int c5 = 0; c5 < 4; ++c5) {
+        // sm80.cp_async_16: B tile -> shared
+        //   dst = &B_smem[(c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144]
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+            :
+            : "r"(B_smem_base + ((c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+            : "memory");
+    }
+    // sm80.cp_async_commit
+    asm volatile("cp.async.commit_group;"
+        :
+        :
+        : "memory");
+    // sm80.cp_async_wait: at most 2 cp.async groups still pending
+    asm volatile("cp.async.wait_group 2;"
+        :
+        :
+        : "memory");
+    // tile 0 landed
+    __syncthreads();
+    // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[0 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[16 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+    //   dst = A_frag[24 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8) * 2))
+        : "memory");
+    // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[0 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[16 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+        : "memory");
+    // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+    //   dst = B_frag[24 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16]
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+        : "memory");
+    #pragma unroll 1
+    for (int k0 = 0; k0 < 128; ++k0) {
+        if (k0 + 3 < 128) {
+            // Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x4 stages): 512 chunks of 8 x f16 over 128 threads
+            #pragma unroll
+            for (int c6 = 0; c6 < 4; ++c6) {
+                // sm80.cp_async_16: A tile -> shared
+                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c6 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 4096 + 96]
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                    :
+                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c6 * 32 + tid / 4 < 4096 && k0 * 32 + tid % 4 * 8 + 96 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c6 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 4096 + 96) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c6 * 32 + tid / 4 < 4096 && k0 * 32 + tid % 4 * 8 + 96 < 4096) ? 16 : 0)
+                    : "memory");
+            }
+            // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
+            #pragma unroll
+            for (int c7 = 0; c7 < 4; ++c7) {
+                // sm80.cp_async_16: B tile -> shared
+                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c7 * 32768 + k0 * 131072 + tid % 16 * 8 + tid / 16 * 4096 + 393216]
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                    :
+                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c7 * 8 + k0 * 32 + tid / 16 + 96 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c7 * 32768 + k0 * 131072 + tid % 16 * 8 + tid / 16 * 4096 + 393216) : B), "r"((c7 * 8 + k0 * 32 + tid / 16 + 96 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+                    : "memory");
+            }
+        }
+        // sm80.cp_async_commit
+        asm volatile("cp.async.commit_group;"
+            :
+            :
+            : "memory");
+        // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[32 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[38]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[40 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[46]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[48 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[54]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[56 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[62]))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[32 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[38]))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[40 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[46]))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[48 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[54]))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[56 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[62]))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 & 896) / 16) * 2))
+            : "memory");
+        #pragma unroll
+        for (int m2 = 0; m2 < 4; ++m2) {
+            #pragma unroll
+            for (int n2 = 0; n2 < 8; ++n2) {
+                #pragma unroll
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+                    //   d = C_acc[m2 * 32 + n2 * 4 .. +4], a = A_frag[m2 * 8 .. +8], b = B_frag[n2 * 4 .. +4], c = C_acc[m2 * 32 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_acc[m2 * 32 + n2 * 4]), "=f"(C_acc[m2 * 32 + n2 * 4 + 1]), "=f"(C_acc[m2 * 32 + n2 * 4 + 2]), "=f"(C_acc[m2 * 32 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 2])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 4])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 6])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 2])), "f"(C_acc[m2 * 32 + n2 * 4]), "f"(C_acc[m2 * 32 + n2 * 4 + 1]), "f"(C_acc[m2 * 32 + n2 * 4 + 2]), "f"(C_acc[m2 * 32 + n2 * 4 + 3]));
+                }
+            }
+        }
+        // sm80.cp_async_wait: at most 2 cp.async groups still pending
+        asm volatile("cp.async.wait_group 2;"
+            :
+            :
+            : "memory");
+        // tile kt+1 landed; stage kt-1 is no longer read
+        __syncthreads();
+        // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[0 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[16 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
+        //   dst = A_frag[24 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8) * 2))
+            : "memory");
+        // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[0 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[16 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+            : "memory");
+        // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
+        //   dst = B_frag[24 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16)]
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+            : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+            : "memory");
+        #pragma unroll
+        for (int m2 = 0; m2 < 4; ++m2) {
+            #pragma unroll
+            for (int n2 = 0; n2 < 8; ++n2) {
+                #pragma unroll
+                for (int k2 = 0; k2 < 1; ++k2) {
+                    // sm80.mma_m16n8k16_f16_f32: MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+                    //   d = C_acc[m2 * 32 + n2 * 4 .. +4], a = A_frag[m2 * 8 + 32 .. +8], b = B_frag[n2 * 4 + 32 .. +4], c = C_acc[m2 * 32 + n2 * 4 .. +4]
+                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                        : "=f"(C_acc[m2 * 32 + n2 * 4]), "=f"(C_acc[m2 * 32 + n2 * 4 + 1]), "=f"(C_acc[m2 * 32 + n2 * 4 + 2]), "=f"(C_acc[m2 * 32 + n2 * 4 + 3])
+                        : "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 32])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 34])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 36])), "r"(*reinterpret_cast<unsigned*>(&A_frag[m2 * 8 + 38])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 32])), "r"(*reinterpret_cast<unsigned*>(&B_frag[n2 * 4 + 34])), "f"(C_acc[m2 * 32 + n2 * 4]), "f"(C_acc[m2 * 32 + n2 * 4 + 1]), "f"(C_acc[m2 * 32 + n2 * 4 + 2]), "f"(C_acc[m2 * 32 + n2 * 4 + 3]));
+                }
+            }
+        }
+    }
+    // sm80.cp_async_wait: at most 0 cp.async groups still pending
+    asm volatile("cp.async.wait_group 0;"
+        :
+        :
+        : "memory");
+    // Move<block>(C:RF f32[128x128] -> C:GL f16[128x128])
+    #pragma unroll
+    for (int f8 = 0; f8 < 4; ++f8) {
+        #pragma unroll
+        for (int f9 = 0; f9 < 8; ++f9) {
+            epi[0] = C_acc[f8 * 32 + f9 * 4];
+            epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
+            out_f16[0] = fs_f32_to_f16(epi[0]);
+            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // sm70.st_global_4: C
+            //   dst = &C[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144], src = out_f16[0 .. +2]
+            if (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4096) {
+                asm volatile("st.global.b32 [%0], %1;"
+                    :
+                    : "l"(C + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                    : "memory");
+            }
+            epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
+            epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
+            out_f16[0] = fs_f32_to_f16(epi[0]);
+            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // sm70.st_global_4: C
+            //   dst = &C[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144 + 32768], src = out_f16[0 .. +2]
+            if (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4096) {
+                asm volatile("st.global.b32 [%0], %1;"
+                    :
+                    : "l"(C + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144 + 32768)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                    : "memory");
+            }
+        }
+    }
+}
