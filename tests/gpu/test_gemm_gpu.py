@@ -68,11 +68,15 @@ SMALL = dict(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)
 ])
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_shapes(M, N, K, dt):
-    kw = dict(SMALL) if min(M, N) < 128 else dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2,
-                                                  stages=4)
     if min(M, N) < 64:
-        kw.update(block_m=32, block_n=32, warps_m=2, warps_n=2)
-        kw["block_m"], kw["block_n"], kw["warps_m"], kw["warps_n"] = 32, 32, 2, 2
+        kw = dict(SMALL, block_m=32, block_n=32)
+    elif min(M, N) < 128:
+        kw = dict(SMALL)
+    else:
+        # rows that are not 16-byte aligned take the synchronous copy path, which needs a smaller K tile
+        # to stay within the register file (bench/gemm.py chooses the same)
+        aligned = K % 8 == 0 and N % 8 == 0
+        kw = dict(block_m=128, block_n=128, block_k=32 if aligned else 16, warps_m=2, warps_n=2, stages=4)
     _run(M, N, K, dt, **kw)
 
 
@@ -119,8 +123,9 @@ def _bad_args_kernel():
     return fs.compile(sched, arch="sm_90a")
 
 
-@pytest.mark.parametrize("case", ["dtype", "shape", "noncontig", "misaligned", "cpu"])
-def test_bad_arguments_raise_before_launch(case):
+@pytest.mark.parametrize("case, culprit", [("dtype", "A"), ("shape", "B"), ("noncontig", "A"), ("misaligned", "A"),
+                                           ("cpu", "A")])
+def test_bad_arguments_raise_before_launch(case, culprit):
     k = _bad_args_kernel()
     A = torch.randn(128, 64, device="cuda", dtype=torch.float16)
     B = torch.randn(64, 128, device="cuda", dtype=torch.float16)
@@ -137,7 +142,7 @@ def test_bad_arguments_raise_before_launch(case):
         A = A.cpu()
     with pytest.raises(ValueError) as ei:
         k(A, B, C)
-    assert "A" in str(ei.value)
+    assert f"{culprit} " in str(ei.value)
     torch.cuda.synchronize()
     assert (C == 0).all(), "a rejected call must not launch"
 
@@ -150,9 +155,13 @@ def test_compile_and_launch_overheads(tmp_path, monkeypatch):
     k = fs.compile(sched, arch="sm_90a")
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    k2 = fs.compile(sched, arch="sm_90a")
+    fs.compile(sched, arch="sm_90a")                        # remembered in this process
     warm = time.perf_counter() - t0
-    assert all(m.from_cache for m in k2.modules)
+    fs.api._MEMO.clear()                                     # as a fresh process would: the disk cache
+    t0 = time.perf_counter()
+    k3 = fs.compile(sched, arch="sm_90a")
+    disk = time.perf_counter() - t0
+    assert all(m.from_cache for m in k3.modules)
     A = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     B = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     C = torch.empty(2048, 2048, device="cuda", dtype=torch.float16)
@@ -166,7 +175,8 @@ def test_compile_and_launch_overheads(tmp_path, monkeypatch):
         ts.append(time.perf_counter() - t0)
     torch.cuda.synchronize()
     launch_us = float(np.median(ts)) * 1e6
-    print(f"cold compile {cold:.2f} s, cached compile {warm * 1e3:.1f} ms, launch overhead {launch_us:.1f} us")
+    print(f"cold compile {cold:.2f} s, cached compile {warm * 1e3:.2f} ms in process, {disk * 1e3:.1f} ms from "
+          f"disk, launch overhead {launch_us:.1f} us")
     assert cold < 3.0
-    assert warm < 0.05
+    assert warm < 0.05 and disk < 0.2
     assert launch_us < 20.0
