@@ -10,6 +10,7 @@ is passed as a transposed view (``At.T``), which is what its strides say.
 from __future__ import annotations
 
 import ctypes
+import sys
 import time
 
 import attrs
@@ -77,6 +78,7 @@ class CompiledProgram:
         self._loaded = None
         self._workspace = {}
         self._arg_specs = self._make_arg_specs()
+        self._torch_specs = None
 
     @property
     def resources(self) -> dict:
@@ -124,7 +126,53 @@ class CompiledProgram:
             self._workspace[key] = int(ptr)
         return self._workspace[key]
 
+    def _torch_fast(self, arrays, stream):
+        """Launch directly when every array is a CUDA torch tensor that matches its spec exactly
+        (same checks as ``runtime.check_args``, without building descriptions); None otherwise, and
+        the general path then reports what is wrong."""
+        torch = sys.modules.get("torch")
+        if torch is None or self._torch_specs is False:
+            return None
+        if self._torch_specs is None:
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+            try:
+                self._torch_specs = [(tdt[s.dtype], torch.Size(s.shape), tuple(s.strides)) for s in self._arg_specs]
+            except KeyError:
+                self._torch_specs = False
+                return None
+        Tensor = torch.Tensor
+        dev = None
+        ptrs = []
+        for a, (dt, shape, strides) in zip(arrays, self._torch_specs):
+            if type(a) is not Tensor or not a.is_cuda or a.dtype is not dt or a.shape != shape or a.stride() != strides:
+                return None
+            p = a.data_ptr()
+            d = a.get_device()
+            if p % 16 or (dev is not None and d != dev):
+                return None
+            dev = d
+            ptrs.append(p)
+        if stream is None:
+            stream = torch.cuda.current_stream(dev).cuda_stream
+        self._launch_all(dev, ptrs, stream)
+        return arrays[-1]
+
+    def _launch_all(self, device: int, ptrs: list, stream) -> None:
+        for ln in self._load(device):
+            args = []
+            for i in ln.args:
+                if isinstance(i, tuple):
+                    buf = next(b for b in self.program.workspaces if b.name == i[1])
+                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
+                else:
+                    args.append((ptrs[i], ctypes.c_void_p))
+            ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
+
     def __call__(self, *arrays, stream=None):
+        if len(arrays) == len(self._arg_specs):
+            done = self._torch_fast(arrays, stream)
+            if done is not None:
+                return done
         if not runtime.gpu_available():
             raise runtime.LaunchError(
                 f"no usable CUDA GPU: {runtime.gpu_unavailable_reason()}. The kernel compiled fine "
@@ -138,17 +186,7 @@ class CompiledProgram:
         device = runtime.check_args(specs, descs, self.program.kernels[0].name)
         if stream is None:
             stream = next((d.stream for d in descs if d.stream is not None), 0)
-        launches = self._load(device)
-        ptrs = [d.ptr for d in descs]
-        for ln in launches:
-            args = []
-            for i in ln.args:
-                if isinstance(i, tuple):
-                    buf = next(b for b in self.program.workspaces if b.name == i[1])
-                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
-                else:
-                    args.append((ptrs[i], ctypes.c_void_p))
-            ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
+        self._launch_all(device, [d.ptr for d in descs], stream)
         return arrays[-1]
 
 
