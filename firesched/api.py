@@ -144,16 +144,17 @@ class CompiledProgram:
         dev = None
         ptrs = []
         for a, (dt, shape, strides) in zip(arrays, self._torch_specs):
-            if type(a) is not Tensor or not a.is_cuda or a.dtype is not dt or a.shape != shape or a.stride() != strides:
+            if type(a) is not Tensor or a.dtype is not dt or a.shape != shape or a.stride() != strides:
                 return None
             p = a.data_ptr()
-            d = a.get_device()
-            if p % 16 or (dev is not None and d != dev):
+            d = a.get_device()          # -1 for a CPU tensor
+            if d < 0 or p % 16 or (dev is not None and d != dev):
                 return None
             dev = d
             ptrs.append(p)
         if stream is None:
-            stream = torch.cuda.current_stream(dev).cuda_stream
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch.cuda.current_stream reads
+            stream = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
         self._launch_all(dev, ptrs, stream)
         return arrays[-1]
 
