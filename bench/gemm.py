@@ -36,17 +36,27 @@ FUSED = [(4096, 4096, 4096), (2048, 2048, 1024), (8192, 8192, 1024)]
 L2_BYTES = 50 * 2 ** 20
 
 
+# (block_m, block_n, warps_m, warps_n, relative throughput of one such block when the GPU is full),
+# the throughputs read off bench/sweep_gemm.py runs on an H100
+TILES = [(256, 128, 4, 2, 1.0), (128, 128, 2, 2, 0.9), (64, 128, 2, 2, 0.7), (64, 64, 2, 2, 0.5)]
+SMS = 132
+
+
 def params_for(M: int, N: int, K: int) -> dict:
-    """The recipe parameters used per shape (a fixed heuristic chosen with bench/sweep_gemm.py)."""
+    """The recipe parameters used per shape: the block tile that minimises waves x time per tile
+    (a fixed model, not a tuner), 4 stages, 32-wide K tiles (16 when rows are not 16-byte aligned,
+    which takes the synchronous copy path)."""
     aligned = K % 8 == 0 and N % 8 == 0
-    if M < 256 and N >= 1024:
-        return dict(block_m=64, block_n=128, block_k=64 if aligned else 32, warps_m=2, warps_n=2, stages=4,
-                    group_m=1)
-    if not aligned:
-        return dict(block_m=128, block_n=128, block_k=16, warps_m=2, warps_n=2, stages=4, group_m=8)
-    if M >= 2048 and N >= 2048:
-        return dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8)
-    return dict(block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4, group_m=8)
+
+    def cost(t):
+        bm, bn, _, _, eff = t
+        tiles = -(-M // bm) * -(-N // bn)
+        return -(-tiles // SMS) * bm * bn / eff
+
+    fits = [t for t in TILES if t[0] <= M and t[1] <= N] or [TILES[-1]]
+    bm, bn, wm, wn, _ = min(fits, key=cost)
+    return dict(block_m=bm, block_n=bn, block_k=32 if aligned else 16, warps_m=wm, warps_n=wn, stages=4,
+                group_m=8 if M >= 4 * bm else 1)
 
 
 def time_ms(torch, fn, reps: int, samples: int) -> float:
