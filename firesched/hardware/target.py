@@ -3,6 +3,7 @@
 A ``Target`` holds the limits a schedule is checked against (shared memory per block and per SM,
 registers, threads) and which atom families and features the generation has.  ``supports(atom)``
 compares the atom's ``min_target`` with the target in generation order sm_70 < sm_80 < sm_90a.
+sm_90a alone has the Hopper families of ``atoms.sm90a`` (wgmma, TMA, mbarrier, ...).
 
 Look a target up with ``target("sm_80")`` (``"sm80"`` works too) or use the constants ``SM70``,
 ``SM80``, ``SM90A``.  The SM counts are those of the reference parts: V100 (80), A100 (108) and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from .atoms.base import COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SYNC
+from .atoms.sm90a import FAMILIES as _SM90A_FAMILIES
 
 #: Generation order of the targets' names; an atom runs on every target at or after its min_target.
 ORDER: tuple[str, ...] = ("sm_70", "sm_80", "sm_90a")
@@ -76,7 +78,7 @@ SM80 = Target(
 SM90A = Target(
     name="sm_90a", arch="sm_90a", sm_count=132,
     smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
-    families=_BASE_FAMILIES + (LDMATRIX, CP_ASYNC),
+    families=_BASE_FAMILIES + (LDMATRIX, CP_ASYNC) + _SM90A_FAMILIES,
     has_wgmma=True, has_tma=True, has_clusters=True,
 )
 

@@ -36,6 +36,19 @@ Predication (``AtomCall.pred``): a disabled COPY load writes zeros to its regist
 store writes nothing, a disabled cp.async reads 0 bytes (``$src_size`` is 0, so it zero-fills)
 from the buffer's base address (so no out-of-range address is ever formed), and MMA/LDMATRIX are
 branched over.
+
+Hopper (sm_90a).  A unit that uses an sm_90a atom, a ``TensorMapParam`` or an ``MBarrier`` gets
+``PRELUDE_SM90`` too: an ``#error`` unless it is compiled for sm_90a (so compiling it for sm_80
+fails with a clear message), ``struct CUtensorMap`` (128 opaque bytes, 64-byte aligned, since no
+header is included) and ``fs_smem_desc``, which builds a wgmma matrix descriptor from a shared
+address.  A ``TensorMapParam`` is declared ``const __grid_constant__ CUtensorMap name`` and binds
+as ``reinterpret_cast<unsigned long long>(&name)``; an ``MBarrier`` is a shared buffer of
+``unsigned long long``; a ``DescRef`` operand binds ``fs_smem_desc(shared address, lbo, sbo,
+mode)`` and a ``Scalar`` operand ``(int)(expression)``.  The spin loop of
+``mbarrier.try_wait.parity`` gets labels numbered per call site (``$uid``; PTX braces scope them
+too, so an unrolled copy is legal).  Around wgmma, the accumulator (and A-fragment) registers
+are pinned with empty ``asm volatile`` register fences before each ``wgmma.fence`` and after each
+``wgmma.wait_group``, so that the compiler moves no access of them across those points.
 """
 
 from __future__ import annotations
@@ -46,12 +59,13 @@ import numpy as np
 
 from ..dtypes import DType
 from ..errors import InternalError
+from ..hardware.atoms import sm90a
 from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Atom, Operand, asm_node
 from ..ops import SCALAR_OPS
 from . import expr as ex
 from . import ir
 
-__all__ = ["emit", "emit_kernel", "PRELUDE", "c_type"]
+__all__ = ["emit", "emit_kernel", "PRELUDE", "PRELUDE_SM90", "c_type", "required_arch"]
 
 INDENT = "    "
 
@@ -215,6 +229,46 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 #endif  // FIRESCHED_PRELUDE
 """
 
+#: Emitted after ``PRELUDE`` in units that use sm_90a features (see the module docstring).
+PRELUDE_SM90 = r"""// ---- firesched sm_90a prelude: arch check, tensor maps, wgmma descriptors ----
+#ifndef FIRESCHED_PRELUDE_SM90
+#define FIRESCHED_PRELUDE_SM90
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "firesched: this unit uses sm_90a instructions (wgmma, TMA, mbarrier, stmatrix, setmaxnreg); compile it with arch='sm_90a'"
+#endif
+
+// A TMA descriptor as cuTensorMapEncodeTiled writes it: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
+
+// wgmma shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte offset
+// >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset 0, swizzle mode in 62-63
+// (0 none, 1 128B, 2 64B, 3 32B).
+static __device__ __forceinline__ unsigned long long fs_smem_desc(unsigned addr, unsigned lbo, unsigned sbo,
+                                                                  unsigned mode)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4)
+        | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
+        | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32)
+        | ((unsigned long long)(mode & 3u) << 62);
+}
+
+// Register fences: the compiler may not move accesses of the register across them.
+static __device__ __forceinline__ void fs_fence_reg(float& r)
+{
+    asm volatile("" : "+f"(r) : : "memory");
+}
+
+static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
+{
+    asm volatile("" : "+h"(r) : : "memory");
+}
+
+#endif  // FIRESCHED_PRELUDE_SM90
+"""
+
 # --------------------------------------------------------------------------- types
 
 _C_TYPES = {
@@ -368,8 +422,11 @@ class _KernelPrinter:
         self.used_shared: set[str] = set()
         self.used_regs: set[str] = set()
         self.globals = self._table(kernel.params, "parameter")
+        self.tmaps = {n: b for n, b in self.globals.items() if isinstance(b, ir.TensorMapParam)}
         self.shared = self._table(kernel.shared, "shared buffer")
         self.regs = self._table(kernel.regs, "register buffer")
+        self.wait_labels = 0                     # try_wait loops printed so far
+        self.acc_regs, self.frag_regs = _wgmma_registers(kernel.body)
         names = list(self.globals) + list(self.shared) + list(self.regs)
         names += [f"{n}_base" for n in self.shared]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -705,7 +762,8 @@ class _KernelPrinter:
                 f"MemRef, not {ref!r}")
         buf = ref.buffer
         if o.memory == "GL":
-            if not isinstance(buf, ir.GlobalBuffer) or self.globals.get(buf.name) != buf:
+            if isinstance(buf, ir.TensorMapParam) or not isinstance(buf, ir.GlobalBuffer) \
+                    or self.globals.get(buf.name) != buf:
                 raise InternalError(
                     f"{self._where()}: atom {atom.name} operand {o.name} reads global memory; "
                     f"{buf!r} is not a parameter of this kernel")
@@ -755,6 +813,14 @@ class _KernelPrinter:
             if o.name not in arg_names:
                 raise InternalError(f"{self._where()}: AtomCall of {atom.name} leaves operand {o.name!r} unbound")
             ref = call.arg(o.name)
+            if isinstance(ref, (ir.DescRef, ir.Scalar, ir.TensorMapParam)):
+                bindings[o.name], text = self._sm90_operand(ref, o, atom)
+                described.append(f"{o.name} = {text}")
+                continue
+            if o.memory == "RF" and (sm90a.is_descriptor(o) or (atom.min_target == "sm_90a" and sm90a.is_scalar(o))):
+                raise InternalError(
+                    f"{self._where()}: atom {atom.name} operand {o.name} takes an ir."
+                    f"{'DescRef' if sm90a.is_descriptor(o) else 'Scalar'}, not {ref!r}")
             if o.memory == "RF":
                 group = self._reg_group(ref, o, atom, temps)
                 bindings[o.name] = group.bind
@@ -770,6 +836,12 @@ class _KernelPrinter:
                     gl_operand = (o.name, addr, base)
                 described.append(f"{o.name} = &{ref.buffer.name}[{self.c(ref.offset)}]")
 
+        if "$uid" in atom.ptx:
+            # labels of a spin loop, numbered per call site
+            from ..hardware.atoms import catalog
+
+            atom = catalog.with_immediates(atom, uid=self.wait_labels)
+            self.wait_labels += 1
         template_names = sorted(set(_TEMPLATE_NAME.findall(atom.ptx)) - set(operand_names))
         for name in template_names:
             if name == "src_size" and atom.family == CP_ASYNC:
@@ -791,7 +863,7 @@ class _KernelPrinter:
                 bindings[name] = [f"({cond}) ? {addr} : {base}"]
 
         touches_memory = any(o.memory != "RF" for o in atom.operands) or atom.family in (
-            CP_ASYNC, SYNC, LDMATRIX)
+            CP_ASYNC, SYNC, LDMATRIX, *sm90a.FAMILIES)
         clobbers = ("memory",) if touches_memory else ()
         try:
             asm = asm_node(atom, bindings, clobbers=clobbers, comment=call.comment)
@@ -808,7 +880,11 @@ class _KernelPrinter:
         def issue():
             for t in temps:
                 self.emit(t)
+            if atom.name == "wgmma_fence":
+                self._fence_registers(self.acc_regs + self.frag_regs)
             self.emit_block(asm.to_c())
+            if atom.name == "wgmma_wait":
+                self._fence_registers(self.acc_regs)
             for c in copy_out:
                 self.emit(c)
 
@@ -834,6 +910,41 @@ class _KernelPrinter:
             self.depth -= 1
         self.emit("}")
 
+    def _sm90_operand(self, ref, o: Operand, atom: Atom) -> tuple[list[str], str]:
+        """(bindings, description) of an operand bound to a DescRef, a Scalar or a tensor map."""
+        if isinstance(ref, ir.DescRef):
+            if not sm90a.is_descriptor(o):
+                raise InternalError(f"{self._where()}: atom {atom.name} operand {o.name} is no matrix "
+                                    f"descriptor; a DescRef cannot bind it")
+            addr, _ = self._address(ir.MemRef(ref.buffer, ref.offset), Operand(o.name, "in", "SH"), atom)
+            mode = sm90a.DESCRIPTOR_MODE[ref.swizzle]
+            return ([f"fs_smem_desc({addr}, {ref.lbo}u, {ref.sbo}u, {mode}u)"],
+                    f"desc(&{ref.buffer.name}[{self.c(ref.offset)}], swizzle {ref.swizzle}, lbo {ref.lbo}, "
+                    f"sbo {ref.sbo})")
+        if isinstance(ref, ir.Scalar):
+            if o.memory != "RF" or o.tv is not None or o.reg_bits != 32:
+                raise InternalError(f"{self._where()}: atom {atom.name} operand {o.name} is no 32-bit value "
+                                    f"operand; a Scalar cannot bind it")
+            text = self.c(ref.value)
+            return [f"(int)({text})"], text
+        if o.memory != "GL" or self.tmaps.get(ref.name) != ref:
+            raise InternalError(f"{self._where()}: atom {atom.name} operand {o.name}: tensor map {ref.name!r} "
+                                f"is not a parameter of this kernel, or the operand takes no tensor map")
+        return [f"reinterpret_cast<unsigned long long>(&{ref.name})"], f"&{ref.name}"
+
+    def _fence_registers(self, names: list[str]) -> None:
+        for name in names:
+            buf = self.regs.get(name)
+            if buf is None:
+                continue
+            self.used_regs.add(name)
+            if buf.dtype.bits not in (16, 32) or buf.dtype.kind != "float":
+                raise InternalError(f"{self._where()}: cannot fence wgmma register buffer {name} of {buf.dtype}")
+            self.emit("#pragma unroll")
+            self.emit(f"for (int fs_i = 0; fs_i < {int(buf.size)}; ++fs_i) {{")
+            self.emit(f"{INDENT}fs_fence_reg({name}[fs_i]);")
+            self.emit("}")
+
     # ------------------------------------------------------------------ the whole kernel
 
     def render(self) -> str:
@@ -854,6 +965,9 @@ class _KernelPrinter:
         bounds = f"{int(k.threads)}, {int(k.min_blocks_per_sm)}" if k.min_blocks_per_sm > 0 else f"{int(k.threads)}"
         params = []
         for b in k.params:
+            if isinstance(b, ir.TensorMapParam):
+                params.append(f"{INDENT}const __grid_constant__ CUtensorMap {b.name}")
+                continue
             const = "const " if b.role == "in" else ""
             params.append(f"{INDENT}{const}{c_type(b.dtype)}* __restrict__ {b.name}")
         sig = f'extern "C" __global__ void __launch_bounds__({bounds}) {k.name}('
@@ -880,7 +994,7 @@ class _KernelPrinter:
                 if b.name not in self.used_shared:
                     decl += _comment(f"{where} (not addressed)")
                     continue
-                ct = c_type(b.dtype)
+                ct = "unsigned long long" if isinstance(b, ir.MBarrier) else c_type(b.dtype)
                 decl += _comment(where)
                 decl.append(f"{ct}* const {b.name} = reinterpret_cast<{ct}*>(fs_smem + {offsets[b.name]});")
                 decl.append(f"const unsigned {b.name}_base = (unsigned)__cvta_generic_to_shared({b.name});")
@@ -918,9 +1032,56 @@ def _kernel_text(kernel: ir.Kernel) -> str:
     return _KernelPrinter(kernel).render()
 
 
+def _walk_calls(body):
+    stack = [body]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, (list, tuple)):
+            stack.extend(reversed(s))
+        elif isinstance(s, ir.Seq):
+            stack.extend(reversed(s.body))
+        elif isinstance(s, ir.For):
+            stack.append(s.body)
+        elif isinstance(s, ir.If):
+            stack.append(s.then)
+        elif isinstance(s, ir.AtomCall):
+            yield s
+
+
+def _wgmma_registers(body) -> tuple[list[str], list[str]]:
+    """Names of the register buffers wgmma uses as accumulators and as A fragments."""
+    acc: list[str] = []
+    frag: list[str] = []
+    for call in _walk_calls(body):
+        if call.atom.family != sm90a.WGMMA:
+            continue
+        for name, ref in call.args:
+            if isinstance(ref, ir.RegRef):
+                lst = acc if name == "d" else frag
+                if ref.buffer.name not in lst:
+                    lst.append(ref.buffer.name)
+    return acc, frag
+
+
+def _uses_sm90(kernel: ir.Kernel) -> bool:
+    if any(isinstance(p, ir.TensorMapParam) for p in kernel.params):
+        return True
+    if any(isinstance(b, ir.MBarrier) for b in kernel.shared):
+        return True
+    return any(c.atom.min_target == "sm_90a" for c in _walk_calls(kernel.body))
+
+
+def required_arch(program: ir.Program | ir.Kernel) -> str | None:
+    """``"sm_90a"`` when the program (or kernel) uses sm_90a atoms, tensor maps or mbarriers and
+    only compiles for that arch; None otherwise."""
+    kernels = (program,) if isinstance(program, ir.Kernel) else program.kernels
+    return "sm_90a" if any(_uses_sm90(k) for k in kernels) else None
+
+
 def emit_kernel(kernel: ir.Kernel) -> str:
     """One kernel as a self-contained CUDA C++ translation unit (the prelude, then the kernel)."""
-    return PRELUDE + "\n" + _kernel_text(kernel)
+    text = _kernel_text(kernel)
+    return PRELUDE + "\n" + (PRELUDE_SM90 + "\n" if _uses_sm90(kernel) else "") + text
 
 
 def _describe(b: ir.GlobalBuffer) -> str:
@@ -945,5 +1106,7 @@ def emit(program: ir.Program) -> str:
     if program.workspaces:
         head.append("// workspaces: " + "; ".join(_describe(b) for b in program.workspaces))
     parts = ["\n".join(head) + "\n", PRELUDE]
+    if required_arch(program):
+        parts.append(PRELUDE_SM90)
     parts += [_kernel_text(k) for k in program.kernels]
     return "\n".join(parts)

@@ -41,6 +41,45 @@ Semantics decided here, beyond what ``ir`` states:
 * SYNC atoms issued as ``AtomCall``: ``cp_async_commit`` is ``AsyncCommit``, a wait whose PTX
   names its count (``catalog.with_immediates``) is ``AsyncWait``, any other (``bar_sync``) is a
   ``Barrier``.
+
+Hopper (sm_90a) atoms, modelled asynchronously (only kernels that use them pay for the tracking):
+
+* wgmma: issued by whole warpgroups.  Its result is computed at issue (D = A @ B + D in float64,
+  rounded once to f32; D = A @ B where ``scale_d`` is 0), but its accumulator registers (and the
+  A registers of the ``_rs`` form) are *in flight* until a ``wgmma.wait_group`` of the issuing
+  threads retires its group: any other access of them before that is a hazard ("... before
+  wgmma.wait_group"), and so is a write of shared memory it read.  A register that another
+  instruction accessed since the thread's last ``wgmma.fence`` may not be used by a wgmma
+  ("missing wgmma.fence"); wgmma after wgmma on the same accumulators needs no fence.  Shared
+  operands are read through their descriptors (``sm90a.operand_byte_offsets``, all four swizzle
+  modes; the descriptor start must be 16-byte aligned and, swizzled, at an 8-row swizzle-atom
+  boundary of the shared window) on behalf of the warpgroup's first thread.
+* async proxy: shared memory written by a thread through ordinary stores (st.shared, stmatrix,
+  cp.async) must be covered by a ``fence.proxy.async`` of that thread before a wgmma or a TMA
+  store reads it ("missing fence.proxy.async"); the usual race rules (a ``Barrier`` between
+  other threads' writes and the read) apply on top.
+* mbarrier: ``init`` sets the arrival count of each phase; ``arrive`` counts one arrival,
+  ``arrive.expect_tx`` adds transaction bytes first; a phase completes when its arrivals and its
+  bytes are all in.  Using a barrier before its init, or in the init's barrier epoch by another
+  thread, is a hazard.  ``try_wait.parity(P)`` on a barrier whose completed-phase count is ``c``
+  returns at once when ``P != c % 2`` (the last phase of parity P is complete; the thread has
+  then observed phases ``0..c-1``), and otherwise waits for phase ``c``.  Execution is lockstep
+  and every asynchronous contribution (a TMA's bytes) is accounted at issue, so a phase that is
+  incomplete when a wait reaches it can never complete: that wait is reported as a deadlock
+  ("mbarrier wait on parity P that can never complete").  Waiting on the wrong parity is thus
+  either that deadlock or a wait that returns at once on a stale phase, after which reading the
+  data is "read before mbarrier phase completes".
+* TMA load: the box (zeros outside the tensor) is written at issue, tagged with its barrier and
+  the phase its bytes complete; a thread may read (or overwrite) a tagged element only after it
+  has observed that phase.  TMA store: reads its box from shared memory at issue (checked like a
+  read of the issuing thread, plus the proxy fence), writes the in-bounds elements to global
+  memory, and keeps the source in flight until a ``cp.async.bulk.wait_group[.read]`` of the
+  thread retires its bulk group.  Swizzled boxes must have an inner extent equal to the swizzle
+  span.  Ordering a TMA load after *generic* accesses of its destination by other threads (a
+  pipeline's "empty" barrier) is not checked: that needs a happens-before model of mbarriers.
+* wgmma operations, TMA stores and TMA loads still outstanding when a block ends are hazards.
+* setmaxnreg: a no-op that must be executed by whole warpgroups; stmatrix: the inverse of
+  ldmatrix.
 """
 
 from __future__ import annotations
@@ -52,6 +91,7 @@ import numpy as np
 from ..dtypes import DType, round_to
 from ..errors import HazardError, InternalError
 from ..hardware.atoms import base as atoms
+from ..hardware.atoms import catalog, sm90a
 from ..ops import SCALAR_OPS
 from . import ir
 from .expr import BinOp, Select, Sum, Var
@@ -76,6 +116,7 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
         buffers.setdefault(b.name, b)
     for k in program.kernels:
         for b in k.params:
+            b = b.buffer if isinstance(b, ir.TensorMapParam) else b
             buffers.setdefault(b.name, b)
     unknown = sorted(set(arrays) - set(buffers))
     if unknown:
@@ -244,6 +285,12 @@ def _ref_str(ref) -> str:
         return f"{kind} {ref.buffer.name}[{ref.offset}]"
     if isinstance(ref, ir.RegRef):
         return f"{ref.buffer.name}[{ref.offset}]"
+    if isinstance(ref, ir.DescRef):
+        return f"desc(SH {ref.buffer.name}[{ref.offset}], sw{ref.swizzle}, lbo {ref.lbo}, sbo {ref.sbo})"
+    if isinstance(ref, ir.Scalar):
+        return str(ref.value)
+    if isinstance(ref, ir.TensorMapParam):
+        return f"tmap {ref.name}"
     return repr(ref)
 
 
@@ -309,6 +356,17 @@ class _AtomTables:
             self.src, self.dst = src.name, dst.name
             self.mem_tile = (rows, cols)
             self.per = per
+        if atom.family == sm90a.STMATRIX:
+            dst = _mem_operand(atom)
+            src = _reg_operand(atom, "in")
+            rows, cols = (int(n) for n in atom.shape[:2])
+            lanes = int(dst.addr.size())
+            per = rows * cols // lanes
+            first = np.asarray(dst.addr.offsets(), dtype=np.int64)
+            self.addr = first[:, None] + rows * np.arange(per)[None, :]
+            self.src, self.dst = src.name, dst.name
+            self.mem_tile = (rows, cols)
+            self.per = per
         if atom.family == atoms.MMA:
             ins = [o for o in atom.operands if o.memory == "RF" and o.role == "in"]
             outs = [o for o in atom.operands if o.memory == "RF" and o.role in ("out", "inout")]
@@ -361,9 +419,10 @@ class _Shared:
     """One shared buffer of the running block: data plus the access history of each element."""
 
     __slots__ = ("buf", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
-                 "r_stmt", "inflight", "inflight_stmt", "base")
+                 "r_stmt", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
+                 "async_rd_stmt", "tma_bar", "tma_phase")
 
-    def __init__(self, buf: ir.SharedBuffer, base: int):
+    def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False):
         n = buf.size
         self.buf = buf
         self.base = base
@@ -377,12 +436,26 @@ class _Shared:
         self.r_stmt = np.full(n, -1, dtype=np.int64)
         self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
         self.inflight_stmt = np.full(n, -1, dtype=np.int64)
+        # sm_90a tracking: the thread of a generic-proxy write not yet covered by its
+        # fence.proxy.async, in-flight async-proxy readers (wgmma, TMA store) and the mbarrier
+        # phase a TMA load's data waits for
+        self.sm90 = sm90
+        if sm90:
+            self.proxy_w = np.full(n, -1, dtype=np.int64)
+            self.async_rd = np.zeros(n, dtype=np.int64)
+            self.async_rd_stmt = np.full(n, -1, dtype=np.int64)
+            self.tma_bar = np.full(n, -1, dtype=np.int64)
+            self.tma_phase = np.full(n, -1, dtype=np.int64)
 
     def reset(self):
         self.data[...] = 0
         for a in (self.w_epoch, self.writer, self.w_stmt, self.r_epoch, self.reader, self.reader2,
                   self.r_stmt, self.inflight, self.inflight_stmt):
             a[...] = -1
+        if self.sm90:
+            for a in (self.proxy_w, self.async_rd_stmt, self.tma_bar, self.tma_phase):
+                a[...] = -1
+            self.async_rd[...] = 0
 
 
 def _by_address(addr: np.ndarray, thr: np.ndarray):
@@ -414,12 +487,25 @@ class _KernelRun:
         self.memory = memory
         self.T = int(kernel.threads)
         self.tid = np.arange(self.T, dtype=np.int64)
+        self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
         for p in kernel.params:
-            if p.name not in memory:
-                memory[p.name] = np.zeros(p.size, dtype=p.dtype.np)
-        self.globals = {p.name: p for p in kernel.params}
+            b = p.buffer if isinstance(p, ir.TensorMapParam) else p
+            if b.name not in memory:
+                memory[b.name] = np.zeros(b.size, dtype=b.dtype.np)
+        self.globals = {p.name: p for p in kernel.params if not isinstance(p, ir.TensorMapParam)}
+        families = _families(kernel.body)
+        self.sm90 = bool(families & set(sm90a.FAMILIES)) or bool(self.tmaps) or any(
+            isinstance(b, ir.MBarrier) for b in kernel.shared)
+        self.track_wgmma = sm90a.WGMMA in families
         offsets = kernel.shared_offsets()
-        self.shared = {b.name: _Shared(b, offsets[b.name]) for b in kernel.shared}
+        self.shared = {b.name: _Shared(b, offsets[b.name], self.sm90) for b in kernel.shared}
+        self.bar_base: dict[str, int] = {}
+        nbars = 0
+        for b in kernel.shared:
+            if isinstance(b, ir.MBarrier):
+                self.bar_base[b.name] = nbars
+                nbars += int(b.size)
+        self.nbars = nbars
         self.regs = {r.name: np.zeros((self.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
         self.reg_bufs = {r.name: r for r in kernel.regs}
         self.fns: dict[int, tuple] = {}
@@ -456,7 +542,11 @@ class _KernelRun:
         self.open_group = np.zeros(self.T, dtype=np.int64)
         self.pending: list[_Async] = []
         self.stmt = None
+        if self.sm90:
+            self.reset_sm90()
         self.exec(self.kernel.body)
+        if self.sm90:
+            self.end_sm90()
         if self.pending:
             rec = self.pending[0]
             self.stmt = self.stmts[rec.sid]
@@ -575,6 +665,8 @@ class _KernelRun:
             if off < 0 or off + n > buf.size:
                 self.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offsets "
                             f"{off}..{off + n - 1}: out of range (threads {_listing(thr)})")
+            if self.track_wgmma:
+                self.watch_regs(buf.name, (rows, slice(off, off + n)), thr)
             return R, (rows, slice(off, off + n))
         offs = self.per_thread_value(off)[thr]
         cols = offs[:, None] + np.arange(n)[None, :]
@@ -583,6 +675,8 @@ class _KernelRun:
             t = np.flatnonzero(bad.any(axis=1))
             self.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offset "
                         f"{int(cols[t[0]][bad[t[0]]][0])}: out of range (threads {_listing(thr[t])})")
+        if self.track_wgmma:
+            self.watch_regs(buf.name, (thr[:, None], cols), thr)
         return R, (thr[:, None], cols)
 
     def per_thread_value(self, v) -> np.ndarray:
@@ -678,6 +772,8 @@ class _KernelRun:
     def sh_read(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray):
         """Check and record reads of ``addr`` (any shape) by ``thr`` (same shape)."""
         a, t = addr.ravel(), thr.ravel()
+        if sh.sm90:
+            self.sm90_read_check(sh, a, t)
         inf = sh.inflight[a]
         if (inf >= 0).any():
             i = np.flatnonzero(inf >= 0)
@@ -710,6 +806,8 @@ class _KernelRun:
     def sh_write_check(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray, async_issue=False):
         """Check writes of ``addr`` by ``thr``; return (unique addresses, their writer)."""
         a, t = addr.ravel(), thr.ravel()
+        if sh.sm90:
+            self.sm90_write_check(sh, a, t)
         inf = sh.inflight[a]
         if (inf >= 0).any():
             i = np.flatnonzero(inf >= 0)
@@ -750,6 +848,9 @@ class _KernelRun:
         sh.w_epoch[u] = self.epoch
         sh.w_stmt[u] = self.sid(self.stmt) if sid is None else sid
         sh.data[addr.ravel()] = values.ravel()
+        if sh.sm90:
+            sh.proxy_w[u] = w               # a generic-proxy write, not yet fenced
+            sh.tma_bar[u] = -1
 
     def mem_read(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray) -> np.ndarray:
         """Read memory at ``addr`` (``[k, n]``, bounds already checked) for threads ``thr`` (``[k]``)."""
@@ -783,6 +884,8 @@ class _KernelRun:
             self.x_shuffle(s)
         elif fam == atoms.SYNC:
             self.x_sync_atom(s)
+        elif fam in self.sm90_dispatch:
+            self.sm90_dispatch[fam](self, s)
         else:
             raise InternalError(f"atom {s.atom.name}: family {fam!r} is not interpretable")
 
@@ -1032,6 +1135,603 @@ class _KernelRun:
             lanes = self.per_thread(lane_ref)[groups]
         out = np.stack([np.asarray(atom.semantics(vals[g], lanes[g])) for g in range(groups.shape[0])])
         self.write_group_regs(s, dst, groups, out[..., None])
+
+    # ----------------------------------------------------------------- sm_90a: state
+
+    def reset_sm90(self):
+        T = self.T
+        self.wg_open = np.zeros(T, dtype=np.int64)        # open wgmma group of each thread
+        self.wg_pending: list[_Wgmma] = []
+        self.bulk_open = np.zeros(T, dtype=np.int64)      # open bulk async-group (TMA stores)
+        self.bulk_pending: list[_BulkStore] = []
+        self.tma_loads: list[tuple[int, int, int]] = []   # (barrier id, phase, statement id)
+        self.bars: dict[int, _Bar] = {}
+        self.bar_obs = np.zeros((T, max(self.nbars, 1)), dtype=np.int64)  # phases observed
+        if self.track_wgmma:
+            # per register: statement id + 1 of the last access by another instruction since the
+            # thread's last wgmma.fence (0: none), and in-flight wgmma uses with their statement
+            self.reg_touch = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.regs.items()}
+            self.reg_busy = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.regs.items()}
+            self.reg_busy_stmt = {n: np.full(r.shape, -1, dtype=np.int64) for n, r in self.regs.items()}
+
+    def end_sm90(self):
+        if self.wg_pending:
+            rec = self.wg_pending[0]
+            self.stmt = self.stmts[rec.sid]
+            self.hazard(f"wgmma never waited for: the wgmma of threads {_listing(rec.thr)} is still in "
+                        f"flight when the block ends (wgmma.commit_group and wgmma.wait_group are missing)")
+        if self.bulk_pending:
+            rec = self.bulk_pending[0]
+            self.stmt = self.stmts[rec.sid]
+            self.hazard(f"TMA store never waited for: thread {rec.thread}'s store from SH buffer "
+                        f"{rec.sh.buf.name!r} is still reading shared memory when the block ends "
+                        f"(cp.async.bulk.commit_group and cp.async.bulk.wait_group.read are missing)")
+        for bar_id, phase, sid in self.tma_loads:
+            bar = self.bars.get(bar_id)
+            if bar is not None and bar.phase <= phase:
+                self.stmt = self.stmts[sid]
+                self.hazard(f"TMA load never completed: its mbarrier {self.bar_name(bar_id)} is still in "
+                            f"phase {bar.phase} when the block ends ({bar.pending} of {bar.count} arrivals "
+                            f"and {bar.tx} transaction bytes outstanding)")
+
+    def watch_regs(self, name: str, sel, thr):
+        """A non-wgmma access of registers ``sel`` of buffer ``name``: a hazard while a wgmma uses
+        them; remembered so that a wgmma without a wgmma.fence in between is caught."""
+        busy = self.reg_busy[name][sel]
+        if busy.any():
+            b = np.broadcast_to(self.reg_busy_stmt[name][sel], busy.shape)[busy > 0]
+            rows = np.broadcast_to(np.asarray(thr)[:, None], busy.shape)[busy > 0] if np.ndim(thr) else thr
+            self.hazard(f"read or write of wgmma registers before wgmma.wait_group: threads "
+                        f"{_listing(np.unique(rows))} access register buffer {name!r}, which the in-flight "
+                        f"{self.stmt_str(b[0])} uses as its accumulator or A fragment; retire it with "
+                        f"wgmma.commit_group and wgmma.wait_group first")
+        self.reg_touch[name][sel] = self.sid(self.stmt) + 1
+
+    def scalar(self, s, name: str) -> np.ndarray:
+        """Per-thread values of the ``Scalar`` bound to operand ``name``, ``[T]``."""
+        ref = s.arg(name)
+        if not isinstance(ref, ir.Scalar):
+            raise InternalError(f"{describe(s)}: operand {name} takes an ir.Scalar, not {ref!r}")
+        return self.per_thread(ref.value)
+
+    def shared_of(self, s, buf) -> _Shared:
+        sh = self.shared.get(getattr(buf, "name", None))
+        if not isinstance(buf, ir.SharedBuffer) or sh is None or (sh.buf is not buf and sh.buf != buf):
+            self.hazard(f"shared buffer {getattr(buf, 'name', buf)!r} is not declared by the kernel")
+        return sh
+
+    def tmap_of(self, s) -> ir.TensorMapParam:
+        tm = s.arg("tmap")
+        if not isinstance(tm, ir.TensorMapParam) or self.tmaps.get(tm.name) != tm:
+            self.hazard(f"{describe(s)}: operand tmap must be a TensorMapParam of the kernel, not {tm!r}")
+        return tm
+
+    # ----------------------------------------------------------------- sm_90a: shared-memory rules
+
+    def sm90_read_check(self, sh: _Shared, a: np.ndarray, t: np.ndarray):
+        tag = sh.tma_bar[a]
+        if (tag >= 0).any():
+            i = np.flatnonzero(tag >= 0)
+            ok = self.bar_obs[t[i], tag[i]] > sh.tma_phase[a[i]]
+            if not ok.all():
+                j = i[np.flatnonzero(~ok)[0]]
+                self.hazard(self.early_tma_message("read", sh, a, t, j, i[~ok]))
+
+    def early_tma_message(self, what, sh, a, t, j, bad) -> str:
+        bar_id, phase = int(sh.tma_bar[a[j]]), int(sh.tma_phase[a[j]])
+        bar = self.bars.get(bar_id)
+        state = (f"the barrier has completed {bar.phase} phase(s)" if bar is not None else "the barrier")
+        seen = int(self.bar_obs[t[j], bar_id])
+        return (f"{what} before mbarrier phase completes: thread {int(t[j])} {what}s SH buffer "
+                f"{sh.buf.name!r} offset {int(a[j])}, which a TMA load fills in phase {phase} (parity "
+                f"{phase % 2}) of mbarrier {self.bar_name(bar_id)}; {state}, but this thread has only "
+                f"observed {seen} (a try_wait.parity on parity {phase % 2} must succeed first; a wait on "
+                f"the other parity returns at once on the stale phase); threads "
+                f"{_listing(np.unique(t[bad]))} are affected")
+
+    def sm90_write_check(self, sh: _Shared, a: np.ndarray, t: np.ndarray):
+        rd = sh.async_rd[a]
+        if (rd > 0).any():
+            i = np.flatnonzero(rd > 0)[0]
+            self.hazard(f"overwrite of shared memory read by an in-flight async operation: thread {int(t[i])} "
+                        f"writes SH buffer {sh.buf.name!r} offset {int(a[i])}, which "
+                        f"{self.stmt_str(sh.async_rd_stmt[a[i]])} still reads (wgmma: wgmma.wait_group; "
+                        f"TMA store: cp.async.bulk.wait_group.read)")
+        tag = sh.tma_bar[a]
+        if (tag >= 0).any():
+            i = np.flatnonzero(tag >= 0)
+            ok = self.bar_obs[t[i], tag[i]] > sh.tma_phase[a[i]]
+            if not ok.all():
+                j = i[np.flatnonzero(~ok)[0]]
+                self.hazard(self.early_tma_message("write", sh, a, t, j, i[~ok]))
+
+    def proxy_check(self, sh: _Shared, a: np.ndarray, who: str):
+        w = sh.proxy_w[a]
+        if (w >= 0).any():
+            i = np.flatnonzero(w >= 0)
+            j = i[0]
+            self.hazard(f"missing fence.proxy.async: {who} reads SH buffer {sh.buf.name!r} offset {int(a[j])}, "
+                        f"written through the generic proxy by thread {int(w[j])} (at "
+                        f"{self.stmt_str(sh.w_stmt[a[j]])}) with no fence.proxy.async of that thread since; "
+                        f"{i.size} element(s), written by threads {_listing(np.unique(w[i]))}")
+
+    def async_write_check(self, sh: _Shared, a: np.ndarray, t: int):
+        """Checks for an async-proxy write (a TMA load landing) of ``a`` by thread ``t``'s issue."""
+        thr = np.full(a.size, t, dtype=np.int64)
+        self.sm90_write_check(sh, a, thr)
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)[0]
+            self.hazard(f"TMA load into in-flight async data: SH buffer {sh.buf.name!r} offset {int(a[i])} is "
+                        f"the destination of a cp.async by thread {int(inf[i])} that no AsyncWait completed")
+
+    # ----------------------------------------------------------------- sm_90a: fences, setmaxnreg
+
+    def x_fence(self, s):
+        act = self.active()
+        if act.size == 0 or s.atom.name != "fence_proxy_async":
+            return                                        # fence.mbarrier_init: nothing to model
+        for sh in self.shared.values():
+            if act.size == self.T:
+                sh.proxy_w[...] = -1
+            else:
+                sh.proxy_w[np.isin(sh.proxy_w, act)] = -1
+
+    def x_setmaxnreg(self, s):
+        n = catalog.immediates_of(s.atom).get("n")
+        if n is None or not 24 <= n <= 256 or n % 8:
+            raise InternalError(f"{describe(s)}: setmaxnreg needs an immediate $n in 24..256, a multiple "
+                                f"of 8 (catalog.with_immediates); got {n!r}")
+        self.group_rows(s, None)        # whole warpgroups or a hazard; otherwise a no-op
+
+    # ----------------------------------------------------------------- sm_90a: stmatrix
+
+    def x_stmatrix(self, s):
+        atom = s.atom
+        tab = _atom_tables(atom)
+        groups = self.group_rows(s, tab)
+        if groups.shape[0] == 0:
+            return
+        src, dst = s.arg(tab.src), s.arg(tab.dst)
+        if not isinstance(dst, ir.MemRef) or not isinstance(dst.buffer, ir.SharedBuffer):
+            raise InternalError(f"{describe(s)}: stmatrix writes shared memory")
+        G = groups.shape[0]
+        rows, cols = tab.mem_tile
+        idx = tab.tv[tab.src]
+        vals = self.read_group_regs(src, groups, idx.shape[1])            # [G, 32, V]
+        tile = np.zeros((G, rows * cols), dtype=vals.dtype)
+        tile[:, idx.ravel()] = vals.reshape(G, -1)
+        lanes = tab.addr.shape[0]
+        data = tile[:, tab.addr]                                          # [G, lanes, per]
+        ddt = dst.buffer.dtype.np
+        if data.dtype != ddt:
+            if data.dtype.itemsize != ddt.itemsize:
+                raise InternalError(f"{describe(s)}: stmatrix moves {src.buffer.dtype} registers into "
+                                    f"{dst.buffer.dtype} memory of another width")
+            data = data.view(ddt)
+        who = groups[:, :lanes]
+        base = self.per_thread(dst.offset)[who]
+        addr = base[..., None] + np.arange(tab.per)[None, None, :]
+        flat_who = who.ravel()
+        self.check_bounds(dst, addr.reshape(G * lanes, tab.per), flat_who, "write")
+        self.check_align(atom, dst, base.ravel(), flat_who)
+        self.mem_write(dst, addr, np.broadcast_to(who[..., None], addr.shape), flat_who, data)
+
+    # ----------------------------------------------------------------- sm_90a: mbarrier
+
+    def bar_name(self, bar_id: int) -> str:
+        for name, base in self.bar_base.items():
+            b = self.shared[name].buf
+            if base <= bar_id < base + b.size:
+                return f"{name}[{bar_id - base}]"
+        return f"#{bar_id}"
+
+    def bar_ids(self, s, name: str, thr: np.ndarray) -> np.ndarray:
+        ref = s.arg(name)
+        if not isinstance(ref, ir.MemRef) or not isinstance(ref.buffer, ir.MBarrier):
+            self.hazard(f"{describe(s)}: operand {name} must address an ir.MBarrier, not "
+                        f"{getattr(ref, 'buffer', ref)!r}")
+        self.shared_of(s, ref.buffer)
+        off = self.per_thread(ref.offset)[thr]
+        self.check_bounds(ref, off[:, None], thr, "mbarrier access")
+        return self.bar_base[ref.buffer.name] + off
+
+    def bar_get(self, bar_id: int, t: int) -> _Bar:
+        bar = self.bars.get(bar_id)
+        if bar is None:
+            self.hazard(f"mbarrier {self.bar_name(bar_id)} used by thread {t} before mbarrier.init")
+        if bar.init_epoch == self.epoch and bar.init_thread != t:
+            self.hazard(f"mbarrier {self.bar_name(bar_id)} used by thread {t} in the barrier epoch of its "
+                        f"mbarrier.init by thread {bar.init_thread}: the init is not visible yet (a Barrier, "
+                        f"after fence.mbarrier_init, must come between them)")
+        return bar
+
+    def bar_arrive(self, bar: _Bar, bar_id: int, t: int):
+        if bar.pending <= 0:
+            self.hazard(f"mbarrier {self.bar_name(bar_id)}: thread {t} arrives on phase {bar.phase}, whose "
+                        f"{bar.count} arrival(s) are all in already (its transactions are still pending)")
+        bar.pending -= 1
+        bar.complete()
+
+    def x_mbarrier(self, s):
+        on, _ = self.enabled(s)
+        if on.size == 0:
+            return
+        name = s.atom.name
+        ids = self.bar_ids(s, "bar", on)
+        if name == "mbarrier_init":
+            counts = self.scalar(s, "count")[on]
+            if np.unique(ids).size != ids.size:
+                self.hazard(f"mbarrier.init race: several threads initialise one mbarrier in one statement "
+                            f"(threads {_listing(on)})")
+            for t, b, c in zip(on.tolist(), ids.tolist(), counts.tolist()):
+                if not 1 <= c < 1 << 20:
+                    self.hazard(f"mbarrier.init of {self.bar_name(b)} with count {c}; it must be in 1..2**20-1")
+                self.bars[b] = _Bar(c, t, self.epoch)
+                self.bar_obs[:, b] = 0
+            return
+        if name == "mbarrier_try_wait":
+            parity = self.scalar(s, "parity")[on] & 1
+            for b in np.unique(ids).tolist():
+                sel = ids == b
+                thr = on[sel]
+                bar = self.bar_get(b, int(thr[0]))
+                for t in thr.tolist():
+                    self.bar_get(b, t)
+                c = bar.phase
+                stuck = parity[sel] == c % 2
+                if stuck.any():
+                    p = int(parity[sel][stuck][0])
+                    self.hazard(
+                        f"mbarrier wait on parity {p} that can never complete: mbarrier {self.bar_name(b)} "
+                        f"has completed {c} phase(s), so parity {p} names phase {c}, which still misses "
+                        f"{bar.pending} of {bar.count} arrival(s) and {bar.tx} transaction byte(s); in "
+                        f"lockstep execution nothing after this wait can complete it (threads "
+                        f"{_listing(thr[stuck])}; the phase that completed last has parity {(c - 1) % 2})")
+                self.bar_obs[thr, b] = np.maximum(self.bar_obs[thr, b], c)
+            return
+        if name == "mbarrier_arrive_expect_tx":
+            nbytes = self.scalar(s, "bytes")[on]
+        for i, (t, b) in enumerate(zip(on.tolist(), ids.tolist())):
+            bar = self.bar_get(b, t)
+            if name == "mbarrier_arrive_expect_tx":
+                if nbytes[i] < 0:
+                    self.hazard(f"mbarrier.arrive.expect_tx of {self.bar_name(b)} with {int(nbytes[i])} bytes")
+                bar.tx += int(nbytes[i])
+            elif name != "mbarrier_arrive":
+                raise InternalError(f"{describe(s)}: unknown mbarrier atom {name}")
+            self.bar_arrive(bar, b, t)
+
+    # ----------------------------------------------------------------- sm_90a: TMA
+
+    def x_tma(self, s):
+        name = s.atom.name
+        if name == "tma_load_2d":
+            self.x_tma_copy(s, load=True)
+        elif name == "tma_store_2d":
+            self.x_tma_copy(s, load=False)
+        elif name == "tma_commit":
+            self.bulk_open[self.active()] += 1
+        elif name in ("tma_wait_read", "tma_wait"):
+            n = catalog.immediates_of(s.atom).get("n")
+            if n is None:
+                raise InternalError(f"{describe(s)}: substitute $n first (catalog.with_immediates(atom, n=...))")
+            self.bulk_retire(n)
+        else:
+            raise InternalError(f"{describe(s)}: unknown TMA atom {name}")
+
+    def bulk_retire(self, n: int):
+        act = self.active()
+        flag = np.zeros(self.T, dtype=bool)
+        flag[act] = True
+        limit = self.bulk_open - n
+        keep = []
+        for rec in self.bulk_pending:
+            if flag[rec.thread] and rec.group < limit[rec.thread]:
+                rec.sh.async_rd[rec.elems] -= 1
+            else:
+                keep.append(rec)
+        self.bulk_pending = keep
+
+    def x_tma_copy(self, s, load: bool):
+        on, _ = self.enabled(s)
+        if on.size == 0:
+            return
+        atom = s.atom
+        tm = self.tmap_of(s)
+        gbuf = tm.buffer
+        eb = gbuf.dtype.bits // 8
+        br, bc = (int(x) for x in tm.box)
+        if tm.swizzle and bc * eb != tm.swizzle:
+            raise InternalError(f"{describe(s)}: the interpreter models swizzled TMA boxes whose inner extent "
+                                f"equals the swizzle span; {tm.name} has {bc * eb} bytes with {tm.swizzle}-byte "
+                                f"swizzle")
+        ref = s.arg("dst" if load else "src")
+        if not isinstance(ref, ir.MemRef) or not isinstance(ref.buffer, ir.SharedBuffer):
+            raise InternalError(f"{describe(s)}: a TMA {'load writes' if load else 'store reads'} shared memory")
+        sh = self.shared_of(s, ref.buffer)
+        if sh.buf.dtype.bits != gbuf.dtype.bits:
+            raise InternalError(f"{describe(s)}: shared buffer {sh.buf.name} holds {sh.buf.dtype}, the tensor "
+                                f"map {tm.name} moves {gbuf.dtype}")
+        c0 = self.scalar(s, "c0")[on]
+        c1 = self.scalar(s, "c1")[on]
+        offs = self.per_thread(ref.offset)[on]
+        self.check_align(atom, ref, offs, on)
+        ids = self.bar_ids(s, "mbar", on) if load else None
+        gl = self.memory[gbuf.name]
+        rows, cols = (int(x) for x in gbuf.shape)
+        s0, s1 = (int(x) for x in gbuf.strides)
+        gr = np.arange(br, dtype=np.int64)[:, None]
+        gc = np.arange(bc, dtype=np.int64)[None, :]
+        for i, t in enumerate(on.tolist()):
+            r = int(c1[i]) + gr
+            c = int(c0[i]) + gc
+            inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+            inside = np.broadcast_to(inside, (br, bc))
+            flat = (np.clip(r, 0, rows - 1) * s0 + np.clip(c, 0, cols - 1) * s1)
+            flat = np.broadcast_to(flat, (br, bc))
+            byte = sh.base + int(offs[i]) * eb
+            elems = (sm90a.box_byte_offsets(br, bc, eb, tm.swizzle, byte) - sh.base) // eb
+            e = elems.ravel()
+            self.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
+            if load:
+                bar_id = int(ids[i])
+                bar = self.bar_get(bar_id, t)
+                vals = np.zeros((br, bc), dtype=gbuf.dtype.np)
+                vals[inside] = gl[flat[inside]]
+                self.async_write_check(sh, e, t)
+                if vals.dtype != sh.data.dtype:
+                    vals = vals.view(sh.data.dtype)
+                sh.data[e] = vals.ravel()
+                sh.writer[e] = t
+                sh.w_epoch[e] = -1          # async proxy: ordered by the mbarrier, not by Barrier epochs
+                sh.w_stmt[e] = self.sid(s)
+                sh.proxy_w[e] = -1
+                sh.tma_bar[e] = bar_id
+                sh.tma_phase[e] = bar.phase
+                self.tma_loads.append((bar_id, bar.phase, self.sid(s)))
+                bar.tx -= br * bc * eb
+                bar.complete()
+            else:
+                self.sh_read(sh, e, np.full(e.size, t, dtype=np.int64))
+                self.proxy_check(sh, e, f"the TMA store of thread {t}")
+                vals = sh.data[e].reshape(br, bc)
+                if vals.dtype != gl.dtype:
+                    vals = vals.view(gl.dtype)
+                gl[flat[inside]] = vals[inside]
+                sh.async_rd[e] += 1
+                sh.async_rd_stmt[e] = self.sid(s)
+                self.bulk_pending.append(_BulkStore(t, int(self.bulk_open[t]), sh, e, self.sid(s)))
+
+    # ----------------------------------------------------------------- sm_90a: wgmma
+
+    def x_wgmma_sync(self, s):
+        name = s.atom.name
+        groups = self.group_rows(s, None)
+        if groups.shape[0] == 0:
+            return
+        thr = groups.ravel()
+        if name == "wgmma_fence":
+            for touch in self.reg_touch.values() if self.track_wgmma else ():
+                touch[thr] = 0
+        elif name == "wgmma_commit":
+            self.wg_open[thr] += 1
+        elif name == "wgmma_wait":
+            n = catalog.immediates_of(s.atom).get("n")
+            if n is None:
+                raise InternalError(f"{describe(s)}: substitute $n first (catalog.with_immediates(atom, n=...))")
+            self.wgmma_retire(thr, n)
+        else:
+            raise InternalError(f"{describe(s)}: unknown wgmma synchronisation atom {name}")
+
+    def wgmma_retire(self, thr: np.ndarray, n: int):
+        flag = np.zeros(self.T, dtype=bool)
+        flag[thr] = True
+        limit = self.wg_open - n
+        keep = []
+        for rec in self.wg_pending:
+            done = flag[rec.thr] & (rec.group < limit[rec.thr]) & ~rec.retired
+            if done.any():
+                t = rec.thr[done]
+                for name, off, cnt in rec.regs:
+                    self.reg_busy[name][t, off:off + cnt] -= 1
+                rec.retired |= done
+            if rec.retired.all():
+                for sh, e in rec.smem:
+                    sh.async_rd[e] -= 1
+            else:
+                keep.append(rec)
+        self.wg_pending = keep
+
+    def wgmma_regs(self, s, name: str, count: int) -> tuple[str, int]:
+        ref = s.arg(name)
+        if not isinstance(ref, ir.RegRef):
+            raise InternalError(f"{describe(s)}: wgmma operand {name} takes a RegRef, not {ref!r}")
+        buf = ref.buffer
+        if self.regs.get(buf.name) is None or (self.reg_bufs[buf.name] is not buf and self.reg_bufs[buf.name] != buf):
+            self.hazard(f"register buffer {buf.name!r} is not declared by the kernel")
+        off = self.ev(ref.offset)
+        if np.ndim(off) != 0:
+            raise InternalError(f"{describe(s)}: wgmma register offsets must be the same for every thread")
+        off = int(off)
+        if off < 0 or off + count > buf.size:
+            self.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offsets {off}..{off + count - 1} "
+                        f"by a wgmma: out of range")
+        return buf.name, off
+
+    def wgmma_fenced(self, name: str, off: int, cnt: int, thr: np.ndarray, what: str):
+        touch = self.reg_touch[name][thr, off:off + cnt]
+        if touch.any():
+            rows = np.flatnonzero(touch.any(axis=1))
+            sid = int(touch[rows[0]][touch[rows[0]] > 0][0]) - 1
+            self.hazard(f"missing wgmma.fence: the wgmma reads its {what} registers {name}[{off}..{off + cnt - 1}], "
+                        f"which {self.stmt_str(sid)} accessed after the last wgmma.fence of threads "
+                        f"{_listing(thr[rows])}")
+
+    def wgmma_operand(self, s, ref, rows: int, major: str, who: int, thr: np.ndarray, dtype) -> tuple:
+        """The [rows, 16] tile a descriptor operand names, and its elements (for in-flight marks)."""
+        if not isinstance(ref, ir.DescRef):
+            raise InternalError(f"{describe(s)}: a wgmma descriptor operand takes an ir.DescRef, not {ref!r}")
+        sh = self.shared_of(s, ref.buffer)
+        eb = sh.buf.dtype.bits // 8
+        if sh.buf.dtype.bits != dtype.bits:
+            raise InternalError(f"{describe(s)}: shared buffer {sh.buf.name} holds {sh.buf.dtype}; the wgmma "
+                                f"reads {dtype}")
+        off = self.per_thread(ref.offset)[thr]
+        if (off != off[0]).any():
+            self.hazard(f"wgmma descriptor offset differs between the threads of a warpgroup "
+                        f"({_listing(np.unique(off))}); it must be warpgroup-uniform")
+        start = sh.base + int(off[0]) * eb
+        if start % 16:
+            self.hazard(f"wgmma descriptor of SH buffer {sh.buf.name!r} starts at shared byte {start}, which is "
+                        f"not 16-byte aligned (the descriptor drops the low 4 bits)")
+        if ref.swizzle and (start // ref.swizzle) % 8:
+            self.hazard(f"wgmma descriptor of SH buffer {sh.buf.name!r} starts at shared byte {start}, inside "
+                        f"row {(start // ref.swizzle) % 8} of a {ref.swizzle}-byte swizzle atom: the first row "
+                        f"must sit on a multiple of {8 * ref.swizzle} bytes (firesched encodes base offset 0)")
+        byte = sm90a.operand_byte_offsets(start, ref.lbo, ref.sbo, ref.swizzle, rows, major=major, elem_bytes=eb)
+        rel = byte - sh.base
+        bad = (rel < 0) | (rel >= sh.buf.size * eb)
+        if bad.any():
+            r, k = (int(x[0]) for x in np.nonzero(bad))
+            self.hazard(f"wgmma operand outside its buffer: element ({r}, {k}) of the descriptor of SH buffer "
+                        f"{sh.buf.name!r} (size {sh.buf.size}) is at element offset {int(rel[r, k]) // eb}")
+        e = (rel // eb).ravel()
+        self.sh_read(sh, e, np.full(e.size, who, dtype=np.int64))
+        self.proxy_check(sh, e, f"the wgmma of threads {int(thr[0])}..{int(thr[-1])}")
+        data = sh.data[e]
+        if data.dtype != dtype.np:
+            data = data.view(dtype.np)
+        return data.reshape(rows, -1), (sh, e)
+
+    def x_wgmma(self, s):
+        atom = s.atom
+        tab = _atom_tables(atom)
+        groups = self.group_rows(s, tab)
+        if groups.shape[0] == 0:
+            return
+        m, n, k = (int(x) for x in atom.shape)
+        ab = atom.dtype_of("a")
+        dref = s.arg("d")
+        if dref.buffer.dtype.bits != 32:
+            raise InternalError(f"{describe(s)}: the accumulators are f32 registers, not {dref.buffer.dtype}")
+        nd = n // 2
+        dname, doff = self.wgmma_regs(s, "d", nd)
+        rs = any(o.name == "a" for o in atom.operands)
+        if rs:
+            aref = s.arg("a")
+            if aref.buffer.dtype.bits != 16:
+                raise InternalError(f"{describe(s)}: the A fragment is 16-bit registers, not {aref.buffer.dtype}")
+            aname, aoff = self.wgmma_regs(s, "a", 8)
+        scale = self.scalar(s, "scale_d")
+        D = self.regs[dname]
+        sid = self.sid(s)
+        for thr in groups:
+            sc = scale[thr]
+            if (sc != sc[0]).any():
+                self.hazard(f"wgmma scale_d differs within the warpgroup of threads {int(thr[0])}..{int(thr[-1])}")
+            self.wgmma_fenced(dname, doff, nd, thr, "accumulator")
+            smem = []
+            if rs:
+                self.wgmma_fenced(aname, aoff, 8, thr, "A fragment")
+                vals = self.regs[aname][thr, aoff:aoff + 8]
+                if vals.dtype != ab.np:
+                    vals = vals.view(ab.np)
+                a_tile = np.zeros(m * k, dtype=vals.dtype)
+                a_tile[tab.tv["a"].ravel()] = vals.ravel()
+                a_tile = a_tile.reshape(k, m).T
+            else:
+                a_tile, rd = self.wgmma_operand(s, s.arg("desc_a"), m, "K", int(thr[0]), thr, ab)
+                smem.append(rd)
+            bt, rd = self.wgmma_operand(s, s.arg("desc_b"), n, sm90a.b_major(atom), int(thr[0]), thr, ab)
+            smem.append(rd)
+            idx = tab.tv["d"]
+            if sc[0] != 0:
+                c_tile = np.zeros(m * n, dtype=np.float32)
+                c_tile[idx.ravel()] = D[thr, doff:doff + nd].astype(np.float32).ravel()
+                c_tile = c_tile.reshape(n, m).T
+            else:
+                c_tile = np.zeros((m, n), dtype=np.float32)
+            d = np.asarray(atom.semantics(a_tile, bt.T, c_tile), dtype=np.float32)
+            D[thr, doff:doff + nd] = np.ravel(d, order="F")[idx].astype(D.dtype)
+            regs = [(dname, doff, nd)] + ([(aname, aoff, 8)] if rs else [])
+            for name, off, cnt in regs:
+                self.reg_busy[name][thr, off:off + cnt] += 1
+                self.reg_busy_stmt[name][thr, off:off + cnt] = sid
+            for sh, e in smem:
+                sh.async_rd[e] += 1
+                sh.async_rd_stmt[e] = sid
+            self.wg_pending.append(_Wgmma(thr.copy(), self.wg_open[thr].copy(), regs, smem, sid))
+
+    sm90_dispatch = {
+        sm90a.WGMMA: x_wgmma,
+        sm90a.WGMMA_SYNC: x_wgmma_sync,
+        sm90a.TMA: x_tma,
+        sm90a.MBARRIER: x_mbarrier,
+        sm90a.FENCE: x_fence,
+        sm90a.SETMAXNREG: x_setmaxnreg,
+        sm90a.STMATRIX: x_stmatrix,
+    }
+
+
+class _Bar:
+    """The state of one mbarrier: arrivals per phase, arrivals and transaction bytes still
+    missing in the current phase, and the number of completed phases."""
+
+    __slots__ = ("count", "pending", "tx", "phase", "init_thread", "init_epoch")
+
+    def __init__(self, count: int, init_thread: int, init_epoch: int):
+        self.count = count
+        self.pending = count
+        self.tx = 0
+        self.phase = 0
+        self.init_thread = init_thread
+        self.init_epoch = init_epoch
+
+    def complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+
+class _Wgmma:
+    """One issued wgmma not yet retired by every thread of its warpgroup."""
+
+    __slots__ = ("thr", "group", "regs", "smem", "sid", "retired")
+
+    def __init__(self, thr, group, regs, smem, sid):
+        self.thr, self.group, self.regs, self.smem, self.sid = thr, group, regs, smem, sid
+        self.retired = np.zeros(thr.size, dtype=bool)
+
+
+class _BulkStore:
+    """One TMA store whose shared-memory source is still being read."""
+
+    __slots__ = ("thread", "group", "sh", "elems", "sid")
+
+    def __init__(self, thread, group, sh, elems, sid):
+        self.thread, self.group, self.sh, self.elems, self.sid = thread, group, sh, elems, sid
+
+
+def _families(body) -> set:
+    """Families of the atoms a statement tree issues."""
+    out: set = set()
+    stack = [body]
+    while stack:
+        s = stack.pop()
+        if s is None:
+            continue
+        if isinstance(s, (list, tuple)):
+            stack.extend(s)
+        elif isinstance(s, ir.Seq):
+            stack.extend(s.body)
+        elif isinstance(s, (ir.For,)):
+            stack.append(s.body)
+        elif isinstance(s, ir.If):
+            stack.append(s.then)
+        elif isinstance(s, ir.AtomCall):
+            out.add(s.atom.family)
+    return out
 
 
 def _wait_count(atom) -> int:

@@ -17,6 +17,18 @@ its thread group), ``Barrier``, ``AsyncCommit``/``AsyncWait`` (cp.async groups),
 
 Index expressions are ints or ``expr.Expr``; thread and block indices are the variables
 ``TID``, ``BID_X``, ``BID_Y``, ``BID_Z`` below, loop indices are the loops' own ``Var``.
+
+Hopper (sm_90a) additions, used by the atoms of ``hardware.atoms.sm90a``:
+
+* ``TensorMapParam`` — a kernel parameter that is a TMA descriptor (``CUtensorMap``) of a 2-D
+  ``GlobalBuffer``; the printer declares it ``const __grid_constant__ CUtensorMap``, the
+  interpreter reads and writes the underlying buffer through it;
+* ``MBarrier`` — a ``SharedBuffer`` of ``size`` mbarrier objects, 8 bytes each;
+* ``DescRef`` — binds a wgmma descriptor operand: a shared buffer, an element offset, the swizzle
+  and the LBO/SBO of the canonical layout; printed as the 64-bit descriptor computed at run time
+  from the shared address;
+* ``Scalar`` — binds a 32-bit value operand (a TMA coordinate, an mbarrier count or parity,
+  wgmma's ``scale_d``) to an index expression.
 """
 
 from __future__ import annotations
@@ -25,8 +37,9 @@ from typing import Union
 
 import attrs
 
-from ..dtypes import DType
+from ..dtypes import DType, f64
 from ..hardware.atoms.base import Atom
+from ..hardware.atoms.sm90a import DESCRIPTOR_MODE, tma_box_problems
 from .expr import IntExpr, Var
 
 
@@ -77,6 +90,83 @@ class RegBuffer:
     name: str
     dtype: DType
     size: int
+
+
+@attrs.frozen
+class MBarrier(SharedBuffer):
+    """``size`` mbarrier objects in shared memory, 8 bytes each (aligned to 8).
+
+    A ``SharedBuffer`` so that it is laid out, declared and addressed like one (``MemRef(bar, i)``
+    is barrier ``i``); its dtype (f64) only gives the 8-byte storage, the content is opaque and
+    only the mbarrier atoms may touch it."""
+
+    size: int = 1
+    dtype: DType = attrs.field(default=f64, kw_only=True)
+    align: int = attrs.field(default=8, kw_only=True)
+    note: str = attrs.field(default="", kw_only=True)
+
+
+@attrs.frozen
+class TensorMapParam:
+    """A kernel parameter holding the TMA descriptor of the 2-D ``buffer`` (row-major, its
+    columns contiguous): boxes of ``box = (rows, cols)`` elements, ``swizzle`` bytes (0, 32, 64,
+    128) of shared-memory swizzle, out-of-bounds elements read as zeros.
+
+    The host encodes it (``runtime.encode_tensor_map_2d``) for the array passed as ``buffer``;
+    ``buffer`` itself need not be a kernel parameter."""
+
+    name: str
+    buffer: GlobalBuffer
+    box: tuple[int, int] = attrs.field(converter=_tuple)
+    swizzle: int = 0
+
+    def __attrs_post_init__(self):
+        b = self.buffer
+        if not isinstance(b, GlobalBuffer) or len(b.shape) != 2:
+            raise ValueError(f"TensorMapParam {self.name!r}: buffer must be a 2-D GlobalBuffer, not {b!r}")
+        eb = b.dtype.bits // 8
+        if b.dtype.bits % 8:
+            raise ValueError(f"TensorMapParam {self.name!r}: TMA cannot move {b.dtype} elements")
+        problems = tma_box_problems(eb, b.shape, (b.strides[0] * eb, b.strides[1] * eb), self.box, self.swizzle)
+        if problems:
+            raise ValueError(f"TensorMapParam {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box moves (what an mbarrier's expect_tx counts for a load)."""
+        return self.box[0] * self.box[1] * self.buffer.dtype.bits // 8
+
+
+@attrs.frozen
+class DescRef:
+    """A wgmma matrix-descriptor operand: the operand tile starts at element ``offset`` of the
+    shared ``buffer`` and is laid out canonically with ``swizzle`` (bytes: 0, 32, 64, 128) and
+    leading / stride byte offsets ``lbo`` / ``sbo`` (see ``hardware.atoms.sm90a``)."""
+
+    buffer: SharedBuffer
+    offset: IntExpr
+    swizzle: int = 0
+    lbo: int = 0
+    sbo: int = 0
+
+    def __attrs_post_init__(self):
+        if self.swizzle not in DESCRIPTOR_MODE:
+            raise ValueError(f"DescRef: swizzle={self.swizzle!r}; allowed: 0, 32, 64, 128 (bytes)")
+        for name in ("lbo", "sbo"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0 or v % 16 or v >= 1 << 18:
+                raise ValueError(f"DescRef: {name}={v!r} must be an int multiple of 16 in [0, 2**18)")
+
+
+@attrs.frozen
+class Scalar:
+    """A 32-bit value operand (bound with the ``"r"`` constraint) equal to ``value``."""
+
+    value: IntExpr
 
 
 Buffer = Union[GlobalBuffer, SharedBuffer, RegBuffer]
@@ -213,7 +303,8 @@ def bid(axis: int, extent: int) -> Var:
 
 @attrs.frozen
 class Kernel:
-    """One launch: ``grid`` blocks of ``threads`` threads; ``params`` in signature order."""
+    """One launch: ``grid`` blocks of ``threads`` threads; ``params`` in signature order (global
+    buffers, and ``TensorMapParam`` descriptors on sm_90a)."""
 
     name: str
     params: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)

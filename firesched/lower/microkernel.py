@@ -25,6 +25,12 @@ Data shapes, by family:
 * MMA: ``a`` ``[G, m, k]``, ``b`` ``[G, k, n]``, ``c`` ``[G, m, n]`` and ``out`` ``[G, m, n]``,
   one slice per thread group (``G`` = 1 for warp atoms, 4 for quad-pair atoms).
 * SHUFFLE: ``src`` ``[32]`` values and ``lane`` ``[32]`` per-lane operands; ``out`` ``[32]``.
+
+The sm_90a atoms get one-warpgroup programs (``wgmma_program``, ``tma_load_program``,
+``tma_store_program``; stmatrix one warp, ``stmatrix_program``), described where they are
+defined; ``atom_program`` picks one with default settings (the synchronisation atoms of a
+family run in that family's program: ``wgmma_fence`` in a wgmma program, the mbarrier atoms in
+the TMA load program).  setmaxnreg has none.
 """
 
 from __future__ import annotations
@@ -35,11 +41,13 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..hardware.atoms import base as atoms
-from ..hardware.atoms import catalog
+from ..hardware.atoms import catalog, sm90a
+from . import expr as ex
 from . import ir
 from .expr import Var
 
-__all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm"]
+__all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
+           "tma_store_program", "stmatrix_program", "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
 UNDER_TEST = "atom under test"
@@ -57,6 +65,8 @@ _INV_PERM = np.argsort([perm(t) for t in range(WARP_THREADS)])
 def atom_program(atom: atoms.Atom, dtype: dt.DType | str | None = None
                  ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
     """``(program, inputs, expected)`` for one issue of ``atom``; see the module docstring."""
+    if atom.min_target == "sm_90a":
+        return _sm90a_plan(atom, None if dtype is None else dt.dtype(dtype))
     plan = _plan(atom, dtype)
     return plan.program, plan.random(0), plan.expected
 
@@ -367,3 +377,329 @@ def _shuffle_plan(atom, d) -> _Plan:
         return np.asarray(atom.semantics(np.asarray(inputs["src"]).astype(d.np),
                                          np.asarray(inputs["lane"]).astype(np.int64))).astype(d.np)
     return _Plan(_program(atom, (src, lane), out, body, regs=(rv, rl, ro)), expected, lanes=("lane",))
+
+
+# --------------------------------------------------------------------------- sm_90a
+#
+# One-warpgroup (128-thread) programs for the Hopper atoms.  Shared-memory operands are staged
+# element by element with ld.global / st.shared at the byte offsets of their canonical layout
+# (``sm90a.canonical_offset`` swizzled), buffers aligned to the swizzle repeat so that offsets
+# within the buffer swizzle like shared-window addresses.  Keyword arguments drop single steps
+# (``fence``, ``proxy_fence``, ``wait``, a wrong ``parity``) to plant the hazards the interpreter
+# must report; with the defaults every program is correct and runs on an sm_90a device.
+
+WARPGROUP_THREADS = 128
+_WG_TID = ir.tid(WARPGROUP_THREADS)
+
+
+def _eq(a, b):
+    return ex.binop("==", a, b)
+
+
+def _smem(name: str, d: dt.DType, nbytes: int, swizzle: int, note: str) -> ir.SharedBuffer:
+    align = max(128, sm90a.swizzle_atom_bytes(swizzle))
+    return ir.SharedBuffer(name, d, -(-nbytes // (d.bits // 8)), align=align, note=note)
+
+
+def _operand_layout(rows: int, swizzle: int, major: str) -> tuple[int, int, int]:
+    """(lbo, sbo, bytes) of a dense canonical ``rows`` x 16 operand of 16-bit elements."""
+    if major == "K":
+        if swizzle == 0:
+            # core matrices of 8 rows x 16 bytes: the 8-row groups of k 0-7 first, then of k 8-15
+            return (rows // 8) * 128, 128, rows * 32
+        return 16, 8 * swizzle, (rows // 8) * 8 * swizzle
+    if swizzle == 0:
+        # MN blocks of 8 elements x 8 k rows, then the k 8-15 half
+        return (rows // 8) * 128, 128, rows * 32
+    per_row = swizzle // 2                          # MN elements in one swizzled row
+    blocks = -(-rows // per_row)
+    return 2 * 8 * swizzle, 8 * swizzle, blocks * 2 * 8 * swizzle
+
+
+def _stage(src: ir.GlobalBuffer, dst: ir.SharedBuffer, count: int, g_offset, s_byte, reg: ir.RegBuffer,
+           name: str) -> ir.For:
+    """Every thread moves elements ``e = tid + 128*i`` from ``src[g_offset(e)]`` to the shared byte
+    ``s_byte(e)`` of ``dst``; ``count`` is a multiple of 128."""
+    eb = src.dtype.bits // 8
+    i = Var(name, count // WARPGROUP_THREADS)
+    e = _WG_TID + WARPGROUP_THREADS * i
+    return ir.For(i, count // WARPGROUP_THREADS, ir.Seq([
+        _call(_copy_atom("ld_global", eb), src=ir.MemRef(src, g_offset(e)), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_shared", eb), dst=ir.MemRef(dst, ex.floordiv(s_byte(e), eb)), src=ir.RegRef(reg, 0)),
+    ]))
+
+
+def wgmma_program(atom: atoms.Atom, *, swizzle: int = 128, scale_d: int = 1, fence: bool = True,
+                  proxy_fence: bool = True, wait: bool = True
+                  ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """One warpgroup issues ``atom`` (a wgmma record) once: ``out = a @ b + c`` (``a @ b`` when
+    ``scale_d`` is 0) with ``a`` [64, 16], ``b`` [16, N] and ``c``, ``out`` [64, N] f32.
+
+    A (``_ss``) and B sit in shared memory in the canonical layout of ``swizzle`` (0, 32, 64 or
+    128 bytes); ``_rs`` loads A's fragment from global memory.  ``fence=False`` leaves out the
+    wgmma.fence, ``proxy_fence=False`` the fence.proxy.async after the shared stores,
+    ``wait=False`` the wgmma.wait_group before the results are stored."""
+    if atom.family != sm90a.WGMMA:
+        raise ValueError(f"wgmma_program: {atom!r} is no wgmma atom")
+    if swizzle not in sm90a.SWIZZLES:
+        raise ValueError(f"wgmma_program: swizzle={swizzle!r}; allowed: 0, 32, 64, 128")
+    ab = atom.dtype_of("a")
+    m, n, k = (int(x) for x in atom.shape)
+    eb = ab.bits // 8
+    rs = any(o.name == "a" for o in atom.operands)
+    b_major = sm90a.b_major(atom)
+    t = _WG_TID
+    a_g, b_g = _gbuf("a", ab, (m, k)), _gbuf("b", ab, (k, n))
+    c_g, out = _gbuf("c", dt.f32, (m, n)), _gbuf("out", dt.f32, (m, n), "out")
+    stage = ir.RegBuffer("stage", ab, 1)
+    acc = ir.RegBuffer("acc", dt.f32, n // 2)
+    regs = [stage, acc]
+    shared = []
+    body: list = []
+    b_lbo, b_sbo, b_bytes = _operand_layout(n, swizzle, b_major)
+    sb = _smem("sB", ab, b_bytes, swizzle, f"B {n}x16 {b_major}-major, swizzle {swizzle}")
+    shared.append(sb)
+    body.append(_stage(b_g, sb, n * k, lambda e: (e % k) * n + e // k,
+                       lambda e: sm90a.SWIZZLES[swizzle](sm90a.canonical_offset(
+                           e // k, e % k, b_lbo, b_sbo, swizzle, major=b_major, elem_bytes=eb)),
+                       stage, "i_b"))
+    desc_b = ir.DescRef(sb, 0, swizzle, b_lbo, b_sbo)
+    if not rs:
+        a_lbo, a_sbo, a_bytes = _operand_layout(m, swizzle, "K")
+        sa = _smem("sA", ab, a_bytes, swizzle, f"A 64x16 K-major, swizzle {swizzle}")
+        shared.insert(0, sa)
+        body.insert(0, _stage(a_g, sa, m * k, lambda e: e,
+                              lambda e: sm90a.SWIZZLES[swizzle](sm90a.canonical_offset(
+                                  e // k, e % k, a_lbo, a_sbo, swizzle, major="K", elem_bytes=eb)),
+                              stage, "i_a"))
+        a_arg = {"desc_a": ir.DescRef(sa, 0, swizzle, a_lbo, a_sbo)}
+    if proxy_fence:
+        body.append(_call(sm90a.fence_proxy_async, comment="shared stores visible to the async proxy"))
+    body.append(ir.Barrier("operands staged"))
+    tv = sm90a.tv_d(n)
+    v = Var("v_c", n // 2)
+    r, col = tv.coord(t, v)
+    body.append(ir.For(v, n // 2, _call(_copy_atom("ld_global", 4), src=ir.MemRef(c_g, r * n + col),
+                                        dst=ir.RegRef(acc, v)), unroll=True))
+    if rs:
+        frag = ir.RegBuffer("frag_a", ab, 8)
+        regs.append(frag)
+        va = Var("v_a", 8)
+        ra, ca = sm90a.TV_A_RS.coord(t, va)
+        body.append(ir.For(va, 8, _call(_copy_atom("ld_global", eb), src=ir.MemRef(a_g, ra * k + ca),
+                                        dst=ir.RegRef(frag, va)), unroll=True))
+        a_arg = {"a": ir.RegRef(frag, 0)}
+    if fence:
+        body.append(_call(sm90a.wgmma_fence))
+    body.append(_call(atom, comment=UNDER_TEST, d=ir.RegRef(acc, 0), **a_arg, desc_b=desc_b,
+                      scale_d=ir.Scalar(int(scale_d))))
+    body.append(_call(sm90a.wgmma_commit))
+    if wait:
+        body.append(_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)))
+    vo = Var("v_d", n // 2)
+    ro, co = tv.coord(t, vo)
+    body.append(ir.For(vo, n // 2, _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, ro * n + co),
+                                         src=ir.RegRef(acc, vo)), unroll=True))
+
+    def expected(inputs):
+        a = np.asarray(inputs["a"]).astype(ab.np)
+        b = np.asarray(inputs["b"]).astype(ab.np)
+        c = np.asarray(inputs["c"]).astype(np.float32) if scale_d else np.zeros((m, n), np.float32)
+        return np.asarray(atom.semantics(a, b, c)).astype(np.float32)
+
+    program = _program(atom, (a_g, b_g, c_g), out, body, shared=shared, regs=regs, threads=WARPGROUP_THREADS)
+    return program, _Plan(program, expected).random(0), expected
+
+
+def _box_io(d: dt.DType, shape, box, swizzle: int):
+    eb = d.bits // 8
+    bc = int(box[1])
+
+    def s_byte(e):
+        return sm90a.SWIZZLES[swizzle]((e // bc) * (bc * eb) + (e % bc) * eb)
+    return s_byte
+
+
+def _box_expected(x: np.ndarray, box, coords) -> np.ndarray:
+    """The box of ``x`` at column ``coords[0]``, row ``coords[1]``, zeros outside ``x``."""
+    br, bc = box
+    c0, c1 = coords
+    out = np.zeros((br, bc), dtype=x.dtype)
+    for i in range(br):
+        for j in range(bc):
+            r, c = c1 + i, c0 + j
+            if 0 <= r < x.shape[0] and 0 <= c < x.shape[1]:
+                out[i, j] = x[r, c]
+    return out
+
+
+def tma_load_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64), coords=(16, 32),
+                     swizzle: int = 128, parity: int = 0, arrivals: str = "one"
+                     ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """One warpgroup loads the box of ``x`` [``shape``] at ``coords`` = (column, row) with one TMA
+    load completing on an mbarrier, waits on ``parity`` and copies the box to ``out`` [``box``].
+
+    Thread 0 initialises the barrier (``fence.mbarrier_init``, then a Barrier), expects the box's
+    bytes and issues the load; with ``arrivals="all"`` the barrier counts 128 arrivals and the
+    other threads arrive too.  The default box hangs over the bottom and right edges of ``x``,
+    so its last rows and columns are zeros."""
+    d = dt.dtype(dtype)
+    eb = d.bits // 8
+    br, bc = (int(b) for b in box)
+    if (br * bc) % WARPGROUP_THREADS:
+        raise ValueError(f"tma_load_program: the box has {br * bc} elements, not a multiple of 128")
+    if arrivals not in ("one", "all"):
+        raise ValueError(f"tma_load_program: arrivals={arrivals!r}; allowed: 'one', 'all'")
+    x = _gbuf("x", d, shape)
+    out = _gbuf("out", d, (br, bc), "out")
+    tmap = ir.TensorMapParam("tmap_x", x, (br, bc), swizzle)
+    sm = _smem("smem", d, br * bc * eb, swizzle, f"{br}x{bc} box, swizzle {swizzle}")
+    bar = ir.MBarrier("bar", 1)
+    reg = ir.RegBuffer("r", d, 1)
+    t = _WG_TID
+    count = WARPGROUP_THREADS if arrivals == "all" else 1
+    body = [
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_init, bar=ir.MemRef(bar, 0), count=ir.Scalar(count)),
+            _call(sm90a.fence_mbarrier_init),
+        ])),
+        ir.Barrier("barrier initialised"),
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(bar, 0), bytes=ir.Scalar(tmap.box_bytes)),
+            _call(sm90a.tma_load_2d, comment=UNDER_TEST, dst=ir.MemRef(sm, 0), tmap=tmap,
+                  c0=ir.Scalar(int(coords[0])), c1=ir.Scalar(int(coords[1])), mbar=ir.MemRef(bar, 0)),
+        ])),
+    ]
+    if arrivals == "all":
+        body.append(ir.If(ex.ge(t, 1), _call(sm90a.mbarrier_arrive, bar=ir.MemRef(bar, 0))))
+    body.append(_call(sm90a.mbarrier_try_wait, bar=ir.MemRef(bar, 0), parity=ir.Scalar(int(parity))))
+    s_byte = _box_io(d, shape, box, swizzle)
+    i = Var("i_out", br * bc // WARPGROUP_THREADS)
+    e = t + WARPGROUP_THREADS * i
+    body.append(ir.For(i, br * bc // WARPGROUP_THREADS, ir.Seq([
+        _call(_copy_atom("ld_shared", eb), src=ir.MemRef(sm, ex.floordiv(s_byte(e), eb)), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_global", eb), dst=ir.MemRef(out, e), src=ir.RegRef(reg, 0)),
+    ])))
+
+    def expected(inputs):
+        return _box_expected(np.asarray(inputs["x"]).astype(d.np), (br, bc), coords)
+
+    kernel = ir.Kernel(name="micro_tma_load_2d", params=(tmap, out), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
+                       shared=(sm, bar), regs=(reg,), body=ir.Seq(body),
+                       header=f"TMA load of a {br}x{bc} box of x{list(shape)} at {tuple(coords)}, swizzle {swizzle}")
+    program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
+def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64), coords=(16, 32),
+                      swizzle: int = 128, proxy_fence: bool = True, wait: str | None = "read"
+                      ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """One warpgroup stages ``tile`` [``box``] in shared memory (st.shared, in the box layout of
+    ``swizzle``), fences the async proxy, and thread 0 stores it with one TMA store into ``out``
+    [``shape``] at ``coords`` = (column, row); elements outside ``out`` are dropped.
+
+    ``wait`` is ``"read"`` (cp.async.bulk.wait_group.read 0), ``"all"`` (cp.async.bulk.wait_group
+    0) or None; ``proxy_fence=False`` leaves out the fence.proxy.async."""
+    d = dt.dtype(dtype)
+    eb = d.bits // 8
+    br, bc = (int(b) for b in box)
+    if (br * bc) % WARPGROUP_THREADS:
+        raise ValueError(f"tma_store_program: the box has {br * bc} elements, not a multiple of 128")
+    tile = _gbuf("tile", d, (br, bc))
+    out = _gbuf("out", d, shape, "out")
+    tmap = ir.TensorMapParam("tmap_out", out, (br, bc), swizzle)
+    sm = _smem("smem", d, br * bc * eb, swizzle, f"{br}x{bc} box, swizzle {swizzle}")
+    reg = ir.RegBuffer("r", d, 1)
+    t = _WG_TID
+    body: list = [_stage(tile, sm, br * bc, lambda e: e, _box_io(d, shape, box, swizzle), reg, "i_in")]
+    if proxy_fence:
+        body.append(_call(sm90a.fence_proxy_async, comment="shared stores visible to the async proxy"))
+    body.append(ir.Barrier("box staged"))
+    store = [_call(sm90a.tma_store_2d, comment=UNDER_TEST, tmap=tmap, c0=ir.Scalar(int(coords[0])),
+                   c1=ir.Scalar(int(coords[1])), src=ir.MemRef(sm, 0)),
+             _call(sm90a.tma_commit)]
+    if wait is not None:
+        if wait not in ("read", "all"):
+            raise ValueError(f"tma_store_program: wait={wait!r}; allowed: 'read', 'all', None")
+        store.append(_call(catalog.with_immediates(sm90a.tma_wait_read if wait == "read" else sm90a.tma_wait, n=0)))
+    body.append(ir.If(_eq(t, 0), ir.Seq(store)))
+
+    def expected(inputs):
+        x = np.asarray(inputs["tile"]).astype(d.np)
+        want = np.zeros(tuple(shape), dtype=d.np)
+        c0, c1 = coords
+        for i in range(br):
+            for j in range(bc):
+                r, c = c1 + i, c0 + j
+                if 0 <= r < shape[0] and 0 <= c < shape[1]:
+                    want[r, c] = x[i, j]
+        return want
+
+    kernel = ir.Kernel(name="micro_tma_store_2d", params=(tile, tmap), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
+                       shared=(sm,), regs=(reg,), body=ir.Seq(body),
+                       header=f"TMA store of a {br}x{bc} box into out{list(shape)} at {tuple(coords)}, swizzle {swizzle}")
+    program = ir.Program(kernels=(kernel,), inputs=(tile,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
+def stmatrix_program(atom: atoms.Atom
+                     ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """One warp stores its ``frag`` [32, V] values with ``atom`` (a stmatrix record) into a padded
+    shared tile and copies the tile to ``out`` [rows, cols] (memory coordinates)."""
+    if atom.family != sm90a.STMATRIX:
+        raise ValueError(f"stmatrix_program: {atom!r} is no stmatrix atom")
+    d = atom.dtype_of("src")
+    dst = next(o for o in atom.operands if o.memory == "SH")
+    src = next(o for o in atom.operands if o.memory == "RF")
+    rows, cols = (int(x) for x in atom.shape[:2])
+    lanes = dst.addr.size()
+    ld = cols + 8
+    nv = src.tv.num_values
+    frag_g = _gbuf("frag", d, (WARP_THREADS, nv))
+    out = _gbuf("out", d, (rows, cols), "out")
+    sh = ir.SharedBuffer("smem", d, rows * ld, note=f"{rows}x{cols} row-major, pitch {ld}")
+    frag = ir.RegBuffer("frag_r", d, nv)
+    per = rows * cols // WARP_THREADS
+    back = ir.RegBuffer("back", d, per)
+    t = _TID
+    idx = dst.addr(t % lanes)
+    row, col = idx % rows, idx // rows
+    first = t * per
+    body = [
+        _call(_copy_atom("ld_global", _width(d, nv)), src=ir.MemRef(frag_g, t * nv), dst=ir.RegRef(frag, 0)),
+        _call(atom, comment=UNDER_TEST, dst=ir.MemRef(sh, row * ld + col), src=ir.RegRef(frag, 0)),
+        ir.Barrier("tile stored"),
+        _call(_copy_atom("ld_shared", _width(d, per)), src=ir.MemRef(sh, (first // cols) * ld + first % cols),
+              dst=ir.RegRef(back, 0)),
+        _call(_copy_atom("st_global", _width(d, per)), dst=ir.MemRef(out, first), src=ir.RegRef(back, 0)),
+    ]
+
+    def expected(inputs):
+        return src.tv.gather(np.asarray(inputs["frag"]).astype(d.np))
+
+    program = _program(atom, (frag_g,), out, body, shared=(sh,), regs=(frag, back))
+    return program, _Plan(program, expected).random(0), expected
+
+
+def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
+    fam = atom.family
+    if fam == sm90a.WGMMA:
+        if d is not None:
+            raise ValueError(f"atom_program: {atom.name} has fixed operand dtypes; pass dtype=None")
+        return wgmma_program(atom)
+    if fam == sm90a.WGMMA_SYNC:
+        return wgmma_program(sm90a.wgmma_m64n8k16_f16_f32_ss)
+    if fam == sm90a.STMATRIX:
+        return stmatrix_program(atom)
+    if fam == sm90a.TMA:
+        if atom is sm90a.tma_load_2d:
+            return tma_load_program(d or dt.f16)
+        return tma_store_program(d or dt.f16, wait="all" if atom is sm90a.tma_wait else "read")
+    if fam == sm90a.MBARRIER:
+        return tma_load_program(d or dt.f16, arrivals="all" if atom is sm90a.mbarrier_arrive else "one")
+    if fam == sm90a.FENCE:
+        if atom is sm90a.fence_proxy_async:
+            return tma_store_program(d or dt.f16)
+        return tma_load_program(d or dt.f16)
+    raise ValueError(f"atom_program: no one-atom kernel for {atom!r} (family {fam!r}): setmaxnreg changes "
+                     f"register allocation only, which one issue cannot show")

@@ -11,6 +11,9 @@ fail: it silently computes garbage or faults asynchronously, far from the mistak
 
 The launch path is kept short (a cached parameter layout, one ``struct.pack_into``, one driver
 call) because small kernels are often launched thousands of times from Python.
+
+``encode_tensor_map_2d`` builds the 128-byte TMA descriptor (``CUtensorMap``) that sm_90a kernels
+take as a ``__grid_constant__`` parameter.
 """
 
 from __future__ import annotations
@@ -1054,3 +1057,59 @@ def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], sh
 
 
 _raw_layouts: dict[tuple, _ParamLayout] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# TMA descriptors
+
+
+def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0, *,
+                         device: int = 0) -> bytes:
+    """The 128-byte ``CUtensorMap`` of a 2-D tiled TMA view, for a ``const __grid_constant__
+    CUtensorMap`` kernel parameter (pass it to ``Kernel.launch`` as ``(blob, None)``).
+
+    ``ptr`` is the device address of element (0, 0) (an int, a ``DeviceArray`` or a tensor with
+    ``data_ptr()``); ``dtype`` a firesched dtype or its name; ``shape``, ``strides_bytes`` and
+    ``box`` are in row-major order ``(rows, cols)`` — numpy's ``.shape``/``.strides`` of the
+    matrix and the box a TMA instruction moves; ``swizzle`` is the shared-memory swizzle span in
+    bytes (0, 32, 64, 128).  Out-of-bounds box elements read as zeros.  Invalid parameters raise
+    ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
+    """
+    from firesched import dtypes as _dt
+    from firesched.hardware.atoms.sm90a import TMA_DATA_TYPES, TMA_SWIZZLES, tma_box_problems
+
+    try:
+        d = _dt.dtype(dtype)
+    except ValueError:
+        d = None
+    if d is None or d.name not in TMA_DATA_TYPES:
+        raise ValueError(f"encode_tensor_map_2d: dtype {dtype!r} has no TMA data type; allowed: "
+                         f"{', '.join(TMA_DATA_TYPES)}")
+    if isinstance(ptr, DeviceArray):
+        ptr = ptr.ptr
+    elif hasattr(ptr, "data_ptr"):
+        ptr = ptr.data_ptr()
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr <= 0:
+        raise ValueError(f"encode_tensor_map_2d: ptr must be a non-null device address, not {ptr!r}")
+    if ptr % 16:
+        raise ValueError(f"encode_tensor_map_2d: the global address {ptr:#x} is not 16-byte aligned")
+    problems = tma_box_problems(d.bits // 8, shape, strides_bytes, box, swizzle)
+    if problems:
+        raise ValueError("encode_tensor_map_2d: " + "; ".join(problems))
+    rows, cols = (int(x) for x in shape)
+    box_rows, box_cols = (int(x) for x in box)
+    _require_gpu()
+    _device(device).make_current()
+    driver = _driver()
+    tmap = _call(
+        "cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled,
+        driver.CUtensorMapDataType(TMA_DATA_TYPES[d.name]), 2, ptr,
+        [cols, rows], [int(strides_bytes[0])], [box_cols, box_rows], [1, 1],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle(TMA_SWIZZLES[swizzle]),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    blob = struct.pack("<16Q", *(int(x) for x in tmap.opaque))
+    if len(blob) != 128:  # pragma: no cover - a driver binding change
+        raise LaunchError(f"cuTensorMapEncodeTiled returned {len(blob)} bytes, not 128")
+    return blob

@@ -1,10 +1,16 @@
 """Every atom of every table, and the look-ups the strategies use to pick one.
 
-``ALL_ATOMS`` lists the records of ``sm70`` and ``sm80`` in table order; names are unique across
-tables.  ``by_name`` finds one record, ``for_target`` those a target can issue, ``mma_atoms``
-the MMA atoms of a dtype combination and ``copy_atom`` the thread-level move of a width between
-two memories.  ``with_immediates`` turns template parameters that PTX wants as literal constants
-(``$n`` of ``cp.async.wait_group``) into text before the atom reaches ``asm_node``.
+``ALL_ATOMS`` lists the records of ``sm70`` and ``sm80`` in table order: the warp-level
+generation every strategy so far is built on.  The Hopper records of ``sm90a`` (wgmma, TMA,
+mbarrier, stmatrix, ...) are ``SM90A_ATOMS``, and ``EVERY_ATOM`` is both; they are kept out of
+``ALL_ATOMS`` so that the generic look-ups below and the tables' tests keep meaning "the
+mma.sync/ldmatrix/cp.async generation" until strategies use the new families.  Names are unique
+across all tables.  ``by_name`` finds one record of any table, ``for_target`` those a target can
+issue (``every=True`` includes the sm90a records), ``mma_atoms`` the MMA atoms of a dtype
+combination and ``copy_atom`` the thread-level move of a width between two memories.
+``with_immediates`` turns template parameters that PTX wants as literal constants (``$n`` of
+``cp.async.wait_group``) into text before the atom reaches ``asm_node``; ``immediates_of`` reads
+them back.
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ import attrs
 from ...dtypes import DType, dtype
 from ..target import Target
 from ..target import target as _target
-from . import sm70, sm80
+from . import sm70, sm80, sm90a
 from .base import COPY, CP_ASYNC, MMA, Atom
 
 ALL_ATOMS: tuple[Atom, ...] = sm70.ATOMS + sm80.ATOMS
+SM90A_ATOMS: tuple[Atom, ...] = sm90a.ATOMS
+EVERY_ATOM: tuple[Atom, ...] = ALL_ATOMS + SM90A_ATOMS
 
-BY_NAME: dict[str, Atom] = {a.name: a for a in ALL_ATOMS}
-if len(BY_NAME) != len(ALL_ATOMS):  # pragma: no cover - a table error, caught on import
-    _dups = sorted({a.name for a in ALL_ATOMS if sum(b.name == a.name for b in ALL_ATOMS) > 1})
+BY_NAME: dict[str, Atom] = {a.name: a for a in EVERY_ATOM}
+if len(BY_NAME) != len(EVERY_ATOM):  # pragma: no cover - a table error, caught on import
+    _names = [a.name for a in EVERY_ATOM]
+    _dups = sorted({n for n in _names if _names.count(n) > 1})
     raise RuntimeError(f"atom names are not unique: {_dups}")
 
 
@@ -37,10 +46,11 @@ def by_name(name: str) -> Atom:
     raise ValueError(f"no atom named {name!r}{hint} (allowed: {', '.join(BY_NAME)})")
 
 
-def for_target(target: Target | str) -> tuple[Atom, ...]:
-    """The atoms ``target`` can issue, in table order."""
+def for_target(target: Target | str, *, every: bool = False) -> tuple[Atom, ...]:
+    """The atoms of ``ALL_ATOMS`` (``every``: of ``EVERY_ATOM``) that ``target`` can issue, in
+    table order."""
     t = _target(target)
-    return tuple(a for a in ALL_ATOMS if t.supports(a))
+    return tuple(a for a in (EVERY_ATOM if every else ALL_ATOMS) if t.supports(a))
 
 
 def mma_atoms(a_dtype: DType | str, b_dtype: DType | str, acc_dtype: DType | str,
@@ -89,3 +99,30 @@ def with_immediates(atom: Atom, **values: int) -> Atom:
             raise ValueError(f"atom {atom.name}: its template {atom.ptx!r} has no ${name}")
         ptx = pattern.sub(str(v), ptx)
     return attrs.evolve(atom, ptx=ptx)
+
+
+def immediates_of(atom: Atom) -> dict[str, int]:
+    """The immediates ``with_immediates`` substituted into ``atom``, by name (``{"n": 1}`` for
+    ``with_immediates(cp_async_wait, n=1)``); empty for a record as the table holds it.
+
+    The original template is the record of the same name in the tables; each ``$name`` that is
+    gone from ``atom.ptx`` must have been replaced by an integer."""
+    original = BY_NAME.get(atom.name)
+    if original is None or original.ptx == atom.ptx:
+        return {}
+    pattern, names, pos = "", [], 0
+    for m in re.finditer(r"\$([A-Za-z_][A-Za-z0-9_]*)", original.ptx):
+        pattern += re.escape(original.ptx[pos:m.start()])
+        name = m.group(1)
+        if name in names:
+            pattern += f"(?P={name})"
+        else:
+            pattern += rf"(?P<{name}>-?\d+|\${name}(?![A-Za-z0-9_]))"
+            names.append(name)
+        pos = m.end()
+    pattern += re.escape(original.ptx[pos:])
+    m = re.fullmatch(pattern, atom.ptx)
+    if m is None:
+        raise ValueError(f"atom {atom.name}: its template {atom.ptx!r} is not the record's "
+                         f"{original.ptx!r} with integers substituted")
+    return {n: int(m.group(n)) for n in names if not m.group(n).startswith("$")}

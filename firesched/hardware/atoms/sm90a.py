@@ -1,0 +1,497 @@
+"""Hopper (sm_90a) atoms: wgmma, TMA, mbarrier, the async-proxy fence, setmaxnreg, stmatrix.
+
+These instructions exist only on the architecture-specific target ``sm_90a``; a translation unit
+that uses them refuses to compile for any other arch (the CUDA printer emits an ``#error``).
+
+Families (``Atom.family``):
+
+* ``wgmma`` — ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}``, issued by a warpgroup
+  (128 threads, ``WARPGROUP``), for N = 8, 16, ..., 256.  Four variants per (N, type):
+  ``_ss`` (A and B in shared memory, both K-major), ``_rs`` (A in registers, B K-major in shared
+  memory), and ``_ss_tnspb`` / ``_rs_tnspb`` where B is MN-major (its N elements contiguous, PTX
+  ``imm-trans-b = 1``; ``Atom.trans`` is True).  A in shared memory is always K-major
+  (``imm-trans-a = 0``) and both scale immediates are 1.  Operands: ``d`` (inout, N/2 f32
+  registers per thread), ``desc_a`` / ``desc_b`` (64-bit shared-memory matrix descriptors, see
+  ``smem_descriptor``), ``a`` (``_rs``: four b32 registers holding 8 elements), ``scale_d``
+  (a 32-bit value: 0 computes ``D = A @ B``, anything else ``D = A @ B + D``).
+* ``wgmma_sync`` — ``wgmma.fence``, ``wgmma.commit_group``, ``wgmma.wait_group $n``.
+* ``tma`` — 2-D ``cp.async.bulk.tensor`` load (global -> shared, completing on an mbarrier) and
+  store (shared -> global, in a bulk async-group), ``cp.async.bulk.commit_group`` and
+  ``cp.async.bulk.wait_group[.read] $n``.  Issued by one thread.  ``$tmap`` is the 64-bit
+  generic address of a ``const __grid_constant__ CUtensorMap`` kernel parameter; ``$c0`` is the
+  innermost (column) coordinate of the box, ``$c1`` the row.
+* ``mbarrier`` — init, arrive, arrive.expect_tx and a ``try_wait.parity`` spin loop (its labels
+  are numbered per call site by the printer through the ``$uid`` immediate).
+* ``fence`` — ``fence.proxy.async.shared::cta`` and ``fence.mbarrier_init.release.cluster``.
+* ``setmaxnreg`` — ``setmaxnreg.{inc,dec}.sync.aligned.u32 $n`` (warpgroup-wide).
+* ``stmatrix`` — ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16``, the inverse of
+  ldmatrix with the same TV and address layouts as the ldmatrix records of ``sm80``.
+
+Register operands that carry no tile (descriptors, coordinates, counts, ``scale_d``) have no TV
+layout; ``is_descriptor`` and ``is_scalar`` tell them apart.
+
+Fragment layouts (column-major tile index ``row + rows*col`` as everywhere), from the PTX ISA's
+wgmma register-fragment figures ("Matrix Fragments for wgmma.mma_async.m64nNk16"): with
+``w = tid // 32`` (warp of the warpgroup), ``g = lane // 4``, ``q = lane % 4``:
+
+* D (64 x N, f32): value ``i`` of a thread sits at row ``16w + g + 8*((i // 2) % 2)`` and column
+  ``8*(i // 4) + 2q + (i % 2)`` — the m16n8 C-fragment of warp ``w`` repeated over N/8 column
+  blocks;
+* A in registers (64 x 16): value ``i`` at row ``16w + g + 8*((i // 2) % 2)`` and column
+  ``2q + (i % 2) + 8*(i // 4)`` — the m16n8k16 A fragment of warp ``w``.
+
+Shared-memory operands (``smem_descriptor`` / ``operand_byte_offsets``): the sm_90 matrix
+descriptor holds the start address >> 4 in bits 0-13, the leading-dimension byte offset (LBO)
+>> 4 in bits 16-29, the stride-dimension byte offset (SBO) >> 4 in bits 32-45, the matrix base
+offset in bits 49-51 and the swizzle mode in bits 62-63 (0 none, 1 128B, 2 64B, 3 32B), as the
+PTX ISA's "Matrix Descriptor Format" states.  The canonical layouts (in bytes, ``eb`` the element
+size, ``S`` the swizzle span, ``T = 16 / eb`` elements per 16-byte chunk):
+
+* K-major, no swizzle: 8x16-byte core matrices; element (r, k) at
+  ``(r % 8)*16 + (r // 8)*SBO + ((k*eb) // 16)*LBO + (k*eb) % 16``;
+* K-major, swizzle S: rows of S bytes; ``(r % 8)*S + (r // 8)*SBO + k*eb`` (LBO unused);
+* MN-major, no swizzle: element (mn, k) at ``(mn % T)*eb + (mn // T)*SBO + (k % 8)*16 +
+  (k // 8)*LBO``;
+* MN-major, swizzle S (``W = S / 16``): ``(mn % T)*eb + ((mn // T) % W)*16 + (mn // (T*W))*LBO +
+  (k % 8)*S + (k // 8)*SBO``;
+
+added to the start address, and then, for a swizzle mode, the 16-byte chunk bits of the *shared
+address* XORed with its row bits: 128B is ``Swizzle(3, 4, 3)``, 64B ``Swizzle(2, 4, 3)``, 32B
+``Swizzle(1, 4, 3)`` on byte addresses (``firesched.layout.SW128/SW64/SW32``).  firesched always
+encodes base offset 0, which requires the first row of every 8-row swizzle atom to start on a
+multiple of ``8*S`` bytes; a TMA box written with the same swizzle lands in exactly this form.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from ... import dtypes as dt
+from ...layout import NO_SWIZZLE, SW32, SW64, SW128, Layout, TVLayout
+from .base import THREAD, WARP, WARPGROUP, Atom, Operand
+from .sm70 import identity, matmul_semantics
+from .sm80 import (
+    ldmatrix_x1,
+    ldmatrix_x1_trans,
+    ldmatrix_x2,
+    ldmatrix_x2_trans,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+)
+
+CATALOG = "sm90a"
+
+WGMMA = "wgmma"            # warpgroup MMA, asynchronous (completes at wgmma.wait_group)
+WGMMA_SYNC = "wgmma_sync"  # wgmma.fence / commit_group / wait_group
+TMA = "tma"                # cp.async.bulk.tensor and its bulk-group commit / wait
+MBARRIER = "mbarrier"      # mbarrier.init / arrive / arrive.expect_tx / try_wait.parity
+FENCE = "fence"            # fence.proxy.async, fence.mbarrier_init
+SETMAXNREG = "setmaxnreg"  # warpgroup register reallocation
+STMATRIX = "stmatrix"      # warp-collective register -> shared 8x8 matrix store
+
+FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX)
+
+#: The N extents of wgmma.m64nNk16 with f16/bf16 inputs.
+WGMMA_N = tuple(range(8, 257, 8))
+
+#: Swizzle span in bytes -> the 2-bit mode of the matrix descriptor (bits 62-63).
+DESCRIPTOR_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
+#: Swizzle span in bytes -> the XOR pattern on shared-memory byte addresses.
+SWIZZLES = {0: NO_SWIZZLE, 32: SW32, 64: SW64, 128: SW128}
+
+
+# --------------------------------------------------------------------------- operand kinds
+
+def is_descriptor(o: Operand) -> bool:
+    """A 64-bit register operand holding a shared-memory matrix descriptor (bound to an
+    ``ir.DescRef``)."""
+    return o.memory == "RF" and o.reg_bits == 64 and o.name.startswith("desc_")
+
+
+def is_scalar(o: Operand) -> bool:
+    """A 32-bit register operand holding one integer value (a TMA coordinate, an mbarrier count
+    or parity, ``scale_d``), bound to an ``ir.Scalar``."""
+    return o.memory == "RF" and o.tv is None and not is_descriptor(o)
+
+
+def _scalar(name: str) -> Operand:
+    return Operand(name, "in", "RF", regs=1, reg_bits=32, values=1)
+
+
+def _desc(name: str) -> Operand:
+    return Operand(name, "in", "RF", regs=1, reg_bits=64, values=1)
+
+
+# --------------------------------------------------------------------------- shared-memory matrix descriptors
+
+@attrs.frozen
+class SmemDescriptor:
+    """The fields of an sm_90 shared-memory matrix descriptor, in bytes (``swizzle`` is the span:
+    0, 32, 64 or 128)."""
+
+    addr: int
+    lbo: int
+    sbo: int
+    swizzle: int = 0
+    base_offset: int = 0
+
+
+def _check_field(name: str, value: int, limit: int) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ValueError(f"smem_descriptor: {name}={value!r} is not an int")
+    if value < 0 or value % 16 or value >= limit:
+        raise ValueError(f"smem_descriptor: {name}={value} must be a multiple of 16 in [0, {limit})")
+
+
+def smem_descriptor(addr_bytes: int, lbo_bytes: int, sbo_bytes: int, swizzle: int = 0,
+                    base_offset: int = 0) -> int:
+    """The 64-bit wgmma matrix descriptor of a shared-memory operand.
+
+    ``addr_bytes`` is the operand's shared-window address, ``lbo_bytes`` / ``sbo_bytes`` the
+    leading / stride dimension byte offsets, ``swizzle`` the swizzle span in bytes (0, 32, 64,
+    128; encoded as mode 0, 3, 2, 1).  Bits: start address >> 4 in 0-13 (the address is taken
+    modulo 2**18), LBO >> 4 in 16-29, SBO >> 4 in 32-45, base offset in 49-51, mode in 62-63.
+    """
+    _check_field("addr_bytes", int(addr_bytes) & 0x3FFFF, 1 << 18)
+    _check_field("lbo_bytes", lbo_bytes, 1 << 18)
+    _check_field("sbo_bytes", sbo_bytes, 1 << 18)
+    if swizzle not in DESCRIPTOR_MODE:
+        raise ValueError(f"smem_descriptor: swizzle={swizzle!r}; allowed: 0, 32, 64, 128 (bytes)")
+    if not 0 <= int(base_offset) < 8:
+        raise ValueError(f"smem_descriptor: base_offset={base_offset!r} must be in 0..7")
+    return (((int(addr_bytes) & 0x3FFFF) >> 4)
+            | ((int(lbo_bytes) >> 4) << 16)
+            | ((int(sbo_bytes) >> 4) << 32)
+            | (int(base_offset) << 49)
+            | (DESCRIPTOR_MODE[swizzle] << 62))
+
+
+def decode_smem_descriptor(desc: int) -> SmemDescriptor:
+    """Inverse of ``smem_descriptor`` (the address comes back modulo 2**18)."""
+    desc = int(desc)
+    mode = (desc >> 62) & 3
+    span = {v: k for k, v in DESCRIPTOR_MODE.items()}[mode]
+    return SmemDescriptor(addr=(desc & 0x3FFF) << 4, lbo=((desc >> 16) & 0x3FFF) << 4,
+                          sbo=((desc >> 32) & 0x3FFF) << 4, swizzle=span,
+                          base_offset=(desc >> 49) & 7)
+
+
+def canonical_offset(row, k, lbo: int, sbo: int, swizzle: int, *, major: str = "K", elem_bytes: int = 2):
+    """Byte offset of element ``(row, k)`` of a wgmma operand from its start, *before* the swizzle.
+
+    Only ``+ * // %`` touch ``row`` and ``k``, so they may be ints, numpy arrays or index
+    expressions.  ``row`` is the M (A) or N (B) coordinate; ``major`` is ``"K"`` or ``"MN"``."""
+    if swizzle not in SWIZZLES:
+        raise ValueError(f"canonical_offset: swizzle={swizzle!r}; allowed: 0, 32, 64, 128")
+    if major not in ("K", "MN"):
+        raise ValueError(f"canonical_offset: major={major!r}; allowed: 'K', 'MN'")
+    eb = int(elem_bytes)
+    if major == "K":
+        kb = k * eb
+        if swizzle == 0:
+            return (row % 8) * 16 + (row // 8) * sbo + (kb // 16) * lbo + kb % 16
+        return (row % 8) * swizzle + (row // 8) * sbo + kb
+    t = 16 // eb
+    if swizzle == 0:
+        return (row % t) * eb + (row // t) * sbo + (k % 8) * 16 + (k // 8) * lbo
+    w = swizzle // 16
+    return ((row % t) * eb + ((row // t) % w) * 16 + (row // (t * w)) * lbo
+            + (k % 8) * swizzle + (k // 8) * sbo)
+
+
+def operand_byte_offsets(addr: int, lbo: int, sbo: int, swizzle: int, rows: int, *,
+                         major: str = "K", elem_bytes: int = 2, k: int = 16) -> np.ndarray:
+    """Shared-window byte address of element ``(row, kk)`` of a wgmma operand, ``[rows, k]``.
+
+    ``rows`` is the M (A) or N (B) extent, ``k`` the K extent of one instruction; ``major`` is
+    ``"K"`` (the K elements of a row are contiguous) or ``"MN"``.  This is ``canonical_offset``
+    added to the start address ``addr`` and then swizzled as an absolute address (module
+    docstring)."""
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    kk = np.arange(k, dtype=np.int64)[None, :]
+    lin = canonical_offset(r, kk, lbo, sbo, swizzle, major=major, elem_bytes=elem_bytes)
+    return np.asarray(SWIZZLES[swizzle](int(addr) + lin), dtype=np.int64)
+
+
+def swizzle_atom_bytes(swizzle: int) -> int:
+    """Bytes after which a swizzle pattern repeats (8 rows of the span): 256, 512, 1024; 16 for
+    no swizzle (one 16-byte chunk)."""
+    return 8 * swizzle if swizzle else 16
+
+
+# --------------------------------------------------------------------------- TMA boxes
+
+#: firesched dtype name -> CUtensorMapDataType value (CU_TENSOR_MAP_DATA_TYPE_*).
+TMA_DATA_TYPES = {"u8": 0, "i8": 0, "f8e4m3": 0, "f8e5m2": 0, "i32": 3, "f16": 6, "f32": 7,
+                  "tf32": 7, "f64": 8, "bf16": 9}
+#: Swizzle span in bytes -> CUtensorMapSwizzle value.
+TMA_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+def tma_box_problems(elem_bytes: int, shape, strides_bytes, box, swizzle: int) -> list[str]:
+    """Why a 2-D tiled tensor map with these parameters would be rejected, as sentences (empty
+    when it is valid).  ``shape``, ``strides_bytes`` and ``box`` are in row-major order
+    ``(rows, cols)``; the column stride must be the element size (TMA's innermost dimension is
+    contiguous).  The rules are those of cuTensorMapEncodeTiled: global strides multiples of 16
+    below 2**40, dimensions in 1..2**32, box extents in 1..256, the box's inner extent a
+    multiple of 16 bytes and, with a swizzle, at most the swizzle span."""
+    out: list[str] = []
+    eb = int(elem_bytes)
+    shape, strides_bytes, box = tuple(shape), tuple(strides_bytes), tuple(box)
+    if len(shape) != 2 or len(strides_bytes) != 2 or len(box) != 2:
+        return [f"shape {shape}, strides {strides_bytes} and box {box} must each have 2 entries (rows, cols)"]
+    rows, cols = (int(x) for x in shape)
+    rs, cs = (int(x) for x in strides_bytes)
+    br, bc = (int(x) for x in box)
+    for name, n in (("rows", rows), ("cols", cols)):
+        if not 1 <= n <= 1 << 32:
+            out.append(f"global {name}={n} must be in 1..2**32")
+    if cs != eb:
+        out.append(f"the column stride is {cs} bytes; TMA's inner dimension must be contiguous ({eb} bytes)")
+    if rs % 16 or not 0 < rs < 1 << 40:
+        out.append(f"the row stride is {rs} bytes; it must be a positive multiple of 16 below 2**40")
+    elif rs < cols * eb:
+        out.append(f"the row stride ({rs} bytes) is smaller than a row ({cols} x {eb} bytes)")
+    for name, n in (("rows", br), ("cols", bc)):
+        if not 1 <= n <= 256:
+            out.append(f"box {name}={n} must be in 1..256")
+    if (bc * eb) % 16:
+        out.append(f"the box's inner extent is {bc * eb} bytes; it must be a multiple of 16")
+    if swizzle not in TMA_SWIZZLES:
+        out.append(f"swizzle={swizzle!r} bytes; allowed: 0, 32, 64, 128")
+    elif swizzle and bc * eb > swizzle:
+        out.append(f"the box's inner extent ({bc * eb} bytes) is larger than the {swizzle}-byte swizzle span")
+    return out
+
+
+def box_byte_offsets(box_rows: int, box_cols: int, elem_bytes: int, swizzle: int, dst: int = 0) -> np.ndarray:
+    """Shared-window byte address of element ``(i, j)`` of a TMA box written at ``dst``,
+    ``[box_rows, box_cols]``: rows of ``box_cols * elem_bytes`` bytes, then the swizzle of the
+    span on absolute addresses (firesched's model requires the inner extent to equal the span
+    when a swizzle is used)."""
+    i = np.arange(box_rows, dtype=np.int64)[:, None]
+    j = np.arange(box_cols, dtype=np.int64)[None, :]
+    lin = int(dst) + i * (box_cols * elem_bytes) + j * elem_bytes
+    return np.asarray(SWIZZLES[swizzle](lin), dtype=np.int64)
+
+
+# --------------------------------------------------------------------------- wgmma
+
+def tv_d(n: int) -> TVLayout:
+    """The wgmma D fragment of a 64 x ``n`` tile (see the module docstring)."""
+    return TVLayout(Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512))), (64, n))
+
+
+#: The wgmma A-in-registers fragment of the 64 x 16 A tile (16-bit types).
+TV_A_RS = TVLayout(Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512))), (64, 16))
+
+
+def _wgmma(n: int, ab: dt.DType, a_regs: bool, tnsp_b: bool) -> Atom:
+    tv = tv_d(n)
+    d = Operand("d", "inout", "RF", regs=n // 2, values=n // 2, float_regs=True, tv=tv)
+    if a_regs:
+        a = Operand("a", "in", "RF", regs=4, values=8, tv=TV_A_RS)
+        operands = (d, a, _desc("desc_b"), _scalar("scale_d"))
+        srcs, imms = "$a, $desc_b", f"1, 1, {int(tnsp_b)}"
+        what_a = "A (64x16) in registers"
+    else:
+        operands = (d, _desc("desc_a"), _desc("desc_b"), _scalar("scale_d"))
+        srcs, imms = "$desc_a, $desc_b", f"1, 1, 0, {int(tnsp_b)}"
+        what_a = "A (64x16, K-major) from shared memory"
+    kind = ("rs" if a_regs else "ss") + ("_tnspb" if tnsp_b else "")
+    b_major = "MN-major: N contiguous" if tnsp_b else "K-major: N rows of 16 contiguous k"
+    ptx = (f"{{ .reg .pred fs_p; setp.ne.b32 fs_p, $scale_d, 0; "
+           f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} $d, {srcs}, fs_p, {imms}; }}")
+    return Atom(
+        name=f"wgmma_m64n{n}k16_{ab}_f32_{kind}", family=WGMMA, group=WARPGROUP, kind="MatMul",
+        shape=(64, n, 16), dtypes=(("d", dt.f32), ("a", ab), ("b", ab), ("scale_d", dt.i32)),
+        operands=operands, ptx=ptx, min_target="sm_90a", trans=tnsp_b,
+        semantics=matmul_semantics(ab, ab, dt.f32), catalog=CATALOG,
+        doc=f"Warpgroup MMA 64x{n}x16, asynchronous: {ab} {what_a} times B (16x{n}, {b_major}) "
+            f"from shared memory through matrix descriptors, f32 accumulators "
+            f"(D = A @ B + D, or A @ B where scale_d is 0).",
+    )
+
+
+def b_major(atom: Atom) -> str:
+    """``"MN"`` for the ``_tnspb`` wgmma variants, ``"K"`` otherwise."""
+    return "MN" if atom.trans else "K"
+
+
+_WGMMA_ATOMS: list[Atom] = []
+for _ab in (dt.f16, dt.bf16):
+    for _a_regs in (False, True):
+        for _tnsp in (False, True):
+            for _n in WGMMA_N:
+                _a = _wgmma(_n, _ab, _a_regs, _tnsp)
+                globals()[_a.name] = _a
+                _WGMMA_ATOMS.append(_a)
+del _ab, _a_regs, _tnsp, _n, _a
+
+WGMMA_ATOMS: tuple[Atom, ...] = tuple(_WGMMA_ATOMS)
+
+
+def wgmma_atom(n: int, ab: dt.DType | str = "f16", *, a_in_registers: bool = False,
+               b_mn_major: bool = False) -> Atom:
+    """The wgmma record for ``m64n{n}k16`` with ``ab`` inputs and f32 accumulators."""
+    ab = dt.dtype(ab)
+    if n not in WGMMA_N or ab not in (dt.f16, dt.bf16):
+        raise ValueError(f"wgmma_atom: no m64n{n}k16 record for {ab}; N must be one of 8, 16, ..., 256 "
+                         f"and the type f16 or bf16")
+    kind = ("rs" if a_in_registers else "ss") + ("_tnspb" if b_mn_major else "")
+    return globals()[f"wgmma_m64n{n}k16_{ab}_f32_{kind}"]
+
+
+def _sync(name: str, family: str, group: str, ptx: str, doc: str) -> Atom:
+    return Atom(name=name, family=family, group=group, kind="Sync", shape=(), dtypes=(), operands=(),
+                ptx=ptx, min_target="sm_90a", catalog=CATALOG, doc=doc)
+
+
+wgmma_fence = _sync(
+    "wgmma_fence", WGMMA_SYNC, WARPGROUP, "wgmma.fence.sync.aligned;",
+    "Order the warpgroup's earlier register accesses before the wgmma that follow; needed before "
+    "the first wgmma and after registers a wgmma uses were touched by other instructions.")
+wgmma_commit = _sync(
+    "wgmma_commit", WGMMA_SYNC, WARPGROUP, "wgmma.commit_group.sync.aligned;",
+    "Close the warpgroup's open group of wgmma operations.")
+wgmma_wait = _sync(
+    "wgmma_wait", WGMMA_SYNC, WARPGROUP, "wgmma.wait_group.sync.aligned $n;",
+    "Wait until at most $n committed wgmma groups are pending ($n an immediate: "
+    "catalog.with_immediates); only then may their accumulators and A registers be accessed.")
+
+
+# --------------------------------------------------------------------------- TMA
+
+tma_load_2d = Atom(
+    name="tma_load_2d", family=TMA, group=THREAD, kind="Move", shape=(),
+    dtypes=(("dst", dt.u8), ("src", dt.u8)),
+    operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), _scalar("c0"), _scalar("c1"),
+              Operand("mbar", "in", "SH")),
+    ptx="cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[$dst], [$tmap, {$c0, $c1}], [$mbar];",
+    min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
+    semantics=identity, catalog=CATALOG,
+    doc="TMA load of the tensor map's 2-D box at column $c0, row $c1 into shared memory at $dst "
+        "(out-of-bounds elements are zeros); its bytes complete a transaction on mbarrier $mbar.",
+)
+
+tma_store_2d = Atom(
+    name="tma_store_2d", family=TMA, group=THREAD, kind="Move", shape=(),
+    dtypes=(("dst", dt.u8), ("src", dt.u8)),
+    operands=(Operand("tmap", "in", "GL"), _scalar("c0"), _scalar("c1"), Operand("src", "in", "SH")),
+    ptx="cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$tmap, {$c0, $c1}], [$src];",
+    min_target="sm_90a", alignment=128, src_memory="SH", dst_memory="GL",
+    semantics=identity, catalog=CATALOG,
+    doc="TMA store of a 2-D box from shared memory at $src to the tensor map at column $c0, row $c1 "
+        "(out-of-bounds elements are dropped), in the issuing thread's bulk async-group.",
+)
+
+tma_commit = _sync(
+    "tma_commit", TMA, THREAD, "cp.async.bulk.commit_group;",
+    "Close the calling thread's open bulk async-group (TMA stores).")
+tma_wait_read = _sync(
+    "tma_wait_read", TMA, THREAD, "cp.async.bulk.wait_group.read $n;",
+    "Wait until at most $n bulk async-groups of the thread still read their shared-memory "
+    "sources ($n an immediate); the sources may then be overwritten.")
+tma_wait = _sync(
+    "tma_wait", TMA, THREAD, "cp.async.bulk.wait_group $n;",
+    "Wait until at most $n bulk async-groups of the thread are pending, writes included "
+    "($n an immediate).")
+
+
+# --------------------------------------------------------------------------- mbarrier
+
+def _mbar(name: str, ptx: str, extra: tuple[str, ...], doc: str) -> Atom:
+    return Atom(
+        name=name, family=MBARRIER, group=THREAD, kind="Sync", shape=(),
+        dtypes=tuple((e, dt.i32) for e in extra),
+        operands=(Operand("bar", "in", "SH"), *(_scalar(e) for e in extra)),
+        ptx=ptx, min_target="sm_90a", alignment=8, catalog=CATALOG, doc=doc)
+
+
+mbarrier_init = _mbar(
+    "mbarrier_init", "mbarrier.init.shared::cta.b64 [$bar], $count;", ("count",),
+    "Initialise the mbarrier at $bar for $count arrivals per phase (phase 0, no transactions).")
+mbarrier_arrive = _mbar(
+    "mbarrier_arrive", "mbarrier.arrive.shared::cta.b64 _, [$bar];", (),
+    "Arrive on the mbarrier at $bar once.")
+mbarrier_arrive_expect_tx = _mbar(
+    "mbarrier_arrive_expect_tx", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$bar], $bytes;",
+    ("bytes",),
+    "Expect $bytes more transaction bytes in the current phase of the mbarrier at $bar, then arrive.")
+mbarrier_try_wait = _mbar(
+    "mbarrier_try_wait",
+    "{ .reg .pred fs_p; fs_wait_$uid: mbarrier.try_wait.parity.shared::cta.b64 fs_p, [$bar], $parity; "
+    "@fs_p bra fs_done_$uid; bra fs_wait_$uid; fs_done_$uid: }",
+    ("parity",),
+    "Spin until the phase of parity $parity of the mbarrier at $bar has completed (returns at once "
+    "when the current phase has the other parity); $uid numbers the loop's labels per call site.")
+
+
+# --------------------------------------------------------------------------- fences, setmaxnreg
+
+fence_proxy_async = _sync(
+    "fence_proxy_async", FENCE, THREAD, "fence.proxy.async.shared::cta;",
+    "Order the thread's earlier generic-proxy shared-memory accesses before later async-proxy "
+    "accesses (TMA, wgmma operand reads) of the same memory.")
+fence_mbarrier_init = _sync(
+    "fence_mbarrier_init", FENCE, THREAD, "fence.mbarrier_init.release.cluster;",
+    "Make the thread's earlier mbarrier.init visible to the async proxy and to the cluster.")
+
+setmaxnreg_inc = _sync(
+    "setmaxnreg_inc", SETMAXNREG, WARPGROUP, "setmaxnreg.inc.sync.aligned.u32 $n;",
+    "Raise the warpgroup's per-thread register limit to $n (an immediate in 24..256, a multiple of 8).")
+setmaxnreg_dec = _sync(
+    "setmaxnreg_dec", SETMAXNREG, WARPGROUP, "setmaxnreg.dec.sync.aligned.u32 $n;",
+    "Lower the warpgroup's per-thread register limit to $n (an immediate in 24..256, a multiple of 8).")
+
+
+# --------------------------------------------------------------------------- stmatrix
+
+def _stmatrix(ld: Atom, num: int) -> Atom:
+    src_tv = ld.operand("dst").tv
+    addr = ld.operand("src").addr
+    trans = ld.trans
+    suffix = f"x{num}" + (".trans" if trans else "")
+    src = "{$src}" if num == 1 else "$src"
+    tile = tuple(ld.shape)
+    what = "transposed " if trans else ""
+    return Atom(
+        name=f"stmatrix_x{num}" + ("_trans" if trans else ""),
+        family=STMATRIX, group=WARP, kind="Move", shape=tile,
+        dtypes=(("dst", dt.f16), ("src", dt.f16)),
+        operands=(
+            Operand("dst", "in", "SH", values=8, addr=addr),
+            Operand("src", "in", "RF", regs=num, values=2 * num, tv=src_tv),
+        ),
+        ptx=f"stmatrix.sync.aligned.m8n8.{suffix}.shared.b16 [$dst], {src};",
+        min_target="sm_90a", alignment=16, src_memory="RF", dst_memory="SH", trans=trans,
+        semantics=identity, catalog=CATALOG,
+        doc=f"Warp store of a {tile[0]}x{tile[1]} register fragment of any 16-bit type (f16 nominal) "
+            f"as {num} {what}8x8 matrices to shared memory: the inverse of {ld.name}.",
+    )
+
+
+stmatrix_x1 = _stmatrix(ldmatrix_x1, 1)
+stmatrix_x2 = _stmatrix(ldmatrix_x2, 2)
+stmatrix_x4 = _stmatrix(ldmatrix_x4, 4)
+stmatrix_x1_trans = _stmatrix(ldmatrix_x1_trans, 1)
+stmatrix_x2_trans = _stmatrix(ldmatrix_x2_trans, 2)
+stmatrix_x4_trans = _stmatrix(ldmatrix_x4_trans, 4)
+
+STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stmatrix_x2_trans,
+                  stmatrix_x4_trans)
+
+
+ATOMS: tuple[Atom, ...] = (
+    *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
+    tma_load_2d, tma_store_2d, tma_commit, tma_wait_read, tma_wait,
+    mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait,
+    fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec,
+    *STMATRIX_ATOMS,
+)
+
+__all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "FAMILIES", "SmemDescriptor", "smem_descriptor",
+           "decode_smem_descriptor", "canonical_offset", "operand_byte_offsets", "box_byte_offsets", "tma_box_problems",
+           "tv_d", "TV_A_RS", "wgmma_atom", "b_major", "is_descriptor", "is_scalar"]
