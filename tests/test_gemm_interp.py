@@ -140,6 +140,16 @@ FIXED = [
                  id="one-stage"),
     pytest.param(32, 32, 256, dict(block_m=32, block_n=32, block_k=16, warps_m=1, warps_n=1, stages=4,
                                    swizzle=fs.Swizzle(0, 0, 0)), id="no-swizzle-4-stages"),
+    pytest.param(64, 64, 128, dict(block_m=32, block_n=32, block_k=64, warps_m=2, warps_n=1, stages=2, warp_k=64),
+                 id="warp_k-64"),
+    pytest.param(64, 64, 128, dict(block_m=32, block_n=32, block_k=64, warps_m=2, warps_n=1, stages=2, warp_k=32,
+                                   split_k_warps=2), id="warp_k-32-split-k-warps"),
+    pytest.param(64, 64, 128, dict(block_m=32, block_n=32, block_k=64, warps_m=2, warps_n=1, stages=3, warp_k=16,
+                                   prefetch=False), id="no-prefetch"),
+    pytest.param(160, 96, 64, dict(block_m=32, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=2, group_m=2,
+                                   epilogue="bias_m"), id="grouped-blocks-2"),
+    pytest.param(150, 100, 64, dict(block_m=32, block_n=32, block_k=32, warps_m=1, warps_n=2, stages=3, group_m=3,
+                                    epilogue="residual"), id="grouped-blocks-3-partial"),
 ]
 
 
@@ -176,6 +186,8 @@ def gemm_cases(draw):
     bk = draw(st.sampled_from([16, 32, 64]))
     skw = draw(st.sampled_from([s for s in (1, 2) if bk % (16 * s) == 0]))
     skb = draw(st.sampled_from([1, 1, 2]))
+    per_warp_k = bk // skw
+    wk = draw(st.sampled_from([w for w in (16, 32, 64) if per_warp_k % w == 0]))
     M = draw(st.integers(bm, 3 * bm))
     N = draw(st.integers(bn, 3 * bn))
     k_lo, k_hi = bk, 4 * bk
@@ -193,14 +205,16 @@ def gemm_cases(draw):
         layout=draw(st.sampled_from(["RR", "RC", "CR", "CC"])),
         block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn,
         stages=draw(st.integers(1, 4)),
-        split_k_warps=skw, split_k_blocks=skb,
+        split_k_warps=skw, split_k_blocks=skb, warp_k=wk,
+        group_m=draw(st.sampled_from([1, 1, 2, 3])),
+        prefetch=draw(st.booleans()),
         epilogue=draw(st.sampled_from(DRAWN_EPILOGUES)),
         prologue=draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)),
     )
 
 
-@settings(max_examples=200 if _ci() else 25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=300 if _ci() else 25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(gemm_cases())
 def test_gemm_random_schedules_match_numpy(case):
     case = dict(case)
@@ -209,7 +223,8 @@ def test_gemm_random_schedules_match_numpy(case):
         fs.recipes.gemm(M, N, K, case["dtype"], layout=case["layout"], block_m=case["block_m"],
                         block_n=case["block_n"], block_k=case["block_k"], warps_m=case["warps_m"],
                         warps_n=case["warps_n"], stages=case["stages"], split_k_blocks=case["split_k_blocks"],
-                        split_k_warps=case["split_k_warps"])
+                        split_k_warps=case["split_k_warps"], warp_k=case["warp_k"], group_m=case["group_m"],
+                        prefetch=case["prefetch"])
     except fs.ScheduleError:
         assume(False)
     check_gemm(M, N, K, **case)

@@ -51,9 +51,6 @@ def gemm(**kw):
     return fs.recipes.gemm(M, N, K, **kw)
 
 
-_GEMM_VALUEERROR = ("gemm() lets MatMul.kernel / dtype() / target() raise a plain ValueError instead of a "
-                    "ScheduleError for bad {what}")
-
 CASES = [
     # ---------------------------------------------------------------- tiles and mapping
     pytest.param(lambda: KERNEL.apply(tile(m=256)),
@@ -247,7 +244,7 @@ CASES = [
     pytest.param(lambda: KERNEL.apply(tile(m=64, n=64) >> to([1])), ["level = [1]"], id="to-unhashable-level"),
     pytest.param(lambda: KSTEP.apply(move_to_smem("A", via=(sm80.cp_async_16, sm80.cp_async_8))), ["via"],
                  id="via-two-atoms"),
-    pytest.param(lambda: KSTEP.apply(move_to_smem("A", via="fast")), ["via"], id="via-not-an-atom"),
+    pytest.param(lambda: KSTEP.apply(move_to_smem("A", via="fast")), ["via"], id="via-not-a-tuple"),
     pytest.param(lambda: KSTEP.apply(move_to_smem("A", via=(3,)), move_to_smem("B"),
                                      tile(m=32, n=32) >> to_warps(), move_to_regs("A"), move_to_regs("B"),
                                      tile(m=16, n=8, k=16) >> done(MMA)).check(),
@@ -328,7 +325,7 @@ SLOTS = {
     "split_k": (split_k, [[2, 3, 4], [Level.WARP, Level.BLOCK]]),
     "move_to_smem": (move_to_smem, [["A", "B"], [None, Swizzle(3, 3, 3), Swizzle(2, 3, 3), Swizzle(1, 3, 3)]]),
     "move_to_regs": (move_to_regs, [["A", "B"], [None, sm80.ldmatrix_x4, sm80.ldmatrix_x2_trans, sm80.ldmatrix_x1]]),
-    "pipeline": (pipeline, [[2, 3, 8]]),
+    "pipeline": (pipeline, [[2, 3, 8], [True, False]]),
     "epilogue": (epilogue, [[ops.relu(), ops.bias("bias"), ops.cast("f32"), ops.gelu()]] * 3),
     "prologue": (prologue, [["A", "B"], [ops.relu(), ops.tanh()], [ops.scale(2.0)]]),
     "done": (done, [[MMA, sm80.mma_m16n8k16_bf16_f32]]),
@@ -345,13 +342,15 @@ def junk_strategy(draw):
     for i in range(n):
         right = slots[i] if i < len(slots) else [None]
         wrong = junk
+        if kind == "to" and i == 1:     # arrangements: tuples holding junk, or junk
+            wrong = st.one_of(st.lists(junk, max_size=3).map(tuple), junk)
         args.append(draw(st.sampled_from(right) if draw(st.integers(0, 2)) else wrong))
     kw = {}
+    if kind == "to_blocks" and draw(st.booleans()):
+        kw["group"] = draw(st.one_of(st.sampled_from([1, 2, 4]), junk))
     if kind == "tile" and draw(st.booleans()):      # keywords too
         dims = draw(st.lists(st.sampled_from("mnk"), min_size=1, max_size=3, unique=True))
         args, kw = [], {d: draw(st.one_of(st.sampled_from([16, 32, 64]), junk)) for d in dims}
-    if kind == "to_blocks" and draw(st.booleans()):
-        kw["group"] = draw(st.one_of(st.sampled_from([1, 2, 4]), numbers))
     if kind == "move_to_smem" and len(args) <= 2 and draw(st.booleans()):
         kw["via"] = draw(st.one_of(junk, st.lists(st.sampled_from([sm80.cp_async_16, sm80.cp_async_8,
                                                                     sm80.cp_async_4, None]), max_size=2).map(tuple)))
@@ -402,8 +401,9 @@ def test_junk_strategies_fail_only_with_schedule_error(made, where, cont, chaine
         assert "strategy " in msg or "on spec " in msg or "\n  field: " in msg, msg
 
 
-GOOD = dict(M=100, N=96, K=160, block_m=64, block_n=32, block_k=32, warps_m=2, warps_n=2, stages=2, split_k_blocks=1,
-            split_k_warps=1, swizzle=None, warp_k=16, group_m=1, epilogue_ops=(), prologue_ops=())
+GOOD = dict(M=100, N=96, K=160, dtype="f16", arch="sm_80", out_dtype=None, layout="RR", block_m=64, block_n=32,
+            block_k=32, warps_m=2, warps_n=2, stages=2, split_k_blocks=1, split_k_warps=1, swizzle=None, warp_k=16,
+            group_m=1, prefetch=True, epilogue_ops=(), prologue_ops=())
 JUNK_PARAMS = list(GOOD)
 tuple_junk = st.one_of(st.lists(hashable_junk, max_size=3).map(tuple),
                        st.lists(st.sampled_from([ops.relu(), ops.gelu(), ops.bias("bias"), ops.bias("A"),
