@@ -69,16 +69,9 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...layout import NO_SWIZZLE, SW32, SW64, SW128, Layout, TVLayout
+from . import sm80
 from .base import THREAD, WARP, WARPGROUP, Atom, Operand
 from .sm70 import identity, matmul_semantics
-from .sm80 import (
-    ldmatrix_x1,
-    ldmatrix_x1_trans,
-    ldmatrix_x2,
-    ldmatrix_x2_trans,
-    ldmatrix_x4,
-    ldmatrix_x4_trans,
-)
 
 CATALOG = "sm90a"
 
@@ -473,12 +466,12 @@ def _stmatrix(ld: Atom, num: int) -> Atom:
     )
 
 
-stmatrix_x1 = _stmatrix(ldmatrix_x1, 1)
-stmatrix_x2 = _stmatrix(ldmatrix_x2, 2)
-stmatrix_x4 = _stmatrix(ldmatrix_x4, 4)
-stmatrix_x1_trans = _stmatrix(ldmatrix_x1_trans, 1)
-stmatrix_x2_trans = _stmatrix(ldmatrix_x2_trans, 2)
-stmatrix_x4_trans = _stmatrix(ldmatrix_x4_trans, 4)
+stmatrix_x1 = _stmatrix(sm80.ldmatrix_x1, 1)
+stmatrix_x2 = _stmatrix(sm80.ldmatrix_x2, 2)
+stmatrix_x4 = _stmatrix(sm80.ldmatrix_x4, 4)
+stmatrix_x1_trans = _stmatrix(sm80.ldmatrix_x1_trans, 1)
+stmatrix_x2_trans = _stmatrix(sm80.ldmatrix_x2_trans, 2)
+stmatrix_x4_trans = _stmatrix(sm80.ldmatrix_x4_trans, 4)
 
 STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stmatrix_x2_trans,
                   stmatrix_x4_trans)
