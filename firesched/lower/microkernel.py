@@ -47,6 +47,7 @@ from . import ir
 from .expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
+           "tma_wgmma_program",
            "tma_store_program", "stmatrix_program", "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
@@ -703,3 +704,78 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
         return tma_load_program(d or dt.f16)
     raise ValueError(f"atom_program: no one-atom kernel for {atom!r} (family {fam!r}): setmaxnreg changes "
                      f"register allocation only, which one issue cannot show")
+
+
+def tma_wgmma_program(n: int = 64, dtype: dt.DType | str = "f16", *, swizzle: int = 128
+                      ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """``out = a @ bt.T`` for ``a`` [64, K], ``bt`` [n, K] (B stored K-major) and ``out`` [64, n]
+    f32, the operands brought to shared memory by TMA loads completing on one mbarrier and
+    multiplied by ``K / 16`` wgmma (``m64n{n}k16``, A and B in shared memory).
+
+    With a swizzle the boxes are one swizzle span wide (K = span / element size: 64 f16 at 128
+    bytes) and each k step moves the descriptors' start 32 bytes along the rows; without, K is 16
+    and each operand is two 16-byte-wide boxes, the interleaved canonical layout.  The first
+    wgmma has ``scale_d = 0`` (no accumulator initialisation needed)."""
+    d = dt.dtype(dtype)
+    atom = sm90a.wgmma_atom(n, d)
+    eb = d.bits // 8
+    if swizzle not in sm90a.SWIZZLES:
+        raise ValueError(f"tma_wgmma_program: swizzle={swizzle!r}; allowed: 0, 32, 64, 128")
+    k = swizzle // eb if swizzle else 16
+    box_k = k if swizzle else 8
+    m = 64
+    a_g, b_g = _gbuf("a", d, (m, k)), _gbuf("bt", d, (n, k))
+    out = _gbuf("out", dt.f32, (m, n), "out")
+    tm_a = ir.TensorMapParam("tmap_a", a_g, (m, box_k), swizzle)
+    tm_b = ir.TensorMapParam("tmap_b", b_g, (n, box_k), swizzle)
+    sa = _smem("sA", d, m * k * eb, swizzle, f"A 64x{k} K-major, swizzle {swizzle}")
+    sb = _smem("sB", d, n * k * eb, swizzle, f"B {n}x{k} K-major, swizzle {swizzle}")
+    bar = ir.MBarrier("bar", 1)
+    acc = ir.RegBuffer("acc", dt.f32, n // 2)
+    t = _WG_TID
+    loads = []
+    for tm, sm, rows in ((tm_a, sa, m), (tm_b, sb, n)):
+        for chunk in range(k // box_k):
+            loads.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sm, chunk * rows * box_k), tmap=tm,
+                               c0=ir.Scalar(chunk * box_k), c1=ir.Scalar(0), mbar=ir.MemRef(bar, 0)))
+    nbytes = (m + n) * k * eb
+    ks = Var("ks", k // 16)
+    if swizzle:
+        desc_a = ir.DescRef(sa, ks * 16, swizzle, 16, 8 * swizzle)
+        desc_b = ir.DescRef(sb, ks * 16, swizzle, 16, 8 * swizzle)
+    else:
+        desc_a = ir.DescRef(sa, 0, 0, m * 16, 128)
+        desc_b = ir.DescRef(sb, 0, 0, n * 16, 128)
+    body = [
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_init, bar=ir.MemRef(bar, 0), count=ir.Scalar(1)),
+            _call(sm90a.fence_mbarrier_init),
+        ])),
+        ir.Barrier("barrier initialised"),
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(bar, 0), bytes=ir.Scalar(nbytes)),
+            *loads,
+        ])),
+        _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(bar, 0), parity=ir.Scalar(0)),
+        _call(sm90a.wgmma_fence),
+        ir.For(ks, k // 16, _call(atom, comment=UNDER_TEST, d=ir.RegRef(acc, 0), desc_a=desc_a, desc_b=desc_b,
+                                  scale_d=ir.Scalar(ex.minimum(ks, 1))), unroll=True),
+        _call(sm90a.wgmma_commit),
+        _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+    ]
+    tv = sm90a.tv_d(n)
+    vo = Var("v_d", n // 2)
+    ro, co = tv.coord(t, vo)
+    body.append(ir.For(vo, n // 2, _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, ro * n + co),
+                                         src=ir.RegRef(acc, vo)), unroll=True))
+
+    def expected(inputs):
+        a = np.asarray(inputs["a"]).astype(d.np)
+        bt = np.asarray(inputs["bt"]).astype(d.np)
+        return np.asarray(atom.semantics(a, bt.T, np.zeros((m, n), np.float32))).astype(np.float32)
+
+    kernel = ir.Kernel(name=f"micro_tma_wgmma_n{n}", params=(tm_a, tm_b, out), grid=(1, 1, 1),
+                       threads=WARPGROUP_THREADS, shared=(sa, sb, bar), regs=(acc,), body=ir.Seq(body),
+                       header=f"TMA + mbarrier + {k // 16} x {atom!r}, swizzle {swizzle}")
+    program = ir.Program(kernels=(kernel,), inputs=(a_g, b_g), output=out)
+    return program, _Plan(program, expected).random(0), expected

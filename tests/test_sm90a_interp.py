@@ -1,0 +1,436 @@
+"""The interpreter's models of the sm_90a atoms: one-warpgroup microkernels against numpy, and
+planted hazards (each reported, with the fixed program running clean).
+
+The programs come from ``firesched.lower.microkernel`` (the GPU tests run the same ones);
+hazards are planted through their keyword arguments or by editing their statement lists.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+from firesched import dtypes as dt
+from firesched.errors import HazardError, InternalError
+from firesched.hardware import catalog, sm90a
+from firesched.lower import expr as ex
+from firesched.lower import ir
+from firesched.lower import microkernel as mk
+from firesched.lower.interp import run_program
+
+T128 = ir.tid(128)
+
+
+def run(prog):
+    program, inputs, expected = prog
+    got = run_program(program, inputs)[program.output.name]
+    want = expected(inputs)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+    return got
+
+
+def body_of(program) -> list:
+    return list(program.kernels[0].body.body)
+
+
+def with_body(program, body, **kernel_changes):
+    k = attrs.evolve(program.kernels[0], body=ir.Seq(body), **kernel_changes)
+    return attrs.evolve(program, kernels=(k,))
+
+
+def index_of(body, name: str) -> int:
+    for i, s in enumerate(body):
+        if isinstance(s, ir.AtomCall) and s.atom.name == name:
+            return i
+    raise AssertionError(f"no {name} in the body")
+
+
+def call(atom, **args):
+    return ir.AtomCall(atom, tuple(args.items()))
+
+
+WAIT0 = catalog.with_immediates(sm90a.wgmma_wait, n=0)
+
+
+# =========================================================================== wgmma
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("n", [8, 64, 256])
+@pytest.mark.parametrize("ab", ["f16", "bf16"])
+def test_wgmma_ss(ab, n, swizzle):
+    run(mk.wgmma_program(sm90a.wgmma_atom(n, ab), swizzle=swizzle))
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_wgmma_ss_with_mn_major_b(n, swizzle):
+    run(mk.wgmma_program(sm90a.wgmma_atom(n, "f16", b_mn_major=True), swizzle=swizzle))
+
+
+@pytest.mark.parametrize("n, ab, swizzle, tnsp", [
+    (8, "f16", 0, False), (64, "bf16", 128, False), (256, "f16", 64, False), (24, "bf16", 32, False),
+    (64, "f16", 128, True), (16, "bf16", 0, True),
+])
+def test_wgmma_rs(n, ab, swizzle, tnsp):
+    run(mk.wgmma_program(sm90a.wgmma_atom(n, ab, a_in_registers=True, b_mn_major=tnsp), swizzle=swizzle))
+
+
+def test_wgmma_scale_d_zero_ignores_the_accumulators():
+    out = run(mk.wgmma_program(sm90a.wgmma_m64n32k16_f16_f32_ss, scale_d=0))
+    assert np.any(out != 0)
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("ab", ["f16", "bf16"])
+def test_tma_then_wgmma_with_k_steps(ab, swizzle):
+    # TMA boxes land in the canonical layout the descriptors name, K-advance moves the start
+    run(mk.tma_wgmma_program(64, ab, swizzle=swizzle))
+
+
+@pytest.mark.parametrize("n", [8, 256])
+def test_tma_then_wgmma_extreme_n(n):
+    run(mk.tma_wgmma_program(n, "f16", swizzle=128))
+
+
+def test_wgmma_is_really_computed():
+    program, inputs, expected = mk.wgmma_program(sm90a.wgmma_m64n16k16_f16_f32_ss, swizzle=64)
+    a, b, c = (np.asarray(inputs[x], np.float64) for x in "abc")
+    np.testing.assert_array_equal(expected(inputs), a @ b + c)
+    assert np.any(a @ b != 0)
+
+
+# =========================================================================== TMA
+
+BOXES = {0: (16, 64), 32: (16, 16), 64: (16, 32), 128: (16, 64)}
+
+
+@pytest.mark.parametrize("coords", [(0, 0), (16, 32), (-8, -3), (70, 39), (8, 4)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_load(swizzle, coords):
+    run(mk.tma_load_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))
+
+
+def test_tma_load_box_over_the_edge_is_zero_filled():
+    out = run(mk.tma_load_program())        # box rows 32..47 of 40, columns 16..79 of 72
+    assert np.all(out[8:, :] == 0) and np.all(out[:, 56:] == 0)
+    assert np.any(out[:8, :56] != 0)
+
+
+@pytest.mark.parametrize("dtype, shape, box, swizzle", [("f32", (40, 72), (8, 32), 128),
+                                                       ("u8", (40, 80), (16, 64), 64),
+                                                       ("bf16", (40, 72), (8, 16), 32)])
+def test_tma_load_other_dtypes(dtype, shape, box, swizzle):
+    run(mk.tma_load_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=(-4, 36)))
+
+
+def test_tensor_maps_reject_rows_that_are_not_16_byte_multiples():
+    with pytest.raises(ValueError, match="row stride is 72 bytes"):
+        mk.tma_load_program("u8", box=(16, 64), swizzle=64)
+
+
+def test_tma_load_with_every_thread_arriving():
+    run(mk.tma_load_program(arrivals="all"))
+
+
+@pytest.mark.parametrize("coords", [(16, 32), (0, 0), (-8, -4), (60, 30)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_store(swizzle, coords):
+    run(mk.tma_store_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))
+
+
+@pytest.mark.parametrize("wait", ["read", "all"])
+def test_tma_store_waits(wait):
+    out = run(mk.tma_store_program(wait=wait))
+    assert np.all(out[:32] == 0) and np.any(out[32:, 16:] != 0)
+
+
+# =========================================================================== stmatrix
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in sm90a.STMATRIX_ATOMS])
+def test_stmatrix(atom):
+    run(mk.stmatrix_program(atom))
+
+
+def test_atom_program_covers_the_table():
+    for atom in sm90a.ATOMS:
+        if atom.family == sm90a.SETMAXNREG:
+            with pytest.raises(ValueError, match="setmaxnreg"):
+                mk.atom_program(atom)
+            continue
+        if atom.family == sm90a.WGMMA and atom.shape[1] not in (8, 256):
+            continue
+        program, _, _ = mk.atom_program(atom)
+        assert any(isinstance(s, ir.AtomCall) and s.atom.name == atom.name
+                   for s in _calls(program.kernels[0].body)), atom.name
+        run(mk.atom_program(atom))
+
+
+def _calls(body):
+    stack = [body]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, ir.Seq):
+            stack.extend(s.body)
+        elif isinstance(s, ir.For):
+            stack.append(s.body)
+        elif isinstance(s, ir.If):
+            stack.append(s.then)
+        elif isinstance(s, ir.AtomCall):
+            yield s
+
+
+# =========================================================================== planted hazards: wgmma
+
+A8 = sm90a.wgmma_m64n8k16_f16_f32_ss
+
+
+def test_missing_wgmma_wait_group():
+    with pytest.raises(HazardError, match="before wgmma.wait_group") as e:
+        run(mk.wgmma_program(A8, wait=False))
+    assert "'acc'" in str(e.value) and "st_global" in str(e.value)
+    run(mk.wgmma_program(A8))
+
+
+def test_missing_wgmma_fence():
+    with pytest.raises(HazardError, match="missing wgmma.fence") as e:
+        run(mk.wgmma_program(A8, fence=False))
+    assert "ld_global_4" in str(e.value)
+
+
+def test_missing_proxy_fence_before_wgmma():
+    with pytest.raises(HazardError, match="missing fence.proxy.async") as e:
+        run(mk.wgmma_program(A8, proxy_fence=False))
+    assert "'sA'" in str(e.value) and "st_shared_2" in str(e.value)
+
+
+def test_rs_fragment_registers_are_in_flight_too():
+    program, inputs, _ = mk.wgmma_program(sm90a.wgmma_m64n8k16_f16_f32_rs)
+    body = body_of(program)
+    frag = next(b for b in program.kernels[0].regs if b.name == "frag_a")
+    clobber = ir.RegFill(ir.RegRef(frag, 0), 8, 0.0)
+    body.insert(index_of(body, "wgmma_wait"), clobber)
+    with pytest.raises(HazardError, match="before wgmma.wait_group"):
+        run_program(with_body(program, body), inputs)
+
+
+def test_overwriting_an_operand_of_an_in_flight_wgmma():
+    program, inputs, _ = mk.wgmma_program(A8, swizzle=0)
+    sa = program.kernels[0].shared[0]
+    stage = program.kernels[0].regs[0]
+    body = body_of(program)
+    write = call(catalog.copy_atom("RF", "SH", 2), dst=ir.MemRef(sa, T128), src=ir.RegRef(stage, 0))
+    body.insert(index_of(body, "wgmma_wait"), write)
+    with pytest.raises(HazardError, match="in-flight async operation"):
+        run_program(with_body(program, body), inputs)
+    body = body_of(program)
+    body.insert(index_of(body, "wgmma_wait") + 1, write)   # after the wait: only a WAR race...
+    body.insert(index_of(body, "wgmma_wait") + 1, ir.Barrier("operands consumed"))  # ...fixed by a barrier
+    run_program(with_body(program, body), inputs)
+
+
+def test_wgmma_never_waited_for():
+    program, inputs, _ = mk.wgmma_program(A8, wait=False)
+    body = body_of(program)[:index_of(body_of(program), "wgmma_commit") + 1]
+    with pytest.raises(HazardError, match="wgmma never waited for"):
+        run_program(with_body(program, body), inputs)
+
+
+def test_wgmma_from_part_of_a_warpgroup():
+    program, inputs, _ = mk.wgmma_program(A8)
+    body = body_of(program)
+    i = index_of(body, A8.name)
+    body[i] = ir.If(ex.lt(T128, 64), body[i])
+    with pytest.raises(HazardError, match="part of its thread group"):
+        run_program(with_body(program, body), inputs)
+
+
+def _swap_wgmma(program, **changes):
+    body = body_of(program)
+    i = index_of(body, A8.name)
+    s = body[i]
+    args = dict(s.args)
+    args.update(changes)
+    body[i] = ir.AtomCall(s.atom, tuple(args.items()), s.pred, s.comment)
+    return with_body(program, body)
+
+
+def test_wgmma_descriptor_rules():
+    program, inputs, _ = mk.wgmma_program(A8, swizzle=128)
+    sa = program.kernels[0].shared[0]
+    inside_atom = _swap_wgmma(program, desc_a=ir.DescRef(sa, 64, 128, 16, 1024))     # row 1 of the atom
+    with pytest.raises(HazardError, match="swizzle atom"):
+        run_program(inside_atom, inputs)
+    unaligned = _swap_wgmma(program, desc_a=ir.DescRef(sa, 4, 128, 16, 1024))
+    with pytest.raises(HazardError, match="16-byte aligned"):
+        run_program(unaligned, inputs)
+    outside = _swap_wgmma(program, desc_a=ir.DescRef(sa, 0, 128, 16, 2048))
+    with pytest.raises(HazardError, match="outside its buffer"):
+        run_program(outside, inputs)
+    k_step = _swap_wgmma(program, desc_a=ir.DescRef(sa, 16, 128, 16, 1024))   # +32 bytes: legal
+    got = run_program(k_step, inputs)["out"]
+    a, b, c = (np.asarray(inputs[x], np.float64) for x in "abc")
+    # k 16..31 of each 128-byte row were never written: zeros, so out == c
+    np.testing.assert_array_equal(got, c)
+    assert not np.array_equal(got, a @ b + c)
+
+
+def test_wgmma_scale_d_must_be_uniform():
+    program, inputs, _ = mk.wgmma_program(A8)
+    with pytest.raises(HazardError, match="scale_d differs"):
+        run_program(_swap_wgmma(program, scale_d=ir.Scalar(ex.lt(T128, 64))), inputs)
+
+
+# =========================================================================== planted hazards: mbarrier / TMA
+
+def test_wrong_parity_is_a_deadlock():
+    with pytest.raises(HazardError, match="mbarrier wait on parity 1 that can never complete") as e:
+        run(mk.tma_load_program(parity=1))
+    assert "bar[0]" in str(e.value)
+    run(mk.tma_load_program(parity=0))
+
+
+def test_wait_on_a_stale_phase_then_reading_the_box():
+    program, inputs, _ = mk.tma_load_program()
+    body = body_of(program)
+    wait = body.pop(index_of(body, "mbarrier_try_wait"))
+    bar = wait.arg("bar")
+    stale = call(sm90a.mbarrier_try_wait, bar=bar, parity=ir.Scalar(1))
+    body.insert(2, stale)            # before the TMA is issued: returns at once (phase 0 is open)
+    with pytest.raises(HazardError, match="read before mbarrier phase completes") as e:
+        run_program(with_body(program, body), inputs)
+    assert "parity 0" in str(e.value) and "stale phase" in str(e.value)
+
+
+def test_only_waiting_threads_may_read():
+    program, inputs, _ = mk.tma_load_program()
+    body = body_of(program)
+    i = index_of(body, "mbarrier_try_wait")
+    body[i] = ir.If(ex.lt(T128, 32), body[i])
+    with pytest.raises(HazardError, match="read before mbarrier phase completes") as e:
+        run_program(with_body(program, body), inputs)
+    assert "thread 32" in str(e.value)
+
+
+def test_missing_proxy_fence_before_tma_store():
+    with pytest.raises(HazardError, match="missing fence.proxy.async") as e:
+        run(mk.tma_store_program(proxy_fence=False))
+    assert "TMA store of thread 0" in str(e.value)
+
+
+def test_tma_store_never_waited_for():
+    with pytest.raises(HazardError, match="TMA store never waited for"):
+        run(mk.tma_store_program(wait=None))
+
+
+def test_tma_store_source_overwritten_before_the_read_wait():
+    program, inputs, _ = mk.tma_store_program(wait=None)
+    body = body_of(program)
+    sm = program.kernels[0].shared[0]
+    reg = program.kernels[0].regs[0]
+    issue = body[-1]
+    overwrite = call(catalog.copy_atom("RF", "SH", 2), dst=ir.MemRef(sm, 0), src=ir.RegRef(reg, 0))
+    body[-1] = ir.If(issue.cond, ir.Seq([*issue.then.body, overwrite,
+                                         call(catalog.with_immediates(sm90a.tma_wait_read, n=0))]))
+    with pytest.raises(HazardError, match="in-flight async operation"):
+        run_program(with_body(program, body), inputs)
+
+
+def _bar_kernel(body, count=1):
+    bar = ir.MBarrier("bar", 2)
+    out = ir.GlobalBuffer("out", dt.f32, (1,), (1,), "out")
+    b = ir.MemRef(bar, 0)
+    k = ir.Kernel("bars", params=(out,), grid=(1, 1, 1), threads=128, shared=(bar,),
+                  body=ir.Seq(body(b, bar)))
+    return ir.Program(kernels=(k,), inputs=(), output=out)
+
+
+def _init(b, count=1):
+    return ir.If(ex.binop("==", T128, 0), call(sm90a.mbarrier_init, bar=b, count=ir.Scalar(count)))
+
+
+def test_mbarrier_use_before_init():
+    p = _bar_kernel(lambda b, bar: [call(sm90a.mbarrier_arrive, bar=b)])
+    with pytest.raises(HazardError, match="before mbarrier.init"):
+        run_program(p, {})
+
+
+def test_mbarrier_init_needs_a_barrier_before_other_threads_use_it():
+    p = _bar_kernel(lambda b, bar: [_init(b, 128), call(sm90a.mbarrier_arrive, bar=b)])
+    with pytest.raises(HazardError, match="not visible yet"):
+        run_program(p, {})
+    ok = _bar_kernel(lambda b, bar: [_init(b, 128), ir.Barrier(), call(sm90a.mbarrier_arrive, bar=b),
+                                     call(sm90a.mbarrier_try_wait, bar=b, parity=ir.Scalar(0))])
+    run_program(ok, {})
+
+
+def test_mbarrier_phases_alternate():
+    def body(b, bar):
+        out = [_init(b, 128), ir.Barrier()]
+        for phase in range(3):
+            out += [call(sm90a.mbarrier_arrive, bar=b),
+                    call(sm90a.mbarrier_try_wait, bar=b, parity=ir.Scalar(phase % 2))]
+        return out
+    run_program(_bar_kernel(body), {})
+
+    def wrong(b, bar):
+        return [_init(b, 128), ir.Barrier(), call(sm90a.mbarrier_arrive, bar=b),
+                call(sm90a.mbarrier_try_wait, bar=b, parity=ir.Scalar(0)),
+                call(sm90a.mbarrier_arrive, bar=b),
+                call(sm90a.mbarrier_try_wait, bar=b, parity=ir.Scalar(0))]     # phase 1 has parity 1
+    with pytest.raises(HazardError, match="parity 0 that can never complete"):
+        run_program(_bar_kernel(wrong), {})
+
+
+def test_arrivals_beyond_the_count():
+    def body(b, bar):
+        return [_init(b, 1), ir.Barrier(),
+                ir.If(ex.binop("==", T128, 0), call(sm90a.mbarrier_arrive_expect_tx, bar=b, bytes=ir.Scalar(64))),
+                ir.If(ex.binop("==", T128, 1), call(sm90a.mbarrier_arrive, bar=b))]
+    with pytest.raises(HazardError, match="arrival\\(s\\) are all in already"):
+        run_program(_bar_kernel(body), {})
+
+
+def test_tma_load_that_never_completes():
+    program, inputs, _ = mk.tma_load_program()
+    body = body_of(program)[:3]
+    issue = body[2]
+    expect = issue.then.body[0]
+    more = ir.AtomCall(expect.atom, (("bar", expect.arg("bar")), ("bytes", ir.Scalar(4096))))
+    body[2] = ir.If(issue.cond, ir.Seq([more, issue.then.body[1]]))
+    with pytest.raises(HazardError, match="TMA load never completed"):
+        run_program(with_body(program, body), inputs)
+    body.append(call(sm90a.mbarrier_try_wait, bar=expect.arg("bar"), parity=ir.Scalar(0)))
+    with pytest.raises(HazardError, match="2048 transaction byte"):
+        run_program(with_body(program, body), inputs)
+
+
+def test_tma_load_into_an_unaligned_destination():
+    program, inputs, _ = mk.tma_load_program(swizzle=0)
+    body = body_of(program)
+    issue = body[2]
+    load = issue.then.body[1]
+    args = dict(load.args)
+    args["dst"] = ir.MemRef(args["dst"].buffer, 8)
+    body[2] = ir.If(issue.cond, ir.Seq([issue.then.body[0], ir.AtomCall(load.atom, tuple(args.items()))]))
+    with pytest.raises(HazardError, match="misaligned"):
+        run_program(with_body(program, body), inputs)
+
+
+# =========================================================================== setmaxnreg
+
+def _regs_kernel(stmt):
+    out = ir.GlobalBuffer("out", dt.f32, (1,), (1,), "out")
+    k = ir.Kernel("regs", params=(out,), grid=(1, 1, 1), threads=256, body=ir.Seq([stmt]))
+    return ir.Program(kernels=(k,), inputs=(), output=out)
+
+
+def test_setmaxnreg_by_whole_warpgroups():
+    dec = catalog.with_immediates(sm90a.setmaxnreg_dec, n=40)
+    inc = catalog.with_immediates(sm90a.setmaxnreg_inc, n=232)
+    run_program(_regs_kernel(ir.If(ex.lt(ir.tid(256), 128), ir.AtomCall(dec, ()))), {})
+    run_program(_regs_kernel(ir.If(ex.ge(ir.tid(256), 128), ir.AtomCall(inc, ()))), {})
+    with pytest.raises(HazardError, match="part of its thread group"):
+        run_program(_regs_kernel(ir.If(ex.lt(ir.tid(256), 64), ir.AtomCall(dec, ()))), {})
+    with pytest.raises(InternalError, match="24..256"):
+        run_program(_regs_kernel(ir.AtomCall(catalog.with_immediates(sm90a.setmaxnreg_inc, n=20), ())), {})
