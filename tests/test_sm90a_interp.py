@@ -193,9 +193,24 @@ def test_missing_wgmma_wait_group():
 
 
 def test_missing_wgmma_fence():
-    with pytest.raises(HazardError, match="missing wgmma.fence") as e:
+    with pytest.raises(HazardError, match="missing wgmma.fence"):
         run(mk.wgmma_program(A8, fence=False))
-    assert "ld_global_4" in str(e.value)
+    # registers touched after the fence need another one
+    program, inputs, _ = mk.wgmma_program(A8)
+    acc = next(b for b in program.kernels[0].regs if b.name == "acc")
+    body = body_of(program)
+    body.insert(index_of(body, "wgmma_fence") + 1, ir.RegFill(ir.RegRef(acc, 2), 1, 1.0))
+    with pytest.raises(HazardError, match="missing wgmma.fence") as e:
+        run_program(with_body(program, body), inputs)
+    assert "acc[0..3]" in str(e.value) and "RegFill" in str(e.value)
+
+
+def test_first_wgmma_needs_a_fence_even_on_untouched_registers():
+    program, inputs, _ = mk.tma_wgmma_program(8, swizzle=128)
+    body = body_of(program)
+    del body[index_of(body, "wgmma_fence")]
+    with pytest.raises(HazardError, match="first wgmma of the warpgroup"):
+        run_program(with_body(program, body), inputs)
 
 
 def test_missing_proxy_fence_before_wgmma():

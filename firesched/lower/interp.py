@@ -48,9 +48,10 @@ Hopper (sm_90a) atoms, modelled asynchronously (only kernels that use them pay f
   rounded once to f32; D = A @ B where ``scale_d`` is 0), but its accumulator registers (and the
   A registers of the ``_rs`` form) are *in flight* until a ``wgmma.wait_group`` of the issuing
   threads retires its group: any other access of them before that is a hazard ("... before
-  wgmma.wait_group"), and so is a write of shared memory it read.  A register that another
-  instruction accessed since the thread's last ``wgmma.fence`` may not be used by a wgmma
-  ("missing wgmma.fence"); wgmma after wgmma on the same accumulators needs no fence.  Shared
+  wgmma.wait_group"), and so is a write of shared memory it read.  A warpgroup's first wgmma
+  must follow a ``wgmma.fence``, and a register that another instruction accessed since the
+  thread's last fence may not be used by a wgmma ("missing wgmma.fence"); wgmma after wgmma on
+  the same accumulators needs no fence.  Shared
   operands are read through their descriptors (``sm90a.operand_byte_offsets``, all four swizzle
   modes; the descriptor start must be 16-byte aligned and, swizzled, at an 8-row swizzle-atom
   boundary of the shared window) on behalf of the warpgroup's first thread.
@@ -1141,6 +1142,7 @@ class _KernelRun:
     def reset_sm90(self):
         T = self.T
         self.wg_open = np.zeros(T, dtype=np.int64)        # open wgmma group of each thread
+        self.wg_fenced = np.zeros(T, dtype=bool)          # has executed a wgmma.fence
         self.wg_pending: list[_Wgmma] = []
         self.bulk_open = np.zeros(T, dtype=np.int64)      # open bulk async-group (TMA stores)
         self.bulk_pending: list[_BulkStore] = []
@@ -1512,6 +1514,7 @@ class _KernelRun:
             return
         thr = groups.ravel()
         if name == "wgmma_fence":
+            self.wg_fenced[thr] = True
             for touch in self.reg_touch.values() if self.track_wgmma else ():
                 touch[thr] = 0
         elif name == "wgmma_commit":
@@ -1630,6 +1633,9 @@ class _KernelRun:
             sc = scale[thr]
             if (sc != sc[0]).any():
                 self.hazard(f"wgmma scale_d differs within the warpgroup of threads {int(thr[0])}..{int(thr[-1])}")
+            if not self.wg_fenced[thr].all():
+                self.hazard(f"missing wgmma.fence: the first wgmma of the warpgroup of threads "
+                            f"{int(thr[0])}..{int(thr[-1])} must follow a wgmma.fence")
             self.wgmma_fenced(dname, doff, nd, thr, "accumulator")
             smem = []
             if rs:

@@ -1,0 +1,190 @@
+"""The sm_90a microkernels on a Hopper GPU: the programs the interpreter tests run
+(``tests/test_sm90a_interp.py``), printed, compiled for sm_90a, launched through
+``firesched.lower.runtime`` on real buffers (tensor maps from ``encode_tensor_map_2d``) and
+compared with numpy bit for bit (the inputs are small multiples of 1/4, so every sum is exact).
+
+What a failure here points at:
+* ``test_dynamic_shared_memory_is_1024_aligned`` — the swizzle model assumes the dynamic shared
+  window starts on a 1024-byte boundary; every swizzled case depends on it;
+* wgmma ss/rs with ``swizzle=0`` only — the interleaved (core-matrix) LBO/SBO convention;
+* one swizzle mode only — its XOR pattern or its descriptor mode code;
+* ``_tnspb`` only — the MN-major canonical layouts;
+* everything wgmma — the D fragment layout or the descriptor bit fields;
+* TMA load/store — the box layout in shared memory, the coordinate order, the tensor-map encoding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from firesched.hardware import sm90a
+from firesched.lower import cuda, ir
+from firesched.lower import microkernel as mk
+from firesched.lower.nvrtc import compile_cuda
+from firesched.lower.runtime import device_info, encode_tensor_map_2d, load_module
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hopper():
+    major, minor = device_info(0).compute_capability
+    if (major, minor) != (9, 0):
+        pytest.skip(f"needs an sm_90 device (H100/H200); device 0 is compute capability {major}.{minor}")
+
+
+def _buffers(program: ir.Program) -> dict[str, ir.GlobalBuffer]:
+    out: dict[str, ir.GlobalBuffer] = {}
+    for b in (*program.inputs, program.output):
+        out.setdefault(b.name, b)
+    for k in program.kernels:
+        for p in k.params:
+            b = p.buffer if isinstance(p, ir.TensorMapParam) else p
+            out.setdefault(b.name, b)
+    return out
+
+
+def run_gpu(program: ir.Program, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """Launch every kernel of ``program`` on buffers holding ``inputs`` (zeros elsewhere, as the
+    interpreter starts them); return the output buffer."""
+    module = load_module(compile_cuda(cuda.emit(program), arch="sm_90a"))
+    dev: dict[str, torch.Tensor] = {}
+    for name, b in _buffers(program).items():
+        assert b.strides == tuple(int(np.prod(b.shape[i + 1:])) for i in range(len(b.shape))), \
+            f"{name}: the harness handles row-major buffers"
+        host = np.zeros(b.size, dtype=b.dtype.np)
+        if name in inputs:
+            host[:] = np.asarray(inputs[name]).astype(b.dtype.np).reshape(-1)
+        dev[name] = torch.from_numpy(host.view(np.uint8).copy()).to("cuda")
+    for k in program.kernels:
+        args = []
+        for p in k.params:
+            if isinstance(p, ir.TensorMapParam):
+                g = p.buffer
+                eb = g.dtype.bits // 8
+                blob = encode_tensor_map_2d(dev[g.name].data_ptr(), g.dtype, g.shape,
+                                            (g.strides[0] * eb, eb), p.box, p.swizzle)
+                args.append((blob, None))
+            else:
+                args.append((dev[p.name].data_ptr(), ctypes.c_void_p))
+        module.kernel(k.name).launch(tuple(k.grid), (k.threads, 1, 1), args, shared_bytes=k.shared_bytes)
+    torch.cuda.synchronize()
+    out = program.output
+    return dev[out.name].cpu().numpy().view(out.dtype.np).reshape(out.shape)
+
+
+def check(prog):
+    program, inputs, expected = prog
+    got = run_gpu(program, inputs)
+    want = expected(inputs)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+    return got
+
+
+# =========================================================================== the environment
+
+SMEM_BASE = r"""
+extern "C" __global__ void smem_base(unsigned* out) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    smem[threadIdx.x] = 0;
+    out[0] = (unsigned)__cvta_generic_to_shared(smem);
+}
+"""
+
+
+def test_dynamic_shared_memory_is_1024_aligned():
+    module = load_module(compile_cuda(SMEM_BASE, arch="sm_90a"))
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    module.kernel("smem_base").launch((1, 1, 1), (32, 1, 1), [(out.data_ptr(), ctypes.c_void_p)],
+                                      shared_bytes=9216)
+    torch.cuda.synchronize()
+    base = int(out[0].item())
+    assert base % 1024 == 0, f"dynamic shared memory starts at shared address {base:#x}"
+
+
+def test_encode_tensor_map_is_128_bytes():
+    x = torch.zeros(40 * 72, dtype=torch.float16, device="cuda")
+    blob = encode_tensor_map_2d(x.data_ptr(), "f16", (40, 72), (144, 2), (16, 64), 128)
+    assert isinstance(blob, bytes) and len(blob) == 128 and any(blob)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        encode_tensor_map_2d(x.data_ptr(), "f16", (40, 72), (146, 2), (16, 64), 128)
+
+
+# =========================================================================== wgmma
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("n", [8, 64, 256])
+@pytest.mark.parametrize("ab", ["f16", "bf16"])
+def test_wgmma_ss(ab, n, swizzle):
+    check(mk.wgmma_program(sm90a.wgmma_atom(n, ab), swizzle=swizzle))
+
+
+@pytest.mark.parametrize("n, swizzle", [(8, 0), (16, 0), (64, 0), (64, 32), (64, 64), (64, 128), (256, 128),
+                                        (256, 32)])
+def test_wgmma_ss_with_mn_major_b(n, swizzle):
+    check(mk.wgmma_program(sm90a.wgmma_atom(n, "f16", b_mn_major=True), swizzle=swizzle))
+
+
+@pytest.mark.parametrize("n, ab, swizzle, tnsp", [
+    (8, "f16", 0, False), (64, "bf16", 128, False), (256, "f16", 64, False), (24, "bf16", 32, False),
+    (64, "f16", 128, True), (16, "bf16", 0, True),
+])
+def test_wgmma_rs(n, ab, swizzle, tnsp):
+    check(mk.wgmma_program(sm90a.wgmma_atom(n, ab, a_in_registers=True, b_mn_major=tnsp), swizzle=swizzle))
+
+
+def test_wgmma_scale_d_zero():
+    check(mk.wgmma_program(sm90a.wgmma_m64n32k16_f16_f32_ss, scale_d=0))
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("ab", ["f16", "bf16"])
+def test_tma_then_wgmma_with_k_steps(ab, swizzle):
+    check(mk.tma_wgmma_program(64, ab, swizzle=swizzle))
+
+
+@pytest.mark.parametrize("n", [8, 256])
+def test_tma_then_wgmma_extreme_n(n):
+    check(mk.tma_wgmma_program(n, "f16", swizzle=128))
+
+
+# =========================================================================== TMA, stmatrix
+
+BOXES = {0: (16, 64), 32: (16, 16), 64: (16, 32), 128: (16, 64)}
+
+
+@pytest.mark.parametrize("coords", [(0, 0), (16, 32), (-8, -3), (70, 39)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_load(swizzle, coords):
+    check(mk.tma_load_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))
+
+
+@pytest.mark.parametrize("dtype, shape, box, swizzle", [("f32", (40, 72), (8, 32), 128),
+                                                       ("u8", (40, 80), (16, 64), 64),
+                                                       ("bf16", (40, 72), (8, 16), 32)])
+def test_tma_load_other_dtypes(dtype, shape, box, swizzle):
+    check(mk.tma_load_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=(-4, 36)))
+
+
+def test_tma_load_with_every_thread_arriving():
+    check(mk.tma_load_program(arrivals="all"))
+
+
+@pytest.mark.parametrize("coords", [(16, 32), (-8, -4)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_store(swizzle, coords):
+    check(mk.tma_store_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))
+
+
+@pytest.mark.parametrize("wait", ["read", "all"])
+def test_tma_store_waits(wait):
+    check(mk.tma_store_program(wait=wait))
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in sm90a.STMATRIX_ATOMS])
+def test_stmatrix(atom):
+    check(mk.stmatrix_program(atom))
