@@ -95,8 +95,8 @@ def test_only_sm90a_issues_them():
     assert set(sm90a.FAMILIES) <= SM90A.families
     assert not set(sm90a.FAMILIES) & SM80.families
     assert set(catalog.for_target("sm_90a", every=True)) == set(catalog.EVERY_ATOM)
-    assert set(catalog.for_target("sm_80", every=True)) == set(catalog.ALL_ATOMS) - set(catalog.for_target("sm_70")) \
-        | set(catalog.for_target("sm_70"))
+    assert set(catalog.for_target("sm_80", every=True)) == set(catalog.ALL_ATOMS)
+    assert catalog.for_target("sm_90a") == catalog.ALL_ATOMS
 
 
 # =========================================================================== fragment layouts
@@ -208,6 +208,16 @@ def test_descriptor_round_trip(addr, lbo, sbo, swizzle, base):
     assert sm90a.decode_smem_descriptor(d) == sm90a.SmemDescriptor(addr * 16, lbo * 16, sbo * 16, swizzle, base)
     # bits outside the fields are zero
     assert d & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (7 << 49) | (3 << 62)) == 0
+
+
+@pytest.mark.parametrize("major", ["K", "MN"])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_descriptor_value_names_the_same_elements(swizzle, major):
+    d = sm90a.smem_descriptor(0x2400, 2048, 1024, swizzle)
+    np.testing.assert_array_equal(sm90a.descriptor_byte_offsets(d, 64, major=major),
+                                  sm90a.operand_byte_offsets(0x2400, 2048, 1024, swizzle, 64, major=major))
+    with pytest.raises(ValueError, match="base offset"):
+        sm90a.descriptor_byte_offsets(sm90a.smem_descriptor(0, 0, 0, 128, base_offset=1), 64)
 
 
 def _canonical_layout(rows: int, swizzle: int, major: str, lbo: int, sbo: int) -> Layout:

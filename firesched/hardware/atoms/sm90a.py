@@ -207,6 +207,17 @@ def operand_byte_offsets(addr: int, lbo: int, sbo: int, swizzle: int, rows: int,
     return np.asarray(SWIZZLES[swizzle](int(addr) + lin), dtype=np.int64)
 
 
+def descriptor_byte_offsets(desc: int, rows: int, *, major: str = "K", elem_bytes: int = 2,
+                            k: int = 16) -> np.ndarray:
+    """The inverse of ``smem_descriptor`` as the hardware reads it: the shared-window byte
+    address of element ``(row, kk)`` of the ``rows`` x ``k`` operand the 64-bit descriptor
+    ``desc`` names (base offset 0 only)."""
+    f = decode_smem_descriptor(desc)
+    if f.base_offset:
+        raise ValueError(f"descriptor_byte_offsets: base offset {f.base_offset} is not modelled (only 0)")
+    return operand_byte_offsets(f.addr, f.lbo, f.sbo, f.swizzle, rows, major=major, elem_bytes=elem_bytes, k=k)
+
+
 def swizzle_atom_bytes(swizzle: int) -> int:
     """Bytes after which a swizzle pattern repeats (8 rows of the span): 256, 512, 1024; 16 for
     no swizzle (one 16-byte chunk)."""
@@ -486,5 +497,5 @@ ATOMS: tuple[Atom, ...] = (
 )
 
 __all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "FAMILIES", "SmemDescriptor", "smem_descriptor",
-           "decode_smem_descriptor", "canonical_offset", "operand_byte_offsets", "box_byte_offsets", "tma_box_problems",
+           "decode_smem_descriptor", "descriptor_byte_offsets", "canonical_offset", "operand_byte_offsets", "box_byte_offsets", "tma_box_problems",
            "tv_d", "TV_A_RS", "wgmma_atom", "b_major", "is_descriptor", "is_scalar"]
