@@ -1104,7 +1104,9 @@ def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0
     tmap = _call(
         "cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled,
         driver.CUtensorMapDataType(TMA_DATA_TYPES[d.name]), 2, ptr,
-        [cols, rows], [int(strides_bytes[0])], [box_cols, box_rows], [1, 1],
+        # the bindings take their own integer types for these arrays (plain ints are refused)
+        [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(int(strides_bytes[0]))],
+        [driver.cuuint32_t(box_cols), driver.cuuint32_t(box_rows)], [driver.cuuint32_t(1), driver.cuuint32_t(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle(TMA_SWIZZLES[swizzle]),
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
