@@ -82,12 +82,18 @@ def reference(A, B, extras, *, dtype, out, ops, prologue):
     return c
 
 
+def build_gemm(M, N, K, *, dtype="f16", out_dtype=None, layout="RR", epilogue="none", prologue=False,
+               seed=0, **params):
+    return fs.recipes.gemm(M, N, K, dtype, out_dtype=out_dtype, layout=layout, epilogue_ops=EPILOGUES[epilogue](),
+                           prologue_ops=(fs.ops.relu(),) if prologue else (), **params)
+
+
 def check_gemm(M, N, K, *, dtype="f16", out_dtype=None, layout="RR", epilogue="none", prologue=False,
                seed=0, **params):
     out = out_dtype or dtype
     ops = EPILOGUES[epilogue]()
-    sched = fs.recipes.gemm(M, N, K, dtype, out_dtype=out_dtype, layout=layout, epilogue_ops=ops,
-                            prologue_ops=(fs.ops.relu(),) if prologue else (), **params)
+    sched = build_gemm(M, N, K, dtype=dtype, out_dtype=out_dtype, layout=layout, epilogue=epilogue,
+                       prologue=prologue, **params)
     rng = np.random.default_rng(seed)
     A, B, extras = make_inputs(M, N, K, ops, out, rng)
     args = [extras[e.name] for op in ops for e in op.extras()]
@@ -220,11 +226,7 @@ def test_gemm_random_schedules_match_numpy(case):
     case = dict(case)
     M, N, K = case.pop("M"), case.pop("N"), case.pop("K")
     try:
-        fs.recipes.gemm(M, N, K, case["dtype"], layout=case["layout"], block_m=case["block_m"],
-                        block_n=case["block_n"], block_k=case["block_k"], warps_m=case["warps_m"],
-                        warps_n=case["warps_n"], stages=case["stages"], split_k_blocks=case["split_k_blocks"],
-                        split_k_warps=case["split_k_warps"], warp_k=case["warp_k"], group_m=case["group_m"],
-                        prefetch=case["prefetch"])
+        build_gemm(M, N, K, **case)      # e.g. registers over budget: not a schedule to run
     except fs.ScheduleError:
         assume(False)
     check_gemm(M, N, K, **case)
