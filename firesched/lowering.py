@@ -329,9 +329,11 @@ class Lowering:
                          min_blocks_per_sm=1)
 
     def _uses_extras(self, node) -> bool:
+        """Whether the epilogue that reads the extra tensors runs in this kernel."""
         for n in _walk(node):
-            if getattr(n.spec, "ops", ()):
-                return True
+            for op in getattr(n.spec, "ops", ()) or ():
+                if op.extras():
+                    return True
         return False
 
     def _gl_c(self, node, c_tile):
@@ -701,8 +703,6 @@ class Lowering:
         cc = (chunk % cpr) * vec
         in_tile = lt(chunk, total) if total % T else 1
         g_r, g_c = o[rdim] + r, o[cdim] + cc
-        pred = land(in_tile, lt(g_r, lim[rdim]), lt(g_c, lim[cdim]))
-        del pred  # see below: the tile and tensor predicates are applied separately
         goff = g_r * ld + g_c
         soff = self.sh_offset(dst, ctx, {rdim: r, cdim: cc})
         in_bounds = land(lt(g_r, lim[rdim]), lt(g_c, lim[cdim]))
@@ -1214,10 +1214,10 @@ def _coords(tv):
                  for t in range(tv.num_threads))
 
 
-def plan(sched: Schedule, target=None) -> ir.Program:
-    """Check ``sched`` completely; returns the lowered program."""
-    return Lowering(sched, target).run()
-
-
 def lower(sched: Schedule, target=None) -> ir.Program:
+    """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered."""
     return Lowering(sched, target).run()
+
+
+# Checking a schedule is lowering it: everything left implicit is resolved and verified there.
+plan = lower
