@@ -80,10 +80,16 @@ def time_ms(torch, fn, reps: int, samples: int) -> float:
     return out[len(out) // 2]
 
 
-def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True):
+def params_sm90(M: int, N: int, K: int) -> dict:
+    """The Hopper recipe's parameters: 128 x 256 blocks (two wgmma warpgroups), 4 stages."""
+    bn = 256 if N >= 256 else 128
+    return dict(atoms="sm90a", block_m=128, block_n=bn, stages=4, group_m=8 if M >= 4 * 128 else 1)
+
+
+def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True, atoms="sm80"):
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
     epi = (ops.bias("bias"), ops.relu()) if fused else ()
-    kw = params_for(M, N, K)
+    kw = params_sm90(M, N, K) if atoms == "sm90a" else params_for(M, N, K)
     sched = fs.recipes.gemm(M, N, K, dtype=dt_name, arch="sm_90a", epilogue_ops=epi, **kw)
     k = fs.compile(sched, arch="sm_90a")
     per_set = (M * K + K * N + M * N) * 2
@@ -147,6 +153,8 @@ def main(argv=None):
     p.add_argument("--no-fused", dest="fused", action="store_false")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--samples", type=int, default=15)
+    p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a"),
+                   help="recipe family: sm_80 atoms (mma.sync) or the Hopper path (wgmma + TMA)")
     p.add_argument("--only", default="", help="comma-separated MxNxK shapes to run instead of the table")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/gemm-<date>.json)")
     args = p.parse_args(argv)
@@ -163,13 +171,17 @@ def main(argv=None):
     rows = []
     for dt_name in args.dtypes.split(","):
         for (M, N, K) in shapes:
-            rows.append(bench_shape(torch, M, N, K, dt_name, False, reps, samples))
+            try:
+                rows.append(bench_shape(torch, M, N, K, dt_name, False, reps, samples, atoms=args.atoms))
+            except fs.ScheduleError as e:
+                print(f"{dt_name:4s} {M:5d}x{N:5d}x{K:5d}  not schedulable with {args.atoms}: {str(e).splitlines()[0]}")
+                continue
             r = rows[-1]
             print(f"{dt_name:4s} {M:5d}x{N:5d}x{K:5d}  ours {r['ours_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}"
                   f"  ratio {r['ratio']:.2f}  err {r['rel_err']:.1e}", flush=True)
     if args.fused:
         for (M, N, K) in fused_shapes:
-            rows.append(bench_shape(torch, M, N, K, "f16", True, reps, samples))
+            rows.append(bench_shape(torch, M, N, K, "f16", True, reps, samples, atoms=args.atoms))
             r = rows[-1]
             print(f"f16  {M:5d}x{N:5d}x{K:5d} +bias+relu  ours {r['ours_tflops']:6.1f}  unfused "
                   f"{r['unfused_tflops']:6.1f} ({r['ratio_vs_unfused']:.2f}x)  cuBLASLt {r['cublaslt_tflops']:6.1f} "
@@ -184,7 +196,8 @@ def main(argv=None):
         meta["cuda_bindings"] = cuda.bindings.__version__
     except Exception:
         pass
-    out = args.out or os.path.join(HERE, "results", f"gemm-{meta['date']}{'-quick' if args.quick else ''}.json")
+    meta["atoms"] = args.atoms
+    out = args.out or os.path.join(HERE, "results", f"gemm-{args.atoms}-{meta['date']}{'-quick' if args.quick else ''}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)

@@ -79,6 +79,7 @@ class CompiledProgram:
         self._workspace = {}
         self._arg_specs = self._make_arg_specs()
         self._torch_specs = None
+        self._tmaps: dict = {}
 
     @property
     def resources(self) -> dict:
@@ -110,7 +111,10 @@ class CompiledProgram:
                     k.reserve_shared(kern.shared_bytes)
                 idx = []
                 for p in kern.params:
-                    idx.append(names.index(p.name) if p.name in names else ("ws", p.name))
+                    if isinstance(p, ir.TensorMapParam):
+                        idx.append(("tmap", names.index(p.buffer.name), p))
+                    else:
+                        idx.append(names.index(p.name) if p.name in names else ("ws", p.name))
                 launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx)))
             self._loaded = (device, launches)
         return self._loaded[1]
@@ -158,11 +162,27 @@ class CompiledProgram:
         self._launch_all(dev, ptrs, stream)
         return arrays[-1]
 
+    def _tmap(self, p: ir.TensorMapParam, ptr: int, device: int) -> bytes:
+        """The TMA descriptor of ``p`` for the array at ``ptr`` (encoded once per address)."""
+        key = (p.name, ptr, device)
+        blob = self._tmaps.get(key)
+        if blob is None:
+            b = p.buffer
+            eb = b.dtype.bits // 8
+            blob = runtime.encode_tensor_map_2d(ptr, b.dtype, b.shape, (b.strides[0] * eb, b.strides[1] * eb),
+                                                p.box, p.swizzle, device=device)
+            if len(self._tmaps) > 64:
+                self._tmaps.clear()
+            self._tmaps[key] = blob
+        return blob
+
     def _launch_all(self, device: int, ptrs: list, stream) -> None:
         for ln in self._load(device):
             args = []
             for i in ln.args:
-                if isinstance(i, tuple):
+                if isinstance(i, tuple) and i[0] == "tmap":
+                    args.append((self._tmap(i[2], ptrs[i[1]], device), None))
+                elif isinstance(i, tuple):
                     buf = next(b for b in self.program.workspaces if b.name == i[1])
                     args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
                 else:

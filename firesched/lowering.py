@@ -267,35 +267,7 @@ class Lowering:
             block_node = node
         if len(block_loops) > 3:
             raise _err(node, f"{len(block_loops)} loops mapped to blocks; the grid has 3 dimensions")
-        grid = [1, 1, 1]
-        grouped = [lp for lp, _ in block_loops if lp.group > 1]
-        if grouped:
-            # one grid axis for the M x N tiles, walked in column-major groups of G M-tiles:
-            # the blocks resident at once touch G rows of A tiles and few columns of B tiles
-            lm, ln = [lp for lp, _ in block_loops if lp.group > 1]
-            rest = [lp for lp, _ in block_loops if lp.group == 1]
-            G, Mt, Nt = lm.group, lm.count, ln.count
-            pid = ir.bid(0, Mt * Nt)
-            per_group = G * Nt
-            first_m = (pid // per_group) * G
-            size_m = _min(Mt - first_m, G)
-            local = pid % per_group
-            self.var_expr[lm.var] = first_m + _mod(local, size_m)
-            self.var_expr[ln.var] = _div(local, size_m)
-            grid[0] = Mt * Nt
-            for axis, lp in enumerate(reversed(rest), start=1):
-                grid[axis] = lp.count
-                self.var_expr[lp.var] = ir.bid(axis, lp.count)
-        else:
-            for axis, (lp, _) in enumerate(reversed(block_loops)):
-                grid[axis] = lp.count
-                self.var_expr[lp.var] = ir.bid(axis, lp.count)
-        for axis, limit in ((0, 2 ** 31 - 1), (1, 65535), (2, 65535)):
-            if grid[axis] > limit:
-                raise _err(node, f"grid dimension {'xyz'[axis]} would be {grid[axis]} blocks",
-                           field=f"gridDim.{'xyz'[axis]}", value=grid[axis], allowed=f"<= {limit}",
-                           fix="use larger block tiles, or group=... in to_blocks() to put the M x N tiles on "
-                               "grid x")
+        grid = self._map_blocks(block_loops, node)
         warp_loops = self._warp_loops(block_node)
         nwarps = 1
         for lp in warp_loops:
@@ -327,6 +299,39 @@ class Lowering:
         return ir.Kernel(name, tuple(params), tuple(grid), self.threads, tuple(self.shared.values()),
                          tuple(self.regs.values()), ir.Seq(tuple(body)), header=str(self.sched),
                          min_blocks_per_sm=1)
+
+    def _map_blocks(self, block_loops, node) -> list:
+        """Grid dimensions for the loops mapped to blocks; binds each loop variable."""
+        grid = [1, 1, 1]
+        grouped = [lp for lp, _ in block_loops if lp.group > 1]
+        if grouped:
+            # one grid axis for the M x N tiles, walked in column-major groups of G M-tiles:
+            # the blocks resident at once touch G rows of A tiles and few columns of B tiles
+            lm, ln = [lp for lp, _ in block_loops if lp.group > 1]
+            rest = [lp for lp, _ in block_loops if lp.group == 1]
+            G, Mt, Nt = lm.group, lm.count, ln.count
+            pid = ir.bid(0, Mt * Nt)
+            per_group = G * Nt
+            first_m = (pid // per_group) * G
+            size_m = _min(Mt - first_m, G)
+            local = pid % per_group
+            self.var_expr[lm.var] = first_m + _mod(local, size_m)
+            self.var_expr[ln.var] = _div(local, size_m)
+            grid[0] = Mt * Nt
+            for axis, lp in enumerate(reversed(rest), start=1):
+                grid[axis] = lp.count
+                self.var_expr[lp.var] = ir.bid(axis, lp.count)
+        else:
+            for axis, (lp, _) in enumerate(reversed(block_loops)):
+                grid[axis] = lp.count
+                self.var_expr[lp.var] = ir.bid(axis, lp.count)
+        for axis, limit in ((0, 2 ** 31 - 1), (1, 65535), (2, 65535)):
+            if grid[axis] > limit:
+                raise _err(node, f"grid dimension {'xyz'[axis]} would be {grid[axis]} blocks",
+                           field=f"gridDim.{'xyz'[axis]}", value=grid[axis], allowed=f"<= {limit}",
+                           fix="use larger block tiles, or group=... in to_blocks() to put the M x N tiles on "
+                               "grid x")
+        return grid
 
     def _uses_extras(self, node) -> bool:
         """Whether the epilogue that reads the extra tensors runs in this kernel."""
@@ -1216,6 +1221,10 @@ def _coords(tv):
 
 def lower(sched: Schedule, target=None) -> ir.Program:
     """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered."""
+    from .lowering_sm90 import HopperGemmLowering, uses_wgmma  # the Hopper path builds on this one
+
+    if uses_wgmma(sched):
+        return HopperGemmLowering(sched, target).run()
     return Lowering(sched, target).run()
 
 

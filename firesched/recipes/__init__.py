@@ -1,5 +1,5 @@
 """Stock schedules built only from strategies."""
 
-from .gemm import EPILOGUES, GemmParams, gemm, gemm_space
+from .gemm import EPILOGUES, GemmParams, gemm, gemm_sm90, gemm_space
 
-__all__ = ["gemm", "gemm_space", "GemmParams", "EPILOGUES"]
+__all__ = ["gemm", "gemm_sm90", "gemm_space", "GemmParams", "EPILOGUES"]

@@ -40,6 +40,7 @@ from ..strategies import (
     split_k,
     tile,
     to_blocks,
+    to_warpgroups,
     to_warps,
 )
 from ..tensor import BLOCK, WARP
@@ -78,7 +79,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
          swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool | None = None,
          epilogue_ops: tuple = (),
-         prologue_ops: tuple = (), check: bool = True) -> Schedule:
+         prologue_ops: tuple = (), atoms: str = "sm80", check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -86,7 +87,19 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     ``firesched.ops`` values (bias, relu, gelu, residual, scale, cast); ``prologue_ops`` run on A's
     fragments (e.g. ``(ops.relu(),)``).  ``arch`` is the target the schedule is checked against
     (sm_80 atoms run on sm_80 and sm_90a).
+
+    ``atoms="sm90a"`` builds the Hopper schedule instead (``gemm_sm90``): TMA copies into an
+    mbarrier ring and wgmma from shared memory; it takes ``block_m`` (64..256, multiples of 64),
+    ``block_n``, ``stages``, ``group_m`` and the epilogue, and needs ``arch="sm_90a"``.
     """
+    if atoms == "sm90a":
+        return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=block_m,
+                         block_n=block_n, stages=stages, group_m=group_m, epilogue_ops=epilogue_ops,
+                         unsupported=dict(split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
+                                          prologue_ops=prologue_ops), check=check)
+    if atoms != "sm80":
+        raise ScheduleError("unknown atom family for the GEMM recipe", field="atoms", value=atoms,
+                            allowed="'sm80' (mma.sync, cp.async, ldmatrix), 'sm90a' (wgmma, TMA)")
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ScheduleError("problem sizes are positive ints", field=name, value=v, allowed="an int >= 1")
@@ -136,6 +149,46 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     sched = spec.schedule(*chain)
     if check:
         sched.check(tgt)
+    return sched
+
+
+def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
+              layout: str = "RR", block_m: int = 128, block_n: int = 256, stages: int = 4, group_m: int = 1,
+              epilogue_ops: tuple = (), unsupported: dict | None = None, check: bool = True) -> Schedule:
+    """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
+    (see ``firesched.lowering_sm90``).  Not yet warp-specialized or persistent."""
+    from ..hardware.atoms import sm90a
+
+    for name, v in (unsupported or {}).items():
+        if v not in (1, (), None):
+            raise ScheduleError("the sm_90a GEMM does not support this parameter yet", field=name, value=v,
+                                allowed="its default", fix="use atoms='sm80' for split-K and prologues")
+    dt = _input_dtype(dtype)
+    out = dt if out_dtype is None else _out_dtype(out_dtype)
+    if not (isinstance(layout, str) and len(layout) == 2 and layout[0] == "R" and set(layout) <= {"R", "C"}):
+        raise ScheduleError("the sm_90a GEMM takes a row-major A and either B", field="layout", value=layout,
+                            allowed="'RR', 'RC'")
+    bk = 128 * 8 // dt.bits
+    spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
+    p = GemmParams(block_m, block_n, bk, block_m // 64 or 1, 1, stages, group_m=group_m)
+    try:
+        atom = sm90a.wgmma_atom(block_n, dt, b_mn_major=layout[1] == "R")
+    except ValueError as e:
+        raise ScheduleError(str(e), field="block_n", value=block_n, allowed="multiples of 8 up to 256") from None
+    chain = [
+        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N)),
+        tile(k=bk),
+        move_to_smem("A", via=(sm90a.tma_load_2d,)),
+        move_to_smem("B", via=(sm90a.tma_load_2d,)),
+        pipeline(stages=stages),
+        tile(m=64) >> to_warpgroups(),
+        tile(k=16) >> done(atom),
+    ]
+    if epilogue_ops:
+        chain.append(epilogue(*epilogue_ops))
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(get_target(arch))
     return sched
 
 

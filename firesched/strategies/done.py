@@ -14,10 +14,19 @@ import attrs
 from ..errors import ScheduleError
 from ..hardware.atoms.base import GROUP_THREADS, Atom
 from ..spec import MatMul
-from ..tensor import RF, WARP
+from ..tensor import RF, SH, WARP, WARPGROUP
 from .base import Strategy
 
-_GROUP_LEVEL = {"warp": WARP, "quadpair": WARP}
+_GROUP_LEVEL = {"warp": WARP, "quadpair": WARP, "warpgroup": WARPGROUP}
+
+
+def _memories(atom: Atom) -> dict:
+    """Where the atom reads A, B and C: wgmma takes A and B through shared-memory descriptors
+    (A from registers in the ``rs`` variants); mma.sync takes everything from registers."""
+    if atom.family == "wgmma":
+        names = {o.name for o in atom.operands}
+        return {"a": RF if "a" in names else SH, "b": SH, "c": RF}
+    return {"a": RF, "b": RF, "c": RF}
 
 
 def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
@@ -36,15 +45,21 @@ def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
         have = spec.extents[d]
         if have != want:
             diffs.append(f"{d}: focus has {have}, atom has {want}")
+    mems = _memories(atom)
     for opname, tile in (("a", spec.a), ("b", spec.b), ("c", spec.c)):
-        want = atom.dtype_of(opname)
+        want = atom.dtype_of("d" if opname == "c" and atom.family == "wgmma" else opname)
         have = spec.acc if opname == "c" else tile.dtype
         if have != want:
             diffs.append(f"{opname} dtype: focus has {have}, atom takes {want}")
-        if tile.memory != RF:
-            diffs.append(f"{opname} memory: {tile.name} is in {tile.memory}, atom takes RF"
-                         + (f" (add move_to_regs({tile.name!r}))" if opname != "c" else
-                            " (tile(k=...) creates the register accumulator)"))
+        if tile.memory != mems[opname]:
+            hint = ""
+            if mems[opname] == RF and opname != "c":
+                hint = f" (add move_to_regs({tile.name!r}))"
+            elif mems[opname] == RF:
+                hint = " (tile(k=...) creates the register accumulator)"
+            elif mems[opname] == SH:
+                hint = f" (wgmma reads it from shared memory: move_to_smem({tile.name!r}), no move_to_regs)"
+            diffs.append(f"{opname} memory: {tile.name} is in {tile.memory}, atom takes {mems[opname]}{hint}")
     return diffs
 
 

@@ -102,10 +102,12 @@ class move_to_smem(Strategy):
                                     spec=spec, field="swizzle", value=sw, fix="use fewer bits or swizzle=None")
         via = self.via if isinstance(self.via, (tuple, list)) else (self.via,)
         for a in via:
-            if not isinstance(a, Atom) or a.family not in ("cp_async", "copy"):
+            if not isinstance(a, Atom) or a.family not in ("cp_async", "copy", "tma") or \
+                    (a.family == "tma" and a.src_memory != "GL"):
                 raise ScheduleError("via= names the copy atom for this move", strategy=self, spec=spec,
                                     field="via", value=self.via,
-                                    allowed="sm80.cp_async_4/8/16 (or nothing: the widest legal copy)")
+                                    allowed="sm80.cp_async_4/8/16, sm90a.tma_load_2d (or nothing: the widest "
+                                            "legal cp.async)")
         if len(via) > 1:
             raise ScheduleError("give one copy atom", strategy=self, spec=spec, field="via", value=self.via)
         sh = Tile(attrs.evolve(t.tensor, memory=SH, shape=t.shape, swizzle=sw), t.shape)

@@ -1,0 +1,239 @@
+"""Schedule → kernel IR for the Hopper GEMM: TMA copies into a ring of shared-memory stages, one
+mbarrier per stage, wgmma from shared memory, register accumulators, the sm_80 epilogue.
+
+It reads schedules of this shape (``recipes.gemm(..., atoms="sm90a")`` builds one)::
+
+    tile(m=BM, n=BN) >> to_blocks(group=G)
+    tile(k=64)                                    # one 128-byte swizzle span of 16-bit K
+    move_to_smem("A", via=sm90a.tma_load_2d), move_to_smem("B", via=sm90a.tma_load_2d)
+    pipeline(stages=S)                            # S shared stages, S-1 tiles in flight
+    tile(m=64) >> to_warpgroups()                 # BM/64 warpgroups, each 64 x BN
+    tile(k=16) >> done(sm90a.wgmma_m64n{BN}k16_..._ss[_tnspb])
+    epilogue(...)
+
+and lowers it to::
+
+    thread 0: init full[s] (1 arrival), fence.mbarrier_init; barrier
+    thread 0: for s < S-1: expect_tx(full[s], bytes); TMA A box, TMA B boxes -> stage s
+    for kt:   wait full[kt % S] (parity (kt / S) % 2)
+              wgmma.fence; BK/16 x wgmma(desc A, desc B); commit; wait 0
+              barrier                                   # every warpgroup is done with stage kt-1
+              thread 0: TMA tile kt+S-1 -> stage (kt+S-1) % S
+    epilogue: D fragments -> ops -> global (predicated), as the sm_80 path
+
+Shared layouts (16-bit elements, 128-byte swizzle on absolute addresses, stages 1024-aligned):
+A is K-major, BM rows of 64 k (one box of BM x 64); B row-major (MN-major for wgmma) is BN/64 boxes
+of 64 k-rows x 64 n, each a block of 8 KiB: descriptor LBO = block stride, SBO = 8 rows x 128 B;
+B column-major (K-major) is laid out like A.  Not yet: warp specialization (a producer warp and
+setmaxnreg), a persistent tile scheduler, clusters and TMA multicast, TMA stores, split-K.
+"""
+
+from __future__ import annotations
+
+from .dtypes import f32
+from .errors import ScheduleError
+from .hardware.atoms import catalog, sm90a
+from .lower import ir
+from .lower.expr import Var, land, lt
+from .lowering import Lowering, _err
+from .schedule import Node
+from .spec import MatMul, Move
+from .tensor import BLOCK, GL, SH, WARPGROUP
+
+SPAN = 128                 # bytes of one 128B-swizzle row
+STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
+B_BOX_N = 64               # elements of N per TMA box of a row-major B (one span of 16-bit values)
+
+
+def uses_wgmma(sched) -> bool:
+    return any(n.atom is not None and getattr(n.atom, "family", "") == "wgmma" for n in sched.nodes())
+
+
+def _unsupported(node, what: str, fix: str) -> ScheduleError:
+    return _err(node, f"the sm_90a GEMM lowering does not handle {what}", fix=fix)
+
+
+class HopperGemmLowering(Lowering):
+    """See the module docstring."""
+
+    def run(self) -> ir.Program:
+        if not self.target.has_wgmma:
+            raise _err(self.root, f"wgmma needs sm_90a; the target is {self.target.name}", field="target",
+                       value=self.target.name, allowed="sm_90a", fix="check/compile with arch='sm_90a'")
+        self.regs, self.shared = {}, {}
+        p = self._pattern()
+        self.kernels.append(self._kernel(p))
+        inputs = [self.gbuf(self.spec.a), self.gbuf(self.spec.b)] + [self.extra_buf(e) for e in self.extras]
+        return ir.Program(tuple(self.kernels), tuple(inputs), self.gl[self.spec.c.name], ())
+
+    # ------------------------------------------------------------------ reading the tree
+
+    def _pattern(self) -> dict:
+        root = self.root
+        if not root.loops or any(lp.unit != BLOCK for lp in root.loops) or \
+                sorted(lp.dim for lp in root.loops) != ["m", "n"]:
+            raise _unsupported(root, "this kernel-level refinement (split-K across blocks, or no M x N block "
+                                     "tiling)", "start with tile(m=..., n=...) >> to_blocks()")
+        block = root.body[-1]
+        kl = [lp for lp in block.loops if lp.dim == "k" and lp.unit is None]
+        if len(block.loops) != 1 or not kl or len(block.post) != 1 or not isinstance(block.post[0].spec, Move):
+            raise _unsupported(block, "a block refinement other than tile(k=...)",
+                               "tile(k=64) right after the block mapping")
+        kloop = kl[0]
+        moves, n = {}, block.body[-1]
+        while not n.loops and n.atom is None:
+            for c in n.body[:-1]:
+                if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+                    moves[c.spec.dst.name] = c
+            n = n.body[-1]
+        for name in (self.spec.a.name, self.spec.b.name):
+            mv = moves.get(name)
+            if mv is None or not mv.via or mv.via[0].family != "tma":
+                raise _unsupported(block, f"{name} without a TMA copy",
+                                   f"move_to_smem({name!r}, via=(sm90a.tma_load_2d,))")
+        wg = n
+        if len(wg.loops) != 1 or wg.loops[0].unit != WARPGROUP or wg.loops[0].dim != "m":
+            raise _unsupported(wg, "a warpgroup tiling other than tile(m=64) >> to_warpgroups()",
+                               "tile(m=64) >> to_warpgroups()")
+        ks_node = wg.body[-1]
+        if len(ks_node.loops) != 1 or ks_node.loops[0].dim != "k" or ks_node.loops[0].unit is not None:
+            raise _unsupported(ks_node, "a warpgroup refinement other than tile(k=16)", "tile(k=16) >> done(wgmma)")
+        leaf = ks_node.body[-1]
+        atom = leaf.atom
+        if atom is None or atom.family != "wgmma" or any(o.name == "a" for o in atom.operands):
+            raise _unsupported(leaf, "A from registers (wgmma ..._rs) yet", "use a wgmma ..._ss atom")
+        bspec: MatMul = block.spec
+        BM, BN = bspec.m, bspec.n
+        BK = kloop.step("k")
+        A, B = self.spec.a.tensor, self.spec.b.tensor
+        eb = A.dtype.bits // 8
+        if A.major != "k":
+            raise _unsupported(block, "a column-major A", "pass A row-major (layout='R?')")
+        b_mn = B.major == "n"
+        if b_mn != (sm90a.b_major(atom) == "MN"):
+            want = "the _tnspb variant" if b_mn else "the plain _ss variant"
+            raise _err(leaf, f"B is {'row' if b_mn else 'column'}-major, so wgmma reads it "
+                             f"{'MN' if b_mn else 'K'}-major", field="atom", value=atom, fix=f"use {want}")
+        if BK * eb != SPAN:
+            raise _unsupported(block, f"a K tile of {BK} (only one 128-byte swizzle span: {SPAN // eb} elements)",
+                               f"tile(k={SPAN // eb})")
+        if wg.loops[0].step("m") != 64 or BM % 64 or BM > 256:
+            raise _unsupported(wg, f"a block tile of {BM} rows (64 per warpgroup, at most 4 warpgroups)",
+                               "block_m in 64, 128, 192, 256")
+        if b_mn and BN % B_BOX_N:
+            raise _unsupported(block, f"BN={BN} with a row-major B (boxes of {B_BOX_N} columns)",
+                               f"a multiple of {B_BOX_N}")
+        for t in (A, B):
+            if (t.extent(t.major) * eb) % 16:
+                raise _err(block, f"TMA needs {t.name}'s rows to be a multiple of 16 bytes "
+                                  f"({t.extent(t.major)} elements of {t.dtype})", field=t.name,
+                           value=t.shape, fix="use the sm_80 recipe for unaligned leading dimensions")
+        return dict(root=root, block=block, kloop=kloop, wg=wg, leaf=leaf, atom=atom, BM=BM, BN=BN, BK=BK,
+                    S=max(kloop.stages, 2), eb=eb, b_mn=b_mn, store=block.post[0])
+
+    # ------------------------------------------------------------------ the kernel
+
+    def _kernel(self, p) -> ir.Kernel:
+        root, BM, BN, BK, S, eb = p["root"], p["BM"], p["BN"], p["BK"], p["S"], p["eb"]
+        M, N, K = self.spec.m, self.spec.n, self.spec.k
+        grid = self._map_blocks([(lp, root) for lp in root.loops], root)
+        m_var = next(lp.var for lp in root.loops if lp.dim == "m")
+        n_var = next(lp.var for lp in root.loops if lp.dim == "n")
+        m0, n0 = self.var_expr[m_var] * BM, self.var_expr[n_var] * BN
+        nwg = BM // 64
+        self.threads = 128 * nwg
+        tid = ir.tid(self.threads)
+        wg = tid // 128
+        lane = tid % 128
+        ga, gb = self.gbuf(self.spec.a), self.gbuf(self.spec.b)
+        dt = ga.dtype
+        tm_a = ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), SPAN)
+        b_box = (BK, B_BOX_N) if p["b_mn"] else (BN, BK)
+        tm_b = ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, SPAN)
+        a_stage, b_stage = BM * BK, BK * BN
+        sa = ir.SharedBuffer("A_smem", dt, S * a_stage, STAGE_ALIGN, f"{S} stages x {BM}x{BK} {dt}, K-major, 128B swizzle")
+        sb = ir.SharedBuffer("B_smem", dt, S * b_stage, STAGE_ALIGN,
+                             f"{S} stages x {BK}x{BN} {dt}, {'MN' if p['b_mn'] else 'K'}-major, 128B swizzle")
+        full = ir.MBarrier("full", S, note="one per stage: the stage's TMA bytes have landed")
+        self.shared = {"A_smem": sa, "B_smem": sb, "full": full}
+        acc = self.reg("C_acc", f32, BN // 2)
+        nk = -(-K // BK)
+        stage_bytes = (a_stage + b_stage) * eb
+        t0 = lt(tid, 1)
+
+        def call(atom, comment="", pred=1, **args):
+            return ir.AtomCall(atom, tuple(args.items()), pred, comment)
+
+        def issue(kt, stage) -> list:
+            bar = ir.MemRef(full, stage)
+            out = [call(sm90a.mbarrier_arrive_expect_tx, bar=bar, bytes=ir.Scalar(stage_bytes)),
+                   call(sm90a.tma_load_2d, dst=ir.MemRef(sa, stage * a_stage), tmap=tm_a,
+                        c0=ir.Scalar(kt * BK), c1=ir.Scalar(m0), mbar=bar, comment=f"A tile {BM}x{BK}")]
+            if p["b_mn"]:
+                for c in range(BN // B_BOX_N):
+                    out.append(call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage + c * BK * B_BOX_N),
+                                    tmap=tm_b, c0=ir.Scalar(n0 + c * B_BOX_N), c1=ir.Scalar(kt * BK), mbar=bar,
+                                    comment=f"B columns {c * B_BOX_N}..+{B_BOX_N}"))
+            else:
+                out.append(call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage), tmap=tm_b,
+                                c0=ir.Scalar(kt * BK), c1=ir.Scalar(n0), mbar=bar, comment=f"B tile {BN}x{BK}"))
+            return out
+
+        body: list = [ir.Comment(str(p["block"].spec)), ir.RegFill(ir.RegRef(acc, 0), BN // 2, 0.0)]
+        init = [call(sm90a.mbarrier_init, bar=ir.MemRef(full, s), count=ir.Scalar(1)) for s in range(S)]
+        body += [ir.If(t0, ir.Seq((*init, call(sm90a.fence_mbarrier_init)))), ir.Barrier("mbarriers initialised")]
+        pro = []
+        for s in range(min(S - 1, nk)):
+            pro += issue(s, s)
+        body.append(ir.If(t0, ir.Seq(tuple(pro))))
+        kt = Var(p["kloop"].var, nk)
+        stage = kt % S
+        KS = BK // 16
+        steps = []
+        for j in range(KS):
+            da = ir.DescRef(sa, stage * a_stage + wg * 64 * BK + j * 16, SPAN, 16, 8 * SPAN)
+            if p["b_mn"]:
+                db = ir.DescRef(sb, stage * b_stage + j * 16 * B_BOX_N, SPAN, BK * SPAN, 8 * SPAN)
+            else:
+                db = ir.DescRef(sb, stage * b_stage + j * 16, SPAN, 16, 8 * SPAN)
+            steps.append(call(p["atom"], d=ir.RegRef(acc, 0), desc_a=da, desc_b=db, scale_d=ir.Scalar(1),
+                              comment=f"k step {j}"))
+        ahead = kt + (S - 1)
+        loop = [
+            call(sm90a.mbarrier_try_wait, bar=ir.MemRef(full, stage), parity=ir.Scalar((kt // S) % 2),
+                 comment="the tile is in shared memory"),
+            call(sm90a.wgmma_fence),
+            *steps,
+            call(sm90a.wgmma_commit),
+            call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+            ir.Barrier("every warpgroup is done with stage kt-1"),
+            ir.If(land(t0, lt(ahead, nk)), ir.Seq(tuple(issue(ahead, ahead % S)))),
+        ]
+        body.append(ir.Comment(f"K loop over {nk} tiles of {BK}, {S}-stage TMA + mbarrier ring"))
+        body.append(ir.For(kt, nk, ir.Seq(tuple(loop))))
+        body += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
+        params = [tm_a, tm_b] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
+        self._check_resources(p["block"])
+        return ir.Kernel("firesched_gemm_sm90", tuple(params), tuple(grid), self.threads,
+                         (sa, sb, full), tuple(self.regs.values()), ir.Seq(tuple(body)),
+                         header=str(self.sched), min_blocks_per_sm=1)
+
+    def _epilogue(self, p, acc, lane, wg, m0, n0, M, N) -> list:
+        BN = p["BN"]
+        store: Node = p["store"]
+        dst = store.spec.dst
+        gbuf = self.gbuf(dst)
+        tv = sm90a.tv_d(BN)
+        i = Var("e0", BN // 4)
+        r, c = tv.coord(lane, 2 * i)
+        row, col = m0 + wg * 64 + r, n0 + c
+        glim = {"m": M, "n": N}
+        work = self.reg("epi", f32, 2)
+        stmts = [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * i + j),)) for j in range(2)]
+        stmts += self.apply_ops(getattr(store.spec, "ops", ()), work, 2, row, col, glim)
+        stmts += self._store(work, 2, dst.dtype, gbuf, row * N + col, row, col, glim)
+        return [ir.Comment(f"{store.spec}: wgmma D fragments, pairs of adjacent columns"),
+                ir.For(i, BN // 4, ir.Seq(tuple(stmts)), unroll=True)]
+
+
+__all__ = ["HopperGemmLowering", "uses_wgmma"]
