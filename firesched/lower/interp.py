@@ -1261,6 +1261,18 @@ class _KernelRun:
         """Checks for an async-proxy write (a TMA load landing) of ``a`` by thread ``t``'s issue."""
         thr = np.full(a.size, t, dtype=np.int64)
         self.sm90_write_check(sh, a, thr)
+        u = np.unique(a)
+        cur = sh.r_epoch[u] == self.epoch
+        r1, r2 = sh.reader[u], sh.reader2[u]
+        other = np.where(r1 != t, r1, r2)
+        war = cur & (other >= 0) & (other != t)
+        if war.any():
+            i = np.flatnonzero(war)
+            j = i[0]
+            self.hazard(f"race (write after read): the TMA load issued by thread {t} overwrites SH buffer "
+                        f"{sh.buf.name!r} offset {int(u[j])}, read by thread {int(other[j])} since the last "
+                        f"barrier (at {self.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race — a barrier "
+                        f"(or an 'empty' mbarrier) must separate the readers from the refill")
         inf = sh.inflight[a]
         if (inf >= 0).any():
             i = np.flatnonzero(inf >= 0)[0]
@@ -1667,6 +1679,9 @@ class _KernelRun:
             for sh, e in smem:
                 sh.async_rd[e] += 1
                 sh.async_rd_stmt[e] = sid
+                # also a read by the warpgroup in this barrier epoch, so that a later write by a
+                # thread of another warpgroup (a TMA refill of the stage) needs a barrier between
+                self.sh_read(sh, e, np.full(e.size, int(thr[0]), dtype=np.int64))
             self.wg_pending.append(_Wgmma(thr.copy(), self.wg_open[thr].copy(), regs, smem, sid))
 
     sm90_dispatch = {
