@@ -1224,7 +1224,8 @@ def lower(sched: Schedule, target=None) -> ir.Program:
     from .lowering_sm90 import HopperGemmLowering, uses_wgmma  # the Hopper path builds on this one
 
     if uses_wgmma(sched):
-        return HopperGemmLowering(sched, target).run()
+        # a schedule built on wgmma can only mean sm_90a; an explicit other target still errors
+        return HopperGemmLowering(sched, "sm_90a" if target is None else target).run()
     return Lowering(sched, target).run()
 
 
