@@ -34,8 +34,8 @@ from .dtypes import f32
 from .errors import ScheduleError
 from .hardware.atoms import catalog, sm90a
 from .lower import ir
-from .lower.expr import Var, land, lt
-from .lowering import Lowering, _err
+from .lower.expr import Var, ge, land, lt
+from .lowering import Lowering, _div, _err, _min, _mod
 from .schedule import Node
 from .spec import MatMul, Move
 from .tensor import BLOCK, GL, SH, WARPGROUP
@@ -128,13 +128,75 @@ class HopperGemmLowering(Lowering):
                 raise _err(block, f"TMA needs {t.name}'s rows to be a multiple of 16 bytes "
                                   f"({t.extent(t.major)} elements of {t.dtype})", field=t.name,
                            value=t.shape, fix="use the sm_80 recipe for unaligned leading dimensions")
+        persistent = any(lp.persistent for lp in root.loops)
+        if persistent and not kloop.specialize:
+            raise _unsupported(root, "a persistent block without warp specialization",
+                               "add warp_specialize() after pipeline(...), or drop persistent=True")
+        if kloop.specialize:
+            regs = 128 * (kloop.specialize[0] + (BM // 64) * kloop.specialize[1])
+            if regs > self.target.regs_per_sm:
+                raise _err(block, f"setmaxnreg budget: 128 x {kloop.specialize[0]} producer + {BM // 64} x 128 x "
+                                  f"{kloop.specialize[1]} consumer registers = {regs}", field="consumer_regs",
+                           value=kloop.specialize[1], allowed=f"a total <= {self.target.regs_per_sm}",
+                           fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
         return dict(root=root, block=block, kloop=kloop, wg=wg, leaf=leaf, atom=atom, BM=BM, BN=BN, BK=BK,
-                    S=max(kloop.stages, 2), eb=eb, b_mn=b_mn, store=block.post[0])
+                    S=max(kloop.stages, 2), eb=eb, b_mn=b_mn, store=block.post[0], persistent=persistent,
+                    specialize=kloop.specialize)
 
     # ------------------------------------------------------------------ the kernel
 
+    def _operands(self, p) -> dict:
+        """Tensor maps, the shared stage ring and the byte count of one stage."""
+        BM, BN, BK, S = p["BM"], p["BN"], p["BK"], p["S"]
+        ga, gb = self.gbuf(self.spec.a), self.gbuf(self.spec.b)
+        dt = ga.dtype
+        b_box = (BK, B_BOX_N) if p["b_mn"] else (BN, BK)
+        o = dict(tm_a=ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), SPAN),
+                 tm_b=ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, SPAN),
+                 a_stage=BM * BK, b_stage=BK * BN)
+        o["sa"] = ir.SharedBuffer("A_smem", dt, S * o["a_stage"], STAGE_ALIGN,
+                                  f"{S} stages x {BM}x{BK} {dt}, K-major, 128B swizzle")
+        o["sb"] = ir.SharedBuffer("B_smem", dt, S * o["b_stage"], STAGE_ALIGN,
+                                  f"{S} stages x {BK}x{BN} {dt}, {'MN' if p['b_mn'] else 'K'}-major, 128B swizzle")
+        o["stage_bytes"] = (o["a_stage"] + o["b_stage"]) * p["eb"]
+        return o
+
+    def _issue(self, p, o, kt, stage, bar, m0, n0) -> list:
+        """expect_tx on the stage's full barrier, then the TMA boxes of K tile ``kt``."""
+        BM, BN, BK = p["BM"], p["BN"], p["BK"]
+        sa, sb, a_stage, b_stage = o["sa"], o["sb"], o["a_stage"], o["b_stage"]
+        out = [_call(sm90a.mbarrier_arrive_expect_tx, bar=bar, bytes=ir.Scalar(o["stage_bytes"])),
+               _call(sm90a.tma_load_2d, dst=ir.MemRef(sa, stage * a_stage), tmap=o["tm_a"],
+                     c0=ir.Scalar(kt * BK), c1=ir.Scalar(m0), mbar=bar, comment=f"A tile {BM}x{BK}")]
+        if p["b_mn"]:
+            for c in range(BN // B_BOX_N):
+                out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage + c * BK * B_BOX_N),
+                                 tmap=o["tm_b"], c0=ir.Scalar(n0 + c * B_BOX_N), c1=ir.Scalar(kt * BK), mbar=bar,
+                                 comment=f"B columns {c * B_BOX_N}..+{B_BOX_N}"))
+        else:
+            out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage), tmap=o["tm_b"],
+                             c0=ir.Scalar(kt * BK), c1=ir.Scalar(n0), mbar=bar, comment=f"B tile {BN}x{BK}"))
+        return out
+
+    def _mma(self, p, o, stage, wg, acc) -> list:
+        """wgmma.fence, the BK/16 wgmma of one K tile (warpgroup ``wg``'s 64 rows), commit."""
+        BK, a_stage, b_stage = p["BK"], o["a_stage"], o["b_stage"]
+        sa, sb = o["sa"], o["sb"]
+        steps = []
+        for j in range(BK // 16):
+            da = ir.DescRef(sa, stage * a_stage + wg * 64 * BK + j * 16, SPAN, 16, 8 * SPAN)
+            if p["b_mn"]:
+                db = ir.DescRef(sb, stage * b_stage + j * 16 * B_BOX_N, SPAN, BK * SPAN, 8 * SPAN)
+            else:
+                db = ir.DescRef(sb, stage * b_stage + j * 16, SPAN, 16, 8 * SPAN)
+            steps.append(_call(p["atom"], d=ir.RegRef(acc, 0), desc_a=da, desc_b=db, scale_d=ir.Scalar(1),
+                               comment=f"k step {j}"))
+        return [_call(sm90a.wgmma_fence), *steps, _call(sm90a.wgmma_commit)]
+
     def _kernel(self, p) -> ir.Kernel:
-        root, BM, BN, BK, S, eb = p["root"], p["BM"], p["BN"], p["BK"], p["S"], p["eb"]
+        if p["specialize"]:
+            return self._kernel_ws(p)
+        root, BM, BN, BK, S = p["root"], p["BM"], p["BN"], p["BK"], p["S"]
         M, N, K = self.spec.m, self.spec.n, self.spec.k
         grid = self._map_blocks([(lp, root) for lp in root.loops], root)
         m_var = next(lp.var for lp in root.loops if lp.dim == "m")
@@ -145,77 +207,164 @@ class HopperGemmLowering(Lowering):
         tid = ir.tid(self.threads)
         wg = tid // 128
         lane = tid % 128
-        ga, gb = self.gbuf(self.spec.a), self.gbuf(self.spec.b)
-        dt = ga.dtype
-        tm_a = ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), SPAN)
-        b_box = (BK, B_BOX_N) if p["b_mn"] else (BN, BK)
-        tm_b = ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, SPAN)
-        a_stage, b_stage = BM * BK, BK * BN
-        sa = ir.SharedBuffer("A_smem", dt, S * a_stage, STAGE_ALIGN, f"{S} stages x {BM}x{BK} {dt}, K-major, 128B swizzle")
-        sb = ir.SharedBuffer("B_smem", dt, S * b_stage, STAGE_ALIGN,
-                             f"{S} stages x {BK}x{BN} {dt}, {'MN' if p['b_mn'] else 'K'}-major, 128B swizzle")
+        o = self._operands(p)
+        sa, sb = o["sa"], o["sb"]
         full = ir.MBarrier("full", S, note="one per stage: the stage's TMA bytes have landed")
         self.shared = {"A_smem": sa, "B_smem": sb, "full": full}
         acc = self.reg("C_acc", f32, BN // 2)
         nk = -(-K // BK)
-        stage_bytes = (a_stage + b_stage) * eb
         t0 = lt(tid, 1)
 
-        def call(atom, comment="", pred=1, **args):
-            return ir.AtomCall(atom, tuple(args.items()), pred, comment)
-
-        def issue(kt, stage) -> list:
-            bar = ir.MemRef(full, stage)
-            out = [call(sm90a.mbarrier_arrive_expect_tx, bar=bar, bytes=ir.Scalar(stage_bytes)),
-                   call(sm90a.tma_load_2d, dst=ir.MemRef(sa, stage * a_stage), tmap=tm_a,
-                        c0=ir.Scalar(kt * BK), c1=ir.Scalar(m0), mbar=bar, comment=f"A tile {BM}x{BK}")]
-            if p["b_mn"]:
-                for c in range(BN // B_BOX_N):
-                    out.append(call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage + c * BK * B_BOX_N),
-                                    tmap=tm_b, c0=ir.Scalar(n0 + c * B_BOX_N), c1=ir.Scalar(kt * BK), mbar=bar,
-                                    comment=f"B columns {c * B_BOX_N}..+{B_BOX_N}"))
-            else:
-                out.append(call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage), tmap=tm_b,
-                                c0=ir.Scalar(kt * BK), c1=ir.Scalar(n0), mbar=bar, comment=f"B tile {BN}x{BK}"))
-            return out
-
         body: list = [ir.Comment(str(p["block"].spec)), ir.RegFill(ir.RegRef(acc, 0), BN // 2, 0.0)]
-        init = [call(sm90a.mbarrier_init, bar=ir.MemRef(full, s), count=ir.Scalar(1)) for s in range(S)]
-        body += [ir.If(t0, ir.Seq((*init, call(sm90a.fence_mbarrier_init)))), ir.Barrier("mbarriers initialised")]
+        init = [_call(sm90a.mbarrier_init, bar=ir.MemRef(full, s), count=ir.Scalar(1)) for s in range(S)]
+        body += [ir.If(t0, ir.Seq((*init, _call(sm90a.fence_mbarrier_init)))), ir.Barrier("mbarriers initialised")]
         pro = []
         for s in range(min(S - 1, nk)):
-            pro += issue(s, s)
+            pro += self._issue(p, o, s, s, ir.MemRef(full, s), m0, n0)
         body.append(ir.If(t0, ir.Seq(tuple(pro))))
         kt = Var(p["kloop"].var, nk)
         stage = kt % S
-        KS = BK // 16
-        steps = []
-        for j in range(KS):
-            da = ir.DescRef(sa, stage * a_stage + wg * 64 * BK + j * 16, SPAN, 16, 8 * SPAN)
-            if p["b_mn"]:
-                db = ir.DescRef(sb, stage * b_stage + j * 16 * B_BOX_N, SPAN, BK * SPAN, 8 * SPAN)
-            else:
-                db = ir.DescRef(sb, stage * b_stage + j * 16, SPAN, 16, 8 * SPAN)
-            steps.append(call(p["atom"], d=ir.RegRef(acc, 0), desc_a=da, desc_b=db, scale_d=ir.Scalar(1),
-                              comment=f"k step {j}"))
         ahead = kt + (S - 1)
         loop = [
-            call(sm90a.mbarrier_try_wait, bar=ir.MemRef(full, stage), parity=ir.Scalar((kt // S) % 2),
-                 comment="the tile is in shared memory"),
-            call(sm90a.wgmma_fence),
-            *steps,
-            call(sm90a.wgmma_commit),
-            call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+            _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(full, stage), parity=ir.Scalar((kt // S) % 2),
+                  comment="the tile is in shared memory"),
+            *self._mma(p, o, stage, wg, acc),
+            _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
             ir.Barrier("every warpgroup is done with stage kt-1"),
-            ir.If(land(t0, lt(ahead, nk)), ir.Seq(tuple(issue(ahead, ahead % S)))),
+            ir.If(land(t0, lt(ahead, nk)),
+                  ir.Seq(tuple(self._issue(p, o, ahead, ahead % S, ir.MemRef(full, ahead % S), m0, n0)))),
         ]
         body.append(ir.Comment(f"K loop over {nk} tiles of {BK}, {S}-stage TMA + mbarrier ring"))
         body.append(ir.For(kt, nk, ir.Seq(tuple(loop))))
         body += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
-        params = [tm_a, tm_b] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
+        params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
         self._check_resources(p["block"])
         return ir.Kernel("firesched_gemm_sm90", tuple(params), tuple(grid), self.threads,
                          (sa, sb, full), tuple(self.regs.values()), ir.Seq(tuple(body)),
+                         header=str(self.sched), min_blocks_per_sm=1)
+
+    def _tiles(self, p):
+        """The grid, the per-block tile loop (variable, count, validity) and the tile's (m0, n0).
+
+        Without ``persistent`` each block takes one tile (``_map_blocks``).  With it, the grid is
+        one block per SM and block ``b`` takes tiles ``b, b + grid, ...`` in the grouped order of
+        ``to_blocks(group=G)``: tile t sits in group ``t // (G * Nt)``, column-major inside it."""
+        root, BM, BN = p["root"], p["BM"], p["BN"]
+        if not p["persistent"]:
+            grid = self._map_blocks([(lp, root) for lp in root.loops], root)
+            m_var = next(lp.var for lp in root.loops if lp.dim == "m")
+            n_var = next(lp.var for lp in root.loops if lp.dim == "n")
+            return grid, None, 1, self.var_expr[m_var] * BM, self.var_expr[n_var] * BN
+        lm = next(lp for lp in root.loops if lp.dim == "m")
+        ln = next(lp for lp in root.loops if lp.dim == "n")
+        Mt, Nt, G = lm.count, ln.count, lm.group
+        tiles = Mt * Nt
+        blocks = min(tiles, self.target.sm_count)
+        iters = -(-tiles // blocks)
+        ti = Var("tile_i", iters)
+        t = ir.bid(0, blocks) + ti * blocks
+        if G > 1:
+            per_group = G * Nt
+            first_m = _div(t, per_group) * G
+            size_m = _min(Mt - first_m, G)
+            local = _mod(t, per_group)
+            mi, ni = first_m + _mod(local, size_m), _div(local, size_m)
+        else:
+            mi, ni = _div(t, Nt), _mod(t, Nt)
+        valid = lt(t, tiles) if iters * blocks > tiles else 1
+        return [blocks, 1, 1], (ti, valid), iters, mi * BM, ni * BN
+
+    def _kernel_ws(self, p) -> ir.Kernel:
+        """The warp-specialized kernel: warpgroup 0 produces, warpgroups 1.. consume.
+
+        ::
+
+            producer (thread 0 of warpgroup 0)        consumers (warpgroups 1..W, 64 rows each)
+            for tile, for kt:  it = tile * nk + kt    for tile:  acc = 0
+              wait empty[it % S] (round it/S - 1)       for kt:  wait full[it % S] (round it/S)
+              expect_tx full[it % S]; TMA A, B                   wgmma x BK/16; commit; wait_group 1
+                                                                 arrive empty[(it-1) % S]
+                                                        wait_group 0; arrive empty[last]; epilogue
+        """
+        BM, BN, BK, S = p["BM"], p["BN"], p["BK"], p["S"]
+        preg, creg = p["specialize"]
+        M, N, K = self.spec.m, self.spec.n, self.spec.k
+        nwg = BM // 64
+        self.threads = 128 * (nwg + 1)
+        tid = ir.tid(self.threads)
+        grid, tile_loop, iters, m0, n0 = self._tiles(p)
+        o = self._operands(p)
+        sa, sb = o["sa"], o["sb"]
+        full = ir.MBarrier("full", S, note="one per stage: the stage's TMA bytes have landed")
+        empty = ir.MBarrier("empty", S, note=f"one per stage: all {nwg} consumer warpgroups are done reading it")
+        self.shared = {"A_smem": sa, "B_smem": sb, "full": full, "empty": empty}
+        acc = self.reg("C_acc", f32, BN // 2)
+        nk = -(-K // BK)
+        ti = tile_loop[0] if tile_loop else 0
+
+        def per_tile(stmts, comment) -> list:
+            if tile_loop is None:
+                return stmts
+            body = stmts if tile_loop[1] == 1 else [ir.If(tile_loop[1], ir.Seq(tuple(stmts)))]
+            return [ir.Comment(comment), ir.For(tile_loop[0], iters, ir.Seq(tuple(body)))]
+
+        init = [_call(sm90a.mbarrier_init, bar=ir.MemRef(full, s), count=ir.Scalar(1)) for s in range(S)]
+        init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(empty, s), count=ir.Scalar(nwg)) for s in range(S)]
+        body: list = [ir.Comment(str(p["block"].spec)),
+                      ir.If(lt(tid, 1), ir.Seq((*init, _call(sm90a.fence_mbarrier_init)))),
+                      ir.Barrier("mbarriers initialised")]
+
+        # producer: one thread walks every (tile, K tile) of the block through the ring
+        kt = Var(p["kloop"].var, nk)
+        it = ti * nk + kt
+        stage = it % S
+        produce = [
+            _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(empty, stage), parity=ir.Scalar((it // S + 1) % 2),
+                  comment="the consumers released the stage (the first round returns at once)"),
+            *self._issue(p, o, kt, stage, ir.MemRef(full, stage), m0, n0),
+        ]
+        producer = [
+            _call(catalog.with_immediates(sm90a.setmaxnreg_dec, n=preg), comment="the producer needs few registers"),
+            ir.If(lt(tid, 1), ir.Seq(tuple(per_tile([ir.For(kt, nk, ir.Seq(tuple(produce)))],
+                                                    f"tiles of this block: {iters}")))),
+        ]
+
+        # consumers: warpgroup w = 1.. computes rows (w-1)*64.. of the tile
+        ctid = ir.role_tid(128 * nwg)
+        wg = ctid // 128
+        lane = ctid % 128
+        kc = Var(p["kloop"].var + "_c", nk)
+        itc = ti * nk + kc
+        sc = itc % S
+        consume = [
+            _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(full, sc), parity=ir.Scalar((itc // S) % 2),
+                  comment="the tile is in shared memory"),
+            *self._mma(p, o, sc, wg, acc),
+            _call(catalog.with_immediates(sm90a.wgmma_wait, n=1), comment="the previous K tile's wgmma are done"),
+            ir.If(land(ge(kc, 1), lt(lane, 1)),
+                  _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, (itc + S - 1) % S),
+                        comment="release the previous stage")),
+        ]
+        last = (ti * nk + nk - 1) % S
+        tile_work = [
+            ir.RegFill(ir.RegRef(acc, 0), BN // 2, 0.0),
+            ir.Comment(f"K loop over {nk} tiles of {BK}, one wgmma group in flight"),
+            ir.For(kc, nk, ir.Seq(tuple(consume))),
+            _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+            ir.If(lt(lane, 1), _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, last),
+                                     comment="release the last stage")),
+            *self._epilogue(p, acc, lane, wg, m0, n0, M, N),
+        ]
+        consumer = [
+            _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=creg), comment="the accumulators need registers"),
+            *per_tile(tile_work, f"tiles of this block: {iters}"),
+        ]
+        body.append(ir.Roles((ir.Role("producer", 0, 128, ir.Seq(tuple(producer))),
+                              ir.Role("consumers", 128, 128 * nwg, ir.Seq(tuple(consumer))))))
+        params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
+        self._check_resources(p["block"])
+        return ir.Kernel("firesched_gemm_sm90_ws", tuple(params), tuple(grid), self.threads,
+                         (sa, sb, full, empty), tuple(self.regs.values()), ir.Seq(tuple(body)),
                          header=str(self.sched), min_blocks_per_sm=1)
 
     def _epilogue(self, p, acc, lane, wg, m0, n0, M, N) -> list:
@@ -223,9 +372,8 @@ class HopperGemmLowering(Lowering):
         store: Node = p["store"]
         dst = store.spec.dst
         gbuf = self.gbuf(dst)
-        tv = sm90a.tv_d(BN)
         i = Var("e0", BN // 4)
-        r, c = tv.coord(lane, 2 * i)
+        r, c = sm90a.d_coord(lane, i)
         row, col = m0 + wg * 64 + r, n0 + c
         glim = {"m": M, "n": N}
         work = self.reg("epi", f32, 2)
@@ -234,6 +382,10 @@ class HopperGemmLowering(Lowering):
         stmts += self._store(work, 2, dst.dtype, gbuf, row * N + col, row, col, glim)
         return [ir.Comment(f"{store.spec}: wgmma D fragments, pairs of adjacent columns"),
                 ir.For(i, BN // 4, ir.Seq(tuple(stmts)), unroll=True)]
+
+
+def _call(atom, comment="", pred=1, **args):
+    return ir.AtomCall(atom, tuple(args.items()), pred, comment)
 
 
 __all__ = ["HopperGemmLowering", "uses_wgmma"]

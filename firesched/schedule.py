@@ -45,6 +45,8 @@ class Loop:
     stages: int = 1
     group: int = 1
     prefetch: bool = False     # pipeline(prefetch=True): register fragments one K step ahead
+    persistent: bool = False   # to_blocks(persistent=True): one block per SM walks the tiles
+    specialize: tuple[int, ...] = ()   # warp_specialize(): (producer_regs, consumer_regs)
 
     @property
     def dim(self) -> str:
@@ -57,13 +59,20 @@ class Loop:
         return 0
 
     def __repr__(self):
-        return f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, {self.group})"
+        extra = "".join(f", {k}={v!r}" for k, v, d in (("prefetch", self.prefetch, False),
+                                                       ("persistent", self.persistent, False),
+                                                       ("specialize", self.specialize, ())) if v != d)
+        return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
+                f"{self.group}{extra})")
 
     def __str__(self):
         kind = "seq" if self.unit is None else str(self.unit)
         pipe = f" pipelined({self.stages} stages)" if self.stages > 1 else ""
+        spec = (f" warp-specialized(producer {self.specialize[0]} regs, consumers {self.specialize[1]})"
+                if self.specialize else "")
         grp = f" grouped({self.group})" if self.group > 1 else ""
-        return f"{self.var} in {kind}({self.count}){pipe}{grp}"
+        per = " persistent" if self.persistent else ""
+        return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}"
 
 
 @attrs.frozen(repr=False)

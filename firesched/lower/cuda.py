@@ -60,7 +60,7 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import InternalError
 from ..hardware.atoms import sm90a
-from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Atom, Operand, asm_node
+from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Asm, Atom, Operand, asm_node
 from ..ops import SCALAR_OPS
 from . import expr as ex
 from . import ir
@@ -442,7 +442,7 @@ class _KernelPrinter:
     def _check_name(self, name: str, what: str) -> None:
         if not isinstance(name, str) or not _IDENT.match(name) or name in _CXX_WORDS:
             raise InternalError(f"{self._where()}: {what} name {name!r} is not a usable C identifier")
-        if name.startswith("fs_") or name in (ir.TID_NAME, *ir.BID_NAMES):
+        if name.startswith("fs_") or name in (ir.TID_NAME, ir.ROLE_TID_NAME, *ir.BID_NAMES):
             raise InternalError(f"{self._where()}: {what} name {name!r} is reserved by the printer")
 
     def _table(self, buffers, what: str) -> dict:
@@ -605,11 +605,38 @@ class _KernelPrinter:
         for ln in _comment(node.text):
             self.emit(ln)
 
+    def visit_Roles(self, node: ir.Roles) -> None:
+        if not node.roles:
+            raise InternalError(f"{self._where()}: Roles without a role")
+        tid = ir.TID_NAME
+        for i, r in enumerate(node.roles):
+            lo, n = int(r.first), int(r.count)
+            cond = f"{tid} < {lo + n}" if lo == 0 else f"{tid} >= {lo} && {tid} < {lo + n}"
+            self.emit(f"{'if' if i == 0 else '} else if'} ({cond}) {{  // role {r.name}: threads {lo}..{lo + n - 1}")
+            self.depth += 1
+            self.emit(f"const int {ir.ROLE_TID_NAME} = {tid} - {lo};  // thread index within the role")
+            self.used_indices.add(tid)
+            self.loop_vars[ir.ROLE_TID_NAME] = ir.role_tid(n)
+            try:
+                self.visit(r.body)
+            finally:
+                del self.loop_vars[ir.ROLE_TID_NAME]
+                self.depth -= 1
+        self.emit("}")
+
     def visit_Barrier(self, node: ir.Barrier) -> None:
         if node.comment:
             for ln in _comment(node.comment):
                 self.emit(ln)
-        self.emit("__syncthreads();")
+        if not node.threads:
+            self.emit("__syncthreads();")
+            return
+        bid, n = int(node.bar_id), int(node.threads)
+        if not 1 <= bid < 16 or n % 32 or n <= 0:
+            raise InternalError(f"{self._where()}: named barrier {bid} with {n} threads: the id must be in "
+                                f"1..15 and the count a positive multiple of 32")
+        # bar.sync with an immediate id and count: only these threads wait for each other
+        self.emit_block(Asm("bar.sync %0, %1;", (), (("n", str(bid)), ("n", str(n))), ("memory",)).to_c())
 
     def _emit_sync(self, name: str, immediates: dict[str, int], comment: str) -> None:
         from ..hardware.atoms import catalog
@@ -1044,6 +1071,8 @@ def _walk_calls(body):
             stack.append(s.body)
         elif isinstance(s, ir.If):
             stack.append(s.then)
+        elif isinstance(s, ir.Roles):
+            stack.extend(reversed([r.body for r in s.roles]))
         elif isinstance(s, ir.AtomCall):
             yield s
 

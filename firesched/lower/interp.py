@@ -86,6 +86,7 @@ Hopper (sm_90a) atoms, modelled asynchronously (only kernels that use them pay f
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 
@@ -263,7 +264,10 @@ def describe(stmt) -> str:
         note = f"  // {stmt.comment}" if stmt.comment else ""
         return f"AtomCall {stmt.atom!r}({args}){pred}{note}"
     if isinstance(stmt, ir.Barrier):
-        return "Barrier" + (f"  // {stmt.comment}" if stmt.comment else "")
+        named = f"({stmt.bar_id}, {stmt.threads} threads)" if stmt.threads else ""
+        return "Barrier" + named + (f"  // {stmt.comment}" if stmt.comment else "")
+    if isinstance(stmt, ir.Roles):
+        return "Roles(" + ", ".join(f"{r.name}: threads {r.first}..{r.first + r.count - 1}" for r in stmt.roles) + ")"
     if isinstance(stmt, ir.AsyncCommit):
         return "AsyncCommit"
     if isinstance(stmt, ir.AsyncWait):
@@ -420,7 +424,7 @@ class _Shared:
     """One shared buffer of the running block: data plus the access history of each element."""
 
     __slots__ = ("buf", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
-                 "r_stmt", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
+                 "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
                  "async_rd_stmt", "tma_bar", "tma_phase")
 
     def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False):
@@ -435,6 +439,10 @@ class _Shared:
         self.reader = np.full(n, -1, dtype=np.int64)   # first distinct reader this epoch
         self.reader2 = np.full(n, -1, dtype=np.int64)  # a second distinct reader, or -1
         self.r_stmt = np.full(n, -1, dtype=np.int64)
+        # the own clock (see _KernelRun.vc) of the writer / the two readers at their access
+        self.w_clock = np.full(n, -1, dtype=np.int64)
+        self.r_clock = np.full(n, -1, dtype=np.int64)
+        self.r_clock2 = np.full(n, -1, dtype=np.int64)
         self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
         self.inflight_stmt = np.full(n, -1, dtype=np.int64)
         # sm_90a tracking: the thread of a generic-proxy write not yet covered by its
@@ -451,7 +459,7 @@ class _Shared:
     def reset(self):
         self.data[...] = 0
         for a in (self.w_epoch, self.writer, self.w_stmt, self.r_epoch, self.reader, self.reader2,
-                  self.r_stmt, self.inflight, self.inflight_stmt):
+                  self.r_stmt, self.inflight, self.inflight_stmt, self.w_clock, self.r_clock, self.r_clock2):
             a[...] = -1
         if self.sm90:
             for a in (self.proxy_w, self.async_rd_stmt, self.tma_bar, self.tma_phase):
@@ -514,7 +522,7 @@ class _KernelRun:
         self.stmt_ids: dict[int, int] = {}
         self.dispatch = {
             ir.Seq: self.x_seq, tuple: self.x_list, list: self.x_list, ir.For: self.x_for,
-            ir.If: self.x_if, ir.AtomCall: self.x_atom, ir.Barrier: self.x_barrier,
+            ir.If: self.x_if, ir.Roles: self.x_roles, ir.AtomCall: self.x_atom, ir.Barrier: self.x_barrier,
             ir.AsyncCommit: self.x_commit, ir.AsyncWait: self.x_wait, ir.RegFill: self.x_fill,
             ir.Pointwise: self.x_pointwise, ir.Comment: self.x_nothing, type(None): self.x_nothing,
         }
@@ -543,6 +551,12 @@ class _KernelRun:
         self.open_group = np.zeros(self.T, dtype=np.int64)
         self.pending: list[_Async] = []
         self.stmt = None
+        # vector clocks: vc[t, u] is the last clock value of thread u that thread t has synchronised
+        # with (through a barrier or an mbarrier phase); vc[t, t] is t's own clock, advanced at each
+        # release (barrier arrival, mbarrier arrive).  An access by u at own clock c is ordered
+        # before thread t's later access iff vc[t, u] >= c.
+        self.vc = np.eye(self.T, dtype=np.int64)
+        self.roles = None
         if self.sm90:
             self.reset_sm90()
         self.exec(self.kernel.body)
@@ -643,13 +657,63 @@ class _KernelRun:
         finally:
             self.mask, self.full = saved
 
+    def x_roles(self, s):
+        self.stmt = s
+        if self.roles is not None:
+            self.hazard("Roles inside a role: warp specialization does not nest")
+        if not self.full:
+            self.hazard(f"Roles inside divergent code: threads {_listing(np.flatnonzero(~self.mask))} do not "
+                        f"reach it; the roles must partition threads of the whole block")
+        taken = np.zeros(self.T, dtype=bool)
+        for r in s.roles:
+            lo, n = int(r.first), int(r.count)
+            if lo % 32 or n % 32 or n <= 0 or lo < 0 or lo + n > self.T:
+                self.hazard(f"role {r.name!r} covers threads {lo}..{lo + n - 1}: roles are whole warps of "
+                            f"the block's {self.T} threads")
+            if taken[lo:lo + n].any():
+                self.hazard(f"role {r.name!r} overlaps another role at threads {_listing(np.flatnonzero(taken[lo:lo + n]) + lo)}")
+            taken[lo:lo + n] = True
+        _RoleScheduler(self, s.roles).run()
+
     def x_barrier(self, s):
         self.stmt = s
+        threads = int(getattr(s, "threads", 0) or 0)
+        if threads:
+            self.named_barrier(s, threads)
+            return
         if not self.full:
             missing = np.flatnonzero(~self.mask)
-            self.hazard(f"barrier inside divergent code: threads {_listing(missing)} of the block do not "
-                        f"reach it (threads {_listing(np.flatnonzero(self.mask))} do)")
+            inside = " (a role of a warp-specialized kernel: use a named barrier)" if self.roles else ""
+            self.hazard(f"barrier inside divergent code{inside}: threads {_listing(missing)} of the block do "
+                        f"not reach it (threads {_listing(np.flatnonzero(self.mask))} do)")
         self.epoch += 1
+        self.vc[...] = self.vc.max(axis=0)
+        self.vc[self.tid, self.tid] += 1
+        if self.sm90:
+            self.bar_obs[...] = self.bar_obs.max(axis=0)
+
+    def named_barrier(self, s, threads: int):
+        """``bar.sync id, threads``: the active threads must be exactly ``threads`` whole warps (the
+        interpreter models a named barrier reached by one lockstep group)."""
+        bid = int(getattr(s, "bar_id", 0))
+        if not 1 <= bid < 16 or threads % 32 or not 0 < threads <= self.T:
+            self.hazard(f"named barrier {bid} with {threads} threads: the id must be in 1..15 and the "
+                        f"thread count a multiple of 32, at most the block's {self.T}")
+        act = self.active()
+        warps = np.unique(act // 32)
+        if act.size != threads or np.unique(act // 32).size * 32 != threads:
+            self.hazard(f"named barrier {bid} expects {threads} threads (whole warps) but threads "
+                        f"{_listing(act)} ({act.size}, in {warps.size} warp(s)) reach it")
+        self.vc[act] = self.vc[act].max(axis=0)
+        self.vc[act, act] += 1
+        if self.sm90:
+            self.bar_obs[act] = self.bar_obs[act].max(axis=0)
+
+    def ordered(self, other: np.ndarray, clock: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whether the accesses of threads ``other`` at their own clocks ``clock`` happen before
+        the threads ``t`` now (element-wise; ``other < 0`` means no access)."""
+        o = np.maximum(other, 0)
+        return (other < 0) | (self.vc[t, o] >= clock)
 
     # ----------------------------------------------------------------- registers
 
@@ -785,6 +849,8 @@ class _KernelRun:
         E = self.epoch
         bad = (sh.w_epoch[a] == E) & (sh.writer[a] != t)
         if bad.any():
+            bad &= ~self.ordered(sh.writer[a], sh.w_clock[a], t)
+        if bad.any():
             i = np.flatnonzero(bad)
             j = i[0]
             self.hazard(f"race (read after write): thread {int(t[j])} reads SH buffer {sh.buf.name!r} offset "
@@ -799,6 +865,12 @@ class _KernelRun:
         new1 = np.where(fresh, tmin, r1)
         cand = np.where(tmin != new1, tmin, np.where(tmax != new1, tmax, -1))
         new2 = np.where(r2 >= 0, r2, cand)
+        c1 = np.where(cur, sh.r_clock[u], -1)
+        c2 = np.where(cur, sh.r_clock2[u], -1)
+        own1 = self.vc[np.maximum(new1, 0), np.maximum(new1, 0)]
+        own2 = self.vc[np.maximum(new2, 0), np.maximum(new2, 0)]
+        sh.r_clock[u] = np.where((new1 == tmin) | (new1 == tmax), own1, c1)
+        sh.r_clock2[u] = np.where((new2 >= 0) & ((new2 == tmin) | (new2 == tmax)), own2, c2)
         sh.reader[u] = new1
         sh.reader2[u] = new2
         sh.r_epoch[u] = E
@@ -824,16 +896,15 @@ class _KernelRun:
         E = self.epoch
         waw = (sh.w_epoch[u] == E) & (sh.writer[u] != tmin)
         if waw.any():
+            waw &= ~self.ordered(sh.writer[u], sh.w_clock[u], tmin)
+        if waw.any():
             i = np.flatnonzero(waw)
             j = i[0]
             self.hazard(f"race (write after write): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
                         f"offset {int(u[j])}, written by thread {int(sh.writer[u[j]])} since the last barrier "
                         f"(at {self.stmt_str(sh.w_stmt[u[j]])}); {i.size} element(s) race, written by threads "
                         f"{_listing(np.unique(tmin[i]))}")
-        cur = sh.r_epoch[u] == E
-        r1, r2 = sh.reader[u], sh.reader2[u]
-        other = np.where(r1 != tmin, r1, r2)
-        war = cur & (other >= 0)
+        other, war = self.unordered_reader(sh, u, tmin)
         if war.any():
             i = np.flatnonzero(war)
             j = i[0]
@@ -843,9 +914,23 @@ class _KernelRun:
                         f"{_listing(np.unique(tmin[i]))}")
         return u, tmin
 
+    def unordered_reader(self, sh: _Shared, u: np.ndarray, t: np.ndarray):
+        """For each element ``u`` written by ``t``: a reader of this epoch other than ``t`` whose read
+        is not ordered before ``t`` (or -1), and whether there is one."""
+        cur = sh.r_epoch[u] == self.epoch
+        r1, r2 = np.where(cur, sh.reader[u], -1), np.where(cur, sh.reader2[u], -1)
+        bad1 = (r1 >= 0) & (r1 != t)
+        bad2 = (r2 >= 0) & (r2 != t)
+        if bad1.any():
+            bad1 &= ~self.ordered(r1, sh.r_clock[u], t)
+        if bad2.any():
+            bad2 &= ~self.ordered(r2, sh.r_clock2[u], t)
+        return np.where(bad1, r1, r2), bad1 | bad2
+
     def sh_write(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid=None):
         u, w = self.sh_write_check(sh, addr, thr)
         sh.writer[u] = w
+        sh.w_clock[u] = self.vc[w, w]
         sh.w_epoch[u] = self.epoch
         sh.w_stmt[u] = self.sid(self.stmt) if sid is None else sid
         sh.data[addr.ravel()] = values.ravel()
@@ -1262,10 +1347,7 @@ class _KernelRun:
         thr = np.full(a.size, t, dtype=np.int64)
         self.sm90_write_check(sh, a, thr)
         u = np.unique(a)
-        cur = sh.r_epoch[u] == self.epoch
-        r1, r2 = sh.reader[u], sh.reader2[u]
-        other = np.where(r1 != t, r1, r2)
-        war = cur & (other >= 0) & (other != t)
+        other, war = self.unordered_reader(sh, u, np.full(u.size, t, dtype=np.int64))
         if war.any():
             i = np.flatnonzero(war)
             j = i[0]
@@ -1381,28 +1463,27 @@ class _KernelRun:
             for t, b, c in zip(on.tolist(), ids.tolist(), counts.tolist()):
                 if not 1 <= c < 1 << 20:
                     self.hazard(f"mbarrier.init of {self.bar_name(b)} with count {c}; it must be in 1..2**20-1")
-                self.bars[b] = _Bar(c, t, self.epoch)
+                self.bars[b] = _Bar(c, t, self.epoch, self.T, self.bar_obs.shape[1])
                 self.bar_obs[:, b] = 0
             return
         if name == "mbarrier_try_wait":
             parity = self.scalar(s, "parity")[on] & 1
             for b in np.unique(ids).tolist():
-                sel = ids == b
-                thr = on[sel]
-                bar = self.bar_get(b, int(thr[0]))
-                for t in thr.tolist():
+                for t in on[ids == b].tolist():
                     self.bar_get(b, t)
-                c = bar.phase
-                stuck = parity[sel] == c % 2
-                if stuck.any():
-                    p = int(parity[sel][stuck][0])
-                    self.hazard(
-                        f"mbarrier wait on parity {p} that can never complete: mbarrier {self.bar_name(b)} "
-                        f"has completed {c} phase(s), so parity {p} names phase {c}, which still misses "
-                        f"{bar.pending} of {bar.count} arrival(s) and {bar.tx} transaction byte(s); in "
-                        f"lockstep execution nothing after this wait can complete it (threads "
-                        f"{_listing(thr[stuck])}; the phase that completed last has parity {(c - 1) % 2})")
-                self.bar_obs[thr, b] = np.maximum(self.bar_obs[thr, b], c)
+            while True:
+                stuck = self.stuck_wait(on, ids, parity)
+                if stuck is None:
+                    break
+                if self.roles is None:
+                    self.hazard(stuck + "; in lockstep execution nothing after this wait can complete it")
+                self.roles.block(lambda: self.stuck_wait(on, ids, parity) is None, stuck)
+            for b in np.unique(ids).tolist():
+                thr = on[ids == b]
+                bar = self.bars[b]
+                self.bar_obs[thr, b] = np.maximum(self.bar_obs[thr, b], bar.phase)
+                self.vc[thr] = np.maximum(self.vc[thr], bar.last)    # acquire the phase's arrivals
+                self.bar_obs[thr] = np.maximum(self.bar_obs[thr], bar.obs_last[:self.bar_obs.shape[1]])
             return
         if name == "mbarrier_arrive_expect_tx":
             nbytes = self.scalar(s, "bytes")[on]
@@ -1414,7 +1495,25 @@ class _KernelRun:
                 bar.tx += int(nbytes[i])
             elif name != "mbarrier_arrive":
                 raise InternalError(f"{describe(s)}: unknown mbarrier atom {name}")
+            np.maximum(bar.acc, self.vc[t], out=bar.acc)              # release
+            np.maximum(bar.obs_acc, self.bar_obs[t], out=bar.obs_acc)
+            self.vc[t, t] += 1
             self.bar_arrive(bar, b, t)
+
+    def stuck_wait(self, on, ids, parity) -> str | None:
+        """Why the try_wait.parity of threads ``on`` on barriers ``ids`` cannot return yet, or None."""
+        for b in np.unique(ids).tolist():
+            sel = ids == b
+            bar = self.bars[b]
+            c = bar.phase
+            stuck = parity[sel] == c % 2
+            if stuck.any():
+                p = int(parity[sel][stuck][0])
+                return (f"mbarrier wait on parity {p} that can never complete: mbarrier {self.bar_name(b)} "
+                        f"has completed {c} phase(s), so parity {p} names phase {c}, which still misses "
+                        f"{bar.pending} of {bar.count} arrival(s) and {bar.tx} transaction byte(s) (threads "
+                        f"{_listing(on[sel][stuck])}; the phase that completed last has parity {(c - 1) % 2})")
+        return None
 
     # ----------------------------------------------------------------- sm_90a: TMA
 
@@ -1695,24 +1794,160 @@ class _KernelRun:
     }
 
 
+class _Abort(BaseException):
+    """Unwinds the role threads of a run that stopped (a hazard in another role)."""
+
+
+class _RoleScheduler:
+    """Runs the roles of a ``Roles`` statement as coroutines, one at a time.
+
+    Each role is a lockstep group of its own (its threads' mask, loop variables and current
+    statement) executing on a Python thread; a baton lets exactly one run.  A role whose
+    ``mbarrier.try_wait`` cannot return yet hands the baton to the next role that can run (one
+    not started, or whose wait has become satisfiable), round robin; when none can, the roles
+    deadlock and the wait is reported.  The scheduling is deterministic.
+    """
+
+    def __init__(self, run: "_KernelRun", roles):
+        self.run_ = run
+        self.cv = threading.Condition()
+        self.roles = []
+        for r in roles:
+            mask = np.zeros(run.T, dtype=bool)
+            mask[int(r.first):int(r.first) + int(r.count)] = True
+            env = dict(run.env)
+            env[ir.ROLE_TID_NAME] = run.tid - int(r.first)
+            self.roles.append(dict(role=r, ctx=(mask, False, env, list(run.loops), None),
+                                   ready=None, why="", done=False, started=False))
+        self.turn = None
+        self.error: BaseException | None = None
+        self.finished = False
+
+    def run(self):
+        k = self.run_
+        saved = (k.mask, k.full, k.env, k.loops, k.stmt)
+        k.roles = self
+        threads = [threading.Thread(target=self._body, args=(r,), daemon=True) for r in self.roles]
+        for t in threads:
+            t.start()
+        try:
+            with self.cv:
+                self.turn = self.roles[0]
+                self.cv.notify_all()
+                while not self.finished:
+                    self.cv.wait()
+            for t in threads:
+                t.join()
+        finally:
+            k.roles = None
+            k.mask, k.full, k.env, k.loops, k.stmt = saved
+        if self.error is not None:
+            raise self.error
+
+    def _body(self, r):
+        with self.cv:
+            while self.turn is not r and not self.finished:
+                self.cv.wait()
+            if self.finished:
+                return
+        k = self.run_
+        k.mask, k.full, k.env, k.loops, k.stmt = r["ctx"]
+        r["started"] = True
+        try:
+            k.exec(r["role"].body)
+        except _Abort:
+            return
+        except BaseException as e:          # a hazard (or a bug): stop every role, report it
+            self._stop(e)
+            return
+        r["done"] = True
+        nxt = self._next(r)
+        if nxt is None:
+            waiting = [x for x in self.roles if not x["done"]]
+            self._stop(self._deadlock(waiting) if waiting else None)
+            return
+        self._hand(nxt)
+
+    def _ready(self, r) -> bool:
+        return not r["done"] and (not r["started"] or r["ready"] is None or r["ready"]())
+
+    def _next(self, cur):
+        i = self.roles.index(cur)
+        order = self.roles[i + 1:] + self.roles[:i + 1]
+        return next((r for r in order if self._ready(r)), None)
+
+    def _hand(self, nxt):
+        with self.cv:
+            self.turn = nxt
+            self.cv.notify_all()
+
+    def _stop(self, error):
+        with self.cv:
+            if self.error is None:
+                self.error = error
+            self.finished = True
+            self.cv.notify_all()
+
+    def _deadlock(self, waiting) -> BaseException:
+        k = self.run_
+        lines = [f"  role {r['role'].name!r} waits: {r['why']}" for r in waiting]
+        try:
+            k.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase that "
+                     "nothing left can complete\n" + "\n".join(lines))
+        except HazardError as e:
+            return e
+
+    def block(self, ready, why: str):
+        """Called by the running role: wait until ``ready()`` holds, letting the others run."""
+        k = self.run_
+        cur = next(r for r in self.roles if r is self.turn)
+        cur["ready"], cur["why"] = ready, why
+        cur["ctx"] = (k.mask, k.full, k.env, k.loops, k.stmt)
+        nxt = self._next(cur)
+        if nxt is None:
+            others = [r for r in self.roles if not r["done"]]
+            k.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase that "
+                     "nothing left can complete\n" + "\n".join(
+                         f"  role {r['role'].name!r} waits: {r['why'] or '(not started)'}" for r in others))
+        if nxt is not cur:
+            with self.cv:
+                self.turn = nxt
+                self.cv.notify_all()
+                while self.turn is not cur and not self.finished:
+                    self.cv.wait()
+                if self.finished:
+                    raise _Abort()
+        k.mask, k.full, k.env, k.loops, k.stmt = cur["ctx"]
+        cur["ready"], cur["why"] = None, ""
+
+
 class _Bar:
     """The state of one mbarrier: arrivals per phase, arrivals and transaction bytes still
     missing in the current phase, and the number of completed phases."""
 
-    __slots__ = ("count", "pending", "tx", "phase", "init_thread", "init_epoch")
+    __slots__ = ("count", "pending", "tx", "phase", "init_thread", "init_epoch", "acc", "last", "obs_acc",
+                 "obs_last")
 
-    def __init__(self, count: int, init_thread: int, init_epoch: int):
+    def __init__(self, count: int, init_thread: int, init_epoch: int, threads: int, nbars: int):
         self.count = count
         self.pending = count
         self.tx = 0
         self.phase = 0
         self.init_thread = init_thread
         self.init_epoch = init_epoch
+        # vector clocks: the join of the arrivals of the current phase, and of the last completed one
+        self.acc = np.zeros(threads, dtype=np.int64)
+        self.last = np.zeros(threads, dtype=np.int64)
+        # likewise the mbarrier phases the arriving threads had observed (knowledge passes on)
+        self.obs_acc = np.zeros(nbars, dtype=np.int64)
+        self.obs_last = np.zeros(nbars, dtype=np.int64)
 
     def complete(self):
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.count
+            self.last, self.acc = self.acc, np.zeros_like(self.acc)
+            self.obs_last, self.obs_acc = self.obs_acc, np.zeros_like(self.obs_acc)
 
 
 class _Wgmma:
@@ -1750,6 +1985,8 @@ def _families(body) -> set:
             stack.append(s.body)
         elif isinstance(s, ir.If):
             stack.append(s.then)
+        elif isinstance(s, ir.Roles):
+            stack.extend(r.body for r in s.roles)
         elif isinstance(s, ir.AtomCall):
             out.add(s.atom.family)
     return out

@@ -13,7 +13,7 @@ Statements: ``Seq``, ``For`` (serial or unrolled), ``If`` (a predicate; it may d
 threads — the interpreter masks, the printer branches), ``AtomCall`` (one hardware atom issued by
 its thread group), ``Barrier``, ``AsyncCommit``/``AsyncWait`` (cp.async groups), ``RegFill``
 (set registers to a constant), ``Pointwise`` (one element-wise scalar op on registers),
-``Comment``.
+``Comment``, and ``Roles`` (warp specialization: thread ranges running different bodies).
 
 Index expressions are ints or ``expr.Expr``; thread and block indices are the variables
 ``TID``, ``BID_X``, ``BID_Y``, ``BID_Z`` below, loop indices are the loops' own ``Var``.
@@ -239,9 +239,44 @@ class AtomCall:
 
 @attrs.frozen
 class Barrier:
-    """``bar.sync 0``: every thread of the block waits; shared memory written before is visible."""
+    """``bar.sync 0``: every thread of the block waits; shared memory written before is visible.
+
+    With ``threads`` > 0 it is the named barrier ``bar.sync bar_id, threads``: only the ``threads``
+    threads (whole warps) that execute it with the same ``bar_id`` (1..15; 0 is ``__syncthreads``)
+    wait for each other, e.g. the 128 threads of one warpgroup inside a warp-specialized role.
+    """
 
     comment: str = ""
+    bar_id: int = 0
+    threads: int = 0
+
+
+@attrs.frozen
+class Role:
+    """Threads ``first`` .. ``first + count - 1`` of the block run ``body`` (see ``Roles``).
+
+    Inside ``body`` the variable ``role_tid(count)`` (``rtid``) is the thread's index within the
+    role, ``tid - first``: index expressions over it stay provably non-negative, so they simplify.
+    """
+
+    name: str
+    first: int
+    count: int
+    body: object
+
+
+@attrs.frozen
+class Roles:
+    """Warp specialization: disjoint, warp-aligned thread ranges of the block run different code,
+    e.g. a producer warpgroup issuing TMA and consumer warpgroups issuing wgmma.
+
+    The roles synchronise only through mbarriers and named barriers; a block-wide ``Barrier``
+    inside a role is an error.  The printer emits an ``if``/``else if`` chain on the thread index;
+    the interpreter runs each role as its own lockstep group and switches between them when one
+    waits on an mbarrier phase that has not completed.
+    """
+
+    roles: tuple = attrs.field(converter=_tuple)
 
 
 @attrs.frozen
@@ -285,12 +320,20 @@ class Comment:
     text: str
 
 
-Stmt = Union[Seq, For, If, AtomCall, Barrier, AsyncCommit, AsyncWait, RegFill, Pointwise, Comment]
+Stmt = Union[Seq, For, If, Roles, AtomCall, Barrier, AsyncCommit, AsyncWait, RegFill, Pointwise, Comment]
 
 # Thread and block indices.  Block size and grid size bound them per kernel; the lowering binds
 # fresh Vars with the right extents, but the names below are the ones the back ends know.
 TID_NAME = "tid"
 BID_NAMES = ("bid_x", "bid_y", "bid_z")
+
+
+ROLE_TID_NAME = "rtid"
+
+
+def role_tid(count: int) -> Var:
+    """The thread index within the enclosing ``Role`` (0 .. count-1)."""
+    return Var(ROLE_TID_NAME, count)
 
 
 def tid(threads: int) -> Var:

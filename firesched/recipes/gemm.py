@@ -42,6 +42,7 @@ from ..strategies import (
     to_blocks,
     to_warpgroups,
     to_warps,
+    warp_specialize,
 )
 from ..tensor import BLOCK, WARP
 
@@ -154,9 +155,15 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
 
 def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
               layout: str = "RR", block_m: int = 128, block_n: int = 256, stages: int = 4, group_m: int = 1,
-              epilogue_ops: tuple = (), unsupported: dict | None = None, check: bool = True) -> Schedule:
+              epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
+              producer_regs: int = 40, consumer_regs: int = 232,
+              unsupported: dict | None = None, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
-    (see ``firesched.lowering_sm90``).  Not yet warp-specialized or persistent."""
+    (see ``firesched.lowering_sm90``).
+
+    ``warp_specialized=True`` adds a producer warpgroup that issues the TMA copies
+    (``warp_specialize(producer_regs, consumer_regs)``); ``persistent=True`` (which needs it)
+    launches one block per SM that walks the tiles in the grouped order."""
     from ..hardware.atoms import sm90a
 
     for name, v in (unsupported or {}).items():
@@ -176,11 +183,15 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     except ValueError as e:
         raise ScheduleError(str(e), field="block_n", value=block_n, allowed="multiples of 8 up to 256") from None
     chain = [
-        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N)),
+        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent),
         tile(k=bk),
         move_to_smem("A", via=(sm90a.tma_load_2d,)),
         move_to_smem("B", via=(sm90a.tma_load_2d,)),
         pipeline(stages=stages),
+    ]
+    if warp_specialized:
+        chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
+    chain += [
         tile(m=64) >> to_warpgroups(),
         tile(k=16) >> done(atom),
     ]

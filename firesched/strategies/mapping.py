@@ -33,6 +33,7 @@ class to(Strategy):
     level: Level
     arrangement: tuple[int, ...] = ()
     group: int = 1
+    persistent: bool = False
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -92,7 +93,12 @@ class to(Strategy):
         if self.group > 1 and (self.level != BLOCK or [lp.dim for lp in loops] != ["m", "n"]):
             raise ScheduleError("grouped block order needs one m and one n loop mapped to blocks", strategy=self,
                                 spec=spec, field="group", value=self.group, fix="tile(m=..., n=...) >> to_blocks(group=8)")
-        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group) if lp in loops else lp
+        if not isinstance(self.persistent, bool) or (self.persistent and self.level != BLOCK):
+            raise ScheduleError("persistent is a bool, and only blocks can be persistent", strategy=self,
+                                spec=spec, field="persistent", value=self.persistent,
+                                allowed="True with to_blocks(...), else False")
+        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group, persistent=self.persistent)
+                       if lp in loops else lp
                        for lp in parent.loops)
         new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))
         new_parent = attrs.evolve(parent, loops=mapped, strategy=record(parent, self),
@@ -105,6 +111,8 @@ class to(Strategy):
         args = [repr(a) for a in arr]
         if self.group != 1:
             args.append(f"group={self.group!r}")
+        if self.persistent is not False:
+            args.append(f"persistent={self.persistent!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -129,9 +137,17 @@ def _fix_for(have: Level, want: Level) -> str:
     return f"insert the tiling that creates {want}-sized work before mapping to {want}s"
 
 
-def to_blocks(*arrangement: int, group: int = 1) -> to:
-    """Map onto blocks; ``group=G`` orders blocks in groups of G M-tiles (L2 reuse)."""
-    return to(BLOCK, tuple(arrangement), group)
+def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False) -> to:
+    """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse).
+
+    ``persistent=True`` launches one block per SM (at most one per tile) that walks the tiles in
+    that order, ``tile = blockIdx.x + i * gridDim.x``; on sm_90a a warp-specialized block then
+    loads the next tile's operands while its consumers run the previous tile's epilogue::
+
+        for m0 in block(32), n0 in block(16) grouped(8)     # 512 blocks, one tile each
+        for m0 in block(32), n0 in block(16) grouped(8) persistent   # 132 blocks, ~3.9 tiles each
+    """
+    return to(BLOCK, tuple(arrangement), group, persistent)
 
 
 def to_warps(*arrangement: int) -> to:

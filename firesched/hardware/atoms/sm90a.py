@@ -287,6 +287,21 @@ def tv_d(n: int) -> TVLayout:
     return TVLayout(Layout(((4, 8, 4), (2, 2, n // 8)), ((128, 1, 16), (64, 8, 512))), (64, n))
 
 
+def d_coord(lane, pair):
+    """(row, col) in the 64 x N D tile of registers ``2 * pair`` and ``2 * pair + 1`` (columns
+    ``col`` and ``col + 1``) of warpgroup thread ``lane`` — ``tv_d`` written per mode, so that
+    index expressions over ``lane`` and an unrolled ``pair`` stay simple::
+
+        warp w = lane / 32 owns rows 16w .. 16w+15;  pair p: rows + 8 * (p % 2), cols 8 * (p / 2)
+                 col: 0  1   2  3   4  5   6  7 | 8 ...
+        row 16w+0:  [ t0 ] [ t1 ] [ t2 ] [ t3 ]  | t0 (pair 2) ...
+        row 16w+1:  [ t4 ] [ t5 ] [ t6 ] [ t7 ]  |
+        ...
+        row 16w+8:  [ t0 ] [ t1 ] ...   (pair 1)
+    """
+    return (lane // 32) * 16 + (lane % 32) // 4 + 8 * (pair % 2), 8 * (pair // 2) + 2 * (lane % 4)
+
+
 #: The wgmma A-in-registers fragment of the 64 x 16 A tile (16-bit types).
 TV_A_RS = TVLayout(Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512))), (64, 16))
 

@@ -1,0 +1,76 @@
+"""``warp_specialize()``: split a pipelined block into a producer warpgroup and consumer warpgroups.
+
+::
+
+    for k0 in seq(64) pipelined(4 stages):          for k0 in seq(64) pipelined(4 stages)
+      Move<block>(A:GL -> A:SH x4 stages)    ==>        warp-specialized(producer 40 regs, consumers 232):
+      Move<block>(B:GL -> B:SH x4 stages)             Move<block>(A:GL -> A:SH x4 stages)   # producer
+      MatMul<block>(...)                              Move<block>(B:GL -> B:SH x4 stages)   # producer
+                                                      MatMul<block>(...)                    # consumers
+
+The block gets one more warpgroup.  Its first thread issues every TMA copy of the ring, waiting
+on an "empty" mbarrier per stage before it refills one; the consumer warpgroups (those
+``to_warpgroups`` creates) wait on the stage's "full" mbarrier, issue their wgmma and release the
+stage once ``wgmma.wait_group`` has retired the wgmma that read it — keeping one wgmma group in
+flight behind the next.  ``setmaxnreg`` moves registers from the producer (``producer_regs``
+per thread) to the consumers (``consumer_regs``), whose accumulators need them.  Needs the
+sm_90a atoms: a ``pipeline`` over moves ``via=(sm90a.tma_load_2d,)``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..spec import Move
+from ..tensor import GL, SH
+from .base import Strategy
+
+REG_MIN, REG_MAX, REG_STEP = 24, 256, 8     # setmaxnreg's range and granularity
+
+
+@attrs.frozen(repr=False)
+class warp_specialize(Strategy):
+    producer_regs: int = 40
+    consumer_regs: int = 232
+
+    def apply(self, sched):
+        path = sched.focus_path()
+        spec = path[-1].spec
+        for name in ("producer_regs", "consumer_regs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not REG_MIN <= v <= REG_MAX or v % REG_STEP:
+                raise ScheduleError("setmaxnreg takes a register count per thread", strategy=self, spec=spec,
+                                    field=name, value=v,
+                                    allowed=f"{REG_MIN}..{REG_MAX}, a multiple of {REG_STEP}")
+        if self.producer_regs > self.consumer_regs:
+            raise ScheduleError("the producer gives registers to the consumers, not the other way round",
+                                strategy=self, spec=spec, field="producer_regs", value=self.producer_regs,
+                                allowed=f"<= consumer_regs ({self.consumer_regs})")
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            kl = [lp for lp in node.loops if lp.unit is None and lp.dim == "k" and lp.stages > 1]
+            if not kl:
+                continue
+            moves = [c for n in path[i:] for c in n.body[:-1]
+                     if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH]
+            no_tma = [c.spec.dst.name for c in moves if not c.via or getattr(c.via[0], "family", "") != "tma"]
+            if no_tma:
+                raise ScheduleError(f"a producer warp issues TMA copies; {', '.join(no_tma)} move(s) without one",
+                                    strategy=self, spec=node.spec, field="via", value=no_tma,
+                                    fix="move_to_smem(name, via=(sm90a.tma_load_2d,)) for every staged operand")
+            loops = tuple(attrs.evolve(lp, specialize=(self.producer_regs, self.consumer_regs))
+                          if lp is kl[-1] else lp for lp in node.loops)
+            return sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
+        raise ScheduleError("there is no pipelined K loop to specialize", strategy=self, spec=spec,
+                            fix="pipeline(stages=...) first, then warp_specialize()")
+
+    def __repr__(self):
+        args = []
+        if self.producer_regs != 40:
+            args.append(f"producer_regs={self.producer_regs!r}")
+        if self.consumer_regs != 232:
+            args.append(f"consumer_regs={self.consumer_regs!r}")
+        return f"warp_specialize({', '.join(args)})"
+
+    __str__ = __repr__
