@@ -28,6 +28,18 @@ CONFIGS = [
     dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=16),
 ]
 
+#: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence
+CONFIGS_SM90 = [
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=3, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=5, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=6, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=192, block_n=128, stages=5, group_m=8, warp_specialized=True, persistent=True),
+]
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,6 +49,7 @@ def main(argv=None):
     p.add_argument("--dtype", default="f16")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--samples", type=int, default=7)
+    p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a"), help="which configuration list")
     args = p.parse_args(argv)
     import torch
 
@@ -49,7 +62,7 @@ def main(argv=None):
     t_cb = time_ms(torch, lambda i: torch.matmul(A, B), args.reps, args.samples)
     print(f"{M}x{N}x{K} {args.dtype}: cuBLAS {flops / t_cb / 1e9:.0f} TFLOP/s", flush=True)
     ref = A.float() @ B.float()
-    for cfg in CONFIGS:
+    for cfg in CONFIGS_SM90 if args.atoms == "sm90a" else CONFIGS:
         try:
             sched = fs.recipes.gemm(M, N, K, dtype=args.dtype, arch="sm_90a", **cfg)
             k = fs.compile(sched, arch="sm_90a")

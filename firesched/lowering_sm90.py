@@ -30,7 +30,7 @@ setmaxnreg), a persistent tile scheduler, clusters and TMA multicast, TMA stores
 
 from __future__ import annotations
 
-from .dtypes import f32
+from .dtypes import f32, u8
 from .errors import ScheduleError
 from .hardware.atoms import catalog, sm90a
 from .lower import ir
@@ -42,6 +42,7 @@ from .tensor import BLOCK, GL, SH, WARPGROUP
 
 SPAN = 128                 # bytes of one 128B-swizzle row
 STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
+MAX_CONSUMER_WARPGROUPS = 3   # block_m=256 (4 consumer warpgroups, 640 threads) hangs on the H100
 B_BOX_N = 64               # elements of N per TMA box of a row-major B (one span of 16-bit values)
 
 
@@ -132,6 +133,11 @@ class HopperGemmLowering(Lowering):
         if persistent and not kloop.specialize:
             raise _unsupported(root, "a persistent block without warp specialization",
                                "add warp_specialize() after pipeline(...), or drop persistent=True")
+        if kloop.specialize and BM // 64 > MAX_CONSUMER_WARPGROUPS:
+            raise _unsupported(wg, f"{BM // 64} consumer warpgroups with warp specialization (a block tile of "
+                                   f"{BM} rows; with 4, the H100 hung in our tests)",
+                               f"block_m <= {64 * MAX_CONSUMER_WARPGROUPS} with warp_specialize(), or no "
+                               f"warp_specialize() for block_m=256")
         if kloop.specialize:
             regs = 128 * (kloop.specialize[0] + (BM // 64) * kloop.specialize[1])
             if regs > self.target.regs_per_sm:
@@ -363,8 +369,16 @@ class HopperGemmLowering(Lowering):
                               ir.Role("consumers", 128, 128 * nwg, ir.Seq(tuple(consumer))))))
         params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
         self._check_resources(p["block"])
+        shared = [sa, sb, full, empty]
+        probe = ir.Kernel("probe", (), (1, 1, 1), self.threads, tuple(shared), (), ir.Seq(()))
+        need = self.target.smem_per_sm // 2 + 1024
+        if probe.shared_bytes < need:
+            # setmaxnreg's budget assumes one block per SM: a second resident block could leave a
+            # consumer warpgroup waiting for registers forever, so claim more than half the SM
+            shared.append(ir.SharedBuffer("one_block_per_sm", u8, need - probe.shared_bytes, 16,
+                                          "unused: keeps a second block off the SM (setmaxnreg budget)"))
         return ir.Kernel("firesched_gemm_sm90_ws", tuple(params), tuple(grid), self.threads,
-                         (sa, sb, full, empty), tuple(self.regs.values()), ir.Seq(tuple(body)),
+                         tuple(shared), tuple(self.regs.values()), ir.Seq(tuple(body)),
                          header=str(self.sched), min_blocks_per_sm=1)
 
     def _epilogue(self, p, acc, lane, wg, m0, n0, M, N) -> list:

@@ -27,9 +27,9 @@ def test_bench_parameters_schedule_every_shape():
 
 
 def test_sweep_configs_are_valid_recipes():
-    from bench.sweep_gemm import CONFIGS
+    from bench.sweep_gemm import CONFIGS, CONFIGS_SM90
 
-    for cfg in CONFIGS:
+    for cfg in CONFIGS + CONFIGS_SM90:
         fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", **cfg)
 
 

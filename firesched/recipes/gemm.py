@@ -80,7 +80,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
          swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool | None = None,
          epilogue_ops: tuple = (),
-         prologue_ops: tuple = (), atoms: str = "sm80", check: bool = True) -> Schedule:
+         prologue_ops: tuple = (), atoms: str = "sm80", warp_specialized: bool = False,
+         persistent: bool = False, check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -91,13 +92,19 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
 
     ``atoms="sm90a"`` builds the Hopper schedule instead (``gemm_sm90``): TMA copies into an
     mbarrier ring and wgmma from shared memory; it takes ``block_m`` (64..256, multiples of 64),
-    ``block_n``, ``stages``, ``group_m`` and the epilogue, and needs ``arch="sm_90a"``.
+    ``block_n``, ``stages``, ``group_m``, the epilogue, ``warp_specialized`` (a producer
+    warpgroup issues the TMA copies) and ``persistent`` (one block per SM walks the tiles; needs
+    ``warp_specialized``), and needs ``arch="sm_90a"``.
     """
     if atoms == "sm90a":
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=block_m,
                          block_n=block_n, stages=stages, group_m=group_m, epilogue_ops=epilogue_ops,
+                         warp_specialized=warp_specialized, persistent=persistent,
                          unsupported=dict(split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
                                           prologue_ops=prologue_ops), check=check)
+    if warp_specialized or persistent:
+        raise ScheduleError("warp specialization and persistent blocks are Hopper schedules", field="atoms",
+                            value=atoms, allowed="'sm90a'", fix="gemm(..., atoms='sm90a', arch='sm_90a')")
     if atoms != "sm80":
         raise ScheduleError("unknown atom family for the GEMM recipe", field="atoms", value=atoms,
                             allowed="'sm80' (mma.sync, cp.async, ldmatrix), 'sm90a' (wgmma, TMA)")
@@ -153,17 +160,22 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     return sched
 
 
+#: the most registers the recipe gives a consumer thread (as CUTLASS's warp-specialized kernels)
+CONSUMER_REGS_MAX = 240
+
+
 def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
               layout: str = "RR", block_m: int = 128, block_n: int = 256, stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
-              producer_regs: int = 40, consumer_regs: int = 232,
+              producer_regs: int = 40, consumer_regs: int | None = None,
               unsupported: dict | None = None, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
 
     ``warp_specialized=True`` adds a producer warpgroup that issues the TMA copies
     (``warp_specialize(producer_regs, consumer_regs)``); ``persistent=True`` (which needs it)
-    launches one block per SM that walks the tiles in the grouped order."""
+    launches one block per SM that walks the tiles in the grouped order.  ``consumer_regs``
+    defaults to the most registers the block's register file leaves each consumer thread."""
     from ..hardware.atoms import sm90a
 
     for name, v in (unsupported or {}).items():
@@ -190,6 +202,10 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
         pipeline(stages=stages),
     ]
     if warp_specialized:
+        if consumer_regs is None:
+            # 64K registers per SM: the producer warpgroup keeps producer_regs, the rest is shared
+            per = (65536 // 128 - producer_regs) // max(block_m // 64, 1)
+            consumer_regs = max(24, min(CONSUMER_REGS_MAX, per // 8 * 8))
         chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
     chain += [
         tile(m=64) >> to_warpgroups(),
