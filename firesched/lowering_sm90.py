@@ -42,6 +42,8 @@ from .tensor import BLOCK, GL, SH, WARPGROUP
 
 SPAN = 128                 # bytes of one 128B-swizzle row
 STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
+STORE_BUFFERS = 2          # TMA-store staging buffers per consumer warpgroup
+EPILOGUE_BARRIER = 1       # named barrier id the consumer warpgroups share
 MAX_CONSUMER_WARPGROUPS = 3   # block_m=256 (4 consumer warpgroups, 640 threads) hangs on the H100
 B_BOX_N = 64               # elements of N per TMA box of a row-major B (one span of 16-bit values)
 
@@ -359,17 +361,28 @@ class HopperGemmLowering(Lowering):
             _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
             ir.If(lt(lane, 1), _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, last),
                                      comment="release the last stage")),
-            *self._epilogue(p, acc, lane, wg, m0, n0, M, N),
         ]
+        staged = self._staging(p, nwg)
+        if staged is None:
+            tile_work += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
+        else:
+            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, nwg, ti)
         consumer = [
             _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=creg), comment="the accumulators need registers"),
             *per_tile(tile_work, f"tiles of this block: {iters}"),
         ]
+        if staged is not None:
+            consumer.append(ir.If(lt(lane, 1), _call(catalog.with_immediates(sm90a.tma_wait, n=0),
+                                                     comment="the last TMA stores have completed")))
         body.append(ir.Roles((ir.Role("producer", 0, 128, ir.Seq(tuple(producer))),
                               ir.Role("consumers", 128, 128 * nwg, ir.Seq(tuple(consumer))))))
-        params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [self.gl[self.spec.c.name]]
+        c_param = self.gl[self.spec.c.name] if staged is None else staged[1]
+        params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [c_param]
+        self.shared["C_smem"] = staged[0] if staged is not None else None
+        if staged is None:
+            del self.shared["C_smem"]
         self._check_resources(p["block"])
-        shared = [sa, sb, full, empty]
+        shared = [sa, sb, full, empty] + ([staged[0]] if staged is not None else [])
         probe = ir.Kernel("probe", (), (1, 1, 1), self.threads, tuple(shared), (), ir.Seq(()))
         need = self.target.smem_per_sm // 2 + 1024
         if probe.shared_bytes < need:
@@ -380,6 +393,80 @@ class HopperGemmLowering(Lowering):
         return ir.Kernel("firesched_gemm_sm90_ws", tuple(params), tuple(grid), self.threads,
                          tuple(shared), tuple(self.regs.values()), ir.Seq(tuple(body)),
                          header=str(self.sched), min_blocks_per_sm=1)
+
+    def _staging(self, p, nwg):
+        """The shared buffer and tensor map of the TMA-store epilogue, or None where C cannot take
+        TMA stores (rows not a multiple of 16 bytes, or an output dtype narrower than 16 bits)."""
+        store: Node = p["store"]
+        gc = self.gbuf(store.spec.dst)
+        ob = gc.dtype.bits // 8
+        if gc.dtype.bits < 16 or (gc.shape[-1] * ob) % 16 or len(gc.shape) != 2:
+            return None
+        cc = SPAN // ob
+        if p["BN"] % cc:
+            return None
+        buf = ir.SharedBuffer("C_smem", gc.dtype, nwg * STORE_BUFFERS * 64 * cc, STAGE_ALIGN,
+                              f"{nwg} consumer warpgroups x {STORE_BUFFERS} buffers x 64x{cc} {gc.dtype}, "
+                              f"128B swizzle (TMA-store staging)")
+        return buf, ir.TensorMapParam(f"tmap_{gc.name}", gc, (64, cc), SPAN), cc
+
+    def _epilogue_tma(self, p, staged, acc, lane, wg, m0, n0, M, N, nwg, ti=0) -> list:
+        """Registers -> swizzled shared memory -> TMA store, 64 rows x one 128-byte span of columns
+        at a time, double-buffered per warpgroup::
+
+            for each column chunk c (BN / span of them; counted on across a persistent block's tiles):
+              thread 0 of the warpgroup: wait until its store of chunk c-2 has read its buffer
+              barrier (consumers)                      # the buffer is free
+              each thread: ops on its D pairs of chunk c, cvt, st.shared into buffer c % 2
+              fence.proxy.async; barrier (consumers)   # the tile is visible to the async proxy
+              thread 0 of the warpgroup: TMA store of the 64 x span box; commit
+
+        TMA drops the parts of a box outside C, so edge tiles need no predicates.
+        """
+        buf, tmap, cc = staged
+        store: Node = p["store"]
+        out_dt = buf.dtype
+        ob = out_dt.bits // 8
+        BN = p["BN"]
+        glim = {"m": M, "n": N}
+        lead = lt(lane, 1)
+        consumers = 128 * nwg
+        pairs = cc // 8 * 2                       # D pairs of one thread inside one chunk
+        work = self.reg("epi", f32, 2)
+        outr = self.reg(f"out_{out_dt.name}", out_dt, 2)
+        st = catalog.copy_atom("RF", "SH", 2 * ob)
+        out = [ir.Comment(f"{store.spec}: D fragments -> C_smem (128B swizzle) -> TMA store, {BN // cc} chunks "
+                          f"of 64x{cc}")]
+        nc = BN // cc
+        for c in range(nc):
+            b = (ti * nc + c) % STORE_BUFFERS
+            base = (wg * STORE_BUFFERS + b) * 64 * cc
+            q = Var(f"e{c}", pairs)
+            pair = c * pairs + q
+            r, col = sm90a.d_coord(lane, pair)
+            cw = col - c * cc                       # column inside the chunk
+            byte = cw * ob
+            sw = (_xor(byte // 16, r % 8)) * 16 + byte % 16     # Swizzle<3,4,3> on the 128-byte rows
+            row_g, col_g = m0 + wg * 64 + r, n0 + col
+            body = [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * pair + j),)) for j in range(2)]
+            body += self.apply_ops(getattr(store.spec, "ops", ()), work, 2, row_g, col_g, glim)
+            body += [ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),))
+                     for j in range(2)]
+            body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
+                                         ("src", ir.RegRef(outr, 0))), 1, "C pair"))
+            out += [
+                ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
+                                  comment="the store that last used this buffer has read it")),
+                ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER, threads=consumers),
+                ir.For(q, pairs, ir.Seq(tuple(body)), unroll=True),
+                _call(sm90a.fence_proxy_async, comment="st.shared -> visible to the TMA store"),
+                ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER, threads=consumers),
+                ir.If(lead, ir.Seq((
+                    _call(sm90a.tma_store_2d, tmap=tmap, c0=ir.Scalar(n0 + c * cc), c1=ir.Scalar(m0 + wg * 64),
+                          src=ir.MemRef(buf, base), comment=f"C rows +64, columns {c * cc}..+{cc}"),
+                    _call(sm90a.tma_commit)))),
+            ]
+        return out
 
     def _epilogue(self, p, acc, lane, wg, m0, n0, M, N) -> list:
         BN = p["BN"]
@@ -396,6 +483,12 @@ class HopperGemmLowering(Lowering):
         stmts += self._store(work, 2, dst.dtype, gbuf, row * N + col, row, col, glim)
         return [ir.Comment(f"{store.spec}: wgmma D fragments, pairs of adjacent columns"),
                 ir.For(i, BN // 4, ir.Seq(tuple(stmts)), unroll=True)]
+
+
+def _xor(a, b):
+    from .lower.expr import binop
+
+    return binop("^", a, b)
 
 
 def _call(atom, comment="", pred=1, **args):
