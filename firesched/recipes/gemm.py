@@ -81,7 +81,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool | None = None,
          epilogue_ops: tuple = (),
          prologue_ops: tuple = (), atoms: str = "sm80", warp_specialized: bool = False,
-         persistent: bool = False, check: bool = True) -> Schedule:
+         persistent: bool = False, producer_regs: int = 40, consumer_regs: int | None = None,
+         check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -94,12 +95,14 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     mbarrier ring and wgmma from shared memory; it takes ``block_m`` (64..256, multiples of 64),
     ``block_n``, ``stages``, ``group_m``, the epilogue, ``warp_specialized`` (a producer
     warpgroup issues the TMA copies) and ``persistent`` (one block per SM walks the tiles; needs
-    ``warp_specialized``), and needs ``arch="sm_90a"``.
+    ``warp_specialized``; ``producer_regs``/``consumer_regs`` set its ``setmaxnreg`` counts), and
+    needs ``arch="sm_90a"``.
     """
     if atoms == "sm90a":
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=block_m,
                          block_n=block_n, stages=stages, group_m=group_m, epilogue_ops=epilogue_ops,
                          warp_specialized=warp_specialized, persistent=persistent,
+                         producer_regs=producer_regs, consumer_regs=consumer_regs,
                          unsupported=dict(split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
                                           prologue_ops=prologue_ops), check=check)
     if warp_specialized or persistent:

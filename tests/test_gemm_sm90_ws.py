@@ -1,0 +1,261 @@
+"""The warp-specialized Hopper GEMM on the CPU: a producer warpgroup issuing TMA into an
+mbarrier ring, consumer warpgroups issuing wgmma, the persistent tile scheduler and the
+TMA-store epilogue — the interpreter (roles as coroutines) against numpy, NVRTC without spills,
+planted hazards, and the schedules it refuses."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+import firesched as fs
+from firesched import ops
+from firesched.errors import HazardError, ScheduleError
+from firesched.hardware.atoms import sm90a
+from firesched.hardware.target import SM90A
+from firesched.lower import cuda, interp, ir
+from firesched.strategies import pipeline, tile, to_blocks, warp_specialize
+
+#: a Hopper with two SMs, so that small problems give each persistent block several tiles
+TWO_SMS = attrs.evolve(SM90A, sm_count=2)
+
+WS = dict(atoms="sm90a", warp_specialized=True)
+PERSISTENT = dict(WS, persistent=True)
+
+
+def _ref(A, B, dt, epi=(), extras=()):
+    r = A.astype(dt.np).astype(np.float64) @ B.astype(dt.np).astype(np.float64)
+    for op in epi:
+        r = op.reference(r, {e.name: x.astype(dt.np) for e, x in zip(op.extras(), extras)})
+    return r
+
+
+def _close(C, ref, tol=2e-2):
+    return np.abs(C.astype(np.float64) - ref).max() / (np.abs(ref).max() + 1e-6) < tol
+
+
+CASES = [
+    pytest.param(200, 136, 304, dict(WS, block_m=128, block_n=64), id="ws-partial-tiles"),
+    pytest.param(200, 136, 304, dict(WS, block_m=128, block_n=64, layout="RC"), id="ws-B-column-major"),
+    pytest.param(256, 512, 192, dict(WS, block_m=128, block_n=256, stages=3), id="ws-128x256"),
+    pytest.param(64, 64, 64, dict(WS, block_m=64, block_n=64, stages=2), id="ws-one-tile"),
+    pytest.param(300, 136, 200, dict(PERSISTENT, block_m=128, block_n=64, stages=3), id="persistent"),
+    pytest.param(520, 264, 136, dict(PERSISTENT, block_m=128, block_n=64, group_m=2), id="persistent-grouped"),
+    pytest.param(330, 200, 96, dict(PERSISTENT, block_m=192, block_n=64, dtype="bf16"), id="persistent-3-consumers"),
+    pytest.param(200, 100, 136, dict(PERSISTENT, block_m=128, block_n=64, layout="RC"),
+                 id="persistent-direct-store"),   # 200-byte rows of C: no TMA store, direct stores
+    pytest.param(136, 96, 1000, dict(PERSISTENT, block_m=128, block_n=64, out_dtype="f32"), id="long-K-f32-out"),
+]
+
+
+@pytest.mark.parametrize("M, N, K, kw", CASES)
+def test_interpreter_matches_numpy(M, N, K, kw):
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **kw)
+    rng = np.random.default_rng(M + N + K)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C = fs.interpret(sched, A, B, target=TWO_SMS)
+    assert _close(C, _ref(A, B, fs.dtypes.dtype(kw.get("dtype", "f16"))))
+
+
+@pytest.mark.parametrize("name", sorted(fs.recipes.EPILOGUES))
+def test_epilogues(name):
+    epi = fs.recipes.EPILOGUES[name]
+    M, N, K = 200, 192, 128
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", block_m=128, block_n=64, epilogue_ops=epi, **PERSISTENT)
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    extras = [rng.standard_normal((M, N) if e.kind == "matrix" else (N,)) for op in epi for e in op.extras()]
+    C = fs.interpret(sched, A, B, *extras, target=TWO_SMS)
+    assert _close(C, _ref(A, B, fs.dtypes.f16, epi, extras))
+
+
+def test_persistent_blocks_walk_every_tile_once():
+    """Grid = SMs; tile t goes to block t % grid; every tile of C is written exactly by its block."""
+    sched = fs.recipes.gemm(520, 320, 64, arch="sm_90a", block_m=128, block_n=64, group_m=2, **PERSISTENT)
+    prog = sched.lower(TWO_SMS)
+    (k,) = prog.kernels
+    assert k.grid == (2, 1, 1)
+    A = np.zeros((520, 64))
+    B = np.zeros((64, 320))
+    A[:, 0] = np.arange(520)
+    B[0, :] = 1
+    C = fs.interpret(sched, A, B, target=TWO_SMS)
+    assert np.array_equal(C, np.repeat(np.arange(520.0)[:, None], 320, axis=1))
+
+
+@pytest.mark.parametrize("kw", [
+    pytest.param(dict(block_m=128, block_n=256, stages=4), id="128x256-s4"),
+    pytest.param(dict(block_m=128, block_n=256, stages=3, epilogue_ops=(ops.bias("bias"), ops.relu())),
+                 id="128x256-s3-bias-relu"),
+    pytest.param(dict(block_m=128, block_n=128, stages=5, dtype="bf16", out_dtype="f32"), id="128x128-bf16-f32"),
+    pytest.param(dict(block_m=192, block_n=128, stages=4), id="192x128"),
+])
+def test_compiles_without_spills(kw):
+    sched = fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", **PERSISTENT, **kw)
+    k = fs.compile(sched, arch="sm_90a")
+    assert k.spills == 0
+    src = k.source
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in src and "setmaxnreg.inc" in src
+    assert "role producer" in src and "role consumers" in src
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in src      # the TMA store
+    assert k.program.kernels[0].grid == (132, 1, 1)
+
+
+def test_one_block_per_sm():
+    """Small tiles still claim more than half an SM's shared memory (the setmaxnreg budget)."""
+    sched = fs.recipes.gemm(256, 256, 256, arch="sm_90a", block_m=64, block_n=64, stages=2, **WS)
+    (k,) = sched.lower("sm_90a").kernels
+    assert k.shared_bytes > SM90A.smem_per_sm // 2
+    assert any(b.name == "one_block_per_sm" for b in k.shared)
+
+
+# --------------------------------------------------------------------------- planted hazards
+
+def _map(stmt, fn):
+    """``stmt`` with ``fn`` applied to every leaf statement (None drops it)."""
+    if isinstance(stmt, ir.Seq):
+        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
+    if isinstance(stmt, ir.For):
+        return attrs.evolve(stmt, body=_map(stmt.body, fn))
+    if isinstance(stmt, ir.If):
+        then = _map(stmt.then, fn)
+        return None if then is None else attrs.evolve(stmt, then=then)
+    if isinstance(stmt, ir.Roles):
+        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
+    return fn(stmt)
+
+
+def _planted(fn, M=256, N=128, K=256, **kw):
+    kw = dict(dict(block_m=128, block_n=64, stages=2), **kw)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **PERSISTENT, **kw)
+    prog = sched.lower(TWO_SMS)
+    (k,) = prog.kernels
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, fn)),))
+    rng = np.random.default_rng(0)
+    feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
+    interp.run_program(prog, dict(feed))        # the unplanted kernel runs clean
+    return bad, feed
+
+
+def _drop_atom(name, n=None):
+    def fn(s):
+        if isinstance(s, ir.AtomCall) and s.atom.name == name:
+            if n is None or fs.hardware.atoms.catalog.immediates_of(s.atom).get("n") == n:
+                return None
+        return s
+    return fn
+
+
+def _flip_parity(bar_name):
+    def fn(s):
+        if (isinstance(s, ir.AtomCall) and s.atom.name == sm90a.mbarrier_try_wait.name
+                and s.arg("bar").buffer.name == bar_name):
+            args = tuple((n, ir.Scalar(1 - v.value) if n == "parity" else v) for n, v in s.args)
+            return attrs.evolve(s, args=args)
+        return s
+    return fn
+
+
+PLANTED = [
+    pytest.param(_drop_atom(sm90a.wgmma_wait.name, n=1), "in-flight async operation|wgmma",
+                 id="release-before-wgmma-retires"),
+    pytest.param(_drop_atom(sm90a.wgmma_wait.name, n=0), "wait_group|in flight", id="missing-final-wait"),
+    pytest.param(_flip_parity("full"), "before mbarrier phase completes|parity", id="consumer-wrong-parity"),
+    pytest.param(_flip_parity("empty"), "deadlock|parity|race", id="producer-wrong-parity"),
+    pytest.param(_drop_atom(sm90a.mbarrier_arrive.name), "deadlock", id="consumers-never-release"),
+    pytest.param(_drop_atom(sm90a.fence_proxy_async.name), "fence.proxy.async", id="missing-proxy-fence"),
+    pytest.param(lambda s: None if isinstance(s, ir.Barrier) and s.threads and "is in C_smem" in s.comment else s,
+                 "race", id="missing-epilogue-barrier"),
+    pytest.param(_drop_atom(sm90a.tma_wait_read.name), "in-flight async|TMA store", id="missing-store-wait"),
+]
+
+
+@pytest.mark.parametrize("fn, words", PLANTED)
+def test_planted_hazard(fn, words):
+    bad, feed = _planted(fn, N=256)         # 4 tiles per block: the staging buffers are reused
+    with pytest.raises(HazardError, match=words):
+        interp.run_program(bad, feed)
+
+
+def test_block_barrier_inside_a_role():
+    def fn(s):
+        if isinstance(s, ir.Barrier) and s.threads:
+            return ir.Barrier("block-wide by mistake")
+        return s
+
+    bad, feed = _planted(fn)
+    with pytest.raises(HazardError, match="divergent code.*named barrier"):
+        interp.run_program(bad, feed)
+
+
+def test_overlapping_roles():
+    t = ir.tid(256)
+    body = ir.Roles((ir.Role("a", 0, 160, ir.Seq(())), ir.Role("b", 128, 128, ir.Seq(()))))
+    k = ir.Kernel("overlap", (), (1, 1, 1), 256, (), (), ir.Seq((ir.Comment(str(t)), body)))
+    with pytest.raises(HazardError, match="overlaps"):
+        interp.run_kernel(k, {})
+
+
+def test_printer_branches_on_roles():
+    sched = fs.recipes.gemm(256, 128, 256, arch="sm_90a", block_m=128, block_n=64, **PERSISTENT)
+    src = cuda.emit(sched.lower("sm_90a"))
+    assert "if (tid < 128) {  // role producer" in src
+    assert "} else if (tid >= 128 && tid < 384) {  // role consumers" in src
+    assert "const int rtid = tid - 128;" in src
+    assert 'asm volatile("bar.sync %0, %1;"' in src and '"n"(256)' in src
+
+
+# --------------------------------------------------------------------------- refusals
+
+def test_warp_specialize_needs_a_pipeline():
+    spec = fs.MatMul.kernel(256, 256, 256, a="f16", b="f16", c="f16", acc="f32")
+    with pytest.raises(ScheduleError, match="no pipelined K loop"):
+        spec.schedule(tile(m=128, n=128) >> to_blocks(), tile(k=64), warp_specialize())
+
+
+def test_warp_specialize_needs_tma():
+    spec = fs.MatMul.kernel(256, 256, 256, a="f16", b="f16", c="f16", acc="f32")
+    with pytest.raises(ScheduleError, match="TMA"):
+        spec.schedule(tile(m=128, n=128) >> to_blocks(), tile(k=64), fs.strategies.move_to_smem("A"),
+                      fs.strategies.move_to_smem("B"), pipeline(stages=3), warp_specialize())
+
+
+@pytest.mark.parametrize("kw", [dict(producer_regs=20), dict(consumer_regs=250), dict(producer_regs=241),
+                                dict(producer_regs=True), dict(producer_regs=64, consumer_regs=56)])
+def test_warp_specialize_register_counts(kw):
+    with pytest.raises(ScheduleError, match="regs"):
+        fs.recipes.gemm(256, 256, 256, arch="sm_90a", block_m=128, block_n=128, **WS, **kw)
+
+
+def test_persistent_needs_warp_specialization():
+    with pytest.raises(ScheduleError, match="persistent block without warp specialization"):
+        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, persistent=True)
+
+
+def test_only_blocks_are_persistent():
+    spec = fs.MatMul.kernel(256, 256, 256, a="f16", b="f16", c="f16", acc="f32")
+    with pytest.raises(ScheduleError, match="only blocks can be persistent"):
+        spec.schedule(tile(m=128, n=128) >> to_blocks(), tile(m=64, n=64) >> fs.strategies.to(fs.WARP, persistent=True))
+
+
+def test_four_consumer_warpgroups_are_refused():
+    with pytest.raises(ScheduleError, match="consumer warpgroups"):
+        fs.recipes.gemm(512, 256, 256, arch="sm_90a", block_m=256, block_n=128, **WS)
+
+
+def test_sm80_recipe_refuses_warp_specialization():
+    with pytest.raises(ScheduleError, match="Hopper"):
+        fs.recipes.gemm(256, 256, 256, arch="sm_90a", warp_specialized=True)
+
+
+def test_strategy_values_print_and_compare():
+    ws = warp_specialize(producer_regs=24, consumer_regs=240)
+    assert repr(ws) == "warp_specialize(producer_regs=24, consumer_regs=240)"
+    assert eval(repr(ws)) == ws and hash(eval(repr(ws))) == hash(ws)
+    assert repr(warp_specialize()) == "warp_specialize()"
+    tb = to_blocks(group=8, persistent=True)
+    assert repr(tb) == "to_blocks(group=8, persistent=True)"
+    sched = fs.recipes.gemm(512, 512, 512, arch="sm_90a", block_m=128, block_n=128, group_m=2, **PERSISTENT)
+    text = str(sched)
+    assert "persistent" in text and "warp-specialized(producer 40 regs" in text
