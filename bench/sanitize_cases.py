@@ -6,7 +6,8 @@ Each case compiles a recipe variant, runs it on random inputs and checks the res
 so the sanitizer sees real launches of: a pipelined GEMM with partial tiles, the unaligned
 (synchronous copy) path, split-K across warps (shared-memory reduction), split-K across blocks
 (workspace + reduction kernel), a fused bias+GELU epilogue with f32 output, and column-major
-operands (transposed ldmatrix).
+operands (transposed ldmatrix); and the Hopper path: plain, warp-specialized + persistent with a
+fused epilogue and TMA stores, and with direct stores (C rows not a multiple of 16 bytes).
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ CASES = {
     "column-major": dict(M=128, N=128, K=64, kw=dict(SMALL, layout="CC")),
     "big-tile": dict(M=256, N=512, K=128, kw=dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4,
                                                   stages=4)),
+    # Hopper: TMA + mbarrier ring + wgmma; warp-specialized and persistent with the TMA-store epilogue
+    "hopper-plain": dict(M=200, N=136, K=304, kw=dict(atoms="sm90a", block_m=128, block_n=64)),
+    "hopper-ws-persistent-bias-relu": dict(M=1000, N=1032, K=264, kw=dict(
+        atoms="sm90a", block_m=128, block_n=64, stages=3, group_m=4, warp_specialized=True, persistent=True,
+        epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "hopper-ws-direct-store": dict(M=300, N=100, K=136, kw=dict(
+        atoms="sm90a", block_m=128, block_n=64, layout="RC", warp_specialized=True, persistent=True)),
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import firesched as fs
 
-SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases"]
+SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -33,7 +33,8 @@ def test_sweep_configs_are_valid_recipes():
         fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", **cfg)
 
 
-@pytest.mark.parametrize("case", ["pipelined-partial", "unaligned-rows", "splitk-blocks"])
+@pytest.mark.parametrize("case", ["pipelined-partial", "unaligned-rows", "splitk-blocks", "hopper-plain",
+                                  "hopper-ws-direct-store"])
 def test_sanitizer_cases_interpret(case):
     """The sanitizer's cases are valid schedules that the interpreter runs clean at their size."""
     import numpy as np
@@ -67,3 +68,24 @@ def test_sanitize_cases_run():
 
     for name in CASES:
         assert run_case(torch, name), name
+
+
+def test_sass_check_compiles_its_variants(tmp_path):
+    """The SASS check's variants compile to CUBINs (the SASS itself is checked where cuobjdump is)."""
+    from bench import sass_check
+
+    blobs = sass_check.cubins(512, 512, 512)
+    assert set(blobs) == set(sass_check.VARIANTS)
+    assert all(b[:4] == b"\x7fELF" for b in blobs.values())
+
+
+def test_sass_opcode_count():
+    from bench.sass_check import count_opcodes
+
+    sass = """
+        /*0a30*/                   HGMMA.64x256x16.F32 R24, gdesc[UR4], R24, gsb0 ;
+        /*0a40*/              @P0  UTMALDG.2D [UR8], [UR10] ;
+        /*0a50*/                   UTMASTG.2D [UR4], [UR6] ;
+        /*0a60*/                   HMMA.16816.F32 R0, R4, R8, R0 ;
+    """
+    assert count_opcodes(sass) == {"HGMMA": 1, "UTMALDG": 1, "UTMASTG": 1}
