@@ -57,8 +57,12 @@ def params_for(M: int, N: int, K: int) -> dict:
     bm, bn, wm, wn, _ = min(fits, key=cost)
     # a short M (few block rows) leaves registers for a 64-wide K tile, which halves the barriers
     bk = (64 if M < 256 else 32) if aligned else 16
-    return dict(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=4,
-                group_m=8 if M >= 4 * bm else 1)
+    tiles = -(-M // bm) * -(-N // bn)
+    # 256x128 tiles over fewer than 8 waves: a deeper ring and wider groups measured better at 4096^3
+    # (0.55-0.57x vs 0.52-0.54x), worse at 8192^3 (0.50x vs 0.55x); see bench/README.md
+    few_waves = (bm, bn) == (256, 128) and aligned and tiles < 8 * SMS
+    return dict(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=5 if few_waves else 4,
+                group_m=(16 if few_waves else 8) if M >= 4 * bm else 1)
 
 
 def time_ms(torch, fn, reps: int, samples: int) -> float:
@@ -80,17 +84,40 @@ def time_ms(torch, fn, reps: int, samples: int) -> float:
     return out[len(out) // 2]
 
 
+# Hopper block tiles: (block_m, block_n, stages, relative throughput of one such block when the GPU
+# is full), read off bench/sweep_gemm.py --atoms sm90a runs on an H100 (128x256: 741 TFLOP/s at
+# 8192^3, 192x128: 719, 128x128: 558); 128x64 is an estimate
+TILES_SM90 = [(128, 256, 4, 1.0), (192, 128, 4, 0.96), (128, 128, 6, 0.75), (128, 64, 6, 0.55)]
+
+
 def params_sm90(M: int, N: int, K: int) -> dict:
-    """The Hopper recipe's parameters: 128 x 256 blocks (two wgmma warpgroups), 4 stages."""
-    bn = 256 if N >= 256 else 128
-    return dict(atoms="sm90a", block_m=128, block_n=bn, stages=4, group_m=8 if M >= 4 * 128 else 1)
+    """The Hopper recipe's parameters: warp-specialized, persistent, grouped; the block tile that
+    minimises waves x time per tile (the same fixed model as ``params_for``)."""
+
+    def cost(t):
+        bm, bn, _, eff = t
+        tiles = -(-M // bm) * -(-N // bn)
+        return -(-tiles // SMS) * bm * bn / eff
+
+    fits = [t for t in TILES_SM90 if t[0] <= M and t[1] <= N] or [TILES_SM90[-1]]
+    bm, bn, stages, _ = min(fits, key=cost)
+    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
+                warp_specialized=True, persistent=True)
 
 
 def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True, atoms="sm80"):
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
     epi = (ops.bias("bias"), ops.relu()) if fused else ()
     kw = params_sm90(M, N, K) if atoms == "sm90a" else params_for(M, N, K)
-    sched = fs.recipes.gemm(M, N, K, dtype=dt_name, arch="sm_90a", epilogue_ops=epi, **kw)
+    try:
+        sched = fs.recipes.gemm(M, N, K, dtype=dt_name, arch="sm_90a", epilogue_ops=epi, **kw)
+    except fs.ScheduleError as e:
+        if atoms != "sm90a":
+            raise
+        # TMA needs 16-byte row strides: unaligned shapes take the sm_80 recipe (recorded per row)
+        print(f"     {M}x{N}x{K}: sm90a refuses ({str(e).splitlines()[0][:90]}...); sm_80 recipe instead")
+        kw = params_for(M, N, K)
+        sched = fs.recipes.gemm(M, N, K, dtype=dt_name, arch="sm_90a", epilogue_ops=epi, **kw)
     k = fs.compile(sched, arch="sm_90a")
     per_set = (M * K + K * N + M * N) * 2
     nsets = max(1, min(8, math.ceil(2 * L2_BYTES / per_set)))
