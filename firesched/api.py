@@ -111,8 +111,10 @@ class CompiledProgram:
                     k.reserve_shared(kern.shared_bytes)
                 idx = []
                 for p in kern.params:
-                    if isinstance(p, ir.TensorMapParam):
+                    if isinstance(p, ir.TensorMapParam) and p.buffer.name in names:
                         idx.append(("tmap", names.index(p.buffer.name), p))
+                    elif isinstance(p, ir.TensorMapParam):       # a workspace (e.g. padded rows)
+                        idx.append(("tmap_ws", p.buffer.name, p))
                     else:
                         idx.append(names.index(p.name) if p.name in names else ("ws", p.name))
                 launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx)))
@@ -182,6 +184,10 @@ class CompiledProgram:
             for i in ln.args:
                 if isinstance(i, tuple) and i[0] == "tmap":
                     args.append((self._tmap(i[2], ptrs[i[1]], device), None))
+                elif isinstance(i, tuple) and i[0] == "tmap_ws":
+                    buf = next(b for b in self.program.workspaces if b.name == i[1])
+                    ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8)
+                    args.append((self._tmap(i[2], ptr, device), None))
                 elif isinstance(i, tuple):
                     buf = next(b for b in self.program.workspaces if b.name == i[1])
                     args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))

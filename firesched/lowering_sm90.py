@@ -30,6 +30,8 @@ setmaxnreg), a persistent tile scheduler, clusters and TMA multicast, TMA stores
 
 from __future__ import annotations
 
+import attrs
+
 from .dtypes import f32, u8
 from .errors import ScheduleError
 from .hardware.atoms import catalog, sm90a
@@ -42,6 +44,8 @@ from .tensor import BLOCK, GL, SH, WARPGROUP
 
 SPAN = 128                 # bytes of one 128B-swizzle row
 STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
+PAD_CHUNK = 16             # bytes one thread of the row-padding kernel stores
+PAD_THREADS = 256
 STORE_BUFFERS = 2          # TMA-store staging buffers per consumer warpgroup
 EPILOGUE_BARRIER = 1       # named barrier id the consumer warpgroups share
 MAX_CONSUMER_WARPGROUPS = 3   # block_m=256 (4 consumer warpgroups, 640 threads) hangs on the H100
@@ -65,9 +69,52 @@ class HopperGemmLowering(Lowering):
                        value=self.target.name, allowed="sm_90a", fix="check/compile with arch='sm_90a'")
         self.regs, self.shared = {}, {}
         p = self._pattern()
+        # TMA needs row strides that are multiples of 16 bytes: an operand whose rows are not is
+        # first copied into a workspace with padded rows (one memory-bound pass), and the tensor
+        # map reads that; the padding columns lie outside the map's extent, so they are never read
+        self.padded: dict[str, ir.GlobalBuffer] = {}
+        self.workspaces: list[ir.GlobalBuffer] = []
+        for t in (self.spec.a, self.spec.b):
+            src = self.gbuf(t)
+            eb = src.dtype.bits // 8
+            if (src.shape[1] * eb) % 16:
+                ld = -(-src.shape[1] * eb // 16) * 16 // eb
+                # the workspace holds whole padded rows; the tensor map sees the same memory as
+                # rows x cols with a row stride of ld
+                store = ir.GlobalBuffer(f"{src.name}_padded", src.dtype, (src.shape[0], ld), (ld, 1), "workspace")
+                self.padded[src.name] = attrs.evolve(store, shape=src.shape)
+                self.workspaces.append(store)
+                self.kernels.append(self._pad_kernel(src, store))
+                self.regs = {}
         self.kernels.append(self._kernel(p))
         inputs = [self.gbuf(self.spec.a), self.gbuf(self.spec.b)] + [self.extra_buf(e) for e in self.extras]
-        return ir.Program(tuple(self.kernels), tuple(inputs), self.gl[self.spec.c.name], ())
+        return ir.Program(tuple(self.kernels), tuple(inputs), self.gl[self.spec.c.name], tuple(self.workspaces))
+
+    def _pad_kernel(self, src: ir.GlobalBuffer, dst: ir.GlobalBuffer) -> ir.Kernel:
+        """Copy ``src`` into ``dst``, whose rows are padded to a multiple of 16 bytes: each thread
+        moves one 16-byte chunk of a padded row (element loads, zeros past the row's end, one
+        vector store)."""
+        rows, cols = src.shape
+        ld = dst.shape[1]
+        eb = src.dtype.bits // 8
+        v = PAD_CHUNK // eb
+        chunks = ld // v
+        total = rows * chunks
+        T = PAD_THREADS
+        blocks = -(-total // T)
+        tid = ir.tid(T)
+        idx = ir.bid(0, blocks) * T + tid
+        row, c0 = idx // chunks, (idx % chunks) * v
+        vals = self.reg("chunk", src.dtype, v)
+        ld_atom = catalog.copy_atom("GL", "RF", eb)
+        st_atom = catalog.copy_atom("RF", "GL", PAD_CHUNK)
+        body = [ir.AtomCall(ld_atom, (("dst", ir.RegRef(vals, j)), ("src", ir.MemRef(src, row * cols + c0 + j))),
+                            lt(c0 + j, cols), f"element {j} (zero past the row's end)") for j in range(v)]
+        body.append(ir.AtomCall(st_atom, (("dst", ir.MemRef(dst, row * ld + c0)), ("src", ir.RegRef(vals, 0))),
+                                1, f"{PAD_CHUNK} bytes of the padded row"))
+        note = f"{src.name} ({rows}x{cols}, rows of {cols * eb} bytes) -> {dst.name} (rows of {ld * eb} bytes)"
+        return ir.Kernel(f"firesched_pad_{src.name}", (src, dst), (blocks, 1, 1), T, (), (vals,),
+                         ir.Seq((ir.Comment(note), ir.If(lt(idx, total), ir.Seq(tuple(body))))), header=note)
 
     # ------------------------------------------------------------------ reading the tree
 
@@ -126,11 +173,6 @@ class HopperGemmLowering(Lowering):
         if b_mn and BN % B_BOX_N:
             raise _unsupported(block, f"BN={BN} with a row-major B (boxes of {B_BOX_N} columns)",
                                f"a multiple of {B_BOX_N}")
-        for t in (A, B):
-            if (t.extent(t.major) * eb) % 16:
-                raise _err(block, f"TMA needs {t.name}'s rows to be a multiple of 16 bytes "
-                                  f"({t.extent(t.major)} elements of {t.dtype})", field=t.name,
-                           value=t.shape, fix="use the sm_80 recipe for unaligned leading dimensions")
         persistent = any(lp.persistent for lp in root.loops)
         if persistent and not kloop.specialize:
             raise _unsupported(root, "a persistent block without warp specialization",
@@ -157,6 +199,7 @@ class HopperGemmLowering(Lowering):
         """Tensor maps, the shared stage ring and the byte count of one stage."""
         BM, BN, BK, S = p["BM"], p["BN"], p["BK"], p["S"]
         ga, gb = self.gbuf(self.spec.a), self.gbuf(self.spec.b)
+        ga, gb = self.padded.get(ga.name, ga), self.padded.get(gb.name, gb)
         dt = ga.dtype
         b_box = (BK, B_BOX_N) if p["b_mn"] else (BN, BK)
         o = dict(tm_a=ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), SPAN),

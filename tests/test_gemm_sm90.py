@@ -88,9 +88,24 @@ def test_refused(kw, words):
     assert words in str(e.value)
 
 
-def test_unaligned_rows_are_refused():
-    with pytest.raises(ScheduleError, match="16 bytes"):
-        fs.recipes.gemm(200, 136, 300, arch="sm_90a", atoms="sm90a", block_m=128, block_n=64)
+@pytest.mark.parametrize("M, N, K, kw, pads", [
+    pytest.param(200, 136, 300, dict(block_m=128, block_n=64), ["A"], id="A-rows-600-bytes"),
+    pytest.param(260, 67, 301, dict(block_m=128, block_n=64, warp_specialized=True, persistent=True), ["A", "B"],
+                 id="both-odd-ws"),
+    pytest.param(130, 200, 99, dict(block_m=64, block_n=64, layout="RC"), ["A", "B"], id="B-column-major-odd-K"),
+])
+def test_unaligned_rows_are_padded(M, N, K, kw, pads):
+    """Rows that are not a multiple of 16 bytes are copied into padded workspaces that TMA reads."""
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", **kw)
+    prog = sched.lower("sm_90a")
+    assert [k.name for k in prog.kernels[:-1]] == [f"firesched_pad_{n}" for n in pads]
+    assert all(w.strides[0] * 2 % 16 == 0 for w in prog.workspaces)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C = fs.interpret(sched, A, B, target="sm_90a")
+    ref = _ref(A, B, fs.dtypes.f16)
+    assert np.abs(C.astype(np.float64) - ref).max() / np.abs(ref).max() < 2e-2
+    assert fs.compile(sched, arch="sm_90a").spills == 0
 
 
 def _drop(stmt, pred):
