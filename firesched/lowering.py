@@ -965,35 +965,62 @@ class Lowering:
         full = self._store(work, p, out_dt, gbuf, goff, row, col, glim)
         return stmts + full
 
-    def apply_ops(self, ops_, work, p, row, col, glim) -> list:
+    def apply_ops(self, ops_, work, p, row, col, glim, preloaded=None) -> list:
+        """The epilogue ops on ``p`` f32 registers of ``work`` (columns ``col`` .. ``col + p - 1`` of
+        row ``row``).  Extra tensors are loaded here, ``p`` elements with one vector load where
+        the row length allows it, unless ``preloaded`` maps the extra's name to f32 registers that
+        already hold its ``p`` values (a bias shared by several rows of a fragment)."""
         stmts = []
-        in_row = lt(row, glim["m"])
         for op in ops_:
             for name, args in op.scalar():
+                srcs_of = []
+                for a in args:
+                    if isinstance(a, fops.Extra) and preloaded and a.name in preloaded:
+                        srcs_of.append(preloaded[a.name])
+                    elif isinstance(a, fops.Extra):
+                        xf, loads = self.load_extra(a, p, row, col, glim)
+                        stmts += loads
+                        srcs_of.append(xf)
+                    else:
+                        srcs_of.append(float(a))
                 for j in range(p):
-                    srcs = [ir.RegRef(work, j)]
-                    for a in args:
-                        if isinstance(a, fops.Extra):
-                            buf = self.extra_buf(a)
-                            xdt = buf.dtype
-                            xr = self.reg(f"x_{a.name}", xdt, 1)
-                            xf = self.reg(f"xf_{a.name}", f32, 1)
-                            if a.kind == "vector_n":
-                                off, pred = col + j, lt(col + j, glim["n"])
-                            elif a.kind == "vector_m":
-                                off, pred = row, in_row
-                            else:
-                                off, pred = row * buf.shape[1] + col + j, land(in_row, lt(col + j, glim["n"]))
-                            w = xdt.bits // 8
-                            stmts.append(ir.AtomCall(catalog.copy_atom("GL", "RF", w),
-                                                     (("dst", ir.RegRef(xr, 0)), ("src", ir.MemRef(buf, off))), pred,
-                                                     comment=f"{a.name} for the epilogue"))
-                            stmts.append(ir.Pointwise("cvt", ir.RegRef(xf, 0), (ir.RegRef(xr, 0),)))
-                            srcs.append(ir.RegRef(xf, 0))
-                        else:
-                            srcs.append(float(a))
+                    srcs = [ir.RegRef(work, j)] + [ir.RegRef(x, j) if isinstance(x, ir.RegBuffer) else x
+                                                   for x in srcs_of]
                     stmts.append(ir.Pointwise(name, ir.RegRef(work, j), tuple(srcs)))
         return stmts
+
+    def load_extra(self, a, p, row, col, glim):
+        """``p`` values of extra tensor ``a`` at (row, col .. col + p - 1) into new f32 registers:
+        (the register buffer, the statements).  Out-of-range elements read as zero."""
+        buf = self.extra_buf(a)
+        xdt = buf.dtype
+        w = xdt.bits // 8
+        xr = self.reg(f"x_{a.name}", xdt, p)
+        xf = self.reg(f"xf_{a.name}", f32, p)
+        in_row = lt(row, glim["m"])
+        n_lim = glim["n"]
+        if a.kind == "vector_m":
+            offs = [(row, in_row)] * p
+        elif a.kind == "vector_n":
+            offs = [(col + j, lt(col + j, n_lim)) for j in range(p)]
+        else:
+            offs = [(row * buf.shape[1] + col + j, land(in_row, lt(col + j, n_lim))) for j in range(p)]
+        # one vector load when the p elements are contiguous, aligned and in range together: col
+        # is a multiple of p (fragment pairs start on even columns) and N a multiple of p
+        vec = (p > 1 and a.kind != "vector_m" and isinstance(n_lim, int) and n_lim % p == 0
+               and buf.shape[-1] % p == 0 and (p * w) in (2, 4, 8, 16))
+        stmts = []
+        if vec:
+            stmts.append(ir.AtomCall(catalog.copy_atom("GL", "RF", p * w),
+                                     (("dst", ir.RegRef(xr, 0)), ("src", ir.MemRef(buf, offs[0][0]))), offs[0][1],
+                                     comment=f"{a.name} for the epilogue"))
+        else:
+            for j, (off, pred) in enumerate(offs):
+                stmts.append(ir.AtomCall(catalog.copy_atom("GL", "RF", w),
+                                         (("dst", ir.RegRef(xr, j)), ("src", ir.MemRef(buf, off))), pred,
+                                         comment=f"{a.name} for the epilogue"))
+        stmts += [ir.Pointwise("cvt", ir.RegRef(xf, j), (ir.RegRef(xr, j),)) for j in range(p)]
+        return xf, stmts
 
     def _store(self, work, p, out_dt, gbuf, goff, row, col, glim) -> list:
         n_lim = glim["n"]

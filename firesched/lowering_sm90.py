@@ -481,27 +481,40 @@ class HopperGemmLowering(Lowering):
         out = [ir.Comment(f"{store.spec}: D fragments -> C_smem (128B swizzle) -> TMA store, {BN // cc} chunks "
                           f"of 64x{cc}")]
         nc = BN // cc
+        ops_ = getattr(store.spec, "ops", ())
+        shared_cols = [a for op in ops_ for _, args in op.scalar() for a in args
+                       if getattr(a, "kind", None) == "vector_n"]
         for c in range(nc):
             b = (ti * nc + c) % STORE_BUFFERS
             base = (wg * STORE_BUFFERS + b) * 64 * cc
-            q = Var(f"e{c}", pairs)
-            pair = c * pairs + q
-            r, col = sm90a.d_coord(lane, pair)
-            cw = col - c * cc                       # column inside the chunk
-            byte = cw * ob
-            sw = (_xor(byte // 16, r % 8)) * 16 + byte % 16     # Swizzle<3,4,3> on the 128-byte rows
-            row_g, col_g = m0 + wg * 64 + r, n0 + col
-            body = [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * pair + j),)) for j in range(2)]
-            body += self.apply_ops(getattr(store.spec, "ops", ()), work, 2, row_g, col_g, glim)
-            body += [ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),))
-                     for j in range(2)]
-            body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
-                                         ("src", ir.RegRef(outr, 0))), 1, "C pair"))
+            # pairs 2i and 2i+1 of a thread hold the same two columns in rows r and r + 8: a bias
+            # over N is loaded once for both
+            q = Var(f"e{c}", pairs // 2)
+            body = []
+            pre = {}
+            _, col0 = sm90a.d_coord(lane, c * pairs + 2 * q)
+            for a in shared_cols:
+                if a.name not in pre:
+                    pre[a.name], loads = self.load_extra(a, 2, 0, n0 + col0, glim)
+                    body += loads
+            for h in range(2):
+                pair = c * pairs + 2 * q + h
+                r, col = sm90a.d_coord(lane, pair)
+                cw = col - c * cc                       # column inside the chunk
+                byte = cw * ob
+                sw = (_xor(byte // 16, r % 8)) * 16 + byte % 16     # Swizzle<3,4,3> on the 128-byte rows
+                row_g, col_g = m0 + wg * 64 + r, n0 + col
+                body += [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * pair + j),)) for j in range(2)]
+                body += self.apply_ops(ops_, work, 2, row_g, col_g, glim, preloaded=pre)
+                body += [ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),))
+                         for j in range(2)]
+                body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
+                                             ("src", ir.RegRef(outr, 0))), 1, "C pair"))
             out += [
                 ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
                                   comment="the store that last used this buffer has read it")),
                 ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER, threads=consumers),
-                ir.For(q, pairs, ir.Seq(tuple(body)), unroll=True),
+                ir.For(q, pairs // 2, ir.Seq(tuple(body)), unroll=True),
                 _call(sm90a.fence_proxy_async, comment="st.shared -> visible to the TMA store"),
                 ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER, threads=consumers),
                 ir.If(lead, ir.Seq((

@@ -207,8 +207,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     alignas(16) unsigned short A_frag[32] = {};  // bf16 x 32
     alignas(16) unsigned short B_frag[32] = {};  // bf16 x 32
     alignas(16) float epi[2] = {};  // f32 x 2
-    alignas(16) unsigned short x_residual[1] = {};  // bf16 x 1
-    alignas(16) float xf_residual[1] = {};  // f32 x 1
+    alignas(16) unsigned short x_residual[2] = {};  // bf16 x 2
+    alignas(16) float xf_residual[2] = {};  // f32 x 2
     alignas(16) unsigned short out_bf16[2] = {};  // bf16 x 2
 
     // C_acc[0 .. +32] = 0.0
@@ -406,22 +406,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
             epi[1] = C_acc[f4 * 16 + f5 * 4 + 1];
             epi[0] = epi[0] * 0.5f;
             epi[1] = epi[1] * 0.5f;
-            // sm70.ld_global_2: residual for the epilogue
-            //   dst = x_residual[0 .. +1], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576]
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(x_residual[0])
+            // sm70.ld_global_4: residual for the epilogue
+            //   dst = x_residual[0 .. +2], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576]
+            asm volatile("ld.global.b32 %0, [%1];"
+                : "=r"(*reinterpret_cast<unsigned*>(&x_residual[0]))
                 : "l"(residual + (bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576))
                 : "memory");
             xf_residual[0] = fs_bf16_to_f32(x_residual[0]);
+            xf_residual[1] = fs_bf16_to_f32(x_residual[1]);
             epi[0] = epi[0] + xf_residual[0];
-            // sm70.ld_global_2: residual for the epilogue
-            //   dst = x_residual[0 .. +1], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 1]
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(x_residual[0])
-                : "l"(residual + (bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 1))
-                : "memory");
-            xf_residual[0] = fs_bf16_to_f32(x_residual[0]);
-            epi[1] = epi[1] + xf_residual[0];
+            epi[1] = epi[1] + xf_residual[1];
             out_bf16[0] = fs_f32_to_bf16(epi[0]);
             out_bf16[1] = fs_f32_to_bf16(epi[1]);
             // sm70.st_global_4: C
@@ -434,22 +428,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
             epi[1] = C_acc[f4 * 16 + f5 * 4 + 3];
             epi[0] = epi[0] * 0.5f;
             epi[1] = epi[1] * 0.5f;
-            // sm70.ld_global_2: residual for the epilogue
-            //   dst = x_residual[0 .. +1], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6144]
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(x_residual[0])
+            // sm70.ld_global_4: residual for the epilogue
+            //   dst = x_residual[0 .. +2], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6144]
+            asm volatile("ld.global.b32 %0, [%1];"
+                : "=r"(*reinterpret_cast<unsigned*>(&x_residual[0]))
                 : "l"(residual + (bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6144))
                 : "memory");
             xf_residual[0] = fs_bf16_to_f32(x_residual[0]);
+            xf_residual[1] = fs_bf16_to_f32(x_residual[1]);
             epi[0] = epi[0] + xf_residual[0];
-            // sm70.ld_global_2: residual for the epilogue
-            //   dst = x_residual[0 .. +1], src = &residual[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6145]
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(x_residual[0])
-                : "l"(residual + (bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6145))
-                : "memory");
-            xf_residual[0] = fs_bf16_to_f32(x_residual[0]);
-            epi[1] = epi[1] + xf_residual[0];
+            epi[1] = epi[1] + xf_residual[1];
             out_bf16[0] = fs_f32_to_bf16(epi[0]);
             out_bf16[1] = fs_f32_to_bf16(epi[1]);
             // sm70.st_global_4: C

@@ -207,8 +207,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
     alignas(16) unsigned short A_frag[64] = {};  // f16 x 64
     alignas(16) unsigned short B_frag[64] = {};  // f16 x 64
     alignas(16) float epi[2] = {};  // f32 x 2
-    alignas(16) float x_bias[1] = {};  // f32 x 1
-    alignas(16) float xf_bias[1] = {};  // f32 x 1
+    alignas(16) float x_bias[2] = {};  // f32 x 2
+    alignas(16) float xf_bias[2] = {};  // f32 x 2
     alignas(16) float out_f32[2] = {};  // f32 x 2
 
     // C_acc[0 .. +128] = 0.0
@@ -526,22 +526,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
         for (int f9 = 0; f9 < 8; ++f9) {
             epi[0] = C_acc[f8 * 32 + f9 * 4];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
-            // sm70.ld_global_4: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
-            asm volatile("ld.global.b32 %0, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+            // sm70.ld_global_8: bias for the epilogue
+            //   dst = x_bias[0 .. +2], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
+            asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
+                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0])), "=r"(*reinterpret_cast<unsigned*>(&x_bias[1]))
                 : "l"(bias + (bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64))
                 : "memory");
             xf_bias[0] = x_bias[0];
+            xf_bias[1] = x_bias[1];
             epi[0] = epi[0] + xf_bias[0];
-            // sm70.ld_global_4: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1]
-            asm volatile("ld.global.b32 %0, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
-                : "l"(bias + (bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1))
-                : "memory");
-            xf_bias[0] = x_bias[0];
-            epi[1] = epi[1] + xf_bias[0];
+            epi[1] = epi[1] + xf_bias[1];
             epi[0] = 0.5f * epi[0] * (1.0f + erff(epi[0] * 0.70710678118654752f));
             epi[1] = 0.5f * epi[1] * (1.0f + erff(epi[1] * 0.70710678118654752f));
             out_f32[0] = epi[0];
@@ -554,22 +548,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
                 : "memory");
             epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
-            // sm70.ld_global_4: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
-            asm volatile("ld.global.b32 %0, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+            // sm70.ld_global_8: bias for the epilogue
+            //   dst = x_bias[0 .. +2], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
+            asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
+                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0])), "=r"(*reinterpret_cast<unsigned*>(&x_bias[1]))
                 : "l"(bias + (bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64))
                 : "memory");
             xf_bias[0] = x_bias[0];
+            xf_bias[1] = x_bias[1];
             epi[0] = epi[0] + xf_bias[0];
-            // sm70.ld_global_4: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1]
-            asm volatile("ld.global.b32 %0, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
-                : "l"(bias + (bid_x * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1))
-                : "memory");
-            xf_bias[0] = x_bias[0];
-            epi[1] = epi[1] + xf_bias[0];
+            epi[1] = epi[1] + xf_bias[1];
             epi[0] = 0.5f * epi[0] * (1.0f + erff(epi[0] * 0.70710678118654752f));
             epi[1] = 0.5f * epi[1] * (1.0f + erff(epi[1] * 0.70710678118654752f));
             out_f32[0] = epi[0];

@@ -206,8 +206,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
     alignas(16) unsigned short A_frag[64] = {};  // f16 x 64
     alignas(16) unsigned short B_frag[64] = {};  // f16 x 64
     alignas(16) float epi[2] = {};  // f32 x 2
-    alignas(16) unsigned short x_bias[1] = {};  // f16 x 1
-    alignas(16) float xf_bias[1] = {};  // f32 x 1
+    alignas(16) unsigned short x_bias[2] = {};  // f16 x 2
+    alignas(16) float xf_bias[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
     // C_acc[0 .. +128] = 0.0
@@ -525,30 +525,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
         for (int f9 = 0; f9 < 8; ++f9) {
             epi[0] = C_acc[f8 * 32 + f9 * 4];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
-            // sm70.ld_global_2: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
+            // sm70.ld_global_4: bias for the epilogue
+            //   dst = x_bias[0 .. +2], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
             if (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 8192) {
-                asm volatile("ld.global.b16 %0, [%1];"
-                    : "=h"(x_bias[0])
+                asm volatile("ld.global.b32 %0, [%1];"
+                    : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
                     : "l"(bias + (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64))
                     : "memory");
             } else {
-                x_bias[0] = 0;
+                *reinterpret_cast<unsigned*>(&x_bias[0]) = 0;
             }
             xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+            xf_bias[1] = fs_f16_to_f32(x_bias[1]);
             epi[0] = epi[0] + xf_bias[0];
-            // sm70.ld_global_2: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1]
-            if (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 8192) {
-                asm volatile("ld.global.b16 %0, [%1];"
-                    : "=h"(x_bias[0])
-                    : "l"(bias + (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1))
-                    : "memory");
-            } else {
-                x_bias[0] = 0;
-            }
-            xf_bias[0] = fs_f16_to_f32(x_bias[0]);
-            epi[1] = epi[1] + xf_bias[0];
+            epi[1] = epi[1] + xf_bias[1];
             epi[0] = fmaxf(epi[0], 0.0f);
             epi[1] = fmaxf(epi[1], 0.0f);
             out_f16[0] = fs_f32_to_f16(epi[0]);
@@ -563,30 +553,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
             }
             epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
-            // sm70.ld_global_2: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
+            // sm70.ld_global_4: bias for the epilogue
+            //   dst = x_bias[0 .. +2], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64]
             if (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 8192) {
-                asm volatile("ld.global.b16 %0, [%1];"
-                    : "=h"(x_bias[0])
+                asm volatile("ld.global.b32 %0, [%1];"
+                    : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
                     : "l"(bias + (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64))
                     : "memory");
             } else {
-                x_bias[0] = 0;
+                *reinterpret_cast<unsigned*>(&x_bias[0]) = 0;
             }
             xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+            xf_bias[1] = fs_f16_to_f32(x_bias[1]);
             epi[0] = epi[0] + xf_bias[0];
-            // sm70.ld_global_2: bias for the epilogue
-            //   dst = x_bias[0 .. +1], src = &bias[bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1]
-            if (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 8192) {
-                asm volatile("ld.global.b16 %0, [%1];"
-                    : "=h"(x_bias[0])
-                    : "l"(bias + (bid_x % 512 / min(-bid_x / 512 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1))
-                    : "memory");
-            } else {
-                x_bias[0] = 0;
-            }
-            xf_bias[0] = fs_f16_to_f32(x_bias[0]);
-            epi[1] = epi[1] + xf_bias[0];
+            epi[1] = epi[1] + xf_bias[1];
             epi[0] = fmaxf(epi[0], 0.0f);
             epi[1] = fmaxf(epi[1], 0.0f);
             out_f16[0] = fs_f32_to_f16(epi[0]);

@@ -600,8 +600,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_splitk_reduce(
     const int bid_x = blockIdx.x;
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) float part[2] = {};  // f32 x 2
-    alignas(16) unsigned short x_bias[1] = {};  // f16 x 1
-    alignas(16) float xf_bias[1] = {};  // f32 x 1
+    alignas(16) unsigned short x_bias[2] = {};  // f16 x 2
+    alignas(16) float xf_bias[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
     // Reduce<kernel>(sum over kp: C_part:GL f32[2x768x512] -> C:GL f16[768x512]) with bias(bias[n]), tanh()
@@ -625,26 +625,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_splitk_reduce(
             : "memory");
         epi[0] = epi[0] + part[0];
         epi[1] = epi[1] + part[1];
-        // sm70.ld_global_2: bias for the epilogue
-        //   dst = x_bias[0 .. +1], src = &bias[(bid_x * 256 + tid * 2) % 512]
-        asm volatile("ld.global.b16 %0, [%1];"
-            : "=h"(x_bias[0])
+        // sm70.ld_global_4: bias for the epilogue
+        //   dst = x_bias[0 .. +2], src = &bias[(bid_x * 256 + tid * 2) % 512]
+        asm volatile("ld.global.b32 %0, [%1];"
+            : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
             : "l"(bias + (bid_x * 256 + tid * 2) % 512)
             : "memory");
         xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+        xf_bias[1] = fs_f16_to_f32(x_bias[1]);
         epi[0] = epi[0] + xf_bias[0];
-        // sm70.ld_global_2: bias for the epilogue
-        //   dst = x_bias[0 .. +1], src = &bias[(bid_x * 256 + tid * 2) % 512 + 1]
-        if ((bid_x * 256 + tid * 2) % 512 + 1 < 512) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(x_bias[0])
-                : "l"(bias + ((bid_x * 256 + tid * 2) % 512 + 1))
-                : "memory");
-        } else {
-            x_bias[0] = 0;
-        }
-        xf_bias[0] = fs_f16_to_f32(x_bias[0]);
-        epi[1] = epi[1] + xf_bias[0];
+        epi[1] = epi[1] + xf_bias[1];
         epi[0] = tanhf(epi[0]);
         epi[1] = tanhf(epi[1]);
         out_f16[0] = fs_f32_to_f16(epi[0]);
