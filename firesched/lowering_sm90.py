@@ -47,7 +47,7 @@ STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 
 PAD_CHUNK = 16             # bytes one thread of the row-padding kernel stores
 PAD_THREADS = 256
 STORE_BUFFERS = 2          # TMA-store staging buffers per consumer warpgroup
-EPILOGUE_BARRIER = 1       # named barrier id the consumer warpgroups share
+EPILOGUE_BARRIER = 1       # named barrier id of consumer warpgroup 0 (warpgroup w uses 1 + w)
 MAX_CONSUMER_WARPGROUPS = 3   # block_m=256 (4 consumer warpgroups, 640 threads) hangs on the H100
 B_BOX_N = 64               # elements of N per TMA box of a row-major B (one span of 16-bit values)
 
@@ -459,9 +459,9 @@ class HopperGemmLowering(Lowering):
 
             for each column chunk c (BN / span of them; counted on across a persistent block's tiles):
               thread 0 of the warpgroup: wait until its store of chunk c-2 has read its buffer
-              barrier (consumers)                      # the buffer is free
+              barrier (the warpgroup's 128 threads)     # the buffer is free
               each thread: ops on its D pairs of chunk c, cvt, st.shared into buffer c % 2
-              fence.proxy.async; barrier (consumers)   # the tile is visible to the async proxy
+              fence.proxy.async; barrier (warpgroup)   # the tile is visible to the async proxy
               thread 0 of the warpgroup: TMA store of the 64 x span box; commit
 
         TMA drops the parts of a box outside C, so edge tiles need no predicates.
@@ -473,7 +473,6 @@ class HopperGemmLowering(Lowering):
         BN = p["BN"]
         glim = {"m": M, "n": N}
         lead = lt(lane, 1)
-        consumers = 128 * nwg
         pairs = cc // 8 * 2                       # D pairs of one thread inside one chunk
         work = self.reg("epi", f32, 2)
         outr = self.reg(f"out_{out_dt.name}", out_dt, 2)
@@ -513,10 +512,10 @@ class HopperGemmLowering(Lowering):
             out += [
                 ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
                                   comment="the store that last used this buffer has read it")),
-                ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER, threads=consumers),
+                ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER + wg, threads=128),
                 ir.For(q, pairs // 2, ir.Seq(tuple(body)), unroll=True),
                 _call(sm90a.fence_proxy_async, comment="st.shared -> visible to the TMA store"),
-                ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER, threads=consumers),
+                ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER + wg, threads=128),
                 ir.If(lead, ir.Seq((
                     _call(sm90a.tma_store_2d, tmap=tmap, c0=ir.Scalar(n0 + c * cc), c1=ir.Scalar(m0 + wg * 64),
                           src=ir.MemRef(buf, base), comment=f"C rows +64, columns {c * cc}..+{cc}"),

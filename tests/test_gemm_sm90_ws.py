@@ -203,7 +203,8 @@ def test_printer_branches_on_roles():
     assert "if (tid < 128) {  // role producer" in src
     assert "} else if (tid >= 128 && tid < 384) {  // role consumers" in src
     assert "const int rtid = tid - 128;" in src
-    assert 'asm volatile("bar.sync %0, %1;"' in src and '"n"(256)' in src
+    # one named barrier per consumer warpgroup: id 1 + warpgroup, 128 threads
+    assert 'asm volatile("bar.sync %0, %1;"' in src and '"r"(rtid / 128 + 1), "n"(128)' in src
 
 
 # --------------------------------------------------------------------------- refusals

@@ -631,12 +631,14 @@ class _KernelPrinter:
         if not node.threads:
             self.emit("__syncthreads();")
             return
-        bid, n = int(node.bar_id), int(node.threads)
-        if not 1 <= bid < 16 or n % 32 or n <= 0:
+        bid, n = node.bar_id, int(node.threads)
+        if (isinstance(bid, int) and not 1 <= bid < 16) or n % 32 or n <= 0:
             raise InternalError(f"{self._where()}: named barrier {bid} with {n} threads: the id must be in "
                                 f"1..15 and the count a positive multiple of 32")
-        # bar.sync with an immediate id and count: only these threads wait for each other
-        self.emit_block(Asm("bar.sync %0, %1;", (), (("n", str(bid)), ("n", str(n))), ("memory",)).to_c())
+        # bar.sync id, count: only these threads wait for each other; the id may be computed (one
+        # barrier per warpgroup), the count is an immediate
+        ident = ("n", str(bid)) if isinstance(bid, int) else ("r", self.c(bid))
+        self.emit_block(Asm("bar.sync %0, %1;", (), (ident, ("n", str(n))), ("memory",)).to_c())
 
     def _emit_sync(self, name: str, immediates: dict[str, int], comment: str) -> None:
         from ..hardware.atoms import catalog

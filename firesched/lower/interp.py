@@ -693,21 +693,27 @@ class _KernelRun:
             self.bar_obs[...] = self.bar_obs.max(axis=0)
 
     def named_barrier(self, s, threads: int):
-        """``bar.sync id, threads``: the active threads must be exactly ``threads`` whole warps (the
-        interpreter models a named barrier reached by one lockstep group)."""
-        bid = int(getattr(s, "bar_id", 0))
-        if not 1 <= bid < 16 or threads % 32 or not 0 < threads <= self.T:
-            self.hazard(f"named barrier {bid} with {threads} threads: the id must be in 1..15 and the "
-                        f"thread count a multiple of 32, at most the block's {self.T}")
+        """``bar.sync id, threads``: the active threads with the same ``id`` (an int, or an index
+        expression such as one barrier per warpgroup) must be exactly ``threads`` whole warps (the
+        interpreter models a named barrier reached by one lockstep group at once)."""
         act = self.active()
-        warps = np.unique(act // 32)
-        if act.size != threads or np.unique(act // 32).size * 32 != threads:
-            self.hazard(f"named barrier {bid} expects {threads} threads (whole warps) but threads "
-                        f"{_listing(act)} ({act.size}, in {warps.size} warp(s)) reach it")
-        self.vc[act] = self.vc[act].max(axis=0)
-        self.vc[act, act] += 1
-        if self.sm90:
-            self.bar_obs[act] = self.bar_obs[act].max(axis=0)
+        ids = self.per_thread(getattr(s, "bar_id", 0))[act]
+        if threads % 32 or not 0 < threads <= self.T:
+            self.hazard(f"named barrier with {threads} threads: the thread count must be a multiple of 32, "
+                        f"at most the block's {self.T}")
+        for bid in np.unique(ids).tolist():
+            grp = act[ids == bid]
+            if not 1 <= bid < 16:
+                self.hazard(f"named barrier id {bid} (threads {_listing(grp)}): ids are 1..15 (0 is the "
+                            f"block-wide barrier)")
+            warps = np.unique(grp // 32)
+            if grp.size != threads or warps.size * 32 != threads:
+                self.hazard(f"named barrier {bid} expects {threads} threads (whole warps) but threads "
+                            f"{_listing(grp)} ({grp.size}, in {warps.size} warp(s)) reach it")
+            self.vc[grp] = self.vc[grp].max(axis=0)
+            self.vc[grp, grp] += 1
+            if self.sm90:
+                self.bar_obs[grp] = self.bar_obs[grp].max(axis=0)
 
     def ordered(self, other: np.ndarray, clock: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Whether the accesses of threads ``other`` at their own clocks ``clock`` happen before

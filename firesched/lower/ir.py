@@ -244,10 +244,11 @@ class Barrier:
     With ``threads`` > 0 it is the named barrier ``bar.sync bar_id, threads``: only the ``threads``
     threads (whole warps) that execute it with the same ``bar_id`` (1..15; 0 is ``__syncthreads``)
     wait for each other, e.g. the 128 threads of one warpgroup inside a warp-specialized role.
+    ``bar_id`` may be an index expression (``1 + warpgroup``: one barrier per warpgroup).
     """
 
     comment: str = ""
-    bar_id: int = 0
+    bar_id: IntExpr = 0
     threads: int = 0
 
 
