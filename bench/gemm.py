@@ -61,7 +61,7 @@ def params_for(M: int, N: int, K: int) -> dict:
     # 256x128 tiles over fewer than 8 waves: a deeper ring and wider groups measured better at 4096^3
     # (0.55-0.57x vs 0.52-0.54x), worse at 8192^3 (0.50x vs 0.55x); see bench/README.md
     few_waves = (bm, bn) == (256, 128) and aligned and tiles < 8 * SMS
-    return dict(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=5 if few_waves else 4,
+    return dict(atoms="sm80", block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=5 if few_waves else 4,
                 group_m=(16 if few_waves else 8) if M >= 4 * bm else 1)
 
 

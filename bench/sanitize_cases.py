@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import firesched as fs  # noqa: E402
 from firesched import ops  # noqa: E402
 
-SMALL = dict(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)
+SMALL = dict(atoms="sm80", block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)
 CASES = {
     "pipelined-partial": dict(M=200, N=136, K=96, kw=dict(SMALL)),
     "unaligned-rows": dict(M=130, N=67, K=45, kw=dict(SMALL)),
@@ -30,7 +30,7 @@ CASES = {
     "bias-gelu-f32": dict(M=192, N=160, K=64, kw=dict(SMALL, out_dtype="f32",
                                                       epilogue_ops=(ops.bias("bias"), ops.gelu()))),
     "column-major": dict(M=128, N=128, K=64, kw=dict(SMALL, layout="CC")),
-    "big-tile": dict(M=256, N=512, K=128, kw=dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4,
+    "big-tile": dict(M=256, N=512, K=128, kw=dict(atoms="sm80", block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4,
                                                   stages=4)),
     # Hopper: TMA + mbarrier ring + wgmma; warp-specialized and persistent with the TMA-store epilogue
     "hopper-plain": dict(M=200, N=136, K=304, kw=dict(atoms="sm90a", block_m=128, block_n=64)),

@@ -18,14 +18,14 @@ import firesched as fs  # noqa: E402
 from bench.gemm import time_ms  # noqa: E402
 
 CONFIGS = [
-    dict(block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8, prefetch=False),
-    dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4, group_m=8),
-    dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=5, group_m=8),
-    dict(block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=6, group_m=4),
-    dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8),
-    dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=4),
-    dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=6, group_m=8),
-    dict(block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=16),
+    dict(atoms="sm80", block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=3, group_m=8, prefetch=False),
+    dict(atoms="sm80", block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=4, group_m=8),
+    dict(atoms="sm80", block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=5, group_m=8),
+    dict(atoms="sm80", block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=6, group_m=4),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=8),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=4),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=6, group_m=8),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=16),
 ]
 
 #: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence

@@ -53,7 +53,7 @@ def demo(args) -> int:
 
     # 2. the big one: emitted as CUDA C++ and compiled by NVRTC
     S = args.size
-    big = fs.recipes.gemm(S, S, S, dtype=dt.name, arch="sm_90a", block_m=128, block_n=256, block_k=32,
+    big = fs.recipes.gemm(S, S, S, dtype=dt.name, arch="sm_90a", atoms="sm80", block_m=128, block_n=256, block_k=32,
                           warps_m=2, warps_n=4, stages=4, epilogue_ops=epi if args.fused else ())
     ok = True
     compiled = {}

@@ -34,7 +34,7 @@ CASES = [
 
 @pytest.mark.parametrize("M, N, K, kw", CASES)
 def test_interpreter_matches_numpy(M, N, K, kw):
-    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", **kw)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", warp_specialized=False, **kw)
     rng = np.random.default_rng(M + N + K)
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     C = fs.interpret(sched, A, B, target="sm_90a")
@@ -46,7 +46,7 @@ def test_interpreter_matches_numpy(M, N, K, kw):
 def test_epilogues(name):
     epi = fs.recipes.EPILOGUES[name]
     M, N, K = 192, 128, 128
-    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, epilogue_ops=epi)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", warp_specialized=False, block_m=128, block_n=128, epilogue_ops=epi)
     rng = np.random.default_rng(1)
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     extras = []
@@ -60,7 +60,7 @@ def test_epilogues(name):
 
 @pytest.mark.parametrize("bm, bn, stages", [(128, 256, 4), (128, 128, 4), (256, 128, 3), (64, 256, 4)])
 def test_compiles_without_spills(bm, bn, stages):
-    sched = fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", atoms="sm90a", block_m=bm, block_n=bn, stages=stages,
+    sched = fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", atoms="sm90a", warp_specialized=False, block_m=bm, block_n=bn, stages=stages,
                             group_m=8, epilogue_ops=(ops.bias("bias"), ops.relu()))
     k = fs.compile(sched, arch="sm_90a")
     assert k.spills == 0
@@ -68,7 +68,7 @@ def test_compiles_without_spills(bm, bn, stages):
 
 
 def test_needs_sm90a():
-    sched = fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128)
+    sched = fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", warp_specialized=False, block_m=128, block_n=128)
     with pytest.raises(ScheduleError, match="sm_90a"):
         sched.check("sm_80")
 
@@ -84,7 +84,7 @@ def test_refused(kw, words):
     args = dict(block_m=128, block_n=128)
     args.update(kw)
     with pytest.raises(ScheduleError) as e:
-        fs.recipes.gemm(512, 512, 512, arch="sm_90a", atoms="sm90a", **args)
+        fs.recipes.gemm(512, 512, 512, arch="sm_90a", atoms="sm90a", warp_specialized=False, **args)
     assert words in str(e.value)
 
 
@@ -96,7 +96,7 @@ def test_refused(kw, words):
 ])
 def test_unaligned_rows_are_padded(M, N, K, kw, pads):
     """Rows that are not a multiple of 16 bytes are copied into padded workspaces that TMA reads."""
-    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", **kw)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **dict(dict(atoms="sm90a", warp_specialized=False), **kw))
     prog = sched.lower("sm_90a")
     assert [k.name for k in prog.kernels[:-1]] == [f"firesched_pad_{n}" for n in pads]
     assert all(w.strides[0] * 2 % 16 == 0 for w in prog.workspaces)
@@ -120,7 +120,7 @@ def _drop(stmt, pred):
 
 
 def _planted(pred):
-    sched = fs.recipes.gemm(128, 128, 192, arch="sm_90a", atoms="sm90a", block_m=128, block_n=64, stages=2)
+    sched = fs.recipes.gemm(128, 128, 192, arch="sm_90a", atoms="sm90a", warp_specialized=False, block_m=128, block_n=64, stages=2)
     prog = sched.lower("sm_90a")
     k = prog.kernels[0]
     bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_drop(k.body, pred)),))
@@ -154,7 +154,7 @@ def test_planted_missing_barrier_before_refill():
 
 
 def test_planted_wrong_parity():
-    sched = fs.recipes.gemm(128, 128, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=64, stages=2)
+    sched = fs.recipes.gemm(128, 128, 256, arch="sm_90a", atoms="sm90a", warp_specialized=False, block_m=128, block_n=64, stages=2)
     prog = sched.lower("sm_90a")
     k = prog.kernels[0]
 

@@ -231,7 +231,8 @@ def test_warp_specialize_register_counts(kw):
 
 def test_persistent_needs_warp_specialization():
     with pytest.raises(ScheduleError, match="persistent block without warp specialization"):
-        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, persistent=True)
+        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, persistent=True,
+                        warp_specialized=False)
 
 
 def test_only_blocks_are_persistent():
@@ -247,7 +248,7 @@ def test_four_consumer_warpgroups_are_refused():
 
 def test_sm80_recipe_refuses_warp_specialization():
     with pytest.raises(ScheduleError, match="Hopper"):
-        fs.recipes.gemm(256, 256, 256, arch="sm_90a", warp_specialized=True)
+        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm80", warp_specialized=True)
 
 
 def test_strategy_values_print_and_compare():
@@ -260,3 +261,27 @@ def test_strategy_values_print_and_compare():
     sched = fs.recipes.gemm(512, 512, 512, arch="sm_90a", block_m=128, block_n=128, group_m=2, **PERSISTENT)
     text = str(sched)
     assert "persistent" in text and "warp-specialized(producer 40 regs" in text
+
+
+def test_sm90a_default_is_the_warp_specialized_persistent_gemm():
+    sched = fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a")
+    text = str(sched)
+    assert "wgmma" in text and "persistent" in text and "warp-specialized" in text
+    assert "mma_m16n8k16" not in text
+    # the sm_80 recipe stays available on sm_90a, and is still the default for sm_80
+    assert "mma" in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a", atoms="sm80"))
+    assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024))
+
+
+@pytest.mark.parametrize("kw", [dict(block_k=32), dict(warps_m=4), dict(split_k_blocks=2),
+                                dict(prologue_ops=(ops.relu(),))])
+def test_sm80_parameters_with_hopper_atoms(kw):
+    with pytest.raises(ScheduleError, match="sm_80-atom recipe") as e:
+        fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a", **kw)
+    assert "atoms='sm80'" in str(e.value)
+
+
+@pytest.mark.parametrize("M, N", [(100, 1024), (1024, 100), (64, 64)])
+def test_default_tiles_fit_small_problems(M, N):
+    sched = fs.recipes.gemm(M, N, 256, arch="sm_90a")
+    sched.check("sm_90a")

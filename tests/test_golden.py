@@ -45,7 +45,7 @@ def build(name):
     (M, N, K), kw = VARIANTS[name]
     kw = dict(kw)
     dt = kw.pop("dtype", "f16")
-    return fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", **kw)
+    return fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", atoms="sm80", **kw)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, id=n) for n in VARIANTS])

@@ -76,48 +76,79 @@ class GemmParams:
 
 
 def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
-         layout: str = "RR", block_m: int = 128, block_n: int = 128, block_k: int = 32, warps_m: int = 2,
-         warps_n: int = 2, stages: int = 3, split_k_blocks: int = 1, split_k_warps: int = 1,
-         swizzle: Swizzle | None = None, warp_k: int = 16, group_m: int = 1, prefetch: bool | None = None,
-         epilogue_ops: tuple = (),
-         prologue_ops: tuple = (), atoms: str = "sm80", warp_specialized: bool = False,
-         persistent: bool = False, producer_regs: int = 40, consumer_regs: int | None = None,
-         check: bool = True) -> Schedule:
+         layout: str = "RR", block_m: int | None = None, block_n: int | None = None, block_k: int | None = None,
+         warps_m: int | None = None, warps_n: int | None = None, stages: int | None = None,
+         split_k_blocks: int | None = None, split_k_warps: int | None = None, swizzle: Swizzle | None = None,
+         warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
+         epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
+         warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
+         consumer_regs: int | None = None, check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
     input type.  ``layout`` gives A's then B's majorness (``R``/``C``).  ``epilogue_ops`` are
-    ``firesched.ops`` values (bias, relu, gelu, residual, scale, cast); ``prologue_ops`` run on A's
-    fragments (e.g. ``(ops.relu(),)``).  ``arch`` is the target the schedule is checked against
-    (sm_80 atoms run on sm_80 and sm_90a).
+    ``firesched.ops`` values (bias, relu, gelu, residual, scale, cast).  ``arch`` is the target the
+    schedule is checked against.
 
-    ``atoms="sm90a"`` builds the Hopper schedule instead (``gemm_sm90``): TMA copies into an
-    mbarrier ring and wgmma from shared memory; it takes ``block_m`` (64..256, multiples of 64),
-    ``block_n``, ``stages``, ``group_m``, the epilogue, ``warp_specialized`` (a producer
-    warpgroup issues the TMA copies) and ``persistent`` (one block per SM walks the tiles; needs
-    ``warp_specialized``; ``producer_regs``/``consumer_regs`` set its ``setmaxnreg`` counts), and
-    needs ``arch="sm_90a"``.
+    ``atoms`` picks the instruction family; by default the newest the target has:
+
+    * ``"sm90a"`` (the default for ``arch="sm_90a"``; ``gemm_sm90``): TMA copies into an mbarrier
+      ring, wgmma from shared memory, a warp-specialized producer warpgroup, persistent blocks
+      walking the tiles in grouped order, and a TMA-store epilogue.  It takes ``block_m`` (64, 128
+      or 192), ``block_n`` (a multiple of 64 up to 256), ``stages``, ``group_m``, the epilogue,
+      ``warp_specialized`` / ``persistent`` (both on by default) and ``producer_regs`` /
+      ``consumer_regs`` (the ``setmaxnreg`` counts).
+    * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
+      pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
+      ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
+      (on A's fragments, e.g. ``(ops.relu(),)``).
+
+    Parameters left as None take the family's defaults.
     """
+    try:
+        tgt = get_target(arch)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
+    if atoms is None:
+        atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
-        return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=block_m,
-                         block_n=block_n, stages=stages, group_m=group_m, epilogue_ops=epilogue_ops,
-                         warp_specialized=warp_specialized, persistent=persistent,
-                         producer_regs=producer_regs, consumer_regs=consumer_regs,
-                         unsupported=dict(split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
-                                          prologue_ops=prologue_ops), check=check)
+        sm80_only = dict(block_k=block_k, warps_m=warps_m, warps_n=warps_n, warp_k=warp_k, swizzle=swizzle,
+                         prefetch=prefetch, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
+                         prologue_ops=prologue_ops or None)
+        for name, v in sm80_only.items():
+            if v is not None and v != 1:
+                raise ScheduleError("this parameter belongs to the sm_80-atom recipe", field=name, value=v,
+                                    allowed="None with atoms='sm90a'",
+                                    fix="pass atoms='sm80' to build the mma.sync recipe (it runs on sm_90a too)")
+        bm = block_m if block_m is not None else (128 if M >= 128 else 64)
+        bn = block_n if block_n is not None else (256 if N >= 256 else 128 if N >= 128 else 64)
+        # warp specialization by default where the lowering allows it (at most 3 consumer warpgroups)
+        ws = bm <= 192 if warp_specialized is None else warp_specialized
+        return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
+                         stages=stages if stages is not None else _sm90_stages(bm, bn, ws),
+                         group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
+                         epilogue_ops=epilogue_ops, warp_specialized=ws,
+                         persistent=ws if persistent is None else persistent,
+                         producer_regs=producer_regs, consumer_regs=consumer_regs, check=check)
     if warp_specialized or persistent:
         raise ScheduleError("warp specialization and persistent blocks are Hopper schedules", field="atoms",
                             value=atoms, allowed="'sm90a'", fix="gemm(..., atoms='sm90a', arch='sm_90a')")
+    block_m = 128 if block_m is None else block_m
+    block_n = 128 if block_n is None else block_n
+    block_k = 32 if block_k is None else block_k
+    warps_m = 2 if warps_m is None else warps_m
+    warps_n = 2 if warps_n is None else warps_n
+    stages = 3 if stages is None else stages
+    split_k_blocks = 1 if split_k_blocks is None else split_k_blocks
+    split_k_warps = 1 if split_k_warps is None else split_k_warps
+    warp_k = 16 if warp_k is None else warp_k
+    group_m = 1 if group_m is None else group_m
     if atoms != "sm80":
         raise ScheduleError("unknown atom family for the GEMM recipe", field="atoms", value=atoms,
                             allowed="'sm80' (mma.sync, cp.async, ldmatrix), 'sm90a' (wgmma, TMA)")
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ScheduleError("problem sizes are positive ints", field=name, value=v, allowed="an int >= 1")
-    try:
-        tgt = get_target(arch)
-    except ValueError as e:
-        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
     if not (isinstance(layout, str) and len(layout) == 2 and set(layout) <= {"R", "C"}):
@@ -163,6 +194,14 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     return sched
 
 
+def _sm90_stages(bm: int, bn: int, ws: bool) -> int:
+    """As many 64-deep K stages (16-bit operands) as fit next to the TMA-store staging, 2 to 6."""
+    stage = (bm + bn) * 64 * 2
+    staging = (bm // 64) * 2 * 64 * 64 * 2 if ws else 0
+    budget = 227 * 1024 - 1024 - staging
+    return max(2, min(6, budget // stage))
+
+
 #: the most registers the recipe gives a consumer thread (as CUTLASS's warp-specialized kernels)
 CONSUMER_REGS_MAX = 240
 
@@ -170,8 +209,7 @@ CONSUMER_REGS_MAX = 240
 def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
               layout: str = "RR", block_m: int = 128, block_n: int = 256, stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
-              producer_regs: int = 40, consumer_regs: int | None = None,
-              unsupported: dict | None = None, check: bool = True) -> Schedule:
+              producer_regs: int = 40, consumer_regs: int | None = None, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
 
@@ -181,10 +219,6 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     defaults to the most registers the block's register file leaves each consumer thread."""
     from ..hardware.atoms import sm90a
 
-    for name, v in (unsupported or {}).items():
-        if v not in (1, (), None):
-            raise ScheduleError("the sm_90a GEMM does not support this parameter yet", field=name, value=v,
-                                allowed="its default", fix="use atoms='sm80' for split-K and prologues")
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
     if not (isinstance(layout, str) and len(layout) == 2 and layout[0] == "R" and set(layout) <= {"R", "C"}):

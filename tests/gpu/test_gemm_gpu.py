@@ -34,7 +34,7 @@ def _ref(A, B, epi, extras):
 
 
 def _run(M, N, K, dt="f16", out=None, epi=(), layout="RR", **kw):
-    sched = fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", out_dtype=out, epilogue_ops=epi, layout=layout, **kw)
+    sched = fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", atoms="sm80", out_dtype=out, epilogue_ops=epi, layout=layout, **kw)
     k = fs.compile(sched, arch="sm_90a")
     assert k.spills == 0
     g = torch.Generator(device="cuda").manual_seed(M * 7 + N * 13 + K)
@@ -57,7 +57,7 @@ def _run(M, N, K, dt="f16", out=None, epi=(), layout="RR", **kw):
     return k
 
 
-SMALL = dict(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)
+SMALL = dict(atoms="sm80", block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)
 
 
 @pytest.mark.parametrize("M, N, K", [
@@ -150,7 +150,7 @@ def test_bad_arguments_raise_before_launch(case, culprit):
 
 def test_compile_and_launch_overheads(tmp_path, monkeypatch):
     monkeypatch.setenv("FIRESCHED_CACHE_DIR", str(tmp_path))
-    sched = fs.recipes.gemm(2048, 2048, 2048, arch="sm_90a", block_m=128, block_n=256, warps_m=2, warps_n=4,
+    sched = fs.recipes.gemm(2048, 2048, 2048, arch="sm_90a", atoms="sm80", block_m=128, block_n=256, warps_m=2, warps_n=4,
                             stages=4)
     t0 = time.perf_counter()
     k = fs.compile(sched, arch="sm_90a")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 
 MODES = [
-    pytest.param(dict(), id="plain"),
+    pytest.param(dict(warp_specialized=False), id="plain"),
     pytest.param(dict(warp_specialized=True), id="ws"),
     pytest.param(dict(warp_specialized=True, persistent=True), id="ws-persistent"),
 ]
