@@ -37,6 +37,8 @@ CONFIGS_SM90 = [
     dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=128, block_n=128, stages=6, group_m=8, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=192, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=192, stages=4, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
 ]
 
 
@@ -49,6 +51,8 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--samples", type=int, default=7)
     p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a"), help="which configuration list")
+    p.add_argument("--fused", action="store_true",
+                   help="GEMM + bias + ReLU, against cuBLASLt's fused epilogue (torch._addmm_activation)")
     args = p.parse_args(argv)
     import torch
 
@@ -57,20 +61,28 @@ def main(argv=None):
     A = torch.randn(M, K, device="cuda", dtype=tdt)
     B = torch.randn(K, N, device="cuda", dtype=tdt)
     C = torch.empty(M, N, device="cuda", dtype=tdt)
+    bias = torch.randn(N, device="cuda", dtype=tdt)
     flops = 2.0 * M * N * K
-    t_cb = time_ms(torch, lambda i: torch.matmul(A, B), args.reps, args.samples)
-    print(f"{M}x{N}x{K} {args.dtype}: cuBLAS {flops / t_cb / 1e9:.0f} TFLOP/s", flush=True)
-    ref = A.float() @ B.float()
+    if args.fused:
+        peer, name = (lambda i: torch._addmm_activation(bias, A, B, use_gelu=False)), "cuBLASLt bias+relu"
+        ref = torch.relu(A.float() @ B.float() + bias.float())
+        epi, extra = (fs.ops.bias("bias"), fs.ops.relu()), (bias,)
+    else:
+        peer, name = (lambda i: torch.matmul(A, B)), "cuBLAS"
+        ref = A.float() @ B.float()
+        epi, extra = (), ()
+    t_cb = time_ms(torch, peer, args.reps, args.samples)
+    print(f"{M}x{N}x{K} {args.dtype}: {name} {flops / t_cb / 1e9:.0f} TFLOP/s", flush=True)
     for cfg in CONFIGS_SM90 if args.atoms == "sm90a" else CONFIGS:
         try:
-            sched = fs.recipes.gemm(M, N, K, dtype=args.dtype, arch="sm_90a", **cfg)
+            sched = fs.recipes.gemm(M, N, K, dtype=args.dtype, arch="sm_90a", epilogue_ops=epi, **cfg)
             k = fs.compile(sched, arch="sm_90a")
         except fs.FireschedError as e:
             print(f"  {cfg}: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue
-        k(A, B, C)
+        k(A, B, *extra, C)
         err = ((C.float() - ref).norm() / ref.norm()).item()
-        t = time_ms(torch, lambda i, k=k: k(A, B, C), args.reps, args.samples)
+        t = time_ms(torch, lambda i, k=k: k(A, B, *extra, C), args.reps, args.samples)
         regs = max(r.registers for r in k.resources.values())
         print(f"  {flops / t / 1e9:6.1f} TFLOP/s  ratio {t_cb / t:.2f}  regs {regs}  smem "
               f"{k.program.kernels[0].shared_bytes // 1024} KiB  err {err:.1e}  {cfg}", flush=True)

@@ -34,7 +34,8 @@ def _ref(A, B, epi, extras):
 
 
 def _run(M, N, K, dt="f16", out=None, epi=(), layout="RR", **kw):
-    sched = fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", atoms="sm80", out_dtype=out, epilogue_ops=epi, layout=layout, **kw)
+    kw.setdefault("atoms", "sm80")
+    sched = fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", out_dtype=out, epilogue_ops=epi, layout=layout, **kw)
     k = fs.compile(sched, arch="sm_90a")
     assert k.spills == 0
     g = torch.Generator(device="cuda").manual_seed(M * 7 + N * 13 + K)
