@@ -30,8 +30,8 @@ CONFIGS = [
 
 #: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence
 CONFIGS_SM90 = [
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8),
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=False),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=False),
     dict(atoms="sm90a", block_m=128, block_n=256, stages=3, group_m=8, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True),
