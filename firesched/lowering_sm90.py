@@ -1,31 +1,40 @@
-"""Schedule → kernel IR for the Hopper GEMM: TMA copies into a ring of shared-memory stages, one
-mbarrier per stage, wgmma from shared memory, register accumulators, the sm_80 epilogue.
+"""Schedule → kernel IR for the Hopper GEMM: TMA copies into a ring of shared-memory stages guarded
+by mbarriers, wgmma from shared memory, register accumulators, and an epilogue.
 
-It reads schedules of this shape (``recipes.gemm(..., atoms="sm90a")`` builds one)::
+It reads schedules of this shape (``recipes.gemm(..., arch="sm_90a")`` builds one)::
 
-    tile(m=BM, n=BN) >> to_blocks(group=G)
+    tile(m=BM, n=BN) >> to_blocks(group=G[, persistent=True])
     tile(k=64)                                    # one 128-byte swizzle span of 16-bit K
     move_to_smem("A", via=sm90a.tma_load_2d), move_to_smem("B", via=sm90a.tma_load_2d)
-    pipeline(stages=S)                            # S shared stages, S-1 tiles in flight
-    tile(m=64) >> to_warpgroups()                 # BM/64 warpgroups, each 64 x BN
+    pipeline(stages=S)                            # S shared stages
+    [warp_specialize(producer_regs, consumer_regs)]
+    tile(m=64) >> to_warpgroups()                 # BM/64 (consumer) warpgroups, each 64 x BN
     tile(k=16) >> done(sm90a.wgmma_m64n{BN}k16_..._ss[_tnspb])
     epilogue(...)
 
-and lowers it to::
+Without ``warp_specialize`` (``_kernel``) every warpgroup computes and thread 0 also issues the
+copies, S-1 tiles ahead::
 
-    thread 0: init full[s] (1 arrival), fence.mbarrier_init; barrier
-    thread 0: for s < S-1: expect_tx(full[s], bytes); TMA A box, TMA B boxes -> stage s
+    thread 0: init full[s]; barrier; TMA tiles 0..S-2
     for kt:   wait full[kt % S] (parity (kt / S) % 2)
-              wgmma.fence; BK/16 x wgmma(desc A, desc B); commit; wait 0
+              wgmma.fence; BK/16 x wgmma; commit; wait 0
               barrier                                   # every warpgroup is done with stage kt-1
               thread 0: TMA tile kt+S-1 -> stage (kt+S-1) % S
-    epilogue: D fragments -> ops -> global (predicated), as the sm_80 path
+    epilogue: D fragments -> ops -> global (predicated)
+
+With it (``_kernel_ws``) warpgroup 0 is the producer and the others consume (see its docstring):
+full and empty mbarriers per stage, one wgmma group kept in flight, ``setmaxnreg`` moving
+registers to the consumers, optionally persistent blocks (grid = SMs, tiles in grouped order),
+and the TMA-store epilogue (``_epilogue_tma``: swizzled staging buffers per warpgroup, named
+barriers, ``cp.async.bulk.tensor`` stores) where C's rows are 16-byte multiples.
 
 Shared layouts (16-bit elements, 128-byte swizzle on absolute addresses, stages 1024-aligned):
 A is K-major, BM rows of 64 k (one box of BM x 64); B row-major (MN-major for wgmma) is BN/64 boxes
 of 64 k-rows x 64 n, each a block of 8 KiB: descriptor LBO = block stride, SBO = 8 rows x 128 B;
-B column-major (K-major) is laid out like A.  Not yet: warp specialization (a producer warp and
-setmaxnreg), a persistent tile scheduler, clusters and TMA multicast, TMA stores, split-K.
+B column-major (K-major) is laid out like A.  Operands whose rows are not 16-byte multiples are
+copied first into padded workspaces (``_pad_kernel``).  Not yet: clusters and TMA multicast,
+split-K, a ping-pong consumer schedule, column-major A, more than 3 consumer warpgroups with
+warp specialization.
 """
 
 from __future__ import annotations

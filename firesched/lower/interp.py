@@ -64,20 +64,34 @@ Hopper (sm_90a) atoms, modelled asynchronously (only kernels that use them pay f
   bytes are all in.  Using a barrier before its init, or in the init's barrier epoch by another
   thread, is a hazard.  ``try_wait.parity(P)`` on a barrier whose completed-phase count is ``c``
   returns at once when ``P != c % 2`` (the last phase of parity P is complete; the thread has
-  then observed phases ``0..c-1``), and otherwise waits for phase ``c``.  Execution is lockstep
-  and every asynchronous contribution (a TMA's bytes) is accounted at issue, so a phase that is
+  then observed phases ``0..c-1``), and otherwise waits for phase ``c``.  Every asynchronous
+  contribution (a TMA's bytes) is accounted at issue, so in lockstep code a phase that is
   incomplete when a wait reaches it can never complete: that wait is reported as a deadlock
   ("mbarrier wait on parity P that can never complete").  Waiting on the wrong parity is thus
   either that deadlock or a wait that returns at once on a stale phase, after which reading the
   data is "read before mbarrier phase completes".
+* warp specialization (``ir.Roles``): each role is a lockstep group of its own, run as a
+  coroutine (a Python thread holding a baton, so exactly one runs); a role whose mbarrier wait
+  cannot return yet hands the baton to the next role that can run, round robin, and when none
+  can the block is reported as a deadlock with every role's wait.  A block-wide ``Barrier``
+  inside a role is a hazard; named barriers (``Barrier(threads=...)``, an id per group of
+  threads) synchronise the threads that reach them with the same id, which must be exactly
+  ``threads`` whole warps of one lockstep group.
+* happens-before: besides barrier epochs, every thread carries a vector clock.  A barrier (block
+  or named) joins the clocks of its threads; an mbarrier arrive releases the thread's clock (and
+  the mbarrier phases it has observed) into the phase, and a wait that sees the phase complete
+  acquires them.  A shared-memory access by another thread in the same epoch is a race only if
+  it is not ordered by these clocks — so a TMA refill after the consumers released the stage
+  through an "empty" mbarrier is fine, and one without that release is a race.
 * TMA load: the box (zeros outside the tensor) is written at issue, tagged with its barrier and
   the phase its bytes complete; a thread may read (or overwrite) a tagged element only after it
   has observed that phase.  TMA store: reads its box from shared memory at issue (checked like a
   read of the issuing thread, plus the proxy fence), writes the in-bounds elements to global
   memory, and keeps the source in flight until a ``cp.async.bulk.wait_group[.read]`` of the
   thread retires its bulk group.  Swizzled boxes must have an inner extent equal to the swizzle
-  span.  Ordering a TMA load after *generic* accesses of its destination by other threads (a
-  pipeline's "empty" barrier) is not checked: that needs a happens-before model of mbarriers.
+  span.  A TMA load into memory that other threads read must be ordered after those reads (a
+  barrier, or the vector clocks of an "empty" mbarrier); wgmma operand reads count as reads by
+  the warpgroup's first thread.
 * wgmma operations, TMA stores and TMA loads still outstanding when a block ends are hazards.
 * setmaxnreg: a no-op that must be executed by whole warpgroups; stmatrix: the inverse of
   ldmatrix.
