@@ -51,14 +51,14 @@ from .schedule import Node
 from .spec import MatMul, Move
 from .tensor import BLOCK, GL, SH, WARPGROUP
 
-SPAN = 128                 # bytes of one 128B-swizzle row
+SPAN = 128                 # bytes of one 128B-swizzle row (the C staging of the TMA-store epilogue)
 STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
 PAD_CHUNK = 16             # bytes one thread of the row-padding kernel stores
 PAD_THREADS = 256
 STORE_BUFFERS = 2          # TMA-store staging buffers per consumer warpgroup
 EPILOGUE_BARRIER = 1       # named barrier id of consumer warpgroup 0 (warpgroup w uses 1 + w)
+MODES = (32, 64, 128)      # swizzle spans (bytes) that wgmma descriptors and TMA share
 MAX_CONSUMER_WARPGROUPS = 3   # block_m=256 (4 consumer warpgroups, 640 threads) hangs on the H100
-B_BOX_N = 64               # elements of N per TMA box of a row-major B (one span of 16-bit values)
 
 
 def uses_wgmma(sched) -> bool:
@@ -173,15 +173,31 @@ class HopperGemmLowering(Lowering):
             want = "the _tnspb variant" if b_mn else "the plain _ss variant"
             raise _err(leaf, f"B is {'row' if b_mn else 'column'}-major, so wgmma reads it "
                              f"{'MN' if b_mn else 'K'}-major", field="atom", value=atom, fix=f"use {want}")
-        if BK * eb != SPAN:
-            raise _unsupported(block, f"a K tile of {BK} (only one 128-byte swizzle span: {SPAN // eb} elements)",
-                               f"tile(k={SPAN // eb})")
+        # swizzle modes, from the shared tiles' swizzles (move_to_smem picks them from the tile
+        # shape; a user's swizzle= overrides): a K-major operand's K tile is one swizzle span, a
+        # row-major B is loaded in boxes one span wide
+        an, bn_ = self.spec.a.name, self.spec.b.name
+        wa, wb = self._mode(moves, an, eb), self._mode(moves, bn_, eb)
+        if wa != BK * eb:
+            raise _err(moves[an], f"A's shared swizzle spans {wa} bytes but its K tile is {BK * eb} bytes: wgmma "
+                                   f"reads a K-major tile one swizzle span deep", field="swizzle",
+                       value=moves[an].spec.dst.tensor.swizzle,
+                       allowed=f"a {BK * eb}-byte span ({', '.join(f'{w} B: tile(k={w // eb})' for w in MODES)})",
+                       fix="drop swizzle= to let move_to_smem choose, or change tile(k=...)")
+        if not b_mn and wb != BK * eb:
+            raise _err(moves[bn_], f"B's shared swizzle spans {wb} bytes but its K tile is {BK * eb} bytes",
+                       field="swizzle", value=moves[bn_].spec.dst.tensor.swizzle, allowed=f"a {BK * eb}-byte span",
+                       fix="drop swizzle= to let move_to_smem choose, or change tile(k=...)")
+        if BK * eb not in MODES:
+            raise _unsupported(block, f"a K tile of {BK} ({BK * eb} bytes; one swizzle span of "
+                                      f"{', '.join(map(str, MODES))} bytes)",
+                               ", ".join(f"tile(k={w // eb})" for w in MODES))
         if wg.loops[0].step("m") != 64 or BM % 64 or BM > 256:
             raise _unsupported(wg, f"a block tile of {BM} rows (64 per warpgroup, at most 4 warpgroups)",
                                "block_m in 64, 128, 192, 256")
-        if b_mn and BN % B_BOX_N:
-            raise _unsupported(block, f"BN={BN} with a row-major B (boxes of {B_BOX_N} columns)",
-                               f"a multiple of {B_BOX_N}")
+        if b_mn and BN % (wb // eb):
+            raise _unsupported(block, f"BN={BN} with a row-major B (boxes of {wb // eb} columns, one {wb}-byte "
+                                      f"swizzle span)", f"a multiple of {wb // eb}")
         persistent = any(lp.persistent for lp in root.loops)
         if persistent and not kloop.specialize:
             raise _unsupported(root, "a persistent block without warp specialization",
@@ -200,7 +216,18 @@ class HopperGemmLowering(Lowering):
                            fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
         return dict(root=root, block=block, kloop=kloop, wg=wg, leaf=leaf, atom=atom, BM=BM, BN=BN, BK=BK,
                     S=max(kloop.stages, 2), eb=eb, b_mn=b_mn, store=block.post[0], persistent=persistent,
-                    specialize=kloop.specialize)
+                    specialize=kloop.specialize, wa=wa, wb=wb)
+
+    def _mode(self, moves, name: str, eb: int) -> int:
+        """Bytes of the swizzle span of operand ``name``'s shared tile (32, 64 or 128)."""
+        node = moves[name]
+        sw = node.spec.dst.tensor.swizzle
+        w = 16 << sw.bits if sw is not None and sw.bits and (1 << sw.base) * eb == 16 else 0
+        if w not in MODES:
+            raise _err(node, f"{name}'s shared tile has swizzle {sw}, which is no wgmma/TMA swizzle mode", field="swizzle",
+                       value=sw, allowed="Sw<1,M,S>, Sw<2,M,S>, Sw<3,M,S> on 16-byte units (32, 64, 128-byte spans)",
+                       fix="drop swizzle= to let move_to_smem choose")
+        return w
 
     # ------------------------------------------------------------------ the kernel
 
@@ -210,14 +237,15 @@ class HopperGemmLowering(Lowering):
         ga, gb = self.gbuf(self.spec.a), self.gbuf(self.spec.b)
         ga, gb = self.padded.get(ga.name, ga), self.padded.get(gb.name, gb)
         dt = ga.dtype
-        b_box = (BK, B_BOX_N) if p["b_mn"] else (BN, BK)
-        o = dict(tm_a=ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), SPAN),
-                 tm_b=ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, SPAN),
+        wa, wb, eb = p["wa"], p["wb"], p["eb"]
+        b_box = (BK, wb // eb) if p["b_mn"] else (BN, BK)
+        o = dict(tm_a=ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), wa),
+                 tm_b=ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, wb),
                  a_stage=BM * BK, b_stage=BK * BN)
         o["sa"] = ir.SharedBuffer("A_smem", dt, S * o["a_stage"], STAGE_ALIGN,
-                                  f"{S} stages x {BM}x{BK} {dt}, K-major, 128B swizzle")
+                                  f"{S} stages x {BM}x{BK} {dt}, K-major, {wa}B swizzle")
         o["sb"] = ir.SharedBuffer("B_smem", dt, S * o["b_stage"], STAGE_ALIGN,
-                                  f"{S} stages x {BK}x{BN} {dt}, {'MN' if p['b_mn'] else 'K'}-major, 128B swizzle")
+                                  f"{S} stages x {BK}x{BN} {dt}, {'MN' if p['b_mn'] else 'K'}-major, {wb}B swizzle")
         o["stage_bytes"] = (o["a_stage"] + o["b_stage"]) * p["eb"]
         return o
 
@@ -229,10 +257,11 @@ class HopperGemmLowering(Lowering):
                _call(sm90a.tma_load_2d, dst=ir.MemRef(sa, stage * a_stage), tmap=o["tm_a"],
                      c0=ir.Scalar(kt * BK), c1=ir.Scalar(m0), mbar=bar, comment=f"A tile {BM}x{BK}")]
         if p["b_mn"]:
-            for c in range(BN // B_BOX_N):
-                out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage + c * BK * B_BOX_N),
-                                 tmap=o["tm_b"], c0=ir.Scalar(n0 + c * B_BOX_N), c1=ir.Scalar(kt * BK), mbar=bar,
-                                 comment=f"B columns {c * B_BOX_N}..+{B_BOX_N}"))
+            bx = p["wb"] // p["eb"]              # columns per box: one swizzle span
+            for c in range(BN // bx):
+                out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage + c * BK * bx),
+                                 tmap=o["tm_b"], c0=ir.Scalar(n0 + c * bx), c1=ir.Scalar(kt * BK), mbar=bar,
+                                 comment=f"B columns {c * bx}..+{bx}"))
         else:
             out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sb, stage * b_stage), tmap=o["tm_b"],
                              c0=ir.Scalar(kt * BK), c1=ir.Scalar(n0), mbar=bar, comment=f"B tile {BN}x{BK}"))
@@ -243,12 +272,15 @@ class HopperGemmLowering(Lowering):
         BK, a_stage, b_stage = p["BK"], o["a_stage"], o["b_stage"]
         sa, sb = o["sa"], o["sb"]
         steps = []
+        wa, wb = p["wa"], p["wb"]
         for j in range(BK // 16):
-            da = ir.DescRef(sa, stage * a_stage + wg * 64 * BK + j * 16, SPAN, 16, 8 * SPAN)
+            # K-major: rows of one span, 8-row groups SBO apart; MN-major B: boxes one span wide
+            # (LBO apart), 8-k-row groups SBO apart
+            da = ir.DescRef(sa, stage * a_stage + wg * 64 * BK + j * 16, wa, 16, 8 * wa)
             if p["b_mn"]:
-                db = ir.DescRef(sb, stage * b_stage + j * 16 * B_BOX_N, SPAN, BK * SPAN, 8 * SPAN)
+                db = ir.DescRef(sb, stage * b_stage + j * 16 * (wb // p["eb"]), wb, BK * wb, 8 * wb)
             else:
-                db = ir.DescRef(sb, stage * b_stage + j * 16, SPAN, 16, 8 * SPAN)
+                db = ir.DescRef(sb, stage * b_stage + j * 16, wb, 16, 8 * wb)
             steps.append(_call(p["atom"], d=ir.RegRef(acc, 0), desc_a=da, desc_b=db, scale_d=ir.Scalar(1),
                                comment=f"k step {j}"))
         return [_call(sm90a.wgmma_fence), *steps, _call(sm90a.wgmma_commit)]

@@ -273,7 +273,7 @@ def test_sm90a_default_is_the_warp_specialized_persistent_gemm():
     assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024))
 
 
-@pytest.mark.parametrize("kw", [dict(block_k=32), dict(warps_m=4), dict(split_k_blocks=2),
+@pytest.mark.parametrize("kw", [dict(warp_k=32), dict(warps_m=4), dict(split_k_blocks=2),
                                 dict(prologue_ops=(ops.relu(),))])
 def test_sm80_parameters_with_hopper_atoms(kw):
     with pytest.raises(ScheduleError, match="sm_80-atom recipe") as e:
@@ -289,3 +289,63 @@ def test_problems_smaller_than_a_tile(M, N, K):
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     C = fs.interpret(sched, A, B)
     assert _close(C, _ref(A, B, fs.dtypes.f16))
+
+
+# --------------------------------------------------------------------------- swizzle modes
+
+def _hopper_chain(bk, sw_a=None, sw_b=None, bn=64, layout="RR"):
+    from firesched.strategies import done, move_to_smem, to_warpgroups
+
+    spec = fs.MatMul.kernel(200, 136, 200, a="f16", b="f16", c="f16", acc="f32", layout=layout)
+    atom = sm90a.wgmma_atom(bn, fs.dtypes.f16, b_mn_major=layout[1] == "R")
+    return spec.schedule(
+        tile(m=128, n=bn) >> to_blocks(),
+        tile(k=bk),
+        move_to_smem("A", swizzle=sw_a, via=(sm90a.tma_load_2d,)),
+        move_to_smem("B", swizzle=sw_b, via=(sm90a.tma_load_2d,)),
+        pipeline(stages=3), warp_specialize(),
+        tile(m=64) >> to_warpgroups(),
+        tile(k=16) >> done(atom),
+    )
+
+
+@pytest.mark.parametrize("bk, layout, sw_b, box_cols", [
+    pytest.param(64, "RR", None, 64, id="128B-auto"),
+    pytest.param(32, "RR", None, 64, id="64B-A-128B-B"),
+    pytest.param(16, "RC", None, None, id="32B-both-K-major"),
+    pytest.param(64, "RR", fs.Swizzle(2, 3, 3), 32, id="B-override-64B-boxes"),
+    pytest.param(32, "RR", fs.Swizzle(1, 3, 3), 16, id="B-override-32B-boxes"),
+])
+def test_swizzle_modes_follow_the_tiles(bk, layout, sw_b, box_cols):
+    """The K tile picks A's swizzle mode (one span per K tile); a row-major B is loaded in boxes
+    one span wide, the span chosen by move_to_smem or given by the user."""
+    sched = _hopper_chain(bk, sw_b=sw_b, layout=layout)
+    prog = sched.lower("sm_90a")
+    k = prog.kernels[-1]
+    tm = {p.name: p for p in k.params if isinstance(p, ir.TensorMapParam)}
+    assert tm["tmap_A"].swizzle == bk * 2 and tm["tmap_A"].box == (128, bk)
+    if box_cols:
+        assert tm["tmap_B"].box == (bk, box_cols) and tm["tmap_B"].swizzle == box_cols * 2
+    rng = np.random.default_rng(bk)
+    A, B = rng.standard_normal((200, 200)), rng.standard_normal((200, 136))
+    C = fs.interpret(sched, A, B, target="sm_90a")
+    assert _close(C, _ref(A, B, fs.dtypes.f16))
+
+
+def test_swizzle_that_does_not_span_the_k_tile():
+    with pytest.raises(ScheduleError, match="spans 128 bytes but its K tile is 64 bytes") as e:
+        _hopper_chain(32, sw_a=fs.Swizzle(3, 3, 3)).lower("sm_90a")
+    assert "tile(k=64)" in str(e.value)
+
+
+def test_unswizzled_tile_is_refused():
+    with pytest.raises(ScheduleError, match="no wgmma/TMA swizzle mode"):
+        _hopper_chain(64, sw_a=fs.Swizzle(0, 0, 0)).lower("sm_90a")
+
+
+@pytest.mark.parametrize("bk", [16, 32])
+def test_recipe_block_k_selects_the_mode(bk):
+    sched = fs.recipes.gemm(512, 512, 512, arch="sm_90a", block_k=bk)
+    k = fs.compile(sched, arch="sm_90a")
+    assert k.spills == 0
+    assert f"{bk * 2}B swizzle" in k.source

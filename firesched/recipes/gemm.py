@@ -95,7 +95,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     * ``"sm90a"`` (the default for ``arch="sm_90a"``; ``gemm_sm90``): TMA copies into an mbarrier
       ring, wgmma from shared memory, a warp-specialized producer warpgroup, persistent blocks
       walking the tiles in grouped order, and a TMA-store epilogue.  It takes ``block_m`` (64, 128
-      or 192), ``block_n`` (a multiple of 64 up to 256), ``stages``, ``group_m``, the epilogue,
+      or 192), ``block_n`` (a multiple of 64 up to 256), ``block_k`` (64, 32 or 16 for 16-bit
+      types: the 128-, 64- or 32-byte swizzle mode), ``stages``, ``group_m``, the epilogue,
       ``warp_specialized`` / ``persistent`` (both on by default) and ``producer_regs`` /
       ``consumer_regs`` (the ``setmaxnreg`` counts).
     * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
@@ -112,7 +113,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     if atoms is None:
         atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
-        sm80_only = dict(block_k=block_k, warps_m=warps_m, warps_n=warps_n, warp_k=warp_k, swizzle=swizzle,
+        sm80_only = dict(warps_m=warps_m, warps_n=warps_n, warp_k=warp_k, swizzle=swizzle,
                          prefetch=prefetch, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
                          prologue_ops=prologue_ops or None)
         for name, v in sm80_only.items():
@@ -125,7 +126,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         # warp specialization by default where the lowering allows it (at most 3 consumer warpgroups)
         ws = bm <= 192 if warp_specialized is None else warp_specialized
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
-                         stages=stages if stages is not None else _sm90_stages(bm, bn, ws),
+                         block_k=block_k,
+                         stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64),
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws,
                          persistent=ws if persistent is None else persistent,
@@ -194,12 +196,13 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     return sched
 
 
-def _sm90_stages(bm: int, bn: int, ws: bool) -> int:
-    """As many 64-deep K stages (16-bit operands) as fit next to the TMA-store staging, 2 to 6."""
-    stage = (bm + bn) * 64 * 2
+def _sm90_stages(bm: int, bn: int, ws: bool, bk: int = 64) -> int:
+    """As many ``bk``-deep K stages (16-bit operands) as fit next to the TMA-store staging, 2 to 6
+    (up to 8 for shallower K tiles)."""
+    stage = (bm + bn) * bk * 2
     staging = (bm // 64) * 2 * 64 * 64 * 2 if ws else 0
     budget = 227 * 1024 - 1024 - staging
-    return max(2, min(6, budget // stage))
+    return max(2, min(8, 6 * 64 // bk, budget // stage))
 
 
 #: the most registers the recipe gives a consumer thread (as CUTLASS's warp-specialized kernels)
@@ -207,7 +210,8 @@ CONSUMER_REGS_MAX = 240
 
 
 def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
-              layout: str = "RR", block_m: int = 128, block_n: int = 256, stages: int = 4, group_m: int = 1,
+              layout: str = "RR", block_m: int = 128, block_n: int = 256, block_k: int | None = None,
+              stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
               producer_regs: int = 40, consumer_regs: int | None = None, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
@@ -224,7 +228,9 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     if not (isinstance(layout, str) and len(layout) == 2 and layout[0] == "R" and set(layout) <= {"R", "C"}):
         raise ScheduleError("the sm_90a GEMM takes a row-major A and either B", field="layout", value=layout,
                             allowed="'RR', 'RC'")
-    bk = 128 * 8 // dt.bits
+    # one 128-byte swizzle span of K by default; 32 or 64 bytes (block_k=16 / 32 for 16-bit types)
+    # select the 32- and 64-byte swizzle modes
+    bk = 128 * 8 // dt.bits if block_k is None else block_k
     spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
     p = GemmParams(block_m, block_n, bk, block_m // 64 or 1, 1, stages, group_m=group_m)
     try:

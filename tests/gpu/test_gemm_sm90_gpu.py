@@ -29,6 +29,8 @@ MODES = [
     pytest.param(1, 8, 8, dict(block_m=64, block_n=64), id="1x8x8"),
     pytest.param(40, 72, 48, dict(block_m=64, block_n=64), id="smaller-than-a-tile"),
     pytest.param(17, 200, 33, dict(), id="17x200x33-defaults"),
+    pytest.param(300, 264, 200, dict(block_m=128, block_n=128, block_k=32), id="64B-swizzle"),
+    pytest.param(300, 264, 200, dict(block_m=128, block_n=64, block_k=16, layout="RC"), id="32B-swizzle-RC"),
 ])
 def test_against_torch(M, N, K, kw, mode):
     kw = dict(kw, **mode)
