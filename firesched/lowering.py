@@ -993,10 +993,18 @@ class Lowering:
         """``p`` values of extra tensor ``a`` at (row, col .. col + p - 1) into new f32 registers:
         (the register buffer, the statements).  Out-of-range elements read as zero."""
         buf = self.extra_buf(a)
-        xdt = buf.dtype
-        w = xdt.bits // 8
-        xr = self.reg(f"x_{a.name}", xdt, p)
+        xr = self.reg(f"x_{a.name}", buf.dtype, p)
         xf = self.reg(f"xf_{a.name}", f32, p)
+        stmts = self.load_extra_raw(a, p, row, col, glim, xr, 0)
+        stmts += [ir.Pointwise("cvt", ir.RegRef(xf, j), (ir.RegRef(xr, j),)) for j in range(p)]
+        return xf, stmts
+
+    def load_extra_raw(self, a, p, row, col, glim, xr, off) -> list:
+        """Loads of ``p`` values of extra tensor ``a`` at (row, col ..) into registers ``xr[off ..]``
+        of its own dtype: one vector load when the p elements are contiguous, aligned and in
+        range together (col a multiple of p, as fragment pairs are, and N a multiple of p)."""
+        buf = self.extra_buf(a)
+        w = buf.dtype.bits // 8
         in_row = lt(row, glim["m"])
         n_lim = glim["n"]
         if a.kind == "vector_m":
@@ -1005,22 +1013,15 @@ class Lowering:
             offs = [(col + j, lt(col + j, n_lim)) for j in range(p)]
         else:
             offs = [(row * buf.shape[1] + col + j, land(in_row, lt(col + j, n_lim))) for j in range(p)]
-        # one vector load when the p elements are contiguous, aligned and in range together: col
-        # is a multiple of p (fragment pairs start on even columns) and N a multiple of p
         vec = (p > 1 and a.kind != "vector_m" and isinstance(n_lim, int) and n_lim % p == 0
                and buf.shape[-1] % p == 0 and (p * w) in (2, 4, 8, 16))
-        stmts = []
         if vec:
-            stmts.append(ir.AtomCall(catalog.copy_atom("GL", "RF", p * w),
-                                     (("dst", ir.RegRef(xr, 0)), ("src", ir.MemRef(buf, offs[0][0]))), offs[0][1],
-                                     comment=f"{a.name} for the epilogue"))
-        else:
-            for j, (off, pred) in enumerate(offs):
-                stmts.append(ir.AtomCall(catalog.copy_atom("GL", "RF", w),
-                                         (("dst", ir.RegRef(xr, j)), ("src", ir.MemRef(buf, off))), pred,
-                                         comment=f"{a.name} for the epilogue"))
-        stmts += [ir.Pointwise("cvt", ir.RegRef(xf, j), (ir.RegRef(xr, j),)) for j in range(p)]
-        return xf, stmts
+            return [ir.AtomCall(catalog.copy_atom("GL", "RF", p * w),
+                                (("dst", ir.RegRef(xr, off)), ("src", ir.MemRef(buf, offs[0][0]))), offs[0][1],
+                                comment=f"{a.name} for the epilogue")]
+        return [ir.AtomCall(catalog.copy_atom("GL", "RF", w),
+                            (("dst", ir.RegRef(xr, off + j)), ("src", ir.MemRef(buf, o))), pred,
+                            comment=f"{a.name} for the epilogue") for j, (o, pred) in enumerate(offs)]
 
     def _store(self, work, p, out_dt, gbuf, goff, row, col, glim) -> list:
         n_lim = glim["n"]

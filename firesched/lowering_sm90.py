@@ -532,11 +532,17 @@ class HopperGemmLowering(Lowering):
             q = Var(f"e{c}", pairs // 2)
             body = []
             pre = {}
-            _, col0 = sm90a.d_coord(lane, c * pairs + 2 * q)
+            preload = []
+            # the chunk's bias values are loaded together first, so their latencies overlap
+            ql = Var(f"l{c}", pairs // 2)
+            _, lcol = sm90a.d_coord(lane, c * pairs + 2 * ql)
             for a in shared_cols:
                 if a.name not in pre:
-                    pre[a.name], loads = self.load_extra(a, 2, 0, n0 + col0, glim)
-                    body += loads
+                    raw = self.reg(f"xc_{a.name}", self.extra_buf(a).dtype, pairs)
+                    preload += self.load_extra_raw(a, 2, 0, n0 + lcol, glim, raw, 2 * ql)
+                    pre[a.name] = self.reg(f"xf_{a.name}", f32, 2)
+                    body += [ir.Pointwise("cvt", ir.RegRef(pre[a.name], j), (ir.RegRef(raw, 2 * q + j),))
+                             for j in range(2)]
             for h in range(2):
                 pair = c * pairs + 2 * q + h
                 r, col = sm90a.d_coord(lane, pair)
@@ -551,6 +557,7 @@ class HopperGemmLowering(Lowering):
                 body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
                                              ("src", ir.RegRef(outr, 0))), 1, "C pair"))
             out += [
+                *([ir.For(ql, pairs // 2, ir.Seq(tuple(preload)), unroll=True)] if preload else []),
                 ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
                                   comment="the store that last used this buffer has read it")),
                 ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER + wg, threads=128),
