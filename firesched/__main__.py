@@ -22,6 +22,21 @@ def _ref(A, B, dt, bias=None, relu=False):
     return r
 
 
+def _interpret_and_compare(fs, sched, rng, M, N, K, dt, what: str) -> bool:
+    """Run ``sched`` (GEMM + bias + ReLU) in the interpreter on random inputs against numpy."""
+    A, B, bias = rng.standard_normal((M, K)), rng.standard_normal((K, N)), rng.standard_normal(N)
+    t0 = time.perf_counter()
+    C = fs.interpret(sched, A, B, bias)
+    secs = time.perf_counter() - t0
+    ref = _ref(A, B, dt, bias, relu=True)
+    err = float(np.abs(C.astype(np.float64) - ref).max() / np.abs(ref).max())
+    print(f"\n== interpreted {what.format(secs=secs)}: max relative error vs numpy {err:.2e}")
+    if not err < 2e-2:
+        print("MISMATCH: the interpreter disagrees with numpy", file=sys.stderr)
+        return False
+    return True
+
+
 def demo(args) -> int:
     import firesched as fs
     from firesched import ops
@@ -39,34 +54,18 @@ def demo(args) -> int:
     small.check("sm_80")
     print("check(): ok (every leaf atomic, resources within sm_80, fragments consistent)")
     rng = np.random.default_rng(0)
-    A, B, bias = rng.standard_normal((M, K)), rng.standard_normal((K, N)), rng.standard_normal(N)
-    t0 = time.perf_counter()
-    C = fs.interpret(small, A, B, bias)
-    t_int = time.perf_counter() - t0
-    ref = _ref(A, B, dt, bias, relu=True)
-    err = float(np.abs(C.astype(np.float64) - ref).max() / np.abs(ref).max())
-    print(f"\n== interpreted on the CPU in {t_int:.2f} s (race / async / bounds checked): "
-          f"max relative error vs numpy {err:.2e}")
-    if not err < 2e-2:
-        print("MISMATCH: the interpreter disagrees with numpy", file=sys.stderr)
+    if not _interpret_and_compare(fs, small, rng, M, N, K, dt, "on the CPU in {secs:.2f} s (race / async / bounds "
+                                  "checked)"):
         return 1
 
     # 2. the Hopper schedule (warp-specialized producer/consumer warpgroups, TMA, wgmma,
     #    persistent blocks, TMA-store epilogue), interpreted: the roles run as coroutines
-    hop = fs.recipes.gemm(M + 104, N + 56, K, dtype=dt.name, arch="sm_90a", block_m=128, block_n=64,
-                          epilogue_ops=epi)
-    print(f"\n== the Hopper schedule of a {M + 104}x{N + 56}x{K} GEMM + bias + ReLU")
+    M2, N2 = M + 104, N + 56
+    hop = fs.recipes.gemm(M2, N2, K, dtype=dt.name, arch="sm_90a", block_m=128, block_n=64, epilogue_ops=epi)
+    print(f"\n== the Hopper schedule of a {M2}x{N2}x{K} GEMM + bias + ReLU")
     print(hop)
-    A2, B2 = rng.standard_normal((M + 104, K)), rng.standard_normal((K, N + 56))
-    bias2 = rng.standard_normal(N + 56)
-    t0 = time.perf_counter()
-    C2 = fs.interpret(hop, A2, B2, bias2)
-    ref2 = _ref(A2, B2, dt, bias2, relu=True)
-    err2 = float(np.abs(C2.astype(np.float64) - ref2).max() / np.abs(ref2).max())
-    print(f"== interpreted in {time.perf_counter() - t0:.2f} s (producer and consumer roles, mbarrier phases, "
-          f"wgmma / TMA asynchrony checked): max relative error vs numpy {err2:.2e}")
-    if not err2 < 2e-2:
-        print("MISMATCH: the interpreter disagrees with numpy", file=sys.stderr)
+    if not _interpret_and_compare(fs, hop, rng, M2, N2, K, dt, "in {secs:.2f} s (producer and consumer roles, "
+                                  "mbarrier phases, wgmma / TMA asynchrony checked)"):
         return 1
 
     # 3. the big ones: emitted as CUDA C++ and compiled by NVRTC (mma.sync for sm_80, the Hopper
