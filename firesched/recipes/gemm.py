@@ -328,7 +328,8 @@ def _group(p: GemmParams, M: int, N: int) -> int:
 
 
 def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, limit: int | None = None):
-    """Yield ``GemmParams`` whose schedule checks for this problem and target.
+    """Yield ``GemmParams`` of the sm_80-atom recipe (``atoms="sm80"``, on any target from sm_80)
+    whose schedule checks for this problem and target.
 
     Ordered roughly from the configurations that suit large problems to small ones.
     """
@@ -341,7 +342,7 @@ def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", 
             continue
         try:
             gemm(M, N, K, dtype, arch, block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=st,
-                 split_k_warps=skw, split_k_blocks=skb)
+                 split_k_warps=skw, split_k_blocks=skb, atoms="sm80")
         except ScheduleError:
             continue
         yield GemmParams(bm, bn, bk, wm, wn, st, skb, skw)
