@@ -80,3 +80,37 @@ def test_emission_is_deterministic():
     a = fs.lower.cuda.emit(build("f16_splitk_blocks4").lower("sm_80"))
     b = fs.lower.cuda.emit(build("f16_splitk_blocks4").lower("sm_80"))
     assert a == b
+
+
+# --------------------------------------------------------------------------- Hopper (sm_90a only)
+
+HOPPER = {
+    "sm90a_plain_128x256_s4": ((4096, 4096, 4096), dict(block_m=128, block_n=256, stages=4, warp_specialized=False)),
+    "sm90a_ws_persistent_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256)),
+    "sm90a_ws_persistent_bias_relu": ((8192, 8192, 1024), dict(block_m=128, block_n=256,
+                                                               epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "sm90a_ws_bf16_f32out_RC_64B": ((2048, 2048, 2048), dict(dtype="bf16", out_dtype="f32", layout="RC",
+                                                             block_m=128, block_n=128, block_k=32)),
+    "sm90a_ws_padded_4095x4097x1023": ((4095, 4097, 1023), dict(block_m=192, block_n=128)),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n) for n in HOPPER])
+def test_hopper_variant_compiles_and_matches_golden(name, update_golden):
+    (M, N, K), kw = HOPPER[name]
+    kw = dict(kw)
+    sched = fs.recipes.gemm(M, N, K, dtype=kw.pop("dtype", "f16"), arch="sm_90a", **kw)
+    k = fs.compile(sched, arch="sm_90a")
+    for kname, r in k.resources.items():
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_frame_bytes == 0, (kname, r)
+    with pytest.raises(fs.ScheduleError, match="wgmma needs sm_90a"):
+        fs.compile(sched, arch="sm_80")
+    path = GOLDEN / f"{name}.cu"
+    if update_golden or not path.exists():
+        if not update_golden:
+            pytest.fail(f"no golden file {path.name}; run pytest --update-golden to create it")
+        path.write_text(k.source)
+        return
+    assert k.source == path.read_text(), (
+        f"generated CUDA for {name} differs from {path}; if the change is intended, run "
+        f"pytest tests/test_golden.py --update-golden and review the diff")

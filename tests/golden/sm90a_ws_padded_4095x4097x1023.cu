@@ -1,0 +1,960 @@
+// ---- firesched prelude: raw storage types, conversions in PTX or integer code ----
+#ifndef FIRESCHED_PRELUDE
+#define FIRESCHED_PRELUDE
+
+// f16 <-> f32 (round to nearest even)
+static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_f16(float f)
+{
+    unsigned short x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+}
+
+// bf16 <-> f32: a bf16 is the high half of an f32
+static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
+{
+    return __uint_as_float((unsigned)x << 16);
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_bf16(float f)
+{
+#if __CUDA_ARCH__ >= 800
+    unsigned short x;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+#else
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((u >> 16) | 0x40u);  // a NaN stays a (quiet) NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (unsigned short)(u >> 16);
+#endif
+}
+
+// f32 -> tf32 (kept in an f32): 10 mantissa bits, ties away from zero, as cvt.rna.tf32.f32
+static __device__ __forceinline__ float fs_f32_to_tf32(float f)
+{
+    return __uint_as_float((__float_as_uint(f) + 0x1000u) & 0xffffe000u);
+}
+
+// 8-bit floats.  e4m3 has no infinities (S.1111.111 is NaN), e5m2 is the high byte of an f16.
+static __device__ __forceinline__ float fs_e4m3_to_f32(unsigned char x)
+{
+    const unsigned sign = (unsigned)(x & 0x80u) << 24;
+    const unsigned e = (x >> 3) & 0xfu;
+    const unsigned m = x & 0x7u;
+    if (e == 0xfu && m == 0x7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e == 0u) {
+        return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f));  // m * 2^-9
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static __device__ __forceinline__ float fs_e5m2_to_f32(unsigned char x)
+{
+    return fs_f16_to_f32((unsigned short)((unsigned)x << 8));
+}
+
+// f32 -> an 8-bit float with `mbits` mantissa bits and exponent bias `bias`, rounding to nearest
+// even; `maxcode` is the largest finite code, `overflow` the code of anything rounding past it.
+static __device__ __forceinline__ unsigned char fs_f32_to_f8(float f, unsigned mbits, unsigned bias,
+                                                             unsigned maxcode, unsigned overflow,
+                                                             unsigned nan)
+{
+    const unsigned u = __float_as_uint(f);
+    const unsigned sign = (u >> 24) & 0x80u;
+    unsigned a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return (unsigned char)(sign | nan);
+    }
+    unsigned code;
+    if (a < ((128u - bias) << 23)) {
+        // below the smallest normal: count subnormal steps of 2^(1 - bias - mbits)
+        const float scale = __uint_as_float((bias + mbits - 1u + 127u) << 23);
+        code = __float2uint_rn(__uint_as_float(a) * scale);
+    } else {
+        a += (1u << (22u - mbits)) - 1u + ((a >> (23u - mbits)) & 1u);
+        code = (a >> (23u - mbits)) - ((127u - bias) << mbits);
+    }
+    return (unsigned char)(sign | (code > maxcode ? overflow : code));
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e4m3(float f)
+{
+    return fs_f32_to_f8(f, 3u, 7u, 0x7eu, 0x7fu, 0x7fu);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e5m2(float f)
+{
+    return fs_f32_to_f8(f, 2u, 15u, 0x7bu, 0x7cu, 0x7eu);
+}
+
+// f32 -> integers: round to nearest even, saturate (NaN gives 0)
+static __device__ __forceinline__ signed char fs_f32_to_i8(float f)
+{
+    const int v = __float2int_rn(f);
+    return (signed char)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_u8(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (unsigned char)(v > 255u ? 255u : v);
+}
+
+static __device__ __forceinline__ int fs_f32_to_i4(float f)
+{
+    const int v = __float2int_rn(f);
+    return v < -8 ? -8 : v > 7 ? 7 : v;
+}
+
+static __device__ __forceinline__ int fs_f32_to_u4(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (int)(v > 15u ? 15u : v);
+}
+
+// integer arithmetic of integer registers: in 64 bits, saturated when stored
+static __device__ __forceinline__ long long fs_max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+static __device__ __forceinline__ long long fs_sat(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+// 4-bit elements, two per byte, low nibble first
+static __device__ __forceinline__ int fs_i4_get(const unsigned char* p, int i)
+{
+    const int v = (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static __device__ __forceinline__ int fs_u4_get(const unsigned char* p, int i)
+{
+    return (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+}
+
+static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int v)
+{
+    const int s = (i & 1) * 4;
+    p[i >> 1] = (unsigned char)((p[i >> 1] & ~(0xf << s)) | ((v & 0xf) << s));
+}
+
+#endif  // FIRESCHED_PRELUDE
+
+// A (4095x1023, rows of 2046 bytes) -> A_padded (rows of 2048 bytes)
+// firesched_pad_A: grid (2048, 1, 1) x 256 threads, 0 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(256, 1) firesched_pad_A(
+    const unsigned short* __restrict__ A,
+    unsigned short* __restrict__ A_padded)
+{
+    const int tid = threadIdx.x;
+    const int bid_x = blockIdx.x;
+    alignas(16) unsigned short chunk[8] = {};  // f16 x 8
+
+    // A (4095x1023, rows of 2046 bytes) -> A_padded (rows of 2048 bytes)
+    if (bid_x * 256 + tid < 524160) {
+        // sm70.ld_global_2: element 0 (zero past the row's end)
+        //   dst = chunk[0 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[0])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023))
+            : "memory");
+        // sm70.ld_global_2: element 1 (zero past the row's end)
+        //   dst = chunk[1 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 1]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[1])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 1))
+            : "memory");
+        // sm70.ld_global_2: element 2 (zero past the row's end)
+        //   dst = chunk[2 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 2]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[2])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 2))
+            : "memory");
+        // sm70.ld_global_2: element 3 (zero past the row's end)
+        //   dst = chunk[3 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 3]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[3])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 3))
+            : "memory");
+        // sm70.ld_global_2: element 4 (zero past the row's end)
+        //   dst = chunk[4 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 4]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[4])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 4))
+            : "memory");
+        // sm70.ld_global_2: element 5 (zero past the row's end)
+        //   dst = chunk[5 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 5]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[5])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 5))
+            : "memory");
+        // sm70.ld_global_2: element 6 (zero past the row's end)
+        //   dst = chunk[6 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 6]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[6])
+            : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 6))
+            : "memory");
+        // sm70.ld_global_2: element 7 (zero past the row's end)
+        //   dst = chunk[7 .. +1], src = &A[bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 7]
+        if (tid % 128 * 8 + 7 < 1023) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[7])
+                : "l"(A + (bid_x * 2046 + tid % 128 * 8 + tid / 128 * 1023 + 7))
+                : "memory");
+        } else {
+            chunk[7] = 0;
+        }
+        // sm70.st_global_16: 16 bytes of the padded row
+        //   dst = &A_padded[bid_x * 2048 + tid % 128 * 8 + tid / 128 * 1024], src = chunk[0 .. +8]
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+            :
+            : "l"(A_padded + (bid_x * 2048 + tid % 128 * 8 + tid / 128 * 1024)), "r"(*reinterpret_cast<unsigned*>(&chunk[0])), "r"(*reinterpret_cast<unsigned*>(&chunk[2])), "r"(*reinterpret_cast<unsigned*>(&chunk[4])), "r"(*reinterpret_cast<unsigned*>(&chunk[6]))
+            : "memory");
+    }
+}
+
+// ---- firesched prelude: raw storage types, conversions in PTX or integer code ----
+#ifndef FIRESCHED_PRELUDE
+#define FIRESCHED_PRELUDE
+
+// f16 <-> f32 (round to nearest even)
+static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_f16(float f)
+{
+    unsigned short x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+}
+
+// bf16 <-> f32: a bf16 is the high half of an f32
+static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
+{
+    return __uint_as_float((unsigned)x << 16);
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_bf16(float f)
+{
+#if __CUDA_ARCH__ >= 800
+    unsigned short x;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+#else
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((u >> 16) | 0x40u);  // a NaN stays a (quiet) NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (unsigned short)(u >> 16);
+#endif
+}
+
+// f32 -> tf32 (kept in an f32): 10 mantissa bits, ties away from zero, as cvt.rna.tf32.f32
+static __device__ __forceinline__ float fs_f32_to_tf32(float f)
+{
+    return __uint_as_float((__float_as_uint(f) + 0x1000u) & 0xffffe000u);
+}
+
+// 8-bit floats.  e4m3 has no infinities (S.1111.111 is NaN), e5m2 is the high byte of an f16.
+static __device__ __forceinline__ float fs_e4m3_to_f32(unsigned char x)
+{
+    const unsigned sign = (unsigned)(x & 0x80u) << 24;
+    const unsigned e = (x >> 3) & 0xfu;
+    const unsigned m = x & 0x7u;
+    if (e == 0xfu && m == 0x7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e == 0u) {
+        return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f));  // m * 2^-9
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static __device__ __forceinline__ float fs_e5m2_to_f32(unsigned char x)
+{
+    return fs_f16_to_f32((unsigned short)((unsigned)x << 8));
+}
+
+// f32 -> an 8-bit float with `mbits` mantissa bits and exponent bias `bias`, rounding to nearest
+// even; `maxcode` is the largest finite code, `overflow` the code of anything rounding past it.
+static __device__ __forceinline__ unsigned char fs_f32_to_f8(float f, unsigned mbits, unsigned bias,
+                                                             unsigned maxcode, unsigned overflow,
+                                                             unsigned nan)
+{
+    const unsigned u = __float_as_uint(f);
+    const unsigned sign = (u >> 24) & 0x80u;
+    unsigned a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return (unsigned char)(sign | nan);
+    }
+    unsigned code;
+    if (a < ((128u - bias) << 23)) {
+        // below the smallest normal: count subnormal steps of 2^(1 - bias - mbits)
+        const float scale = __uint_as_float((bias + mbits - 1u + 127u) << 23);
+        code = __float2uint_rn(__uint_as_float(a) * scale);
+    } else {
+        a += (1u << (22u - mbits)) - 1u + ((a >> (23u - mbits)) & 1u);
+        code = (a >> (23u - mbits)) - ((127u - bias) << mbits);
+    }
+    return (unsigned char)(sign | (code > maxcode ? overflow : code));
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e4m3(float f)
+{
+    return fs_f32_to_f8(f, 3u, 7u, 0x7eu, 0x7fu, 0x7fu);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e5m2(float f)
+{
+    return fs_f32_to_f8(f, 2u, 15u, 0x7bu, 0x7cu, 0x7eu);
+}
+
+// f32 -> integers: round to nearest even, saturate (NaN gives 0)
+static __device__ __forceinline__ signed char fs_f32_to_i8(float f)
+{
+    const int v = __float2int_rn(f);
+    return (signed char)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_u8(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (unsigned char)(v > 255u ? 255u : v);
+}
+
+static __device__ __forceinline__ int fs_f32_to_i4(float f)
+{
+    const int v = __float2int_rn(f);
+    return v < -8 ? -8 : v > 7 ? 7 : v;
+}
+
+static __device__ __forceinline__ int fs_f32_to_u4(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (int)(v > 15u ? 15u : v);
+}
+
+// integer arithmetic of integer registers: in 64 bits, saturated when stored
+static __device__ __forceinline__ long long fs_max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+static __device__ __forceinline__ long long fs_sat(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+// 4-bit elements, two per byte, low nibble first
+static __device__ __forceinline__ int fs_i4_get(const unsigned char* p, int i)
+{
+    const int v = (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static __device__ __forceinline__ int fs_u4_get(const unsigned char* p, int i)
+{
+    return (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+}
+
+static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int v)
+{
+    const int s = (i & 1) * 4;
+    p[i >> 1] = (unsigned char)((p[i >> 1] & ~(0xf << s)) | ((v & 0xf) << s));
+}
+
+#endif  // FIRESCHED_PRELUDE
+
+// B (1023x4097, rows of 8194 bytes) -> B_padded (rows of 8208 bytes)
+// firesched_pad_B: grid (2050, 1, 1) x 256 threads, 0 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(256, 1) firesched_pad_B(
+    const unsigned short* __restrict__ B,
+    unsigned short* __restrict__ B_padded)
+{
+    const int tid = threadIdx.x;
+    const int bid_x = blockIdx.x;
+    alignas(16) unsigned short chunk[8] = {};  // f16 x 8
+
+    // B (1023x4097, rows of 8194 bytes) -> B_padded (rows of 8208 bytes)
+    if (bid_x * 256 + tid < 524799) {
+        // sm70.ld_global_2: element 0 (zero past the row's end)
+        //   dst = chunk[0 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097]
+        asm volatile("ld.global.b16 %0, [%1];"
+            : "=h"(chunk[0])
+            : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097))
+            : "memory");
+        // sm70.ld_global_2: element 1 (zero past the row's end)
+        //   dst = chunk[1 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 1]
+        if ((bid_x * 256 + tid) % 513 * 8 + 1 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[1])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 1))
+                : "memory");
+        } else {
+            chunk[1] = 0;
+        }
+        // sm70.ld_global_2: element 2 (zero past the row's end)
+        //   dst = chunk[2 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 2]
+        if ((bid_x * 256 + tid) % 513 * 8 + 2 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[2])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 2))
+                : "memory");
+        } else {
+            chunk[2] = 0;
+        }
+        // sm70.ld_global_2: element 3 (zero past the row's end)
+        //   dst = chunk[3 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 3]
+        if ((bid_x * 256 + tid) % 513 * 8 + 3 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[3])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 3))
+                : "memory");
+        } else {
+            chunk[3] = 0;
+        }
+        // sm70.ld_global_2: element 4 (zero past the row's end)
+        //   dst = chunk[4 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 4]
+        if ((bid_x * 256 + tid) % 513 * 8 + 4 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[4])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 4))
+                : "memory");
+        } else {
+            chunk[4] = 0;
+        }
+        // sm70.ld_global_2: element 5 (zero past the row's end)
+        //   dst = chunk[5 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 5]
+        if ((bid_x * 256 + tid) % 513 * 8 + 5 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[5])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 5))
+                : "memory");
+        } else {
+            chunk[5] = 0;
+        }
+        // sm70.ld_global_2: element 6 (zero past the row's end)
+        //   dst = chunk[6 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 6]
+        if ((bid_x * 256 + tid) % 513 * 8 + 6 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[6])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 6))
+                : "memory");
+        } else {
+            chunk[6] = 0;
+        }
+        // sm70.ld_global_2: element 7 (zero past the row's end)
+        //   dst = chunk[7 .. +1], src = &B[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 7]
+        if ((bid_x * 256 + tid) % 513 * 8 + 7 < 4097) {
+            asm volatile("ld.global.b16 %0, [%1];"
+                : "=h"(chunk[7])
+                : "l"(B + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4097 + 7))
+                : "memory");
+        } else {
+            chunk[7] = 0;
+        }
+        // sm70.st_global_16: 16 bytes of the padded row
+        //   dst = &B_padded[(bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4104], src = chunk[0 .. +8]
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+            :
+            : "l"(B_padded + ((bid_x * 256 + tid) % 513 * 8 + (bid_x * 256 + tid) / 513 * 4104)), "r"(*reinterpret_cast<unsigned*>(&chunk[0])), "r"(*reinterpret_cast<unsigned*>(&chunk[2])), "r"(*reinterpret_cast<unsigned*>(&chunk[4])), "r"(*reinterpret_cast<unsigned*>(&chunk[6]))
+            : "memory");
+    }
+}
+
+// ---- firesched prelude: raw storage types, conversions in PTX or integer code ----
+#ifndef FIRESCHED_PRELUDE
+#define FIRESCHED_PRELUDE
+
+// f16 <-> f32 (round to nearest even)
+static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_f16(float f)
+{
+    unsigned short x;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+}
+
+// bf16 <-> f32: a bf16 is the high half of an f32
+static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
+{
+    return __uint_as_float((unsigned)x << 16);
+}
+
+static __device__ __forceinline__ unsigned short fs_f32_to_bf16(float f)
+{
+#if __CUDA_ARCH__ >= 800
+    unsigned short x;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));
+    return x;
+#else
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (unsigned short)((u >> 16) | 0x40u);  // a NaN stays a (quiet) NaN
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    return (unsigned short)(u >> 16);
+#endif
+}
+
+// f32 -> tf32 (kept in an f32): 10 mantissa bits, ties away from zero, as cvt.rna.tf32.f32
+static __device__ __forceinline__ float fs_f32_to_tf32(float f)
+{
+    return __uint_as_float((__float_as_uint(f) + 0x1000u) & 0xffffe000u);
+}
+
+// 8-bit floats.  e4m3 has no infinities (S.1111.111 is NaN), e5m2 is the high byte of an f16.
+static __device__ __forceinline__ float fs_e4m3_to_f32(unsigned char x)
+{
+    const unsigned sign = (unsigned)(x & 0x80u) << 24;
+    const unsigned e = (x >> 3) & 0xfu;
+    const unsigned m = x & 0x7u;
+    if (e == 0xfu && m == 0x7u) {
+        return __uint_as_float(sign | 0x7fc00000u);
+    }
+    if (e == 0u) {
+        return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f));  // m * 2^-9
+    }
+    return __uint_as_float(sign | ((e + 120u) << 23) | (m << 20));
+}
+
+static __device__ __forceinline__ float fs_e5m2_to_f32(unsigned char x)
+{
+    return fs_f16_to_f32((unsigned short)((unsigned)x << 8));
+}
+
+// f32 -> an 8-bit float with `mbits` mantissa bits and exponent bias `bias`, rounding to nearest
+// even; `maxcode` is the largest finite code, `overflow` the code of anything rounding past it.
+static __device__ __forceinline__ unsigned char fs_f32_to_f8(float f, unsigned mbits, unsigned bias,
+                                                             unsigned maxcode, unsigned overflow,
+                                                             unsigned nan)
+{
+    const unsigned u = __float_as_uint(f);
+    const unsigned sign = (u >> 24) & 0x80u;
+    unsigned a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return (unsigned char)(sign | nan);
+    }
+    unsigned code;
+    if (a < ((128u - bias) << 23)) {
+        // below the smallest normal: count subnormal steps of 2^(1 - bias - mbits)
+        const float scale = __uint_as_float((bias + mbits - 1u + 127u) << 23);
+        code = __float2uint_rn(__uint_as_float(a) * scale);
+    } else {
+        a += (1u << (22u - mbits)) - 1u + ((a >> (23u - mbits)) & 1u);
+        code = (a >> (23u - mbits)) - ((127u - bias) << mbits);
+    }
+    return (unsigned char)(sign | (code > maxcode ? overflow : code));
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e4m3(float f)
+{
+    return fs_f32_to_f8(f, 3u, 7u, 0x7eu, 0x7fu, 0x7fu);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_e5m2(float f)
+{
+    return fs_f32_to_f8(f, 2u, 15u, 0x7bu, 0x7cu, 0x7eu);
+}
+
+// f32 -> integers: round to nearest even, saturate (NaN gives 0)
+static __device__ __forceinline__ signed char fs_f32_to_i8(float f)
+{
+    const int v = __float2int_rn(f);
+    return (signed char)(v < -128 ? -128 : v > 127 ? 127 : v);
+}
+
+static __device__ __forceinline__ unsigned char fs_f32_to_u8(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (unsigned char)(v > 255u ? 255u : v);
+}
+
+static __device__ __forceinline__ int fs_f32_to_i4(float f)
+{
+    const int v = __float2int_rn(f);
+    return v < -8 ? -8 : v > 7 ? 7 : v;
+}
+
+static __device__ __forceinline__ int fs_f32_to_u4(float f)
+{
+    const unsigned v = __float2uint_rn(f);
+    return (int)(v > 15u ? 15u : v);
+}
+
+// integer arithmetic of integer registers: in 64 bits, saturated when stored
+static __device__ __forceinline__ long long fs_max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+static __device__ __forceinline__ long long fs_sat(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+// 4-bit elements, two per byte, low nibble first
+static __device__ __forceinline__ int fs_i4_get(const unsigned char* p, int i)
+{
+    const int v = (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+    return v >= 8 ? v - 16 : v;
+}
+
+static __device__ __forceinline__ int fs_u4_get(const unsigned char* p, int i)
+{
+    return (p[i >> 1] >> ((i & 1) * 4)) & 0xf;
+}
+
+static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int v)
+{
+    const int s = (i & 1) * 4;
+    p[i >> 1] = (unsigned char)((p[i >> 1] & ~(0xf << s)) | ((v & 0xf) << s));
+}
+
+#endif  // FIRESCHED_PRELUDE
+
+// ---- firesched sm_90a prelude: arch check, tensor maps, wgmma descriptors ----
+#ifndef FIRESCHED_PRELUDE_SM90
+#define FIRESCHED_PRELUDE_SM90
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "firesched: this unit uses sm_90a instructions (wgmma, TMA, mbarrier, stmatrix, setmaxnreg); compile it with arch='sm_90a'"
+#endif
+
+// A TMA descriptor as cuTensorMapEncodeTiled writes it: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
+
+// wgmma shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte offset
+// >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset 0, swizzle mode in 62-63
+// (0 none, 1 128B, 2 64B, 3 32B).
+static __device__ __forceinline__ unsigned long long fs_smem_desc(unsigned addr, unsigned lbo, unsigned sbo,
+                                                                  unsigned mode)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4)
+        | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
+        | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32)
+        | ((unsigned long long)(mode & 3u) << 62);
+}
+
+// Register fences: the compiler may not move accesses of the register across them.
+static __device__ __forceinline__ void fs_fence_reg(float& r)
+{
+    asm volatile("" : "+f"(r) : : "memory");
+}
+
+static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
+{
+    asm volatile("" : "+h"(r) : : "memory");
+}
+
+#endif  // FIRESCHED_PRELUDE_SM90
+
+// MatMul<kernel>(A:GL f16[4095x1023], B:GL f16[1023x4097], C:GL f16[4095x4097]) acc f32
+//   tile(m=192, n=128) >> to_blocks(group=8, persistent=True)
+//   for m0 in block(22) grouped(8) persistent, n0 in block(33) grouped(8) persistent:
+//     MatMul<block>(A:GL f16[192x1023], B:GL f16[1023x128], C:GL f16[192x128]) acc f32
+//       tile(k=64)
+//       Init<block>(C:RF f32[192x128] = 0)
+//       for k0 in seq(16) pipelined(4 stages) warp-specialized(producer 40 regs, consumers 152):
+//         MatMul<block>(A:GL f16[192x64], B:GL f16[64x128], C:RF f32[192x128]) acc f32
+//           move_to_smem('A', via=(sm90a.tma_load_2d,))
+//           Move<block>(A:GL f16[192x64] -> A:SH f16[192x64] Sw<3,3,3> x4 stages)
+//             via tma_load_2d
+//           MatMul<block>(A:SH f16[192x64] Sw<3,3,3> x4 stages, B:GL f16[64x128], C:RF f32[192x128]) acc f32
+//             move_to_smem('B', via=(sm90a.tma_load_2d,))
+//             Move<block>(B:GL f16[64x128] -> B:SH f16[64x128] Sw<3,3,4> x4 stages)
+//               via tma_load_2d
+//             MatMul<block>(A:SH f16[192x64] Sw<3,3,3> x4 stages, B:SH f16[64x128] Sw<3,3,4> x4 stages, C:RF f32[192x128]) acc f32
+//               tile(m=64) >> to_warpgroups()
+//               for m1 in warpgroup(3):
+//                 MatMul<warpgroup>(A:SH f16[64x64] Sw<3,3,3> x4 stages, B:SH f16[64x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
+//                   tile(k=16)
+//                   for k1 in seq(4):
+//                     MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
+//                       done(sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb)
+//       Move<block>(C:RF f32[192x128] -> C:GL f16[192x128])
+// firesched_gemm_sm90_ws: grid (132, 1, 1) x 512 threads, 163904 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(512, 1) firesched_gemm_sm90_ws(
+    const __grid_constant__ CUtensorMap tmap_A_padded,
+    const __grid_constant__ CUtensorMap tmap_B_padded,
+    unsigned short* __restrict__ C)
+{
+    const int tid = threadIdx.x;
+    const int bid_x = blockIdx.x;
+    extern __shared__ __align__(1024) unsigned char fs_smem[];
+    // A_smem: f16[49152] at byte 0, 4 stages x 192x64 f16, K-major, 128B swizzle
+    unsigned short* const A_smem = reinterpret_cast<unsigned short*>(fs_smem + 0);
+    const unsigned A_smem_base = (unsigned)__cvta_generic_to_shared(A_smem);
+    // B_smem: f16[32768] at byte 98304, 4 stages x 64x128 f16, MN-major, 128B swizzle
+    unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 98304);
+    const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
+    // full: f64[4] at byte 163840, one per stage: the stage's TMA bytes have landed
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(fs_smem + 163840);
+    const unsigned full_base = (unsigned)__cvta_generic_to_shared(full);
+    // empty: f64[4] at byte 163872, one per stage: all 3 consumer warpgroups are done reading it
+    unsigned long long* const empty = reinterpret_cast<unsigned long long*>(fs_smem + 163872);
+    const unsigned empty_base = (unsigned)__cvta_generic_to_shared(empty);
+    alignas(16) float C_acc[64] = {};  // f32 x 64
+    alignas(16) float epi[2] = {};  // f32 x 2
+    alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
+
+    // MatMul<block>(A:GL f16[192x1023], B:GL f16[1023x128], C:GL f16[192x128]) acc f32
+    if (tid < 1) {
+        // sm90a.mbarrier_init
+        //   bar = &full[0], count = 1
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(full_base), "r"((int)(1))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &full[1], count = 1
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(full_base + 8), "r"((int)(1))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &full[2], count = 1
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(full_base + 16), "r"((int)(1))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &full[3], count = 1
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(full_base + 24), "r"((int)(1))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &empty[0], count = 3
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(empty_base), "r"((int)(3))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &empty[1], count = 3
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(empty_base + 8), "r"((int)(3))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &empty[2], count = 3
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(empty_base + 16), "r"((int)(3))
+            : "memory");
+        // sm90a.mbarrier_init
+        //   bar = &empty[3], count = 3
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+            :
+            : "r"(empty_base + 24), "r"((int)(3))
+            : "memory");
+        // sm90a.fence_mbarrier_init
+        asm volatile("fence.mbarrier_init.release.cluster;"
+            :
+            :
+            : "memory");
+    }
+    // mbarriers initialised
+    __syncthreads();
+    if (tid < 128) {  // role producer: threads 0..127
+        const int rtid = tid - 0;  // thread index within the role
+        // sm90a.setmaxnreg_dec: the producer needs few registers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"
+            :
+            :
+            : "memory");
+        if (tid < 1) {
+            // tiles of this block: 6
+            #pragma unroll 1
+            for (int tile_i = 0; tile_i < 6; ++tile_i) {
+                if (bid_x + tile_i * 132 < 726) {
+                    #pragma unroll 1
+                    for (int k0 = 0; k0 < 16; ++k0) {
+                        // sm90a.mbarrier_try_wait: the consumers released the stage (the first round returns at once)
+                        //   bar = &empty[k0 % 4], parity = (k0 / 4 + 1) % 2
+                        asm volatile("{ .reg .pred fs_p; fs_wait_0: mbarrier.try_wait.parity.shared::cta.b64 fs_p, [%0], %1; @fs_p bra fs_done_0; bra fs_wait_0; fs_done_0: }"
+                            :
+                            : "r"(empty_base + (k0 % 4 * 8)), "r"((int)((k0 / 4 + 1) % 2))
+                            : "memory");
+                        // sm90a.mbarrier_arrive_expect_tx
+                        //   bar = &full[k0 % 4], bytes = 40960
+                        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                            :
+                            : "r"(full_base + (k0 % 4 * 8)), "r"((int)(40960))
+                            : "memory");
+                        // sm90a.tma_load_2d: A tile 192x64
+                        //   dst = &A_smem[k0 % 4 * 12288], tmap = &tmap_A_padded, c0 = k0 * 64, c1 = (bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536, mbar = &full[k0 % 4]
+                        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                            :
+                            : "r"(A_smem_base + (k0 % 4 * 24576)), "l"(reinterpret_cast<unsigned long long>(&tmap_A_padded)), "r"((int)(k0 * 64)), "r"((int)((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536)), "r"(full_base + (k0 % 4 * 8))
+                            : "memory");
+                        // sm90a.tma_load_2d: B columns 0..+64
+                        //   dst = &B_smem[k0 % 4 * 8192], tmap = &tmap_B_padded, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128, c1 = k0 * 64, mbar = &full[k0 % 4]
+                        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                            :
+                            : "r"(B_smem_base + (k0 % 4 * 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_B_padded)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
+                            : "memory");
+                        // sm90a.tma_load_2d: B columns 64..+64
+                        //   dst = &B_smem[k0 % 4 * 8192 + 4096], tmap = &tmap_B_padded, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64, c1 = k0 * 64, mbar = &full[k0 % 4]
+                        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                            :
+                            : "r"(B_smem_base + (k0 % 4 * 16384 + 8192)), "l"(reinterpret_cast<unsigned long long>(&tmap_B_padded)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
+                            : "memory");
+                    }
+                }
+            }
+        }
+    } else if (tid >= 128 && tid < 512) {  // role consumers: threads 128..511
+        const int rtid = tid - 128;  // thread index within the role
+        // sm90a.setmaxnreg_inc: the accumulators need registers
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 152;"
+            :
+            :
+            : "memory");
+        // tiles of this block: 6
+        #pragma unroll 1
+        for (int tile_i = 0; tile_i < 6; ++tile_i) {
+            if (bid_x + tile_i * 132 < 726) {
+                // C_acc[0 .. +64] = 0.0
+                #pragma unroll
+                for (int fs_r = 0; fs_r < 64; ++fs_r) {
+                    C_acc[fs_r] = 0.0f;
+                }
+                // K loop over 16 tiles of 64, one wgmma group in flight
+                #pragma unroll 1
+                for (int k0_c = 0; k0_c < 16; ++k0_c) {
+                    // sm90a.mbarrier_try_wait: the tile is in shared memory
+                    //   bar = &full[k0_c % 4], parity = k0_c / 4 % 2
+                    asm volatile("{ .reg .pred fs_p; fs_wait_1: mbarrier.try_wait.parity.shared::cta.b64 fs_p, [%0], %1; @fs_p bra fs_done_1; bra fs_wait_1; fs_done_1: }"
+                        :
+                        : "r"(full_base + (k0_c % 4 * 8)), "r"((int)(k0_c / 4 % 2))
+                        : "memory");
+                    // sm90a.wgmma_fence
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
+                    asm volatile("wgmma.fence.sync.aligned;"
+                        :
+                        :
+                        : "memory");
+                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 0
+                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
+                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384), 8192u, 1024u, 1u)), "r"((int)(1))
+                        : "memory");
+                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 1
+                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 16], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
+                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 32), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 2048), 8192u, 1024u, 1u)), "r"((int)(1))
+                        : "memory");
+                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 2
+                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 32], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 2048], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
+                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 64), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 4096), 8192u, 1024u, 1u)), "r"((int)(1))
+                        : "memory");
+                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 3
+                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 48], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 3072], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
+                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 96), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 6144), 8192u, 1024u, 1u)), "r"((int)(1))
+                        : "memory");
+                    // sm90a.wgmma_commit
+                    asm volatile("wgmma.commit_group.sync.aligned;"
+                        :
+                        :
+                        : "memory");
+                    // sm90a.wgmma_wait: the previous K tile's wgmma are done
+                    asm volatile("wgmma.wait_group.sync.aligned 1;"
+                        :
+                        :
+                        : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
+                    if (k0_c >= 1 && rtid % 128 < 1) {
+                        // sm90a.mbarrier_arrive: release the previous stage
+                        //   bar = &empty[(k0_c + 3) % 4]
+                        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+                            :
+                            : "r"(empty_base + ((k0_c + 3) % 4 * 8))
+                            : "memory");
+                    }
+                }
+                // sm90a.wgmma_wait
+                asm volatile("wgmma.wait_group.sync.aligned 0;"
+                    :
+                    :
+                    : "memory");
+                #pragma unroll
+                for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                    fs_fence_reg(C_acc[fs_i]);
+                }
+                if (rtid % 128 < 1) {
+                    // sm90a.mbarrier_arrive: release the last stage
+                    //   bar = &empty[3]
+                    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+                        :
+                        : "r"(empty_base + 24)
+                        : "memory");
+                }
+                // Move<block>(C:RF f32[192x128] -> C:GL f16[192x128]): wgmma D fragments, pairs of adjacent columns
+                #pragma unroll
+                for (int e0 = 0; e0 < 32; ++e0) {
+                    epi[0] = C_acc[e0 * 2];
+                    epi[1] = C_acc[e0 * 2 + 1];
+                    out_f16[0] = fs_f32_to_f16(epi[0]);
+                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // sm70.st_global_2: C
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208], src = out_f16[0 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + e0 % 2 * 8 + rtid % 128 / 32 * 16 + rtid % 32 / 4 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + e0 / 2 * 8 + rtid % 4 * 2 < 4097) {
+                        asm volatile("st.global.b16 [%0], %1;"
+                            :
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208)), "h"(out_f16[0])
+                            : "memory");
+                    }
+                    // sm70.st_global_2: C
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1], src = out_f16[1 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + e0 % 2 * 8 + rtid % 128 / 32 * 16 + rtid % 32 / 4 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + e0 / 2 * 8 + rtid % 4 * 2 + 1 < 4097) {
+                        asm volatile("st.global.b16 [%0], %1;"
+                            :
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1)), "h"(out_f16[1])
+                            : "memory");
+                    }
+                }
+            }
+        }
+    }
+}
