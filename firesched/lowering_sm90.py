@@ -467,12 +467,12 @@ class HopperGemmLowering(Lowering):
             del self.shared["C_smem"]
         self._check_resources(p["block"])
         shared = [sa, sb, full, empty] + ([staged[0]] if staged is not None else [])
-        probe = ir.Kernel("probe", (), (1, 1, 1), self.threads, tuple(shared), (), ir.Seq(()))
+        have = ir.shared_bytes(shared)
         need = self.target.smem_per_sm // 2 + 1024
-        if probe.shared_bytes < need:
+        if have < need:
             # setmaxnreg's budget assumes one block per SM: a second resident block could leave a
             # consumer warpgroup waiting for registers forever, so claim more than half the SM
-            shared.append(ir.SharedBuffer("one_block_per_sm", u8, need - probe.shared_bytes, 16,
+            shared.append(ir.SharedBuffer("one_block_per_sm", u8, need - have, 16,
                                           "unused: keeps a second block off the SM (setmaxnreg budget)"))
         return ir.Kernel("firesched_gemm_sm90_ws", tuple(params), tuple(grid), self.threads,
                          tuple(shared), tuple(self.regs.values()), ir.Seq(tuple(body)),

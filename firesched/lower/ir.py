@@ -363,10 +363,7 @@ class Kernel:
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory the launch needs (buffers laid out in order, each aligned)."""
-        off = 0
-        for b in self.shared:
-            off = -(-off // b.align) * b.align + b.nbytes
-        return off
+        return shared_bytes(self.shared)
 
     def shared_offsets(self) -> dict[str, int]:
         off, out = 0, {}
@@ -375,6 +372,14 @@ class Kernel:
             out[b.name] = off
             off += b.nbytes
         return out
+
+
+def shared_bytes(buffers) -> int:
+    """Bytes of shared memory ``buffers`` take when laid out in order, each at its alignment."""
+    off = 0
+    for b in buffers:
+        off = -(-off // b.align) * b.align + b.nbytes
+    return off
 
 
 @attrs.frozen
