@@ -450,7 +450,7 @@ class HopperGemmLowering(Lowering):
         if staged is None:
             tile_work += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
         else:
-            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, nwg, ti)
+            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, ti)
         consumer = [
             _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=creg), comment="the accumulators need registers"),
             *per_tile(tile_work, f"tiles of this block: {iters}"),
@@ -462,9 +462,8 @@ class HopperGemmLowering(Lowering):
                               ir.Role("consumers", 128, 128 * nwg, ir.Seq(tuple(consumer))))))
         c_param = self.gl[self.spec.c.name] if staged is None else staged[1]
         params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [c_param]
-        self.shared["C_smem"] = staged[0] if staged is not None else None
-        if staged is None:
-            del self.shared["C_smem"]
+        if staged is not None:
+            self.shared["C_smem"] = staged[0]
         self._check_resources(p["block"])
         shared = [sa, sb, full, empty] + ([staged[0]] if staged is not None else [])
         have = ir.shared_bytes(shared)
@@ -494,7 +493,7 @@ class HopperGemmLowering(Lowering):
                               f"128B swizzle (TMA-store staging)")
         return buf, ir.TensorMapParam(f"tmap_{gc.name}", gc, (64, cc), SPAN), cc
 
-    def _epilogue_tma(self, p, staged, acc, lane, wg, m0, n0, M, N, nwg, ti=0) -> list:
+    def _epilogue_tma(self, p, staged, acc, lane, wg, m0, n0, M, N, ti=0) -> list:
         """Registers -> swizzled shared memory -> TMA store, 64 rows x one 128-byte span of columns
         at a time, double-buffered per warpgroup::
 
