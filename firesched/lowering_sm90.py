@@ -438,19 +438,23 @@ class HopperGemmLowering(Lowering):
                         comment="release the previous stage")),
         ]
         last = (ti * nk + nk - 1) % S
+        staged = self._staging(p, nwg)
+        vec_smem, vec_start, vec_after = (self._vector_prefetch(p, lane, wg, n0, N, nwg) if staged is not None
+                                          else ({}, [], []))
         tile_work = [
+            *vec_start,
             ir.RegFill(ir.RegRef(acc, 0), BN // 2, 0.0),
             ir.Comment(f"K loop over {nk} tiles of {BK}, one wgmma group in flight"),
             ir.For(kc, nk, ir.Seq(tuple(consume))),
             _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
             ir.If(lt(lane, 1), _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, last),
                                      comment="release the last stage")),
+            *vec_after,
         ]
-        staged = self._staging(p, nwg)
         if staged is None:
             tile_work += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
         else:
-            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, ti)
+            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, ti, vec_smem)
         consumer = [
             _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=creg), comment="the accumulators need registers"),
             *per_tile(tile_work, f"tiles of this block: {iters}"),
@@ -464,8 +468,9 @@ class HopperGemmLowering(Lowering):
         params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [c_param]
         if staged is not None:
             self.shared["C_smem"] = staged[0]
+        self.shared.update({b.name: b for b in vec_smem.values()})
         self._check_resources(p["block"])
-        shared = [sa, sb, full, empty] + ([staged[0]] if staged is not None else [])
+        shared = [sa, sb, full, empty] + ([staged[0]] if staged is not None else []) + list(vec_smem.values())
         have = ir.shared_bytes(shared)
         need = self.target.smem_per_sm // 2 + 1024
         if have < need:
@@ -493,7 +498,7 @@ class HopperGemmLowering(Lowering):
                               f"128B swizzle (TMA-store staging)")
         return buf, ir.TensorMapParam(f"tmap_{gc.name}", gc, (64, cc), SPAN), cc
 
-    def _epilogue_tma(self, p, staged, acc, lane, wg, m0, n0, M, N, ti=0) -> list:
+    def _epilogue_tma(self, p, staged, acc, lane, wg, m0, n0, M, N, ti=0, vec_smem=None) -> list:
         """Registers -> swizzled shared memory -> TMA store, 64 rows x one 128-byte span of columns
         at a time, double-buffered per warpgroup::
 
@@ -504,7 +509,9 @@ class HopperGemmLowering(Lowering):
               fence.proxy.async; barrier (warpgroup)   # the tile is visible to the async proxy
               thread 0 of the warpgroup: TMA store of the 64 x span box; commit
 
-        TMA drops the parts of a box outside C, so edge tiles need no predicates.
+        TMA drops the parts of a box outside C, so edge tiles need no predicates.  ``vec_smem`` maps
+        a bias over N to the warpgroup's shared copy of the tile's BN values (``_vector_prefetch``),
+        read here instead of global memory.
         """
         buf, tmap, cc = staged
         store: Node = p["store"]
@@ -531,17 +538,21 @@ class HopperGemmLowering(Lowering):
             q = Var(f"e{c}", pairs // 2)
             body = []
             pre = {}
-            preload = []
-            # the chunk's bias values are loaded together first, so their latencies overlap
-            ql = Var(f"l{c}", pairs // 2)
-            _, lcol = sm90a.d_coord(lane, c * pairs + 2 * ql)
+            _, qcol = sm90a.d_coord(lane, c * pairs + 2 * q)
             for a in shared_cols:
-                if a.name not in pre:
-                    raw = self.reg(f"xc_{a.name}", self.extra_buf(a).dtype, pairs)
-                    preload += self.load_extra_raw(a, 2, 0, n0 + lcol, glim, raw, 2 * ql)
-                    pre[a.name] = self.reg(f"xf_{a.name}", f32, 2)
-                    body += [ir.Pointwise("cvt", ir.RegRef(pre[a.name], j), (ir.RegRef(raw, 2 * q + j),))
-                             for j in range(2)]
+                if a.name in pre:
+                    continue
+                sbuf = (vec_smem or {}).get(a.name)
+                if sbuf is None:
+                    pre[a.name], loads = self.load_extra(a, 2, 0, n0 + qcol, glim)
+                    body += loads
+                    continue
+                raw = self.reg(f"x_{a.name}", sbuf.dtype, 2)
+                pre[a.name] = self.reg(f"xf_{a.name}", f32, 2)
+                body.append(ir.AtomCall(catalog.copy_atom("SH", "RF", 2 * sbuf.dtype.bits // 8),
+                                        (("dst", ir.RegRef(raw, 0)), ("src", ir.MemRef(sbuf, wg * BN + qcol))), 1,
+                                        f"{a.name} of columns +{2} (shared copy)"))
+                body += [ir.Pointwise("cvt", ir.RegRef(pre[a.name], j), (ir.RegRef(raw, j),)) for j in range(2)]
             for h in range(2):
                 pair = c * pairs + 2 * q + h
                 r, col = sm90a.d_coord(lane, pair)
@@ -556,7 +567,6 @@ class HopperGemmLowering(Lowering):
                 body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
                                              ("src", ir.RegRef(outr, 0))), 1, "C pair"))
             out += [
-                *([ir.For(ql, pairs // 2, ir.Seq(tuple(preload)), unroll=True)] if preload else []),
                 ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
                                   comment="the store that last used this buffer has read it")),
                 ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER + wg, threads=128),
@@ -569,6 +579,35 @@ class HopperGemmLowering(Lowering):
                     _call(sm90a.tma_commit)))),
             ]
         return out
+
+    def _vector_prefetch(self, p, lane, wg, n0, N, nwg):
+        """Biases over N for the TMA-store epilogue: each is loaded from global memory when a tile
+        starts (two elements per consumer thread, in flight during the K loop) and stored after it
+        into the warpgroup's shared copy of the tile's BN values, so that the epilogue reads shared
+        memory instead of waiting on global loads.  Returns (shared buffers by name, statements at
+        the tile's start, statements after its K loop)."""
+        store: Node = p["store"]
+        BN = p["BN"]
+        seen, bufs, start, after = set(), {}, [], []
+        glim = {"m": self.spec.m, "n": N}
+        mine = lt(lane, BN // 2)
+        for op in getattr(store.spec, "ops", ()):
+            for _, args in op.scalar():
+                for a in args:
+                    if getattr(a, "kind", None) != "vector_n" or a.name in seen:
+                        continue
+                    seen.add(a.name)
+                    dt = self.extra_buf(a).dtype
+                    sbuf = ir.SharedBuffer(f"{a.name}_smem", dt, nwg * BN, 16,
+                                           f"{a.name}[n0 .. n0+{BN}) per consumer warpgroup")
+                    raw = self.reg(f"xt_{a.name}", dt, 2)
+                    start.append(ir.If(mine, ir.Seq(tuple(self.load_extra_raw(a, 2, 0, n0 + 2 * lane, glim, raw, 0)))))
+                    after.append(ir.If(mine, ir.AtomCall(catalog.copy_atom("RF", "SH", 2 * dt.bits // 8),
+                                                         (("dst", ir.MemRef(sbuf, wg * BN + 2 * lane)),
+                                                          ("src", ir.RegRef(raw, 0))), 1,
+                                                         f"{a.name} for this tile's epilogue")))
+                    bufs[a.name] = sbuf
+        return bufs, start, after
 
     def _epilogue(self, p, acc, lane, wg, m0, n0, M, N) -> list:
         BN = p["BN"]

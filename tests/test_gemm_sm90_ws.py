@@ -349,3 +349,24 @@ def test_recipe_block_k_selects_the_mode(bk):
     k = fs.compile(sched, arch="sm_90a")
     assert k.spills == 0
     assert f"{bk * 2}B swizzle" in k.source
+
+
+def test_bias_goes_through_shared_memory():
+    """A bias over N is loaded when the tile starts and read by the epilogue from each warpgroup's
+    shared copy; without the warpgroup barrier between the copy and the reads, that is a race."""
+    epi = (ops.bias("bias"), ops.relu())
+    sched = fs.recipes.gemm(256, 256, 256, arch="sm_90a", block_m=128, block_n=64, epilogue_ops=epi, **PERSISTENT)
+    prog = sched.lower(TWO_SMS)
+    (k,) = prog.kernels
+    assert any(b.name == "bias_smem" for b in k.shared)
+    rng = np.random.default_rng(3)
+    feed = {"A": rng.standard_normal((256, 256)), "B": rng.standard_normal((256, 256)), "bias": rng.standard_normal(256)}
+    out = interp.run_program(prog, dict(feed))["C"]
+    assert _close(out, _ref(feed["A"], feed["B"], fs.dtypes.f16, epi, [feed["bias"]]))
+
+    def drop_free_barrier(s):
+        return None if isinstance(s, ir.Barrier) and "buffer is free" in s.comment else s
+
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, drop_free_barrier)),))
+    with pytest.raises(HazardError, match="race"):
+        interp.run_program(bad, dict(feed))

@@ -217,7 +217,7 @@ static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
 //                     MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
 //                       done(sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb)
 //       Move<block>(C:RF f32[128x256] -> C:GL f16[128x256]) with bias(bias[n]), relu()
-// firesched_gemm_sm90_ws: grid (132, 1, 1) x 384 threads, 230400 bytes of dynamic shared memory
+// firesched_gemm_sm90_ws: grid (132, 1, 1) x 384 threads, 231424 bytes of dynamic shared memory
 extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
     const __grid_constant__ CUtensorMap tmap_A,
     const __grid_constant__ CUtensorMap tmap_B,
@@ -242,10 +242,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
     // C_smem: f16[16384] at byte 197632, 2 consumer warpgroups x 2 buffers x 64x64 f16, 128B swizzle (TMA-store staging)
     unsigned short* const C_smem = reinterpret_cast<unsigned short*>(fs_smem + 197632);
     const unsigned C_smem_base = (unsigned)__cvta_generic_to_shared(C_smem);
+    // bias_smem: f16[512] at byte 230400, bias[n0 .. n0+256) per consumer warpgroup
+    unsigned short* const bias_smem = reinterpret_cast<unsigned short*>(fs_smem + 230400);
+    const unsigned bias_smem_base = (unsigned)__cvta_generic_to_shared(bias_smem);
     alignas(16) float C_acc[128] = {};  // f32 x 128
+    alignas(16) unsigned short xt_bias[2] = {};  // f16 x 2
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
-    alignas(16) unsigned short xc_bias[16] = {};  // f16 x 16
+    alignas(16) unsigned short x_bias[2] = {};  // f16 x 2
     alignas(16) float xf_bias[2] = {};  // f32 x 2
 
     // MatMul<block>(A:GL f16[128x1024], B:GL f16[1024x256], C:GL f16[128x256]) acc f32
@@ -377,6 +381,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
         #pragma unroll 1
         for (int tile_i = 0; tile_i < 16; ++tile_i) {
             if (bid_x + tile_i * 132 < 2048) {
+                if (1) {
+                    // sm70.ld_global_4: bias for the epilogue
+                    //   dst = xt_bias[0 .. +2], src = &bias[(bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + rtid % 128 * 2]
+                    if ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + rtid % 128 * 2 < 8192) {
+                        asm volatile("ld.global.b32 %0, [%1];"
+                            : "=r"(*reinterpret_cast<unsigned*>(&xt_bias[0]))
+                            : "l"(bias + ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + rtid % 128 * 2))
+                            : "memory");
+                    } else {
+                        *reinterpret_cast<unsigned*>(&xt_bias[0]) = 0;
+                    }
+                }
                 // C_acc[0 .. +128] = 0.0
                 #pragma unroll
                 for (int fs_r = 0; fs_r < 128; ++fs_r) {
@@ -464,20 +480,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                         : "r"(empty_base + 24)
                         : "memory");
                 }
-                // Move<block>(C:RF f32[128x256] -> C:GL f16[128x256]) with bias(bias[n]), relu(): D fragments -> C_smem (128B swizzle) -> TMA store, 4 chunks of 64x64
-                #pragma unroll
-                for (int l0 = 0; l0 < 8; ++l0) {
-                    // sm70.ld_global_4: bias for the epilogue
-                    //   dst = xc_bias[l0 * 2 .. +2], src = &bias[(bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l0 * 8 + rtid % 4 * 2]
-                    if ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l0 * 8 + rtid % 4 * 2 < 8192) {
-                        asm volatile("ld.global.b32 %0, [%1];"
-                            : "=r"(*reinterpret_cast<unsigned*>(&xc_bias[l0 * 2]))
-                            : "l"(bias + ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l0 * 8 + rtid % 4 * 2))
-                            : "memory");
-                    } else {
-                        *reinterpret_cast<unsigned*>(&xc_bias[l0 * 2]) = 0;
-                    }
+                if (1) {
+                    // sm70.st_shared_4: bias for this tile's epilogue
+                    //   dst = &bias_smem[rtid % 128 * 2 + rtid / 128 * 256], src = xt_bias[0 .. +2]
+                    asm volatile("st.shared.b32 [%0], %1;"
+                        :
+                        : "r"(bias_smem_base + (rtid % 128 * 4 + rtid / 128 * 512)), "r"(*reinterpret_cast<unsigned*>(&xt_bias[0]))
+                        : "memory");
                 }
+                // Move<block>(C:RF f32[128x256] -> C:GL f16[128x256]) with bias(bias[n]), relu(): D fragments -> C_smem (128B swizzle) -> TMA store, 4 chunks of 64x64
                 if (rtid % 128 < 1) {
                     // sm90a.tma_wait_read: the store that last used this buffer has read it
                     asm volatile("cp.async.bulk.wait_group.read 1;"
@@ -492,8 +503,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                     : "memory");
                 #pragma unroll
                 for (int e0 = 0; e0 < 8; ++e0) {
-                    xf_bias[0] = fs_f16_to_f32(xc_bias[e0 * 2]);
-                    xf_bias[1] = fs_f16_to_f32(xc_bias[e0 * 2 + 1]);
+                    // sm70.ld_shared_4: bias of columns +2 (shared copy)
+                    //   dst = x_bias[0 .. +2], src = &bias_smem[e0 * 8 + rtid % 4 * 2 + rtid / 128 * 256]
+                    asm volatile("ld.shared.b32 %0, [%1];"
+                        : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+                        : "r"(bias_smem_base + (e0 * 16 + rtid % 4 * 4 + rtid / 128 * 512))
+                        : "memory");
+                    xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+                    xf_bias[1] = fs_f16_to_f32(x_bias[1]);
                     epi[0] = C_acc[e0 * 4];
                     epi[1] = C_acc[e0 * 4 + 1];
                     epi[0] = epi[0] + xf_bias[0];
@@ -546,19 +563,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                         :
                         : "memory");
                 }
-                #pragma unroll
-                for (int l1 = 0; l1 < 8; ++l1) {
-                    // sm70.ld_global_4: bias for the epilogue
-                    //   dst = xc_bias[l1 * 2 .. +2], src = &bias[(bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l1 * 8 + rtid % 4 * 2 + 64]
-                    if ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l1 * 8 + rtid % 4 * 2 + 64 < 8192) {
-                        asm volatile("ld.global.b32 %0, [%1];"
-                            : "=r"(*reinterpret_cast<unsigned*>(&xc_bias[l1 * 2]))
-                            : "l"(bias + ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l1 * 8 + rtid % 4 * 2 + 64))
-                            : "memory");
-                    } else {
-                        *reinterpret_cast<unsigned*>(&xc_bias[l1 * 2]) = 0;
-                    }
-                }
                 if (rtid % 128 < 1) {
                     // sm90a.tma_wait_read: the store that last used this buffer has read it
                     asm volatile("cp.async.bulk.wait_group.read 1;"
@@ -573,8 +577,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                     : "memory");
                 #pragma unroll
                 for (int e1 = 0; e1 < 8; ++e1) {
-                    xf_bias[0] = fs_f16_to_f32(xc_bias[e1 * 2]);
-                    xf_bias[1] = fs_f16_to_f32(xc_bias[e1 * 2 + 1]);
+                    // sm70.ld_shared_4: bias of columns +2 (shared copy)
+                    //   dst = x_bias[0 .. +2], src = &bias_smem[e1 * 8 + rtid % 4 * 2 + rtid / 128 * 256 + 64]
+                    asm volatile("ld.shared.b32 %0, [%1];"
+                        : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+                        : "r"(bias_smem_base + (e1 * 16 + rtid % 4 * 4 + rtid / 128 * 512 + 128))
+                        : "memory");
+                    xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+                    xf_bias[1] = fs_f16_to_f32(x_bias[1]);
                     epi[0] = C_acc[e1 * 4 + 32];
                     epi[1] = C_acc[e1 * 4 + 33];
                     epi[0] = epi[0] + xf_bias[0];
@@ -627,19 +637,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                         :
                         : "memory");
                 }
-                #pragma unroll
-                for (int l2 = 0; l2 < 8; ++l2) {
-                    // sm70.ld_global_4: bias for the epilogue
-                    //   dst = xc_bias[l2 * 2 .. +2], src = &bias[(bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l2 * 8 + rtid % 4 * 2 + 128]
-                    if ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l2 * 8 + rtid % 4 * 2 + 128 < 8192) {
-                        asm volatile("ld.global.b32 %0, [%1];"
-                            : "=r"(*reinterpret_cast<unsigned*>(&xc_bias[l2 * 2]))
-                            : "l"(bias + ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l2 * 8 + rtid % 4 * 2 + 128))
-                            : "memory");
-                    } else {
-                        *reinterpret_cast<unsigned*>(&xc_bias[l2 * 2]) = 0;
-                    }
-                }
                 if (rtid % 128 < 1) {
                     // sm90a.tma_wait_read: the store that last used this buffer has read it
                     asm volatile("cp.async.bulk.wait_group.read 1;"
@@ -654,8 +651,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                     : "memory");
                 #pragma unroll
                 for (int e2 = 0; e2 < 8; ++e2) {
-                    xf_bias[0] = fs_f16_to_f32(xc_bias[e2 * 2]);
-                    xf_bias[1] = fs_f16_to_f32(xc_bias[e2 * 2 + 1]);
+                    // sm70.ld_shared_4: bias of columns +2 (shared copy)
+                    //   dst = x_bias[0 .. +2], src = &bias_smem[e2 * 8 + rtid % 4 * 2 + rtid / 128 * 256 + 128]
+                    asm volatile("ld.shared.b32 %0, [%1];"
+                        : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+                        : "r"(bias_smem_base + (e2 * 16 + rtid % 4 * 4 + rtid / 128 * 512 + 256))
+                        : "memory");
+                    xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+                    xf_bias[1] = fs_f16_to_f32(x_bias[1]);
                     epi[0] = C_acc[e2 * 4 + 64];
                     epi[1] = C_acc[e2 * 4 + 65];
                     epi[0] = epi[0] + xf_bias[0];
@@ -708,19 +711,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                         :
                         : "memory");
                 }
-                #pragma unroll
-                for (int l3 = 0; l3 < 8; ++l3) {
-                    // sm70.ld_global_4: bias for the epilogue
-                    //   dst = xc_bias[l3 * 2 .. +2], src = &bias[(bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l3 * 8 + rtid % 4 * 2 + 192]
-                    if ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l3 * 8 + rtid % 4 * 2 + 192 < 8192) {
-                        asm volatile("ld.global.b32 %0, [%1];"
-                            : "=r"(*reinterpret_cast<unsigned*>(&xc_bias[l3 * 2]))
-                            : "l"(bias + ((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + l3 * 8 + rtid % 4 * 2 + 192))
-                            : "memory");
-                    } else {
-                        *reinterpret_cast<unsigned*>(&xc_bias[l3 * 2]) = 0;
-                    }
-                }
                 if (rtid % 128 < 1) {
                     // sm90a.tma_wait_read: the store that last used this buffer has read it
                     asm volatile("cp.async.bulk.wait_group.read 1;"
@@ -735,8 +725,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_gemm_sm90_ws(
                     : "memory");
                 #pragma unroll
                 for (int e3 = 0; e3 < 8; ++e3) {
-                    xf_bias[0] = fs_f16_to_f32(xc_bias[e3 * 2]);
-                    xf_bias[1] = fs_f16_to_f32(xc_bias[e3 * 2 + 1]);
+                    // sm70.ld_shared_4: bias of columns +2 (shared copy)
+                    //   dst = x_bias[0 .. +2], src = &bias_smem[e3 * 8 + rtid % 4 * 2 + rtid / 128 * 256 + 192]
+                    asm volatile("ld.shared.b32 %0, [%1];"
+                        : "=r"(*reinterpret_cast<unsigned*>(&x_bias[0]))
+                        : "r"(bias_smem_base + (e3 * 16 + rtid % 4 * 4 + rtid / 128 * 512 + 384))
+                        : "memory");
+                    xf_bias[0] = fs_f16_to_f32(x_bias[0]);
+                    xf_bias[1] = fs_f16_to_f32(x_bias[1]);
                     epi[0] = C_acc[e3 * 4 + 96];
                     epi[1] = C_acc[e3 * 4 + 97];
                     epi[0] = epi[0] + xf_bias[0];
