@@ -236,6 +236,15 @@ class Lowering:
 
     def run(self) -> ir.Program:
         root = self.root
+        for n in _walk(root):
+            for lp in n.loops:
+                if lp.persistent or lp.specialize:
+                    what = "persistent blocks" if lp.persistent else "warp specialization"
+                    raise _err(n, f"{what} are lowered on the Hopper path only (TMA copies and wgmma); this "
+                                  f"schedule uses the sm_80 atoms", field="persistent" if lp.persistent else
+                               "warp_specialize", value=True,
+                               fix="drop persistent=True / warp_specialize(), or build the schedule with "
+                                   "sm90a atoms (recipes.gemm(..., arch='sm_90a'))")
         # a kernel-level split-K: the partial products, then the reduction kernel
         if root.loops and any(lp.unit == BLOCK and lp.step("kp") for lp in root.loops):
             main = root.body[-1]

@@ -415,3 +415,25 @@ def test_random_hopper_schedules_match_numpy(case):
     extras = [rng.standard_normal((M, N) if e.kind == "matrix" else (N,)) for op in epi for e in op.extras()]
     C = fs.interpret(sched, A, B, *extras, target=attrs.evolve(SM90A, sm_count=sms))
     assert _close(C, _ref(A, B, dt, epi, extras), tol=3e-2)
+
+
+def test_persistent_sm80_schedule_is_refused():
+    """The sm_80 lowering has no tile loop: persistent=True there is an error, not a silent no-op."""
+    from firesched.strategies import done, move_to_regs, move_to_smem, to_warps
+    from firesched.hardware import sm80
+
+    spec = fs.MatMul.kernel(256, 256, 256, a="f16", b="f16", c="f16", acc="f32")
+    sched = spec.schedule(tile(m=128, n=128) >> to_blocks(persistent=True), tile(k=32), move_to_smem("A"),
+                          move_to_smem("B"), pipeline(stages=3), tile(m=64, n=64) >> to_warps(2, 2), tile(k=16),
+                          move_to_regs("A"), move_to_regs("B"),
+                          tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32))
+    with pytest.raises(ScheduleError, match="Hopper path only"):
+        sched.check("sm_80")
+
+
+def test_loop_repr_round_trips():
+    from firesched.schedule import Loop
+
+    lp = Loop("k0", 16, (("k", 64),), None, 4, 1, prefetch=True, persistent=True, specialize=(40, 232))
+    assert eval(repr(lp), {"Loop": Loop, "None": None}) == lp
+    assert "warp-specialized(producer 40 regs, consumers 232)" in str(lp) and "persistent" in str(lp)
