@@ -114,12 +114,17 @@ class CompiledProgram:
                     if isinstance(p, ir.TensorMapParam) and p.buffer.name in names:
                         idx.append(("tmap", names.index(p.buffer.name), p))
                     elif isinstance(p, ir.TensorMapParam):       # a workspace (e.g. padded rows)
-                        idx.append(("tmap_ws", p.buffer.name, p))
+                        idx.append(("tmap_ws", self._workspace_buffer(p.buffer.name), p))
                     else:
-                        idx.append(names.index(p.name) if p.name in names else ("ws", p.name))
+                        idx.append(names.index(p.name) if p.name in names else
+                                   ("ws", self._workspace_buffer(p.name)))
                 launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx)))
             self._loaded = (device, launches)
         return self._loaded[1]
+
+    def _workspace_buffer(self, name: str) -> ir.GlobalBuffer:
+        """The workspace buffer (the storage a launch needs) of that name."""
+        return next(b for b in self.program.workspaces if b.name == name)
 
     def _ws(self, name: str, device: int, nbytes: int) -> int:
         key = (name, device)
@@ -185,11 +190,11 @@ class CompiledProgram:
                 if isinstance(i, tuple) and i[0] == "tmap":
                     args.append((self._tmap(i[2], ptrs[i[1]], device), None))
                 elif isinstance(i, tuple) and i[0] == "tmap_ws":
-                    buf = next(b for b in self.program.workspaces if b.name == i[1])
+                    buf = i[1]
                     ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8)
                     args.append((self._tmap(i[2], ptr, device), None))
                 elif isinstance(i, tuple):
-                    buf = next(b for b in self.program.workspaces if b.name == i[1])
+                    buf = i[1]
                     args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
                 else:
                     args.append((ptrs[i], ctypes.c_void_p))

@@ -288,12 +288,9 @@ class HopperGemmLowering(Lowering):
     def _kernel(self, p) -> ir.Kernel:
         if p["specialize"]:
             return self._kernel_ws(p)
-        root, BM, BN, BK, S = p["root"], p["BM"], p["BN"], p["BK"], p["S"]
+        BM, BN, BK, S = p["BM"], p["BN"], p["BK"], p["S"]
         M, N, K = self.spec.m, self.spec.n, self.spec.k
-        grid = self._map_blocks([(lp, root) for lp in root.loops], root)
-        m_var = next(lp.var for lp in root.loops if lp.dim == "m")
-        n_var = next(lp.var for lp in root.loops if lp.dim == "n")
-        m0, n0 = self.var_expr[m_var] * BM, self.var_expr[n_var] * BN
+        grid, _, _, m0, n0 = self._tiles(p)
         nwg = BM // 64
         self.threads = 128 * nwg
         tid = ir.tid(self.threads)

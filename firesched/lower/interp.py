@@ -363,27 +363,17 @@ class _AtomTables:
                 self.tv[o.name] = _tv_index(o.tv)
                 self.tile[o.name] = tuple(int(n) for n in o.tv.tile)
         self.addr = None
-        if atom.family == atoms.LDMATRIX:
-            src = _mem_operand(atom)
-            dst = _reg_operand(atom, "out")
+        if atom.family in (atoms.LDMATRIX, sm90a.STMATRIX):
+            # ldmatrix reads the memory operand into registers, stmatrix (its inverse) writes it
+            load = atom.family == atoms.LDMATRIX
+            mem = _mem_operand(atom)
+            reg = _reg_operand(atom, "out" if load else "in")
             rows, cols = (int(n) for n in atom.shape[:2])
-            lanes = int(src.addr.size())
-            per = rows * cols // lanes
-            first = np.asarray(src.addr.offsets(), dtype=np.int64)
+            per = rows * cols // int(mem.addr.size())
+            first = np.asarray(mem.addr.offsets(), dtype=np.int64)
             # each address supplies `per` contiguous elements along the columns of its tile row
             self.addr = first[:, None] + rows * np.arange(per)[None, :]
-            self.src, self.dst = src.name, dst.name
-            self.mem_tile = (rows, cols)
-            self.per = per
-        if atom.family == sm90a.STMATRIX:
-            dst = _mem_operand(atom)
-            src = _reg_operand(atom, "in")
-            rows, cols = (int(n) for n in atom.shape[:2])
-            lanes = int(dst.addr.size())
-            per = rows * cols // lanes
-            first = np.asarray(dst.addr.offsets(), dtype=np.int64)
-            self.addr = first[:, None] + rows * np.arange(per)[None, :]
-            self.src, self.dst = src.name, dst.name
+            self.src, self.dst = (mem.name, reg.name) if load else (reg.name, mem.name)
             self.mem_tile = (rows, cols)
             self.per = per
         if atom.family == atoms.MMA:
@@ -1908,12 +1898,12 @@ class _RoleScheduler:
             self.finished = True
             self.cv.notify_all()
 
-    def _deadlock(self, waiting) -> BaseException:
-        k = self.run_
-        lines = [f"  role {r['role'].name!r} waits: {r['why']}" for r in waiting]
+    def _deadlock(self, waiting) -> HazardError:
+        """The hazard naming what each role in ``waiting`` waits for."""
+        lines = [f"  role {r['role'].name!r} waits: {r['why'] or '(not started)'}" for r in waiting]
         try:
-            k.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase that "
-                     "nothing left can complete\n" + "\n".join(lines))
+            self.run_.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase "
+                             "that nothing left can complete\n" + "\n".join(lines))
         except HazardError as e:
             return e
 
@@ -1925,10 +1915,7 @@ class _RoleScheduler:
         cur["ctx"] = (k.mask, k.full, k.env, k.loops, k.stmt)
         nxt = self._next(cur)
         if nxt is None:
-            others = [r for r in self.roles if not r["done"]]
-            k.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase that "
-                     "nothing left can complete\n" + "\n".join(
-                         f"  role {r['role'].name!r} waits: {r['why'] or '(not started)'}" for r in others))
+            raise self._deadlock([r for r in self.roles if not r["done"]])
         if nxt is not cur:
             with self.cv:
                 self.turn = nxt

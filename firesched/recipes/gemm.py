@@ -127,7 +127,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         ws = bm <= 192 if warp_specialized is None else warp_specialized
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
                          block_k=block_k,
-                         stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64),
+                         stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64, arch),
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws,
                          persistent=ws if persistent is None else persistent,
@@ -196,12 +196,14 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     return sched
 
 
-def _sm90_stages(bm: int, bn: int, ws: bool, bk: int = 64) -> int:
-    """As many ``bk``-deep K stages (16-bit operands) as fit next to the TMA-store staging, 2 to 6
-    (up to 8 for shallower K tiles)."""
+def _sm90_stages(bm: int, bn: int, ws: bool, bk: int, arch: str) -> int:
+    """As many ``bk``-deep K stages (16-bit operands) as fit in the target's shared memory next to
+    the TMA-store staging of a warp-specialized kernel, 2 to 6 (up to 8 for shallower K tiles)."""
+    from ..lowering_sm90 import SPAN, STORE_BUFFERS
+
     stage = (bm + bn) * bk * 2
-    staging = (bm // 64) * 2 * 64 * 64 * 2 if ws else 0
-    budget = 227 * 1024 - 1024 - staging
+    staging = (bm // 64) * STORE_BUFFERS * 64 * SPAN if ws else 0
+    budget = get_target(arch).smem_per_block_optin - 1024 - staging     # 1 KiB: barriers, alignment
     return max(2, min(8, 6 * 64 // bk, budget // stage))
 
 
