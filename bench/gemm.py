@@ -58,10 +58,10 @@ def params_for(M: int, N: int, K: int) -> dict:
     # a short M (few block rows) leaves registers for a 64-wide K tile, which halves the barriers
     bk = (64 if M < 256 else 32) if aligned else 16
     tiles = -(-M // bm) * -(-N // bn)
-    # 256x128 tiles over fewer than 8 waves: a deeper ring and wider groups measured better at 4096^3
-    # (0.55-0.57x vs 0.52-0.54x), worse at 8192^3 (0.50x vs 0.55x); see bench/README.md
+    # 256x128 tiles over fewer than 8 waves: groups of 16 block rows measured better at 4096^3
+    # (0.57-0.61x with 4 stages vs 0.52x with groups of 8); see bench/README.md
     few_waves = (bm, bn) == (256, 128) and aligned and tiles < 8 * SMS
-    return dict(atoms="sm80", block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=5 if few_waves else 4,
+    return dict(atoms="sm80", block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=4,
                 group_m=(16 if few_waves else 8) if M >= 4 * bm else 1)
 
 

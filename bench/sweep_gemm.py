@@ -26,6 +26,16 @@ CONFIGS = [
     dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=4),
     dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=6, group_m=8),
     dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=5, group_m=16),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=32, warps_m=4, warps_n=2, stages=4, group_m=16),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2, stages=3, group_m=16),
+    dict(atoms="sm80", block_m=256, block_n=128, block_k=64, warps_m=4, warps_n=2, stages=4, group_m=16),
+    dict(atoms="sm80", block_m=128, block_n=256, block_k=64, warps_m=2, warps_n=4, stages=3, group_m=16),
+    dict(atoms="sm80", block_m=128, block_n=256, block_k=32, warps_m=2, warps_n=4, stages=5, group_m=16),
+    # four warps of 64x64 and at most 64 KiB of shared memory: two blocks per SM hide each other's
+    # barriers and epilogues
+    dict(atoms="sm80", block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=4, group_m=16),
+    dict(atoms="sm80", block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=3, group_m=16),
+    dict(atoms="sm80", block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=2, group_m=16),
 ]
 
 #: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence
