@@ -47,6 +47,7 @@ class Loop:
     prefetch: bool = False     # pipeline(prefetch=True): register fragments one K step ahead
     persistent: bool = False   # to_blocks(persistent=True): one block per SM walks the tiles
     specialize: tuple[int, ...] = ()   # warp_specialize(): (producer_regs, consumer_regs)
+    cluster: int = 1           # to_blocks(cluster=C): C consecutive M tiles form a thread-block cluster
 
     @property
     def dim(self) -> str:
@@ -61,7 +62,8 @@ class Loop:
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v, d in (("prefetch", self.prefetch, False),
                                                        ("persistent", self.persistent, False),
-                                                       ("specialize", self.specialize, ())) if v != d)
+                                                       ("specialize", self.specialize, ()),
+                                                       ("cluster", self.cluster, 1)) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
 
@@ -72,7 +74,8 @@ class Loop:
                 if self.specialize else "")
         grp = f" grouped({self.group})" if self.group > 1 else ""
         per = " persistent" if self.persistent else ""
-        return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}"
+        clu = f" clusters({self.cluster})" if self.cluster > 1 else ""
+        return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}"
 
 
 @attrs.frozen(repr=False)

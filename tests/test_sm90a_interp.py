@@ -152,6 +152,77 @@ def test_stmatrix(atom):
     run(mk.stmatrix_program(atom))
 
 
+# =========================================================================== clusters
+
+@pytest.mark.parametrize("swizzle, box", [pytest.param(sw, b, id=f"sw{sw}") for sw, b in
+                                          ((32, (16, 16)), (64, (16, 32)), (128, (16, 64)))])
+def test_multicast_fills_every_block_of_the_cluster(swizzle, box):
+    out = run(mk.cluster_multicast_program(swizzle=swizzle, box=box))
+    np.testing.assert_array_equal(out[:16], out[16:])
+
+
+def test_cluster_kernel_prints_its_cluster_dims():
+    from firesched.lower import cuda
+
+    src = cuda.emit(mk.cluster_multicast_program()[0])
+    assert "__cluster_dims__(2, 1, 1) micro_tma_multicast(" in src
+    assert "multicast::cluster" in src and "mapa.shared::cluster" in src and "barrier.cluster.arrive" in src
+
+
+def test_an_arrival_on_the_own_block_only_deadlocks_the_cluster():
+    with pytest.raises(HazardError, match=r"done\[0\] of block rank 0 .*misses 1 of 2 arrival"):
+        run(mk.cluster_multicast_program(remote_arrive=False))
+
+
+def _replace_atom_args(prog, atom, **new):
+    """``prog`` with the arguments ``new`` of every call of ``atom`` replaced."""
+    program, inputs, expected = prog
+
+    def walk(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(walk(x) for x in s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=walk(s.then))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=walk(s.body))
+        if isinstance(s, ir.AtomCall) and s.atom is atom:
+            return attrs.evolve(s, args=tuple((k, new.get(k, v)) for k, v in s.args))
+        return s
+    k = program.kernels[0]
+    return attrs.evolve(program, kernels=(attrs.evolve(k, body=walk(k.body)),)), inputs, expected
+
+
+def test_a_multicast_mask_outside_the_cluster_is_reported():
+    prog = _replace_atom_args(mk.cluster_multicast_program(), sm90a.tma_load_2d_multicast, mask=ir.Scalar(4))
+    with pytest.raises(HazardError, match="multicast mask 0x4"):
+        run(prog)
+
+
+def test_a_remote_arrival_outside_the_cluster_is_reported():
+    prog = _replace_atom_args(mk.cluster_multicast_program(), sm90a.mbarrier_arrive_cluster, cta=ir.Scalar(2))
+    with pytest.raises(HazardError, match="cluster rank 2"):
+        run(prog)
+
+
+def test_a_multicast_to_one_block_leaves_the_other_waiting():
+    # each block sends its half to itself only: the other half of every box never lands, so the
+    # full barrier keeps waiting for transaction bytes
+    prog = mk.cluster_multicast_program()
+    program, inputs, expected = prog
+    rank = ex.mod(ir.bid(0, 2), 2)
+    prog = _replace_atom_args(prog, sm90a.tma_load_2d_multicast, mask=ir.Scalar(ex.binop("<<", 1, rank)))
+    with pytest.raises(HazardError, match=r"full\[0\] of block rank 0 .*transaction byte"):
+        run(prog)
+
+
+def test_a_cluster_barrier_in_divergent_code_is_reported():
+    program, inputs, expected = mk.cluster_multicast_program()
+    k = program.kernels[0]
+    body = ir.Seq((ir.If(ex.lt(ir.tid(128), 64), ir.AtomCall(sm90a.barrier_cluster, (), 1, "")),) + k.body.body)
+    with pytest.raises(HazardError, match="cluster barrier inside divergent code"):
+        run((attrs.evolve(program, kernels=(attrs.evolve(k, body=body),)), inputs, expected))
+
+
 def test_atom_program_covers_the_table():
     for atom in sm90a.ATOMS:
         if atom.family == sm90a.SETMAXNREG:

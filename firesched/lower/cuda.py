@@ -999,7 +999,13 @@ class _KernelPrinter:
                 continue
             const = "const " if b.role == "in" else ""
             params.append(f"{INDENT}{const}{c_type(b.dtype)}* __restrict__ {b.name}")
-        sig = f'extern "C" __global__ void __launch_bounds__({bounds}) {k.name}('
+        cluster = int(k.cluster)
+        if cluster > 1:
+            if grid[0] % cluster:
+                raise InternalError(f"kernel {k.name}: grid x = {grid[0]} is not a multiple of the cluster size {cluster}")
+            out.append(f"// thread-block clusters of {cluster} blocks along x (rank = blockIdx.x % {cluster})")
+        dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
+        sig = f'extern "C" __global__ void __launch_bounds__({bounds}){dims} {k.name}('
         if params:
             out.append(sig)
             out.append(",\n".join(params) + ")")

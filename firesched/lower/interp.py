@@ -425,14 +425,17 @@ def _reg_operand(atom, role):
 # --------------------------------------------------------------------------- shared memory state
 
 class _Shared:
-    """One shared buffer of the running block: data plus the access history of each element."""
+    """One shared buffer of the running block (of each block of a running cluster): data plus the
+    access history of each element."""
 
-    __slots__ = ("buf", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
+    __slots__ = ("buf", "n", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
                  "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
                  "async_rd_stmt", "tma_bar", "tma_phase")
 
-    def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False):
-        n = buf.size
+    def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False, copies: int = 1):
+        # one copy per block of a thread-block cluster: block r's element e is entry r * n + e
+        self.n = buf.size
+        n = buf.size * copies
         self.buf = buf
         self.base = base
         self.data = np.zeros(n, dtype=buf.dtype.np)
@@ -498,8 +501,15 @@ class _KernelRun:
     def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray]):
         self.kernel = kernel
         self.memory = memory
-        self.T = int(kernel.threads)
+        # A thread-block cluster of C blocks runs as one group of C x Tc threads: thread g is
+        # thread g % Tc of the block of rank g // Tc.  Shared buffers and mbarriers have one copy
+        # per block, vector clocks span the cluster, barriers synchronise one block.
+        self.C = int(getattr(kernel, "cluster", 1) or 1)
+        self.Tc = int(kernel.threads)
+        self.T = self.C * self.Tc
         self.tid = np.arange(self.T, dtype=np.int64)
+        self.rank = self.tid // self.Tc
+        self.ltid = self.tid % self.Tc
         self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
         for p in kernel.params:
             b = p.buffer if isinstance(p, ir.TensorMapParam) else p
@@ -511,14 +521,14 @@ class _KernelRun:
             isinstance(b, ir.MBarrier) for b in kernel.shared)
         self.track_wgmma = sm90a.WGMMA in families
         offsets = kernel.shared_offsets()
-        self.shared = {b.name: _Shared(b, offsets[b.name], self.sm90) for b in kernel.shared}
+        self.shared = {b.name: _Shared(b, offsets[b.name], self.sm90, self.C) for b in kernel.shared}
         self.bar_base: dict[str, int] = {}
         nbars = 0
         for b in kernel.shared:
             if isinstance(b, ir.MBarrier):
                 self.bar_base[b.name] = nbars
                 nbars += int(b.size)
-        self.nbars = nbars
+        self.nbars = nbars                  # per block; block r's mbarrier i has id r * nbars + i
         self.regs = {r.name: np.zeros((self.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
         self.reg_bufs = {r.name: r for r in kernel.regs}
         self.fns: dict[int, tuple] = {}
@@ -530,6 +540,9 @@ class _KernelRun:
             ir.AsyncCommit: self.x_commit, ir.AsyncWait: self.x_wait, ir.RegFill: self.x_fill,
             ir.Pointwise: self.x_pointwise, ir.Comment: self.x_nothing, type(None): self.x_nothing,
         }
+        if self.C > 1 and int(kernel.grid[0]) % self.C:
+            raise InternalError(f"kernel {kernel.name!r}: grid x = {kernel.grid[0]} is not a multiple of its "
+                                f"cluster size {self.C}")
 
     # ----------------------------------------------------------------- driving
 
@@ -537,12 +550,13 @@ class _KernelRun:
         gx, gy, gz = (int(g) for g in self.kernel.grid)
         for bz in range(gz):
             for by in range(gy):
-                for bx in range(gx):
+                for bx in range(0, gx, self.C):
                     self.run_block((bx, by, bz))
 
     def run_block(self, bid):
         self.bid = bid
-        self.env = {ir.TID_NAME: self.tid, ir.BID_NAMES[0]: bid[0], ir.BID_NAMES[1]: bid[1],
+        bx = bid[0] + self.rank if self.C > 1 else bid[0]
+        self.env = {ir.TID_NAME: self.ltid, ir.BID_NAMES[0]: bx, ir.BID_NAMES[1]: bid[1],
                     ir.BID_NAMES[2]: bid[2]}
         self.loops: list[tuple[str, int]] = []
         self.mask = np.ones(self.T, dtype=bool)
@@ -609,6 +623,10 @@ class _KernelRun:
 
     def hazard(self, message: str):
         where = f"kernel {self.kernel.name!r}, block {self.bid}"
+        if self.C > 1:
+            b = self.bid
+            where = (f"kernel {self.kernel.name!r}, cluster of blocks ({b[0]}..{b[0] + self.C - 1}, {b[1]}, "
+                     f"{b[2]}) (thread g is thread g % {self.Tc} of the block of rank g // {self.Tc})")
         if self.loops:
             where += ", " + ", ".join(f"{n}={v}" for n, v in self.loops)
         stmt = describe(self.stmt) if self.stmt is not None else "(end of block)"
@@ -671,13 +689,13 @@ class _KernelRun:
         taken = np.zeros(self.T, dtype=bool)
         for r in s.roles:
             lo, n = int(r.first), int(r.count)
-            if lo % 32 or n % 32 or n <= 0 or lo < 0 or lo + n > self.T:
+            if lo % 32 or n % 32 or n <= 0 or lo < 0 or lo + n > self.Tc:
                 self.hazard(f"role {r.name!r} covers threads {lo}..{lo + n - 1}: roles are whole warps of "
-                            f"the block's {self.T} threads")
+                            f"the block's {self.Tc} threads")
             if taken[lo:lo + n].any():
                 self.hazard(f"role {r.name!r} overlaps another role at threads {_listing(np.flatnonzero(taken[lo:lo + n]) + lo)}")
             taken[lo:lo + n] = True
-        _RoleScheduler(self, s.roles).run()
+        _RoleScheduler(self, s.roles, self.C, self.Tc).run()
 
     def x_barrier(self, s):
         self.stmt = s
@@ -691,10 +709,31 @@ class _KernelRun:
             self.hazard(f"barrier inside divergent code{inside}: threads {_listing(missing)} of the block do "
                         f"not reach it (threads {_listing(np.flatnonzero(self.mask))} do)")
         self.epoch += 1
+        if self.C > 1:                  # __syncthreads: each block of the cluster on its own
+            for r in range(self.C):
+                grp = self.tid[self.rank == r]
+                self.join(grp)
+            return
         self.vc[...] = self.vc.max(axis=0)
         self.vc[self.tid, self.tid] += 1
         if self.sm90:
             self.bar_obs[...] = self.bar_obs.max(axis=0)
+
+    def join(self, grp: np.ndarray):
+        """Threads ``grp`` synchronise (a barrier): each acquires what all have released."""
+        self.vc[grp] = self.vc[grp].max(axis=0)
+        self.vc[grp, grp] += 1
+        if self.sm90:
+            self.bar_obs[grp] = self.bar_obs[grp].max(axis=0)
+
+    def x_cluster(self, s):
+        """``barrier.cluster`` arrive + wait: every thread of every block of the cluster."""
+        self.stmt = s
+        if not self.full:
+            self.hazard(f"cluster barrier inside divergent code or a role: threads "
+                        f"{_listing(np.flatnonzero(~self.mask))} of the cluster do not reach it")
+        self.epoch += 1
+        self.join(self.tid)
 
     def named_barrier(self, s, threads: int):
         """``bar.sync id, threads``: the active threads with the same ``id`` (an int, or an index
@@ -702,11 +741,12 @@ class _KernelRun:
         interpreter models a named barrier reached by one lockstep group at once)."""
         act = self.active()
         ids = self.per_thread(getattr(s, "bar_id", 0))[act]
-        if threads % 32 or not 0 < threads <= self.T:
+        if threads % 32 or not 0 < threads <= self.Tc:
             self.hazard(f"named barrier with {threads} threads: the thread count must be a multiple of 32, "
-                        f"at most the block's {self.T}")
-        for bid in np.unique(ids).tolist():
-            grp = act[ids == bid]
+                        f"at most the block's {self.Tc}")
+        ranks = self.rank[act]
+        for bid, r in sorted(set(zip(ids.tolist(), ranks.tolist()))):
+            grp = act[(ids == bid) & (ranks == r)]
             if not 1 <= bid < 16:
                 self.hazard(f"named barrier id {bid} (threads {_listing(grp)}): ids are 1..15 (0 is the "
                             f"block-wide barrier)")
@@ -714,10 +754,7 @@ class _KernelRun:
             if grp.size != threads or warps.size * 32 != threads:
                 self.hazard(f"named barrier {bid} expects {threads} threads (whole warps) but threads "
                             f"{_listing(grp)} ({grp.size}, in {warps.size} warp(s)) reach it")
-            self.vc[grp] = self.vc[grp].max(axis=0)
-            self.vc[grp, grp] += 1
-            if self.sm90:
-                self.bar_obs[grp] = self.bar_obs[grp].max(axis=0)
+            self.join(grp)
 
     def ordered(self, other: np.ndarray, clock: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Whether the accesses of threads ``other`` at their own clocks ``clock`` happen before
@@ -948,11 +985,17 @@ class _KernelRun:
             sh.proxy_w[u] = w               # a generic-proxy write, not yet fenced
             sh.tma_bar[u] = -1
 
+    def in_block(self, sh: _Shared, addr: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Element offsets ``addr`` of ``sh`` in the block of threads ``thr`` (same shape): the
+        entries of that block's copy in a cluster."""
+        return addr + self.rank[thr] * sh.n if self.C > 1 else addr
+
     def mem_read(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray) -> np.ndarray:
         """Read memory at ``addr`` (``[k, n]``, bounds already checked) for threads ``thr`` (``[k]``)."""
         sh = self.mem_target(ref)
         if sh is None:
             return self.memory[ref.buffer.name][addr]
+        addr = self.in_block(sh, addr, thr2d)
         self.sh_read(sh, addr, thr2d)
         return sh.data[addr]
 
@@ -961,7 +1004,7 @@ class _KernelRun:
         if sh is None:
             self.memory[ref.buffer.name][addr] = values
             return
-        self.sh_write(sh, addr, thr2d, values)
+        self.sh_write(sh, self.in_block(sh, addr, thr2d), thr2d, values)
 
     # ----------------------------------------------------------------- atoms
 
@@ -1063,6 +1106,7 @@ class _KernelRun:
                 data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
             vals[p] = data
         thr2d = np.broadcast_to(act[:, None], daddr.shape)
+        daddr = self.in_block(sh, daddr, thr2d)
         self.sh_write_check(sh, daddr, thr2d)
         sid = self.sid(s)
         sh.inflight[daddr.ravel()] = thr2d.ravel()
@@ -1115,6 +1159,8 @@ class _KernelRun:
     def group_rows(self, s, tab: _AtomTables) -> np.ndarray:
         """Thread groups that issue the atom now (all threads of each active); ``[G, n]``."""
         groups = _thread_groups(s.atom.group, self.T)
+        if self.C > 1 and s.atom.group == atoms.BLOCK:
+            groups = self.tid.reshape(self.C, self.Tc)
         on, _ = self.enabled(s)
         if on.size == self.T:
             return groups
@@ -1243,7 +1289,7 @@ class _KernelRun:
         self.bulk_pending: list[_BulkStore] = []
         self.tma_loads: list[tuple[int, int, int]] = []   # (barrier id, phase, statement id)
         self.bars: dict[int, _Bar] = {}
-        self.bar_obs = np.zeros((T, max(self.nbars, 1)), dtype=np.int64)  # phases observed
+        self.bar_obs = np.zeros((T, max(self.nbars * self.C, 1)), dtype=np.int64)  # phases observed
         if self.track_wgmma:
             # per register: statement id + 1 of the last access by another instruction since the
             # thread's last wgmma.fence (0: none), and in-flight wgmma uses with their statement
@@ -1426,10 +1472,12 @@ class _KernelRun:
     # ----------------------------------------------------------------- sm_90a: mbarrier
 
     def bar_name(self, bar_id: int) -> str:
+        rank, local = divmod(bar_id, max(self.nbars, 1))
+        where = f" of block rank {rank}" if self.C > 1 else ""
         for name, base in self.bar_base.items():
             b = self.shared[name].buf
-            if base <= bar_id < base + b.size:
-                return f"{name}[{bar_id - base}]"
+            if base <= local < base + b.size:
+                return f"{name}[{local - base}]{where}"
         return f"#{bar_id}"
 
     def bar_ids(self, s, name: str, thr: np.ndarray) -> np.ndarray:
@@ -1440,7 +1488,16 @@ class _KernelRun:
         self.shared_of(s, ref.buffer)
         off = self.per_thread(ref.offset)[thr]
         self.check_bounds(ref, off[:, None], thr, "mbarrier access")
-        return self.bar_base[ref.buffer.name] + off
+        return self.bar_base[ref.buffer.name] + off + self.rank[thr] * self.nbars
+
+    def remote_bar(self, ids: np.ndarray, cta: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """The ids of the same mbarriers as ``ids`` (the callers' own) in the blocks of rank ``cta``."""
+        bad = (cta < 0) | (cta >= self.C)
+        if bad.any():
+            i = np.flatnonzero(bad)[0]
+            self.hazard(f"cluster rank {int(cta[i])} (thread {int(thr[i])}) is outside the cluster of "
+                        f"{self.C} block(s)")
+        return ids % max(self.nbars, 1) + cta * self.nbars
 
     def bar_get(self, bar_id: int, t: int) -> _Bar:
         bar = self.bars.get(bar_id)
@@ -1497,13 +1554,15 @@ class _KernelRun:
             return
         if name == "mbarrier_arrive_expect_tx":
             nbytes = self.scalar(s, "bytes")[on]
+        if name == "mbarrier_arrive_cluster":
+            ids = self.remote_bar(ids, self.scalar(s, "cta")[on], on)
         for i, (t, b) in enumerate(zip(on.tolist(), ids.tolist())):
             bar = self.bar_get(b, t)
             if name == "mbarrier_arrive_expect_tx":
                 if nbytes[i] < 0:
                     self.hazard(f"mbarrier.arrive.expect_tx of {self.bar_name(b)} with {int(nbytes[i])} bytes")
                 bar.tx += int(nbytes[i])
-            elif name != "mbarrier_arrive":
+            elif name not in ("mbarrier_arrive", "mbarrier_arrive_cluster"):
                 raise InternalError(f"{describe(s)}: unknown mbarrier atom {name}")
             np.maximum(bar.acc, self.vc[t], out=bar.acc)              # release
             np.maximum(bar.obs_acc, self.bar_obs[t], out=bar.obs_acc)
@@ -1529,7 +1588,7 @@ class _KernelRun:
 
     def x_tma(self, s):
         name = s.atom.name
-        if name == "tma_load_2d":
+        if name in ("tma_load_2d", "tma_load_2d_multicast"):
             self.x_tma_copy(s, load=True)
         elif name == "tma_store_2d":
             self.x_tma_copy(s, load=False)
@@ -1581,6 +1640,16 @@ class _KernelRun:
         offs = self.per_thread(ref.offset)[on]
         self.check_align(atom, ref, offs, on)
         ids = self.bar_ids(s, "mbar", on) if load else None
+        if s.atom.name == "tma_load_2d_multicast":
+            masks = self.scalar(s, "mask")[on]
+            bad = (masks <= 0) | (masks >= 1 << self.C)
+            if bad.any():
+                i = np.flatnonzero(bad)[0]
+                self.hazard(f"TMA multicast mask {int(masks[i]):#x} of thread {int(on[i])}: a cluster of "
+                            f"{self.C} block(s) takes a non-empty mask below {1 << self.C:#x}")
+            targets = [[q for q in range(self.C) if int(m) >> q & 1] for m in masks.tolist()]
+        else:
+            targets = [[int(self.rank[t])] for t in on.tolist()]
         gl = self.memory[gbuf.name]
         rows, cols = (int(x) for x in gbuf.shape)
         s0, s1 = (int(x) for x in gbuf.strides)
@@ -1598,24 +1667,29 @@ class _KernelRun:
             e = elems.ravel()
             self.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
             if load:
-                bar_id = int(ids[i])
-                bar = self.bar_get(bar_id, t)
                 vals = np.zeros((br, bc), dtype=gbuf.dtype.np)
                 vals[inside] = gl[flat[inside]]
-                self.async_write_check(sh, e, t)
                 if vals.dtype != sh.data.dtype:
                     vals = vals.view(sh.data.dtype)
-                sh.data[e] = vals.ravel()
-                sh.writer[e] = t
-                sh.w_epoch[e] = -1          # async proxy: ordered by the mbarrier, not by Barrier epochs
-                sh.w_stmt[e] = self.sid(s)
-                sh.proxy_w[e] = -1
-                sh.tma_bar[e] = bar_id
-                sh.tma_phase[e] = bar.phase
-                self.tma_loads.append((bar_id, bar.phase, self.sid(s)))
-                bar.tx -= br * bc * eb
-                bar.complete()
+                for q in targets[i]:
+                    # the box lands at the same offset of each target block, and completes a
+                    # transaction on that block's mbarrier at the same offset
+                    eq = e + q * sh.n
+                    bar_id = int(ids[i]) % max(self.nbars, 1) + q * self.nbars
+                    bar = self.bar_get(bar_id, t)
+                    self.async_write_check(sh, eq, t)
+                    sh.data[eq] = vals.ravel()
+                    sh.writer[eq] = t
+                    sh.w_epoch[eq] = -1     # async proxy: ordered by the mbarrier, not by Barrier epochs
+                    sh.w_stmt[eq] = self.sid(s)
+                    sh.proxy_w[eq] = -1
+                    sh.tma_bar[eq] = bar_id
+                    sh.tma_phase[eq] = bar.phase
+                    self.tma_loads.append((bar_id, bar.phase, self.sid(s)))
+                    bar.tx -= br * bc * eb
+                    bar.complete()
             else:
+                e = e + int(self.rank[t]) * sh.n
                 self.sh_read(sh, e, np.full(e.size, t, dtype=np.int64))
                 self.proxy_check(sh, e, f"the TMA store of thread {t}")
                 vals = sh.data[e].reshape(br, bc)
@@ -1721,6 +1795,8 @@ class _KernelRun:
             self.hazard(f"wgmma operand outside its buffer: element ({r}, {k}) of the descriptor of SH buffer "
                         f"{sh.buf.name!r} (size {sh.buf.size}) is at element offset {int(rel[r, k]) // eb}")
         e = (rel // eb).ravel()
+        if self.C > 1:
+            e = e + int(self.rank[who]) * sh.n
         self.sh_read(sh, e, np.full(e.size, who, dtype=np.int64))
         self.proxy_check(sh, e, f"the wgmma of threads {int(thr[0])}..{int(thr[-1])}")
         data = sh.data[e]
@@ -1801,6 +1877,7 @@ class _KernelRun:
         sm90a.FENCE: x_fence,
         sm90a.SETMAXNREG: x_setmaxnreg,
         sm90a.STMATRIX: x_stmatrix,
+        sm90a.CLUSTER: x_cluster,
     }
 
 
@@ -1818,17 +1895,20 @@ class _RoleScheduler:
     deadlock and the wait is reported.  The scheduling is deterministic.
     """
 
-    def __init__(self, run: "_KernelRun", roles):
+    def __init__(self, run: "_KernelRun", roles, blocks: int = 1, threads: int = 0):
         self.run_ = run
         self.cv = threading.Condition()
         self.roles = []
-        for r in roles:
-            mask = np.zeros(run.T, dtype=bool)
-            mask[int(r.first):int(r.first) + int(r.count)] = True
-            env = dict(run.env)
-            env[ir.ROLE_TID_NAME] = run.tid - int(r.first)
-            self.roles.append(dict(role=r, ctx=(mask, False, env, list(run.loops), None),
-                                   ready=None, why="", done=False, started=False))
+        for b in range(blocks):         # a cluster: each block's roles run on their own
+            for r in roles:
+                mask = np.zeros(run.T, dtype=bool)
+                lo = b * threads + int(r.first)
+                mask[lo:lo + int(r.count)] = True
+                env = dict(run.env)
+                env[ir.ROLE_TID_NAME] = run.ltid - int(r.first)
+                name = r.name if blocks == 1 else f"{r.name} (block rank {b})"
+                self.roles.append(dict(role=r, name=name, ctx=(mask, False, env, list(run.loops), None),
+                                       ready=None, why="", done=False, started=False))
         self.turn = None
         self.error: BaseException | None = None
         self.finished = False
@@ -1900,7 +1980,7 @@ class _RoleScheduler:
 
     def _deadlock(self, waiting) -> HazardError:
         """The hazard naming what each role in ``waiting`` waits for."""
-        lines = [f"  role {r['role'].name!r} waits: {r['why'] or '(not started)'}" for r in waiting]
+        lines = [f"  role {r['name']!r} waits: {r['why'] or '(not started)'}" for r in waiting]
         try:
             self.run_.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase "
                              "that nothing left can complete\n" + "\n".join(lines))

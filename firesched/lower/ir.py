@@ -348,7 +348,9 @@ def bid(axis: int, extent: int) -> Var:
 @attrs.frozen
 class Kernel:
     """One launch: ``grid`` blocks of ``threads`` threads; ``params`` in signature order (global
-    buffers, and ``TensorMapParam`` descriptors on sm_90a)."""
+    buffers, and ``TensorMapParam`` descriptors on sm_90a).  With ``cluster`` = C > 1, blocks
+    ``C*i .. C*i + C-1`` along x form a thread-block cluster (``__cluster_dims__(C, 1, 1)``; the
+    block's rank in its cluster is ``blockIdx.x % C``)."""
 
     name: str
     params: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)
@@ -359,6 +361,7 @@ class Kernel:
     body: object = None
     header: str = ""                 # text printed as a comment on top (the schedule tree)
     min_blocks_per_sm: int = 1
+    cluster: int = 1                 # blocks per thread-block cluster, along x (grid[0] a multiple of it)
 
     @property
     def shared_bytes(self) -> int:

@@ -30,7 +30,8 @@ The sm_90a atoms get one-warpgroup programs (``wgmma_program``, ``tma_load_progr
 ``tma_store_program``; stmatrix one warp, ``stmatrix_program``), described where they are
 defined; ``atom_program`` picks one with default settings (the synchronisation atoms of a
 family run in that family's program: ``wgmma_fence`` in a wgmma program, the mbarrier atoms in
-the TMA load program).  setmaxnreg has none.
+the TMA load program; the cluster atoms in ``cluster_multicast_program``, a cluster of two
+blocks).  setmaxnreg has none.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from . import ir
 from .expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
-           "tma_wgmma_program",
+           "tma_wgmma_program", "cluster_multicast_program",
            "tma_store_program", "stmatrix_program", "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
@@ -592,6 +593,84 @@ def tma_load_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 
     return program, _Plan(program, expected).random(0), expected
 
 
+def cluster_multicast_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64),
+                              coords=(8, 16), swizzle: int = 128, cluster: int = 2, remote_arrive: bool = True
+                              ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """A cluster of ``cluster`` blocks (one warpgroup each) loads one box of ``x`` [``shape``] at
+    ``coords`` = (column, row) into every block: block ``r`` issues rows ``r * box[0] / cluster``..
+    of the box as one TMA multicast to all blocks, so each block's copy is assembled from all of
+    them.  Each block then copies its box to ``out[r]`` (``out`` is [cluster * box rows, box cols])::
+
+        thread 0 of each block: init full (1 arrival), done (``cluster`` arrivals); fence
+        barrier.cluster                                   # the inits are visible cluster-wide
+        thread 0: expect_tx(full, whole box); multicast rows r*h..r*h+h-1 to every block
+        all: wait full; copy the box to out[r]
+        thread 0: arrive on done of every block (mapa + remote mbarrier.arrive)
+        all: wait done                                    # every block has read its box
+        barrier.cluster                                   # no block leaves before the others
+
+    ``remote_arrive=False`` arrives only on the block's own ``done`` barrier, which then never
+    completes: the interpreter reports the deadlock (a GPU would hang)."""
+    d = dt.dtype(dtype)
+    eb = d.bits // 8
+    br, bc = (int(b) for b in box)
+    C = int(cluster)
+    if C < 2 or br % C or (br // C) % 8 or (br * bc) % WARPGROUP_THREADS:
+        raise ValueError(f"cluster_multicast_program: box {box} must split into {C} slices of whole "
+                         f"8-row swizzle atoms, with a multiple of 128 elements")
+    h = br // C
+    x = _gbuf("x", d, shape)
+    out = _gbuf("out", d, (C * br, bc), "out")
+    tmap = ir.TensorMapParam("tmap_x", x, (h, bc), swizzle)
+    sm = _smem("smem", d, br * bc * eb, swizzle, f"{br}x{bc} box, swizzle {swizzle}, from {C} multicasts")
+    full = ir.MBarrier("full", 1)
+    done = ir.MBarrier("done", 1)
+    reg = ir.RegBuffer("r", d, 1)
+    t = _WG_TID
+    rank = ex.mod(ir.bid(0, C), C)
+    arrivals = [_call(sm90a.mbarrier_arrive_cluster, bar=ir.MemRef(done, 0), cta=ir.Scalar(q))
+                for q in range(C)] if remote_arrive else [_call(sm90a.mbarrier_arrive, bar=ir.MemRef(done, 0))]
+    body = [
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_init, bar=ir.MemRef(full, 0), count=ir.Scalar(1)),
+            _call(sm90a.mbarrier_init, bar=ir.MemRef(done, 0), count=ir.Scalar(C)),
+            _call(sm90a.fence_mbarrier_init),
+        ])),
+        _call(sm90a.barrier_cluster, comment="the mbarriers of every block are initialised"),
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(full, 0), bytes=ir.Scalar(br * bc * eb)),
+            _call(sm90a.tma_load_2d_multicast, comment=UNDER_TEST, dst=ir.MemRef(sm, rank * (h * bc)), tmap=tmap,
+                  c0=ir.Scalar(int(coords[0])), c1=ir.Scalar(int(coords[1]) + rank * h), mbar=ir.MemRef(full, 0),
+                  mask=ir.Scalar((1 << C) - 1)),
+        ])),
+        _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(full, 0), parity=ir.Scalar(0)),
+    ]
+    s_byte = _box_io(d, shape, box, swizzle)
+    i = Var("i_out", br * bc // WARPGROUP_THREADS)
+    e = t + WARPGROUP_THREADS * i
+    body.append(ir.For(i, br * bc // WARPGROUP_THREADS, ir.Seq([
+        _call(_copy_atom("ld_shared", eb), src=ir.MemRef(sm, ex.floordiv(s_byte(e), eb)), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_global", eb), dst=ir.MemRef(out, rank * (br * bc) + e), src=ir.RegRef(reg, 0)),
+    ])))
+    body += [
+        ir.If(_eq(t, 0), ir.Seq(arrivals)),
+        _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(done, 0), parity=ir.Scalar(0),
+              comment="every block of the cluster has read its box"),
+        _call(sm90a.barrier_cluster, comment="no block leaves while another may still arrive on its barriers"),
+    ]
+
+    def expected(inputs):
+        one = _box_expected(np.asarray(inputs["x"]).astype(d.np), (br, bc), coords)
+        return np.concatenate([one] * C)
+
+    kernel = ir.Kernel(name="micro_tma_multicast", params=(tmap, out), grid=(C, 1, 1), threads=WARPGROUP_THREADS,
+                       shared=(sm, full, done), regs=(reg,), body=ir.Seq(body), cluster=C,
+                       header=f"a cluster of {C} blocks: TMA multicast of a {br}x{bc} box of x{list(shape)} at "
+                              f"{tuple(coords)}, swizzle {swizzle}, in {C} slices")
+    program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
 def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64), coords=(16, 32),
                       swizzle: int = 128, proxy_fence: bool = True, wait: str | None = "read"
                       ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
@@ -692,6 +771,8 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
         return wgmma_program(sm90a.wgmma_m64n8k16_f16_f32_ss)
     if fam == sm90a.STMATRIX:
         return stmatrix_program(atom)
+    if atom in (sm90a.tma_load_2d_multicast, sm90a.mbarrier_arrive_cluster, sm90a.barrier_cluster):
+        return cluster_multicast_program(d or dt.f16)
     if fam == sm90a.TMA:
         if atom is sm90a.tma_load_2d:
             return tma_load_program(d or dt.f16)

@@ -19,6 +19,10 @@ from ..errors import ScheduleError
 from ..tensor import BLOCK, KERNEL, THREAD, WARP, WARPGROUP, Level
 from .base import Strategy, record
 
+#: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: pairs share B tiles
+#: through TMA multicast (larger clusters are not built yet).
+CLUSTER_SIZES = (1, 2)
+
 # Which level a spec must be at for its loops to map onto units of ``to``.
 _FROM = {
     BLOCK: (KERNEL,),
@@ -34,6 +38,7 @@ class to(Strategy):
     arrangement: tuple[int, ...] = ()
     group: int = 1
     persistent: bool = False
+    cluster: int = 1
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -97,7 +102,16 @@ class to(Strategy):
             raise ScheduleError("persistent is a bool, and only blocks can be persistent", strategy=self,
                                 spec=spec, field="persistent", value=self.persistent,
                                 allowed="True with to_blocks(...), else False")
-        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group, persistent=self.persistent)
+        if isinstance(self.cluster, bool) or not isinstance(self.cluster, int) or self.cluster not in CLUSTER_SIZES:
+            raise ScheduleError("cluster is the number of M tiles per thread-block cluster", strategy=self, spec=spec,
+                                field="cluster", value=self.cluster,
+                                allowed=", ".join(map(str, CLUSTER_SIZES)) + " (1 = no clusters)")
+        if self.cluster > 1 and (self.level != BLOCK or "m" not in [lp.dim for lp in loops]):
+            raise ScheduleError("clusters group the block tiles of an m loop mapped to blocks", strategy=self,
+                                spec=spec, field="cluster", value=self.cluster,
+                                fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
+        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group, persistent=self.persistent,
+                                    cluster=self.cluster if lp.dim == "m" else 1)
                        if lp in loops else lp
                        for lp in parent.loops)
         new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))
@@ -113,6 +127,8 @@ class to(Strategy):
             args.append(f"group={self.group!r}")
         if self.persistent is not False:
             args.append(f"persistent={self.persistent!r}")
+        if self.cluster != 1:
+            args.append(f"cluster={self.cluster!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -137,7 +153,7 @@ def _fix_for(have: Level, want: Level) -> str:
     return f"insert the tiling that creates {want}-sized work before mapping to {want}s"
 
 
-def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False) -> to:
+def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1) -> to:
     """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse).
 
     ``persistent=True`` launches one block per SM (at most one per tile) that walks the tiles in
@@ -146,8 +162,14 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False) -> to
 
         for m0 in block(32), n0 in block(16) grouped(8)     # 512 blocks, one tile each
         for m0 in block(32), n0 in block(16) grouped(8) persistent   # 132 blocks, ~3.9 tiles each
+
+    ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks that take C consecutive M
+    tiles of one N tile: the B tile they share is loaded once, each block fetching 1/C of it
+    with a TMA multicast into the shared memory of every block of the cluster::
+
+        for m0 in block(32) clusters(2), n0 in block(16)    # block pairs (m0, m0+1) share B
     """
-    return to(BLOCK, tuple(arrangement), group, persistent)
+    return to(BLOCK, tuple(arrangement), group, persistent, cluster)
 
 
 def to_warps(*arrangement: int) -> to:

@@ -193,6 +193,14 @@ def test_tma_store_waits(wait):
     check(mk.tma_store_program(wait=wait))
 
 
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_multicast_in_a_cluster_of_two(swizzle):
+    """__cluster_dims__, a TMA multicast from each block into both, mapa + remote mbarrier
+    arrivals and barrier.cluster: both blocks must hold the whole box."""
+    got = check(mk.cluster_multicast_program(swizzle=swizzle, box=BOXES[swizzle]))
+    np.testing.assert_array_equal(got[:16], got[16:])
+
+
 @pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in sm90a.STMATRIX_ATOMS])
 def test_stmatrix(atom):
     check(mk.stmatrix_program(atom))

@@ -20,12 +20,17 @@ Families (``Atom.family``):
   ``cp.async.bulk.wait_group[.read] $n``.  Issued by one thread.  ``$tmap`` is the 64-bit
   generic address of a ``const __grid_constant__ CUtensorMap`` kernel parameter; ``$c0`` is the
   innermost (column) coordinate of the box, ``$c1`` the row.
-* ``mbarrier`` — init, arrive, arrive.expect_tx and a ``try_wait.parity`` spin loop (its labels
-  are numbered per call site by the printer through the ``$uid`` immediate).
+* ``mbarrier`` — init, arrive, arrive.expect_tx, a ``try_wait.parity`` spin loop (its labels
+  are numbered per call site by the printer through the ``$uid`` immediate) and the arrive on
+  another block's mbarrier of the cluster.
 * ``fence`` — ``fence.proxy.async.shared::cta`` and ``fence.mbarrier_init.release.cluster``.
 * ``setmaxnreg`` — ``setmaxnreg.{inc,dec}.sync.aligned.u32 $n`` (warpgroup-wide).
 * ``stmatrix`` — ``stmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16``, the inverse of
   ldmatrix with the same TV and address layouts as the ldmatrix records of ``sm80``.
+* ``cluster`` — ``barrier.cluster`` arrive + wait.  With it, for thread-block clusters: the
+  multicast TMA load (``tma_load_2d_multicast``: one box into the shared memory of several
+  blocks of the cluster, completing on each one's mbarrier) and ``mbarrier_arrive_cluster``
+  (``mapa`` + a remote ``mbarrier.arrive.release.cluster``).
 
 Register operands that carry no tile (descriptors, coordinates, counts, ``scale_d``) have no TV
 layout; ``is_descriptor`` and ``is_scalar`` tell them apart.
@@ -82,8 +87,9 @@ MBARRIER = "mbarrier"      # mbarrier.init / arrive / arrive.expect_tx / try_wai
 FENCE = "fence"            # fence.proxy.async, fence.mbarrier_init
 SETMAXNREG = "setmaxnreg"  # warpgroup register reallocation
 STMATRIX = "stmatrix"      # warp-collective register -> shared 8x8 matrix store
+CLUSTER = "cluster"        # barrier.cluster (every thread of every block of the cluster)
 
-FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX)
+FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER)
 
 #: The N extents of wgmma.m64nNk16 with f16/bf16 inputs.
 WGMMA_N = tuple(range(8, 257, 8))
@@ -395,6 +401,21 @@ tma_load_2d = Atom(
         "(out-of-bounds elements are zeros); its bytes complete a transaction on mbarrier $mbar.",
 )
 
+tma_load_2d_multicast = Atom(
+    name="tma_load_2d_multicast", family=TMA, group=THREAD, kind="Move", shape=(),
+    dtypes=(("dst", dt.u8), ("src", dt.u8), ("mask", dt.i32)),
+    operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), _scalar("c0"), _scalar("c1"),
+              Operand("mbar", "in", "SH"), _scalar("mask")),
+    ptx="{ .reg .b16 fs_m; cvt.u16.u32 fs_m, $mask; "
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[$dst], [$tmap, {$c0, $c1}], [$mbar], fs_m; }",
+    min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
+    semantics=identity, catalog=CATALOG,
+    doc="TMA load of the tensor map's 2-D box at column $c0, row $c1 into the shared memory of every "
+        "block of the cluster whose rank is set in the 16-bit $mask, at the same offset $dst in each; "
+        "in each, its bytes complete a transaction on the mbarrier at offset $mbar.",
+)
+
 tma_store_2d = Atom(
     name="tma_store_2d", family=TMA, group=THREAD, kind="Move", shape=(),
     dtypes=(("dst", dt.u8), ("src", dt.u8)),
@@ -448,6 +469,14 @@ mbarrier_try_wait = _mbar(
     "when the current phase has the other parity); $uid numbers the loop's labels per call site.")
 
 
+mbarrier_arrive_cluster = _mbar(
+    "mbarrier_arrive_cluster",
+    "{ .reg .b32 fs_r; mapa.shared::cluster.u32 fs_r, $bar, $cta; "
+    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [fs_r]; }",
+    ("cta",),
+    "Arrive once on the mbarrier at offset $bar in the shared memory of the cluster's block of rank "
+    "$cta (possibly the caller's own), releasing the caller's earlier accesses cluster-wide.")
+
 # --------------------------------------------------------------------------- fences, setmaxnreg
 
 fence_proxy_async = _sync(
@@ -465,6 +494,16 @@ setmaxnreg_dec = _sync(
     "setmaxnreg_dec", SETMAXNREG, WARPGROUP, "setmaxnreg.dec.sync.aligned.u32 $n;",
     "Lower the warpgroup's per-thread register limit to $n (an immediate in 24..256, a multiple of 8).")
 
+
+# --------------------------------------------------------------------------- clusters
+
+barrier_cluster = Atom(
+    name="barrier_cluster", family=CLUSTER, group=THREAD, kind="Sync", shape=(), dtypes=(), operands=(),
+    ptx="barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;",
+    min_target="sm_90a", catalog=CATALOG,
+    doc="Every thread of every block of the cluster arrives, then waits for all the others: the "
+        "blocks' earlier accesses (mbarrier initialisation included) are visible cluster-wide after it, "
+        "and no block leaves while another may still write its shared memory.")
 
 # --------------------------------------------------------------------------- stmatrix
 
@@ -505,9 +544,9 @@ STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stma
 
 ATOMS: tuple[Atom, ...] = (
     *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
-    tma_load_2d, tma_store_2d, tma_commit, tma_wait_read, tma_wait,
-    mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait,
-    fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec,
+    tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_commit, tma_wait_read, tma_wait,
+    mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_arrive_cluster,
+    fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,
     *STMATRIX_ATOMS,
 )
 
