@@ -39,6 +39,11 @@ CASES = {
         epilogue_ops=(ops.bias("bias"), ops.relu()))),
     "hopper-ws-direct-store": dict(M=300, N=100, K=136, kw=dict(
         atoms="sm90a", block_m=128, block_n=64, layout="RC", warp_specialized=True, persistent=True)),
+    # clusters of two blocks sharing B by TMA multicast; 5 M tiles, so the last cluster's second
+    # block has no tile of its own
+    "hopper-cluster-persistent-bias-relu": dict(M=300, N=520, K=200, kw=dict(
+        atoms="sm90a", block_m=64, block_n=128, stages=3, group_m=4, warp_specialized=True, persistent=True,
+        cluster=2, epilogue_ops=(ops.bias("bias"), ops.relu()))),
 }
 
 

@@ -32,6 +32,8 @@ VARIANTS = {
                                     epilogue_ops=(ops.bias("bias"), ops.relu())),
     "ws-persistent-bf16-f32": dict(atoms="sm90a", block_m=128, block_n=128, stages=5, dtype="bf16",
                                    out_dtype="f32", warp_specialized=True, persistent=True),
+    "cluster2-persistent-128x256": dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8,
+                                        warp_specialized=True, persistent=True, cluster=2),
 }
 OPCODES = ("HGMMA", "UTMALDG", "UTMASTG")
 

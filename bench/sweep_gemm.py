@@ -49,6 +49,15 @@ CONFIGS_SM90 = [
     dict(atoms="sm90a", block_m=192, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=128, block_n=192, stages=4, group_m=8, warp_specialized=True, persistent=True),
     dict(atoms="sm90a", block_m=128, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
+    # clusters of two blocks on consecutive M tiles, sharing B through TMA multicast
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True,
+         cluster=2),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True,
+         cluster=2),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=False,
+         cluster=2),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=6, group_m=8, warp_specialized=True, persistent=True,
+         cluster=2),
 ]
 
 

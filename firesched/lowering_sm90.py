@@ -32,9 +32,16 @@ Shared layouts (16-bit elements, 128-byte swizzle on absolute addresses, stages 
 A is K-major, BM rows of 64 k (one box of BM x 64); B row-major (MN-major for wgmma) is BN/64 boxes
 of 64 k-rows x 64 n, each a block of 8 KiB: descriptor LBO = block stride, SBO = 8 rows x 128 B;
 B column-major (K-major) is laid out like A.  Operands whose rows are not 16-byte multiples are
-copied first into padded workspaces (``_pad_kernel``).  Not yet: clusters and TMA multicast,
-split-K, a ping-pong consumer schedule, column-major A, more than 3 consumer warpgroups with
-warp specialization.
+copied first into padded workspaces (``_pad_kernel``).
+
+With ``to_blocks(cluster=2)`` (warp-specialized only) pairs of blocks form thread-block clusters
+that take two consecutive M tiles of one N tile (``_cluster_tiles``): each block loads its A tile
+and multicasts half of the shared B tile into both blocks (``_issue``), each block's empty
+barriers count the consumer warpgroups of both blocks (which arrive remotely), and
+``barrier.cluster`` follows the mbarrier initialisation and ends the kernel.
+
+Not yet: clusters of more than 2 blocks or along N, split-K, a ping-pong consumer schedule,
+column-major A, more than 3 consumer warpgroups with warp specialization.
 """
 
 from __future__ import annotations
@@ -199,6 +206,21 @@ class HopperGemmLowering(Lowering):
             raise _unsupported(block, f"BN={BN} with a row-major B (boxes of {wb // eb} columns, one {wb}-byte "
                                       f"swizzle span)", f"a multiple of {wb // eb}")
         persistent = any(lp.persistent for lp in root.loops)
+        cluster = max(lp.cluster for lp in root.loops)
+        if cluster > 1:
+            if not self.target.has_clusters:
+                raise _err(root, f"thread-block clusters need sm_90a; the target is {self.target.name}",
+                           field="cluster", value=cluster, allowed="1", fix="to_blocks() without cluster=")
+            if not kloop.specialize:
+                raise _unsupported(root, "clusters without warp specialization",
+                                   "add warp_specialize() after pipeline(...), or drop cluster=")
+            if b_mn and (BN // (wb // eb)) % cluster:
+                raise _unsupported(block, f"a cluster of {cluster} sharing {BN // (wb // eb)} B box(es) of "
+                                          f"{wb // eb} columns (each block multicasts an equal share)",
+                                   f"block_n a multiple of {cluster * (wb // eb)}, or cluster=1")
+            if not b_mn and BN % (8 * cluster):
+                raise _unsupported(block, f"a cluster of {cluster} sharing a K-major B tile of {BN} rows",
+                                   f"block_n a multiple of {8 * cluster}")
         if persistent and not kloop.specialize:
             raise _unsupported(root, "a persistent block without warp specialization",
                                "add warp_specialize() after pipeline(...), or drop persistent=True")
@@ -216,7 +238,7 @@ class HopperGemmLowering(Lowering):
                            fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
         return dict(root=root, block=block, kloop=kloop, wg=wg, leaf=leaf, atom=atom, BM=BM, BN=BN, BK=BK,
                     S=max(kloop.stages, 2), eb=eb, b_mn=b_mn, store=block.post[0], persistent=persistent,
-                    specialize=kloop.specialize, wa=wa, wb=wb)
+                    specialize=kloop.specialize, wa=wa, wb=wb, cluster=cluster)
 
     def _mode(self, moves, name: str, eb: int) -> int:
         """Bytes of the swizzle span of operand ``name``'s shared tile (32, 64 or 128)."""
@@ -238,7 +260,8 @@ class HopperGemmLowering(Lowering):
         ga, gb = self.padded.get(ga.name, ga), self.padded.get(gb.name, gb)
         dt = ga.dtype
         wa, wb, eb = p["wa"], p["wb"], p["eb"]
-        b_box = (BK, wb // eb) if p["b_mn"] else (BN, BK)
+        # with a cluster of C, each block multicasts 1/C of B: a K-major B in boxes of BN/C rows
+        b_box = (BK, wb // eb) if p["b_mn"] else (BN // p["cluster"], BK)
         o = dict(tm_a=ir.TensorMapParam(f"tmap_{ga.name}", ga, (BM, BK), wa),
                  tm_b=ir.TensorMapParam(f"tmap_{gb.name}", gb, b_box, wb),
                  a_stage=BM * BK, b_stage=BK * BN)
@@ -249,13 +272,38 @@ class HopperGemmLowering(Lowering):
         o["stage_bytes"] = (o["a_stage"] + o["b_stage"]) * p["eb"]
         return o
 
-    def _issue(self, p, o, kt, stage, bar, m0, n0) -> list:
-        """expect_tx on the stage's full barrier, then the TMA boxes of K tile ``kt``."""
+    def _issue(self, p, o, kt, stage, bar, m0, n0, rank=0) -> list:
+        """expect_tx on the stage's full barrier, then the TMA boxes of K tile ``kt``.
+
+        In a cluster of C the block of rank ``rank`` loads its own A tile and 1/C of the B tile the
+        cluster shares, multicast to every block (each block's full barrier still expects the
+        whole stage: its A, and B from all C blocks)::
+
+            row-major B, boxes b0 b1 b2 b3 (one swizzle span wide):   rank 0: b0, b2   rank 1: b1, b3
+            K-major B, BN rows:                                        rank r: rows r*BN/C ..
+        """
         BM, BN, BK = p["BM"], p["BN"], p["BK"]
         sa, sb, a_stage, b_stage = o["sa"], o["sb"], o["a_stage"], o["b_stage"]
+        C = p["cluster"]
         out = [_call(sm90a.mbarrier_arrive_expect_tx, bar=bar, bytes=ir.Scalar(o["stage_bytes"])),
                _call(sm90a.tma_load_2d, dst=ir.MemRef(sa, stage * a_stage), tmap=o["tm_a"],
                      c0=ir.Scalar(kt * BK), c1=ir.Scalar(m0), mbar=bar, comment=f"A tile {BM}x{BK}")]
+        if C > 1:
+            mask = ir.Scalar((1 << C) - 1)
+            if p["b_mn"]:
+                bx = p["wb"] // p["eb"]
+                for j in range(BN // bx // C):
+                    c = j * C + rank
+                    out.append(_call(sm90a.tma_load_2d_multicast, dst=ir.MemRef(sb, stage * b_stage + c * BK * bx),
+                                     tmap=o["tm_b"], c0=ir.Scalar(n0 + c * bx), c1=ir.Scalar(kt * BK), mbar=bar,
+                                     mask=mask, comment=f"B columns ({j * C} + rank) * {bx}..+{bx}, to every block "
+                                                        f"of the cluster"))
+            else:
+                h = BN // C
+                out.append(_call(sm90a.tma_load_2d_multicast, dst=ir.MemRef(sb, stage * b_stage + rank * h * BK),
+                                 tmap=o["tm_b"], c0=ir.Scalar(kt * BK), c1=ir.Scalar(n0 + rank * h), mbar=bar,
+                                 mask=mask, comment=f"B rows rank * {h}..+{h}, to every block of the cluster"))
+            return out
         if p["b_mn"]:
             bx = p["wb"] // p["eb"]              # columns per box: one swizzle span
             for c in range(BN // bx):
@@ -339,6 +387,8 @@ class HopperGemmLowering(Lowering):
         one block per SM and block ``b`` takes tiles ``b, b + grid, ...`` in the grouped order of
         ``to_blocks(group=G)``: tile t sits in group ``t // (G * Nt)``, column-major inside it."""
         root, BM, BN = p["root"], p["BM"], p["BN"]
+        if p["cluster"] > 1:
+            return self._cluster_tiles(p)
         if not p["persistent"]:
             grid = self._map_blocks([(lp, root) for lp in root.loops], root)
             m_var = next(lp.var for lp in root.loops if lp.dim == "m")
@@ -363,6 +413,42 @@ class HopperGemmLowering(Lowering):
         valid = lt(t, tiles) if iters * blocks > tiles else 1
         return [blocks, 1, 1], (ti, valid), iters, mi * BM, ni * BN
 
+    def _cluster_tiles(self, p):
+        """``_tiles`` for clusters of C blocks along x: cluster ``k`` (blocks ``C*k .. C*k + C-1``)
+        takes M-tile groups ``k, k + clusters, ...`` of one N tile each, walked in grouped order
+        (groups of ``ceil(G / C)`` such M-tile groups); the block of rank r takes M tile
+        ``C * mg + r`` of M-tile group ``mg``.  When the M tiles do not fill the last group, its
+        missing tiles load a duplicate of the last A tile (so the cluster still shares B) and
+        store nothing: the returned tile validity covers the cluster, ``p["m_ok"]`` the block."""
+        root, BM, BN, C = p["root"], p["BM"], p["BN"], p["cluster"]
+        lm = next(lp for lp in root.loops if lp.dim == "m")
+        ln = next(lp for lp in root.loops if lp.dim == "n")
+        Mt, Nt = lm.count, ln.count
+        Mg = -(-Mt // C)
+        G = max(1, -(-lm.group // C))
+        tiles = Mg * Nt
+        clusters = min(tiles, self.target.sm_count // C) if p["persistent"] else tiles
+        iters = -(-tiles // clusters)
+        blocks = clusters * C
+        bid = ir.bid(0, blocks)
+        rank = _mod(bid, C)
+        ti = Var("tile_i", iters)
+        t = _div(bid, C) + ti * clusters
+        if G > 1:
+            per_group = G * Nt
+            first_m = _div(t, per_group) * G
+            size_m = _min(Mg - first_m, G)
+            local = _mod(t, per_group)
+            mg, ni = first_m + _mod(local, size_m), _div(local, size_m)
+        else:
+            mg, ni = _div(t, Nt), _mod(t, Nt)
+        mi = mg * C + rank
+        valid = lt(t, tiles) if iters * clusters > tiles else 1
+        p["rank"] = rank
+        p["m_ok"] = lt(mi, Mt) if Mt % C else 1
+        p["m_load"] = _min(mi, Mt - 1) * BM if Mt % C else mi * BM
+        return [blocks, 1, 1], (ti, valid), iters, mi * BM, ni * BN
+
     def _kernel_ws(self, p) -> ir.Kernel:
         """The warp-specialized kernel: warpgroup 0 produces, warpgroups 1.. consume.
 
@@ -382,10 +468,14 @@ class HopperGemmLowering(Lowering):
         self.threads = 128 * (nwg + 1)
         tid = ir.tid(self.threads)
         grid, tile_loop, iters, m0, n0 = self._tiles(p)
+        C = p["cluster"]
+        rank, m_ok, m_load = p.get("rank", 0), p.get("m_ok", 1), p.get("m_load", m0)
         o = self._operands(p)
         sa, sb = o["sa"], o["sb"]
         full = ir.MBarrier("full", S, note="one per stage: the stage's TMA bytes have landed")
-        empty = ir.MBarrier("empty", S, note=f"one per stage: all {nwg} consumer warpgroups are done reading it")
+        empty = ir.MBarrier("empty", S, note=f"one per stage: all {nwg} consumer warpgroups are done reading it"
+                                             + (f", in each of the cluster's {C} blocks (their multicasts write it)"
+                                                if C > 1 else ""))
         self.shared = {"A_smem": sa, "B_smem": sb, "full": full, "empty": empty}
         acc = self.reg("C_acc", f32, BN // 2)
         nk = -(-K // BK)
@@ -398,10 +488,20 @@ class HopperGemmLowering(Lowering):
             return [ir.Comment(comment), ir.For(tile_loop[0], iters, ir.Seq(tuple(body)))]
 
         init = [_call(sm90a.mbarrier_init, bar=ir.MemRef(full, s), count=ir.Scalar(1)) for s in range(S)]
-        init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(empty, s), count=ir.Scalar(nwg)) for s in range(S)]
+        init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(empty, s), count=ir.Scalar(nwg * C)) for s in range(S)]
         body: list = [ir.Comment(str(p["block"].spec)),
                       ir.If(lt(tid, 1), ir.Seq((*init, _call(sm90a.fence_mbarrier_init)))),
-                      ir.Barrier("mbarriers initialised")]
+                      _call(sm90a.barrier_cluster, comment="every block's mbarriers are initialised: the "
+                                                           "cluster's multicasts and arrivals may target them")
+                      if C > 1 else ir.Barrier("mbarriers initialised")]
+
+        def release(stage, comment):
+            """Lane 0 of a consumer warpgroup releases ``stage``: in a cluster, in every block (the
+            producers of all of them multicast into this block's stage)."""
+            if C == 1:
+                return _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, stage), comment=comment)
+            return ir.Seq(tuple(_call(sm90a.mbarrier_arrive_cluster, bar=ir.MemRef(empty, stage), cta=ir.Scalar(q),
+                                      comment=f"{comment} (block rank {q})") for q in range(C)))
 
         # producer: one thread walks every (tile, K tile) of the block through the ring
         kt = Var(p["kloop"].var, nk)
@@ -410,7 +510,7 @@ class HopperGemmLowering(Lowering):
         produce = [
             _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(empty, stage), parity=ir.Scalar((it // S + 1) % 2),
                   comment="the consumers released the stage (the first round returns at once)"),
-            *self._issue(p, o, kt, stage, ir.MemRef(full, stage), m0, n0),
+            *self._issue(p, o, kt, stage, ir.MemRef(full, stage), m_load, n0, rank),
         ]
         producer = [
             _call(catalog.with_immediates(sm90a.setmaxnreg_dec, n=preg), comment="the producer needs few registers"),
@@ -430,9 +530,7 @@ class HopperGemmLowering(Lowering):
                   comment="the tile is in shared memory"),
             *self._mma(p, o, sc, wg, acc),
             _call(catalog.with_immediates(sm90a.wgmma_wait, n=1), comment="the previous K tile's wgmma are done"),
-            ir.If(land(ge(kc, 1), lt(lane, 1)),
-                  _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, (itc + S - 1) % S),
-                        comment="release the previous stage")),
+            ir.If(land(ge(kc, 1), lt(lane, 1)), release((itc + S - 1) % S, "release the previous stage")),
         ]
         last = (ti * nk + nk - 1) % S
         staged = self._staging(p, nwg)
@@ -444,14 +542,15 @@ class HopperGemmLowering(Lowering):
             ir.Comment(f"K loop over {nk} tiles of {BK}, one wgmma group in flight"),
             ir.For(kc, nk, ir.Seq(tuple(consume))),
             _call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
-            ir.If(lt(lane, 1), _call(sm90a.mbarrier_arrive, bar=ir.MemRef(empty, last),
-                                     comment="release the last stage")),
+            ir.If(lt(lane, 1), release(last, "release the last stage")),
             *vec_after,
         ]
         if staged is None:
-            tile_work += self._epilogue(p, acc, lane, wg, m0, n0, M, N)
+            epi = self._epilogue(p, acc, lane, wg, m0, n0, M, N)
         else:
-            tile_work += self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, ti, vec_smem)
+            epi = self._epilogue_tma(p, staged, acc, lane, wg, m0, n0, M, N, ti, vec_smem)
+        # a block of a cluster whose M tile lies past M (the last M-tile group is not full) stores nothing
+        tile_work += epi if m_ok == 1 else [ir.If(m_ok, ir.Seq(tuple(epi)))]
         consumer = [
             _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=creg), comment="the accumulators need registers"),
             *per_tile(tile_work, f"tiles of this block: {iters}"),
@@ -461,6 +560,9 @@ class HopperGemmLowering(Lowering):
                                                      comment="the last TMA stores have completed")))
         body.append(ir.Roles((ir.Role("producer", 0, 128, ir.Seq(tuple(producer))),
                               ir.Role("consumers", 128, 128 * nwg, ir.Seq(tuple(consumer))))))
+        if C > 1:
+            body.append(_call(sm90a.barrier_cluster, comment="no block leaves while the others may still arrive "
+                                                             "on its mbarriers"))
         c_param = self.gl[self.spec.c.name] if staged is None else staged[1]
         params = [o["tm_a"], o["tm_b"]] + [self.extra_buf(e) for e in self.extras] + [c_param]
         if staged is not None:
@@ -477,7 +579,7 @@ class HopperGemmLowering(Lowering):
                                           "unused: keeps a second block off the SM (setmaxnreg budget)"))
         return ir.Kernel("firesched_gemm_sm90_ws", tuple(params), tuple(grid), self.threads,
                          tuple(shared), tuple(self.regs.values()), ir.Seq(tuple(body)),
-                         header=str(self.sched), min_blocks_per_sm=1)
+                         header=str(self.sched), min_blocks_per_sm=1, cluster=C)
 
     def _staging(self, p, nwg):
         """The shared buffer and tensor map of the TMA-store epilogue, or None where C cannot take

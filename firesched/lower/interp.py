@@ -577,9 +577,12 @@ class _KernelRun:
         self.roles = None
         if self.sm90:
             self.reset_sm90()
+        self.remote: list[tuple[int, int, int, int, int]] = []
         self.exec(self.kernel.body)
         if self.sm90:
             self.end_sm90()
+        if self.remote:
+            self.check_remote()
         if self.pending:
             rec = self.pending[0]
             self.stmt = self.stmts[rec.sid]
@@ -1317,6 +1320,19 @@ class _KernelRun:
                             f"phase {bar.phase} when the block ends ({bar.pending} of {bar.count} arrivals "
                             f"and {bar.tx} transaction bytes outstanding)")
 
+    def check_remote(self):
+        """Every arrival on another block's mbarrier must happen before that block's end: some
+        thread of the block synchronised with it (waited on its phase, or a barrier.cluster
+        followed it).  Otherwise the block may exit, and its shared memory be reused, first."""
+        for t, c, q, b, sid in self.remote:
+            if (self.vc[self.rank == q, t] >= c).any():
+                continue
+            self.stmt = self.stmts[sid]
+            self.hazard(f"remote mbarrier arrival after the target block may have exited: thread {t} (block rank "
+                        f"{int(self.rank[t])}) arrives on mbarrier {self.bar_name(b)}, and nothing in block rank "
+                        f"{q} waits for it before that block ends (a barrier.cluster at the end keeps the "
+                        f"cluster's blocks alive until all remote arrivals are done)")
+
     def watch_regs(self, name: str, sel, thr):
         """A non-wgmma access of registers ``sel`` of buffer ``name``: a hazard while a wgmma uses
         them; remembered so that a wgmma without a wgmma.fence in between is caught."""
@@ -1566,6 +1582,9 @@ class _KernelRun:
                 raise InternalError(f"{describe(s)}: unknown mbarrier atom {name}")
             np.maximum(bar.acc, self.vc[t], out=bar.acc)              # release
             np.maximum(bar.obs_acc, self.bar_obs[t], out=bar.obs_acc)
+            if self.C > 1 and b // self.nbars != self.rank[t]:
+                # an arrival on another block's mbarrier: that block must not exit before it
+                self.remote.append((t, int(self.vc[t, t]), b // self.nbars, b, self.sid(s)))
             self.vc[t, t] += 1
             self.bar_arrive(bar, b, t)
 

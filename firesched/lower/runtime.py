@@ -867,6 +867,22 @@ class Kernel:
               driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
         self._dyn_allowed = nbytes
 
+    def max_active_clusters(self, grid, block, shared_bytes: int = 0) -> int:
+        """How many thread-block clusters of this kernel (its compile-time ``__cluster_dims__``)
+        can be resident on the device at once (``cuOccupancyMaxActiveClusters``): the largest
+        grid a persistent cluster kernel can fill in one wave is this many clusters."""
+        driver = _driver()
+        if shared_bytes > self._dyn_allowed:
+            self.reserve_shared(shared_bytes)
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(g) for g in grid)
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(b) for b in block)
+        cfg.sharedMemBytes = int(shared_bytes)
+        cfg.numAttrs = 0
+        self._dev.make_current()
+        return int(_call(f"cuOccupancyMaxActiveClusters({self.name})", driver.cuOccupancyMaxActiveClusters,
+                         self.handle, cfg))
+
     def _layout(self, types: tuple) -> _ParamLayout:
         layout = self._layouts.get(types)
         if layout is None:

@@ -82,7 +82,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
-         consumer_regs: int | None = None, check: bool = True) -> Schedule:
+         consumer_regs: int | None = None, cluster: int = 1, check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -97,8 +97,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
       walking the tiles in grouped order, and a TMA-store epilogue.  It takes ``block_m`` (64, 128
       or 192), ``block_n`` (a multiple of 64 up to 256), ``block_k`` (64, 32 or 16 for 16-bit
       types: the 128-, 64- or 32-byte swizzle mode), ``stages``, ``group_m``, the epilogue,
-      ``warp_specialized`` / ``persistent`` (both on by default) and ``producer_regs`` /
-      ``consumer_regs`` (the ``setmaxnreg`` counts).
+      ``warp_specialized`` / ``persistent`` (both on by default), ``producer_regs`` /
+      ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
+      consecutive M tiles form thread-block clusters and share each B tile by TMA multicast).
     * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
@@ -131,7 +132,10 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws,
                          persistent=ws if persistent is None else persistent,
-                         producer_regs=producer_regs, consumer_regs=consumer_regs, check=check)
+                         producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster, check=check)
+    if cluster != 1:
+        raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
+                            allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
     if warp_specialized or persistent:
         raise ScheduleError("warp specialization and persistent blocks are Hopper schedules", field="atoms",
                             value=atoms, allowed="'sm90a'", fix="gemm(..., atoms='sm90a', arch='sm_90a')")
@@ -215,14 +219,17 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               layout: str = "RR", block_m: int = 128, block_n: int = 256, block_k: int | None = None,
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
-              producer_regs: int = 40, consumer_regs: int | None = None, check: bool = True) -> Schedule:
+              producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1,
+              check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
 
     ``warp_specialized=True`` adds a producer warpgroup that issues the TMA copies
     (``warp_specialize(producer_regs, consumer_regs)``); ``persistent=True`` (which needs it)
     launches one block per SM that walks the tiles in the grouped order.  ``consumer_regs``
-    defaults to the most registers the block's register file leaves each consumer thread."""
+    defaults to the most registers the block's register file leaves each consumer thread.
+    ``cluster=2`` (which needs warp specialization) pairs blocks on consecutive M tiles into
+    thread-block clusters that share each B tile through TMA multicast."""
     from ..hardware.atoms import sm90a
 
     dt = _input_dtype(dtype)
@@ -240,7 +247,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     except ValueError as e:
         raise ScheduleError(str(e), field="block_n", value=block_n, allowed="multiples of 8 up to 256") from None
     chain = [
-        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent),
+        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent, cluster=cluster),
         tile(k=bk),
         move_to_smem("A", via=(sm90a.tma_load_2d,)),
         move_to_smem("B", via=(sm90a.tma_load_2d,)),

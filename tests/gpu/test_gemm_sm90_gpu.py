@@ -14,7 +14,17 @@ MODES = [
     pytest.param(dict(warp_specialized=False), id="plain"),
     pytest.param(dict(warp_specialized=True), id="ws"),
     pytest.param(dict(warp_specialized=True, persistent=True), id="ws-persistent"),
+    pytest.param(dict(warp_specialized=True, cluster=2), id="cluster"),
+    pytest.param(dict(warp_specialized=True, persistent=True, cluster=2), id="cluster-persistent"),
 ]
+
+
+def _fit(kw):
+    """A cluster of two blocks shares row-major B tiles in boxes one swizzle span wide, one or
+    more per block: 64-wide block tiles become 128 wide there."""
+    if kw.get("cluster", 1) > 1 and kw.get("layout", "RR") == "RR" and kw.get("block_n") == 64:
+        kw = dict(kw, block_n=128)
+    return kw
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -33,7 +43,7 @@ MODES = [
     pytest.param(300, 264, 200, dict(block_m=128, block_n=64, block_k=16, layout="RC"), id="32B-swizzle-RC"),
 ])
 def test_against_torch(M, N, K, kw, mode):
-    kw = dict(kw, **mode)
+    kw = _fit(dict(kw, **mode))
     dt = kw.pop("dtype", "f16")
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
     out = {"f32": torch.float32}.get(kw.get("out_dtype"), tdt)
@@ -76,6 +86,31 @@ def test_epilogues(name, mode):
 
 
 @pytest.mark.parametrize("seed", range(10))
+def test_random_shapes_clusters(seed):
+    """Random shapes on clusters of two blocks (odd M-tile counts leave a block of the last
+    cluster without a tile of its own), persistent or not."""
+    import random
+
+    rnd = random.Random(100 + seed)
+    M, N, K = rnd.randint(1, 1500), rnd.randint(1, 1600), rnd.randint(1, 1200)
+    layout = rnd.choice(["RR", "RC"])
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", block_m=rnd.choice([64, 128]),
+                            block_n=rnd.choice([128, 256]), stages=rnd.choice([2, 3, 4]),
+                            group_m=rnd.choice([1, 4, 8]), layout=layout, warp_specialized=True,
+                            persistent=rnd.choice([False, True]), cluster=2)
+    k = fs.compile(sched, arch="sm_90a")
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    Barg = B.t().contiguous().t() if layout == "RC" else B
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, Barg, C)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    assert not torch.isnan(C).any(), (M, N, K, layout)
+    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, layout)
+
+
+@pytest.mark.parametrize("seed", range(10))
 def test_random_shapes_persistent(seed):
     """Random shapes, many tiles per block on the persistent path."""
     import random
@@ -96,3 +131,18 @@ def test_random_shapes_persistent(seed):
     ref = A.double() @ B.double()
     assert not torch.isnan(C).any(), (M, N, K, bn)
     assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, bn)
+
+
+def test_persistent_cluster_grid_is_resident_at_once():
+    """The persistent cluster kernel launches sm_count / 2 clusters of two blocks: all of them
+    must fit on the GPU at once, or the last ones would run as a second wave."""
+    from firesched.lower import runtime
+
+    sched = fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", atoms="sm90a", block_m=128, block_n=256,
+                            warp_specialized=True, persistent=True, cluster=2)
+    prog = fs.compile(sched, arch="sm_90a")
+    (kern,) = prog.program.kernels
+    k = runtime.load_module(prog.modules[0], 0).kernel(kern.name)
+    n = k.max_active_clusters(kern.grid, (kern.threads, 1, 1), kern.shared_bytes)
+    print(f"max active clusters of 2: {n}; the grid has {kern.grid[0] // 2}")
+    assert kern.grid[0] // 2 <= n
