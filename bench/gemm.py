@@ -101,8 +101,12 @@ def params_sm90(M: int, N: int, K: int) -> dict:
 
     fits = [t for t in TILES_SM90 if t[0] <= M and t[1] <= N] or [TILES_SM90[-1]]
     bm, bn, stages, _ = min(fits, key=cost)
-    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
-                warp_specialized=True, persistent=True)
+    # clusters of two blocks sharing B tiles (TMA multicast) where there are two M tiles to pair;
+    # groups of 16 M tiles measured best with them (results/sweep-sm90a-cluster-2026-11-21-h100.txt)
+    cluster = 2 if M > bm and bn % 128 == 0 else 1
+    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages,
+                group_m=(16 if cluster > 1 else 8) if M >= 4 * bm else 1,
+                warp_specialized=True, persistent=True, cluster=cluster)
 
 
 def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True, atoms="sm80"):

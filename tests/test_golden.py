@@ -86,13 +86,14 @@ def test_emission_is_deterministic():
 
 HOPPER = {
     "sm90a_plain_128x256_s4": ((4096, 4096, 4096), dict(block_m=128, block_n=256, stages=4, warp_specialized=False)),
-    "sm90a_ws_persistent_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256)),
-    "sm90a_ws_persistent_bias_relu": ((8192, 8192, 1024), dict(block_m=128, block_n=256,
+    "sm90a_ws_persistent_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256, group_m=8, cluster=1)),
+    "sm90a_ws_persistent_bias_relu": ((8192, 8192, 1024), dict(block_m=128, block_n=256, group_m=8, cluster=1,
                                                                epilogue_ops=(ops.bias("bias"), ops.relu()))),
     "sm90a_ws_bf16_f32out_RC_64B": ((2048, 2048, 2048), dict(dtype="bf16", out_dtype="f32", layout="RC",
-                                                             block_m=128, block_n=128, block_k=32)),
-    "sm90a_ws_padded_4095x4097x1023": ((4095, 4097, 1023), dict(block_m=192, block_n=128)),
-    "sm90a_cluster2_multicast_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256, cluster=2)),
+                                                             block_m=128, block_n=128, block_k=32, group_m=8,
+                                                             cluster=1)),
+    "sm90a_ws_padded_4095x4097x1023": ((4095, 4097, 1023), dict(block_m=192, block_n=128, group_m=8, cluster=1)),
+    "sm90a_cluster2_multicast_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256)),   # the default
 }
 
 

@@ -82,7 +82,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
-         consumer_regs: int | None = None, cluster: int = 1, check: bool = True) -> Schedule:
+         consumer_regs: int | None = None, cluster: int | None = None, check: bool = True) -> Schedule:
     """A GEMM schedule.
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
@@ -99,7 +99,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
       types: the 128-, 64- or 32-byte swizzle mode), ``stages``, ``group_m``, the epilogue,
       ``warp_specialized`` / ``persistent`` (both on by default), ``producer_regs`` /
       ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
-      consecutive M tiles form thread-block clusters and share each B tile by TMA multicast).
+      consecutive M tiles form thread-block clusters and share each B tile by TMA multicast; the
+      default for persistent warp-specialized blocks over at least two M tiles, where each block of a
+      pair can load half of the B tile: block_n a multiple of 128, or of 16 with a column-major B).
     * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
@@ -126,14 +128,19 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         bn = block_n if block_n is not None else (256 if N >= 256 else 128 if N >= 128 else 64)
         # warp specialization by default where the lowering allows it (at most 3 consumer warpgroups)
         ws = bm <= 192 if warp_specialized is None else warp_specialized
+        per = ws if persistent is None else persistent
+        if cluster is None:
+            # block pairs sharing B measured 1.09-1.14x faster at 8192^3 and on par at 4096^3 on an
+            # H100 (bench/README.md); they need a B tile both blocks can load halves of
+            shares = bn % 128 == 0 if layout[1:] == "R" else bn % 16 == 0
+            cluster = 2 if ws and per and M > bm and shares else 1
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
                          block_k=block_k,
                          stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64, arch),
-                         group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
-                         epilogue_ops=epilogue_ops, warp_specialized=ws,
-                         persistent=ws if persistent is None else persistent,
+                         group_m=group_m if group_m is not None else ((16 if cluster > 1 else 8) if M >= 4 * bm else 1),
+                         epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
                          producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster, check=check)
-    if cluster != 1:
+    if cluster not in (None, 1):
         raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
                             allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
     if warp_specialized or persistent:
