@@ -38,17 +38,18 @@ CONFIGS = [
     dict(atoms="sm80", block_m=128, block_n=128, block_k=64, warps_m=2, warps_n=2, stages=2, group_m=16),
 ]
 
-#: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence
+#: Hopper (``--atoms sm90a``): TMA + wgmma, with and without warp specialization / persistence /
+#: clusters (``cluster=1`` explicit: the recipe's default pairs blocks on large problems)
 CONFIGS_SM90 = [
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=False),
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=False),
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=3, group_m=8, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=128, block_n=128, stages=6, group_m=8, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=192, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=128, block_n=192, stages=4, group_m=8, warp_specialized=True, persistent=True),
-    dict(atoms="sm90a", block_m=128, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=False, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=False, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=3, group_m=8, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=16, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=6, group_m=8, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=192, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=192, stages=4, group_m=8, warp_specialized=True, persistent=True, cluster=1),
+    dict(atoms="sm90a", block_m=128, block_n=128, stages=4, group_m=8, warp_specialized=True, persistent=True, cluster=1),
     # clusters of two blocks on consecutive M tiles, sharing B through TMA multicast
     dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=True, persistent=True,
          cluster=2),
@@ -70,6 +71,10 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--samples", type=int, default=7)
     p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a"), help="which configuration list")
+    p.add_argument("--only", default="", help="comma-separated indices into the configuration list")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="interleave: time every configuration (and the peer) once per round, report the "
+                        "median over rounds (drifting clocks then affect all configurations alike)")
     p.add_argument("--fused", action="store_true",
                    help="GEMM + bias + ReLU, against cuBLASLt's fused epilogue (torch._addmm_activation)")
     args = p.parse_args(argv)
@@ -90,9 +95,11 @@ def main(argv=None):
         peer, name = (lambda i: torch.matmul(A, B)), "cuBLAS"
         ref = A.float() @ B.float()
         epi, extra = (), ()
-    t_cb = time_ms(torch, peer, args.reps, args.samples)
-    print(f"{M}x{N}x{K} {args.dtype}: {name} {flops / t_cb / 1e9:.0f} TFLOP/s", flush=True)
-    for cfg in CONFIGS_SM90 if args.atoms == "sm90a" else CONFIGS:
+    configs = CONFIGS_SM90 if args.atoms == "sm90a" else CONFIGS
+    if args.only:
+        configs = [configs[int(i)] for i in args.only.split(",")]
+    kernels = []
+    for cfg in configs:
         try:
             sched = fs.recipes.gemm(M, N, K, dtype=args.dtype, arch="sm_90a", epilogue_ops=epi, **cfg)
             k = fs.compile(sched, arch="sm_90a")
@@ -100,8 +107,17 @@ def main(argv=None):
             print(f"  {cfg}: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue
         k(A, B, *extra, C)
-        err = ((C.float() - ref).norm() / ref.norm()).item()
-        t = time_ms(torch, lambda i, k=k: k(A, B, *extra, C), args.reps, args.samples)
+        kernels.append((cfg, k, ((C.float() - ref).norm() / ref.norm()).item()))
+    t_peer, times = [], [[] for _ in kernels]
+    for _ in range(max(1, args.rounds)):
+        t_peer.append(time_ms(torch, peer, args.reps, args.samples))
+        for j, (_, k, _) in enumerate(kernels):
+            times[j].append(time_ms(torch, lambda i, k=k: k(A, B, *extra, C), args.reps, args.samples))
+    t_cb = sorted(t_peer)[len(t_peer) // 2]
+    rounds = f", median of {len(t_peer)} interleaved rounds" if len(t_peer) > 1 else ""
+    print(f"{M}x{N}x{K} {args.dtype}: {name} {flops / t_cb / 1e9:.0f} TFLOP/s{rounds}", flush=True)
+    for (cfg, k, err), ts in zip(kernels, times):
+        t = sorted(ts)[len(ts) // 2]
         regs = max(r.registers for r in k.resources.values())
         print(f"  {flops / t / 1e9:6.1f} TFLOP/s  ratio {t_cb / t:.2f}  regs {regs}  smem "
               f"{k.program.kernels[0].shared_bytes // 1024} KiB  err {err:.1e}  {cfg}", flush=True)
