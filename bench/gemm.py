@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
 from firesched import ops  # noqa: E402
-from firesched.recipes.gemm import CLUSTER_MIN_WAVES  # noqa: E402
 
 SHAPES = [
     (8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048), (5376, 5376, 2048), (3968, 1664, 2816),
@@ -102,13 +101,10 @@ def params_sm90(M: int, N: int, K: int) -> dict:
 
     fits = [t for t in TILES_SM90 if t[0] <= M and t[1] <= N] or [TILES_SM90[-1]]
     bm, bn, stages, _ = min(fits, key=cost)
-    # clusters of two blocks sharing B tiles (TMA multicast) over two waves or more, as the recipe's
-    # default; groups of 16 M tiles measured best with them (results/sweep-sm90a-cluster-2026-11-21-h100.txt)
-    tiles = -(-M // bm) * -(-N // bn)
-    cluster = 2 if M > bm and bn % 128 == 0 and tiles >= CLUSTER_MIN_WAVES * SMS else 1
-    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages,
-                group_m=(16 if cluster > 1 else 8) if M >= 4 * bm else 1,
-                warp_specialized=True, persistent=True, cluster=cluster)
+    # single blocks: clusters of two (TMA multicast of B) measured on par, not faster, timed
+    # interleaved (results/ab-cluster-interleaved-2026-11-21-h100.txt)
+    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
+                warp_specialized=True, persistent=True, cluster=1)
 
 
 def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True, atoms="sm80"):

@@ -93,7 +93,7 @@ HOPPER = {
                                                              block_m=128, block_n=128, block_k=32, group_m=8,
                                                              cluster=1)),
     "sm90a_ws_padded_4095x4097x1023": ((4095, 4097, 1023), dict(block_m=192, block_n=128, group_m=8, cluster=1)),
-    "sm90a_cluster2_multicast_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256)),   # the default
+    "sm90a_cluster2_multicast_128x256": ((4096, 4096, 4096), dict(block_m=128, block_n=256, cluster=2)),
 }
 
 

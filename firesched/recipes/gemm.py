@@ -99,10 +99,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
       types: the 128-, 64- or 32-byte swizzle mode), ``stages``, ``group_m``, the epilogue,
       ``warp_specialized`` / ``persistent`` (both on by default), ``producer_regs`` /
       ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
-      consecutive M tiles form thread-block clusters and share each B tile by TMA multicast; the
-      default for persistent warp-specialized blocks over at least ``CLUSTER_MIN_WAVES`` waves of
-      tiles, where each block of a pair can load half of the B tile: block_n a multiple of 128, or
-      of 16 with a column-major B).
+      consecutive M tiles form thread-block clusters and share each B tile by TMA multicast, which
+      needs warp specialization and a B tile each block of a pair can load half of: block_n a
+      multiple of 128, or of 16 with a column-major B; default 1).
     * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
@@ -130,17 +129,13 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         # warp specialization by default where the lowering allows it (at most 3 consumer warpgroups)
         ws = bm <= 192 if warp_specialized is None else warp_specialized
         per = ws if persistent is None else persistent
-        if cluster is None:
-            # block pairs sharing B measured 1.09-1.14x faster at 8192^3, on par at 4096^3 and 3-4 %
-            # slower at 2048^3 (under one wave) on an H100 (bench/README.md): pairs where there are at
-            # least two waves of tiles, and a B tile both blocks can load halves of
-            shares = bn % 128 == 0 if layout[1:] == "R" else bn % 16 == 0
-            waves = -(-M // bm) * -(-N // bn) / tgt.sm_count
-            cluster = 2 if ws and per and M > bm and shares and waves >= CLUSTER_MIN_WAVES else 1
+        # clusters are an option, not the default: pairs sharing B measured within -3 % .. +2 % of
+        # single blocks at 4096^3 and 8192^3 on an H100, timed interleaved (bench/README.md)
+        cluster = 1 if cluster is None else cluster
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
                          block_k=block_k,
                          stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64, arch),
-                         group_m=group_m if group_m is not None else ((16 if cluster > 1 else 8) if M >= 4 * bm else 1),
+                         group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
                          producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster, check=check)
     if cluster not in (None, 1):
@@ -223,9 +218,6 @@ def _sm90_stages(bm: int, bn: int, ws: bool, bk: int, arch: str) -> int:
 
 #: the most registers the recipe gives a consumer thread (as CUTLASS's warp-specialized kernels)
 CONSUMER_REGS_MAX = 240
-#: The Hopper recipe pairs blocks into clusters by default from this many waves of tiles on
-#: (one block per SM); below it, pairs measured slower on an H100.
-CLUSTER_MIN_WAVES = 2
 
 
 def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,

@@ -194,8 +194,8 @@ static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
 #endif  // FIRESCHED_PRELUDE_SM90
 
 // MatMul<kernel>(A:GL f16[4096x4096], B:GL f16[4096x4096], C:GL f16[4096x4096]) acc f32
-//   tile(m=128, n=256) >> to_blocks(group=16, persistent=True, cluster=2)
-//   for m0 in block(32) grouped(16) persistent clusters(2), n0 in block(16) grouped(16) persistent:
+//   tile(m=128, n=256) >> to_blocks(group=8, persistent=True, cluster=2)
+//   for m0 in block(32) grouped(8) persistent clusters(2), n0 in block(16) grouped(8) persistent:
 //     MatMul<block>(A:GL f16[128x4096], B:GL f16[4096x256], C:GL f16[128x256]) acc f32
 //       tile(k=64)
 //       Init<block>(C:RF f32[128x256] = 0)
@@ -334,22 +334,22 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                             : "r"(full_base + (k0 % 4 * 8)), "r"((int)(49152))
                             : "memory");
                         // sm90a.tma_load_2d: A tile 128x64
-                        //   dst = &A_smem[k0 % 4 * 8192], tmap = &tmap_A, c0 = k0 * 64, c1 = (bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128, mbar = &full[k0 % 4]
+                        //   dst = &A_smem[k0 % 4 * 8192], tmap = &tmap_A, c0 = k0 * 64, c1 = (bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128, mbar = &full[k0 % 4]
                         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                             :
-                            : "r"(A_smem_base + (k0 % 4 * 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_A)), "r"((int)(k0 * 64)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128)), "r"(full_base + (k0 % 4 * 8))
+                            : "r"(A_smem_base + (k0 % 4 * 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_A)), "r"((int)(k0 * 64)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128)), "r"(full_base + (k0 % 4 * 8))
                             : "memory");
                         // sm90a.tma_load_2d_multicast: B columns (0 + rank) * 64..+64, to every block of the cluster
-                        //   dst = &B_smem[bid_x % 2 * 4096 + k0 % 4 * 16384], tmap = &tmap_B, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + bid_x % 2 * 64, c1 = k0 * 64, mbar = &full[k0 % 4], mask = 3
+                        //   dst = &B_smem[bid_x % 2 * 4096 + k0 % 4 * 16384], tmap = &tmap_B, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + bid_x % 2 * 64, c1 = k0 * 64, mbar = &full[k0 % 4], mask = 3
                         asm volatile("{ .reg .b16 fs_m; cvt.u16.u32 fs_m, %5; cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], fs_m; }"
                             :
-                            : "r"(B_smem_base + (bid_x % 2 * 8192 + k0 % 4 * 32768)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + bid_x % 2 * 64)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8)), "r"((int)(3))
+                            : "r"(B_smem_base + (bid_x % 2 * 8192 + k0 % 4 * 32768)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + bid_x % 2 * 64)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8)), "r"((int)(3))
                             : "memory");
                         // sm90a.tma_load_2d_multicast: B columns (2 + rank) * 64..+64, to every block of the cluster
-                        //   dst = &B_smem[bid_x % 2 * 4096 + k0 % 4 * 16384 + 8192], tmap = &tmap_B, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + bid_x % 2 * 64 + 128, c1 = k0 * 64, mbar = &full[k0 % 4], mask = 3
+                        //   dst = &B_smem[bid_x % 2 * 4096 + k0 % 4 * 16384 + 8192], tmap = &tmap_B, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + bid_x % 2 * 64 + 128, c1 = k0 * 64, mbar = &full[k0 % 4], mask = 3
                         asm volatile("{ .reg .b16 fs_m; cvt.u16.u32 fs_m, %5; cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], fs_m; }"
                             :
-                            : "r"(B_smem_base + (bid_x % 2 * 8192 + k0 % 4 * 32768 + 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + bid_x % 2 * 64 + 128)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8)), "r"((int)(3))
+                            : "r"(B_smem_base + (bid_x % 2 * 8192 + k0 % 4 * 32768 + 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + bid_x % 2 * 64 + 128)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8)), "r"((int)(3))
                             : "memory");
                     }
                 }
@@ -513,10 +513,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 0..+64
-                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256, c1 = (bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
+                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256, c1 = (bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -571,10 +571,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 64..+64
-                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 64, c1 = (bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 64, c1 = (bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 64)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 64)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -629,10 +629,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 128..+64
-                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 128, c1 = (bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
+                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 128, c1 = (bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 128)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 128)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -687,10 +687,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 192..+64
-                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 192, c1 = (bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 192, c1 = (bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 / min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + 192)), "r"((int)((bid_x / 2 + tile_i * 66) % 128 % min(-(bid_x / 2 + tile_i * 66) / 128 * 8 + 16, 8) * 256 + (bid_x / 2 + tile_i * 66) / 128 * 2048 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 / min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + 192)), "r"((int)((bid_x / 2 + tile_i * 2) % 64 % min(-(bid_x / 2 + tile_i * 66) / 64 * 4 + 16, 4) * 256 + (bid_x / 2 + tile_i * 66) / 64 * 1024 + bid_x % 2 * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
