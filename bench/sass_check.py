@@ -24,14 +24,14 @@ import firesched as fs  # noqa: E402
 from firesched import ops  # noqa: E402
 
 VARIANTS = {
-    "plain-128x256": dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8),
+    "plain-128x256": dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8, warp_specialized=False),
     "ws-persistent-128x256": dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8,
-                                  warp_specialized=True, persistent=True),
+                                  warp_specialized=True, persistent=True, cluster=1),
     "ws-persistent-bias-relu": dict(atoms="sm90a", block_m=128, block_n=256, stages=3, group_m=8,
-                                    warp_specialized=True, persistent=True,
+                                    warp_specialized=True, persistent=True, cluster=1,
                                     epilogue_ops=(ops.bias("bias"), ops.relu())),
     "ws-persistent-bf16-f32": dict(atoms="sm90a", block_m=128, block_n=128, stages=5, dtype="bf16",
-                                   out_dtype="f32", warp_specialized=True, persistent=True),
+                                   out_dtype="f32", warp_specialized=True, persistent=True, cluster=1),
     "cluster2-persistent-128x256": dict(atoms="sm90a", block_m=128, block_n=256, stages=4, group_m=8,
                                         warp_specialized=True, persistent=True, cluster=2),
 }
