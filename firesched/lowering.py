@@ -238,13 +238,16 @@ class Lowering:
         root = self.root
         for n in _walk(root):
             for lp in n.loops:
-                if lp.persistent or lp.specialize:
-                    what = "persistent blocks" if lp.persistent else "warp specialization"
+                hopper = [(what, field, v) for what, field, v in (
+                    ("persistent blocks", "persistent", lp.persistent),
+                    ("warp specialization", "warp_specialize", lp.specialize),
+                    ("thread-block clusters", "cluster", lp.cluster if lp.cluster > 1 else None)) if v]
+                if hopper:
+                    what, field, v = hopper[0]
                     raise _err(n, f"{what} are lowered on the Hopper path only (TMA copies and wgmma); this "
-                                  f"schedule uses the sm_80 atoms", field="persistent" if lp.persistent else
-                               "warp_specialize", value=True,
-                               fix="drop persistent=True / warp_specialize(), or build the schedule with "
-                                   "sm90a atoms (recipes.gemm(..., arch='sm_90a'))")
+                                  f"schedule uses the sm_80 atoms", field=field, value=v,
+                               fix="drop persistent=True / warp_specialize() / cluster=, or build the schedule "
+                                   "with sm90a atoms (recipes.gemm(..., arch='sm_90a'))")
         # a kernel-level split-K: the partial products, then the reduction kernel
         if root.loops and any(lp.unit == BLOCK and lp.step("kp") for lp in root.loops):
             main = root.body[-1]

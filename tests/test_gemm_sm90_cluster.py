@@ -186,6 +186,20 @@ def test_sm80_recipe_refuses_clusters():
         fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm80", cluster=2)
 
 
+def test_sm80_lowering_refuses_a_clustered_schedule():
+    """Written by hand with mma.sync atoms, cluster=2 is an error, not a silent no-op."""
+    from firesched.hardware import sm80
+    from firesched.strategies import done, move_to_regs, move_to_smem, pipeline, tile, to_warps
+
+    spec = fs.MatMul.kernel(256, 256, 256, a="f16", b="f16", c="f16", acc="f32")
+    sched = spec.schedule(tile(m=128, n=128) >> to_blocks(cluster=2), tile(k=32), move_to_smem("A"),
+                          move_to_smem("B"), pipeline(stages=3), tile(m=64, n=64) >> to_warps(2, 2), tile(k=16),
+                          move_to_regs("A"), move_to_regs("B"),
+                          tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32))
+    with pytest.raises(ScheduleError, match="thread-block clusters are lowered on the Hopper path only"):
+        sched.check("sm_80")
+
+
 def test_strategy_prints_and_round_trips():
     s = to_blocks(group=8, persistent=True, cluster=2)
     assert repr(s) == "to_blocks(group=8, persistent=True, cluster=2)"
