@@ -216,7 +216,7 @@ def main(argv=None):
                   f"{r['unfused_tflops']:6.1f} ({r['ratio_vs_unfused']:.2f}x)  cuBLASLt {r['cublaslt_tflops']:6.1f} "
                   f"({r['ratio_vs_cublaslt']:.2f}x)", flush=True)
     meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
-                torch=torch.__version__, cuda=torch.version.cuda, nvrtc=".".join(map(str, fs.lower.nvrtc.nvrtc_version())),
+                torch=torch.__version__, cuda=torch.version.cuda, nvrtc=".".join(map(str, fs.cuda.nvrtc.nvrtc_version())),
                 python=platform.python_version(), method=f"{reps} back-to-back launches between CUDA events, "
                 f"median of {samples}; inputs rotated when they fit in L2", command=" ".join(sys.argv))
     try:

@@ -11,9 +11,14 @@ Write a kernel-level spec, refine it with strategies until every leaf is a hardw
 """
 
 from . import (
+    cuda,
     dtypes,
+    ir,
+    lower,
     ops,
     recipes,  # noqa: E402  (recipes build on everything above)
+    runtime,
+    simulate,
 )
 from .api import CompiledProgram, compile, interpret
 from .errors import CompileError, FireschedError, HazardError, LaunchError, ScheduleError
@@ -25,7 +30,7 @@ from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP,
 __version__ = "0.1.0"
 
 __all__ = [
-    "dtypes", "ops", "recipes", "compile", "interpret", "CompiledProgram",
+    "dtypes", "ops", "recipes", "ir", "lower", "cuda", "simulate", "runtime", "compile", "interpret", "CompiledProgram",
     "FireschedError", "ScheduleError", "CompileError", "HazardError", "LaunchError",
     "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "Fused",
     "Level", "Memory", "Tensor", "Tile", "GL", "SH", "RF", "KERNEL", "CLUSTER", "BLOCK", "WARPGROUP", "WARP",

@@ -39,8 +39,7 @@ def _interpret_and_compare(fs, sched, rng, M, N, K, dt, what: str) -> bool:
 
 def demo(args) -> int:
     import firesched as fs
-    from firesched import ops
-    from firesched.lower import runtime
+    from firesched import ops, runtime
 
     dt = fs.dtypes.dtype(args.dtype)
     epi = (ops.bias("bias"), ops.relu())

@@ -16,8 +16,11 @@ import time
 import attrs
 import numpy as np
 
-from .lower import cuda, ir, nvrtc, runtime
-from .lower import interp as _interp
+from . import ir, runtime
+from . import lower as _lower  # noqa: F401  (binds Schedule.check / Schedule.lower)
+from . import simulate as _interp
+from .cuda import nvrtc
+from .cuda import printer as cuda
 from .schedule import Schedule
 
 
@@ -230,7 +233,7 @@ def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True)
     """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU).
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
-    (``firesched.lower.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
+    (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
     """
     key = (schedule, arch, nvrtc.cache_dir())
     if use_cache and key in _MEMO:

@@ -22,8 +22,10 @@ from typing import Callable
 
 import attrs
 
-from .errors import ScheduleError
-from .spec import Init, MatMul, Move, Reduce
+from . import spec as _spec
+from .errors import InternalError, ScheduleError
+from .spec import MatMul, Move, Reduce
+from .strategy import Strategy
 from .tensor import Level
 
 
@@ -179,8 +181,6 @@ class Schedule:
     # ------------------------------------------------------------------ refinement
 
     def apply(self, *strategies) -> "Schedule":
-        from .strategies.base import Strategy  # strategies sit above the schedule
-
         s = self
         for st in strategies:
             if not isinstance(st, Strategy):
@@ -199,16 +199,12 @@ class Schedule:
     def check(self, target=None) -> "Schedule":
         """Raise ``ScheduleError`` unless every leaf is atomic, resources fit ``target`` and the
         register fragments of producers and consumers agree.  Returns self."""
-        from .lowering import plan  # the lowering sits above the schedule it reads
-
-        plan(self, target)
+        _lowering("check")(self, target)
         return self
 
     def lower(self, target=None):
         """The kernel IR ``Program`` of this schedule."""
-        from .lowering import lower
-
-        return lower(self, target)
+        return _lowering("lower")(self, target)
 
     # ------------------------------------------------------------------ printing
 
@@ -254,6 +250,24 @@ class Schedule:
         return isinstance(other, Schedule) and self.root == other.root
 
 
+# Checking a schedule is lowering it.  The lowering reads this module's trees, so it sits above it
+# and registers itself here when ``firesched.lower`` is imported (``firesched`` always imports it):
+# the schedule never imports upward.
+_LOWER = None
+
+
+def bind_lowering(lower) -> None:
+    """Called by ``firesched.lower``: ``lower(schedule, target) -> ir.Program``."""
+    global _LOWER
+    _LOWER = lower
+
+
+def _lowering(what: str):
+    if _LOWER is None:  # pragma: no cover - firesched/__init__ imports the lowering
+        raise InternalError(f"Schedule.{what}() needs firesched.lower, which is not imported")
+    return _LOWER
+
+
 def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | None:
     """(path to the node whose ``post`` stores the accumulator into ``c_name`` in GL, index)."""
 
@@ -272,4 +286,6 @@ def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | N
     return go((sched.root,))
 
 
-__all__ = ["Schedule", "Node", "Loop", "find_store", "Init"]
+__all__ = ["Schedule", "Node", "Loop", "find_store", "bind_lowering"]
+
+_spec.bind_scheduler(Schedule.of)

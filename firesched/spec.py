@@ -17,6 +17,22 @@ import attrs
 from .dtypes import DType, dtype
 from .tensor import GL, KERNEL, Level, Tensor, Tile
 
+# The schedule layer sits above specs and registers ``Schedule.of`` here when it is imported, so
+# that ``spec.schedule(...)`` works without this module importing upward.
+_SCHEDULE_OF = None
+
+
+def bind_scheduler(of) -> None:
+    """Called by ``firesched.schedule``: ``of(spec) -> Schedule``."""
+    global _SCHEDULE_OF
+    _SCHEDULE_OF = of
+
+
+def _scheduler():
+    if _SCHEDULE_OF is None:  # pragma: no cover - firesched/__init__ imports the schedule
+        raise RuntimeError("spec.schedule() needs firesched.schedule, which is not imported")
+    return _SCHEDULE_OF
+
 
 def _opstr(ops) -> str:
     return (" with " + ", ".join(map(str, ops))) if ops else ""
@@ -90,9 +106,7 @@ class MatMul:
 
     def schedule(self, *strategies):
         """Refine this spec with ``strategies`` (applied in order); see ``firesched.schedule``."""
-        from .schedule import Schedule  # the schedule layer sits above specs
-
-        return Schedule.of(self).apply(*strategies)
+        return _scheduler()(self).apply(*strategies)
 
     def __repr__(self):
         return f"MatMul({self.a!r}, {self.b!r}, {self.c!r}, {self.level!r}, {self.acc!r})"

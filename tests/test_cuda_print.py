@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from firesched import dtypes as dt
+from firesched import ir
+from firesched.cuda import printer as cuda
+from firesched.cuda.nvrtc import compile_cuda
 from firesched.errors import InternalError
 from firesched.hardware.atoms import catalog, sm70, sm80
 from firesched.hardware.target import TARGETS
-from firesched.lower import cuda, ir
-from firesched.lower import expr as ex
-from firesched.lower.nvrtc import compile_cuda
+from firesched.ir import expr as ex
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -453,14 +454,14 @@ def test_sm70_atoms_compile_on_later_targets():
 
 def _atom_program():
     try:
-        return importlib.import_module("firesched.lower.microkernel").atom_program
+        return importlib.import_module("firesched.testing.microkernel").atom_program
     except (ImportError, AttributeError):
         return None
 
 
 def _compiled_archs(atom) -> list[str]:
     """The archs of firesched's targets that can issue ``atom`` and that NVRTC can compile for."""
-    from firesched.lower.nvrtc import _nvrtc_archs
+    from firesched.cuda.nvrtc import _nvrtc_archs
 
     have = set(_nvrtc_archs())
     return [t.arch for t in TARGETS.values()
@@ -482,7 +483,7 @@ def _microkernel_cases():
 
 
 needs_microkernels = pytest.mark.skipif(
-    _atom_program() is None, reason="firesched.lower.microkernel.atom_program is not there")
+    _atom_program() is None, reason="firesched.testing.microkernel.atom_program is not there")
 
 
 @needs_microkernels
@@ -679,7 +680,7 @@ HAND_BUILT["pointwise"] = pointwise_kernel
 def test_pointwise_matches_the_interpreter(device):
     """Values are multiples of 1/4 up to +-200: every f32 result is exact, so the GPU (f32 math)
     and the interpreter (f64 math) round the same value once to the destination dtype."""
-    from firesched.lower.interp import run_program
+    from firesched.simulate.interp import run_program
 
     rng = np.random.default_rng(11)
     arrays = {n: (rng.integers(-800, 801, size=128) / 4.0).astype(np.float32) for n in ("x", "y")}
@@ -706,8 +707,8 @@ def _gemm_cases():
 def test_lowered_gemm_matches_the_interpreter(case, device):
     """A GEMM schedule lowered to IR computes the same bits printed on the GPU as interpreted:
     inputs are multiples of 1/4 in [-2, 2], so every f32 sum is exact in any order."""
-    from firesched.lower.interp import run_program
     from firesched.recipes.gemm import gemm
+    from firesched.simulate.interp import run_program
 
     program = gemm(**case).lower()
     rng = np.random.default_rng(5)

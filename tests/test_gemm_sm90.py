@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import firesched as fs
-from firesched import ops
+from firesched import ir, ops
+from firesched import simulate as interp
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
-from firesched.lower import interp, ir
 
 
 def _ref(A, B, dt, epi=(), extras=()):

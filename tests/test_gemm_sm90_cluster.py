@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import firesched as fs
-from firesched import ops
+from firesched import ir, ops
+from firesched import simulate as interp
+from firesched.cuda import printer as cuda
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
 from firesched.hardware.target import SM90A
-from firesched.lower import cuda, interp, ir
 from firesched.strategies import to_blocks
 
 CLUSTER = dict(atoms="sm90a", warp_specialized=True, cluster=2)
@@ -140,8 +141,8 @@ def _local_empty_count(s):
 
 def _multicast_to_self(s):
     if _is(s, sm90a.tma_load_2d_multicast):
-        rank = fs.lower.expr.mod(ir.bid(0, 4), 2)
-        mask = ir.Scalar(fs.lower.expr.binop("<<", 1, rank))
+        rank = fs.ir.expr.mod(ir.bid(0, 4), 2)
+        mask = ir.Scalar(fs.ir.expr.binop("<<", 1, rank))
         return attrs.evolve(s, args=tuple((n, mask if n == "mask" else v) for n, v in s.args))
     return s
 

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import firesched as fs
-from firesched import ops
+from firesched import ir, ops
+from firesched import simulate as interp
+from firesched.cuda import printer as cuda
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
 from firesched.hardware.target import SM90A
-from firesched.lower import cuda, interp, ir
 from firesched.strategies import pipeline, tile, to_blocks, warp_specialize
 
 #: a Hopper with two SMs, so that small problems give each persistent block several tiles

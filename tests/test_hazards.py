@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firesched import dtypes as dt
+from firesched import ir
 from firesched.errors import HazardError
 from firesched.hardware.atoms import catalog, sm70, sm80
-from firesched.lower import ir
-from firesched.lower.expr import binop, lt
-from firesched.lower.interp import run_program
+from firesched.ir.expr import binop, lt
+from firesched.simulate.interp import run_program
 
 T = 64
 TID = ir.tid(T)

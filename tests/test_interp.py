@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firesched import dtypes as dt
+from firesched import ir
 from firesched.hardware.atoms import base as atoms
 from firesched.hardware.atoms import catalog, sm70, sm80
-from firesched.lower import ir
-from firesched.lower.expr import Var, binop, ge, land, lt, select
-from firesched.lower.interp import describe, run_program
-from firesched.lower.microkernel import UNDER_TEST, atom_program, random_inputs
+from firesched.ir.expr import Var, binop, ge, land, lt, select
+from firesched.simulate.interp import describe, run_program
+from firesched.testing.microkernel import UNDER_TEST, atom_program, random_inputs
 
 INTERPRETED = [a for a in catalog.ALL_ATOMS if a.family != atoms.SYNC]
 

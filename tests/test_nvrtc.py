@@ -15,9 +15,9 @@ import attrs
 import numpy as np
 import pytest
 
-from firesched.errors import CompileError, LaunchError
-from firesched.lower import nvrtc, runtime
-from firesched.lower.nvrtc import (
+from firesched import runtime
+from firesched.cuda import nvrtc
+from firesched.cuda.nvrtc import (
     SUPPORTED_ARCHS,
     KernelResources,
     cache_dir,
@@ -26,7 +26,8 @@ from firesched.lower.nvrtc import (
     nvrtc_version,
     parse_ptxas_resources,
 )
-from firesched.lower.runtime import ArgSpec, DeviceArray, as_device_array, check_args
+from firesched.errors import CompileError, LaunchError
+from firesched.runtime import ArgSpec, DeviceArray, as_device_array, check_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -344,7 +345,7 @@ def test_cache_hit_is_fast(cache):
 _CHILD = r"""
 import sys, time
 from pathlib import Path
-from firesched.lower.nvrtc import compile_cuda
+from firesched.cuda.nvrtc import compile_cuda
 go = Path(sys.argv[1])
 source = Path(sys.argv[2]).read_text()
 print("ready", flush=True)

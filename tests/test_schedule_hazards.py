@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import firesched as fs
+from firesched import ir
 from firesched.errors import HazardError
-from firesched.lower import ir
-from firesched.lower.interp import run_program
+from firesched.simulate.interp import run_program
 
 # --------------------------------------------------------------------------- the programs
 

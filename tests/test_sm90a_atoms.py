@@ -19,13 +19,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firesched import dtypes as dt
+from firesched import ir
+from firesched.cuda import printer as cuda
+from firesched.cuda.nvrtc import compile_cuda
 from firesched.errors import CompileError, InternalError
 from firesched.hardware import SM70, SM80, SM90A, catalog, sm90a
 from firesched.hardware.atoms.base import GROUP_THREADS, THREAD, WARP, WARPGROUP, Atom, asm_node
 from firesched.layout import SW32, SW64, SW128, Layout, Swizzle, swizzle_for_elements
-from firesched.lower import cuda, ir
-from firesched.lower.nvrtc import compile_cuda
-from firesched.lower.runtime import encode_tensor_map_2d
+from firesched.runtime import encode_tensor_map_2d
 
 ALL = sm90a.ATOMS
 WGMMAS = sm90a.WGMMA_ATOMS
@@ -297,7 +298,7 @@ def test_no_swizzle_tma_boxes_are_core_matrices():
 
 
 def test_canonical_offset_is_symbolic():
-    from firesched.lower import expr as ex
+    from firesched.ir import expr as ex
 
     r, k = ex.Var("r", 64), ex.Var("k", 16)
     e = sm90a.SWIZZLES[128](sm90a.canonical_offset(r, k, 16, 1024, 128))

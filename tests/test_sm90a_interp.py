@@ -1,7 +1,7 @@
 """The interpreter's models of the sm_90a atoms: one-warpgroup microkernels against numpy, and
 planted hazards (each reported, with the fixed program running clean).
 
-The programs come from ``firesched.lower.microkernel`` (the GPU tests run the same ones);
+The programs come from ``firesched.testing.microkernel`` (the GPU tests run the same ones);
 hazards are planted through their keyword arguments or by editing their statement lists.
 """
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from firesched import dtypes as dt
+from firesched import ir
 from firesched.errors import HazardError, InternalError
 from firesched.hardware import catalog, sm90a
-from firesched.lower import expr as ex
-from firesched.lower import ir
-from firesched.lower import microkernel as mk
-from firesched.lower.interp import run_program
+from firesched.ir import expr as ex
+from firesched.simulate.interp import run_program
+from firesched.testing import microkernel as mk
 
 T128 = ir.tid(128)
 
@@ -162,7 +162,7 @@ def test_multicast_fills_every_block_of_the_cluster(swizzle, box):
 
 
 def test_cluster_kernel_prints_its_cluster_dims():
-    from firesched.lower import cuda
+    from firesched.cuda import printer as cuda
 
     src = cuda.emit(mk.cluster_multicast_program()[0])
     assert "__cluster_dims__(2, 1, 1) micro_tma_multicast(" in src

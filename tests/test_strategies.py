@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import firesched as fs
-from firesched import BLOCK, WARP, Level, Swizzle, ops
+from firesched import BLOCK, WARP, Level, Swizzle, ir, ops
 from firesched.errors import ScheduleError
 from firesched.hardware.atoms import sm80
-from firesched.lower import ir
-from firesched.lower.expr import evaluate, free_vars
+from firesched.ir.expr import evaluate, free_vars
 from firesched.schedule import Schedule
 from firesched.strategies import (
     Chain,

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from .atoms.base import COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SYNC
-from .atoms.sm90a import FAMILIES as _SM90A_FAMILIES
+from .atoms.base import COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SM90A_FAMILIES, SYNC
 
 #: Generation order of the targets' names; an atom runs on every target at or after its min_target.
 ORDER: tuple[str, ...] = ("sm_70", "sm_80", "sm_90a")
@@ -78,7 +77,7 @@ SM80 = Target(
 SM90A = Target(
     name="sm_90a", arch="sm_90a", sm_count=132,
     smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
-    families=_BASE_FAMILIES + (LDMATRIX, CP_ASYNC) + _SM90A_FAMILIES,
+    families=_BASE_FAMILIES + (LDMATRIX, CP_ASYNC) + SM90A_FAMILIES,
     has_wgmma=True, has_tma=True, has_clusters=True,
 )
 

@@ -1,48 +1,15 @@
-"""What every strategy shares: the ``Strategy`` base, ``>>`` chains, validation helpers.
+"""What every strategy shares: validation helpers, fresh loop variables, the strategy record.
 
-A strategy is a frozen value with ``apply(schedule) -> schedule``.  ``a >> b`` is the chain that
-applies ``a`` then ``b``; a chain is itself a strategy, prints as ``a >> b`` and hashes by value.
+The ``Strategy`` base and ``>>`` chains live in ``firesched.strategy`` (re-exported here).
 """
 
 from __future__ import annotations
 
-import attrs
-
 from ..errors import ScheduleError
 from ..schedule import Node, Schedule
+from ..strategy import Chain, Strategy
 
-
-class Strategy:
-    """Base of strategy values."""
-
-    def apply(self, sched: Schedule) -> Schedule:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def __rshift__(self, other: "Strategy") -> "Chain":
-        if not isinstance(other, Strategy):
-            raise ScheduleError(f"cannot chain {self} >> {other!r}: the right side is not a strategy",
-                                field="right operand", value=other)
-        left = self.parts if isinstance(self, Chain) else (self,)
-        right = other.parts if isinstance(other, Chain) else (other,)
-        return Chain(left + right)
-
-
-@attrs.frozen(repr=False)
-class Chain(Strategy):
-    """``a >> b >> ...``: apply each in turn."""
-
-    parts: tuple[Strategy, ...]
-
-    def apply(self, sched: Schedule) -> Schedule:
-        for p in self.parts:
-            sched = p.apply(sched)
-        return sched
-
-    def __repr__(self):
-        return " >> ".join(repr(p) for p in self.parts)
-
-    def __str__(self):
-        return " >> ".join(str(p) for p in self.parts)
+__all__ = ["Strategy", "Chain", "positive_int", "fresh_var", "record"]
 
 
 def positive_int(strategy, spec, field: str, value, *, allowed: str = "a positive int") -> int:

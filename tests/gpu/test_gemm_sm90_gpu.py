@@ -136,7 +136,7 @@ def test_random_shapes_persistent(seed):
 def test_persistent_cluster_grid_is_resident_at_once():
     """The persistent cluster kernel launches sm_count / 2 clusters of two blocks: all of them
     must fit on the GPU at once, or the last ones would run as a second wave."""
-    from firesched.lower import runtime
+    from firesched import runtime
 
     sched = fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", atoms="sm90a", block_m=128, block_n=256,
                             warp_specialized=True, persistent=True, cluster=2)

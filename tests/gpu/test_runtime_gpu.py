@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from firesched.cuda.nvrtc import SUPPORTED_ARCHS, compile_cuda
 from firesched.errors import LaunchError
-from firesched.lower.nvrtc import SUPPORTED_ARCHS, compile_cuda
-from firesched.lower.runtime import (
+from firesched.runtime import (
     ArgSpec,
     as_device_array,
     check_args,

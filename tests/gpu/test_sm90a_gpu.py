@@ -1,6 +1,6 @@
 """The sm_90a microkernels on a Hopper GPU: the programs the interpreter tests run
 (``tests/test_sm90a_interp.py``), printed, compiled for sm_90a, launched through
-``firesched.lower.runtime`` on real buffers (tensor maps from ``encode_tensor_map_2d``) and
+``firesched.runtime`` on real buffers (tensor maps from ``encode_tensor_map_2d``) and
 compared with numpy bit for bit (the inputs are small multiples of 1/4, so every sum is exact).
 
 What a failure here points at:
@@ -20,11 +20,12 @@ import ctypes
 import numpy as np
 import pytest
 
+from firesched import ir
+from firesched.cuda import printer as cuda
+from firesched.cuda.nvrtc import compile_cuda
 from firesched.hardware import sm90a
-from firesched.lower import cuda, ir
-from firesched.lower import microkernel as mk
-from firesched.lower.nvrtc import compile_cuda
-from firesched.lower.runtime import device_info, encode_tensor_map_2d, load_module
+from firesched.runtime import device_info, encode_tensor_map_2d, load_module
+from firesched.testing import microkernel as mk
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

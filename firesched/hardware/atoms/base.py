@@ -33,6 +33,16 @@ COPY = "copy"            # a thread moves `vector` contiguous elements between m
 CP_ASYNC = "cp_async"    # asynchronous global -> shared copy (completes at cp.async.wait_group)
 SHUFFLE = "shuffle"      # shfl.sync
 SYNC = "sync"            # barriers, async-group commit/wait
+# Hopper (sm_90a) families, see ``atoms.sm90a``.
+WGMMA = "wgmma"            # warpgroup MMA, asynchronous (completes at wgmma.wait_group)
+WGMMA_SYNC = "wgmma_sync"  # wgmma.fence / commit_group / wait_group
+TMA = "tma"                # cp.async.bulk.tensor and its bulk-group commit / wait
+MBARRIER = "mbarrier"      # mbarrier.init / arrive / arrive.expect_tx / try_wait.parity
+FENCE = "fence"            # fence.proxy.async, fence.mbarrier_init
+SETMAXNREG = "setmaxnreg"  # warpgroup register reallocation
+STMATRIX = "stmatrix"      # warp-collective register -> shared 8x8 matrix store
+CLUSTER = "cluster"        # barrier.cluster (every thread of every block of the cluster)
+SM90A_FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER)
 
 _REG_CONSTRAINT = {16: "h", 32: "r", 64: "l"}
 

@@ -48,15 +48,15 @@ from __future__ import annotations
 
 import attrs
 
-from .dtypes import f32, u8
-from .errors import ScheduleError
-from .hardware.atoms import catalog, sm90a
-from .lower import ir
-from .lower.expr import Var, ge, land, lt
-from .lowering import Lowering, _div, _err, _min, _mod
-from .schedule import Node
-from .spec import MatMul, Move
-from .tensor import BLOCK, GL, SH, WARPGROUP
+from .. import ir
+from ..dtypes import f32, u8
+from ..errors import ScheduleError
+from ..hardware.atoms import catalog, sm90a
+from ..ir.expr import Var, ge, land, lt
+from ..schedule import Node
+from ..spec import MatMul, Move
+from ..tensor import BLOCK, GL, SH, WARPGROUP
+from .gemm_sm80 import Lowering, _div, _err, _min, _mod
 
 SPAN = 128                 # bytes of one 128B-swizzle row (the C staging of the TMA-store epilogue)
 STAGE_ALIGN = 1024         # a 128B swizzle pattern repeats every 8 rows of 128 bytes
@@ -726,7 +726,7 @@ class HopperGemmLowering(Lowering):
 
 
 def _xor(a, b):
-    from .lower.expr import binop
+    from ..ir.expr import binop
 
     return binop("^", a, b)
 

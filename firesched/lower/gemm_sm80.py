@@ -28,18 +28,18 @@ import itertools
 
 import attrs
 
-from . import ops as fops
-from .dtypes import DType, f32
-from .errors import InternalError, ScheduleError
-from .hardware.atoms import catalog, sm80
-from .hardware.atoms.base import Atom
-from .hardware.target import SM80
-from .hardware.target import target as get_target
-from .lower import ir
-from .lower.expr import IntExpr, Var, evaluate, land, lt, minimum, substitute
-from .schedule import Loop, Node, Schedule
-from .spec import Init, MatMul, Move, Reduce
-from .tensor import BLOCK, GL, KERNEL, RF, SH, THREAD, WARP
+from .. import ir
+from .. import ops as fops
+from ..dtypes import DType, f32
+from ..errors import InternalError, ScheduleError
+from ..hardware.atoms import catalog, sm80
+from ..hardware.atoms.base import Atom
+from ..hardware.target import SM80
+from ..hardware.target import target as get_target
+from ..ir.expr import IntExpr, Var, evaluate, land, lt, minimum, substitute
+from ..schedule import Loop, Node, Schedule
+from ..spec import Init, MatMul, Move, Reduce
+from ..tensor import BLOCK, GL, KERNEL, RF, SH, THREAD, WARP
 
 REDUCE_THREADS = 128          # threads per block of the split-K reduction kernel
 _COPY_WIDTHS = (16, 8, 4)     # cp.async widths, widest first
@@ -1213,13 +1213,13 @@ def _min(a: IntExpr, b: IntExpr) -> IntExpr:
 
 
 def _mod(a: IntExpr, b: IntExpr) -> IntExpr:
-    from .lower.expr import binop
+    from ..ir.expr import binop
 
     return a % b if isinstance(b, int) else binop("%", a, b)
 
 
 def _div(a: IntExpr, b: IntExpr) -> IntExpr:
-    from .lower.expr import binop
+    from ..ir.expr import binop
 
     return a // b if isinstance(b, int) else binop("//", a, b)
 
@@ -1229,7 +1229,7 @@ def _eq0(e: IntExpr) -> IntExpr:
 
 
 def _ne0(e: IntExpr) -> IntExpr:
-    from .lower.expr import ge
+    from ..ir.expr import ge
 
     return ge(e, 1)
 
@@ -1257,17 +1257,3 @@ def _inverse(tv):
 def _coords(tv):
     return tuple(tuple(tuple(int(x) for x in tv.coord(t, v)) for v in range(tv.num_values))
                  for t in range(tv.num_threads))
-
-
-def lower(sched: Schedule, target=None) -> ir.Program:
-    """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered."""
-    from .lowering_sm90 import HopperGemmLowering, uses_wgmma  # the Hopper path builds on this one
-
-    if uses_wgmma(sched):
-        # a schedule built on wgmma can only mean sm_90a; an explicit other target still errors
-        return HopperGemmLowering(sched, "sm_90a" if target is None else target).run()
-    return Lowering(sched, target).run()
-
-
-# Checking a schedule is lowering it: everything left implicit is resolved and verified there.
-plan = lower

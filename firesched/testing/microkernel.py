@@ -41,11 +41,11 @@ from typing import Callable
 import numpy as np
 
 from .. import dtypes as dt
+from .. import ir
 from ..hardware.atoms import base as atoms
 from ..hardware.atoms import catalog, sm90a
-from . import expr as ex
-from . import ir
-from .expr import Var
+from ..ir import expr as ex
+from ..ir.expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
            "tma_wgmma_program", "cluster_multicast_program",

@@ -39,7 +39,8 @@ import attrs
 
 from ..dtypes import DType, f64
 from ..hardware.atoms.base import Atom
-from ..hardware.atoms.sm90a import DESCRIPTOR_MODE, tma_box_problems
+from ..hardware.descriptors import DESCRIPTOR_MODE
+from ..hardware.tma import tma_box_problems
 from .expr import IntExpr, Var
 
 
@@ -398,3 +399,6 @@ class Program:
     inputs: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)
     output: GlobalBuffer = None
     workspaces: tuple[GlobalBuffer, ...] = attrs.field(default=(), converter=_tuple)
+
+
+__all__ = ["GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]

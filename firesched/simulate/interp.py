@@ -52,7 +52,7 @@ Hopper (sm_90a) atoms, modelled asynchronously (only kernels that use them pay f
   must follow a ``wgmma.fence``, and a register that another instruction accessed since the
   thread's last fence may not be used by a wgmma ("missing wgmma.fence"); wgmma after wgmma on
   the same accumulators needs no fence.  Shared
-  operands are read through their descriptors (``sm90a.operand_byte_offsets``, all four swizzle
+  operands are read through their descriptors (``descriptors.operand_byte_offsets``, all four swizzle
   modes; the descriptor start must be 16-byte aligned and, swizzled, at an 8-row swizzle-atom
   boundary of the shared window) on behalf of the warpgroup's first thread.
 * async proxy: shared memory written by a thread through ordinary stores (st.shared, stmatrix,
@@ -104,13 +104,14 @@ import threading
 
 import numpy as np
 
+from .. import ir
 from ..dtypes import DType, round_to
 from ..errors import HazardError, InternalError
+from ..hardware import descriptors, tma
 from ..hardware.atoms import base as atoms
 from ..hardware.atoms import catalog, sm90a
+from ..ir.expr import BinOp, Select, Sum, Var
 from ..ops import SCALAR_OPS
-from . import ir
-from .expr import BinOp, Select, Sum, Var
 
 __all__ = ["run_program", "run_kernel", "describe"]
 
@@ -1682,7 +1683,7 @@ class _KernelRun:
             flat = (np.clip(r, 0, rows - 1) * s0 + np.clip(c, 0, cols - 1) * s1)
             flat = np.broadcast_to(flat, (br, bc))
             byte = sh.base + int(offs[i]) * eb
-            elems = (sm90a.box_byte_offsets(br, bc, eb, tm.swizzle, byte) - sh.base) // eb
+            elems = (tma.box_byte_offsets(br, bc, eb, tm.swizzle, byte) - sh.base) // eb
             e = elems.ravel()
             self.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
             if load:
@@ -1806,7 +1807,7 @@ class _KernelRun:
             self.hazard(f"wgmma descriptor of SH buffer {sh.buf.name!r} starts at shared byte {start}, inside "
                         f"row {(start // ref.swizzle) % 8} of a {ref.swizzle}-byte swizzle atom: the first row "
                         f"must sit on a multiple of {8 * ref.swizzle} bytes (firesched encodes base offset 0)")
-        byte = sm90a.operand_byte_offsets(start, ref.lbo, ref.sbo, ref.swizzle, rows, major=major, elem_bytes=eb)
+        byte = descriptors.operand_byte_offsets(start, ref.lbo, ref.sbo, ref.swizzle, rows, major=major, elem_bytes=eb)
         rel = byte - sh.base
         bad = (rel < 0) | (rel >= sh.buf.size * eb)
         if bad.any():

@@ -57,13 +57,14 @@ import re
 
 import numpy as np
 
+from .. import ir
 from ..dtypes import DType
 from ..errors import InternalError
 from ..hardware.atoms import sm90a
 from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Asm, Atom, Operand, asm_node
+from ..hardware.descriptors import DESCRIPTOR_MODE
+from ..ir import expr as ex
 from ..ops import SCALAR_OPS
-from . import expr as ex
-from . import ir
 
 __all__ = ["emit", "emit_kernel", "PRELUDE", "PRELUDE_SM90", "c_type", "required_arch"]
 
@@ -946,7 +947,7 @@ class _KernelPrinter:
                 raise InternalError(f"{self._where()}: atom {atom.name} operand {o.name} is no matrix "
                                     f"descriptor; a DescRef cannot bind it")
             addr, _ = self._address(ir.MemRef(ref.buffer, ref.offset), Operand(o.name, "in", "SH"), atom)
-            mode = sm90a.DESCRIPTOR_MODE[ref.swizzle]
+            mode = DESCRIPTOR_MODE[ref.swizzle]
             return ([f"fs_smem_desc({addr}, {ref.lbo}u, {ref.sbo}u, {mode}u)"],
                     f"desc(&{ref.buffer.name}[{self.c(ref.offset)}], swizzle {ref.swizzle}, lbo {ref.lbo}, "
                     f"sbo {ref.sbo})")

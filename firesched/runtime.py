@@ -1092,7 +1092,7 @@ def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0
     ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
     """
     from firesched import dtypes as _dt
-    from firesched.hardware.atoms.sm90a import TMA_DATA_TYPES, TMA_SWIZZLES, tma_box_problems
+    from firesched.hardware.tma import TMA_DATA_TYPES, TMA_SWIZZLES, tma_box_problems
 
     try:
         d = _dt.dtype(dtype)

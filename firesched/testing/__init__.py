@@ -1,0 +1,1 @@
+"""Tools for testing schedules and atoms: one-atom microkernels (``microkernel``)."""
