@@ -24,7 +24,7 @@ import attrs
 
 from . import spec as _spec
 from .errors import InternalError, ScheduleError
-from .spec import MatMul, Move, Reduce
+from .spec import Fused, MatMul, Move, Pointwise, Reduce
 from .strategy import Strategy
 from .tensor import Level
 
@@ -103,8 +103,10 @@ class Node:
         return f"Node({self.spec!r}, strategy={self.strategy!r}, loops={self.loops!r})"
 
 
-def _is_compute(node: Node) -> bool:
-    return isinstance(node.spec, MatMul)
+def _refines(parent: Node, child: Node) -> bool:
+    """Whether ``child`` is ``parent``'s spec on a smaller tile or another level (the chain of
+    refinement the focus follows), rather than a move or an init a strategy added beside it."""
+    return type(child.spec) is type(parent.spec)
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -116,9 +118,14 @@ class Schedule:
 
     @classmethod
     def of(cls, spec) -> "Schedule":
-        if not isinstance(spec, MatMul):
-            raise ScheduleError("only MatMul kernels can be scheduled so far", spec=spec,
-                                fix="build the spec with firesched.MatMul.kernel(...)")
+        """The unrefined schedule of a kernel-level ``spec`` (its root is the focus)."""
+        if not isinstance(spec, (MatMul, Move, Pointwise, Reduce, Fused)):
+            raise ScheduleError("not a spec", field="spec", value=spec,
+                                allowed="MatMul, Move, Pointwise, Reduce, Fused (e.g. firesched.MatMul.kernel(...))")
+        if spec.level != Level.KERNEL:
+            raise ScheduleError("a schedule starts from a kernel-level spec", spec=spec, field="level",
+                                value=str(spec.level), allowed="kernel",
+                                fix="build it with the spec's .kernel(...) constructor")
         return cls(Node(spec))
 
     @property
@@ -132,7 +139,7 @@ class Schedule:
         path = [self.root]
         while True:
             n = path[-1]
-            if n.is_open or not n.body or not _is_compute(n.body[-1]):
+            if n.is_open or not n.body or not _refines(n, n.body[-1]):
                 return tuple(path)
             path.append(n.body[-1])
 

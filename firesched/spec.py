@@ -1,11 +1,19 @@
 """Specs: immutable descriptions of a computation at one level of the GPU hierarchy.
 
-* ``MatMul(a, b, c, level, acc)`` — ``c (+)= a @ b`` accumulated in ``acc``;
-* ``Move(src, dst, level, ops)`` — copy a tile between memories, applying element-wise ``ops``
-  (an epilogue on C's store, a prologue on A/B's load);
+* ``MatMul(a, b, c, level, acc, roles)`` — ``c (+)= a @ b`` accumulated in ``acc``, over any
+  number of batch dimensions (torch ``matmul`` semantics: an operand without a batch dimension is
+  broadcast along it);
+* ``Move(src, dst, level, ops)`` — copy a tile between memories (and maybe between layouts or
+  dtypes), applying element-wise ``ops`` (an epilogue on C's store, a prologue on A/B's load);
 * ``Init(dst, value, level)`` — fill a tile (the accumulator before a reduction loop);
-* ``Pointwise(op, inputs, out, level)``, ``Reduce(op, src, dst, axes, level)``;
+* ``Pointwise(op, inputs, out, level)`` — an n-ary element-wise op with broadcasting;
+* ``Reduce(op, src, dst, axes, level)`` — sum / max / mean of ``src`` over the dimensions ``axes``;
 * ``Fused(body)`` — a spec whose meaning is its body of specs (FMHA, MLP, LSTM cells).
+
+Every operand is a ``Tile`` of a named ``Tensor``, and every spec names its dimensions: the
+dimensions of a spec are the union of its operands' (``dims``), their sizes its ``extents``, and
+those that disappear from the output its ``reduction_dims``.  Strategies tile and map any of them
+by name: ``tile(b=1, m=128, n=128)``.
 
 A spec prints like Fireiron: ``MatMul<block>(A:SH f16[128x32], B:SH f16[32x128], C:RF f32[128x128])``.
 """
@@ -15,6 +23,7 @@ from __future__ import annotations
 import attrs
 
 from .dtypes import DType, dtype
+from .ops import SCALAR_OPS
 from .tensor import GL, KERNEL, Level, Tensor, Tile
 
 # The schedule layer sits above specs and registers ``Schedule.of`` here when it is imported, so
@@ -28,101 +37,213 @@ def bind_scheduler(of) -> None:
     _SCHEDULE_OF = of
 
 
-def _scheduler():
-    if _SCHEDULE_OF is None:  # pragma: no cover - firesched/__init__ imports the schedule
-        raise RuntimeError("spec.schedule() needs firesched.schedule, which is not imported")
-    return _SCHEDULE_OF
-
-
 def _opstr(ops) -> str:
     return (" with " + ", ".join(map(str, ops))) if ops else ""
 
 
+class SpecBase:
+    """What every spec shares: its operands, dimensions and extents, and ``schedule``.
+
+    Subclasses list their tile fields in ``_TILES`` (inputs first, the output last)."""
+
+    _TILES: tuple[str, ...] = ()
+
+    @property
+    def operands(self) -> tuple[Tile, ...]:
+        out = []
+        for f in self._TILES:
+            v = getattr(self, f)
+            out += list(v) if isinstance(v, tuple) else [v]
+        return tuple(out)
+
+    @property
+    def inputs(self) -> tuple[Tile, ...]:
+        return self.operands[:-1]
+
+    @property
+    def outputs(self) -> tuple[Tile, ...]:
+        return self.operands[-1:]
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Every dimension of the operands, in order of first appearance."""
+        out: list[str] = []
+        for t in self.operands:
+            out += [d for d in t.dims if d not in out]
+        return tuple(out)
+
+    @property
+    def extents(self) -> dict[str, int]:
+        ext: dict[str, int] = {}
+        for t in self.operands:
+            for d, s in zip(t.dims, t.shape):
+                ext.setdefault(d, s)
+        return ext
+
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        """Dimensions of the inputs that the outputs do not have."""
+        out_dims = {d for t in self.outputs for d in t.dims}
+        return tuple(d for d in self.dims if d not in out_dims)
+
+    def operand(self, name: str) -> Tile:
+        for t in self.operands:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def with_operand(self, name: str, tile: Tile):
+        """This spec with operand ``name`` replaced by ``tile`` (staged elsewhere, or retyped)."""
+        changed = {}
+        for f in self._TILES:
+            v = getattr(self, f)
+            if isinstance(v, tuple):
+                if any(t.name == name for t in v):
+                    changed[f] = tuple(tile if t.name == name else t for t in v)
+            elif v.name == name:
+                changed[f] = tile
+        if not changed:
+            raise KeyError(name)
+        return attrs.evolve(self, **changed)
+
+    def with_extents(self, **ext: int):
+        """This spec on a tile of the given extents (dims not named keep theirs)."""
+        changed = {}
+        for f in self._TILES:
+            v = getattr(self, f)
+            changed[f] = tuple(t.with_extent(**ext) for t in v) if isinstance(v, tuple) else v.with_extent(**ext)
+        return attrs.evolve(self, **changed)
+
+    def schedule(self, *strategies):
+        """Refine this spec with ``strategies`` (applied in order); see ``firesched.schedule``."""
+        if _SCHEDULE_OF is None:  # pragma: no cover - firesched/__init__ imports the schedule
+            raise RuntimeError("spec.schedule() needs firesched.schedule, which is not imported")
+        return _SCHEDULE_OF(self).apply(*strategies)
+
+
+def _positive(what: str, name: str, v) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise ValueError(f"{what}: {name} must be a positive int, got {v!r}")
+    return v
+
+
 @attrs.frozen(repr=False)
-class MatMul:
-    """``c (+)= a @ b``: a is (m, k), b is (k, n), c is (m, n); accumulate in ``acc``."""
+class MatMul(SpecBase):
+    """``c (+)= a @ b``: a is (m, k), b is (k, n), c is (m, n), each with the batch dimensions
+    it has (``c`` has all of them); accumulate in ``acc``.
+
+    ``roles`` names the operands' dimensions that play m, n and k (``("q", "kv", "d")`` for the
+    scores of attention); every other dimension of ``c`` is a batch dimension.
+    """
+
+    _TILES = ("a", "b", "c")
 
     a: Tile
     b: Tile
     c: Tile
     level: Level
     acc: DType = attrs.field(converter=dtype)
+    roles: tuple[str, str, str] = ("m", "n", "k")
+
+    @property
+    def m_dim(self) -> str:
+        return self.roles[0]
+
+    @property
+    def n_dim(self) -> str:
+        return self.roles[1]
+
+    @property
+    def k_dim(self) -> str:
+        return self.roles[2]
 
     @property
     def m(self) -> int:
-        return self.c.extent("m")
+        return self.c.extent(self.m_dim)
 
     @property
     def n(self) -> int:
-        return self.c.extent("n")
+        return self.c.extent(self.n_dim)
 
     @property
     def k(self) -> int:
-        return self.a.extent("k")
+        return self.a.extent(self.k_dim)
 
     @property
-    def extents(self) -> dict[str, int]:
-        return {"m": self.m, "n": self.n, "k": self.k}
-
-    def operand(self, name: str) -> Tile:
-        for t in (self.a, self.b, self.c):
-            if t.name == name:
-                return t
-        raise KeyError(name)
+    def batch_dims(self) -> tuple[str, ...]:
+        return tuple(d for d in self.c.dims if d not in self.roles)
 
     @property
-    def operands(self) -> tuple[Tile, Tile, Tile]:
-        return (self.a, self.b, self.c)
+    def dims(self) -> tuple[str, ...]:
+        """Batch dimensions, then m, n, k (the order ``tile`` creates its loops in)."""
+        return self.batch_dims + self.roles
 
-    def with_operand(self, name: str, tile: Tile) -> "MatMul":
-        for field in ("a", "b", "c"):
-            if getattr(self, field).name == name:
-                return attrs.evolve(self, **{field: tile})
-        raise KeyError(name)
-
-    def with_extents(self, **ext: int) -> "MatMul":
-        return attrs.evolve(self, a=self.a.with_extent(**ext), b=self.b.with_extent(**ext),
-                            c=self.c.with_extent(**ext))
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        return (self.k_dim,)
 
     @classmethod
-    def kernel(cls, M: int, N: int, K: int, *, a="f16", b="f16", c="f16", acc="f32",
-               layout: str = "RR", names: tuple[str, str, str] = ("A", "B", "C")) -> "MatMul":
-        """The kernel-level spec of ``C[M,N] = A[M,K] @ B[K,N]``.
+    def kernel(cls, M: int, N: int, K: int, *, batch: int | tuple[int, ...] = (), a="f16", b="f16", c="f16",
+               acc="f32", layout: str = "RR", names: tuple[str, str, str] = ("A", "B", "C"),
+               a_batched: bool = True, b_batched: bool = True) -> "MatMul":
+        """The kernel-level spec of ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
 
+        ``batch`` gives the batch extents (an int for one batch dimension, named ``b``; a tuple for
+        several, named ``b0, b1, ...``), outermost first; ``a_batched=False`` (or ``b_batched``)
+        broadcasts that operand over the batch, as ``torch.matmul`` does for a 2-D operand.
         ``layout`` gives the majorness of A then B: ``R`` row-major (A's k / B's n contiguous),
-        ``C`` column-major (A's m / B's k contiguous).  C is row-major.
+        ``C`` column-major (A's m / B's k contiguous).  C is row-major.  Batch dimensions are
+        stored outermost (strided batched GEMM).
         """
         for name, v in (("M", M), ("N", N), ("K", K)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"MatMul.kernel: {name} must be a positive int, got {v!r}")
+            _positive("MatMul.kernel", name, v)
         if not (isinstance(layout, str) and len(layout) == 2 and set(layout) <= {"R", "C"}):
             raise ValueError(f"MatMul.kernel: layout={layout!r}; allowed 'RR', 'RC', 'CR', 'CC' "
                              "(majorness of A then B: R = row-major, C = column-major)")
+        bshape = (batch,) if isinstance(batch, int) and not isinstance(batch, bool) else tuple(batch)
+        for i, v in enumerate(bshape):
+            _positive("MatMul.kernel", f"batch[{i}]", v)
+        bdims = ("b",) if len(bshape) == 1 else tuple(f"b{i}" for i in range(len(bshape)))
+        if not isinstance(a_batched, bool) or not isinstance(b_batched, bool):
+            raise ValueError("MatMul.kernel: a_batched and b_batched are bools")
         an, bn, cn = names
-        ta = Tensor(an, a, GL, ("m", "k"), (M, K), "k" if layout[0] == "R" else "m")
-        tb = Tensor(bn, b, GL, ("k", "n"), (K, N), "n" if layout[1] == "R" else "k")
-        tc = Tensor(cn, c, GL, ("m", "n"), (M, N), "n")
-        return cls(Tile(ta, (M, K)), Tile(tb, (K, N)), Tile(tc, (M, N)), KERNEL, acc)
-
-    def schedule(self, *strategies):
-        """Refine this spec with ``strategies`` (applied in order); see ``firesched.schedule``."""
-        return _scheduler()(self).apply(*strategies)
+        ab = bdims if a_batched else ()
+        bb = bdims if b_batched else ()
+        ash, bsh = bshape if a_batched else (), bshape if b_batched else ()
+        ta = Tensor(an, a, GL, ab + ("m", "k"), ash + (M, K), "k" if layout[0] == "R" else "m")
+        tb = Tensor(bn, b, GL, bb + ("k", "n"), bsh + (K, N), "n" if layout[1] == "R" else "k")
+        tc = Tensor(cn, c, GL, bdims + ("m", "n"), bshape + (M, N), "n")
+        return cls(Tile(ta, ta.shape), Tile(tb, tb.shape), Tile(tc, tc.shape), KERNEL, acc)
 
     def __repr__(self):
-        return f"MatMul({self.a!r}, {self.b!r}, {self.c!r}, {self.level!r}, {self.acc!r})"
+        roles = "" if self.roles == ("m", "n", "k") else f", roles={self.roles!r}"
+        return f"MatMul({self.a!r}, {self.b!r}, {self.c!r}, {self.level!r}, {self.acc!r}{roles})"
 
     def __str__(self):
         return f"MatMul<{self.level}>({self.a}, {self.b}, {self.c}) acc {self.acc}"
 
 
 @attrs.frozen(repr=False)
-class Move:
-    """Copy ``src`` to ``dst`` (same logical extents), applying ``ops`` element-wise on the way."""
+class Move(SpecBase):
+    """Copy ``src`` to ``dst`` (same dimensions and extents), applying ``ops`` element-wise on the
+    way; ``dst`` may differ in memory, dtype (a cast) and major dimension (a transpose)."""
+
+    _TILES = ("src", "dst")
 
     src: Tile
     dst: Tile
     level: Level
     ops: tuple = ()
+
+    @classmethod
+    def kernel(cls, shape: dict[str, int], *, src="f16", dst=None, names=("X", "Y"), src_major=None,
+               dst_major=None) -> "Move":
+        """A kernel-level copy of a tensor of ``shape`` (dims in order, e.g. ``{"r": 4096, "c":
+        1024}``), optionally cast to ``dst`` and transposed (``dst_major``, default the last dim)."""
+        dims, ext = _shape("Move.kernel", shape)
+        x = Tensor(names[0], src, GL, dims, ext, src_major or dims[-1])
+        y = Tensor(names[1], dst or src, GL, dims, ext, dst_major or dims[-1])
+        return cls(Tile(x, ext), Tile(y, ext), KERNEL)
 
     def __repr__(self):
         return f"Move({self.src!r}, {self.dst!r}, {self.level!r}, {self.ops!r})"
@@ -132,8 +253,10 @@ class Move:
 
 
 @attrs.frozen(repr=False)
-class Init:
+class Init(SpecBase):
     """Fill ``dst`` with ``value``."""
+
+    _TILES = ("dst",)
 
     dst: Tile
     value: float
@@ -147,21 +270,64 @@ class Init:
 
 
 @attrs.frozen(repr=False)
-class Pointwise:
-    """``out = op(*inputs)`` element by element."""
+class Pointwise(SpecBase):
+    """``out = op(*inputs)`` element by element; an input without one of ``out``'s dimensions is
+    broadcast along it.  ``op`` names a scalar op of ``firesched.ops.SCALAR_OPS`` whose arity is
+    the number of inputs; ``ops`` are element-wise ops applied after it (bias, relu, ...)."""
+
+    _TILES = ("inputs", "out")
 
     op: str
     inputs: tuple[Tile, ...]
     out: Tile
     level: Level
+    ops: tuple = ()
+
+    def __attrs_post_init__(self):
+        sop = SCALAR_OPS.get(self.op)
+        if sop is None:
+            raise ValueError(f"Pointwise: unknown op {self.op!r}; allowed: {', '.join(SCALAR_OPS)}")
+        if sop.arity != len(self.inputs):
+            raise ValueError(f"Pointwise: {self.op} takes {sop.arity} input(s), got {len(self.inputs)}")
+        for t in self.inputs:
+            extra = [d for d in t.dims if d not in self.out.dims]
+            if extra:
+                raise ValueError(f"Pointwise: input {t.name} has dims {extra} that the output {self.out.name} "
+                                 f"lacks; an input may only lack dims (broadcast), not add them")
+
+    @classmethod
+    def kernel(cls, op: str, shape: dict[str, int], *, dtype="f16", out=None, inputs=None,
+               names=None) -> "Pointwise":
+        """A kernel-level element-wise op over a tensor of ``shape``; ``inputs`` optionally gives
+        each input's dims (a subset of ``shape``'s: broadcast), default all of them."""
+        dims, ext = _shape("Pointwise.kernel", shape)
+        sop = SCALAR_OPS.get(op)
+        if sop is None:
+            raise ValueError(f"Pointwise.kernel: unknown op {op!r}; allowed: {', '.join(SCALAR_OPS)}")
+        names = names or tuple("XYZW"[:sop.arity]) + ("O",)
+        in_dims = inputs or [dims] * sop.arity
+        tiles = []
+        for name, ds in zip(names, in_dims):
+            ds = tuple(ds)
+            t = Tensor(name, dtype, GL, ds, tuple(shape[d] for d in ds), ds[-1])
+            tiles.append(Tile(t, t.shape))
+        o = Tensor(names[-1], out or dtype, GL, dims, ext, dims[-1])
+        return cls(op, tuple(tiles), Tile(o, ext), KERNEL)
 
     def __str__(self):
-        return f"Pointwise<{self.level}>({self.op}: {', '.join(map(str, self.inputs))} -> {self.out})"
+        return (f"Pointwise<{self.level}>({self.op}: {', '.join(map(str, self.inputs))} -> {self.out})"
+                f"{_opstr(self.ops)}")
+
+
+REDUCE_OPS = ("sum", "max", "min", "mean")
 
 
 @attrs.frozen(repr=False)
-class Reduce:
-    """``dst = op-reduction of src over axes`` (e.g. the split-K partial sums)."""
+class Reduce(SpecBase):
+    """``dst = op-reduction of src over axes`` (sum, max, min, mean), accumulated in ``acc``;
+    ``ops`` are element-wise ops applied to the result before it is stored."""
+
+    _TILES = ("src", "dst")
 
     op: str
     src: Tile
@@ -169,6 +335,28 @@ class Reduce:
     axes: tuple[str, ...]
     level: Level
     ops: tuple = ()
+    acc: DType = attrs.field(default="f32", converter=dtype)
+
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        return tuple(self.axes)
+
+    @classmethod
+    def kernel(cls, op: str, shape: dict[str, int], axes, *, dtype="f16", out="f32",
+               names=("X", "Y")) -> "Reduce":
+        """A kernel-level reduction of a tensor of ``shape`` over ``axes`` (a dim name or a tuple)."""
+        if op not in REDUCE_OPS:
+            raise ValueError(f"Reduce.kernel: op={op!r}; allowed: {', '.join(REDUCE_OPS)}")
+        dims, ext = _shape("Reduce.kernel", shape)
+        axes = (axes,) if isinstance(axes, str) else tuple(axes)
+        bad = [a for a in axes if a not in dims]
+        if bad or not axes:
+            raise ValueError(f"Reduce.kernel: axes {axes!r} must name dims of {dims!r}")
+        x = Tensor(names[0], dtype, GL, dims, ext, dims[-1])
+        kept = tuple(d for d in dims if d not in axes) or ("one",)
+        kext = tuple(shape[d] for d in kept if d in shape) or (1,)
+        y = Tensor(names[1], out, GL, kept, kext, kept[-1])
+        return cls(op, Tile(x, ext), Tile(y, kext), axes, KERNEL)
 
     def __str__(self):
         return (f"Reduce<{self.level}>({self.op} over {','.join(self.axes)}: {self.src} -> {self.dst})"
@@ -176,14 +364,35 @@ class Reduce:
 
 
 @attrs.frozen(repr=False)
-class Fused:
-    """A generic spec whose meaning is its body of specs, run in order."""
+class Fused(SpecBase):
+    """A generic spec whose meaning is its body of specs, run in order.  Tensors that no body
+    spec reads before another writes them, and that are not outputs, are local to the kernel."""
 
     body: tuple
     level: Level = KERNEL
 
+    @property
+    def operands(self) -> tuple[Tile, ...]:
+        seen, out = set(), []
+        for sp in self.body:
+            for t in sp.operands:
+                if t.name not in seen:
+                    seen.add(t.name)
+                    out.append(t)
+        return tuple(out)
+
     def __str__(self):
         return f"Fused<{self.level}>[{'; '.join(map(str, self.body))}]"
+
+
+def _shape(what: str, shape) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    if not isinstance(shape, dict) or not shape:
+        raise ValueError(f"{what}: shape is a dict of dim name -> extent, e.g. {{'r': 4096, 'c': 1024}}")
+    for d, v in shape.items():
+        if not isinstance(d, str) or not d.isidentifier():
+            raise ValueError(f"{what}: dim names are identifiers, got {d!r}")
+        _positive(what, d, v)
+    return tuple(shape), tuple(shape.values())
 
 
 Spec = MatMul | Move | Init | Pointwise | Reduce | Fused

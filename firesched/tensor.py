@@ -62,7 +62,12 @@ class Tensor:
     """A named array: dtype, memory, logical dims, full shape, contiguous (major) dim.
 
     ``swizzle`` applies to shared-memory tensors (element offsets); ``stages`` > 1 for the
-    multi-buffered shared tensors a pipeline creates.
+    multi-buffered shared tensors a pipeline creates.  ``workspace`` marks a global tensor the
+    program allocates itself (split-K partial sums, padded copies): it is no kernel argument.
+
+    Any number of dimensions; they are stored from the first to the last with ``major`` moved
+    last (``storage_dims``): a row-major ``(b, m, k)`` A is ``major="k"``, a column-major one
+    ``major="m"`` (stored ``b, k, m``).
     """
 
     name: str
@@ -73,6 +78,14 @@ class Tensor:
     major: str
     swizzle: Swizzle | None = None
     stages: int = 1
+    workspace: bool = False
+
+    def __attrs_post_init__(self):
+        if len(self.dims) != len(self.shape) or len(set(self.dims)) != len(self.dims):
+            raise ValueError(f"Tensor {self.name!r}: dims {self.dims!r} and shape {self.shape!r} must have one "
+                             "entry per dimension, with distinct names")
+        if self.major not in self.dims:
+            raise ValueError(f"Tensor {self.name!r}: major={self.major!r} is not one of its dims {self.dims!r}")
 
     @property
     def storage_dims(self) -> tuple[str, ...]:
@@ -84,8 +97,9 @@ class Tensor:
         return self.shape[self.dims.index(dim)]
 
     def __repr__(self):
+        ws = ", workspace=True" if self.workspace else ""
         return (f"Tensor({self.name!r}, {self.dtype!r}, {self.memory!r}, {self.dims!r}, "
-                f"{self.shape!r}, {self.major!r}, swizzle={self.swizzle!r}, stages={self.stages})")
+                f"{self.shape!r}, {self.major!r}, swizzle={self.swizzle!r}, stages={self.stages}{ws})")
 
     def __str__(self):
         return f"{self.name}:{self.memory} {self.dtype}[{'x'.join(map(str, self.shape))}]"
@@ -120,6 +134,16 @@ class Tile:
     def with_extent(self, **ext: int) -> "Tile":
         shape = tuple(ext.get(d, s) for d, s in zip(self.tensor.dims, self.shape))
         return attrs.evolve(self, shape=shape)
+
+    def on_chip(self, memory: Memory, *, keep: tuple[str, ...] = (), swizzle: Swizzle | None = None) -> "Tile":
+        """This tile staged in ``memory`` (SH or RF): a new tensor of the tile's shape, without the
+        dimensions of extent 1 that are not named in ``keep`` (a batch index inside a block), so
+        that an on-chip tile is as small as its data."""
+        t = self.tensor
+        dims = [d for d, s in zip(t.dims, self.shape) if s != 1 or d in keep or d == t.major]
+        shape = tuple(self.extent(d) for d in dims)
+        tensor = Tensor(t.name, t.dtype, memory, tuple(dims), shape, t.major, swizzle=swizzle)
+        return Tile(tensor, shape)
 
     def __repr__(self):
         return f"Tile({self.tensor!r}, {self.shape!r})"

@@ -83,7 +83,7 @@ CASES = [
     pytest.param(lambda: KERNEL.apply(tile(m=64, n=64) >> to_blocks(group=0)),
                  ["group = 0", "allowed: >= 1"], id="to_blocks-group-0"),
     pytest.param(lambda: SMEM.apply(tile(m=32, n=32) >> to(WARP, (), 2)),
-                 ["group = 2", "grouped block order needs one m and one n loop mapped to blocks"],
+                 ["group = 2", "grouped block order orders blocks: it belongs to to_blocks()"],
                  id="to_warps-group"),
     # ---------------------------------------------------------------- moves
     pytest.param(lambda: KSTEP.apply(move_to_smem("Q")),

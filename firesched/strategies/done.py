@@ -32,8 +32,8 @@ def _memories(atom: Atom) -> dict:
 def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
     """One line per field in which ``spec`` differs from ``atom``'s pattern."""
     diffs = []
-    if atom.kind != "MatMul":
-        return [f"kind: the atom implements {atom.kind}, the focus is a MatMul"]
+    if atom.kind != "MatMul" or not isinstance(spec, MatMul):
+        return [f"kind: the atom implements {atom.kind}, the focus is a {type(spec).__name__}"]
     want_level = _GROUP_LEVEL.get(atom.group)
     if want_level is None or spec.level != want_level:
         diffs.append(f"level: focus is {spec.level}, atom runs per {atom.group}")
@@ -41,10 +41,14 @@ def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
         diffs.append("thread group: quad-pair atoms need a quad-pair thread mapping, which the "
                      "strategies do not build yet")
     m, n, k = atom.shape
-    for d, want in (("m", m), ("n", n), ("k", k)):
+    for d, want in ((spec.m_dim, m), (spec.n_dim, n), (spec.k_dim, k)):
         have = spec.extents[d]
         if have != want:
             diffs.append(f"{d}: focus has {have}, atom has {want}")
+    for t in spec.operands:
+        extra = [d for d, s in zip(t.dims, t.shape) if d not in spec.roles and s != 1]
+        if extra:
+            diffs.append(f"{t.name}: dimension(s) {extra} beyond the atom's m, n, k (tile them to 1)")
     mems = _memories(atom)
     for opname, tile in (("a", spec.a), ("b", spec.b), ("c", spec.c)):
         want = atom.dtype_of("d" if opname == "c" and atom.family == "wgmma" else opname)
@@ -87,7 +91,7 @@ class done(Strategy):
 
 
 def _hint(spec, atom) -> str:
-    if atom.kind == "MatMul" and spec.extents != dict(zip("mnk", atom.shape)):
+    if atom.kind == "MatMul" and isinstance(spec, MatMul) and (spec.m, spec.n, spec.k) != tuple(atom.shape):
         m, n, k = atom.shape
-        return f"tile the focus to the atom's shape first: tile(m={m}, n={n}, k={k})"
+        return f"tile the focus to the atom's shape first: tile({spec.m_dim}={m}, {spec.n_dim}={n}, {spec.k_dim}={k})"
     return f"pick an atom for these dtypes/memories ({GROUP_THREADS.get(atom.group, 1)} threads per issue)"

@@ -59,7 +59,7 @@ class epilogue(Strategy):
         if len(casts) > 1 or (casts and self.ops[-1] is not casts[0]):
             raise ScheduleError("at most one cast, and it comes last", strategy=self, spec=root,
                                 field="ops", value=self.ops)
-        found = find_store(sched, root.c.name)
+        found = find_store(sched, root.outputs[-1].name)
         if found is None:
             raise ScheduleError("there is no accumulator store to fuse into yet", strategy=self, spec=root,
                                 fix="apply tile(k=...) (which creates the store of C) before epilogue(...)")
@@ -74,7 +74,7 @@ class epilogue(Strategy):
         holder = attrs.evolve(holder, post=holder.post[:i] + (new_st,) + holder.post[i + 1:])
         sched = _replace_node(sched, path, holder)
         if casts:
-            sched = _recast(sched, root.c.tensor, casts[0].dtype)
+            sched = _recast(sched, root.outputs[-1].tensor, casts[0].dtype)
         return sched
 
     def __repr__(self):
@@ -109,7 +109,7 @@ class prologue(Strategy):
 
     def apply(self, sched):
         root = sched.root.spec
-        names = [root.a.name, root.b.name]
+        names = [t.name for t in root.inputs]
         if self.operand not in names:
             raise ScheduleError("a prologue applies to A or B", strategy=self, spec=root, field="operand",
                                 value=self.operand, allowed=", ".join(map(repr, names)))

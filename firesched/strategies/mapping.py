@@ -58,11 +58,13 @@ class to(Strategy):
             raise ScheduleError("there are no loops to map: to(...) follows a tile(...)", strategy=self,
                                 spec=focus.spec, fix="write tile(m=..., n=...) >> " + str(self))
         parent = path[-2]
-        loops = [lp for lp in parent.loops if lp.unit is None and lp.dim in ("m", "n")]
-        if not loops:
-            raise ScheduleError("the last tile created no unmapped m/n loops", strategy=self,
-                                spec=parent.spec, fix="tile m and/or n before mapping")
         spec = focus.spec
+        red = set(spec.reduction_dims)
+        loops = [lp for lp in parent.loops if lp.unit is None and lp.dim not in red]
+        if not loops:
+            raise ScheduleError("the last tile created no unmapped loops over dimensions the focus keeps "
+                                f"(its reduction dims {sorted(red)} are split with split_k)", strategy=self,
+                                spec=parent.spec, fix="tile(m=..., n=...) before mapping")
         if spec.level not in _FROM[self.level]:
             raise ScheduleError(f"loops of a {spec.level}-level spec cannot map onto {self.level}s",
                                 strategy=self, spec=spec, field="level", value=str(self.level),
@@ -95,8 +97,12 @@ class to(Strategy):
         if isinstance(self.group, bool) or not isinstance(self.group, int) or self.group < 1:
             raise ScheduleError("group must be a positive int", strategy=self, spec=spec, field="group",
                                 value=self.group, allowed=">= 1 (1 = row-major block order)")
-        if self.group > 1 and (self.level != BLOCK or [lp.dim for lp in loops] != ["m", "n"]):
-            raise ScheduleError("grouped block order needs one m and one n loop mapped to blocks", strategy=self,
+        if self.group > 1 and self.level != BLOCK:
+            raise ScheduleError("grouped block order orders blocks: it belongs to to_blocks()", strategy=self,
+                                spec=spec, field="group", value=self.group, fix="tile(m=..., n=...) >> to_blocks(group=8)")
+        if self.group > 1 and len(loops) < 2:
+            raise ScheduleError("grouped block order needs two loops mapped to blocks (rows of tiles, then "
+                                "columns: m and n for a MatMul)", strategy=self,
                                 spec=spec, field="group", value=self.group, fix="tile(m=..., n=...) >> to_blocks(group=8)")
         if not isinstance(self.persistent, bool) or (self.persistent and self.level != BLOCK):
             raise ScheduleError("persistent is a bool, and only blocks can be persistent", strategy=self,
@@ -106,12 +112,14 @@ class to(Strategy):
             raise ScheduleError("cluster is the number of M tiles per thread-block cluster", strategy=self, spec=spec,
                                 field="cluster", value=self.cluster,
                                 allowed=", ".join(map(str, CLUSTER_SIZES)) + " (1 = no clusters)")
-        if self.cluster > 1 and (self.level != BLOCK or "m" not in [lp.dim for lp in loops]):
-            raise ScheduleError("clusters group the block tiles of an m loop mapped to blocks", strategy=self,
+        cdim = getattr(spec, "m_dim", None)
+        if self.cluster > 1 and (self.level != BLOCK or cdim not in [lp.dim for lp in loops]):
+            raise ScheduleError("clusters group the block tiles of a MatMul's m loop mapped to blocks", strategy=self,
                                 spec=spec, field="cluster", value=self.cluster,
                                 fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
-        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group, persistent=self.persistent,
-                                    cluster=self.cluster if lp.dim == "m" else 1)
+        grouped = loops[-2:] if self.group > 1 else []
+        mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group if lp in grouped else 1,
+                                    persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1)
                        if lp in loops else lp
                        for lp in parent.loops)
         new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))

@@ -52,6 +52,22 @@ def auto_swizzle(cols: int, elem_bits: int) -> Swizzle:
     return Swizzle(bits, base, shift)
 
 
+def _names(tiles) -> list[str]:
+    return [t.name for t in tiles]
+
+
+def _size(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _roles(spec) -> tuple[str, ...]:
+    """Dimensions an on-chip copy keeps even at extent 1: a MatMul's m, n and k."""
+    return tuple(getattr(spec, "roles", ()))
+
+
 def _operand_tile(strategy, spec, name: str) -> Tile:
     names = [t.name for t in spec.operands]
     if not isinstance(name, str) or name not in names:
@@ -78,9 +94,10 @@ class move_to_smem(Strategy):
             raise ScheduleError(f"operand {t.name} is in {t.memory}, not global memory", strategy=self,
                                 spec=spec, field="operand", value=self.operand,
                                 allowed="operands in GL", fix="stage each operand once")
-        if t is spec.c or t.name == spec.c.name:
-            raise ScheduleError("C is accumulated in registers; stage A and B", strategy=self, spec=spec,
-                                field="operand", value=self.operand, allowed=f"{spec.a.name!r}, {spec.b.name!r}")
+        if t.name in _names(spec.outputs):
+            raise ScheduleError(f"{t.name} is the output (accumulated in registers); stage the inputs",
+                                strategy=self, spec=spec, field="operand", value=self.operand,
+                                allowed=", ".join(repr(n) for n in _names(spec.inputs)))
         cols = t.extent(t.tensor.major)
         sw = self.swizzle
         if sw is None:
@@ -95,7 +112,7 @@ class move_to_smem(Strategy):
                     "the swizzle would split 16-byte chunks that copies and ldmatrix move whole",
                     strategy=self, spec=spec, field="swizzle", value=sw,
                     allowed=f"base >= {min_base} for {t.dtype} (or None for automatic)")
-            tile_elems = t.shape[0] * t.shape[1]
+            tile_elems = _size(t.shape)
             if sw.bits and (1 << (sw.bits + sw.base + sw.shift)) > tile_elems:
                 raise ScheduleError(f"the swizzle permutes blocks of {1 << (sw.bits + sw.base + sw.shift)} "
                                     f"elements, more than the {tile_elems}-element tile", strategy=self,
@@ -110,7 +127,7 @@ class move_to_smem(Strategy):
                                             "legal cp.async)")
         if len(via) > 1:
             raise ScheduleError("give one copy atom", strategy=self, spec=spec, field="via", value=self.via)
-        sh = Tile(attrs.evolve(t.tensor, memory=SH, shape=t.shape, swizzle=sw), t.shape)
+        sh = t.on_chip(SH, keep=_roles(spec), swizzle=sw)
         move = Node(Move(t, sh, BLOCK), via=tuple(via))
         new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, sh))))
         return sched.replace_focus(new)
@@ -135,10 +152,11 @@ class move_to_regs(Strategy):
         node = sched.open_focus(self)
         spec = node.spec
         t = _operand_tile(self, spec, self.operand)
-        if t.name == spec.c.name:
-            raise ScheduleError("C's register accumulator is created by tile(k=...)", strategy=self,
-                                spec=spec, field="operand", value=self.operand,
-                                allowed=f"{spec.a.name!r}, {spec.b.name!r}")
+        if t.name in _names(spec.outputs):
+            red = spec.reduction_dims[0] if spec.reduction_dims else "k"
+            raise ScheduleError(f"{t.name}'s register accumulator is created by tile({red}=...)",
+                                strategy=self, spec=spec, field="operand", value=self.operand,
+                                allowed=", ".join(repr(n) for n in _names(spec.inputs)))
         if spec.level not in (WARP, BLOCK):
             raise ScheduleError("register fragments are loaded by warps", strategy=self, spec=spec,
                                 field="level", value=str(spec.level), allowed="warp, block",
@@ -152,7 +170,7 @@ class move_to_regs(Strategy):
             raise ScheduleError("move_to_regs takes an ldmatrix atom", strategy=self, spec=spec,
                                 field="atom", value=self.atom,
                                 allowed="sm80.ldmatrix_x1/x2/x4 with or without _trans, or None (automatic)")
-        rf = Tile(attrs.evolve(t.tensor, memory=RF, shape=t.shape, swizzle=None, stages=1), t.shape)
+        rf = t.on_chip(RF, keep=_roles(spec))
         move = Node(Move(t, rf, spec.level), atom=self.atom)
         new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, rf))))
         return sched.replace_focus(new)

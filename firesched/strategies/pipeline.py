@@ -35,7 +35,7 @@ class pipeline(Strategy):
                                 value=self.stages, allowed=f"1..{MAX_STAGES}")
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
-            kloops = [lp for lp in node.loops if lp.unit is None and lp.dim == "k"]
+            kloops = [lp for lp in node.loops if lp.unit is None and lp.dim in node.spec.reduction_dims]
             if not kloops:
                 continue
             moved = _staged_tensors(path[i:])

@@ -49,7 +49,8 @@ class warp_specialize(Strategy):
                                 allowed=f"<= consumer_regs ({self.consumer_regs})")
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
-            kl = [lp for lp in node.loops if lp.unit is None and lp.dim == "k" and lp.stages > 1]
+            kl = [lp for lp in node.loops if lp.unit is None and lp.dim in node.spec.reduction_dims
+                  and lp.stages > 1]
             if not kl:
                 continue
             moves = [c for n in path[i:] for c in n.body[:-1]

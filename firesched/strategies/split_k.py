@@ -19,7 +19,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..schedule import Loop, Node, find_store
-from ..spec import Reduce
+from ..spec import MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, RF, WARP, Level, Tensor, Tile
 from .base import Strategy, fresh_var, positive_int
 
@@ -35,6 +35,9 @@ class split_k(Strategy):
     def apply(self, sched):
         node = sched.open_focus(self)
         spec = node.spec
+        if not isinstance(spec, MatMul):
+            raise ScheduleError("split_k divides a MatMul's k; other reductions map their reduced dimension "
+                                "onto units with tile(...) >> to_threads() / to_warps()", strategy=self, spec=spec)
         positive_int(self, spec, "parts", self.parts)
         if not isinstance(self.across, Level) or self.across not in (BLOCK, WARP):
             raise ScheduleError("split-K runs across blocks or across warps", strategy=self, spec=spec,
@@ -60,11 +63,13 @@ class split_k(Strategy):
                                 allowed=f"2..{max(1, -(-spec.k // PART_GRANULE))} with no empty part",
                                 fix=f"use split_k({used}) or fewer parts")
         c = spec.c
-        ws_t = Tensor(f"{c.name}_part", spec.acc, GL, ("kp", "m", "n"), (self.parts, spec.m, spec.n), "n")
-        child = attrs.evolve(spec.with_extents(k=kp), c=Tile(ws_t, (1, spec.m, spec.n)))
+        # the partial sums live in a workspace the program allocates: one C per part
+        ws_t = Tensor(f"{c.name}_part", spec.acc, GL, ("kp",) + c.dims, (self.parts,) + c.shape, c.tensor.major,
+                      workspace=True)
+        child = attrs.evolve(spec.with_extents(**{spec.k_dim: kp}), c=Tile(ws_t, (1,) + c.shape))
         var = fresh_var(sched, "kp")
-        loop = Loop(var, self.parts, (("k", kp), ("kp", 1)), BLOCK)
-        reduce = Reduce("sum", Tile(ws_t, (self.parts, spec.m, spec.n)), c, ("kp",), KERNEL)
+        loop = Loop(var, self.parts, ((spec.k_dim, kp), ("kp", 1)), BLOCK)
+        reduce = Reduce("sum", Tile(ws_t, ws_t.shape), c, ("kp",), KERNEL)
         new = attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),),
                            post=(Node(reduce),))
         return sched.replace_focus(new)
@@ -83,8 +88,8 @@ class split_k(Strategy):
                                 allowed=f"divisors of {spec.k}")
         kp = spec.k // self.parts
         var = fresh_var(sched, "kp")
-        loop = Loop(var, self.parts, (("k", kp),), WARP)
-        child = attrs.evolve(spec.with_extents(k=kp))
+        loop = Loop(var, self.parts, ((spec.k_dim, kp),), WARP)
+        child = spec.with_extents(**{spec.k_dim: kp})
         sched = sched.replace_focus(attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),)))
         found = find_store(sched, spec.c.name)
         if found is None:  # pragma: no cover - tile(k) always creates the store

@@ -1,8 +1,11 @@
-"""``tile(m=, n=, k=)``: split the focus into tiles.
+"""``tile(**dims)``: split the focus into tiles along any of its named dimensions.
 
-M and N tiles become loops (sequential until ``to_blocks``/``to_warps`` maps them); a K tile is
-always a sequential reduction loop.  Partial tiles are predicated, not forbidden.  When K is tiled
-while C still lives in global memory, the accumulator moves to registers around the loop::
+Tiles of the dimensions the focus keeps (m, n, a batch dimension, a row of a norm) become loops,
+sequential until ``to_blocks``/``to_warps``/``to_threads`` maps them; a tile of a dimension the
+focus reduces over (a MatMul's k, a Reduce's axes) is always a sequential reduction loop.  Partial
+tiles are predicated where their data lives in global memory; tiles of on-chip data must divide
+it (``check()`` says so).  When a reduction dimension is tiled while the output still lives in
+global memory, the accumulator moves to registers around the loop::
 
     MatMul<block>(A:GL[128x4096], B:GL[4096x128], C:GL[128x128])
       tile(k=32)
@@ -18,75 +21,111 @@ import attrs
 
 from ..errors import ScheduleError
 from ..schedule import Loop, Node, Schedule
-from ..spec import Init, Move
+from ..spec import Init, MatMul, Move, Reduce
 from ..tensor import KERNEL, RF, Tensor, Tile
 from .base import Strategy, fresh_var, positive_int
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, init=False)
 class tile(Strategy):
-    m: int | None = None
-    n: int | None = None
-    k: int | None = None
+    """``tile(m=128, n=128)``, ``tile(k=32)``, ``tile(b=1, m=64)``: tile sizes by dimension name."""
 
-    def sizes(self) -> dict[str, int]:
-        return {d: v for d, v in (("m", self.m), ("n", self.n), ("k", self.k)) if v is not None}
+    sizes: tuple[tuple[str, int], ...]
+
+    def __init__(self, **sizes: int):
+        self.__attrs_init__(tuple(sizes.items()))
 
     def apply(self, sched: Schedule) -> Schedule:
         node = sched.open_focus(self)
         spec = node.spec
-        sizes = self.sizes()
+        sizes = dict(self.sizes)
         if not sizes:
-            raise ScheduleError("give at least one of m=, n=, k=", strategy=self, spec=spec,
-                                fix="e.g. tile(m=128, n=128)")
+            raise ScheduleError("give at least one of " + ", ".join(f"{d}=" for d in spec.dims), strategy=self,
+                                spec=spec, fix="e.g. tile(m=128, n=128)")
         ext = spec.extents
         for d, v in sizes.items():
+            if d not in ext:
+                raise ScheduleError(f"the focus has no dimension {d!r}", strategy=self, spec=spec, field=d,
+                                    value=v, allowed=", ".join(spec.dims))
             positive_int(self, spec, d, v)
-            # a block tile (or a K tile) may overhang a small problem: one partial tile, whose
+        red = set(spec.reduction_dims)
+        for d, v in sizes.items():
+            # a block tile (or a reduction tile) may overhang a small problem: one partial tile, whose
             # edges the lowering predicates like any other; inner tiles must fit their parent
-            if v > ext[d] and not (spec.level == KERNEL or d == "k"):
+            if v > ext[d] and not (spec.level == KERNEL or d in red):
                 raise ScheduleError(f"the {d} tile is larger than the spec's {d} extent {ext[d]}",
                                     strategy=self, spec=spec, field=d, value=v,
                                     allowed=f"1..{ext[d]}", fix=f"use {d}<={ext[d]}")
-        if "k" in sizes and spec.level == KERNEL:
-            raise ScheduleError("a K tile is a sequential loop inside a block; a kernel-level spec "
-                                "has no block to run it yet", strategy=self, spec=spec, field="k",
-                                value=sizes["k"], fix="apply tile(m=..., n=...) >> to_blocks() first")
-        needs_acc = "k" in sizes and spec.c.memory != RF
-        if needs_acc and ("m" in sizes or "n" in sizes):
-            raise ScheduleError("tiling K while C is still in global memory creates the register "
-                                "accumulator; tile M/N and K in separate strategies", strategy=self,
-                                spec=spec, fix="e.g. tile(m=64, n=64) >> to_warps(), then tile(k=32)")
+        reduced = [d for d in sizes if d in red]
+        if reduced and spec.level == KERNEL:
+            raise ScheduleError(f"a {reduced[0]} tile is a sequential reduction loop inside a block; a "
+                                "kernel-level spec has no block to run it yet", strategy=self, spec=spec,
+                                field=reduced[0], value=sizes[reduced[0]],
+                                fix="apply tile(" + ", ".join(f"{d}=..." for d in spec.dims if d not in red)
+                                    + ") >> to_blocks() first")
+        out = _output(spec)
+        needs_acc = bool(reduced) and out is not None and out.memory != RF
+        if needs_acc and len(reduced) != len(sizes):
+            raise ScheduleError(f"tiling {reduced[0]} while the output is still in global memory creates the "
+                                "register accumulator; tile the other dimensions and the reduction in separate "
+                                "strategies", strategy=self, spec=spec,
+                                fix=f"e.g. tile(...) >> to_warps(), then tile({reduced[0]}=...)")
         loops = []
-        for d in ("m", "n", "k"):
+        taken: set[str] = set()
+        for d in spec.dims:
             if d in sizes:
-                loops.append(Loop(fresh_var(sched, d) if not loops else _next_var(sched, loops, d),
-                                  -(-ext[d] // sizes[d]), ((d, sizes[d]),)))
+                var = _fresh(sched, d, taken)
+                taken.add(var)
+                loops.append(Loop(var, -(-ext[d] // sizes[d]), ((d, sizes[d]),)))
         child = spec.with_extents(**sizes)
         if not needs_acc:
             new = attrs.evolve(node, strategy=self, loops=tuple(loops), body=(Node(child),))
             return sched.replace_focus(new)
-        c = spec.c
-        acc_t = Tensor(c.name, spec.acc, RF, ("m", "n"), (spec.m, spec.n), "n")
-        acc = Tile(acc_t, (spec.m, spec.n))
-        child = attrs.evolve(child, c=acc)
+        acc = _accumulator(spec, child)
+        child = child.with_operand(out.name, acc)
         new = attrs.evolve(
             node, strategy=self, loops=tuple(loops),
-            pre=(Node(Init(acc, 0.0, spec.level)),),
+            pre=(Node(Init(acc, _identity(spec), spec.level)),),
             body=(Node(child),),
-            post=(Node(Move(acc, c, spec.level)),))
+            post=(Node(Move(acc, out, spec.level)),))
         return sched.replace_focus(new)
 
     def __repr__(self):
-        return "tile(" + ", ".join(f"{d}={v}" for d, v in self.sizes().items()) + ")"
+        return "tile(" + ", ".join(f"{d}={v!r}" for d, v in self.sizes) + ")"
 
     __str__ = __repr__
 
 
-def _next_var(sched: Schedule, loops: list[Loop], d: str) -> str:
-    taken = {lp.var for lp in loops}
+def _output(spec):
+    if isinstance(spec, MatMul):
+        return spec.c
+    if isinstance(spec, Reduce):
+        return spec.dst
+    return None
+
+
+def _identity(spec) -> float:
+    if isinstance(spec, Reduce) and spec.op == "max":
+        return float("-inf")
+    if isinstance(spec, Reduce) and spec.op == "min":
+        return float("inf")
+    return 0.0
+
+
+def _accumulator(spec, child) -> Tile:
+    """The register accumulator of ``spec``'s output over ``child``'s tile: the output's dims of
+    extent > 1 and its matrix roles, in the accumulation dtype."""
+    out = _output(child)
+    keep = (spec.m_dim, spec.n_dim) if isinstance(spec, MatMul) else ()
+    on = out.on_chip(RF, keep=keep)
+    t = on.tensor
+    acc_t = Tensor(t.name, spec.acc, RF, t.dims, t.shape, t.major)
+    return Tile(acc_t, t.shape)
+
+
+def _fresh(sched: Schedule, d: str, taken: set[str]) -> str:
     v = fresh_var(sched, d)
-    i = 0
+    i = int(v[len(d):])
     while v in taken:
         i += 1
         v = f"{d}{i}"
