@@ -1,0 +1,131 @@
+"""Per-thread copies: COPY (loads, stores, register moves) and cp.async with its groups.
+
+A copy moves bits: buffers of equal width but different dtypes are reinterpreted, never
+converted.  ``pred`` and the ``If`` mask both disable a thread: a disabled COPY load zeroes its
+registers without reading (or bounds-checking) its source, a disabled store does nothing, a
+disabled CP_ASYNC zero-fills its destination (still in flight until waited for, as the hardware's
+``src-size`` 0 form does).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ... import ir
+from ...errors import InternalError
+from ..messages import describe
+
+
+def copy(k, s):
+    """COPY: ``values_for(dtype)`` contiguous elements per enabled thread."""
+    ctx, mem, regs = k.ctx, k.mem, k.regs
+    atom = s.atom
+    src, dst = s.arg("src"), s.arg("dst")
+    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+    if sdt.bits != ddt.bits:
+        raise InternalError(f"{describe(s)}: source dtype {sdt} and destination dtype {ddt} differ in width")
+    n = atom.values_for(sdt)
+    if n == 0:
+        raise InternalError(f"{describe(s)}: atom {atom.name} ({atom.width} bytes) cannot move {sdt} elements")
+    on, act = ctx.enabled(s)
+    load = isinstance(dst, ir.RegRef) and isinstance(src, ir.MemRef)
+    lane = np.arange(n, dtype=np.int64)[None, :]
+    if on.size:
+        if isinstance(src, ir.RegRef):
+            R, idx = regs.index(src, n, on)
+            vals = R[idx]
+        else:
+            base = ctx.per_thread(src.offset)[on]
+            mem.check_bounds(src, base[:, None] + lane, on, "read")
+            mem.check_align(atom, src, base, on)
+            vals = mem.read(src, base[:, None] + lane, np.broadcast_to(on[:, None], (on.size, n)), on)
+        if sdt != ddt:
+            vals = vals.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else vals.astype(ddt.np)
+        if isinstance(dst, ir.RegRef):
+            R, idx = regs.index(dst, n, on)
+            R[idx] = vals
+        else:
+            base = ctx.per_thread(dst.offset)[on]
+            mem.check_bounds(dst, base[:, None] + lane, on, "write")
+            mem.check_align(atom, dst, base, on)
+            mem.write(dst, base[:, None] + lane, np.broadcast_to(on[:, None], (on.size, n)), on, vals)
+    if load and on.size != act.size:
+        off = act[~np.isin(act, on)]
+        R, idx = regs.index(dst, n, off)
+        R[idx] = 0
+
+
+def cp_async(k, s):
+    """CP_ASYNC: read the source now, check the destination like a write now, land it at the wait."""
+    ctx, mem = k.ctx, k.mem
+    atom = s.atom
+    src, dst = s.arg("src"), s.arg("dst")
+    if not isinstance(dst, ir.MemRef) or not isinstance(dst.buffer, ir.SharedBuffer):
+        raise InternalError(f"{describe(s)}: cp.async must write shared memory")
+    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+    if sdt.bits != ddt.bits:
+        raise InternalError(f"{describe(s)}: source dtype {sdt} and destination dtype {ddt} differ in width")
+    n = atom.values_for(ddt)
+    if n == 0:
+        raise InternalError(f"{describe(s)}: atom {atom.name} ({atom.width} bytes) cannot move {ddt} elements")
+    act = ctx.active()
+    if act.size == 0:
+        return
+    p = (ctx.per_thread(s.pred)[act] != 0) if type(s.pred) is not int else np.full(act.size, bool(s.pred))
+    lane = np.arange(n, dtype=np.int64)[None, :]
+    sh = mem.target(dst)
+    dbase = ctx.per_thread(dst.offset)[act]
+    daddr = dbase[:, None] + lane
+    mem.check_bounds(dst, daddr, act, "write (cp.async destination)")
+    mem.check_align(atom, dst, dbase, act)
+    vals = np.zeros((act.size, n), dtype=ddt.np)
+    on = act[p]
+    if on.size:
+        sbase = ctx.per_thread(src.offset)[on]
+        saddr = sbase[:, None] + lane
+        mem.check_bounds(src, saddr, on, "read (cp.async source)")
+        mem.check_align(atom, src, sbase, on)
+        data = mem.read(src, saddr, np.broadcast_to(on[:, None], saddr.shape), on)
+        if sdt != ddt:
+            data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
+        vals[p] = data
+    thr2d = np.broadcast_to(act[:, None], daddr.shape)
+    daddr = mem.in_block(sh, daddr, thr2d)
+    mem.sh_write_check(sh, daddr, thr2d)
+    k.cp.issue(sh, daddr, thr2d, vals, ctx.sid(s))
+
+
+def commit(k, s):
+    """``AsyncCommit`` (or the ``cp_async_commit`` atom): the active threads close their group."""
+    k.ctx.stmt = s
+    k.cp.commit(k.ctx.active())
+
+
+def wait(k, s):
+    """``AsyncWait(pending)``: the active threads' groups but the last ``pending`` land."""
+    k.ctx.stmt = s
+    k.cp.wait(int(s.pending), k.mem.sh_write)
+
+
+def wait_atom(k, s):
+    """A ``cp.async.wait_group N`` / ``wait_all`` atom: ``AsyncWait(N)``; wait_all first commits
+    the open group, as the PTX instruction does."""
+    k.ctx.stmt = s
+    n = wait_count(s.atom)
+    if "wait_all" in s.atom.ptx:
+        k.cp.commit(k.ctx.active())
+    k.cp.wait(n, k.mem.sh_write)
+
+
+def wait_count(atom) -> int:
+    """The ``pending`` count of a ``cp.async.wait_group N`` atom (its immediate substituted by
+    ``catalog.with_immediates``); ``wait_all`` waits for everything."""
+    m = re.search(r"wait_group\s+(\d+)", atom.ptx)
+    if m:
+        return int(m.group(1))
+    if "wait_all" in atom.ptx:
+        return 0
+    raise InternalError(f"atom {atom.name}: cannot tell how many groups it leaves pending from its PTX "
+                        f"{atom.ptx!r}; substitute the immediate with catalog.with_immediates(atom, n=...)")

@@ -1,0 +1,127 @@
+"""TMA (sm_90a): 2-D tensor-map loads (also multicast to several blocks of a cluster), stores, and
+their bulk async-group commit / wait.
+
+A load's box (zeros outside the tensor) is written into shared memory at issue by the async
+proxy, tagged with its mbarrier and the phase its bytes complete: the bytes are accounted at
+issue, so in lockstep code a phase is either complete or can never be.  A thread may read (or
+overwrite) a tagged element only after it has observed that phase, and a load into memory that
+other threads read must be ordered after those reads.  A store reads its box at issue (checked
+like a read of the issuing thread, plus the proxy fence), writes the in-bounds elements to global
+memory and keeps its source in flight until its bulk group is retired.  Swizzled boxes must have
+an inner extent equal to the swizzle span (the only form the lowering emits).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ir
+from ...errors import InternalError
+from ...hardware import tma as tma_format
+from ...hardware.atoms import catalog
+from ..messages import describe
+from .operands import bar_ids, scalar
+
+
+def tma(k, s):
+    """TMA: a load, a multicast load, a store, a bulk commit_group or a bulk wait_group."""
+    name = s.atom.name
+    if name in ("tma_load_2d", "tma_load_2d_multicast"):
+        _copy(k, s, load=True)
+    elif name == "tma_store_2d":
+        _copy(k, s, load=False)
+    elif name == "tma_commit":
+        k.tma.commit(k.ctx.active())
+    elif name in ("tma_wait_read", "tma_wait"):
+        n = catalog.immediates_of(s.atom).get("n")
+        if n is None:
+            raise InternalError(f"{describe(s)}: substitute $n first (catalog.with_immediates(atom, n=...))")
+        k.tma.retire(n)
+    else:
+        raise InternalError(f"{describe(s)}: unknown TMA atom {name}")
+
+
+def _tmap(k, s) -> ir.TensorMapParam:
+    tm = s.arg("tmap")
+    if not isinstance(tm, ir.TensorMapParam) or k.mem.tmaps.get(tm.name) != tm:
+        k.ctx.hazard(f"{describe(s)}: operand tmap must be a TensorMapParam of the kernel, not {tm!r}")
+    return tm
+
+
+def _copy(k, s, load: bool):
+    ctx, mem, bars = k.ctx, k.mem, k.bars
+    on, _ = ctx.enabled(s)
+    if on.size == 0:
+        return
+    atom = s.atom
+    tm = _tmap(k, s)
+    gbuf = tm.buffer
+    eb = gbuf.dtype.bits // 8
+    br, bc = (int(x) for x in tm.box)
+    if tm.swizzle and bc * eb != tm.swizzle:
+        raise InternalError(f"{describe(s)}: the interpreter models swizzled TMA boxes whose inner extent "
+                            f"equals the swizzle span; {tm.name} has {bc * eb} bytes with {tm.swizzle}-byte "
+                            f"swizzle")
+    ref = s.arg("dst" if load else "src")
+    if not isinstance(ref, ir.MemRef) or not isinstance(ref.buffer, ir.SharedBuffer):
+        raise InternalError(f"{describe(s)}: a TMA {'load writes' if load else 'store reads'} shared memory")
+    sh = mem.shared_of(ref.buffer)
+    if sh.buf.dtype.bits != gbuf.dtype.bits:
+        raise InternalError(f"{describe(s)}: shared buffer {sh.buf.name} holds {sh.buf.dtype}, the tensor "
+                            f"map {tm.name} moves {gbuf.dtype}")
+    c0 = scalar(k, s, "c0")[on]
+    c1 = scalar(k, s, "c1")[on]
+    offs = ctx.per_thread(ref.offset)[on]
+    mem.check_align(atom, ref, offs, on)
+    ids = bar_ids(k, s, "mbar", on) if load else None
+    C = ctx.C
+    if s.atom.name == "tma_load_2d_multicast":
+        masks = scalar(k, s, "mask")[on]
+        bad = (masks <= 0) | (masks >= 1 << C)
+        if bad.any():
+            i = np.flatnonzero(bad)[0]
+            ctx.hazard(f"TMA multicast mask {int(masks[i]):#x} of thread {int(on[i])}: a cluster of "
+                       f"{C} block(s) takes a non-empty mask below {1 << C:#x}")
+        targets = [[q for q in range(C) if int(m) >> q & 1] for m in masks.tolist()]
+    else:
+        targets = [[int(ctx.rank[t])] for t in on.tolist()]
+    gl = mem.arrays[gbuf.name]
+    rows, cols = (int(x) for x in gbuf.shape)
+    s0, s1 = (int(x) for x in gbuf.strides)
+    gr = np.arange(br, dtype=np.int64)[:, None]
+    gc = np.arange(bc, dtype=np.int64)[None, :]
+    for i, t in enumerate(on.tolist()):
+        r = int(c1[i]) + gr
+        c = int(c0[i]) + gc
+        inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+        inside = np.broadcast_to(inside, (br, bc))
+        flat = (np.clip(r, 0, rows - 1) * s0 + np.clip(c, 0, cols - 1) * s1)
+        flat = np.broadcast_to(flat, (br, bc))
+        byte = sh.base + int(offs[i]) * eb
+        elems = (tma_format.box_byte_offsets(br, bc, eb, tm.swizzle, byte) - sh.base) // eb
+        e = elems.ravel()
+        mem.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
+        if load:
+            vals = np.zeros((br, bc), dtype=gbuf.dtype.np)
+            vals[inside] = gl[flat[inside]]
+            if vals.dtype != sh.data.dtype:
+                vals = vals.view(sh.data.dtype)
+            for q in targets[i]:
+                # the box lands at the same offset of each target block, and completes a
+                # transaction on that block's mbarrier at the same offset
+                eq = e + q * sh.n
+                bar_id = int(ids[i]) % max(bars.n, 1) + q * bars.n
+                bar = bars.get(bar_id, t)
+                mem.tma_land(sh, eq, t, vals.ravel(), bar_id, bar.phase, ctx.sid(s))
+                k.tma.load(bar_id, bar.phase, ctx.sid(s))
+                bar.tx -= br * bc * eb
+                bar.complete()
+        else:
+            e = e + int(ctx.rank[t]) * sh.n
+            mem.sh_read(sh, e, np.full(e.size, t, dtype=np.int64))
+            mem.proxy_check(sh, e, f"the TMA store of thread {t}")
+            vals = sh.data[e].reshape(br, bc)
+            if vals.dtype != gl.dtype:
+                vals = vals.view(gl.dtype)
+            gl[flat[inside]] = vals[inside]
+            k.tma.store(t, sh, e, ctx.sid(s))

@@ -1,0 +1,276 @@
+"""Running kernels: the entry points, the block loop, and the execution of statements.
+
+``run_program`` loads the user's arrays into flat global buffers and runs every kernel of the
+program in order; ``run_kernel`` runs one launch.  Blocks run one after another (grid x fastest,
+then y, then z; a cluster's blocks together).  A ``KernelRun`` owns the parts of the model, each
+reset per block:
+
+* ``ctx`` (``lockstep``): the threads, the active mask, the index variables, hazard reporting;
+* ``order`` (``order``): barrier epochs, vector clocks, observed mbarrier phases;
+* ``mem`` (``memory``) and ``regs`` (``registers``): the storage and its access checks;
+* ``bars`` (``mbarriers``), ``cp``, ``tma``, ``wg`` (``asyncs``): mbarrier phases and the
+  asynchronous operations in flight;
+
+executes control flow and register arithmetic itself, hands atoms to their family's executor
+(``families``) and ``Roles`` to the role scheduler (``roles``), and at the end of each block
+reports whatever is still in flight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..errors import InternalError
+from ..hardware.atoms import sm90a
+from ..ops import SCALAR_OPS
+from .asyncs import CpAsyncGroups, TmaOps, WgmmaGroups
+from .convert import to_dtype
+from .families import EXECUTORS
+from .families.barriers import barrier
+from .families.copies import commit, wait
+from .lockstep import Lockstep
+from .mbarriers import MBarriers
+from .memory import Memory, load_global, unload_global
+from .order import Order
+from .registers import Registers
+from .roles import run_roles
+
+# --------------------------------------------------------------------------- entry points
+
+
+def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every kernel of ``program`` in order; return the final global arrays by name.
+
+    ``arrays`` holds each input (and optionally the output) by buffer name, in the buffer's
+    ``shape`` (or already flat, ``buffer.size`` elements); missing outputs and workspaces start
+    as zeros.  The result maps every global buffer name to an array of its ``shape``.
+    """
+    buffers: dict[str, ir.GlobalBuffer] = {}
+    for b in (*program.inputs, *((program.output,) if program.output is not None else ()),
+              *program.workspaces):
+        buffers.setdefault(b.name, b)
+    for k in program.kernels:
+        for b in k.params:
+            b = b.buffer if isinstance(b, ir.TensorMapParam) else b
+            buffers.setdefault(b.name, b)
+    unknown = sorted(set(arrays) - set(buffers))
+    if unknown:
+        raise ValueError(f"run_program: no global buffer named {unknown}; the program has {sorted(buffers)}")
+    missing = [b.name for b in program.inputs if b.name not in arrays]
+    if missing:
+        raise ValueError(f"run_program: inputs {missing} are not given")
+
+    memory = {name: load_global(b, arrays.get(name)) for name, b in buffers.items()}
+    for k in program.kernels:
+        run_kernel(k, memory)
+    return {name: unload_global(buffers[name], memory[name]) for name in buffers}
+
+
+def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray]) -> None:
+    """Run one kernel launch on flat global arrays (by buffer name), in place."""
+    KernelRun(kernel, memory).run()
+
+
+def families_of(body) -> set:
+    """Families of the atoms a statement tree issues."""
+    out: set = set()
+    stack = [body]
+    while stack:
+        s = stack.pop()
+        if s is None:
+            continue
+        if isinstance(s, (list, tuple)):
+            stack.extend(s)
+        elif isinstance(s, ir.Seq):
+            stack.extend(s.body)
+        elif isinstance(s, (ir.For,)):
+            stack.append(s.body)
+        elif isinstance(s, ir.If):
+            stack.append(s.then)
+        elif isinstance(s, ir.Roles):
+            stack.extend(r.body for r in s.roles)
+        elif isinstance(s, ir.AtomCall):
+            out.add(s.atom.family)
+    return out
+
+
+# --------------------------------------------------------------------------- one launch
+
+class KernelRun:
+    """One launch of a kernel: the parts of the model, the block loop, statement execution."""
+
+    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray]):
+        self.kernel = kernel
+        self.ctx = ctx = Lockstep(kernel)
+        families = families_of(kernel.body)
+        # the sm_90a bookkeeping (proxy fences, TMA tags, observed phases) costs time; only kernels
+        # that use sm_90a atoms, tensor maps or mbarriers pay for it
+        self.sm90 = bool(families & set(sm90a.FAMILIES)) or any(
+            isinstance(p, ir.TensorMapParam) for p in kernel.params) or any(
+            isinstance(b, ir.MBarrier) for b in kernel.shared)
+        track_wgmma = sm90a.WGMMA in families
+        nbars = sum(int(b.size) for b in kernel.shared if isinstance(b, ir.MBarrier))   # per block
+        self.order = Order(ctx.T, self.sm90, nbars * ctx.C)
+        self.bars = MBarriers(kernel, ctx, self.order)
+        self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
+        self.regs = Registers(kernel, ctx, track_wgmma)
+        self.cp = CpAsyncGroups(ctx)
+        self.tma = TmaOps(ctx, self.bars)
+        self.wg = WgmmaGroups(ctx, self.regs)
+        self.dispatch = {
+            ir.Seq: self.x_seq, tuple: self.x_list, list: self.x_list, ir.For: self.x_for,
+            ir.If: self.x_if, ir.Roles: self.x_roles, ir.AtomCall: self.x_atom, ir.Barrier: self.x_barrier,
+            ir.AsyncCommit: self.x_commit, ir.AsyncWait: self.x_wait, ir.RegFill: self.x_fill,
+            ir.Pointwise: self.x_pointwise, ir.Comment: self.x_nothing, type(None): self.x_nothing,
+        }
+        if ctx.C > 1 and int(kernel.grid[0]) % ctx.C:
+            raise InternalError(f"kernel {kernel.name!r}: grid x = {kernel.grid[0]} is not a multiple of its "
+                                f"cluster size {ctx.C}")
+
+    # ----------------------------------------------------------------- driving
+
+    def run(self):
+        gx, gy, gz = (int(g) for g in self.kernel.grid)
+        for bz in range(gz):
+            for by in range(gy):
+                for bx in range(0, gx, self.ctx.C):
+                    self.run_block((bx, by, bz))
+
+    def run_block(self, bid):
+        self.ctx.start_block(bid)
+        self.order.reset()
+        self.mem.reset()
+        self.regs.reset()
+        self.bars.reset()
+        self.cp.reset()
+        self.tma.reset()
+        self.wg.reset()
+        self.exec(self.kernel.body)
+        # what is still in flight when the block ends (the order of the checks decides which
+        # hazard a block with several is reported with)
+        if self.sm90:
+            self.wg.check_end()
+            self.tma.check_end()
+        if self.bars.remote:
+            self.bars.check_remote()
+        self.cp.check_end()
+
+    def exec(self, s):
+        try:
+            handler = self.dispatch[type(s)]
+        except KeyError:
+            raise InternalError(f"kernel {self.kernel.name!r}: not a statement: {s!r}") from None
+        handler(s)
+
+    # ----------------------------------------------------------------- control flow
+
+    def x_nothing(self, s):
+        pass
+
+    def x_seq(self, s):
+        for c in s.body:
+            self.exec(c)
+
+    def x_list(self, s):
+        for c in s:
+            self.exec(c)
+
+    def x_for(self, s):
+        ctx = self.ctx
+        name = s.var.name
+        saved = ctx.env.get(name)
+        ctx.loops.append((name, 0))
+        slot = len(ctx.loops) - 1
+        for i in range(int(s.extent)):
+            ctx.env[name] = i
+            ctx.loops[slot] = (name, i)
+            self.exec(s.body)
+        ctx.loops.pop()
+        if saved is None:
+            ctx.env.pop(name, None)
+        else:
+            ctx.env[name] = saved
+
+    def x_if(self, s):
+        ctx = self.ctx
+        c = ctx.ev(s.cond)
+        if np.ndim(c) == 0:
+            if c:
+                self.exec(s.then)
+            return
+        new = ctx.mask & (np.broadcast_to(c, (ctx.T,)) != 0)
+        if not new.any():
+            return
+        saved = (ctx.mask, ctx.full)
+        ctx.mask, ctx.full = new, bool(new.all())
+        try:
+            self.exec(s.then)
+        finally:
+            ctx.mask, ctx.full = saved
+
+    def x_roles(self, s):
+        run_roles(self.ctx, s, self.exec)
+
+    # ----------------------------------------------------------------- synchronisation statements
+
+    def x_barrier(self, s):
+        barrier(self, s)
+
+    def x_commit(self, s):
+        commit(self, s)
+
+    def x_wait(self, s):
+        wait(self, s)
+
+    def x_atom(self, s: ir.AtomCall):
+        self.ctx.stmt = s
+        execute = EXECUTORS.get(s.atom.family)
+        if execute is None:
+            raise InternalError(f"atom {s.atom.name}: family {s.atom.family!r} is not interpretable")
+        execute(self, s)
+
+    # ----------------------------------------------------------------- register arithmetic
+
+    def x_fill(self, s):
+        ctx = self.ctx
+        ctx.stmt = s
+        thr = ctx.active()
+        if thr.size == 0:
+            return
+        R, idx = self.regs.index(s.ref, int(s.count), thr)
+        R[idx] = to_dtype(np.float64(s.value), s.ref.buffer.dtype)
+
+    def x_pointwise(self, s):
+        ctx, regs = self.ctx, self.regs
+        ctx.stmt = s
+        thr = ctx.active()
+        if thr.size == 0:
+            return
+        op = SCALAR_OPS.get(s.op)
+        if op is None:
+            raise InternalError(f"Pointwise op {s.op!r} is unknown; allowed: {sorted(SCALAR_OPS)}")
+        if len(s.srcs) != op.arity:
+            raise InternalError(f"Pointwise {s.op} takes {op.arity} sources, got {len(s.srcs)}")
+        dt = s.dst.buffer.dtype
+        if s.op == "cvt":
+            src = s.srcs[0]
+            if isinstance(src, ir.RegRef):
+                R, idx = regs.index(src, 1, thr)
+                x = R[idx][:, 0]
+            else:
+                x = np.full(thr.size, float(src))
+            if np.asarray(x).dtype.kind == "f" or dt.kind != "float":
+                x = np.asarray(x).astype(np.float64)
+            out = to_dtype(x, dt)
+        else:
+            args = []
+            for src in s.srcs:
+                if isinstance(src, ir.RegRef):
+                    R, idx = regs.index(src, 1, thr)
+                    args.append(R[idx][:, 0].astype(np.float64))
+                else:
+                    args.append(np.float64(src))
+            out = to_dtype(np.broadcast_to(np.asarray(op.np(*args), dtype=np.float64), (thr.size,)), dt)
+        R, idx = regs.index(s.dst, 1, thr)
+        R[idx] = out[:, None]

@@ -1,0 +1,446 @@
+"""The memory model: global and shared buffers, bounds and alignment, and the race checks.
+
+Global memory is one flat numpy array per buffer, shared by the kernels of a program; nothing is
+checked there but bounds (a kernel's blocks run one after another, so global races between
+blocks cannot be seen).  Shared memory starts as zeros in every block, and each element remembers
+its access history so that every access can be checked against the ones before it:
+
+* races: a read of an element another thread wrote since the last barrier (RAW), a write of an
+  element another thread wrote (WAW) or read (WAR) since the last barrier, unless the vector
+  clocks of ``order`` put the earlier access before this one.  An element keeps the epoch, the
+  thread, the statement and the thread's own clock of its last write and of up to two distinct
+  readers.  A statement reads before it writes: two threads writing one element in one statement
+  race, several reading it do not.  Collective atoms (ldmatrix, wgmma) access memory on behalf of
+  the thread whose address they use.
+* in-flight data: the destination of a cp.async is in flight (``inflight``) until its group
+  completes; any access before then is a hazard.
+* the async proxy (sm_90a): a generic-proxy write (st.shared, stmatrix, cp.async) must be covered
+  by a ``fence.proxy.async`` of its thread before wgmma or a TMA store reads it (``proxy_w``); an
+  in-flight async-proxy reader (wgmma, TMA store) forbids overwriting its source (``async_rd``);
+  the data of a TMA load is tagged with its mbarrier and phase (``tma_bar``, ``tma_phase``) and may
+  be accessed only by a thread that has observed that phase.
+
+Within a thread-block cluster every shared buffer has one copy per block; addresses are element
+offsets of the issuing thread's own copy, which ``in_block`` turns into entries of the whole.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from ..errors import InternalError
+from .convert import to_dtype
+from .lockstep import Lockstep
+from .mbarriers import MBarriers
+from .messages import listing
+from .order import Order
+
+# --------------------------------------------------------------------------- global arrays
+
+
+def load_global(buf: ir.GlobalBuffer, value) -> np.ndarray:
+    """The flat array of global buffer ``buf`` holding ``value`` (its ``shape``, or flat; None:
+    zeros)."""
+    flat = np.zeros(buf.size, dtype=buf.dtype.np)
+    if value is None:
+        return flat
+    value = np.asarray(value)
+    if tuple(value.shape) == tuple(buf.shape):
+        _strided(buf, flat)[...] = to_dtype(value, buf.dtype)
+    elif value.ndim == 1 and value.size == buf.size:
+        flat[...] = to_dtype(value, buf.dtype)
+    else:
+        raise ValueError(f"run_program: array for {buf.name!r} has shape {value.shape}; the buffer has "
+                         f"shape {buf.shape} (or flat size {buf.size})")
+    return flat
+
+
+def unload_global(buf: ir.GlobalBuffer, flat: np.ndarray) -> np.ndarray:
+    """The flat array of ``buf`` as an array of its ``shape`` (a copy)."""
+    if buf.size == 0:
+        return np.zeros(buf.shape, dtype=buf.dtype.np)
+    return np.array(_strided(buf, flat))
+
+
+def _strided(buf: ir.GlobalBuffer, flat: np.ndarray) -> np.ndarray:
+    item = flat.dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat, shape=buf.shape, strides=[s * item for s in buf.strides])
+
+
+# --------------------------------------------------------------------------- shared buffers
+
+class Shared:
+    """One shared buffer of the running block (of each block of a running cluster): data plus the
+    access history of each element."""
+
+    __slots__ = ("buf", "n", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
+                 "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
+                 "async_rd_stmt", "tma_bar", "tma_phase")
+
+    def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False, copies: int = 1):
+        # one copy per block of a thread-block cluster: block r's element e is entry r * n + e
+        self.n = buf.size
+        n = buf.size * copies
+        self.buf = buf
+        self.base = base
+        self.data = np.zeros(n, dtype=buf.dtype.np)
+        self.w_epoch = np.full(n, -1, dtype=np.int64)
+        self.writer = np.full(n, -1, dtype=np.int64)
+        self.w_stmt = np.full(n, -1, dtype=np.int64)
+        self.r_epoch = np.full(n, -1, dtype=np.int64)
+        self.reader = np.full(n, -1, dtype=np.int64)   # first distinct reader this epoch
+        self.reader2 = np.full(n, -1, dtype=np.int64)  # a second distinct reader, or -1
+        self.r_stmt = np.full(n, -1, dtype=np.int64)
+        # the own clock (see order.Order.vc) of the writer / the two readers at their access
+        self.w_clock = np.full(n, -1, dtype=np.int64)
+        self.r_clock = np.full(n, -1, dtype=np.int64)
+        self.r_clock2 = np.full(n, -1, dtype=np.int64)
+        self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
+        self.inflight_stmt = np.full(n, -1, dtype=np.int64)
+        # sm_90a tracking: the thread of a generic-proxy write not yet covered by its
+        # fence.proxy.async, in-flight async-proxy readers (wgmma, TMA store) and the mbarrier
+        # phase a TMA load's data waits for
+        self.sm90 = sm90
+        if sm90:
+            self.proxy_w = np.full(n, -1, dtype=np.int64)
+            self.async_rd = np.zeros(n, dtype=np.int64)
+            self.async_rd_stmt = np.full(n, -1, dtype=np.int64)
+            self.tma_bar = np.full(n, -1, dtype=np.int64)
+            self.tma_phase = np.full(n, -1, dtype=np.int64)
+
+    def reset(self):
+        self.data[...] = 0
+        for a in (self.w_epoch, self.writer, self.w_stmt, self.r_epoch, self.reader, self.reader2,
+                  self.r_stmt, self.inflight, self.inflight_stmt, self.w_clock, self.r_clock, self.r_clock2):
+            a[...] = -1
+        if self.sm90:
+            for a in (self.proxy_w, self.async_rd_stmt, self.tma_bar, self.tma_phase):
+                a[...] = -1
+            self.async_rd[...] = 0
+
+    def begin_async_read(self, e: np.ndarray, sid: int):
+        """An async-proxy operation (wgmma, TMA store) of statement ``sid`` starts reading ``e``."""
+        self.async_rd[e] += 1
+        self.async_rd_stmt[e] = sid
+
+    def end_async_read(self, e: np.ndarray):
+        """It has finished (retired by its wait_group)."""
+        self.async_rd[e] -= 1
+
+
+def _by_address(addr: np.ndarray, thr: np.ndarray):
+    """Unique addresses with the smallest and largest thread accessing each."""
+    if addr.size <= 1:
+        return addr, thr, thr
+    order = np.argsort(addr, kind="stable")
+    sa, st = addr[order], thr[order]
+    starts = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
+    if starts.size == sa.size:
+        return sa, st, st
+    return sa[starts], np.minimum.reduceat(st, starts), np.maximum.reduceat(st, starts)
+
+
+# --------------------------------------------------------------------------- the memory of a run
+
+class Memory:
+    """The global arrays a kernel sees and the shared buffers of its running block (cluster)."""
+
+    def __init__(self, kernel: ir.Kernel, arrays: dict[str, np.ndarray], ctx: Lockstep, order: Order,
+                 bars: MBarriers, sm90: bool):
+        self.ctx = ctx
+        self.order = order
+        self.bars = bars                    # to name the mbarrier phase a TMA load's data waits for
+        self.arrays = arrays
+        # run_kernel takes whatever arrays the caller has; a parameter it lacks starts as zeros
+        for p in kernel.params:
+            b = p.buffer if isinstance(p, ir.TensorMapParam) else p
+            if b.name not in arrays:
+                arrays[b.name] = np.zeros(b.size, dtype=b.dtype.np)
+        self.globals = {p.name: p for p in kernel.params if not isinstance(p, ir.TensorMapParam)}
+        self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
+        offsets = kernel.shared_offsets()
+        self.shared = {b.name: Shared(b, offsets[b.name], sm90, ctx.C) for b in kernel.shared}
+
+    def reset(self):
+        for sh in self.shared.values():
+            sh.reset()
+
+    # ----------------------------------------------------------------- buffers and addresses
+
+    def target(self, ref: ir.MemRef):
+        """The ``Shared`` state ``ref`` addresses, or None for global memory."""
+        buf = ref.buffer
+        if isinstance(buf, ir.SharedBuffer):
+            sh = self.shared.get(buf.name)
+            if sh is None or (sh.buf is not buf and sh.buf != buf):
+                self.ctx.hazard(f"shared buffer {buf.name!r} is not declared by the kernel")
+            return sh
+        if isinstance(buf, ir.GlobalBuffer):
+            known = self.globals.get(buf.name)
+            if known is not buf and known != buf:
+                self.ctx.hazard(f"global buffer {buf.name!r} is not a parameter of the kernel")
+            return None
+        raise InternalError(f"MemRef to {buf!r}, which is neither global nor shared")
+
+    def shared_of(self, buf) -> Shared:
+        """The ``Shared`` state of ``buf``, which must be a shared buffer of the kernel."""
+        sh = self.shared.get(getattr(buf, "name", None))
+        if not isinstance(buf, ir.SharedBuffer) or sh is None or (sh.buf is not buf and sh.buf != buf):
+            self.ctx.hazard(f"shared buffer {getattr(buf, 'name', buf)!r} is not declared by the kernel")
+        return sh
+
+    def in_block(self, sh: Shared, addr: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Element offsets ``addr`` of ``sh`` in the block of threads ``thr`` (same shape): the
+        entries of that block's copy in a cluster."""
+        return addr + self.ctx.rank[thr] * sh.n if self.ctx.C > 1 else addr
+
+    def check_bounds(self, ref: ir.MemRef, addr: np.ndarray, thr: np.ndarray, what: str):
+        size = ref.buffer.size
+        bad = (addr < 0) | (addr >= size)
+        if bad.any():
+            rows = np.flatnonzero(bad.reshape(addr.shape[0], -1).any(axis=1))
+            first = addr.reshape(addr.shape[0], -1)[rows[0]]
+            off = int(first[(first < 0) | (first >= size)][0])
+            kind = "SH" if isinstance(ref.buffer, ir.SharedBuffer) else "GL"
+            self.ctx.hazard(f"out-of-bounds {what}: {kind} buffer {ref.buffer.name!r} (size {size}) at offset "
+                            f"{off} by thread {int(thr[rows[0]])} (threads {listing(thr[rows])} are out of bounds)")
+
+    def check_align(self, atom, ref: ir.MemRef, addr0: np.ndarray, thr: np.ndarray):
+        align = int(getattr(atom, "alignment", 0) or 0)
+        if align <= 1:
+            return
+        bits = ref.buffer.dtype.bits
+        base = self.shared[ref.buffer.name].base if isinstance(ref.buffer, ir.SharedBuffer) else 0
+        byte = base * 8 + addr0 * bits
+        bad = byte % (8 * align) != 0
+        if bad.any():
+            i = np.flatnonzero(bad)
+            self.ctx.hazard(f"misaligned address: {atom.name} needs {align}-byte aligned addresses; buffer "
+                            f"{ref.buffer.name!r} offset {int(addr0[i[0]])} by thread {int(thr[i[0]])} "
+                            f"(threads {listing(thr[i])})")
+
+    # ----------------------------------------------------------------- accesses
+
+    def read(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray) -> np.ndarray:
+        """Read memory at ``addr`` (``[k, n]``, bounds already checked) for threads ``thr`` (``[k]``)."""
+        sh = self.target(ref)
+        if sh is None:
+            return self.arrays[ref.buffer.name][addr]
+        addr = self.in_block(sh, addr, thr2d)
+        self.sh_read(sh, addr, thr2d)
+        return sh.data[addr]
+
+    def write(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray, values):
+        """Write ``values`` at ``addr`` (bounds already checked) for threads ``thr``."""
+        sh = self.target(ref)
+        if sh is None:
+            self.arrays[ref.buffer.name][addr] = values
+            return
+        self.sh_write(sh, self.in_block(sh, addr, thr2d), thr2d, values)
+
+    def sh_read(self, sh: Shared, addr: np.ndarray, thr: np.ndarray):
+        """Check and record reads of ``addr`` (any shape) by ``thr`` (same shape)."""
+        ctx, order = self.ctx, self.order
+        a, t = addr.ravel(), thr.ravel()
+        if sh.sm90:
+            self.sm90_read_check(sh, a, t)
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)
+            ctx.hazard(f"read of in-flight async data: thread {int(t[i[0]])} reads SH buffer "
+                       f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
+                       f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an "
+                       f"AsyncWait (threads {listing(np.unique(t[i]))} read in-flight data)")
+        E = order.epoch
+        bad = (sh.w_epoch[a] == E) & (sh.writer[a] != t)
+        if bad.any():
+            bad &= ~order.ordered(sh.writer[a], sh.w_clock[a], t)
+        if bad.any():
+            i = np.flatnonzero(bad)
+            j = i[0]
+            ctx.hazard(f"race (read after write): thread {int(t[j])} reads SH buffer {sh.buf.name!r} offset "
+                       f"{int(a[j])}, written by thread {int(sh.writer[a[j]])} since the last barrier "
+                       f"(at {ctx.stmt_str(sh.w_stmt[a[j]])}); {i.size} element read(s) race, by threads "
+                       f"{listing(np.unique(t[i]))}")
+        # record the readers of this epoch: keep the first distinct reader, and a second one that
+        # differs from it, so that a later writer can find a reader other than itself
+        u, tmin, tmax = _by_address(a, t)
+        cur = sh.r_epoch[u] == E
+        r1 = np.where(cur, sh.reader[u], -1)
+        r2 = np.where(cur, sh.reader2[u], -1)
+        fresh = r1 < 0
+        new1 = np.where(fresh, tmin, r1)
+        cand = np.where(tmin != new1, tmin, np.where(tmax != new1, tmax, -1))
+        new2 = np.where(r2 >= 0, r2, cand)
+        c1 = np.where(cur, sh.r_clock[u], -1)
+        c2 = np.where(cur, sh.r_clock2[u], -1)
+        vc = order.vc
+        own1 = vc[np.maximum(new1, 0), np.maximum(new1, 0)]
+        own2 = vc[np.maximum(new2, 0), np.maximum(new2, 0)]
+        sh.r_clock[u] = np.where((new1 == tmin) | (new1 == tmax), own1, c1)
+        sh.r_clock2[u] = np.where((new2 >= 0) & ((new2 == tmin) | (new2 == tmax)), own2, c2)
+        sh.reader[u] = new1
+        sh.reader2[u] = new2
+        sh.r_epoch[u] = E
+        sh.r_stmt[u] = ctx.sid(ctx.stmt)
+
+    def sh_write_check(self, sh: Shared, addr: np.ndarray, thr: np.ndarray):
+        """Check writes of ``addr`` by ``thr``; return (unique addresses, their writer)."""
+        ctx, order = self.ctx, self.order
+        a, t = addr.ravel(), thr.ravel()
+        if sh.sm90:
+            self.sm90_write_check(sh, a, t)
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)
+            ctx.hazard(f"overwrite of in-flight async data: thread {int(t[i[0]])} writes SH buffer "
+                       f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
+                       f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an AsyncWait")
+        u, tmin, tmax = _by_address(a, t)
+        dup = tmin != tmax
+        if dup.any():
+            j = np.flatnonzero(dup)[0]
+            ctx.hazard(f"race (write after write): threads {int(tmin[j])} and {int(tmax[j])} both write SH "
+                       f"buffer {sh.buf.name!r} offset {int(u[j])} in the same statement")
+        E = order.epoch
+        waw = (sh.w_epoch[u] == E) & (sh.writer[u] != tmin)
+        if waw.any():
+            waw &= ~order.ordered(sh.writer[u], sh.w_clock[u], tmin)
+        if waw.any():
+            i = np.flatnonzero(waw)
+            j = i[0]
+            ctx.hazard(f"race (write after write): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
+                       f"offset {int(u[j])}, written by thread {int(sh.writer[u[j]])} since the last barrier "
+                       f"(at {ctx.stmt_str(sh.w_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                       f"{listing(np.unique(tmin[i]))}")
+        other, war = self.unordered_reader(sh, u, tmin)
+        if war.any():
+            i = np.flatnonzero(war)
+            j = i[0]
+            ctx.hazard(f"race (write after read): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
+                       f"offset {int(u[j])}, read by thread {int(other[j])} since the last barrier "
+                       f"(at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                       f"{listing(np.unique(tmin[i]))}")
+        return u, tmin
+
+    def unordered_reader(self, sh: Shared, u: np.ndarray, t: np.ndarray):
+        """For each element ``u`` written by ``t``: a reader of this epoch other than ``t`` whose read
+        is not ordered before ``t`` (or -1), and whether there is one."""
+        order = self.order
+        cur = sh.r_epoch[u] == order.epoch
+        r1, r2 = np.where(cur, sh.reader[u], -1), np.where(cur, sh.reader2[u], -1)
+        bad1 = (r1 >= 0) & (r1 != t)
+        bad2 = (r2 >= 0) & (r2 != t)
+        if bad1.any():
+            bad1 &= ~order.ordered(r1, sh.r_clock[u], t)
+        if bad2.any():
+            bad2 &= ~order.ordered(r2, sh.r_clock2[u], t)
+        return np.where(bad1, r1, r2), bad1 | bad2
+
+    def sh_write(self, sh: Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid=None):
+        """Check and record writes of ``values`` at ``addr`` by ``thr`` (the current statement's,
+        or statement ``sid``'s: a cp.async landing)."""
+        u, w = self.sh_write_check(sh, addr, thr)
+        sh.writer[u] = w
+        sh.w_clock[u] = self.order.vc[w, w]
+        sh.w_epoch[u] = self.order.epoch
+        sh.w_stmt[u] = self.ctx.sid(self.ctx.stmt) if sid is None else sid
+        sh.data[addr.ravel()] = values.ravel()
+        if sh.sm90:
+            sh.proxy_w[u] = w               # a generic-proxy write, not yet fenced
+            sh.tma_bar[u] = -1
+
+    # ----------------------------------------------------------------- sm_90a: the async proxy
+
+    def sm90_read_check(self, sh: Shared, a: np.ndarray, t: np.ndarray):
+        """A read of TMA-loaded data needs the load's mbarrier phase observed by the reader."""
+        tag = sh.tma_bar[a]
+        if (tag >= 0).any():
+            i = np.flatnonzero(tag >= 0)
+            ok = self.order.obs[t[i], tag[i]] > sh.tma_phase[a[i]]
+            if not ok.all():
+                j = i[np.flatnonzero(~ok)[0]]
+                self.ctx.hazard(self.early_tma_message("read", sh, a, t, j, i[~ok]))
+
+    def early_tma_message(self, what, sh, a, t, j, bad) -> str:
+        bar_id, phase = int(sh.tma_bar[a[j]]), int(sh.tma_phase[a[j]])
+        bar = self.bars.by_id.get(bar_id)
+        state = (f"the barrier has completed {bar.phase} phase(s)" if bar is not None else "the barrier")
+        seen = int(self.order.obs[t[j], bar_id])
+        return (f"{what} before mbarrier phase completes: thread {int(t[j])} {what}s SH buffer "
+                f"{sh.buf.name!r} offset {int(a[j])}, which a TMA load fills in phase {phase} (parity "
+                f"{phase % 2}) of mbarrier {self.bars.name(bar_id)}; {state}, but this thread has only "
+                f"observed {seen} (a try_wait.parity on parity {phase % 2} must succeed first; a wait on "
+                f"the other parity returns at once on the stale phase); threads "
+                f"{listing(np.unique(t[bad]))} are affected")
+
+    def sm90_write_check(self, sh: Shared, a: np.ndarray, t: np.ndarray):
+        """A write must not overwrite the source of an in-flight async-proxy reader, nor TMA-loaded
+        data whose phase the writer has not observed."""
+        rd = sh.async_rd[a]
+        if (rd > 0).any():
+            i = np.flatnonzero(rd > 0)[0]
+            self.ctx.hazard(f"overwrite of shared memory read by an in-flight async operation: thread {int(t[i])} "
+                            f"writes SH buffer {sh.buf.name!r} offset {int(a[i])}, which "
+                            f"{self.ctx.stmt_str(sh.async_rd_stmt[a[i]])} still reads (wgmma: wgmma.wait_group; "
+                            f"TMA store: cp.async.bulk.wait_group.read)")
+        tag = sh.tma_bar[a]
+        if (tag >= 0).any():
+            i = np.flatnonzero(tag >= 0)
+            ok = self.order.obs[t[i], tag[i]] > sh.tma_phase[a[i]]
+            if not ok.all():
+                j = i[np.flatnonzero(~ok)[0]]
+                self.ctx.hazard(self.early_tma_message("write", sh, a, t, j, i[~ok]))
+
+    def proxy_check(self, sh: Shared, a: np.ndarray, who: str):
+        """An async-proxy read (by ``who``) of generic-proxy writes needs their fence.proxy.async."""
+        w = sh.proxy_w[a]
+        if (w >= 0).any():
+            i = np.flatnonzero(w >= 0)
+            j = i[0]
+            self.ctx.hazard(f"missing fence.proxy.async: {who} reads SH buffer {sh.buf.name!r} offset {int(a[j])}, "
+                            f"written through the generic proxy by thread {int(w[j])} (at "
+                            f"{self.ctx.stmt_str(sh.w_stmt[a[j]])}) with no fence.proxy.async of that thread since; "
+                            f"{i.size} element(s), written by threads {listing(np.unique(w[i]))}")
+
+    def fence_proxy(self, act: np.ndarray):
+        """``fence.proxy.async`` by threads ``act``: their generic-proxy writes become visible to
+        the async proxy."""
+        for sh in self.shared.values():
+            if act.size == self.ctx.T:
+                sh.proxy_w[...] = -1
+            else:
+                sh.proxy_w[np.isin(sh.proxy_w, act)] = -1
+
+    def async_write_check(self, sh: Shared, a: np.ndarray, t: int):
+        """Checks for an async-proxy write (a TMA load landing) of ``a`` by thread ``t``'s issue."""
+        ctx = self.ctx
+        thr = np.full(a.size, t, dtype=np.int64)
+        self.sm90_write_check(sh, a, thr)
+        u = np.unique(a)
+        other, war = self.unordered_reader(sh, u, np.full(u.size, t, dtype=np.int64))
+        if war.any():
+            i = np.flatnonzero(war)
+            j = i[0]
+            ctx.hazard(f"race (write after read): the TMA load issued by thread {t} overwrites SH buffer "
+                       f"{sh.buf.name!r} offset {int(u[j])}, read by thread {int(other[j])} since the last "
+                       f"barrier (at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race — a barrier "
+                       f"(or an 'empty' mbarrier) must separate the readers from the refill")
+        inf = sh.inflight[a]
+        if (inf >= 0).any():
+            i = np.flatnonzero(inf >= 0)[0]
+            ctx.hazard(f"TMA load into in-flight async data: SH buffer {sh.buf.name!r} offset {int(a[i])} is "
+                       f"the destination of a cp.async by thread {int(inf[i])} that no AsyncWait completed")
+
+    def tma_land(self, sh: Shared, e: np.ndarray, t: int, values: np.ndarray, bar_id: int, phase: int, sid: int):
+        """A TMA load issued by thread ``t`` writes ``values`` at ``e``, tagged with the mbarrier
+        phase that completes it (the async proxy writes it, so no proxy fence is owed)."""
+        self.async_write_check(sh, e, t)
+        sh.data[e] = values
+        sh.writer[e] = t
+        sh.w_epoch[e] = -1     # async proxy: ordered by the mbarrier, not by Barrier epochs
+        sh.w_stmt[e] = sid
+        sh.proxy_w[e] = -1
+        sh.tma_bar[e] = bar_id
+        sh.tma_phase[e] = phase

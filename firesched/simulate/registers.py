@@ -1,0 +1,105 @@
+"""The register file: each register buffer is a ``[threads, size]`` array, zero in every block.
+
+Registers are private to their thread, so they cannot race; what is checked is the offset range
+of every access and, in kernels that issue wgmma, the registers an asynchronous wgmma owns: its
+accumulators (and the A fragment of the ``_rs`` form) are in flight until a ``wgmma.wait_group``
+retires it (``busy``), and a wgmma may use a register only if no other instruction accessed it
+since the thread's last ``wgmma.fence`` (``touch``).  Every access goes through ``index``, which
+is what makes those two checks complete.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from .convert import to_dtype
+from .lockstep import Lockstep
+from .messages import listing
+
+
+class Registers:
+    """The register buffers of the running block (cluster), by name."""
+
+    def __init__(self, kernel: ir.Kernel, ctx: Lockstep, track_wgmma: bool):
+        self.ctx = ctx
+        self.arrays = {r.name: np.zeros((ctx.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
+        self.bufs = {r.name: r for r in kernel.regs}
+        self.track_wgmma = track_wgmma      # only kernels that issue wgmma pay for the tracking
+
+    def reset(self):
+        for r in self.arrays.values():
+            r[...] = 0
+        if self.track_wgmma:
+            # per register: statement id + 1 of the last access by another instruction since the
+            # thread's last wgmma.fence (0: none), and in-flight wgmma uses with their statement
+            self.touch = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.arrays.items()}
+            self.busy = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.arrays.items()}
+            self.busy_stmt = {n: np.full(r.shape, -1, dtype=np.int64) for n, r in self.arrays.items()}
+
+    def declared(self, buf) -> bool:
+        """Whether register buffer ``buf`` is one of the kernel's."""
+        return not (self.arrays.get(buf.name) is None or (self.bufs[buf.name] is not buf and self.bufs[buf.name] != buf))
+
+    def index(self, ref: ir.RegRef, n: int, thr: np.ndarray):
+        """``(array, index)`` selecting ``n`` registers from ``ref`` for each thread of ``thr``."""
+        ctx = self.ctx
+        buf = ref.buffer
+        R = self.arrays.get(buf.name)
+        if R is None or (self.bufs[buf.name] is not buf and self.bufs[buf.name] != buf):
+            ctx.hazard(f"register buffer {buf.name!r} is not declared by the kernel")
+        off = ctx.ev(ref.offset)
+        rows = slice(None) if thr is ctx.tid else thr
+        if np.ndim(off) == 0:
+            off = int(off)
+            if off < 0 or off + n > buf.size:
+                ctx.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offsets "
+                           f"{off}..{off + n - 1}: out of range (threads {listing(thr)})")
+            if self.track_wgmma:
+                self.watch(buf.name, (rows, slice(off, off + n)), thr)
+            return R, (rows, slice(off, off + n))
+        offs = self._per_thread_value(off)[thr]
+        cols = offs[:, None] + np.arange(n)[None, :]
+        bad = (cols < 0) | (cols >= buf.size)
+        if bad.any():
+            t = np.flatnonzero(bad.any(axis=1))
+            ctx.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offset "
+                       f"{int(cols[t[0]][bad[t[0]]][0])}: out of range (threads {listing(thr[t])})")
+        if self.track_wgmma:
+            self.watch(buf.name, (thr[:, None], cols), thr)
+        return R, (thr[:, None], cols)
+
+    def _per_thread_value(self, v) -> np.ndarray:
+        if np.ndim(v) == 0:
+            return np.full(self.ctx.T, int(v), dtype=np.int64)
+        return np.broadcast_to(np.asarray(v, dtype=np.int64), (self.ctx.T,))
+
+    def watch(self, name: str, sel, thr):
+        """A non-wgmma access of registers ``sel`` of buffer ``name``: a hazard while a wgmma uses
+        them; remembered so that a wgmma without a wgmma.fence in between is caught."""
+        busy = self.busy[name][sel]
+        if busy.any():
+            b = np.broadcast_to(self.busy_stmt[name][sel], busy.shape)[busy > 0]
+            rows = np.broadcast_to(np.asarray(thr)[:, None], busy.shape)[busy > 0] if np.ndim(thr) else thr
+            self.ctx.hazard(f"read or write of wgmma registers before wgmma.wait_group: threads "
+                            f"{listing(np.unique(rows))} access register buffer {name!r}, which the in-flight "
+                            f"{self.ctx.stmt_str(b[0])} uses as its accumulator or A fragment; retire it with "
+                            f"wgmma.commit_group and wgmma.wait_group first")
+        self.touch[name][sel] = self.ctx.sid(self.ctx.stmt) + 1
+
+    # ----------------------------------------------------------------- collective atoms
+
+    def read_group(self, ref, groups, nvals):
+        """``[G, n, nvals]`` registers of ``ref`` for the ``[G, n]`` threads of ``groups``."""
+        thr = groups.ravel()
+        R, idx = self.index(ref, nvals, thr)
+        return R[idx].reshape(groups.shape[0], groups.shape[1], nvals)
+
+    def write_group(self, ref, groups, vals):
+        """Write ``[G, n, V]`` values into ``V`` registers of ``ref`` of the threads of ``groups``,
+        rounded to its dtype where they are not of it already."""
+        thr = groups.ravel()
+        G, n, V = vals.shape
+        R, idx = self.index(ref, V, thr)
+        dt = ref.buffer.dtype
+        R[idx] = to_dtype(vals.reshape(G * n, V), dt) if vals.dtype != dt.np else vals.reshape(G * n, V)
