@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
+import oracles
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,10 +30,11 @@ def _sms(n):
 
 
 def _ref(A, B, dt, epi=(), extras=()):
-    r = A.astype(dt.np).astype(np.float64) @ B.astype(dt.np).astype(np.float64)
-    for op in epi:
-        r = op.reference(r, {e.name: x.astype(dt.np) for e, x in zip(op.extras(), extras)})
-    return r
+    """round(A) @ round(B), then the epilogue, from the formulas written in ``tests/oracles.py``
+    (never the ops' own numpy meaning, which the interpreter runs too); ``extras`` in the order
+    the bias / residual ops name them."""
+    names = [op.name for op in epi if type(op).__name__ in ("Bias", "Residual")]
+    return oracles.gemm(A, B, dtype=dt.name, ops=epi, extras=dict(zip(names, extras)))
 
 
 def _close(C, ref, tol=2e-2):
@@ -79,7 +81,7 @@ def test_the_kernel_is_a_cluster_kernel():
     (k,) = sched.lower(SM90A).kernels
     assert k.cluster == 2 and k.grid[0] == 132          # 66 clusters, one block per SM
     src = cuda.emit(sched.lower(SM90A))
-    assert "__cluster_dims__(2, 1, 1) firesched_gemm_sm90_ws(" in src
+    assert "__cluster_dims__(2, 1, 1) firesched_matmul(" in src
     assert src.count("multicast::cluster") == 2         # two 64-column B boxes of four per block
     assert "mapa.shared::cluster" in src and src.count("barrier.cluster.arrive") == 2
     assert "clusters(2)" in str(sched)
@@ -171,9 +173,21 @@ def test_clusters_need_warp_specialization():
         fs.recipes.gemm(512, 512, 256, arch="sm_90a", atoms="sm90a", warp_specialized=False, cluster=2)
 
 
-def test_clusters_need_b_boxes_for_both_blocks():
-    with pytest.raises(ScheduleError, match="block_n a multiple of 128"):
-        fs.recipes.gemm(512, 64, 256, arch="sm_90a", **CLUSTER, block_n=64)
+def test_clusters_split_a_single_b_box_by_rows():
+    """One 64-column box of a row-major B cannot be split by boxes: each block of the pair
+    multicasts half of its k rows instead."""
+    sched = fs.recipes.gemm(512, 64, 256, arch="sm_90a", **CLUSTER, block_n=64)
+    assert "rows rank * 32" in fs.cuda.emit(sched.lower())
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((512, 256)), rng.standard_normal((256, 64))
+    ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    C = fs.interpret(sched, A, B).astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-2 * np.abs(ref).max()
+
+
+def test_clusters_need_rows_for_both_blocks():
+    with pytest.raises(ScheduleError, match="cluster of 2 sharing a 8-row tile"):
+        fs.recipes.gemm(512, 8, 256, arch="sm_90a", **CLUSTER, block_n=8, layout="RC")
 
 
 @pytest.mark.parametrize("cluster", [0, 3, 4, True, "2"])
@@ -197,8 +211,10 @@ def test_sm80_lowering_refuses_a_clustered_schedule():
                           move_to_smem("B"), pipeline(stages=3), tile(m=64, n=64) >> to_warps(2, 2), tile(k=16),
                           move_to_regs("A"), move_to_regs("B"),
                           tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32))
-    with pytest.raises(ScheduleError, match="thread-block clusters are lowered on the Hopper path only"):
+    with pytest.raises(ScheduleError, match="thread-block clusters need sm_90a"):
         sched.check("sm_80")
+    with pytest.raises(ScheduleError, match="clusters without warp specialization"):
+        sched.check("sm_90a")
 
 
 def test_strategy_prints_and_round_trips():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
+import oracles
 import pytest
 
 import firesched as fs
@@ -26,10 +27,11 @@ PERSISTENT = dict(WS, persistent=True)
 
 
 def _ref(A, B, dt, epi=(), extras=()):
-    r = A.astype(dt.np).astype(np.float64) @ B.astype(dt.np).astype(np.float64)
-    for op in epi:
-        r = op.reference(r, {e.name: x.astype(dt.np) for e, x in zip(op.extras(), extras)})
-    return r
+    """round(A) @ round(B), then the epilogue, from the formulas written in ``tests/oracles.py``
+    (never the ops' own numpy meaning, which the interpreter runs too); ``extras`` in the order
+    the bias / residual ops name them."""
+    names = [op.name for op in epi if type(op).__name__ in ("Bias", "Residual")]
+    return oracles.gemm(A, B, dtype=dt.name, ops=epi, extras=dict(zip(names, extras)))
 
 
 def _close(C, ref, tol=2e-2):
@@ -230,10 +232,18 @@ def test_warp_specialize_register_counts(kw):
         fs.recipes.gemm(256, 256, 256, arch="sm_90a", block_m=128, block_n=128, **WS, **kw)
 
 
-def test_persistent_needs_warp_specialization():
-    with pytest.raises(ScheduleError, match="persistent block without warp specialization"):
-        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, persistent=True,
-                        warp_specialized=False)
+def test_persistent_without_warp_specialization():
+    """One role walking the tiles: the ring's iterations go on across tiles (stages and parities),
+    and a barrier at each tile's start keeps the next prologue off stages still being read."""
+    M, N, K = 384, 320, 200
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", block_m=128, block_n=64, persistent=True,
+                            warp_specialized=False, stages=3)
+    assert sched.lower(TWO_SMS).kernels[-1].grid == (2, 1, 1)
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    C = fs.interpret(sched, A, B, target=TWO_SMS).astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
 def test_only_blocks_are_persistent():
@@ -418,8 +428,8 @@ def test_random_hopper_schedules_match_numpy(case):
     assert _close(C, _ref(A, B, dt, epi, extras), tol=3e-2)
 
 
-def test_persistent_sm80_schedule_is_refused():
-    """The sm_80 lowering has no tile loop: persistent=True there is an error, not a silent no-op."""
+def test_persistent_sm80_schedule():
+    """Persistent blocks are a block order like any other: the sm_80 atoms walk the tiles too."""
     from firesched.hardware import sm80
     from firesched.strategies import done, move_to_regs, move_to_smem, to_warps
 
@@ -428,8 +438,15 @@ def test_persistent_sm80_schedule_is_refused():
                           move_to_smem("B"), pipeline(stages=3), tile(m=64, n=64) >> to_warps(2, 2), tile(k=16),
                           move_to_regs("A"), move_to_regs("B"),
                           tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32))
-    with pytest.raises(ScheduleError, match="Hopper path only"):
-        sched.check("sm_80")
+    from firesched.hardware import SM80
+
+    three_sms = attrs.evolve(SM80, sm_count=3)
+    assert sched.lower(three_sms).kernels[0].grid == (3, 1, 1)
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((256, 256)), rng.standard_normal((256, 256))
+    ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    C = fs.interpret(sched, A, B, target=three_sms).astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
 def test_loop_repr_round_trips():

@@ -107,7 +107,7 @@ def expect_hazard(prog, A, B, *words):
     with pytest.raises(HazardError) as info:
         run(prog, A, B)
     msg = str(info.value)
-    for w in ("kernel 'firesched_gemm'", "block (", "thread", *words):
+    for w in ("kernel 'firesched_matmul'", "block (", "thread", *words):
         assert w in msg, f"{w!r} not in the message:\n{msg}"
     return msg
 

@@ -31,6 +31,8 @@ from ..layout import NO_SWIZZLE, SW32, SW64, SW128
 
 #: Swizzle span in bytes -> the 2-bit mode of the matrix descriptor (bits 62-63).
 DESCRIPTOR_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
+#: The swizzle spans (bytes) that wgmma descriptors and TMA share.
+SWIZZLE_SPANS = (32, 64, 128)
 #: Swizzle span in bytes -> the XOR pattern on shared-memory byte addresses.
 SWIZZLES = {0: NO_SWIZZLE, 32: SW32, 64: SW64, 128: SW128}
 

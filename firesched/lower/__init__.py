@@ -1,18 +1,19 @@
-"""Schedule → kernel IR.  Checking a schedule is lowering it (``Schedule.check``)."""
+"""Schedule → kernel IR, by rules that compose (``docs/architecture.md`` walks one schedule through).
 
-from .. import ir
+* ``driver``: launches, the block's scope and roles, resources;
+* ``lowerer``: the rule registry and the dispatcher;
+* ``context``: what a node is lowered in (origins, limits, stages, scope, pipeline part);
+* ``layouts``: register and shared-memory layout inference;
+* ``program``: the builders rules ask for resources;
+* ``checks``: O(tree) checks before any statement is built;
+* ``rules/``: one rule per kind of node; ``transforms/``: block order, pipelines, specialization.
+
+Checking a schedule is lowering it: ``Schedule.check()`` calls ``lower``.
+"""
+
 from .. import schedule as _schedule
-from .gemm_sm80 import Lowering
-from .gemm_sm90 import HopperGemmLowering, uses_wgmma
-
-
-def lower(sched, target=None) -> ir.Program:
-    """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered."""
-    if uses_wgmma(sched):
-        # a schedule built on wgmma can only mean sm_90a; an explicit other target still errors
-        return HopperGemmLowering(sched, "sm_90a" if target is None else target).run()
-    return Lowering(sched, target).run()
-
+from . import rules, transforms  # noqa: F401  (importing them registers the rules)
+from .driver import lower
 
 _schedule.bind_lowering(lower)
 

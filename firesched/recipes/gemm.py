@@ -208,7 +208,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
 def _sm90_stages(bm: int, bn: int, ws: bool, bk: int, arch: str) -> int:
     """As many ``bk``-deep K stages (16-bit operands) as fit in the target's shared memory next to
     the TMA-store staging of a warp-specialized kernel, 2 to 6 (up to 8 for shallower K tiles)."""
-    from ..lower.gemm_sm90 import SPAN, STORE_BUFFERS
+    from ..lower.rules.accumulators import SPAN, STORE_BUFFERS
 
     stage = (bm + bn) * bk * 2
     staging = (bm // 64) * STORE_BUFFERS * 64 * SPAN if ws else 0

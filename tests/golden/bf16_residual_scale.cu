@@ -186,8 +186,8 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 //                             MatMul<warp>(A:RF bf16[16x16], B:RF bf16[16x8], C:RF f32[16x8]) acc f32
 //                               done(sm80.mma_m16n8k16_bf16_f32)
 //       Move<block>(C:RF f32[64x64] -> C:GL bf16[64x64]) with scale(0.5), residual(residual)
-// firesched_gemm: grid (12, 16, 1) x 128 threads, 16384 bytes of dynamic shared memory
-extern "C" __global__ void __launch_bounds__(128, 1) firesched_gemm(
+// firesched_matmul: grid (12, 16, 1) x 128 threads, 16384 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     const unsigned short* __restrict__ A,
     const unsigned short* __restrict__ B,
     const unsigned short* __restrict__ residual,

@@ -190,8 +190,8 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 //                                   done(sm80.mma_m16n8k16_f16_f32)
 //           Reduce<block>(sum over kp1: C_part:RF f32[64x64] -> C_part:GL f32[1x64x64])
 //   Reduce<kernel>(sum over kp: C_part:GL f32[2x768x512] -> C:GL f16[768x512]) with bias(bias[n]), tanh()
-// firesched_gemm: grid (8, 12, 2) x 256 threads, 32768 bytes of dynamic shared memory
-extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
+// firesched_matmul: grid (8, 12, 2) x 256 threads, 32768 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     const unsigned short* __restrict__ A,
     const unsigned short* __restrict__ B,
     float* __restrict__ C_part)
@@ -411,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
                 epi[1] = C_part_acc[f4 * 16 + f5 * 4 + 1];
                 out_f32[0] = epi[0];
                 out_f32[1] = epi[1];
-                // sm70.st_global_8: C
+                // sm70.st_global_8: C_part
                 //   dst = &C_part[bid_x * 64 + bid_y * 32768 + bid_z * 393216 + f4 * 8192 + f5 * 8 + tid % 32 / 4 * 512 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 % 2 * 16384], src = out_f32[0 .. +2]
                 asm volatile("st.global.v2.b32 [%0], {%1, %2};"
                     :
@@ -421,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm(
                 epi[1] = C_part_acc[f4 * 16 + f5 * 4 + 3];
                 out_f32[0] = epi[0];
                 out_f32[1] = epi[1];
-                // sm70.st_global_8: C
+                // sm70.st_global_8: C_part
                 //   dst = &C_part[bid_x * 64 + bid_y * 32768 + bid_z * 393216 + f4 * 8192 + f5 * 8 + tid % 32 / 4 * 512 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 % 2 * 16384 + 4096], src = out_f32[0 .. +2]
                 asm volatile("st.global.v2.b32 [%0], {%1, %2};"
                     :
@@ -590,8 +590,8 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 #endif  // FIRESCHED_PRELUDE
 
 // Reduce<kernel>(sum over kp: C_part:GL f32[2x768x512] -> C:GL f16[768x512]) with bias(bias[n]), tanh()
-// firesched_splitk_reduce: grid (1536, 1, 1) x 128 threads, 0 bytes of dynamic shared memory
-extern "C" __global__ void __launch_bounds__(128, 1) firesched_splitk_reduce(
+// firesched_reduce: grid (1536, 1, 1) x 128 threads, 0 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
     float* __restrict__ C_part,
     const unsigned short* __restrict__ bias,
     unsigned short* __restrict__ C)

@@ -217,8 +217,8 @@ static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
 //                     MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
 //                       done(sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb)
 //       Move<block>(C:RF f32[128x256] -> C:GL f16[128x256])
-// firesched_gemm_sm90: grid (512, 1, 1) x 256 threads, 196640 bytes of dynamic shared memory
-extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
+// firesched_matmul: grid (512, 1, 1) x 256 threads, 196640 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     const __grid_constant__ CUtensorMap tmap_A,
     const __grid_constant__ CUtensorMap tmap_B,
     unsigned short* __restrict__ C)
@@ -226,10 +226,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
     const int tid = threadIdx.x;
     const int bid_x = blockIdx.x;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
-    // A_smem: f16[32768] at byte 0, 4 stages x 128x64 f16, K-major, 128B swizzle
+    // A_smem: f16[32768] at byte 0, 4 stage(s) x 128x64 f16, K-major, 128B swizzle
     unsigned short* const A_smem = reinterpret_cast<unsigned short*>(fs_smem + 0);
     const unsigned A_smem_base = (unsigned)__cvta_generic_to_shared(A_smem);
-    // B_smem: f16[65536] at byte 65536, 4 stages x 64x256 f16, MN-major, 128B swizzle
+    // B_smem: f16[65536] at byte 65536, 4 stage(s) x 64x256 f16, boxes of 64 columns, 128B swizzle
     unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 65536);
     const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
     // full: f64[4] at byte 196608, one per stage: the stage's TMA bytes have landed
@@ -239,12 +239,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
-    // MatMul<block>(A:GL f16[128x4096], B:GL f16[4096x256], C:GL f16[128x256]) acc f32
-    // C_acc[0 .. +128] = 0.0
-    #pragma unroll
-    for (int fs_r = 0; fs_r < 128; ++fs_r) {
-        C_acc[fs_r] = 0.0f;
-    }
     if (tid < 1) {
         // sm90a.mbarrier_init
         //   bar = &full[0], count = 1
@@ -278,6 +272,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
     }
     // mbarriers initialised
     __syncthreads();
+    // C_acc[0 .. +128] = 0.0
+    #pragma unroll
+    for (int fs_r = 0; fs_r < 128; ++fs_r) {
+        C_acc[fs_r] = 0.0f;
+    }
+    // K loop over 64 tiles of 64, 4-stage TMA + mbarrier ring
     if (tid < 1) {
         // sm90a.mbarrier_arrive_expect_tx
         //   bar = &full[0], bytes = 49152
@@ -315,6 +315,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
             :
             : "r"(B_smem_base + 24576), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)(bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + 192)), "r"((int)(0)), "r"(full_base)
             : "memory");
+    }
+    if (tid < 1) {
         // sm90a.mbarrier_arrive_expect_tx
         //   bar = &full[1], bytes = 49152
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -351,6 +353,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
             :
             : "r"(B_smem_base + 57344), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)(bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + 192)), "r"((int)(64)), "r"(full_base + 8)
             : "memory");
+    }
+    if (tid < 1) {
         // sm90a.mbarrier_arrive_expect_tx
         //   bar = &full[2], bytes = 49152
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -388,7 +392,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
             : "r"(B_smem_base + 90112), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)(bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + 192)), "r"((int)(128)), "r"(full_base + 16)
             : "memory");
     }
-    // K loop over 64 tiles of 64, 4-stage TMA + mbarrier ring
     #pragma unroll 1
     for (int k0 = 0; k0 < 64; ++k0) {
         // sm90a.mbarrier_try_wait: the tile is in shared memory
@@ -397,54 +400,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
             :
             : "r"(full_base + (k0 % 4 * 8)), "r"((int)(k0 / 4 % 2))
             : "memory");
-        // sm90a.wgmma_fence
-        #pragma unroll
-        for (int fs_i = 0; fs_i < 128; ++fs_i) {
-            fs_fence_reg(C_acc[fs_i]);
-        }
-        asm volatile("wgmma.fence.sync.aligned;"
-            :
-            :
-            : "memory");
-        // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: k step 0
-        //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0 % 4 * 8192 + tid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0 % 4 * 16384], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-        asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-            : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
-            : "l"(fs_smem_desc(A_smem_base + (k0 % 4 * 16384 + tid / 128 * 8192), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0 % 4 * 32768), 8192u, 1024u, 1u)), "r"((int)(1))
-            : "memory");
-        // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: k step 1
-        //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0 % 4 * 8192 + tid / 128 * 4096 + 16], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0 % 4 * 16384 + 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-        asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-            : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
-            : "l"(fs_smem_desc(A_smem_base + (k0 % 4 * 16384 + tid / 128 * 8192 + 32), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0 % 4 * 32768 + 2048), 8192u, 1024u, 1u)), "r"((int)(1))
-            : "memory");
-        // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: k step 2
-        //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0 % 4 * 8192 + tid / 128 * 4096 + 32], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0 % 4 * 16384 + 2048], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-        asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-            : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
-            : "l"(fs_smem_desc(A_smem_base + (k0 % 4 * 16384 + tid / 128 * 8192 + 64), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0 % 4 * 32768 + 4096), 8192u, 1024u, 1u)), "r"((int)(1))
-            : "memory");
-        // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: k step 3
-        //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0 % 4 * 8192 + tid / 128 * 4096 + 48], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0 % 4 * 16384 + 3072], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-        asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-            : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
-            : "l"(fs_smem_desc(A_smem_base + (k0 % 4 * 16384 + tid / 128 * 8192 + 96), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0 % 4 * 32768 + 6144), 8192u, 1024u, 1u)), "r"((int)(1))
-            : "memory");
-        // sm90a.wgmma_commit
-        asm volatile("wgmma.commit_group.sync.aligned;"
-            :
-            :
-            : "memory");
-        // sm90a.wgmma_wait
-        asm volatile("wgmma.wait_group.sync.aligned 0;"
-            :
-            :
-            : "memory");
-        #pragma unroll
-        for (int fs_i = 0; fs_i < 128; ++fs_i) {
-            fs_fence_reg(C_acc[fs_i]);
-        }
-        // every warpgroup is done with stage kt-1
+        // tile kt landed; stage (kt-1) % S is free
         __syncthreads();
         if (tid < 1 && k0 + 3 < 64) {
             // sm90a.mbarrier_arrive_expect_tx
@@ -484,20 +440,64 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_gemm_sm90(
                 : "r"(B_smem_base + ((k0 + 3) % 4 * 32768 + 24576)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)(bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + 192)), "r"((int)(k0 * 64 + 192)), "r"(full_base + ((k0 + 3) % 4 * 8))
                 : "memory");
         }
+        // sm90a.wgmma_fence
+        #pragma unroll
+        for (int fs_i = 0; fs_i < 128; ++fs_i) {
+            fs_fence_reg(C_acc[fs_i]);
+        }
+        asm volatile("wgmma.fence.sync.aligned;"
+            :
+            :
+            : "memory");
+        #pragma unroll
+        for (int k1 = 0; k1 < 4; ++k1) {
+            // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
+            //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0 % 4 * 8192 + k1 * 16 + tid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0 % 4 * 16384 + k1 * 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+            asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
+                : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
+                : "l"(fs_smem_desc(A_smem_base + (k0 % 4 * 16384 + k1 * 32 + tid / 128 * 8192), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0 % 4 * 32768 + k1 * 2048), 8192u, 1024u, 1u)), "r"((int)(1))
+                : "memory");
+        }
+        // sm90a.wgmma_commit
+        asm volatile("wgmma.commit_group.sync.aligned;"
+            :
+            :
+            : "memory");
+        // sm90a.wgmma_wait
+        asm volatile("wgmma.wait_group.sync.aligned 0;"
+            :
+            :
+            : "memory");
+        #pragma unroll
+        for (int fs_i = 0; fs_i < 128; ++fs_i) {
+            fs_fence_reg(C_acc[fs_i]);
+        }
     }
-    // Move<block>(C:RF f32[128x256] -> C:GL f16[128x256]): wgmma D fragments, pairs of adjacent columns
+    // Move<block>(C:RF f32[128x256] -> C:GL f16[128x256])
     #pragma unroll
-    for (int e0 = 0; e0 < 64; ++e0) {
-        epi[0] = C_acc[e0 * 2];
-        epi[1] = C_acc[e0 * 2 + 1];
+    for (int f0 = 0; f0 < 32; ++f0) {
+        epi[0] = C_acc[f0 * 4];
+        epi[1] = C_acc[f0 * 4 + 1];
         out_f16[0] = fs_f32_to_f16(epi[0]);
         out_f16[1] = fs_f32_to_f16(epi[1]);
         // sm70.st_global_4: C
-        //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + e0 % 2 * 32768 + e0 / 2 * 8 + tid % 128 / 32 * 65536 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 128 * 262144], src = out_f16[0 .. +2]
-        if (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 128 + bid_x / 128 * 1024 + e0 % 2 * 8 + tid % 128 / 32 * 16 + tid % 32 / 4 + tid / 128 * 64 < 4096 && bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + e0 / 2 * 8 + tid % 4 * 2 < 4096) {
+        //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 128 / 4 % 8 * 4096 + tid % 4 * 2 + tid / 128 * 262144], src = out_f16[0 .. +2]
+        if (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 128 + bid_x / 128 * 1024 + tid % 128 / 32 * 16 + tid % 128 / 4 % 8 + tid / 128 * 64 < 4096 && bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + f0 * 8 + tid % 4 * 2 < 4096) {
             asm volatile("st.global.b32 [%0], %1;"
                 :
-                : "l"(C + (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + e0 % 2 * 32768 + e0 / 2 * 8 + tid % 128 / 32 * 65536 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 128 * 262144)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "l"(C + (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 128 / 4 % 8 * 4096 + tid % 4 * 2 + tid / 128 * 262144)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "memory");
+        }
+        epi[0] = C_acc[f0 * 4 + 2];
+        epi[1] = C_acc[f0 * 4 + 3];
+        out_f16[0] = fs_f32_to_f16(epi[0]);
+        out_f16[1] = fs_f32_to_f16(epi[1]);
+        // sm70.st_global_4: C
+        //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 128 / 4 % 8 * 4096 + tid % 4 * 2 + tid / 128 * 262144 + 32768], src = out_f16[0 .. +2]
+        if (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 128 + bid_x / 128 * 1024 + tid % 128 / 32 * 16 + tid % 128 / 4 % 8 + tid / 128 * 64 + 8 < 4096 && bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + f0 * 8 + tid % 4 * 2 < 4096) {
+            asm volatile("st.global.b32 [%0], %1;"
+                :
+                : "l"(C + (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 128 / 4 % 8 * 4096 + tid % 4 * 2 + tid / 128 * 262144 + 32768)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                 : "memory");
         }
     }

@@ -701,19 +701,19 @@ static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
 //                     MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
 //                       done(sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb)
 //       Move<block>(C:RF f32[192x128] -> C:GL f16[192x128])
-// firesched_gemm_sm90_ws: grid (132, 1, 1) x 512 threads, 163904 bytes of dynamic shared memory
-extern "C" __global__ void __launch_bounds__(512, 1) firesched_gemm_sm90_ws(
-    const __grid_constant__ CUtensorMap tmap_A_padded,
-    const __grid_constant__ CUtensorMap tmap_B_padded,
+// firesched_matmul: grid (132, 1, 1) x 512 threads, 163904 bytes of dynamic shared memory
+extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
+    const __grid_constant__ CUtensorMap tmap_A,
+    const __grid_constant__ CUtensorMap tmap_B,
     unsigned short* __restrict__ C)
 {
     const int tid = threadIdx.x;
     const int bid_x = blockIdx.x;
     extern __shared__ __align__(1024) unsigned char fs_smem[];
-    // A_smem: f16[49152] at byte 0, 4 stages x 192x64 f16, K-major, 128B swizzle
+    // A_smem: f16[49152] at byte 0, 4 stage(s) x 192x64 f16, K-major, 128B swizzle
     unsigned short* const A_smem = reinterpret_cast<unsigned short*>(fs_smem + 0);
     const unsigned A_smem_base = (unsigned)__cvta_generic_to_shared(A_smem);
-    // B_smem: f16[32768] at byte 98304, 4 stages x 64x128 f16, MN-major, 128B swizzle
+    // B_smem: f16[32768] at byte 98304, 4 stage(s) x 64x128 f16, boxes of 64 columns, 128B swizzle
     unsigned short* const B_smem = reinterpret_cast<unsigned short*>(fs_smem + 98304);
     const unsigned B_smem_base = (unsigned)__cvta_generic_to_shared(B_smem);
     // full: f64[4] at byte 163840, one per stage: the stage's TMA bytes have landed
@@ -811,22 +811,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_gemm_sm90_ws(
                             : "r"(full_base + (k0 % 4 * 8)), "r"((int)(40960))
                             : "memory");
                         // sm90a.tma_load_2d: A tile 192x64
-                        //   dst = &A_smem[k0 % 4 * 12288], tmap = &tmap_A_padded, c0 = k0 * 64, c1 = (bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536, mbar = &full[k0 % 4]
+                        //   dst = &A_smem[k0 % 4 * 12288], tmap = &tmap_A, c0 = k0 * 64, c1 = (bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536, mbar = &full[k0 % 4]
                         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                             :
-                            : "r"(A_smem_base + (k0 % 4 * 24576)), "l"(reinterpret_cast<unsigned long long>(&tmap_A_padded)), "r"((int)(k0 * 64)), "r"((int)((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536)), "r"(full_base + (k0 % 4 * 8))
+                            : "r"(A_smem_base + (k0 % 4 * 24576)), "l"(reinterpret_cast<unsigned long long>(&tmap_A)), "r"((int)(k0 * 64)), "r"((int)((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536)), "r"(full_base + (k0 % 4 * 8))
                             : "memory");
                         // sm90a.tma_load_2d: B columns 0..+64
-                        //   dst = &B_smem[k0 % 4 * 8192], tmap = &tmap_B_padded, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128, c1 = k0 * 64, mbar = &full[k0 % 4]
+                        //   dst = &B_smem[k0 % 4 * 8192], tmap = &tmap_B, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128, c1 = k0 * 64, mbar = &full[k0 % 4]
                         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                             :
-                            : "r"(B_smem_base + (k0 % 4 * 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_B_padded)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
+                            : "r"(B_smem_base + (k0 % 4 * 16384)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
                             : "memory");
                         // sm90a.tma_load_2d: B columns 64..+64
-                        //   dst = &B_smem[k0 % 4 * 8192 + 4096], tmap = &tmap_B_padded, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64, c1 = k0 * 64, mbar = &full[k0 % 4]
+                        //   dst = &B_smem[k0 % 4 * 8192 + 4096], tmap = &tmap_B, c0 = (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64, c1 = k0 * 64, mbar = &full[k0 % 4]
                         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                             :
-                            : "r"(B_smem_base + (k0 % 4 * 16384 + 8192)), "l"(reinterpret_cast<unsigned long long>(&tmap_B_padded)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
+                            : "r"(B_smem_base + (k0 % 4 * 16384 + 8192)), "l"(reinterpret_cast<unsigned long long>(&tmap_B)), "r"((int)((bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + 64)), "r"((int)(k0 * 64)), "r"(full_base + (k0 % 4 * 8))
                             : "memory");
                     }
                 }
@@ -866,30 +866,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_gemm_sm90_ws(
                         :
                         :
                         : "memory");
-                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 0
-                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384), 8192u, 1024u, 1u)), "r"((int)(1))
-                        : "memory");
-                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 1
-                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 16], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 32), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 2048), 8192u, 1024u, 1u)), "r"((int)(1))
-                        : "memory");
-                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 2
-                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 32], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 2048], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 64), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 4096), 8192u, 1024u, 1u)), "r"((int)(1))
-                        : "memory");
-                    // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: k step 3
-                    //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 48], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 3072], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
-                    asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + rtid / 128 * 8192 + 96), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + 6144), 8192u, 1024u, 1u)), "r"((int)(1))
-                        : "memory");
+                    #pragma unroll
+                    for (int k1 = 0; k1 < 4; ++k1) {
+                        // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
+                        //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + k1 * 16 + rtid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + k1 * 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
+                        asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
+                            : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
+                            : "l"(fs_smem_desc(A_smem_base + (k0_c % 4 * 24576 + k1 * 32 + rtid / 128 * 8192), 16u, 1024u, 1u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 4 * 16384 + k1 * 2048), 8192u, 1024u, 1u)), "r"((int)(1))
+                            : "memory");
+                    }
                     // sm90a.wgmma_commit
                     asm volatile("wgmma.commit_group.sync.aligned;"
                         :
@@ -930,27 +915,47 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_gemm_sm90_ws(
                         : "r"(empty_base + 24)
                         : "memory");
                 }
-                // Move<block>(C:RF f32[192x128] -> C:GL f16[192x128]): wgmma D fragments, pairs of adjacent columns
+                // Move<block>(C:RF f32[192x128] -> C:GL f16[192x128])
                 #pragma unroll
-                for (int e0 = 0; e0 < 32; ++e0) {
-                    epi[0] = C_acc[e0 * 2];
-                    epi[1] = C_acc[e0 * 2 + 1];
+                for (int f0 = 0; f0 < 16; ++f0) {
+                    epi[0] = C_acc[f0 * 4];
+                    epi[1] = C_acc[f0 * 4 + 1];
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + e0 % 2 * 8 + rtid % 128 / 32 * 16 + rtid % 32 / 4 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + e0 / 2 * 8 + rtid % 4 * 2 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208], src = out_f16[0 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208)), "h"(out_f16[0])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208)), "h"(out_f16[0])
                             : "memory");
                     }
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + e0 % 2 * 8 + rtid % 128 / 32 * 16 + rtid % 32 / 4 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + e0 / 2 * 8 + rtid % 4 * 2 + 1 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1], src = out_f16[1 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + e0 % 2 * 32776 + e0 / 2 * 8 + rtid % 128 / 32 * 65552 + rtid % 32 / 4 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1)), "h"(out_f16[1])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1)), "h"(out_f16[1])
+                            : "memory");
+                    }
+                    epi[0] = C_acc[f0 * 4 + 2];
+                    epi[1] = C_acc[f0 * 4 + 3];
+                    out_f16[0] = fs_f32_to_f16(epi[0]);
+                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // sm70.st_global_2: C
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32776], src = out_f16[0 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
+                        asm volatile("st.global.b16 [%0], %1;"
+                            :
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32776)), "h"(out_f16[0])
+                            : "memory");
+                    }
+                    // sm70.st_global_2: C
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32777], src = out_f16[1 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
+                        asm volatile("st.global.b16 [%0], %1;"
+                            :
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32777)), "h"(out_f16[1])
                             : "memory");
                     }
                 }

@@ -1,0 +1,108 @@
+"""What a node is lowered *in*: the lowering context.
+
+A rule turns one node of the schedule tree into kernel-IR statements.  It needs to know where the
+tiles of its operands sit (``origin``: a coordinate expression per dimension, absolute for global
+tensors, relative to the tile the tensor was created for — its *frame* — for shared and register
+tensors), how far a global tensor extends from there (``limit``: what predicates the edges of
+partial tiles), which pipeline stage a staged shared tensor is in (``stage``), what the loop
+variables mapped onto units stand for (``vars``), which threads execute the code (``scope``), and
+which part of a pipelined loop is being emitted (``part``: the producer's copies, the consumers'
+work, or both).
+
+``Ctx`` is an immutable value: a rule that descends passes a changed copy.  ``Hoists`` is the one
+mutable sink: statements a rule asks to place at the start of the enclosing block tile, right
+before its epilogue, or at the end of the role (a bias preloaded while the K loop runs, a final
+wait for asynchronous stores).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..ir.expr import IntExpr
+from ..tensor import GL
+
+PRODUCER, CONSUMER = "producer", "consumer"
+
+
+@attrs.frozen
+class Scope:
+    """The threads that execute a piece of code: ``threads`` of them, ``tid`` is the thread's
+    index among them (``tid`` of the block, or ``rtid`` inside a role); ``elected`` when only one
+    thread of the block runs it (TMA issue)."""
+
+    threads: int
+    tid: IntExpr
+    elected: bool = False
+    first: int = 0          # the scope's first thread in the block (roles start at 128, ...)
+
+
+@attrs.define
+class Hoists:
+    """Statements rules place around the innermost block tile (see the module docstring)."""
+
+    tile_start: list = attrs.field(factory=list)
+    before_post: list = attrs.field(factory=list)
+    scope_end: list = attrs.field(factory=list)
+
+
+@attrs.frozen(eq=False)
+class Ctx:
+    origin: dict = attrs.field(factory=dict)     # (name, mem) -> {dim: expr}
+    limit: dict = attrs.field(factory=dict)      # (name, "GL") -> {dim: expr}
+    stage: dict = attrs.field(factory=dict)      # SH name -> stage expr
+    vars: dict = attrs.field(factory=dict)       # loop var -> expr (loops mapped onto units)
+    scope: Scope | None = None
+    part: str | None = None                      # None | PRODUCER | CONSUMER
+    staged: frozenset = frozenset()              # SH names the enclosing ring fills
+    ring: object = None                          # the enclosing pipeline ring
+    tile_index: IntExpr = 0                      # a persistent block's tile iteration
+    hoists: Hoists | None = None
+    hoist_node: object = None                    # the block-tile node whose lowering splices them
+    specialized: bool = False                    # inside warp-specialized roles
+    async_mma: bool = False                      # a pipeline fences, commits and retires async MMAs
+    cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
+
+    def with_origin(self, key, dims: dict) -> "Ctx":
+        o = dict(self.origin)
+        o[key] = dims
+        return attrs.evolve(self, origin=o)
+
+    def with_limit(self, key, dims: dict) -> "Ctx":
+        lim = dict(self.limit)
+        lim[key] = dims
+        return attrs.evolve(self, limit=lim)
+
+    def bind(self, **vars_: IntExpr) -> "Ctx":
+        v = dict(self.vars)
+        v.update(vars_)
+        return attrs.evolve(self, vars=v)
+
+
+def key(tile) -> tuple[str, str]:
+    """How a context knows a tensor: its name and memory."""
+    return (tile.name, tile.memory.name)
+
+
+def enter_global(ctx: Ctx, tile) -> Ctx:
+    """A global tensor enters at origin 0 with its full extents as limits."""
+    k = key(tile)
+    ctx = ctx.with_origin(k, {d: 0 for d in tile.tensor.dims})
+    return ctx.with_limit(k, {d: tile.tensor.extent(d) for d in tile.tensor.dims})
+
+
+def frames(ctx: Ctx, specs) -> Ctx:
+    """Zero-origin frames for the shared/register tensors first seen in ``specs``."""
+    for sp in specs:
+        for t in sp.operands:
+            k = key(t)
+            if t.memory != GL and k not in ctx.origin:
+                ctx = ctx.with_origin(k, {d: 0 for d in t.tensor.dims})
+    return ctx
+
+
+def err(node_or_spec, msg: str, **kw) -> ScheduleError:
+    """A ``ScheduleError`` about the spec of ``node_or_spec`` (a node or a spec)."""
+    spec = getattr(node_or_spec, "spec", node_or_spec)
+    return ScheduleError(msg, spec=spec, **kw)

@@ -1,0 +1,308 @@
+"""The lowering driver: a checked schedule → the launches of an ``ir.Program``.
+
+The kernel-level part of the tree decides the launches.  A chain of kernel-level nodes whose loops
+are all mapped onto blocks, ending in a block-level node, is one launch: those loops are its grid
+(``transforms.blocks`` orders them) and the block-level node its work.  Kernel-level children in a
+node's ``pre``/``post`` are launches of their own, before/after (split-K's reduction of the
+partial sums; an unrefined one gets the default schedule of its kind).
+
+For one launch the driver infers the layouts of the block's on-chip tensors, binds the loops
+mapped onto units (warpgroups, warps) to the thread index, places global tensors at the block's
+tile, and asks the rules for the block's statements — once, or, with warp specialization, once per
+role (``transforms.specialize``).  What the rules asked for (shared memory, mbarriers, registers,
+parameters, setup) becomes the kernel.  Before any of that, ``checks.precheck`` refuses in O(tree)
+time what could never fit.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .. import ir
+from ..errors import ScheduleError
+from ..hardware.atoms.base import TMA, WGMMA
+from ..hardware.target import SM80, SM90A
+from ..hardware.target import target as get_target
+from ..schedule import Node, Schedule
+from ..spec import Reduce
+from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
+from . import checks
+from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
+from .layouts import SmemLayout, plain_smem_layout, register_layouts
+from .lowerer import Lowerer
+from .program import KernelBuilder, ProgramBuilder
+from .rules import decompose
+from .rules.elementwise import reduce_launch
+from .rules.smem import shared_buffer
+from .rules.tma import tma_smem_layout
+from .transforms import pipeline as pipe
+from .transforms import specialize as ws
+from .transforms.blocks import block_order
+
+UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
+REG_OVERHEAD = 40             # registers a kernel spends on addresses, loop state, predicates
+
+
+def resolve_target(sched: Schedule, target):
+    if target is None:
+        # a schedule built on sm_90a-only atoms can only mean sm_90a; otherwise the oldest target
+        # that runs the sm_80 atoms
+        uses_sm90 = any(n.atom is not None and n.atom.min_target == "sm_90a" for n in sched.nodes()) or any(
+            v.family in (TMA,) for n in sched.nodes() for v in n.via)
+        return SM90A if uses_sm90 else SM80
+    return get_target(target)
+
+
+def lower(sched: Schedule, target=None) -> ir.Program:
+    """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered
+    (checking a schedule is lowering it)."""
+    tgt = resolve_target(sched, target)
+    checks.precheck(sched, tgt)
+    pb = ProgramBuilder(sched, tgt)
+    _launches(pb, sched.root, outer=())
+    return pb.program()
+
+
+def _launches(pb: ProgramBuilder, node: Node, outer: tuple) -> None:
+    """The launches of kernel-level ``node`` (inside the block loops ``outer`` of its parents)."""
+    if node.spec.level != KERNEL:  # pragma: no cover - the caller only passes kernel-level nodes
+        raise err(node, "a launch starts at a kernel-level spec")
+    for p in node.pre:
+        _launches(pb, p, ())
+    if node.loops and all(lp.unit == BLOCK for lp in node.loops):
+        loops = outer + tuple((lp, node) for lp in node.loops)
+        child = node.body[-1] if node.body else None
+        if child is not None and child.spec.level == KERNEL:
+            for c in node.body[:-1]:
+                _launches(pb, c, ())
+            _launches(pb, child, loops)
+        elif child is not None:
+            _kernel(pb, node, child, loops)
+        else:  # pragma: no cover - a mapping always has a body
+            raise err(node, "nothing to launch")
+    elif not node.loops and not node.body and node.atom is None:
+        if isinstance(node.spec, Reduce):
+            pb.kernels.append(reduce_launch(pb, node, _name(pb, node.spec)))
+        else:
+            raise err(node, "this kernel-level spec is not refined: no rule launches it as it is",
+                      fix="start the chain with tile(...) >> to_blocks()")
+    else:
+        raise err(node, "the kernel-level spec must be tiled onto blocks",
+                  fix="start the chain with tile(m=..., n=...) >> to_blocks()")
+    for p in node.post:
+        _launches(pb, p, ())
+
+
+def _name(pb: ProgramBuilder, spec) -> str:
+    base = f"firesched_{type(spec).__name__.lower()}"
+    names = {k.name for k in pb.kernels}
+    name, i = base, 2
+    while name in names:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def _unit_loops(block: Node):
+    """Every loop below ``block`` mapped onto warpgroups, warps or threads, by level, in tree order."""
+    out = {WARPGROUP: [], WARP: [], THREAD: []}
+
+    def go(n: Node):
+        for lp in n.loops:
+            if lp.unit in out:
+                out[lp.unit].append(lp)
+            elif lp.unit == BLOCK:
+                raise err(n, "blocks can only be mapped at the kernel level")
+        for c in n.children:
+            go(c)
+
+    go(block)
+    return out
+
+
+def block_threads(block: Node) -> int:
+    """Threads of the block: the coarsest unit level mapped below it, times its unit count."""
+    units = _unit_loops(block)
+    for level in (WARPGROUP, WARP, THREAD):
+        if units[level]:
+            n = UNIT_THREADS[level]
+            for lp in units[level]:
+                n *= lp.count
+            return n
+    raise err(block, "no loop of the block is mapped onto warps (or warpgroups, or threads)",
+              fix="tile the block's work with tile(m=..., n=...) >> to_warps()")
+
+
+def bind_units(block: Node, scope: Scope) -> dict:
+    """Each unit-mapped loop variable as an expression of the scope's thread index: the loops of
+    one level are linearised row-major in tree order (the last varies fastest)."""
+    out = {}
+    units = _unit_loops(block)
+    for level, loops in units.items():
+        stride = 1
+        for lp in reversed(loops):
+            out[lp.var] = (scope.tid // (UNIT_THREADS[level] * stride)) % lp.count
+            stride *= lp.count
+    return out
+
+
+def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
+    """The layout of every shared tensor a global -> shared move fills below ``block``, and those
+    tiles in tree order."""
+    out, tiles = {}, []
+
+    def go(n: Node):
+        sp = n.spec
+        if type(sp).__name__ == "Move" and sp.src.memory == GL and sp.dst.memory == SH and sp.dst.name not in out:
+            t = sp.dst.tensor
+            if n.via and n.via[0].family == TMA:
+                out[t.name] = tma_smem_layout(n, t, max(t.stages, 2))
+            else:
+                out[t.name] = plain_smem_layout(t)
+            tiles.append(sp.dst)
+        for c in n.children:
+            go(c)
+
+    go(block)
+    return out, tiles
+
+
+def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> None:
+    """One launch: ``block_loops`` on the grid, ``block`` (a block-level node) the work."""
+    tgt = pb.target
+    kb = KernelBuilder(pb, _name(pb, chain_node.spec))
+    smem, staged = shared_layouts(block)
+    lw = Lowerer(pb, kb, tgt, rf=register_layouts(block), smem=smem)
+    order = block_order(block_loops, block, tgt)
+    kb.grid = order.grid
+    spec_loop = ws.specialized_loop(block)
+    threads = block_threads(block)
+    if order.cluster is not None:
+        if not tgt.has_clusters:
+            raise err(block, f"thread-block clusters need sm_90a; the target is {tgt.name}", field="cluster",
+                      value=order.cluster.size, allowed="1", fix="to_blocks() without cluster=")
+        if spec_loop is None:
+            raise err(block, "the sm_90a GEMM lowering does not handle clusters without warp specialization: their "
+                             "blocks release each other's stages from consumer warpgroups",
+                      fix="add warp_specialize() after pipeline(...), or drop cluster=")
+        kb.cluster = order.cluster.size
+    _check_early(lw, block, threads + (128 if spec_loop else 0))
+    for t in staged:            # the staged tiles first, in tree order: they hold the big, aligned buffers
+        shared_buffer(lw, t)
+
+    # the block's tile: global tensors enter at 0 and move with the block loops
+    ctx = Ctx(vars=dict(order.bindings), tile_index=order.tile_var if order.tile_var is not None else 0,
+              cluster=order.cluster)
+    owners = []
+    for _, owner in block_loops:
+        if owner not in owners:
+            owners.append(owner)
+    for sp in [pb.spec, chain_node.spec] + [o.spec for o in owners] + [block.spec]:
+        for t in sp.operands:
+            if t.memory == GL and (t.name, "GL") not in ctx.origin:
+                ctx = enter_global(ctx, t)
+    for lp, owner in block_loops:
+        ctx = decompose.advance(ctx, owner, lp, order.bindings[lp.var])
+
+    def per_tile(stmts: list) -> list:
+        if order.tile_var is None:
+            return stmts
+        body = stmts if order.tile_valid == 1 else [ir.If(order.tile_valid, ir.Seq(tuple(stmts)))]
+        return [ir.Comment(f"tiles of this block: {order.tile_var.extent}"),
+                ir.For(order.tile_var, order.tile_var.extent, ir.Seq(tuple(body)))]
+
+    if spec_loop is None:
+        kb.threads = threads
+        scope = Scope(threads, ir.tid(threads))
+        hoists = Hoists()
+        c = attrs.evolve(ctx, scope=scope, hoists=hoists, hoist_node=block).bind(**bind_units(block, scope))
+        work = lw.lower(block, c)
+        body = [*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end]
+    else:
+        body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
+    check_resources(lw, block)
+    pb.kernels.append(kb.build(ir.Seq(tuple(body)), header=str(pb.sched)))
+
+
+def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads: int, per_tile) -> list:
+    """Producer and consumer roles of a warp-specialized block (``transforms.specialize``)."""
+    node, lp = spec_loop
+    kb = lw.kb
+    if pipe.ring_kind(node) != "tma":  # pragma: no cover - warp_specialize() already requires TMA moves
+        raise err(node, "warp specialization needs a TMA ring")
+    preg, creg = lp.specialize
+    nwg = consumer_threads // 128
+    if consumer_threads % 128:
+        raise err(block, f"{consumer_threads} consumer threads: warp-specialized consumers are whole warpgroups",
+                  fix="tile(m=64) >> to_warpgroups() below the pipeline")
+    ws.check_budget(block, lw.target, nwg, preg, creg)
+    C = ctx.cluster.size if ctx.cluster is not None else 1
+    kb.threads = 128 * (nwg + 1)
+    tid = ir.tid(kb.threads)
+    ring = pipe.MbarrierRing.create(lw, pipe.ring_stages(lp, "tma"), pipe.stage_bytes(node), consumers=nwg * C,
+                                    cluster=C)
+    body: list = [ir.Comment(str(block.spec)), ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(ring.init())))]
+    if C > 1:
+        body.append(_call_cluster("every block's mbarriers are initialised: the cluster's multicasts and "
+                                  "arrivals may target them"))
+    else:
+        body.append(ir.Barrier("mbarriers initialised"))
+    base = attrs.evolve(ctx, ring=ring, specialized=True)
+    pscope = Scope(128, tid, elected=True)
+    pctx = attrs.evolve(base, scope=pscope, part=PRODUCER).bind(**bind_units(block, pscope))
+    producer = [ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(per_tile(lw.lower(block, pctx)))))]
+    cscope = Scope(128 * nwg, ir.role_tid(128 * nwg), first=128)
+    hoists = Hoists()
+    cctx = attrs.evolve(base, scope=cscope, part=CONSUMER, hoists=hoists,
+                        hoist_node=block).bind(**bind_units(block, cscope))
+    consumers = [*per_tile(lw.lower(block, cctx)), *hoists.scope_end]
+    body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg))
+    if C > 1:
+        body.append(_call_cluster("no block leaves while the others may still arrive on its mbarriers"))
+    ws.one_block_per_sm(kb)
+    return body
+
+
+def _call_cluster(comment: str):
+    from ..hardware.atoms import sm90a
+
+    return ir.AtomCall(sm90a.barrier_cluster, (), 1, comment)
+
+
+def _check_early(lw: Lowerer, block: Node, threads: int) -> None:
+    """Resource checks that need nothing but the tree, before any statement is built (shared memory
+    was estimated by ``checks.precheck``; registers are counted once the rules asked for them)."""
+    tgt = lw.target
+    if threads > tgt.max_threads_per_block:
+        raise err(block, f"{threads} threads per block", field="threads", value=threads,
+                  allowed=f"<= {tgt.max_threads_per_block}")
+
+
+def _walk(node: Node):
+    yield node
+    for c in node.children:
+        yield from _walk(c)
+
+
+def check_resources(lw: Lowerer, block: Node) -> None:
+    """What the launch asked for, against the target's limits."""
+    kb, tgt = lw.kb, lw.target
+    smem = sum(b.nbytes for b in kb.shared.values()) + 128 * len(kb.shared)
+    limit = tgt.smem_per_block_optin
+    if smem > limit:
+        parts = ", ".join(f"{b.name}: {b.nbytes} B" for b in kb.shared.values())
+        raise err(block, f"shared memory over the target's limit: {smem} bytes ({parts})",
+                  field="shared memory", value=smem, allowed=f"<= {limit} bytes on {tgt.name}",
+                  fix="use fewer pipeline stages or smaller block / K tiles")
+    words = sum(-(-b.size * b.dtype.bits // 32) for b in kb.regs.values())
+    if words + REG_OVERHEAD > tgt.regs_per_thread:
+        parts = ", ".join(f"{b.name}: {-(-b.size * b.dtype.bits // 32)}" for b in kb.regs.values())
+        raise err(block, f"registers over budget: about {words + REG_OVERHEAD} per thread ({parts}, "
+                         f"+{REG_OVERHEAD} for addressing)", field="registers",
+                  value=words + REG_OVERHEAD, allowed=f"<= {tgt.regs_per_thread}",
+                  fix="use smaller warp tiles (more warps per block) or a smaller block tile")
+    if kb.threads > tgt.max_threads_per_block:
+        raise err(block, f"{kb.threads} threads per block", field="threads", value=kb.threads,
+                  allowed=f"<= {tgt.max_threads_per_block}")
+
+
+__all__ = ["lower", "resolve_target", "block_threads", "bind_units", "ScheduleError", "WGMMA"]

@@ -1,0 +1,279 @@
+"""Layout inference: where every element of an on-chip tensor lives.
+
+Register tensors (``RFLayout``) are distributed by their *consumer*: the path of loops from the
+node that created the tensor down to the atom that reads or writes it.  Loops over the tensor's
+dims mapped onto warps or warpgroups say which unit holds which part, sequential (unrolled) loops
+say which registers, and the atom's thread-value layout says which lane and value::
+
+    C:RF f32[128x128], warps 2x2 (64x64 each), 4x8 mma m16n8 tiles per warp:
+      par  = (m, 2 warps, 64), (n, 2 warps, 64)        -> which warp
+      seq  = (m, 4, 16), (n, 8, 8)                      -> registers [m-tile][n-tile][value]
+      atom = mma_m16n8k16 C fragment (4 values/lane)    -> which lane, which value
+
+Producers (ldmatrix), the accumulator's init and store are derived from that layout and checked
+against it.  A unit-mapped loop that does not touch an accumulator's dims (split-K over warps)
+makes *replicas*: partial results the store must combine.
+
+Shared tensors (``SmemLayout``) are laid out by their *producer*: rows of the tensor's contiguous
+dim, cut into boxes where a TMA box must be narrower than the row (one swizzle span), each box
+row-major with the tensor's swizzle XORed into its element offsets, and ``stages`` copies for a
+pipeline ring::
+
+    B:SH f16[64x256] (k rows, n contiguous), 128-byte TMA boxes of 64 columns:
+      box 0: cols 0..63   (64 x 64, 8 KiB)   box 1: cols 64..127   ...   then stage 1
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+
+from ..hardware.atoms.base import WGMMA, Atom
+from ..ir.expr import IntExpr, evaluate
+from ..layout import Swizzle
+from ..schedule import Node
+from ..spec import MatMul
+from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
+from .context import err, key
+
+UNIT_LEVELS = (WARPGROUP, WARP, THREAD)
+
+
+# --------------------------------------------------------------------------- registers
+
+@attrs.frozen
+class RFLayout:
+    """Where each element of a register tensor lives (see the module docstring)."""
+
+    key: tuple[str, str]
+    dims: tuple[str, str]
+    shape: tuple[int, int]
+    atom: Atom
+    operand: str                                   # the atom's operand: "a" | "b" | "c" | "d"
+    seq: tuple[tuple[str, int, int], ...]          # (dim, count, step), registers, outer first
+    par: tuple[tuple[str, int, int, str], ...]     # (dim, count, step, loop var): warps / warpgroups
+    replicas: tuple[tuple[str, int], ...]          # (loop var, count): partial results over units
+
+    @property
+    def tv(self):
+        return self.atom.operand(self.operand).tv
+
+    @property
+    def frag(self) -> tuple[int, int]:
+        return self.tv.tile
+
+    @property
+    def values(self) -> int:
+        return self.tv.num_values
+
+    @property
+    def size(self) -> int:
+        n = self.values
+        for _, c, _ in self.seq:
+            n *= c
+        return n
+
+    def strides(self) -> list[int]:
+        out, acc = [], self.values
+        for _, c, _ in reversed(self.seq):
+            out.append(acc)
+            acc *= c
+        return out[::-1]
+
+    def offset(self, origin: dict[str, IntExpr]) -> IntExpr:
+        """Register offset of the fragment whose tile origin (relative to the tensor) is ``origin``."""
+        off: IntExpr = 0
+        for (d, c, s), st in zip(self.seq, self.strides()):
+            off = off + ((origin[d] // s) % c) * st
+        return off
+
+    def owner(self, coord: tuple[int, int]) -> tuple[int, int]:
+        """(lane, register offset) holding the element at integer ``coord`` (relative to the unit's
+        part of the tensor)."""
+        f0, f1 = self.frag
+        r, c = coord
+        inv = inverse(self.tv)
+        lane, v = inv[r % f0, c % f1]
+        origin = {self.dims[0]: r - r % f0, self.dims[1]: c - c % f1}
+        return int(lane), int(evaluate(self.offset(origin), {})) + int(v)
+
+    def unit_part(self) -> dict[str, int]:
+        """Extent along each dim of the part one unit (warp / warpgroup) holds."""
+        part = dict(zip(self.dims, self.shape))
+        for d, _c, s, _ in self.par:
+            part[d] = s
+        return part
+
+
+def matmul_operand_name(atom: Atom, which: str) -> str:
+    """The atom operand that holds MatMul operand ``which`` ("a", "b", "c")."""
+    if which == "c" and atom.family == WGMMA:
+        return "d"
+    return which
+
+
+def register_layouts(block: Node) -> dict[tuple[str, str], RFLayout]:
+    """Every register tensor consumed by a MatMul atom below ``block``, and its layout."""
+    out: dict[tuple[str, str], RFLayout] = {}
+
+    def go(n: Node, path: list):
+        here = path + [n]
+        if n.atom is not None and isinstance(n.spec, MatMul):
+            for which, t in (("a", n.spec.a), ("b", n.spec.b), ("c", n.spec.c)):
+                if t.memory != RF:
+                    continue
+                k = key(t)
+                if k not in out:
+                    out[k] = _derive(k, t, which, n.atom, here)
+        for c in n.children:
+            go(c, here)
+
+    go(block, [])
+    return out
+
+
+def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
+    # the tensor's frame starts where it is created: the first node in the path that has it as an
+    # operand in RF
+    start = 0
+    for i, n in enumerate(path):
+        if any(key(t) == k for t in n.spec.operands):
+            start = i
+            break
+    dims = tile.tensor.dims
+    if len(dims) != 2:
+        raise err(path[-1], f"register tensor {tile.name} has dims {dims}; an MMA fragment is 2-D",
+                  fix="tile the other dimensions to 1 before staging the operand")
+    seq, par, rep = [], [], []
+    for n in path[start:]:
+        for lp in n.loops:
+            mine = [(d, s) for d, s in lp.steps if d in dims]
+            if not mine:
+                if lp.unit in UNIT_LEVELS and which == "c":
+                    rep.append((lp.var, lp.count))
+                continue
+            d, s = mine[0]
+            if lp.unit in (WARP, WARPGROUP):
+                par.append((d, lp.count, s, lp.var))
+            elif lp.unit is None:
+                seq.append((d, lp.count, s))
+            else:
+                raise err(n, f"register tensor {tile.name} is split over {lp.unit}s; only warps, warpgroups "
+                             "and sequential loops can hold MMA fragments")
+    # steps must nest: each loop's step divides the one above it (per dim)
+    last = {d: None for d in dims}
+    for d, _c, s in [(d, c, s) for d, c, s, *_ in par] + seq:
+        if last[d] is not None and last[d] % s:
+            raise err(path[-1], f"the tiles of register tensor {tile.name} along {d} do not nest "
+                                f"({s} does not divide {last[d]})", fix="use power-of-two tile sizes")
+        last[d] = s
+    lay = RFLayout(k, dims, tuple(tile.tensor.shape), atom, matmul_operand_name(atom, which), tuple(seq),
+                   tuple(par), tuple(rep))
+    f0, f1 = lay.frag
+    for d, f in zip(dims, (f0, f1)):
+        if last[d] is not None and last[d] != f:
+            raise err(path[-1], f"register tensor {tile.name}: the innermost tile along {d} is {last[d]}, "
+                                f"the atom's fragment is {f}")
+    return lay
+
+
+# --------------------------------------------------------------------------- shared memory
+
+@attrs.frozen
+class SmemLayout:
+    """A shared tile of ``rows`` x ``cols`` elements (``cols`` along the tensor's contiguous dim;
+    ``rows`` the other dims, outermost first), cut into boxes of ``box_cols`` columns, each box
+    row-major with ``swizzle`` on its element offsets; ``stages`` copies of it."""
+
+    row_dims: tuple[str, ...]
+    col_dim: str
+    rows: int
+    cols: int
+    box_cols: int
+    swizzle: Swizzle | None
+    stages: int = 1
+    align: int = 128
+    span: int = 0               # bytes of the hardware swizzle mode (TMA / wgmma), 0 for none
+
+    @property
+    def stage_elems(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def size(self) -> int:
+        return self.stage_elems * self.stages
+
+    @property
+    def boxes(self) -> int:
+        return self.cols // self.box_cols
+
+    def row(self, coord: dict[str, IntExpr], shape: dict[str, int]) -> IntExpr:
+        """The flat row index of a coordinate over ``row_dims``."""
+        r: IntExpr = 0
+        for d in self.row_dims:
+            r = r * shape[d] + coord[d]
+        return r
+
+    def linear(self, r: IntExpr, c: IntExpr) -> IntExpr:
+        """Element offset of (row, col) within a stage, before the swizzle."""
+        if self.box_cols == self.cols:
+            return r * self.cols + c
+        return (c // self.box_cols) * (self.rows * self.box_cols) + r * self.box_cols + c % self.box_cols
+
+    def offset(self, r: IntExpr, c: IntExpr, stage: IntExpr = 0) -> IntExpr:
+        """Element offset of (row, col) of stage ``stage``, swizzled.  A swizzle of the box's own
+        offsets equals the hardware's swizzle of absolute addresses because boxes start on a
+        multiple of the swizzle's period (the buffer is aligned to it)."""
+        lin = self.linear(r, c)
+        if self.swizzle is not None and self.swizzle.bits:
+            if self.box_cols == self.cols:
+                lin = self.swizzle(lin)
+            else:
+                box = self.rows * self.box_cols
+                lin = (lin // box) * box + self.swizzle(lin % box)
+        if self.stages > 1:
+            lin = stage * self.stage_elems + lin
+        return lin
+
+
+def plain_smem_layout(tensor, stages: int | None = None) -> SmemLayout:
+    """The layout of a shared tensor filled by per-thread copies: one box per row."""
+    dims = tensor.storage_dims
+    rows = 1
+    for d in dims[:-1]:
+        rows *= tensor.extent(d)
+    cols = tensor.extent(dims[-1])
+    return SmemLayout(dims[:-1], dims[-1], rows, cols, cols, tensor.swizzle,
+                      tensor.stages if stages is None else stages)
+
+
+@functools.lru_cache(maxsize=None)
+def inverse(tv):
+    return tv.inverse()
+
+
+@functools.lru_cache(maxsize=None)
+def coords(tv):
+    """``coords(tv)[thread][value]`` = (row, col) of the tile."""
+    return tuple(tuple(tuple(int(x) for x in tv.coord(t, v)) for v in range(tv.num_values))
+                 for t in range(tv.num_threads))
+
+
+def value_runs(tv) -> list[tuple[int, ...]]:
+    """Group a fragment's values into runs adjacent along the tile's columns (same for every lane),
+    at most two long (a vector store of two elements)."""
+    runs, cur = [], [0]
+    for v in range(1, tv.num_values):
+        ok = all(tv.coord(t, v) == (tv.coord(t, v - 1)[0], tv.coord(t, v - 1)[1] + 1) for t in range(tv.num_threads))
+        if ok and len(cur) < 2:
+            cur.append(v)
+        else:
+            runs.append(tuple(cur))
+            cur = [v]
+    runs.append(tuple(cur))
+    return runs
+
+
+__all__ = ["RFLayout", "SmemLayout", "register_layouts", "plain_smem_layout", "matmul_operand_name",
+           "inverse", "coords", "value_runs", "SH"]

@@ -1,0 +1,169 @@
+"""The rule registry and the dispatcher that walks one block's part of the tree.
+
+A rule is a function ``rule(lw, node, ctx) -> [statements]`` registered for one kind of node:
+
+* a node declared atomic by ``done(atom)``: the rule of the atom's *family* (``mma``, ``wgmma``);
+* a node a strategy refined (it has loops or children): the one decomposition rule, which lowers
+  its ``pre`` children, its loops (each loop by the loop rules: sequential, mapped onto units,
+  pipelined) around its ``body`` children, and its ``post`` children;
+* an open node a strategy created beside the focus (a ``Move``, an ``Init``, a ``Reduce`` that
+  combines partial results): the rule of its spec kind and memories (``Move GL->SH``, ...), each
+  of which picks its atom from the layouts around it.
+
+No rule knows which recipe built the tree; a rule asks the ``Lowerer`` for resources (shared
+buffers, registers, the layouts of its operands) and for the lowering of its children.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+
+from ..errors import InternalError
+from ..schedule import Node
+from ..tensor import GL, SH
+from .context import CONSUMER, PRODUCER, Ctx, err
+
+Rule = Callable[["Lowerer", Node, Ctx], list]
+
+_ATOM_RULES: dict[str, Rule] = {}
+_SPEC_RULES: dict[tuple, Rule] = {}
+_DECOMPOSITION: list[Rule] = []
+_LOOP_RULES: list[tuple[Callable, Callable]] = []     # (matches(lw, node, loop), lower(lw, node, ctx, loop, rest))
+_LOOPS: list[Callable] = []                           # loops(lw, node, ctx, loops) of the decomposition rule
+
+
+def atom_rule(*families: str):
+    """Register the rule lowering a ``done(atom)`` node whose atom is of one of ``families``."""
+
+    def deco(fn: Rule) -> Rule:
+        for f in families:
+            _ATOM_RULES[f] = fn
+        return fn
+
+    return deco
+
+
+def spec_rule(kind: type, *memories: str, via: str | None = None):
+    """Register the rule lowering an open ``kind`` node whose operands live in ``memories``
+    (``spec_rule(Move, "GL", "SH")``; no memories: any), or only those whose ``via=`` atom is of
+    family ``via`` (``spec_rule(Move, "GL", "SH", via="tma")``)."""
+
+    def deco(fn: Rule) -> Rule:
+        _SPEC_RULES[(kind, tuple(memories), via)] = fn
+        return fn
+
+    return deco
+
+
+def decomposition_rule(fn: Rule) -> Rule:
+    """Register the rule of refined nodes (there is one)."""
+    _DECOMPOSITION[:] = [fn]
+    return fn
+
+
+def loops_rule(fn):
+    """Register ``loops(lw, node, ctx, loops)``: the lowering of a node's loops around its body."""
+    _LOOPS[:] = [fn]
+    return fn
+
+
+def loop_rule(matches: Callable):
+    """Register the rule of the sequential loops for which ``matches(lw, node, loop)`` holds
+    (a pipelined reduction loop); it is called as ``rule(lw, node, ctx, loop, rest)``."""
+
+    def deco(fn):
+        _LOOP_RULES.append((matches, fn))
+        return fn
+
+    return deco
+
+
+def special_loop(lw, node, lp):
+    """The registered rule for sequential loop ``lp`` of ``node``, or None for a plain loop."""
+    for matches, fn in _LOOP_RULES:
+        if matches(lw, node, lp):
+            return fn
+    return None
+
+
+def is_refined(node: Node) -> bool:
+    return bool(node.strategy is not None or node.loops or node.pre or node.body or node.post)
+
+
+def is_staged_move(node: Node, ctx: Ctx) -> bool:
+    """A global -> shared copy that the enclosing pipeline ring issues."""
+    sp = node.spec
+    return (type(sp).__name__ == "Move" and sp.src.memory == GL and sp.dst.memory == SH
+            and sp.dst.name in ctx.staged)
+
+
+def wants(node: Node, ctx: Ctx) -> bool:
+    """Whether ``node`` belongs to the part of a pipelined loop being emitted (``ctx.part``):
+    the producer issues the ring's copies, the consumers do everything else; the loops and
+    decompositions around them belong to both."""
+    if ctx.part is None:
+        return True
+    if is_staged_move(node, ctx):
+        return ctx.part == PRODUCER
+    if node.atom is None and is_refined(node):
+        return True
+    return ctx.part == CONSUMER
+
+
+@attrs.define(eq=False)
+class Lowerer:
+    """Lowers the nodes of one launch: holds the program and kernel builders and the layouts
+    inferred for the launch's tensors, and dispatches nodes to rules."""
+
+    pb: object                              # ProgramBuilder
+    kb: object                              # KernelBuilder
+    target: object
+    rf: dict = attrs.field(factory=dict)    # register layouts by (name, mem)
+    smem: dict = attrs.field(factory=dict)  # shared layouts by name
+    notes: dict = attrs.field(factory=dict)  # facts rules share about this launch (tensor maps, ...)
+
+    def lower(self, node: Node, ctx: Ctx) -> list:
+        """The statements of ``node`` in ``ctx``."""
+        if node.atom is not None:
+            rule = _ATOM_RULES.get(node.atom.family)
+            if rule is None:
+                raise err(node, f"no rule lowers {node.atom.family} atoms as a compute leaf", field="atom",
+                          value=node.atom, allowed=", ".join(sorted(_ATOM_RULES)))
+            return rule(self, node, ctx)
+        if is_refined(node):
+            return _DECOMPOSITION[0](self, node, ctx)
+        return self.default(node, ctx)
+
+    def default(self, node: Node, ctx: Ctx) -> list:
+        sp = node.spec
+        mems = tuple(t.memory.name for t in sp.operands)
+        via = node.via[0].family if node.via else None
+        keys = ([(type(sp), mems, via)] if via else []) + [(type(sp), mems, None), (type(sp), (), None)]
+        for k in keys:
+            rule = _SPEC_RULES.get(k)
+            if rule is not None:
+                return rule(self, node, ctx)
+        known = sorted(f"{kk.__name__}({' -> '.join(m) or 'any'}{', via ' + v if v else ''})"
+                       for kk, m, v in _SPEC_RULES if kk is type(sp))
+        raise err(node, f"no rule lowers a {type(sp).__name__} between {' and '.join(mems)}",
+                  allowed=", ".join(known) or "none yet",
+                  fix="refine it with strategies down to atoms (done(...))")
+
+    def loops(self, node: Node, ctx: Ctx, loops) -> list:
+        """The statements of ``node``'s loops ``loops`` (outer first) around its body."""
+        return _LOOPS[0](self, node, ctx, list(loops))
+
+    def reg_layout(self, tile, node=None):
+        lay = self.rf.get((tile.name, tile.memory.name))
+        if lay is None:
+            raise err(node or tile, f"register tensor {tile.name} is never read or written by an atom",
+                      fix="refine its consumer down to an MMA atom (done(...))")
+        return lay
+
+    def smem_layout(self, tile):
+        lay = self.smem.get(tile.name)
+        if lay is None:  # pragma: no cover - every shared tensor gets a layout at kernel entry
+            raise InternalError(f"no shared layout for {tile.name}")
+        return lay

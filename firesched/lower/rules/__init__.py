@@ -1,0 +1,9 @@
+"""The rules: one per kind of node a strategy creates (see ``firesched.lower.lowerer``).
+
+Importing this package registers them: the decomposition and loop rules (``decompose``), moves
+between memories (``copies``, ``tma``), accumulators and their epilogues (``accumulators``), the MMA
+atoms (``mma``), and the launches of open kernel-level specs (``elementwise``)."""
+
+from . import accumulators, copies, decompose, elementwise, mma, smem, tma
+
+__all__ = ["accumulators", "copies", "decompose", "elementwise", "mma", "smem", "tma"]

@@ -1,0 +1,462 @@
+"""Accumulator rules: the ``Init`` of a register accumulator, and its store into global memory
+(``Move RF -> GL``, or ``Reduce RF -> GL`` when partial results over units must be combined
+first), with the epilogue's element-wise ops fused on the way.
+
+The store walks the register layout of the accumulator: each thread visits its fragment values
+in runs adjacent along the contiguous dim (pairs), applies the ops in f32 (loading the extra
+tensors they read — a bias, a residual — with one vector load where the run allows), converts and
+stores with one vector store where the row length keeps it aligned; everything is predicated
+against the tensor's limits, so partial tiles need no special case::
+
+    for each fragment tile (unrolled):  for each run of 2 values of this lane:
+        epi = acc[r .. r+1];  epi += bias[col ..];  epi = relu(epi);  C[row, col ..] = cvt(epi)
+
+Partial results over units (split-K across warps) are combined through shared memory first:
+every part but the first writes its fragments, a barrier, the first part adds them up.
+
+On sm_90a, inside warp-specialized consumer warpgroups, a wgmma accumulator goes through shared
+memory and TMA stores instead (``store_via_tma``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ... import ir
+from ... import ops as fops
+from ...dtypes import f32
+from ...hardware.atoms import catalog, sm90a
+from ...hardware.atoms.base import WGMMA
+from ...ir.expr import IntExpr, Var, binop, ge, land, lt
+from ...schedule import Node
+from ...spec import Init, Move, Reduce
+from ..context import err, key
+from ..layouts import RFLayout, value_runs
+from ..lowerer import Lowerer, spec_rule
+from .smem import gl_offset
+
+LONG_FRAGMENT_RUNS = 4       # fragments with more runs iterate their repeated blocks in a loop
+SPAN = 128                   # bytes of one 128B-swizzle row (a chunk of the TMA-store staging)
+STORE_BUFFERS = 2            # TMA-store staging buffers per consumer warpgroup
+EPILOGUE_BARRIER = 1         # named barrier id of consumer warpgroup 0 (warpgroup w uses 1 + w)
+
+
+@spec_rule(Init, "RF")
+def init_registers(lw: Lowerer, node: Node, ctx) -> list:
+    lay = lw.reg_layout(node.spec.dst, node)
+    buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, lay.size)
+    return [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(node.spec.value))]
+
+
+@spec_rule(Move, "RF", "GL")
+def store(lw: Lowerer, node: Node, ctx) -> list:
+    return _store(lw, node, ctx, reduce_vars=())
+
+
+@spec_rule(Reduce, "RF", "GL")
+def combine_and_store(lw: Lowerer, node: Node, ctx) -> list:
+    return _store(lw, node, ctx, reduce_vars=node.spec.axes)
+
+
+def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
+    spec = node.spec
+    src, dst = spec.src, spec.dst
+    lay = lw.reg_layout(src, node)
+    acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
+    if _via_tma(lw, node, ctx, lay):
+        return store_via_tma(lw, node, ctx, lay, acc)
+    vars_, base, items, frag_loop = frag_iter(lw, ctx, lay)
+    go = ctx.origin[key(dst)]
+    glim = ctx.limit[key(dst)]
+    out: list = [ir.Comment(f"{spec}")]
+    rep = [(v, c) for v, c in lay.replicas if v in reduce_vars or not reduce_vars]
+    if reduce_vars and rep:
+        out += _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep)
+    rdim, cdim = lay.dims
+    stmts = []
+    for vs, coord, off in items:
+        row = go[rdim] + coord[rdim]
+        col = go[cdim] + coord[cdim]
+        stmts += epilogue_run(lw, ctx, node, ops_of(spec), acc, base + off, len(vs), dst, row, col, glim)
+    body = ir.Seq(tuple(stmts))
+    if frag_loop is not None:
+        body = ir.For(frag_loop, frag_loop.extent, body, unroll=True)
+    for v in reversed(vars_):
+        body = ir.For(v, v.extent, body, unroll=True)
+    if rep:
+        body = ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), body)
+    out.append(body)
+    return out
+
+
+def ops_of(spec) -> tuple:
+    return tuple(getattr(spec, "ops", ()) or ())
+
+
+@functools.lru_cache(maxsize=None)
+def _repeat(tv) -> tuple[int, int, int] | None:
+    """(values per block, row shift, col shift) when the fragment's values repeat in blocks whose
+    coordinates shift by the same amount for every thread (wgmma's 64xN accumulator repeats an
+    8-column block N/8 times); None otherwise."""
+    nv, nt = tv.num_values, tv.num_threads
+    table = np.array([[tv.coord(t, v) for v in range(nv)] for t in range(nt)])
+    for block in range(2, nv // 2 + 1):
+        if nv % block:
+            continue
+        shift = table[0, block] - table[0, 0]
+        blocks = table.reshape(nt, nv // block, block, 2)
+        want = blocks[:, :1] + np.arange(nv // block)[None, :, None, None] * shift[None, None, None, :]
+        if np.array_equal(blocks, want):
+            return block, int(shift[0]), int(shift[1])
+    return None
+
+
+def frag_iter(lw: Lowerer, ctx, lay: RFLayout):
+    """(unrolled loop vars, [(values, coordinate exprs relative to the tensor, register offset)],
+    the loop over repeated value blocks or None) for every fragment run of this thread."""
+    vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
+    origin = {d: 0 for d in lay.dims}
+    for (d, _c, s), v in zip(lay.seq, vars_):
+        origin[d] = origin[d] + v * s
+    for d, _c, s, var in lay.par:
+        origin[d] = origin[d] + ctx.vars[var] * s
+    base = lay.offset({d: sum(v * s for (dd, c, s), v in zip(lay.seq, vars_) if dd == d) for d in lay.dims})
+    tv = lay.tv
+    lane = ctx.scope.tid % lay.atom.threads
+    runs = value_runs(tv)
+    rep = _repeat(tv) if len(runs) > LONG_FRAGMENT_RUNS else None
+    items = []
+    if rep is None:
+        for vs in runs:
+            r, c = tv.coord(lane, vs[0])
+            items.append((vs, {lay.dims[0]: origin[lay.dims[0]] + r, lay.dims[1]: origin[lay.dims[1]] + c}, vs[0]))
+        return vars_, base, items, None
+    block, dr, dc = rep
+    j = Var(f"f{lw.pb.tmp()}", tv.num_values // block)
+    for vs in runs:
+        if vs[0] >= block:
+            break
+        r, c = tv.coord(lane, vs[0])
+        items.append((vs, {lay.dims[0]: origin[lay.dims[0]] + r + j * dr,
+                           lay.dims[1]: origin[lay.dims[1]] + c + j * dc}, j * block + vs[0]))
+    return vars_, base, items, j
+
+
+def _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep) -> list:
+    """Partial results over units (split-K across warps): parts 1.. write their fragments to
+    shared memory, part 0 adds them up."""
+    if len(rep) != 1:
+        raise err(node, "split-K across warps can be applied once per block")
+    (var, parts), = rep
+    m, n = lay.shape
+    red = lw.kb.shared_buf("splitk_smem", f32, (parts - 1) * m * n, 128, f"split-K partials {parts - 1} x {m}x{n} f32")
+    kp = ctx.vars[var]
+    st4 = catalog.copy_atom("RF", "SH", 4)
+    ld4 = catalog.copy_atom("SH", "RF", 4)
+    tmp = lw.kb.reg("splitk_tmp", f32, 1)
+    rdim, cdim = lay.dims
+    writes, reads = [], []
+    for vs, coord, off in items:
+        for j, _v in enumerate(vs):
+            r, c = coord[rdim], coord[cdim] + j
+            reg = ir.RegRef(acc, base + off + j)
+            writes.append(ir.AtomCall(st4, (("dst", ir.MemRef(red, (kp - 1) * (m * n) + r * n + c)), ("src", reg))))
+            for p in range(1, parts):
+                roff = (p - 1) * (m * n) + r * n + c
+                reads.append(ir.AtomCall(ld4, (("dst", ir.RegRef(tmp, 0)), ("src", ir.MemRef(red, roff)))))
+                reads.append(ir.Pointwise("add", reg, (reg, ir.RegRef(tmp, 0))))
+
+    def nest(stmts):
+        b = ir.Seq(tuple(stmts))
+        for v in reversed(vars_):
+            b = ir.For(v, v.extent, b, unroll=True)
+        return b
+
+    return [ir.Comment(f"split-K over {parts} warp groups: reduce through shared memory"),
+            ir.If(ge(kp, 1), nest(writes)), ir.Barrier("partials written"), ir.If(lt(kp, 1), nest(reads))]
+
+
+# --------------------------------------------------------------------------- epilogue ops
+
+def epilogue_run(lw, ctx, node, ops_, acc, reg_off, p, dst, row, col, glim) -> list:
+    """Apply ``ops_`` to ``p`` adjacent accumulator values at (row, col..col+p-1) and store."""
+    out_dt = dst.dtype
+    gbuf = lw.kb.gbuf(dst, write=True)
+    rdim, cdim = lw.pb.out_axes()
+    coord = {**ctx.origin.get(key(dst), {}), rdim: row, cdim: col}
+    goff = gl_offset(gbuf, dst.tensor, coord)
+    stmts = []
+    work = lw.kb.reg("epi", f32, p)
+    for j in range(p):
+        stmts.append(ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, reg_off + j),)))
+    stmts += apply_ops(lw, ctx, ops_, work, p, row, col, glim)
+    return stmts + store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim)
+
+
+def apply_ops(lw, ctx, ops_, work, p, row, col, glim, preloaded=None) -> list:
+    """The epilogue ops on ``p`` f32 registers of ``work`` (columns ``col`` .. ``col + p - 1`` of
+    row ``row``).  Extra tensors are loaded here, ``p`` elements with one vector load where the row
+    length allows it, unless ``preloaded`` maps the extra's name to f32 registers that already hold
+    its ``p`` values (a bias shared by several rows of a fragment)."""
+    stmts = []
+    for op in ops_:
+        for name, args in op.scalar():
+            srcs_of = []
+            for a in args:
+                if isinstance(a, fops.Extra) and preloaded and a.name in preloaded:
+                    srcs_of.append(preloaded[a.name])
+                elif isinstance(a, fops.Extra):
+                    xf, loads = load_extra(lw, ctx, a, p, row, col, glim)
+                    stmts += loads
+                    srcs_of.append(xf)
+                else:
+                    srcs_of.append(float(a))
+            for j in range(p):
+                srcs = [ir.RegRef(work, j)] + [ir.RegRef(x, j) if isinstance(x, ir.RegBuffer) else x
+                                               for x in srcs_of]
+                stmts.append(ir.Pointwise(name, ir.RegRef(work, j), tuple(srcs)))
+    return stmts
+
+
+def load_extra(lw, ctx, a, p, row, col, glim):
+    """``p`` values of extra tensor ``a`` at (row, col .. col + p - 1) into new f32 registers:
+    (the register buffer, the statements).  Out-of-range elements read as zero."""
+    buf = lw.kb.extra_buf(a)
+    xr = lw.kb.reg(f"x_{a.name}", buf.dtype, p)
+    xf = lw.kb.reg(f"xf_{a.name}", f32, p)
+    stmts = load_extra_raw(lw, ctx, a, p, row, col, glim, xr, 0)
+    stmts += [ir.Pointwise("cvt", ir.RegRef(xf, j), (ir.RegRef(xr, j),)) for j in range(p)]
+    return xf, stmts
+
+
+def load_extra_raw(lw, ctx, a, p, row, col, glim, xr, off) -> list:
+    """Loads of ``p`` values of extra tensor ``a`` at (row, col ..) into registers ``xr[off ..]``
+    of its own dtype: one vector load when the p elements are contiguous, aligned and in range
+    together (col a multiple of p, as fragment pairs are, and the row length a multiple of p)."""
+    buf = lw.kb.extra_buf(a)
+    w = buf.dtype.bits // 8
+    rdim, cdim = lw.pb.out_axes()
+    in_row = lt(row, glim[rdim])
+    n_lim = glim[cdim]
+    if a.kind == "vector_m":
+        offs = [(row, in_row)] * p
+    elif a.kind == "vector_n":
+        offs = [(col + j, lt(col + j, n_lim)) for j in range(p)]
+    else:
+        out = lw.pb.output
+        origin = ctx.origin.get((out.name, "GL"), {})
+        dims = lw.pb.extra_dims(a)
+        offs = []
+        for j in range(p):
+            coord = {**origin, rdim: row, cdim: col + j}
+            o = 0
+            for d, s in zip(dims, buf.strides):
+                o = o + coord.get(d, 0) * s
+            offs.append((o, land(in_row, lt(col + j, n_lim))))
+    vec = (p > 1 and a.kind != "vector_m" and isinstance(n_lim, int) and n_lim % p == 0
+           and buf.shape[-1] % p == 0 and (p * w) in (2, 4, 8, 16))
+    if vec:
+        return [ir.AtomCall(catalog.copy_atom("GL", "RF", p * w),
+                            (("dst", ir.RegRef(xr, off)), ("src", ir.MemRef(buf, offs[0][0]))), offs[0][1],
+                            comment=f"{a.name} for the epilogue")]
+    return [ir.AtomCall(catalog.copy_atom("GL", "RF", w),
+                        (("dst", ir.RegRef(xr, off + j)), ("src", ir.MemRef(buf, o))), pred,
+                        comment=f"{a.name} for the epilogue") for j, (o, pred) in enumerate(offs)]
+
+
+def store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim) -> list:
+    """Convert ``p`` f32 registers to ``out_dt`` and store them at ``goff`` (one vector store when
+    the row length keeps it aligned), predicated against the limits."""
+    rdim, cdim = lw.pb.out_axes()
+    n_lim = glim[cdim]
+    aligned = isinstance(n_lim, int) and n_lim % p == 0 and gbuf.shape[-1] % p == 0
+    outr = lw.kb.reg(f"out_{out_dt.name}", out_dt, p)
+    stmts = []
+    for j in range(p):
+        stmts.append(ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),)))
+    w = out_dt.bits // 8
+    if aligned and p > 1 and (p * w) in (2, 4, 8, 16):
+        atom = catalog.copy_atom("RF", "GL", p * w)
+        stmts.append(ir.AtomCall(atom, (("dst", ir.MemRef(gbuf, goff)), ("src", ir.RegRef(outr, 0))),
+                                 land(lt(row, glim[rdim]), lt(col, n_lim)), comment=gbuf.name))
+    else:
+        atom = catalog.copy_atom("RF", "GL", w)
+        for j in range(p):
+            stmts.append(ir.AtomCall(atom, (("dst", ir.MemRef(gbuf, goff + j)), ("src", ir.RegRef(outr, j))),
+                                     land(lt(row, glim[rdim]), lt(col + j, n_lim)), comment=gbuf.name))
+    return stmts
+
+
+# --------------------------------------------------------------------------- TMA-store epilogue
+
+def _via_tma(lw, node, ctx, lay) -> bool:
+    """The store goes through shared memory and TMA when a warp-specialized consumer warpgroup
+    stores a wgmma accumulator into a C whose rows TMA can address (its consumer warpgroups
+    synchronise among themselves with named barriers, so staging costs no block-wide barrier)."""
+    if not (ctx.specialized and lw.target.has_tma and lay.atom.family == WGMMA and not lay.replicas):
+        return False
+    return staging(lw, node, lay) is not None
+
+
+def staging(lw, node, lay):
+    """(buffer size, tensor map, columns per chunk) of the TMA-store epilogue, or None where C
+    cannot take TMA stores (rows not a multiple of 16 bytes, an output narrower than 16 bits, a
+    tile that is no whole number of 128-byte chunks)."""
+    dst = node.spec.dst
+    gc = lw.pb.gbuf(dst)
+    ob = gc.dtype.bits // 8
+    if gc.dtype.bits < 16 or (gc.shape[-1] * ob) % 16 or len(gc.shape) != 2:
+        return None
+    cc = SPAN // ob
+    if lay.shape[1] % cc:
+        return None
+    return cc
+
+
+def store_via_tma(lw, node, ctx, lay, acc) -> list:
+    """Registers -> swizzled shared memory -> TMA store, 64 rows x one 128-byte span of columns
+    at a time, double-buffered per warpgroup::
+
+        for each column chunk c (BN / span of them; counted on across a persistent block's tiles):
+          thread 0 of the warpgroup: wait until its store of chunk c-2 has read its buffer
+          barrier (the warpgroup's 128 threads)     # the buffer is free
+          each thread: ops on its D pairs of chunk c, cvt, st.shared into buffer c % 2
+          fence.proxy.async; barrier (warpgroup)   # the tile is visible to the async proxy
+          thread 0 of the warpgroup: TMA store of the 64 x span box; commit
+
+    TMA drops the parts of a box outside C, so edge tiles need no predicates.  A bias over N is
+    loaded when the tile starts (in flight during the K loop) and parked in the warpgroup's shared
+    copy, which the chunks read (``_vector_prefetch``).  The last stores are waited for when the
+    role ends."""
+    spec = node.spec
+    dst = spec.dst
+    cc = staging(lw, node, lay)
+    gc = lw.pb.gbuf(dst)
+    out_dt = gc.dtype
+    ob = out_dt.bits // 8
+    BN = lay.shape[1]
+    nwg = 1
+    for _d, c, _s, _v in lay.par:
+        nwg *= c
+    buf = lw.kb.shared_buf("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024,
+                           f"{nwg} consumer warpgroups x {STORE_BUFFERS} buffers x 64x{cc} {out_dt}, "
+                           f"128B swizzle (TMA-store staging)")
+    tmap = lw.kb.param(ir.TensorMapParam(f"tmap_{gc.name}", gc, (64, cc), SPAN), write=True)
+    lane = ctx.scope.tid % 128
+    wg = ctx.scope.tid // 128
+    go = ctx.origin[key(dst)]
+    rdim, cdim = lay.dims
+    m0 = go[rdim] + _par_offset(ctx, lay, rdim)
+    n0 = go[cdim] + _par_offset(ctx, lay, cdim)
+    glim = ctx.limit[key(dst)]
+    lead = lt(lane, 1)
+    pairs = cc // 8 * 2                       # D pairs of one thread inside one chunk
+    work = lw.kb.reg("epi", f32, 2)
+    outr = lw.kb.reg(f"out_{out_dt.name}", out_dt, 2)
+    st = catalog.copy_atom("RF", "SH", 2 * ob)
+    ops_ = ops_of(spec)
+    vec_smem = _vector_prefetch(lw, ctx, node, lay, lane, wg, n0, nwg)
+    out = [ir.Comment(f"{spec}: D fragments -> C_smem (128B swizzle) -> TMA store, {BN // cc} chunks of 64x{cc}")]
+    nc = BN // cc
+    shared_cols = [a for op in ops_ for _, args in op.scalar() for a in args if getattr(a, "kind", None) == "vector_n"]
+    for c in range(nc):
+        b = (ctx.tile_index * nc + c) % STORE_BUFFERS
+        base = (wg * STORE_BUFFERS + b) * 64 * cc
+        # pairs 2i and 2i+1 of a thread hold the same two columns in rows r and r + 8: a bias over N
+        # is loaded once for both
+        q = Var(f"e{c}", pairs // 2)
+        body = []
+        pre = {}
+        _, qcol = sm90a.d_coord(lane, c * pairs + 2 * q)
+        for a in shared_cols:
+            if a.name in pre:
+                continue
+            sbuf = vec_smem.get(a.name)
+            if sbuf is None:
+                pre[a.name], loads = load_extra(lw, ctx, a, 2, 0, n0 + qcol, glim)
+                body += loads
+                continue
+            raw = lw.kb.reg(f"x_{a.name}", sbuf.dtype, 2)
+            pre[a.name] = lw.kb.reg(f"xf_{a.name}", f32, 2)
+            body.append(ir.AtomCall(catalog.copy_atom("SH", "RF", 2 * sbuf.dtype.bits // 8),
+                                    (("dst", ir.RegRef(raw, 0)), ("src", ir.MemRef(sbuf, wg * BN + qcol))), 1,
+                                    f"{a.name} of columns +{2} (shared copy)"))
+            body += [ir.Pointwise("cvt", ir.RegRef(pre[a.name], j), (ir.RegRef(raw, j),)) for j in range(2)]
+        for h in range(2):
+            pair = c * pairs + 2 * q + h
+            r, col = sm90a.d_coord(lane, pair)
+            cw = col - c * cc                       # column inside the chunk
+            byte = cw * ob
+            sw = binop("^", byte // 16, r % 8) * 16 + byte % 16     # Swizzle<3,4,3> on the 128-byte rows
+            row_g, col_g = m0 + r, n0 + col
+            body += [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * pair + j),)) for j in range(2)]
+            body += apply_ops(lw, ctx, ops_, work, 2, row_g, col_g, glim, preloaded=pre)
+            body += [ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),))
+                     for j in range(2)]
+            body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
+                                         ("src", ir.RegRef(outr, 0))), 1, "C pair"))
+        out += [
+            ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
+                              comment="the store that last used this buffer has read it")),
+            ir.Barrier("the C_smem buffer is free", bar_id=EPILOGUE_BARRIER + wg, threads=128),
+            ir.For(q, pairs // 2, ir.Seq(tuple(body)), unroll=True),
+            _call(sm90a.fence_proxy_async, comment="st.shared -> visible to the TMA store"),
+            ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER + wg, threads=128),
+            ir.If(lead, ir.Seq((
+                _call(sm90a.tma_store_2d, tmap=tmap, c0=ir.Scalar(n0 + c * cc), c1=ir.Scalar(m0),
+                      src=ir.MemRef(buf, base), comment=f"C rows +64, columns {c * cc}..+{cc}"),
+                _call(sm90a.tma_commit)))),
+        ]
+    if ctx.hoists is not None:
+        end = ir.If(lt(lane, 1), _call(catalog.with_immediates(sm90a.tma_wait, n=0),
+                                       comment="the last TMA stores have completed"))
+        if end not in ctx.hoists.scope_end:
+            ctx.hoists.scope_end.append(end)
+    return out
+
+
+def _par_offset(ctx, lay, d) -> IntExpr:
+    off: IntExpr = 0
+    for dd, _c, s, var in lay.par:
+        if dd == d:
+            off = off + ctx.vars[var] * s
+    return off
+
+
+def _vector_prefetch(lw, ctx, node, lay, lane, wg, n0, nwg) -> dict:
+    """Biases over N: each is loaded from global memory when a tile starts (two elements per
+    consumer thread, in flight during the K loop) and stored after it into the warpgroup's shared
+    copy of the tile's BN values, so that the epilogue reads shared memory instead of waiting on
+    global loads.  Returns the shared buffers by name; the loads and stores go to the hoists."""
+    if ctx.hoists is None:
+        return {}
+    BN = lay.shape[1]
+    seen, bufs = set(), {}
+    rdim, cdim = lw.pb.out_axes()
+    out_t = lw.pb.output.tensor
+    glim = {rdim: out_t.extent(rdim), cdim: out_t.extent(cdim)}
+    mine = lt(lane, BN // 2)
+    for op in ops_of(node.spec):
+        for _, args in op.scalar():
+            for a in args:
+                if getattr(a, "kind", None) != "vector_n" or a.name in seen:
+                    continue
+                seen.add(a.name)
+                dt = lw.kb.extra_buf(a).dtype
+                sbuf = lw.kb.shared_buf(f"{a.name}_smem", dt, nwg * BN, 16, f"{a.name}[n0 .. n0+{BN}) per consumer "
+                                                                            f"warpgroup")
+                raw = lw.kb.reg(f"xt_{a.name}", dt, 2)
+                ctx.hoists.tile_start.append(
+                    ir.If(mine, ir.Seq(tuple(load_extra_raw(lw, ctx, a, 2, 0, n0 + 2 * lane, glim, raw, 0)))))
+                ctx.hoists.before_post.append(
+                    ir.If(mine, ir.AtomCall(catalog.copy_atom("RF", "SH", 2 * dt.bits // 8),
+                                            (("dst", ir.MemRef(sbuf, wg * BN + 2 * lane)), ("src", ir.RegRef(raw, 0))),
+                                            1, f"{a.name} for this tile's epilogue")))
+                bufs[a.name] = sbuf
+    return bufs
+
+
+def _call(atom, comment="", pred=1, **args):
+    return ir.AtomCall(atom, tuple(args.items()), pred, comment)

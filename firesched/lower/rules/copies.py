@@ -1,0 +1,222 @@
+"""Move rules between global, shared and register memory, each picking its atom from the layouts
+around it.
+
+* ``Move GL -> SH`` (``move_to_smem``): every thread of the scope copies 16-byte chunks (the widest
+  ``cp.async`` that the row length and the tile width allow, or the atom ``via=`` names) into the
+  shared layout, zero-filling what lies outside the tensor; rows that are not 4-byte aligned
+  fall back to element copies through registers.  A ``via=`` TMA atom hands the move to the TMA
+  rule (``tma``).
+* ``Move SH -> RF`` (``move_to_regs``): the ldmatrix variant whose fragments are exactly the ones
+  the consuming atom reads (checked lane by lane and value by value against the register
+  layout); prologue ops run on the fragments right after the load.
+"""
+
+from __future__ import annotations
+
+from ... import ir
+from ...hardware.atoms import catalog, sm80
+from ...hardware.atoms.base import CP_ASYNC, LDMATRIX, Atom
+from ...ir.expr import IntExpr, Var, land, lt
+from ...schedule import Node
+from ...spec import Move
+from ...tensor import WARP
+from ..context import err, key
+from ..layouts import RFLayout, coords
+from ..lowerer import Lowerer, spec_rule
+from .smem import gl_offset, sh_offset, shared_buffer
+
+COPY_WIDTHS = (16, 8, 4)     # cp.async widths, widest first
+LDMATRIX_ATOMS = (sm80.ldmatrix_x4, sm80.ldmatrix_x4_trans, sm80.ldmatrix_x2, sm80.ldmatrix_x2_trans,
+            sm80.ldmatrix_x1, sm80.ldmatrix_x1_trans)
+
+
+class SyncCopy:
+    """An element-wise synchronous copy through a register (rows not 4-byte aligned)."""
+
+    family = "sync_copy"
+
+    def __init__(self, width: int):
+        self.width = width
+
+    def values_for(self, dt) -> int:
+        return max(1, self.width * 8 // dt.bits)
+
+
+@spec_rule(Move, "GL", "SH")
+def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
+    spec: Move = node.spec
+    src, dst = spec.src, spec.dst
+    t = src.tensor
+    lay = lw.smem_layout(dst)
+    cdim = lay.col_dim
+    rows, cols = lay.rows, lay.cols
+    eb = t.dtype.bits
+    gbuf = lw.kb.gbuf(src)
+    sbuf = shared_buffer(lw, dst)
+    o = ctx.origin[key(src)]
+    lim = ctx.limit[key(src)]
+    ld = t.extent(cdim)
+    atom = copy_atom(node, cols, ld, eb)
+    if atom.family == CP_ASYNC and not lw.target.supports(atom):
+        raise err(node, f"{lw.target.name} has no cp.async to fill shared memory with", field="target",
+                  value=lw.target.name, allowed="sm_80 and later", fix="check/compile for sm_80 or later")
+    vec = atom.values_for(t.dtype) if atom.family in (CP_ASYNC, "copy") else 1
+    cpr = cols // vec
+    total = rows * cpr
+    T = ctx.scope.threads
+    iters = -(-total // T)
+    out: list = [ir.Comment(f"{spec}: {total} chunks of {vec} x {t.dtype} over {T} threads")]
+    it = Var(f"c{lw.pb.tmp()}", iters)
+    chunk = it * T + ctx.scope.tid
+    r = chunk // cpr
+    cc = (chunk % cpr) * vec
+    in_tile = lt(chunk, total) if total % T else 1
+    local = _rows_to_coords(lay, dst.tensor, r)
+    local[cdim] = cc
+    gcoord = {d: o[d] + local.get(d, 0) for d in t.storage_dims}
+    goff = gl_offset(gbuf, t, gcoord)
+    soff = lay.offset(lay.row(local, dict(zip(dst.tensor.dims, dst.tensor.shape))), cc, ctx.stage.get(dst.name, 0))
+    in_bounds = land(*[lt(gcoord[d], lim[d]) for d in t.storage_dims if d in lim])
+    if atom.family == CP_ASYNC:
+        # chunks outside the tensor are zero-filled by cp.async itself (src-size 0); chunks
+        # outside the tile (when threads outnumber them) are not issued at all
+        call = ir.AtomCall(atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.MemRef(gbuf, goff))),
+                           in_bounds, comment=f"{t.name} tile -> shared")
+        stmts = [call] if in_tile == 1 else [ir.If(in_tile, call)]
+    else:
+        tmp = lw.kb.reg(f"{t.name}_stage_tmp", t.dtype, vec)
+        ld_atom = catalog.copy_atom("GL", "RF", atom.width)
+        st_atom = catalog.copy_atom("RF", "SH", atom.width)
+        load = ir.AtomCall(ld_atom, (("dst", ir.RegRef(tmp, 0)), ("src", ir.MemRef(gbuf, goff))),
+                           land(in_tile, in_bounds),
+                           comment=f"{t.name}: unaligned rows, synchronous element copy")
+        store = ir.AtomCall(st_atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.RegRef(tmp, 0))), in_tile)
+        stmts = [load, store]
+    out.append(ir.For(it, iters, ir.Seq(tuple(stmts)), unroll=True))
+    return out
+
+
+def _rows_to_coords(lay, tensor, r: IntExpr) -> dict[str, IntExpr]:
+    """Frame coordinates of flat row ``r`` over the layout's row dims (outermost first)."""
+    out: dict[str, IntExpr] = {}
+    shape = dict(zip(tensor.dims, tensor.shape))
+    rest = r
+    for i, d in enumerate(reversed(lay.row_dims)):
+        if i == len(lay.row_dims) - 1:
+            out[d] = rest
+        else:
+            out[d] = rest % shape[d]
+            rest = rest // shape[d]
+    return out
+
+
+def copy_atom(node: Node, cols: int, ld: int, eb: int):
+    """The widest chunk copy for a tile ``cols`` elements wide out of rows ``ld`` elements long.
+
+    Tile origins along the contiguous dim are multiples of the tile width (and split-K parts
+    multiples of 64), so whole chunks stay inside or outside the tensor when the row length and the
+    tile width are multiples of the chunk."""
+    user = node.via[0] if node.via else None
+    for w in COPY_WIDTHS:
+        v = w * 8 // eb
+        if v and cols % v == 0 and ld % v == 0 and (user is None or user.width == w):
+            a = catalog.copy_atom("GL", "SH", w)
+            if user is None or user == a:
+                return a
+    if user is not None:
+        raise err(node, f"{user!r} cannot copy this tile: rows of {ld} elements are not "
+                        f"{user.width}-byte aligned or the tile width {cols} is not a multiple",
+                  field="via", value=user, fix="drop via= to let firesched choose the widest legal copy")
+    w = eb // 8
+    if w < 1:
+        raise err(node, f"sub-byte tensors need 16-byte aligned rows (row length {ld})")
+    return catalog.copy_atom("GL", "SH", w) if w >= 4 else SyncCopy(w)
+
+
+# --------------------------------------------------------------------------- SH -> RF
+
+@spec_rule(Move, "SH", "RF")
+def shared_to_registers(lw: Lowerer, node: Node, ctx) -> list:
+    spec: Move = node.spec
+    src, dst = spec.src, spec.dst
+    lay = lw.reg_layout(dst, node)
+    if spec.level != WARP:
+        raise err(node, "register fragments are loaded per warp: apply move_to_regs after to_warps()",
+                  field="level", value=str(spec.level), allowed="warp")
+    rdim, cdim = src.tensor.storage_dims[-2:]
+    candidates = [node.atom] if node.atom is not None else list(LDMATRIX_ATOMS)
+    reasons = []
+    for atom in candidates:
+        if not lw.target.supports(atom):
+            reasons.append(f"{atom.name}: {lw.target.name} has no ldmatrix")
+            continue
+        why = ldmatrix_fits(atom, lay, src, rdim, cdim)
+        if why is None:
+            return _emit_ldmatrix(lw, node, ctx, atom, lay, src, dst, rdim, cdim)
+        reasons.append(f"{atom.name}: {why}")
+    raise err(node, f"no ldmatrix delivers {dst.name}'s fragments in the layout "
+                    f"{lay.atom.name} reads:\n    " + "\n    ".join(reasons),
+              field="atom", value=node.atom,
+              fix="drop atom= to let firesched choose, or stage the operand with the other majorness")
+
+
+def ldmatrix_fits(atom: Atom, lay: RFLayout, src, rdim: str, cdim: str) -> str | None:
+    """Why ``atom`` cannot load the fragments of ``lay`` from ``src`` (None when it can)."""
+    if atom.family != LDMATRIX:
+        return "not an ldmatrix"
+    if src.dtype.bits != 16:
+        return f"ldmatrix moves 16-bit elements, {src.name} is {src.dtype}"
+    ar, ac = atom.operand("dst").tv.tile
+    g = {rdim: ar, cdim: ac}
+    part = lay.unit_part()
+    for d in (rdim, cdim):
+        if part[d] % g[d]:
+            return f"its {ar}x{ac} tile does not divide the warp's {part[rdim]}x{part[cdim]} part"
+    tv = atom.operand("dst").tv
+    cs = coords(tv)
+    for i0 in range(0, part[rdim], ar):
+        for i1 in range(0, part[cdim], ac):
+            base = None
+            for lane in range(32):
+                for v in range(tv.num_values):
+                    r, c = cs[lane][v]
+                    logical = {rdim: i0 + r, cdim: i1 + c}
+                    own_lane, off = lay.owner((logical[lay.dims[0]], logical[lay.dims[1]]))
+                    if own_lane != lane:
+                        return (f"lane {lane} would receive element {logical} that the consumer expects "
+                                f"in lane {own_lane}")
+                    if lane == 0 and v == 0:
+                        base = off
+                    elif off != base + v:
+                        return "the values arrive in a register order the consumer does not use"
+    return None
+
+
+def _emit_ldmatrix(lw, node, ctx, atom, lay, src, dst, rdim, cdim) -> list:
+    """One ldmatrix per atom tile of the warp's part, unrolled here so that each issue's first
+    register is a constant (an x1/x2 issue may start inside a consumer fragment)."""
+    ar, ac = atom.operand("dst").tv.tile
+    part = lay.unit_part()
+    rbuf = lw.kb.reg(f"{dst.name}_frag", dst.dtype, lay.size)
+    sbuf = shared_buffer(lw, src)
+    addr = atom.operand("src").addr
+    lane = ctx.scope.tid % 32
+    a_idx = addr(lane % addr.size())
+    a_r, a_c = a_idx % ar, a_idx // ar
+    so = ctx.origin[key(src)]
+    r0, c0 = atom.operand("dst").tv.coord(0, 0)
+    ops_ = tuple(getattr(node.spec, "ops", ()) or ())
+    stmts: list = [ir.Comment(f"{node.spec}: {atom.name}")]
+    for i0 in range(0, part[rdim], ar):
+        for i1 in range(0, part[cdim], ac):
+            first = {rdim: i0 + r0, cdim: i1 + c0}
+            _, reg_off = lay.owner((first[lay.dims[0]], first[lay.dims[1]]))
+            soff = sh_offset(lw, src, ctx, {rdim: so[rdim] + i0 + a_r, cdim: so[cdim] + i1 + a_c})
+            stmts.append(ir.AtomCall(atom, (("dst", ir.RegRef(rbuf, reg_off)), ("src", ir.MemRef(sbuf, soff))),
+                                     comment=f"{src.name} fragments for {lay.atom.name}"))
+            for op in ops_:
+                for name, args in op.scalar():
+                    for v in range(atom.operand("dst").values):
+                        r = ir.RegRef(rbuf, reg_off + v)
+                        stmts.append(ir.Pointwise(name, r, (r, *args)))
+    return stmts

@@ -1,0 +1,142 @@
+"""The decomposition rule and the loop rules.
+
+A node a strategy refined lowers as its ``pre`` children, then its loops around its ``body``
+children, then its ``post`` children.  Each loop is one of:
+
+* mapped onto a level (blocks, warpgroups, warps, threads): its variable is already bound to the
+  unit's index (by the launch or the role); the rule only moves the operands' origins;
+* a sequential loop over tiles: a ``For`` (unrolled below the block level, where its variable
+  may index registers); the origins of the operands that have the loop's dim advance by the step
+  each iteration, and where the last tile is partial, the global limit tightens so that the
+  copies predicate it;
+* a reduction loop whose body fills shared memory: a software pipeline (``transforms.pipeline``).
+
+Partial tiles are predicated only where the data is in global memory.  A loop that cuts an
+on-chip operand (shared or registers) into tiles that do not divide it would read or write past
+the tile: that is a ``ScheduleError`` naming the strategy, before any code is built.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ... import ir
+from ...ir.expr import IntExpr, Var, minimum
+from ...schedule import Loop, Node
+from ...tensor import GL, WARPGROUP
+from ..context import err, frames, key
+from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wants
+
+
+@decomposition_rule
+def decomposition(lw: Lowerer, node: Node, ctx) -> list:
+    ctx = frames(ctx, [node.spec] + [p.spec for p in node.pre])
+    hoists = ctx.hoists if ctx.hoist_node is node else None
+    if hoists is not None:
+        # the hoists belong to this node only: children do not splice them again
+        ctx = attrs.evolve(ctx, hoist_node=None)
+    out: list = []
+    for p in node.pre:
+        if wants(p, ctx):
+            out += lw.lower(p, ctx)
+    out += loops(lw, node, ctx, list(node.loops))
+    post: list = []
+    for p in node.post:
+        if wants(p, ctx):
+            post += lw.lower(p, ctx)
+    if hoists is None:
+        return out + post
+    return hoists.tile_start + out + hoists.before_post + post
+
+
+def body(lw: Lowerer, node: Node, ctx) -> list:
+    out: list = []
+    for c in node.body:
+        ctx = frames(ctx, [c.spec])
+        if wants(c, ctx):
+            out += lw.lower(c, ctx)
+    return out
+
+
+@loops_rule
+def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
+    if not rest:
+        return body(lw, node, ctx)
+    lp, rest = rest[0], rest[1:]
+    check_divides(node, lp)
+    if lp.unit is not None:
+        var = ctx.vars.get(lp.var)
+        if var is None:
+            raise err(node, f"the loop {lp} is mapped onto {lp.unit}s, which this part of the kernel "
+                            "cannot map (blocks map at the kernel level, warps and threads inside a block)")
+        return loops(lw, node, advance(ctx, node, lp, var), rest)
+    special = special_loop(lw, node, lp)
+    if special is not None:
+        return special(lw, node, ctx, lp, rest)
+    v = Var(lp.var, lp.count)
+    inner = loops(lw, node, advance(ctx, node, lp, v), rest)
+    if not inner:
+        return []
+    return [ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP)]
+
+
+def check_divides(node: Node, lp: Loop) -> None:
+    """A tile loop over an on-chip operand must divide it: nothing predicates shared or register
+    accesses (the copies that fill them zero what lies outside global memory instead)."""
+    sp = node.spec
+    child = node.body[-1].spec if node.body else sp
+    for d, step in lp.steps:
+        for t in list(sp.operands) + [t for t in child.operands if t.name not in {x.name for x in sp.operands}]:
+            if t.memory == GL or d not in t.tensor.dims:
+                continue
+            ext = t.extent(d)
+            if ext % step:
+                what = f"{lp.unit}s" if lp.unit is not None else "tiles"
+                fixes = sorted({s for s in range(1, ext + 1) if ext % s == 0 and s <= step}, reverse=True)[:3]
+                raise err(node, f"the {d} {what} of {step} do not divide {t.name}:{t.memory}'s {d} extent {ext}: "
+                                f"{t.name} lives on chip, where a partial tile cannot be predicated (it would read "
+                                f"or write past the tile)", strategy=node.strategy, field=d, value=step,
+                          allowed=f"a divisor of {ext} (e.g. {', '.join(map(str, fixes))}), or change the tile "
+                                  f"that made the {d} extent {ext}")
+
+
+def advance(ctx, node: Node, lp: Loop, var: IntExpr):
+    """Move the origin of every tensor in scope that has one of the loop's dims (shared and
+    register tensors created inside the loop are not in scope yet, so they keep their frame)."""
+    for k in list(ctx.origin):
+        o = dict(ctx.origin[k])
+        lim = dict(ctx.limit.get(k, {}))
+        changed = False
+        for d, step in lp.steps:
+            if d not in o:
+                continue
+            changed = True
+            if k[1] == "GL" and d in lim:
+                parent_ext = _extent(node, k[0], d)
+                if parent_ext is not None and parent_ext % step:
+                    lim[d] = _min(lim[d], o[d] + parent_ext)
+            o[d] = o[d] + var * step
+        if changed:
+            ctx = ctx.with_origin(k, o)
+            if k[1] == "GL":
+                ctx = ctx.with_limit(k, lim)
+    return ctx
+
+
+def _extent(node: Node, name: str, dim: str) -> int | None:
+    """Extent along ``dim`` of global tensor ``name`` in the spec ``node`` tiles (or its child)."""
+    specs = [node.spec] + ([node.body[-1].spec] if node.body else [])
+    for sp in specs:
+        for t in sp.operands:
+            if t.name == name and t.memory == GL and dim in t.tensor.dims:
+                return t.extent(dim)
+    return None
+
+
+def _min(a: IntExpr, b: IntExpr) -> IntExpr:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return minimum(a, b)
+
+
+__all__ = ["decomposition", "body", "loops", "advance", "check_divides", "key"]

@@ -1,0 +1,459 @@
+"""Software pipelines: a reduction loop whose body fills shared memory becomes a ring of stages.
+
+One ``Ring`` protocol — stages; the producer's acquire, issue and commit of a stage; the
+consumers' wait for it and release of it — with two realisations:
+
+* ``CpAsyncRing``: every thread issues ``cp.async`` copies into the stage and commits them as a
+  group; waiting is ``cp.async.wait_group`` (at most S-2 groups in flight) plus a block barrier,
+  which is also what frees the stage read one iteration ago;
+* ``MbarrierRing``: one elected thread issues TMA boxes that complete a transaction count on the
+  stage's *full* mbarrier; consumers wait on its phase parity.  With warp specialization the
+  consumers release a stage by arriving on its *empty* mbarrier, which the producer waits on
+  before refilling it; in a thread-block cluster they arrive in every block whose producer
+  multicasts into this block.
+
+The loop around the ring has two shapes.  In one role (every thread both issues and computes)::
+
+    prologue: issue tiles 0 .. S-2
+    for kt:   wait(kt); barrier                      # tile kt landed; stage (kt-1) % S is free
+              issue tile kt+S-1 into stage (kt+S-1) % S
+              compute tile kt from stage kt % S
+
+and with warp specialization (``transforms.specialize`` runs the producer part and the consumer
+part in different warpgroups)::
+
+    producer: for it: acquire(it) (wait empty); expect bytes; issue     consumers: for it: wait(it);
+                                                                                   compute; release
+
+Asynchronous MMAs (wgmma) in the compute part are bracketed here: a fence before them, a commit
+after, and a wait that keeps one group in flight (the previous stage is released once the group
+that read it has retired).  Where the compute part is fragment loads then MMAs over K steps, the
+fragments are double-buffered one step ahead (``prefetch_fragments``).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ... import ir
+from ...hardware.atoms import catalog, sm90a
+from ...hardware.atoms.base import LDMATRIX, MMA, TMA, WGMMA
+from ...ir.expr import IntExpr, Var, ge, land, lt, substitute
+from ...schedule import Node
+from ...spec import Move
+from ...tensor import BLOCK, GL, SH
+from ..context import CONSUMER, PRODUCER, Scope, err
+from ..lowerer import Lowerer, loop_rule
+from ..rules.decompose import advance
+
+
+def staged_moves(node: Node) -> list[Node]:
+    """The global -> shared moves a reduction loop of ``node`` fills every iteration: those of the
+    chain of loop-less refinements below it (the moves ``move_to_smem`` added beside the focus)."""
+    out = []
+    n = node
+    while True:
+        for c in n.body:
+            if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+                out.append(c)
+        nxt = n.body[-1] if n.body else None
+        if nxt is None or type(nxt.spec) is not type(node.spec) or nxt.loops or nxt.atom is not None:
+            return out
+        n = nxt
+
+
+def pipelined(lw: Lowerer, node: Node, lp) -> bool:
+    return (lp.unit is None and node.spec.level == BLOCK and lp.dim in node.spec.reduction_dims
+            and bool(staged_moves(node)))
+
+
+def ring_kind(node: Node) -> str:
+    moves = staged_moves(node)
+    kinds = {"tma" if (m.via and m.via[0].family == TMA) else "cp_async" for m in moves}
+    if len(kinds) > 1:
+        raise err(node, "one pipeline ring fills its stages either with TMA or with cp.async, not both: "
+                        + ", ".join(f"{m.spec.dst.name} by {'TMA' if m.via and m.via[0].family == TMA else 'cp.async'}"
+                                    for m in moves),
+                  fix="give every move_to_smem of the loop the same via=")
+    return kinds.pop()
+
+
+def ring_stages(lp, kind: str) -> int:
+    """Stages of the ring of loop ``lp``: a TMA ring has at least two (the issue of the next tile
+    overlaps the current one; one stage would serialise them)."""
+    return max(lp.stages, 2) if kind == "tma" else lp.stages
+
+
+# --------------------------------------------------------------------------- the rings
+
+@attrs.define(eq=False)
+class CpAsyncRing:
+    """Stages filled by every thread's cp.async copies, one commit group per stage."""
+
+    stages: int
+    elected: bool = False
+
+    def init(self) -> list:
+        return []
+
+    def before_issue(self, stage: IntExpr) -> list:
+        return []
+
+    def commit(self) -> list:
+        return [ir.AsyncCommit()]
+
+    commit_always = True       # a group per iteration, empty or not, keeps the wait count uniform
+
+    def wait(self, it: IntExpr) -> list:
+        return [ir.AsyncWait(max(self.stages - 2, 0))]
+
+    def drain(self) -> list:
+        return [ir.AsyncWait(0)]
+
+
+@attrs.define(eq=False)
+class MbarrierRing:
+    """Stages filled by TMA, each guarded by a *full* mbarrier (transaction bytes) and, when
+    producer and consumers are different warpgroups, an *empty* one (consumer arrivals)."""
+
+    stages: int
+    full: ir.MBarrier
+    empty: ir.MBarrier | None
+    stage_bytes: int
+    consumers: int = 1           # arrivals that release a stage (consumer warpgroups x cluster blocks)
+    cluster: int = 1
+    elected: bool = True
+
+    commit_always = False
+
+    @classmethod
+    def create(cls, lw: Lowerer, stages: int, stage_bytes: int, *, consumers: int = 0, cluster: int = 1):
+        full = lw.kb.mbarrier("full", stages, "one per stage: the stage's TMA bytes have landed")
+        empty = None
+        if consumers:
+            note = f"one per stage: all {consumers // cluster} consumer warpgroups are done reading it"
+            if cluster > 1:
+                note += f", in each of the cluster's {cluster} blocks (their multicasts write it)"
+            empty = lw.kb.mbarrier("empty", stages, note)
+        return cls(stages, full, empty, stage_bytes, consumers or 1, cluster)
+
+    def init(self) -> list:
+        """mbarrier initialisation by one thread, made visible before anyone uses the ring."""
+        S = self.stages
+        init = [_call(sm90a.mbarrier_init, bar=ir.MemRef(self.full, s), count=ir.Scalar(1)) for s in range(S)]
+        if self.empty is not None:
+            init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(self.empty, s), count=ir.Scalar(self.consumers))
+                     for s in range(S)]
+        return init + [_call(sm90a.fence_mbarrier_init)]
+
+    def full_bar(self, stage: IntExpr) -> ir.MemRef:
+        return ir.MemRef(self.full, stage)
+
+    def before_issue(self, stage: IntExpr) -> list:
+        return [_call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(self.full, stage),
+                      bytes=ir.Scalar(self.stage_bytes))]
+
+    def commit(self) -> list:
+        return []
+
+    def wait(self, it: IntExpr) -> list:
+        S = self.stages
+        return [_call(sm90a.mbarrier_try_wait, bar=ir.MemRef(self.full, it % S), parity=ir.Scalar((it // S) % 2),
+                      comment="the tile is in shared memory")]
+
+    def acquire(self, it: IntExpr) -> list:
+        S = self.stages
+        return [_call(sm90a.mbarrier_try_wait, bar=ir.MemRef(self.empty, it % S), parity=ir.Scalar((it // S + 1) % 2),
+                      comment="the consumers released the stage (the first round returns at once)")]
+
+    def release(self, stage: IntExpr, comment: str) -> ir.Stmt:
+        """One arrival on the stage's empty barrier; in a cluster, in every block (the producers of
+        all of them multicast into this block's stage)."""
+        if self.cluster == 1:
+            return _call(sm90a.mbarrier_arrive, bar=ir.MemRef(self.empty, stage), comment=comment)
+        return ir.Seq(tuple(_call(sm90a.mbarrier_arrive_cluster, bar=ir.MemRef(self.empty, stage), cta=ir.Scalar(q),
+                                  comment=f"{comment} (block rank {q})") for q in range(self.cluster)))
+
+    def drain(self) -> list:
+        return []
+
+
+def stage_bytes(node: Node) -> int:
+    """Bytes one stage of the ring of ``node``'s loop receives (every staged tile, whole)."""
+    total = 0
+    for m in staged_moves(node):
+        t = m.spec.dst.tensor
+        n = 1
+        for s in t.shape:
+            n *= s
+        total += n * t.dtype.bits // 8
+    return total
+
+
+def ring_for(lw: Lowerer, node: Node, lp, ctx):
+    """The ring of ``node``'s loop ``lp``: the launch's (warp specialization creates it before the
+    roles), or a new one whose initialisation joins the kernel's setup."""
+    if ctx.ring is not None:
+        return ctx.ring
+    kind = ring_kind(node)
+    S = ring_stages(lp, kind)
+    if kind == "cp_async":
+        return CpAsyncRing(S)
+    rings = lw.notes.setdefault("rings", {})
+    if id(lp) not in rings:
+        ring = MbarrierRing.create(lw, S, stage_bytes(node))
+        lw.notes.setdefault("setup", []).extend(
+            [ir.If(lt(ctx.scope.tid, 1), ir.Seq(tuple(ring.init()))), ir.Barrier("mbarriers initialised")])
+        rings[id(lp)] = ring
+    return rings[id(lp)]
+
+
+# --------------------------------------------------------------------------- the pipelined loop
+
+@loop_rule(pipelined)
+def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
+    staged = frozenset(m.spec.dst.name for m in staged_moves(node))
+    ring = ring_for(lw, node, lp, ctx)
+    n = lp.count
+    S = ring.stages
+
+    def issue(kt: IntExpr, stage: IntExpr) -> list:
+        c = advance(ctx, node, lp, kt)
+        scope = ctx.scope
+        if ring.elected and not scope.elected:
+            scope = attrs.evolve(scope, elected=True)
+        c = attrs.evolve(c, part=PRODUCER, staged=staged, ring=ring, scope=scope,
+                         stage={**ctx.stage, **{s: stage for s in staged}})
+        return ring.before_issue(stage) + lw.loops(node, c, rest)
+
+    def compute(kt: IntExpr, stage: IntExpr) -> tuple[list, bool]:
+        c = attrs.evolve(advance(ctx, node, lp, kt), part=CONSUMER, staged=staged, ring=ring, async_mma=True,
+                         stage={**ctx.stage, **{s: stage for s in staged}})
+        body = lw.loops(node, c, rest)
+        return body, _has_async_mma(body)
+
+    it_base = ctx.tile_index * n
+
+    if ctx.part == PRODUCER:
+        kt = Var(lp.var, n)
+        it = it_base + kt
+        return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S))))]
+
+    if ctx.part == CONSUMER:
+        kc = Var(lp.var + "_c", n)
+        it = it_base + kc
+        body, is_async = compute(kc, it % S)
+        lane = ctx.scope.tid % 128
+        if is_async:
+            loop = [*ring.wait(it), _call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit),
+                    _call(catalog.with_immediates(sm90a.wgmma_wait, n=1), comment="the previous K tile's wgmma are done"),
+                    ir.If(land(ge(kc, 1), lt(lane, 1)), ring.release((it + S - 1) % S, "release the previous stage"))]
+            last = (it_base + n - 1) % S
+            tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+                    ir.If(lt(lane, 1), ring.release(last, "release the last stage"))]
+        else:
+            loop = [*ring.wait(it), *body, ir.If(lt(lane, 1), ring.release(it % S, "release the stage"))]
+            tail = []
+        return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, "
+                           + ("one wgmma group in flight" if is_async else "synchronous MMAs")),
+                ir.For(kc, n, ir.Seq(tuple(loop))), *tail]
+
+    # one role: every thread issues (or one elected thread) and computes
+    if isinstance(ring, CpAsyncRing) and S == 1:
+        kt = Var(lp.var, n)
+        body, _ = compute(kt, 0)
+        loop = [ir.Barrier("the previous tile's readers are done"), *issue(kt, 0), *ring.commit(),
+                ir.AsyncWait(0), ir.Barrier("the tile is in shared memory"), *body]
+        return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage cp.async pipeline"),
+                ir.For(kt, n, ir.Seq(tuple(loop)))]
+    what = "cp.async pipeline" if isinstance(ring, CpAsyncRing) else "TMA + mbarrier ring"
+    out: list = [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage {what}")]
+    if not isinstance(ctx.tile_index, int):
+        # a persistent block refills the ring for its next tile: every thread must be done with
+        # the stages the previous tile's last iterations read
+        out.append(ir.Barrier("the previous tile's readers are done with the ring"))
+    guard = _elected_guard(ring, ctx)
+    # the ring counts iterations across a persistent block's tiles: tile kt is ring iteration
+    # it_base + kt, in stage (it_base + kt) % S
+    kt = Var(lp.var, n)
+    it = it_base + kt
+    ahead = kt + (S - 1)
+    body, is_async = compute(kt, it % S if S > 1 else 0)
+    for s in range(S - 1):
+        ld = issue(s, (it_base + s) % S)
+        ld = ld if s < n else []
+        if ring.commit_always:
+            out += ld + ring.commit()
+        elif ld:
+            out.append(guard(ld))
+    issue_ahead = issue(ahead, (it + S - 1) % S)
+    if is_async:
+        body = [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit),
+                _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
+    if isinstance(ring, CpAsyncRing) and lp.prefetch:
+        split = split_ksteps(body)
+        if split is not None:
+            # the next tile's fragments come from stage (kt + 1) % S; lowered afresh rather than
+            # substituted, since expressions were simplified knowing kt < n
+            nxt = kt + 1
+            next_body, _ = compute(nxt, (it + 1) % S)
+            split_next = split_ksteps(next_body)
+            return out + prefetch_fragments(lw, ring, kt, n, S, ir.If(lt(ahead, n), ir.Seq(tuple(issue_ahead))),
+                                            *split, split_next[1])
+    loop = [*ring.wait(it), ir.Barrier("tile kt landed; stage (kt-1) % S is free")]
+    if ring.commit_always:
+        loop += [ir.If(lt(ahead, n), ir.Seq(tuple(issue_ahead))), *ring.commit()]
+    else:
+        loop.append(guard(issue_ahead, lt(ahead, n)))
+    loop += body
+    out.append(ir.For(kt, n, ir.Seq(tuple(loop))))
+    out += ring.drain()
+    return out
+
+
+def _elected_guard(ring, ctx):
+    """Statements the ring's elected thread runs: ``If(tid < 1 [&& cond], ...)``."""
+
+    def guard(stmts, cond=1):
+        if not ring.elected or ctx.scope.elected:
+            return ir.If(cond, ir.Seq(tuple(stmts))) if cond != 1 else ir.Seq(tuple(stmts))
+        return ir.If(land(lt(ctx.scope.tid, 1), cond), ir.Seq(tuple(stmts)))
+
+    return guard
+
+
+def _has_async_mma(stmts) -> bool:
+    return any(isinstance(s, ir.AtomCall) and s.atom.family == WGMMA for s in walk_ir(stmts))
+
+
+# --------------------------------------------------------------------------- fragment prefetch
+
+def flat(stmts) -> list:
+    out = []
+    for st in stmts:
+        if isinstance(st, ir.Seq):
+            out += flat(st.body)
+        else:
+            out.append(st)
+    return out
+
+
+def walk_ir(stmts):
+    for st in stmts:
+        yield st
+        if isinstance(st, ir.Seq):
+            yield from walk_ir(st.body)
+        elif isinstance(st, ir.For):
+            yield from walk_ir([st.body])
+        elif isinstance(st, ir.If):
+            yield from walk_ir([st.then])
+        elif isinstance(st, ir.Roles):
+            for r in st.roles:
+                yield from walk_ir([r.body])
+
+
+def split_ksteps(compute: list):
+    """(k-step var, fragment loads, math) when the compute part of a K tile is one unrolled loop
+    over an even number of warp K steps whose body is ldmatrix issues followed by the mma."""
+    top = [st for st in flat(compute) if not isinstance(st, ir.Comment)]
+    if len(top) != 1 or not isinstance(top[0], ir.For) or not top[0].unroll or top[0].extent % 2:
+        return None
+    loop = top[0]
+    body = flat([loop.body])
+    loads, math, seen_math = [], [], False
+    for st in body:
+        is_load = (isinstance(st, ir.AtomCall) and st.atom.family == LDMATRIX) or isinstance(st, ir.Pointwise)
+        if is_load and not seen_math:
+            loads.append(st)
+        elif isinstance(st, ir.Comment) and not seen_math:
+            loads.append(st)
+        else:
+            seen_math = True
+            math.append(st)
+    has_mma = any(isinstance(s, ir.AtomCall) and s.atom.family == MMA for s in walk_ir(math))
+    if not loads or not has_mma or any(isinstance(s, ir.AtomCall) and s.atom.family == LDMATRIX
+                                       for s in walk_ir(math)):
+        return None
+    return loop.var, loads, math
+
+
+def rewrite(st, env: dict, doubled: dict, parity: int):
+    """``st`` with variables substituted and fragment buffers replaced by their double buffers."""
+
+    def e(x):
+        return substitute(x, env)
+
+    def ref(r):
+        if isinstance(r, ir.RegRef):
+            if r.buffer.name in doubled:
+                buf, size = doubled[r.buffer.name]
+                return ir.RegRef(buf, e(r.offset) + parity * size)
+            return ir.RegRef(r.buffer, e(r.offset))
+        if isinstance(r, ir.MemRef):
+            return ir.MemRef(r.buffer, e(r.offset))
+        return r
+
+    if isinstance(st, ir.Seq):
+        return ir.Seq(tuple(rewrite(s, env, doubled, parity) for s in st.body))
+    if isinstance(st, ir.For):
+        return ir.For(st.var, st.extent, rewrite(st.body, env, doubled, parity), st.unroll)
+    if isinstance(st, ir.If):
+        return ir.If(e(st.cond), rewrite(st.then, env, doubled, parity))
+    if isinstance(st, ir.AtomCall):
+        return ir.AtomCall(st.atom, tuple((k, ref(v)) for k, v in st.args), e(st.pred), st.comment)
+    if isinstance(st, ir.Pointwise):
+        return ir.Pointwise(st.op, ref(st.dst), tuple(ref(x) for x in st.srcs))
+    if isinstance(st, ir.RegFill):
+        return ir.RegFill(ref(st.ref), st.count, st.value)
+    return st
+
+
+def prefetch_fragments(lw: Lowerer, ring, kt: Var, n: int, S: int, issue, kvar: Var, frag_loads: list,
+                       math: list, next_loads: list) -> list:
+    """The K loop with register fragments double-buffered one warp K-step ahead.
+
+    Fragments of step ks+1 load while the MMAs of step ks run; the first step of tile kt+1 loads
+    during the last step of tile kt, right after the one barrier of the iteration (which now sits
+    there: every read of stage kt-1 happened before it, so the copies issued at the top of the next
+    iteration may overwrite that stage)::
+
+        wait; barrier; load frags(tile 0, step 0) -> buf 0
+        for kt:  issue tile kt+S-1; commit
+                 step 0: load frags(step 1) -> buf 1;  mma(buf 0)
+                 ...
+                 step KS-1: wait; barrier; load frags(tile kt+1, step 0) -> buf 0;  mma(buf 1)
+    """
+    KS = kvar.extent
+    bufs = {}
+    for st in walk_ir(frag_loads):
+        if isinstance(st, ir.AtomCall) and st.atom.family == LDMATRIX:
+            b = st.arg("dst").buffer
+            bufs[b.name] = b
+    doubled = {}
+    for name, b in bufs.items():
+        d = ir.RegBuffer(b.name, b.dtype, 2 * b.size)
+        lw.kb.regs[name] = d
+        doubled[name] = (d, b.size)
+
+    def part(stmts, kt_expr, ks, parity):
+        env = {kvar.name: ks} if kt_expr is kt else {kvar.name: ks, kt.name: kt_expr}
+        return [rewrite(s, env, doubled, parity) for s in stmts]
+
+    pro = [*ring.wait(0), ir.Barrier("tile 0 landed"), *part(frag_loads, 0, 0, 0)]
+    body: list = [issue, *ring.commit()]
+    for ks in range(KS):
+        if ks < KS - 1:
+            body += part(frag_loads, kt, ks + 1, (ks + 1) % 2)
+        else:
+            body += [*ring.wait(kt + 1), ir.Barrier("tile kt+1 landed; stage kt-1 is no longer read"),
+                     *part(next_loads, kt, 0, 0)]
+        body += part(math, kt, ks, ks % 2)
+    return [*pro, ir.For(kt, n, ir.Seq(tuple(body))), *ring.drain()]
+
+
+def _call(atom, comment="", pred=1, **args):
+    return ir.AtomCall(atom, tuple(args.items()), pred, comment)
+
+
+__all__ = ["pipeline", "pipelined", "staged_moves", "ring_kind", "ring_stages", "stage_bytes", "CpAsyncRing",
+           "MbarrierRing", "split_ksteps", "prefetch_fragments", "walk_ir", "Scope"]

@@ -1,0 +1,82 @@
+"""Warp specialization: a producer warpgroup and consumer warpgroups run different parts of the
+same block tile (``warp_specialize``).
+
+The block's work is lowered twice, by the same rules, with a different part of the pipelined loop
+kept each time: the producer part (the ring's copies, issued by its first thread) and the
+consumer part (everything else).  The loops around the pipelined loop — a persistent block's
+tile loop included — appear in both::
+
+    init the ring's mbarriers; barrier (a cluster barrier in a cluster)
+    producer (warpgroup 0, setmaxnreg.dec):     consumers (warpgroups 1.., setmaxnreg.inc):
+      thread 0: for tile: for kt:                  for tile: acc = 0; for kt: wait full; mma;
+                  wait empty; expect; TMA                        release; epilogue
+
+``setmaxnreg`` moves registers from the producer to the consumers, whose accumulators need them;
+its budget assumes one block per SM, so the block claims more than half of the SM's shared
+memory (a second resident block could leave a consumer waiting for registers forever).
+"""
+
+from __future__ import annotations
+
+from ... import ir
+from ...dtypes import u8
+from ...hardware.atoms import catalog, sm90a
+from ...schedule import Node
+from ..context import err
+
+MAX_CONSUMER_WARPGROUPS = 3   # 4 consumer warpgroups (640 threads) hung on an H100
+
+
+def specialized_loop(block: Node):
+    """The pipelined loop ``warp_specialize`` marked below ``block`` (and its node), or None."""
+    def go(n: Node):
+        for lp in n.loops:
+            if lp.specialize:
+                return n, lp
+        for c in n.children:
+            r = go(c)
+            if r is not None:
+                return r
+        return None
+
+    return go(block)
+
+
+def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: int, consumer_regs: int) -> None:
+    if consumer_warpgroups > MAX_CONSUMER_WARPGROUPS:
+        raise err(node, f"{consumer_warpgroups} consumer warpgroups with warp specialization (with 4, an H100 hung "
+                        "in our tests)", field="consumer warpgroups", value=consumer_warpgroups,
+                  allowed=f"<= {MAX_CONSUMER_WARPGROUPS}",
+                  fix=f"block_m <= {64 * MAX_CONSUMER_WARPGROUPS} with warp_specialize(), or no warp_specialize() "
+                      "for block_m=256")
+    regs = 128 * (producer_regs + consumer_warpgroups * consumer_regs)
+    if regs > target.regs_per_sm:
+        raise err(node, f"setmaxnreg budget: 128 x {producer_regs} producer + {consumer_warpgroups} x 128 x "
+                        f"{consumer_regs} consumer registers = {regs}", field="consumer_regs",
+                  value=consumer_regs, allowed=f"a total <= {target.regs_per_sm}",
+                  fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
+
+
+def roles(producer_regs: int, consumer_regs: int, producer: list, consumers: list, consumer_threads: int) -> ir.Roles:
+    """The two roles, with their register budgets."""
+    return ir.Roles((
+        ir.Role("producer", 0, 128, ir.Seq((
+            _call(catalog.with_immediates(sm90a.setmaxnreg_dec, n=producer_regs),
+                  comment="the producer needs few registers"), *producer))),
+        ir.Role("consumers", 128, consumer_threads, ir.Seq((
+            _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=consumer_regs),
+                  comment="the accumulators need registers"), *consumers))),
+    ))
+
+
+def one_block_per_sm(kb) -> None:
+    """Claim more than half of the SM's shared memory (setmaxnreg's budget assumes one block)."""
+    have = ir.shared_bytes(kb.shared.values())
+    need = kb.target.smem_per_sm // 2 + 1024
+    if have < need:
+        kb.add_shared(ir.SharedBuffer("one_block_per_sm", u8, need - have, 16,
+                                      "unused: keeps a second block off the SM (setmaxnreg budget)"))
+
+
+def _call(atom, comment="", pred=1, **args):
+    return ir.AtomCall(atom, tuple(args.items()), pred, comment)
