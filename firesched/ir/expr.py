@@ -288,6 +288,11 @@ def mod(a, b) -> IntExpr:
             return a
         if isinstance(a, BinOp) and a.op == "%" and isinstance(a.b, int) and a.b % b == 0:
             return mod(a.a, b)
+        if (isinstance(a, BinOp) and a.op == "//" and isinstance(a.b, int) and isinstance(a.a, BinOp)
+                and a.a.op == "%" and isinstance(a.a.b, int) and a.a.b % (a.b * b) == 0 and _nonneg(a.a.a)):
+            # ((x % c) // d) % e == (x // d) % e when d * e divides c: the dropped high bits of x
+            # only reach digits above the ones kept
+            return mod(floordiv(a.a.a, a.b), b)
         if isinstance(a, (Sum, Var)) and _nonneg(a):
             terms, const = _as_sum(a)
             r = {t: c % b for t, c in terms.items() if c % b != 0}

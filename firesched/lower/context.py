@@ -63,6 +63,7 @@ class Ctx:
     specialized: bool = False                    # inside warp-specialized roles
     async_mma: bool = False                      # a pipeline fences, commits and retires async MMAs
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
+    made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
 
     def with_origin(self, key, dims: dict) -> "Ctx":
         o = dict(self.origin)

@@ -202,6 +202,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
                 ctx = enter_global(ctx, t)
     for lp, owner in block_loops:
         ctx = decompose.advance(ctx, owner, lp, order.bindings[lp.var])
+        ctx = attrs.evolve(ctx, made_by={**ctx.made_by, **{d: owner.strategy for d, _ in lp.steps}})
 
     def per_tile(stmts: list) -> list:
         if order.tile_var is None:

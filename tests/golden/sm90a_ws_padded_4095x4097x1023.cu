@@ -923,19 +923,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208)), "h"(out_f16[0])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
                             : "memory");
                     }
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 1)), "h"(out_f16[1])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
                             : "memory");
                     }
                     epi[0] = C_acc[f0 * 4 + 2];
@@ -943,19 +943,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32776)), "h"(out_f16[0])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
                             : "memory");
                     }
                     // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid % 128 / 4 % 8 + rtid / 128 * 64 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
+                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
+                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
                         asm volatile("st.global.b16 [%0], %1;"
                             :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 128 / 4 % 8 * 4097 + rtid % 4 * 2 + rtid / 128 * 262208 + 32777)), "h"(out_f16[1])
+                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
                             : "memory");
                     }
                 }

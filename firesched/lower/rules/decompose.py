@@ -63,7 +63,9 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     if not rest:
         return body(lw, node, ctx)
     lp, rest = rest[0], rest[1:]
-    check_divides(node, lp)
+    check_divides(node, lp, ctx)
+    if node.strategy is not None:
+        ctx = attrs.evolve(ctx, made_by={**ctx.made_by, **{d: node.strategy for d, _ in lp.steps}})
     if lp.unit is not None:
         var = ctx.vars.get(lp.var)
         if var is None:
@@ -80,7 +82,7 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     return [ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP)]
 
 
-def check_divides(node: Node, lp: Loop) -> None:
+def check_divides(node: Node, lp: Loop, ctx=None) -> None:
     """A tile loop over an on-chip operand must divide it: nothing predicates shared or register
     accesses (the copies that fill them zero what lies outside global memory instead)."""
     sp = node.spec
@@ -93,11 +95,13 @@ def check_divides(node: Node, lp: Loop) -> None:
             if ext % step:
                 what = f"{lp.unit}s" if lp.unit is not None else "tiles"
                 fixes = sorted({s for s in range(1, ext + 1) if ext % s == 0 and s <= step}, reverse=True)[:3]
-                raise err(node, f"the {d} {what} of {step} do not divide {t.name}:{t.memory}'s {d} extent {ext}: "
-                                f"{t.name} lives on chip, where a partial tile cannot be predicated (it would read "
-                                f"or write past the tile)", strategy=node.strategy, field=d, value=step,
-                          allowed=f"a divisor of {ext} (e.g. {', '.join(map(str, fixes))}), or change the tile "
-                                  f"that made the {d} extent {ext}")
+                maker = (ctx.made_by.get(d) if ctx is not None else None)
+                made = f"{maker}" if maker is not None else f"the tile that made the {d} extent {ext}"
+                raise err(node, f"the {d} {what} of {step} do not divide {t.name}:{t.memory}'s {d} extent {ext} "
+                                f"(made by {made}): {t.name} lives on chip, where a partial tile cannot be predicated "
+                                f"(it would read or write past the tile)", strategy=node.strategy, field=d, value=step,
+                          allowed=f"a divisor of {ext} (e.g. {', '.join(map(str, fixes))})",
+                          fix=f"make the {d} extent of {made} a multiple of {step}, or tile {d} by a divisor of {ext}")
 
 
 def advance(ctx, node: Node, lp: Loop, var: IntExpr):
