@@ -1079,18 +1079,23 @@ _raw_layouts: dict[tuple, _ParamLayout] = {}
 # TMA descriptors
 
 
-def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0, *,
-                         device: int = 0) -> bytes:
-    """The 128-byte ``CUtensorMap`` of a 2-D tiled TMA view, for a ``const __grid_constant__
-    CUtensorMap`` kernel parameter (pass it to ``Kernel.launch`` as ``(blob, None)``).
+def tensor_map_encode_args(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0) -> tuple:
+    """The positional arguments of ``cuTensorMapEncodeTiled`` (after the output map) for a 2-D
+    tiled TMA view, validated; computing them needs ``cuda.bindings`` but no GPU or driver.
 
-    ``ptr`` is the device address of element (0, 0) (an int, a ``DeviceArray`` or a tensor with
-    ``data_ptr()``); ``dtype`` a firesched dtype or its name; ``shape``, ``strides_bytes`` and
-    ``box`` are in row-major order ``(rows, cols)`` — numpy's ``.shape``/``.strides`` of the
-    matrix and the box a TMA instruction moves; ``swizzle`` is the shared-memory swizzle span in
-    bytes (0, 32, 64, 128).  Out-of-bounds box elements read as zeros.  Invalid parameters raise
-    ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
-    """
+    Parameters as ``encode_tensor_map_2d``.  The tuple is ``(data type, rank 2, global address,
+    global dims, global strides, box dims, element strides, interleave, swizzle, L2 promotion,
+    out-of-bounds fill)`` with the dims innermost first, as the driver takes them: the columns
+    (contiguous) then the rows; one global stride (the row pitch in bytes, the innermost stride
+    being the element size implicitly); element strides 1 (every element of the box); no
+    interleave; L2 promotion by 128 bytes; out-of-bounds elements read as zeros (fill NONE).
+    Invalid parameters raise ``ValueError``."""
+    return _tensor_map_args(_tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle))
+
+
+def _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle: int) -> tuple:
+    """Validate a 2-D tiled TMA view (``ValueError`` naming every problem) and return its values:
+    (data type code, address, rows, cols, row pitch in bytes, box rows, box cols, swizzle code)."""
     from firesched import dtypes as _dt
     from firesched.hardware.tma import TMA_DATA_TYPES, TMA_SWIZZLES, tma_box_problems
 
@@ -1114,19 +1119,42 @@ def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0
         raise ValueError("encode_tensor_map_2d: " + "; ".join(problems))
     rows, cols = (int(x) for x in shape)
     box_rows, box_cols = (int(x) for x in box)
+    return TMA_DATA_TYPES[d.name], ptr, rows, cols, int(strides_bytes[0]), box_rows, box_cols, TMA_SWIZZLES[swizzle]
+
+
+def _tensor_map_args(fields: tuple) -> tuple:
+    """The driver's argument objects for ``_tensor_map_fields``' validated values."""
+    dtype_code, ptr, rows, cols, row_pitch, box_rows, box_cols, swizzle_code = fields
+    driver = _driver()
+    return (
+        driver.CUtensorMapDataType(dtype_code), 2, ptr,
+        # the bindings take their own integer types for these arrays (plain ints are refused)
+        [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(row_pitch)],
+        [driver.cuuint32_t(box_cols), driver.cuuint32_t(box_rows)], [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle(swizzle_code),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+
+
+def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0, *,
+                         device: int = 0) -> bytes:
+    """The 128-byte ``CUtensorMap`` of a 2-D tiled TMA view, for a ``const __grid_constant__
+    CUtensorMap`` kernel parameter (pass it to ``Kernel.launch`` as ``(blob, None)``).
+
+    ``ptr`` is the device address of element (0, 0) (an int, a ``DeviceArray`` or a tensor with
+    ``data_ptr()``); ``dtype`` a firesched dtype or its name; ``shape``, ``strides_bytes`` and
+    ``box`` are in row-major order ``(rows, cols)`` — numpy's ``.shape``/``.strides`` of the
+    matrix and the box a TMA instruction moves; ``swizzle`` is the shared-memory swizzle span in
+    bytes (0, 32, 64, 128).  Out-of-bounds box elements read as zeros.  Invalid parameters raise
+    ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
+    The driver's arguments are ``tensor_map_encode_args``.
+    """
+    fields = _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle)
     _require_gpu()
     _device(device).make_current()
     driver = _driver()
-    tmap = _call(
-        "cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled,
-        driver.CUtensorMapDataType(TMA_DATA_TYPES[d.name]), 2, ptr,
-        # the bindings take their own integer types for these arrays (plain ints are refused)
-        [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(int(strides_bytes[0]))],
-        [driver.cuuint32_t(box_cols), driver.cuuint32_t(box_rows)], [driver.cuuint32_t(1), driver.cuuint32_t(1)],
-        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        driver.CUtensorMapSwizzle(TMA_SWIZZLES[swizzle]),
-        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    tmap = _call("cuTensorMapEncodeTiled", driver.cuTensorMapEncodeTiled, *_tensor_map_args(fields))
     blob = struct.pack("<16Q", *(int(x) for x in tmap.opaque))
     if len(blob) != 128:  # pragma: no cover - a driver binding change
         raise LaunchError(f"cuTensorMapEncodeTiled returned {len(blob)} bytes, not 128")

@@ -105,7 +105,9 @@ def test_wgmma_is_really_computed():
 BOXES = {0: (16, 64), 32: (16, 16), 64: (16, 32), 128: (16, 64)}
 
 
-@pytest.mark.parametrize("coords", [(0, 0), (16, 32), (-8, -3), (70, 39), (8, 4)])
+# boxes over every edge, each starting on a 16-byte boundary of the row (the others fault on a
+# GPU and are refused: tests/test_tma_encoding.py)
+@pytest.mark.parametrize("coords", [(0, 0), (16, 32), (-8, -3), (64, 39), (8, 4)])
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
 def test_tma_load(swizzle, coords):
     run(mk.tma_load_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))
@@ -117,11 +119,11 @@ def test_tma_load_box_over_the_edge_is_zero_filled():
     assert np.any(out[:8, :56] != 0)
 
 
-@pytest.mark.parametrize("dtype, shape, box, swizzle", [("f32", (40, 72), (8, 32), 128),
-                                                       ("u8", (40, 80), (16, 64), 64),
-                                                       ("bf16", (40, 72), (8, 16), 32)])
-def test_tma_load_other_dtypes(dtype, shape, box, swizzle):
-    run(mk.tma_load_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=(-4, 36)))
+@pytest.mark.parametrize("dtype, shape, box, swizzle, coords", [("f32", (40, 72), (8, 32), 128, (-4, 36)),
+                                                               ("u8", (40, 80), (16, 64), 64, (-16, 36)),
+                                                               ("bf16", (40, 72), (8, 16), 32, (-8, 36))])
+def test_tma_load_other_dtypes(dtype, shape, box, swizzle, coords):
+    run(mk.tma_load_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=coords))
 
 
 def test_tensor_maps_reject_rows_that_are_not_16_byte_multiples():
@@ -133,7 +135,8 @@ def test_tma_load_with_every_thread_arriving():
     run(mk.tma_load_program(arrivals="all"))
 
 
-@pytest.mark.parametrize("coords", [(16, 32), (0, 0), (-8, -4), (60, 30)])
+# stores may hang over the far edges only, starting on a 16-byte boundary of the row
+@pytest.mark.parametrize("coords", [(16, 32), (0, 0), (56, 30), (8, 39)])
 @pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
 def test_tma_store(swizzle, coords):
     run(mk.tma_store_program(swizzle=swizzle, box=BOXES[swizzle], coords=coords))

@@ -54,6 +54,38 @@ def tma_box_problems(elem_bytes: int, shape, strides_bytes, box, swizzle: int) -
     return out
 
 
+def tma_coordinate_problems(elem_bytes: int, coords, *, store: bool = False) -> list[str]:
+    """Why a TMA box at ``coords`` = (column, row) of a tiled map of ``elem_bytes``-byte elements
+    would fault, as sentences (empty when it is valid); ``store`` for a TMA store.
+
+    Measured on an H100 (``tests/gpu/tma_edges.py``, one process per case, 2026-11-23): every
+    box whose column coordinate is not on a 16-byte boundary of the row stops the kernel with
+    "an illegal instruction was encountered" (loads and stores, e.g. f16 at column 70 or 4, u8
+    at -4, bf16 at -4, f32 at -2; Triton's TMA descriptors enforce the same rule), and so does
+    every *store* with a negative coordinate, even aligned (f16 at (-8, 0) and at (0, -4)).
+    Aligned loads may hang over any edge, negative ones included, and stores over the far edges;
+    out-of-bounds elements then read as zeros or are not written.  The coordinates themselves
+    are signed 32-bit registers."""
+    eb = int(elem_bytes)
+    coords = tuple(coords)
+    if len(coords) != 2:
+        return [f"coordinates {coords} must have 2 entries (column, row)"]
+    out = []
+    for name, c in zip(("column", "row"), coords):
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not -(1 << 31) <= int(c) < 1 << 31:
+            out.append(f"the {name} coordinate {c!r} is not a signed 32-bit integer")
+    if out:
+        return out
+    if (int(coords[0]) * eb) % 16:
+        out.append(f"the box starts at column {coords[0]}, byte {int(coords[0]) * eb} of the row; TMA boxes "
+                   f"must start on a 16-byte boundary along the contiguous dimension (a column that is a "
+                   f"multiple of {max(16 // eb, 1)})")
+    if store and min(int(c) for c in coords) < 0:
+        out.append(f"a TMA store at {coords} starts before the tensor; stores may only hang over its far "
+                   f"edges (coordinates >= 0)")
+    return out
+
+
 def box_byte_offsets(box_rows: int, box_cols: int, elem_bytes: int, swizzle: int, dst: int = 0) -> np.ndarray:
     """Shared-window byte address of element ``(i, j)`` of a TMA box written at ``dst``,
     ``[box_rows, box_cols]``: rows of ``box_cols * elem_bytes`` bytes, then the swizzle of the

@@ -44,6 +44,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..hardware.atoms import base as atoms
 from ..hardware.atoms import catalog, sm90a
+from ..hardware.tma import tma_coordinate_problems
 from ..ir import expr as ex
 from ..ir.expr import Var
 
@@ -522,6 +523,13 @@ def _box_io(d: dt.DType, shape, box, swizzle: int):
     return s_byte
 
 
+def _check_coords(what: str, d: dt.DType, coords, store: bool = False) -> None:
+    """Refuse box coordinates a GPU would fault on (``tma.tma_coordinate_problems``)."""
+    problems = tma_coordinate_problems(d.bits // 8, coords, store=store)
+    if problems:
+        raise ValueError(f"{what}: " + "; ".join(problems))
+
+
 def _box_expected(x: np.ndarray, box, coords) -> np.ndarray:
     """The box of ``x`` at column ``coords[0]``, row ``coords[1]``, zeros outside ``x``."""
     br, bc = box
@@ -544,8 +552,10 @@ def tma_load_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 
     Thread 0 initialises the barrier (``fence.mbarrier_init``, then a Barrier), expects the box's
     bytes and issues the load; with ``arrivals="all"`` the barrier counts 128 arrivals and the
     other threads arrive too.  The default box hangs over the bottom and right edges of ``x``,
-    so its last rows and columns are zeros."""
+    so its last rows and columns are zeros.  Coordinates that do not start the box on a 16-byte
+    boundary of the row are refused (``ValueError``): a GPU faults on them."""
     d = dt.dtype(dtype)
+    _check_coords("tma_load_program", d, coords)
     eb = d.bits // 8
     br, bc = (int(b) for b in box)
     if (br * bc) % WARPGROUP_THREADS:
@@ -612,6 +622,7 @@ def cluster_multicast_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), 
     ``remote_arrive=False`` arrives only on the block's own ``done`` barrier, which then never
     completes: the interpreter reports the deadlock (a GPU would hang)."""
     d = dt.dtype(dtype)
+    _check_coords("cluster_multicast_program", d, coords)
     eb = d.bits // 8
     br, bc = (int(b) for b in box)
     C = int(cluster)
@@ -679,8 +690,11 @@ def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16,
     [``shape``] at ``coords`` = (column, row); elements outside ``out`` are dropped.
 
     ``wait`` is ``"read"`` (cp.async.bulk.wait_group.read 0), ``"all"`` (cp.async.bulk.wait_group
-    0) or None; ``proxy_fence=False`` leaves out the fence.proxy.async."""
+    0) or None; ``proxy_fence=False`` leaves out the fence.proxy.async.  Coordinates that do not
+    start the box on a 16-byte boundary of the row, or that are negative, are refused
+    (``ValueError``): a GPU faults on them."""
     d = dt.dtype(dtype)
+    _check_coords("tma_store_program", d, coords, store=True)
     eb = d.bits // 8
     br, bc = (int(b) for b in box)
     if (br * bc) % WARPGROUP_THREADS:

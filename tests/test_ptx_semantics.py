@@ -1,0 +1,619 @@
+"""What the emitted PTX and the CUDA prelude *mean*, checked without golden snapshots.
+
+Golden files (``test_golden.py``) only say that the text did not change; ``--update-golden``
+re-blesses any change.  These tests state the facts the text must keep, from the PTX ISA and
+the C/CUDA semantics, and check them on the templates of the atom tables, on the prelude and on
+the CUDA printed for real schedules:
+
+* the prelude's conversion helpers, *run* on the CPU by a small C interpreter (``cmini``) whose
+  ``cvt`` follows the ISA's rounding modifiers, against numpy / ml_dtypes conversions; the wgmma
+  descriptor helper against the ISA's bit layout;
+* descriptor bit fields (``hardware.descriptors``) against the ISA's "Matrix Descriptor Format";
+* instruction templates: operand order, shapes and types spelled in the names, immediates, the
+  ``try_wait`` spin loop and the wgmma ``scale-d`` predicate executed by a tiny PTX stepper;
+* printed kernels: every loop header against the IR's loop extents, every asynchronous
+  ``arrive``/``commit`` with its ``wait``, every cluster barrier arrival with its wait, each
+  descriptor argument against the ISA's swizzle-mode code.
+
+Expected values are written here from the ISA / C; nothing is derived from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import cmini
+import ml_dtypes
+import numpy as np
+import pytest
+
+import firesched as fs
+from firesched import ir, ops
+from firesched.cuda.printer import PRELUDE, PRELUDE_SM90
+from firesched.hardware import catalog, sm90a
+from firesched.hardware import descriptors as desc
+
+RNG = np.random.default_rng(20261123)
+
+# =========================================================================== the prelude, executed
+
+
+@pytest.fixture(scope="module", params=[750, 800, 900], ids=lambda a: f"arch{a}")
+def prelude(request):
+    """The prelude as compiled for one ``__CUDA_ARCH__`` (its bf16 helper has two branches)."""
+    return cmini.Program(PRELUDE + PRELUDE_SM90, request.param)
+
+
+@pytest.fixture(scope="module")
+def prelude90():
+    return cmini.Program(PRELUDE + PRELUDE_SM90, 900)
+
+
+def _f32_samples(n: int = 400) -> np.ndarray:
+    """Normal and subnormal floats of every magnitude, both signs, zeros, infinities, NaN, and
+    values exactly halfway between neighbouring f16 / bf16 numbers (where rounding modes differ)."""
+    bits = RNG.integers(0, 2 ** 32, size=n, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    f16 = RNG.integers(0, 0x7C00, size=60).astype(np.uint16).view(np.float16).astype(np.float64)
+    halfway_f16 = (f16 + np.nextafter(f16.astype(np.float16), np.float16(np.inf)).astype(np.float64)) / 2
+    bf = RNG.integers(0, 0x7F80, size=60).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+    halfway_bf = (bf + np.nextafter(bf.astype(ml_dtypes.bfloat16),
+                                    ml_dtypes.bfloat16(np.inf)).astype(np.float64)) / 2
+    special = np.array([0.0, -0.0, 1.0, -1.0, 65504.0, 65520.0, 70000.0, 1e-8, 6e-8, 3.3, -2.5,
+                        np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1.1754944e-38])
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.concatenate([x, halfway_f16, -halfway_f16, halfway_bf, -halfway_bf, special]).astype(np.float32)
+
+
+def _same_bits(got: int, want: int, nan: bool, what: str):
+    if nan:
+        return
+    assert got == want, f"{what}: got {got:#x}, want {want:#x}"
+
+
+def _is_nan16(bits: int, kind: str) -> bool:
+    return bool(np.isnan(np.array([bits], np.uint16).view(np.float16 if kind == "f16" else ml_dtypes.bfloat16)[0]))
+
+
+def test_f32_to_f16_rounds_to_nearest_even(prelude):
+    for x in _f32_samples():
+        got = prelude.call("fs_f32_to_f16", cmini.f32_val(x)).v
+        with np.errstate(over="ignore"):
+            want = int(np.array([x], np.float32).astype(np.float16).view(np.uint16)[0])
+        if np.isnan(x):
+            assert _is_nan16(got, "f16")
+        _same_bits(got, want, np.isnan(x), f"fs_f32_to_f16({x!r})")
+
+
+def test_f16_to_f32_is_exact(prelude90):
+    for b in list(RNG.integers(0, 2 ** 16, size=300)) + [0, 0x8000, 0x7C00, 0xFC00, 0x3C00, 0x0001, 0x03FF]:
+        got = prelude90.call("fs_f16_to_f32", cmini.u_val("unsigned short", int(b))).v
+        want = np.array([b], np.uint16).view(np.float16).astype(np.float32)[0]
+        assert (np.isnan(got) and np.isnan(want)) or (got == want and np.signbit(got) == np.signbit(want)), hex(b)
+
+
+def test_f32_to_bf16_rounds_to_nearest_even(prelude):
+    for x in _f32_samples():
+        got = prelude.call("fs_f32_to_bf16", cmini.f32_val(x)).v
+        want = int(np.array([x], np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[0])
+        if np.isnan(x):
+            assert _is_nan16(got, "bf16"), f"NaN became {got:#x}"
+        _same_bits(got, want, np.isnan(x), f"fs_f32_to_bf16({x!r})")
+
+
+def test_bf16_to_f32_is_exact(prelude90):
+    for b in list(RNG.integers(0, 2 ** 16, size=300)) + [0, 0x8000, 0x7F80, 0x3F80, 0x0001]:
+        got = prelude90.call("fs_bf16_to_f32", cmini.u_val("unsigned short", int(b))).v
+        want = np.array([b], np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)[0]
+        assert (np.isnan(got) and np.isnan(want)) or got == want, hex(b)
+
+
+def _tf32_reference(x: float) -> float:
+    """x rounded to 10 explicit mantissa bits, ties away from zero (cvt.rna.tf32.f32), from the
+    definition: scale the significand to an 11-bit integer and round it."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    m, e = math.frexp(abs(x))                  # abs(x) = m * 2**e, 0.5 <= m < 1
+    scaled = m * 2 ** 11
+    r = math.floor(scaled + 0.5)               # halves go up: away from zero for the magnitude
+    return math.copysign(r * 2.0 ** (e - 11), x)
+
+
+def test_f32_to_tf32_rounds_to_nearest_away(prelude90):
+    xs = [float(x) for x in _f32_samples() if np.isfinite(x) and abs(x) < 3e38 and abs(x) > 1.2e-38]
+    # exact ties: 10 mantissa bits, then a single 1 bit right below them
+    xs += [float(np.float32(1 + 2 ** -11)), float(np.float32(-(1 + 3 * 2 ** -11))), float(np.float32(1.5 + 2 ** -11))]
+    for x in xs:
+        got = float(prelude90.call("fs_f32_to_tf32", cmini.f32_val(x)).v)
+        assert got == _tf32_reference(x), (x, got, _tf32_reference(x))
+
+
+F8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+@pytest.mark.parametrize("kind", sorted(F8))
+def test_f8_to_f32_decodes_every_code(prelude90, kind):
+    for code in range(256):
+        got = prelude90.call(f"fs_{kind}_to_f32", cmini.u_val("unsigned char", code)).v
+        want = np.array([code], np.uint8).view(F8[kind]).astype(np.float32)[0]
+        assert (np.isnan(got) and np.isnan(want)) or (got == want and np.signbit(got) == np.signbit(want)), \
+            (kind, hex(code), got, want)
+
+
+@pytest.mark.parametrize("kind", sorted(F8))
+def test_f32_to_f8_rounds_to_nearest_even(prelude90, kind):
+    t = F8[kind]
+    finite_max = float(ml_dtypes.finfo(t).max)
+    xs = list(_f32_samples(200))
+    # every code, and the midpoints between neighbouring codes
+    vals = np.arange(256, dtype=np.uint8).view(t).astype(np.float64)
+    vals = np.sort(vals[np.isfinite(vals) & (vals >= 0)])
+    xs += list(vals) + list((vals[1:] + vals[:-1]) / 2) + list(-(vals[1:] + vals[:-1]) / 2)
+    for x in xs:
+        x = np.float32(x)
+        got = prelude90.call(f"fs_f32_to_{kind}", cmini.f32_val(x)).v
+        if np.isnan(x):
+            assert np.isnan(np.array([got], np.uint8).view(t)[0])
+            continue
+        if abs(float(x)) > finite_max:
+            # past the largest finite value: e4m3 (no infinities) gives NaN, e5m2 infinity
+            dec = np.array([got], np.uint8).view(t).astype(np.float64)[0]
+            rounds_back = abs(float(x)) < finite_max + (finite_max - float(vals[-2])) / 2
+            if rounds_back:
+                assert dec == math.copysign(finite_max, float(x)), (kind, x, dec)
+            elif kind == "e4m3":
+                assert np.isnan(dec), (kind, x, dec)
+            else:
+                assert dec == math.copysign(math.inf, float(x)), (kind, x, dec)
+            continue
+        want = int(np.array([x], np.float32).astype(t).view(np.uint8)[0])
+        assert got == want, (kind, float(x), hex(got), hex(want))
+
+
+INTS = {"i8": (-128, 127), "u8": (0, 255), "i4": (-8, 7), "u4": (0, 15)}
+
+
+@pytest.mark.parametrize("kind", sorted(INTS))
+def test_f32_to_integers_round_to_nearest_even_and_saturate(prelude90, kind):
+    lo, hi = INTS[kind]
+    xs = [np.nan, np.inf, -np.inf, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, lo - 0.5, hi + 0.5, lo - 0.51, hi + 0.49,
+          1e9, -1e9, 3.7, -3.7] + list(RNG.uniform(2 * lo - 3, 2 * hi + 3, size=60))
+    for x in xs:
+        got = prelude90.call(f"fs_f32_to_{kind}", cmini.f32_val(x)).v
+        xf = float(np.float32(x))
+        want = 0 if math.isnan(xf) else int(min(max(np.rint(xf), lo), hi)) if math.isfinite(xf) else (hi if xf > 0 else lo)
+        assert got == want, (kind, x, got, want)
+
+
+def test_4bit_pack_and_unpack(prelude90):
+    cells = [cmini.Val("unsigned char", 0) for _ in range(4)]
+    p = cmini.Ptr("unsigned char", cells)
+    vals = [3, -8, 7, -1, 0, 5, -2, 6]
+    for i, v in enumerate(vals):
+        prelude90.call("fs_4bit_set", p, cmini.Val("int", i), cmini.Val("int", v))
+    # two per byte, low nibble first
+    assert [c.v for c in cells] == [((vals[2 * j + 1] & 15) << 4) | (vals[2 * j] & 15) for j in range(4)]
+    assert [prelude90.call("fs_i4_get", p, cmini.Val("int", i)).v for i in range(8)] == vals
+    assert [prelude90.call("fs_u4_get", p, cmini.Val("int", i)).v for i in range(8)] == [v & 15 for v in vals]
+
+
+def test_integer_helpers(prelude90):
+    ll = lambda v: cmini.Val("long long", v)  # noqa: E731
+    assert prelude90.call("fs_sat", ll(300), ll(-128), ll(127)).v == 127
+    assert prelude90.call("fs_sat", ll(-300), ll(-128), ll(127)).v == -128
+    assert prelude90.call("fs_sat", ll(127), ll(-128), ll(127)).v == 127
+    assert prelude90.call("fs_sat", ll(-128), ll(-128), ll(127)).v == -128
+    assert prelude90.call("fs_max_ll", ll(-3), ll(2)).v == 2 and prelude90.call("fs_max_ll", ll(5), ll(2)).v == 5
+
+
+def test_narrowing_cvts_in_the_prelude_round_to_nearest_even():
+    """Every f32 -> 16-bit float cvt the prelude issues names .rn (round to nearest even, the
+    rounding numpy, the interpreter and cuBLAS use); widening cvts name no rounding mode."""
+    cvts = re.findall(r'asm\("(cvt[.\w]*) ', PRELUDE + PRELUDE_SM90)
+    assert cvts, "the prelude issues no cvt"
+    for c in cvts:
+        parts = c.split(".")
+        dst, src = parts[-2], parts[-1]
+        if (dst, src) in (("f16", "f32"), ("bf16", "f32")):
+            assert parts[1] == "rn", c
+        else:
+            assert src in ("f16", "bf16") and dst == "f32" and len(parts) == 3, c
+
+
+# =========================================================================== descriptors
+
+def _isa_descriptor(addr: int, lbo: int, sbo: int, mode: int) -> int:
+    """The PTX ISA's matrix descriptor: start address >> 4 in bits 0-13, leading byte offset >> 4
+    in 16-29, stride byte offset >> 4 in 32-45, base offset (0) in 49-51, swizzle mode in 62-63."""
+    field = lambda v, lo, width: ((v >> 4) & ((1 << width) - 1)) << lo  # noqa: E731
+    return field(addr & 0x3FFFF, 0, 14) | field(lbo, 16, 14) | field(sbo, 32, 14) | (mode << 62)
+
+
+#: the ISA's swizzle-mode codes: 0 none, 1 128-byte, 2 64-byte, 3 32-byte
+ISA_MODE = {0: 0, 128: 1, 64: 2, 32: 3}
+
+
+def _desc_fields(n=200):
+    for _ in range(n):
+        yield (int(RNG.integers(0, 1 << 14)) * 16, int(RNG.integers(0, 1 << 14)) * 16,
+               int(RNG.integers(0, 1 << 14)) * 16, int(RNG.choice([0, 32, 64, 128])))
+    yield (0x3FFF0, 0x3FFF0, 0x3FFF0, 32)
+    yield (16, 16, 16, 128)
+
+
+def test_smem_descriptor_bits_follow_the_isa():
+    for addr, lbo, sbo, sw in _desc_fields():
+        assert desc.smem_descriptor(addr, lbo, sbo, sw) == _isa_descriptor(addr, lbo, sbo, ISA_MODE[sw])
+        d = desc.decode_smem_descriptor(_isa_descriptor(addr, lbo, sbo, ISA_MODE[sw]))
+        assert (d.addr, d.lbo, d.sbo, d.swizzle, d.base_offset) == (addr, lbo, sbo, sw, 0)
+    assert desc.DESCRIPTOR_MODE == ISA_MODE
+
+
+def test_prelude_descriptor_helper_follows_the_isa(prelude90):
+    u = lambda v: cmini.u_val("unsigned", v)  # noqa: E731
+    for addr, lbo, sbo, sw in _desc_fields(80):
+        # the shared window address may have bits above 18 set: the ISA keeps 18
+        full = addr | (int(RNG.integers(0, 4)) << 18)
+        got = prelude90.call("fs_smem_desc", u(full), u(lbo), u(sbo), u(ISA_MODE[sw])).v
+        assert got == _isa_descriptor(full, lbo, sbo, ISA_MODE[sw]), (hex(full), lbo, sbo, sw)
+
+
+# =========================================================================== instruction templates
+
+def _operands(instr: str) -> list[str]:
+    """The comma-separated operands of one PTX instruction, braces kept together."""
+    _, _, rest = instr.strip().partition(" ")
+    out, depth, cur = [], 0, ""
+    for ch in rest:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "{["
+        depth -= ch in "}]"
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _instructions(template: str) -> list[str]:
+    """The instructions of a template, labels and braces and .reg declarations dropped."""
+    out = []
+    for part in template.replace("{ ", "").replace(" }", "").split(";"):
+        part = re.sub(r"^\s*[A-Za-z_$][\w$]*:\s*", "", part).strip(" {}")
+        if part and not part.startswith(".reg"):
+            out.append(part)
+    return out
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in sm90a.WGMMA_ATOMS])
+def test_wgmma_template(atom):
+    """m64nNk16, f32 accumulators, the types and transposes the name says; the operands in the
+    ISA's order d, a, b-desc, scale-d, imm-scale-a, imm-scale-b[, imm-trans-a], imm-trans-b, with
+    scale-d the predicate (scale_d != 0) and every immediate scale +1."""
+    m = re.fullmatch(r"wgmma_m64n(\d+)k16_(f16|bf16)_f32_(ss|rs)(_tnspb)?", atom.name)
+    n, ab, kind, tnsp = int(m.group(1)), m.group(2), m.group(3), bool(m.group(4))
+    instrs = _instructions(atom.ptx)
+    setp, mma = instrs
+    assert mma.split()[0] == f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
+    ops_ = _operands(mma)
+    assert ops_[0] == "$d" and ops_[1] == ("$a" if kind == "rs" else "$desc_a") and ops_[2] == "$desc_b"
+    imms = ops_[4:]
+    assert imms == (["1", "1", str(int(tnsp))] if kind == "rs" else ["1", "1", "0", str(int(tnsp))])
+    # the scale-d predicate is true exactly when $scale_d is non-zero
+    assert _run_setp(setp, {"$scale_d": 0}) == {ops_[3]: False}
+    assert _run_setp(setp, {"$scale_d": 5}) == {ops_[3]: True}
+    assert atom.operand("d").regs == n // 2 and atom.shape == (64, n, 16)
+
+
+def _run_setp(instr: str, values: dict) -> dict:
+    op, *_ = instr.split()
+    parts = op.split(".")
+    assert parts[0] == "setp"
+    cmp = parts[1]
+    dst, a, b = _operands(instr)
+    x, y = values.get(a, None), int(b, 0)
+    return {dst: {"ne": x != y, "eq": x == y}[cmp]}
+
+
+def _step_ptx(template: str, try_wait_results: list[bool], limit: int = 100) -> tuple[int, bool]:
+    """Run a spin-loop template: each ``mbarrier.try_wait`` sets its predicate to the next value
+    of ``try_wait_results`` (False once they run out); returns (try_waits executed, whether control
+    left the template)."""
+    body = template.strip()
+    assert body.startswith("{") and body.endswith("}")
+    stmts = [s.strip() for s in body[1:-1].split(";")]
+    labels, code = {}, []
+    for s in stmts:
+        while True:
+            m = re.match(r"^([A-Za-z_]\w*):\s*(.*)$", s)
+            if not m:
+                break
+            labels[m.group(1)] = len(code)
+            s = m.group(2)
+        if s:
+            code.append(s)
+    preds, waits, pc, steps = {}, 0, 0, 0
+    results = list(try_wait_results)
+    while pc < len(code) and steps < limit:
+        steps += 1
+        s = code[pc]
+        pc += 1
+        if s.startswith(".reg"):
+            continue
+        guard = None
+        m = re.match(r"^@(!?)(\w+)\s+(.*)$", s)
+        if m:
+            guard = (m.group(1) == "", m.group(2))
+            s = m.group(3)
+        if guard is not None and preds.get(guard[1]) != guard[0]:
+            continue
+        op = s.split()[0]
+        if op.startswith("mbarrier.try_wait"):
+            preds[_operands(s)[0]] = results.pop(0) if results else False
+            waits += 1
+        elif op == "bra" or op.startswith("bra."):
+            pc = labels[_operands(s)[0]]
+        else:
+            raise AssertionError(f"unexpected instruction {s!r}")
+    return waits, pc >= len(code)
+
+
+def test_try_wait_spin_loop_waits_until_the_phase_completes():
+    """The loop leaves exactly when try_wait reports completion, and spins while it does not."""
+    t = catalog.with_immediates(sm90a.mbarrier_try_wait, uid=7).ptx
+    assert "$" not in t.replace("$bar", "").replace("$parity", "")
+    for k in (0, 1, 5):
+        waits, left = _step_ptx(t, [False] * k + [True])
+        assert left and waits == k + 1, (k, waits, left)
+    waits, left = _step_ptx(t, [], limit=60)
+    assert not left and waits > 5
+    # the ISA's operand order: waitComplete, [addr], phaseParity
+    (tw,) = [i for i in _instructions(t) if i.startswith("mbarrier.try_wait")]
+    assert tw.split()[0] == "mbarrier.try_wait.parity.shared::cta.b64"
+    assert _operands(tw)[1:] == ["[$bar]", "$parity"]
+
+
+def test_cluster_barrier_arrives_then_waits():
+    instrs = _instructions(sm90a.barrier_cluster.ptx)
+    assert [i.split(".")[:3] for i in instrs] == [["barrier", "cluster", "arrive"], ["barrier", "cluster", "wait"]]
+    assert all(i.endswith(".aligned") for i in instrs)
+
+
+def test_remote_arrive_uses_the_mapped_address():
+    mapa, arrive = _instructions(sm90a.mbarrier_arrive_cluster.ptx)
+    assert mapa.split()[0] == "mapa.shared::cluster.u32"
+    reg, bar, cta = _operands(mapa)
+    assert (bar, cta) == ("$bar", "$cta")
+    assert arrive.split()[0].startswith("mbarrier.arrive") and "shared::cluster" in arrive.split()[0]
+    assert _operands(arrive)[1] == f"[{reg}]"
+
+
+def test_multicast_mask_is_the_16_bit_cta_mask():
+    cvt, load = _instructions(sm90a.tma_load_2d_multicast.ptx)
+    dst, src = _operands(cvt)
+    assert cvt.split()[0] == "cvt.u16.u32" and src == "$mask"
+    assert load.split()[0].endswith(".multicast::cluster") and _operands(load)[-1] == dst
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in (sm90a.tma_load_2d, sm90a.tma_store_2d)])
+def test_tma_templates_put_the_column_first(atom):
+    """The tensor coordinates are innermost first: {$c0 (column), $c1 (row)}."""
+    (instr,) = _instructions(atom.ptx)
+    assert "{$c0, $c1}" in instr and instr.split()[0].startswith("cp.async.bulk.tensor.2d.")
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name)
+                                  for a in (*[x for x in catalog.ALL_ATOMS if x.family == "ldmatrix"],
+                                            *sm90a.STMATRIX_ATOMS)])
+def test_ldmatrix_and_stmatrix_templates(atom):
+    m = re.fullmatch(r"(ldmatrix|stmatrix)_x(\d)(_trans)?", atom.name)
+    kind, num, trans = m.group(1), int(m.group(2)), bool(m.group(3))
+    (instr,) = _instructions(atom.ptx)
+    want = f"{kind}.sync.aligned.m8n8.x{num}" + (".trans" if trans else "") + ".shared.b16"
+    assert instr.split()[0] == want
+    regs = [o for o in atom.operands if o.memory == "RF"]
+    assert len(regs) == 1 and regs[0].regs == num
+    mem = "[$src]" if kind == "ldmatrix" else "[$dst]"
+    assert mem in _operands(instr)
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in catalog.ALL_ATOMS if a.family == "cp_async"])
+def test_cp_async_template(atom):
+    width = int(atom.name.rsplit("_", 1)[1])
+    (instr,) = _instructions(atom.ptx)
+    # .cg (L2 only) exists for 16-byte copies alone
+    assert instr.split()[0] == f"cp.async.{'cg' if width == 16 else 'ca'}.shared.global"
+    assert _operands(instr) == ["[$dst]", "[$src]", str(width), "$src_size"]
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in catalog.ALL_ATOMS if a.family == "mma"])
+def test_mma_template(atom):
+    m = re.fullmatch(r"mma_m(\d+)n(\d+)k(\d+)_(\w+?)_(\w+)", atom.name)
+    shape = f"m{m.group(1)}n{m.group(2)}k{m.group(3)}"
+    ab, acc = m.group(4), m.group(5)
+    (instr,) = _instructions(atom.ptx)
+    assert instr.split()[0] == f"mma.sync.aligned.{shape}.row.col.{acc}.{ab}.{ab}.{acc}"
+    assert _operands(instr) == ["$d", "$a", "$b", "$c"]
+
+
+def test_shuffles_span_the_full_warp():
+    for a in (catalog.by_name("shfl_sync_idx_b32"), catalog.by_name("shfl_sync_bfly_b32")):
+        (instr,) = _instructions(a.ptx)
+        assert _operands(instr)[-2:] == ["0x1f", "0xffffffff"]
+
+
+# =========================================================================== printed kernels
+
+SM80_CASES = {
+    "plain": ((200, 136, 304), dict(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=3)),
+    "splitk-blocks": ((256, 128, 1024), dict(block_m=64, block_n=64, block_k=32, split_k_blocks=4, stages=2)),
+    "splitk-warps-bias-gelu": ((128, 128, 256), dict(block_m=64, block_n=64, block_k=64, split_k_warps=2, stages=2,
+                                                     epilogue_ops=(ops.bias("bias"), ops.gelu()))),
+    "CC-prologue-f32": ((96, 80, 72), dict(block_m=32, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=4,
+                                           layout="CC", out_dtype="f32", prologue_ops=(ops.relu(),))),
+    "one-stage": ((64, 64, 64), dict(block_m=64, block_n=64, block_k=64, stages=1)),
+}
+SM90_CASES = {
+    "plain": ((256, 512, 192), dict(block_m=128, block_n=256, stages=3, warp_specialized=False)),
+    "ws-persistent-bias-relu": ((512, 512, 512), dict(block_m=128, block_n=128,
+                                                      epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "cluster": ((512, 512, 256), dict(block_m=128, block_n=256, cluster=2)),
+    "bf16-RC-64B": ((300, 256, 200), dict(dtype="bf16", layout="RC", block_m=64, block_n=128, block_k=32,
+                                           out_dtype="f32")),
+    "padded": ((200, 136, 300), dict(block_m=128, block_n=64, warp_specialized=False)),
+}
+
+
+def _program(arch: str, name: str) -> ir.Program:
+    (M, N, K), kw = (SM80_CASES if arch == "sm_80" else SM90_CASES)[name]
+    kw = dict(kw)
+    sched = fs.recipes.gemm(M, N, K, kw.pop("dtype", "f16"), arch="sm_90a" if arch == "sm_90a" else "sm_80",
+                            **({"atoms": "sm80"} if arch == "sm_80" else {}), **kw)
+    return sched.lower("sm_90a" if arch == "sm_90a" else "sm_80")
+
+
+PROGRAMS = [pytest.param("sm_80", n, id=f"sm80-{n}") for n in SM80_CASES] + \
+           [pytest.param("sm_90a", n, id=f"sm90a-{n}") for n in SM90_CASES]
+
+
+def _walk(stmt):
+    if stmt is None:
+        return
+    yield stmt
+    if isinstance(stmt, ir.Seq):
+        for s in stmt.body:
+            yield from _walk(s)
+    elif isinstance(stmt, ir.For):
+        yield from _walk(stmt.body)
+    elif isinstance(stmt, ir.If):
+        yield from _walk(stmt.then)
+    elif isinstance(stmt, ir.Roles):
+        for r in stmt.roles:
+            yield from _walk(r.body)
+
+
+def _kernel_sources(program: ir.Program) -> dict[str, str]:
+    return {k.name: fs.cuda.emit_kernel(k) for k in program.kernels}
+
+
+def _body_of(src: str, kernel: str) -> str:
+    """The text of one kernel's definition (the preludes cut off)."""
+    i = src.index(f" {kernel}(")
+    return src[src.rfind("\n", 0, i):]
+
+
+_FOR = re.compile(r"for \((?P<init>[^;]*);(?P<cond>[^;]*);(?P<inc>[^)]*)\)")
+
+
+@pytest.mark.parametrize("arch, name", PROGRAMS)
+def test_loop_headers_run_exactly_their_extents(arch, name):
+    """Every printed loop is ``for (int v = 0; v < N; ++v)``: N iterations, and the N of the
+    IR's loops are exactly the printed ones (loops the printer adds itself use fs_ names)."""
+    program = _program(arch, name)
+    for k in program.kernels:
+        body = _body_of(fs.cuda.emit_kernel(k), k.name)
+        printed = Counter()
+        for m in _FOR.finditer(body):
+            init, cond, inc = (m.group(g).strip() for g in ("init", "cond", "inc"))
+            mi = re.fullmatch(r"int (\w+) = 0", init)
+            assert mi, f"loop does not start at 0: {m.group()}"
+            v = mi.group(1)
+            mc = re.fullmatch(rf"{v} < (\d+)", cond)
+            assert mc, f"loop condition is not '{v} < N': {m.group()}"
+            assert inc == f"++{v}", f"loop does not step by one: {m.group()}"
+            if not v.startswith("fs_"):
+                printed[(v, int(mc.group(1)))] += 1
+        want = Counter((s.var.name, int(s.extent)) for s in _walk(k.body) if isinstance(s, ir.For))
+        assert printed == want, (k.name, printed - want, want - printed)
+
+
+def _asm_templates(text: str) -> list[str]:
+    return [t.replace('\\"', '"').replace("\\\\", "\\")
+            for t in re.findall(r'asm volatile\("((?:[^"\\]|\\.)*)"', text)]
+
+
+def _ops_in(text: str) -> list[str]:
+    out = []
+    for t in _asm_templates(text):
+        out += [i.split()[0] for i in _instructions(t) if i.split()]
+    return out
+
+
+@pytest.mark.parametrize("arch, name", PROGRAMS)
+def test_every_asynchronous_start_has_its_wait(arch, name):
+    """In each printed kernel: cp.async groups are waited for, wgmma groups are waited for, bulk
+    (TMA store) groups are waited for, mbarriers that are arrived on are waited on and were
+    initialised (and the init fenced), and every cluster barrier arrival has its wait."""
+    program = _program(arch, name)
+    for kname, src in _kernel_sources(program).items():
+        body = _body_of(src, kname)
+        seq = _ops_in(body)
+        has = lambda prefix, seq=seq: any(o.startswith(prefix) for o in seq)  # noqa: E731
+        pairs = [("cp.async.commit_group", "cp.async.wait_group"),
+                 ("wgmma.commit_group", "wgmma.wait_group"),
+                 ("cp.async.bulk.commit_group", "cp.async.bulk.wait_group"),
+                 ("mbarrier.arrive", "mbarrier.try_wait"),
+                 ("mbarrier.init", "fence.mbarrier_init"),
+                 ("cp.async.bulk.tensor.2d.shared::cluster", "mbarrier.try_wait")]
+        for start, wait in pairs:
+            if has(start):
+                assert has(wait), f"{kname}: {start} without {wait}"
+        if has("mbarrier.try_wait") or has("mbarrier.arrive"):
+            assert has("mbarrier.init"), f"{kname}: mbarriers used without mbarrier.init"
+        arrivals = [i for i, o in enumerate(seq) if o.startswith("barrier.cluster.arrive")]
+        for i in arrivals:
+            assert i + 1 < len(seq) and seq[i + 1].startswith("barrier.cluster.wait"), \
+                f"{kname}: barrier.cluster.arrive not followed by its wait"
+        assert len(arrivals) == sum(o.startswith("barrier.cluster.wait") for o in seq)
+        if program.kernels[0].cluster > 1 and kname == program.kernels[-1].name:
+            assert arrivals, "a cluster kernel meets its blocks at barrier.cluster"
+
+
+@pytest.mark.parametrize("name", list(SM90_CASES))
+def test_printed_descriptors_name_the_isa_swizzle_mode(name):
+    """Each ``fs_smem_desc(address, lbo, sbo, mode)`` the printer writes carries the IR
+    descriptor's byte offsets and the ISA's mode code for its swizzle."""
+    program = _program("sm_90a", name)
+    for k in program.kernels:
+        body = _body_of(fs.cuda.emit_kernel(k), k.name)
+        printed = Counter((int(a), int(b), int(c)) for a, b, c in
+                          re.findall(r"fs_smem_desc\(.*?, (\d+)u, (\d+)u, (\d+)u\)", body))
+        refs = [arg for s in _walk(k.body) if isinstance(s, ir.AtomCall) for _, arg in s.args
+                if isinstance(arg, ir.DescRef)]
+        want = Counter((r.lbo, r.sbo, ISA_MODE[r.swizzle]) for r in refs)
+        assert set(printed) == set(want), (printed, want)
+        assert sum(printed.values()) >= len(set(want))
+
+
+@pytest.mark.parametrize("name", list(SM90_CASES))
+def test_printed_try_waits_are_the_spin_loop(name):
+    """The spin loops as printed (labels numbered per call site) still leave only on completion."""
+    program = _program("sm_90a", name)
+    found = 0
+    labels = set()
+    for k in program.kernels:
+        for t in _asm_templates(_body_of(fs.cuda.emit_kernel(k), k.name)):
+            if "mbarrier.try_wait" not in t:
+                continue
+            found += 1
+            t = re.sub(r"%\d+", "R", t)
+            waits, left = _step_ptx(t, [False, False, True])
+            assert left and waits == 3
+            lab = re.findall(r"(?:^|[;{])\s*([A-Za-z_]\w*):(?!:)", t)
+            assert not labels & set(lab), "labels of two spin loops collide"
+            labels |= set(lab)
+    assert found
+
+
+def test_wgmma_waits_keep_one_group_in_flight_at_most():
+    """Inside the K loop the consumer waits with ``wgmma.wait_group 1`` (or 0); after the loop and
+    before the epilogue reads the accumulators it waits with 0."""
+    program = _program("sm_90a", "ws-persistent-bias-relu")
+    (k,) = program.kernels
+    body = _body_of(fs.cuda.emit_kernel(k), k.name)
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", "\n".join(_asm_templates(body)))
+    assert waits and set(waits) <= {"0", "1"} and "0" in waits
