@@ -36,33 +36,13 @@ FUSED = [(4096, 4096, 4096), (2048, 2048, 1024), (8192, 8192, 1024)]
 L2_BYTES = 50 * 2 ** 20
 
 
-# (block_m, block_n, warps_m, warps_n, relative throughput of one such block when the GPU is full),
-# the throughputs read off bench/sweep_gemm.py runs on an H100
-TILES = [(256, 128, 4, 2, 1.0), (128, 128, 2, 2, 0.9), (64, 128, 2, 2, 0.7), (64, 64, 2, 2, 0.5)]
 SMS = 132
 
 
 def params_for(M: int, N: int, K: int) -> dict:
-    """The recipe parameters used per shape: the block tile that minimises waves x time per tile
-    (a fixed model, not a tuner), 4 stages, 32-wide K tiles (64 for short M; 16 when rows are not
-    16-byte aligned, which takes the synchronous copy path)."""
-    aligned = K % 8 == 0 and N % 8 == 0
-
-    def cost(t):
-        bm, bn, _, _, eff = t
-        tiles = -(-M // bm) * -(-N // bn)
-        return -(-tiles // SMS) * bm * bn / eff
-
-    fits = [t for t in TILES if t[0] <= M and t[1] <= N] or [TILES[-1]]
-    bm, bn, wm, wn, _ = min(fits, key=cost)
-    # a short M (few block rows) leaves registers for a 64-wide K tile, which halves the barriers
-    bk = (64 if M < 256 else 32) if aligned else 16
-    tiles = -(-M // bm) * -(-N // bn)
-    # 256x128 tiles over fewer than 8 waves: groups of 16 block rows measured better at 4096^3
-    # (0.57-0.61x with 4 stages vs 0.52x with groups of 8); see bench/README.md
-    few_waves = (bm, bn) == (256, 128) and aligned and tiles < 8 * SMS
-    return dict(atoms="sm80", block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=4,
-                group_m=(16 if few_waves else 8) if M >= 4 * bm else 1)
+    """The sm_80-atom recipe's parameters per shape: the library's tile model
+    (``firesched.recipes.tiles.params_sm80``)."""
+    return fs.recipes.tiles.params_sm80(M, N, K, sms=SMS)
 
 
 def time_ms(torch, fn, reps: int, samples: int) -> float:
@@ -84,27 +64,10 @@ def time_ms(torch, fn, reps: int, samples: int) -> float:
     return out[len(out) // 2]
 
 
-# Hopper block tiles: (block_m, block_n, stages, relative throughput of one such block when the GPU
-# is full), read off bench/sweep_gemm.py --atoms sm90a runs on an H100 (128x256: 741 TFLOP/s at
-# 8192^3, 192x128: 719, 128x128: 558); 128x64 is an estimate
-TILES_SM90 = [(128, 256, 4, 1.0), (192, 128, 4, 0.96), (128, 128, 6, 0.75), (128, 64, 6, 0.55)]
-
-
 def params_sm90(M: int, N: int, K: int) -> dict:
-    """The Hopper recipe's parameters: warp-specialized, persistent, grouped; the block tile that
-    minimises waves x time per tile (the same fixed model as ``params_for``)."""
-
-    def cost(t):
-        bm, bn, _, eff = t
-        tiles = -(-M // bm) * -(-N // bn)
-        return -(-tiles // SMS) * bm * bn / eff
-
-    fits = [t for t in TILES_SM90 if t[0] <= M and t[1] <= N] or [TILES_SM90[-1]]
-    bm, bn, stages, _ = min(fits, key=cost)
-    # single blocks: clusters of two (TMA multicast of B) measured on par, not faster, timed
-    # interleaved (results/ab-cluster-interleaved-2026-11-21-h100.txt)
-    return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
-                warp_specialized=True, persistent=True, cluster=1)
+    """The Hopper recipe's parameters per shape: the library's tile model
+    (``firesched.recipes.tiles.params_sm90``)."""
+    return fs.recipes.tiles.params_sm90(M, N, K, sms=SMS)
 
 
 def bench_shape(torch, M, N, K, dt_name, fused, reps, samples, check=True, atoms="sm80"):

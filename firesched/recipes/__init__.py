@@ -1,5 +1,7 @@
 """Stock schedules built only from strategies."""
 
+from . import tiles
+from .bmm import bmm
 from .gemm import EPILOGUES, GemmParams, gemm, gemm_sm90, gemm_space
 
-__all__ = ["gemm", "gemm_sm90", "gemm_space", "GemmParams", "EPILOGUES"]
+__all__ = ["gemm", "gemm_sm90", "gemm_space", "bmm", "tiles", "GemmParams", "EPILOGUES"]

@@ -82,8 +82,13 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
          warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
-         consumer_regs: int | None = None, cluster: int | None = None, check: bool = True) -> Schedule:
-    """A GEMM schedule.
+         consumer_regs: int | None = None, cluster: int | None = None, batch: int | tuple = (),
+         a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
+    """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
+
+    ``batch`` (an int, or a tuple for several batch dimensions) makes it a strided batched GEMM,
+    each batch element a block-tile row of the grid; ``a_batched=False`` / ``b_batched=False``
+    broadcast that operand over the batch (``torch.matmul`` semantics, see ``bmm``).
 
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
     input type.  ``layout`` gives A's then B's majorness (``R``/``C``).  ``epilogue_ops`` are
@@ -133,7 +138,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
         # single blocks at 4096^3 and 8192^3 on an H100, timed interleaved (bench/README.md)
         cluster = 1 if cluster is None else cluster
         return gemm_sm90(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=bm, block_n=bn,
-                         block_k=block_k,
+                         block_k=block_k, batch=batch, a_batched=a_batched, b_batched=b_batched,
                          stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64, arch),
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
@@ -172,12 +177,12 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
                    warp_k, group_m, prefetch)
     _check_params(p, M, N, K)
-    spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
+    spec = _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched)
     chain = []
     if p.split_k_blocks > 1:
         chain.append(split_k(p.split_k_blocks, across=BLOCK))
     chain += [
-        tile(m=p.block_m, n=p.block_n) >> to_blocks(group=_group(p, M, N)),
+        tile(**_batch_tiles(spec), m=p.block_m, n=p.block_n) >> to_blocks(group=_group(p, M, N)),
         tile(k=p.block_k),
         move_to_smem("A", swizzle=p.swizzle),
         move_to_smem("B", swizzle=p.swizzle),
@@ -225,7 +230,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
               producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1,
-              check: bool = True) -> Schedule:
+              batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
 
@@ -245,14 +250,15 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     # one 128-byte swizzle span of K by default; 32 or 64 bytes (block_k=16 / 32 for 16-bit types)
     # select the 32- and 64-byte swizzle modes
     bk = 128 * 8 // dt.bits if block_k is None else block_k
-    spec = MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout)
+    spec = _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched)
     p = GemmParams(block_m, block_n, bk, block_m // 64 or 1, 1, stages, group_m=group_m)
     try:
         atom = sm90a.wgmma_atom(block_n, dt, b_mn_major=layout[1] == "R")
     except ValueError as e:
         raise ScheduleError(str(e), field="block_n", value=block_n, allowed="multiples of 8 up to 256") from None
     chain = [
-        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent, cluster=cluster),
+        tile(**_batch_tiles(spec), m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent,
+                                                                     cluster=cluster),
         tile(k=bk),
         move_to_smem("A", via=(sm90a.tma_load_2d,)),
         move_to_smem("B", via=(sm90a.tma_load_2d,)),
@@ -274,6 +280,19 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     if check:
         sched.check(get_target(arch))
     return sched
+
+
+def _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched) -> MatMul:
+    try:
+        return MatMul.kernel(M, N, K, a=dt, b=dt, c=out, acc="f32", layout=layout, batch=batch,
+                             a_batched=a_batched, b_batched=b_batched)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="M, N, K, batch", value=(M, N, K, batch)) from None
+
+
+def _batch_tiles(spec: MatMul) -> dict[str, int]:
+    """Each batch element is its own row of block tiles."""
+    return {d: 1 for d in spec.batch_dims}
 
 
 def _input_dtype(name):
