@@ -13,7 +13,16 @@ import firesched as fs
 from firesched import ops
 from firesched.errors import ScheduleError
 from firesched.hardware import sm80
-from firesched.strategies import done, epilogue, move_to_regs, move_to_smem, pipeline, tile, to_blocks, to_warps
+from firesched.strategies import (
+    done,
+    epilogue,
+    move_to_regs,
+    move_to_smem,
+    pipeline,
+    tile,
+    to_blocks,
+    to_warps,
+)
 
 
 def _round(x, dt="f16"):
