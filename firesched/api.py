@@ -25,14 +25,17 @@ from .schedule import Schedule
 
 
 def _logical(buf: ir.GlobalBuffer, prog: ir.Program, sched: Schedule):
-    """(logical shape, logical strides in elements) of a global buffer as the user passes it."""
-    for t in (sched.spec.a, sched.spec.b):
-        if t.name == buf.name:
+    """(logical shape, logical strides in elements, the storage axes as a permutation of the
+    logical ones, or None when they agree) of a global buffer as the user passes it: in the order
+    of its tensor's dims (a column-major operand's storage order differs)."""
+    for t in sched.spec.operands:
+        if t.name == buf.name and not t.tensor.workspace:
             tens = t.tensor
             storage = tens.storage_dims
             st = dict(zip(storage, buf.strides))
-            return tuple(tens.extent(d) for d in tens.dims), tuple(st[d] for d in tens.dims), storage != tens.dims
-    return buf.shape, buf.strides, False
+            perm = tuple(tens.dims.index(d) for d in storage) if storage != tens.dims else None
+            return tuple(tens.extent(d) for d in tens.dims), tuple(st[d] for d in tens.dims), perm
+    return buf.shape, buf.strides, None
 
 
 def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
@@ -49,12 +52,14 @@ def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
     feed = {}
     for buf, arr in zip(prog.inputs, arrays):
         arr = np.asarray(arr)
-        shape, _, transposed = _logical(buf, prog, schedule)
+        shape, _, perm = _logical(buf, prog, schedule)
         if tuple(arr.shape) != tuple(shape):
             raise ValueError(f"interpret: {buf.name} has shape {arr.shape}, the schedule expects {shape}")
-        feed[buf.name] = np.ascontiguousarray(arr.T) if transposed else arr
-    out = _interp.run_program(prog, feed)
-    return out[prog.output.name]
+        feed[buf.name] = np.ascontiguousarray(np.transpose(arr, perm)) if perm else arr
+    out = _interp.run_program(prog, feed)[prog.output.name]
+    _, _, perm = _logical(prog.output, prog, schedule)
+    # the result comes back in storage order; hand it over in the tensor's dims order
+    return np.transpose(out, np.argsort(perm)) if perm else out
 
 
 @attrs.frozen

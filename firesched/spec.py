@@ -359,8 +359,8 @@ class Reduce(SpecBase):
         return cls(op, Tile(x, ext), Tile(y, kext), axes, KERNEL)
 
     def __str__(self):
-        return (f"Reduce<{self.level}>({self.op} over {','.join(self.axes)}: {self.src} -> {self.dst})"
-                f"{_opstr(self.ops)}")
+        what = f"over {','.join(self.axes)}" if self.axes else "of the partial results"
+        return f"Reduce<{self.level}>({self.op} {what}: {self.src} -> {self.dst}){_opstr(self.ops)}"
 
 
 @attrs.frozen(repr=False)

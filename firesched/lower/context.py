@@ -64,6 +64,7 @@ class Ctx:
     async_mma: bool = False                      # a pipeline fences, commits and retires async MMAs
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
     made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
+    spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)
 
     def with_origin(self, key, dims: dict) -> "Ctx":
         o = dict(self.origin)

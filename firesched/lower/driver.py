@@ -28,7 +28,7 @@ from ..spec import Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
 from . import checks
 from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
-from .layouts import SmemLayout, plain_smem_layout, register_layouts
+from .layouts import SmemLayout, plain_smem_layout, register_layouts, thread_layouts
 from .lowerer import Lowerer
 from .program import KernelBuilder, ProgramBuilder
 from .rules import decompose
@@ -132,17 +132,24 @@ def block_threads(block: Node) -> int:
               fix="tile the block's work with tile(m=..., n=...) >> to_warps()")
 
 
-def bind_units(block: Node, scope: Scope) -> dict:
-    """Each unit-mapped loop variable as an expression of the scope's thread index: the loops of
-    one level are linearised row-major in tree order (the last varies fastest)."""
-    out = {}
+def bind_units(block: Node, scope: Scope) -> tuple[dict, dict]:
+    """Each unit-mapped loop variable as an expression of the scope's thread index, and its span
+    (thread stride, count): the loops of one level are linearised row-major in tree order (the
+    last varies fastest)."""
+    out, spans = {}, {}
     units = _unit_loops(block)
     for level, loops in units.items():
         stride = 1
         for lp in reversed(loops):
             out[lp.var] = (scope.tid // (UNIT_THREADS[level] * stride)) % lp.count
+            spans[lp.var] = (UNIT_THREADS[level] * stride, lp.count)
             stride *= lp.count
-    return out
+    return out, spans
+
+
+def _enter_scope(ctx: Ctx, block: Node, scope: Scope, **kw) -> Ctx:
+    exprs, spans = bind_units(block, scope)
+    return attrs.evolve(ctx, scope=scope, spans={**ctx.spans, **spans}, **kw).bind(**exprs)
 
 
 def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
@@ -171,7 +178,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     tgt = pb.target
     kb = KernelBuilder(pb, _name(pb, chain_node.spec))
     smem, staged = shared_layouts(block)
-    lw = Lowerer(pb, kb, tgt, rf=register_layouts(block), smem=smem)
+    lw = Lowerer(pb, kb, tgt, rf={**thread_layouts(block), **register_layouts(block)}, smem=smem)
     order = block_order(block_loops, block, tgt)
     kb.grid = order.grid
     spec_loop = ws.specialized_loop(block)
@@ -215,7 +222,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         kb.threads = threads
         scope = Scope(threads, ir.tid(threads))
         hoists = Hoists()
-        c = attrs.evolve(ctx, scope=scope, hoists=hoists, hoist_node=block).bind(**bind_units(block, scope))
+        c = _enter_scope(ctx, block, scope, hoists=hoists, hoist_node=block)
         work = lw.lower(block, c)
         body = [*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end]
     else:
@@ -249,12 +256,11 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
         body.append(ir.Barrier("mbarriers initialised"))
     base = attrs.evolve(ctx, ring=ring, specialized=True)
     pscope = Scope(128, tid, elected=True)
-    pctx = attrs.evolve(base, scope=pscope, part=PRODUCER).bind(**bind_units(block, pscope))
+    pctx = _enter_scope(base, block, pscope, part=PRODUCER)
     producer = [ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(per_tile(lw.lower(block, pctx)))))]
     cscope = Scope(128 * nwg, ir.role_tid(128 * nwg), first=128)
     hoists = Hoists()
-    cctx = attrs.evolve(base, scope=cscope, part=CONSUMER, hoists=hoists,
-                        hoist_node=block).bind(**bind_units(block, cscope))
+    cctx = _enter_scope(base, block, cscope, part=CONSUMER, hoists=hoists, hoist_node=block)
     consumers = [*per_tile(lw.lower(block, cctx)), *hoists.scope_end]
     body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg))
     if C > 1:

@@ -136,10 +136,13 @@ def register_layouts(block: Node) -> dict[tuple[str, str], RFLayout]:
 def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
     # the tensor's frame starts where it is created: the first node in the path that has it as an
     # operand in RF
+    # the tensor's frame starts at the node that creates it: the parent of the first node that has
+    # it as an operand (its loops — a K loop, a reduced dim mapped onto threads — are the first
+    # that iterate over the tensor's life)
     start = 0
     for i, n in enumerate(path):
         if any(key(t) == k for t in n.spec.operands):
-            start = i
+            start = max(i - 1, 0)
             break
     dims = tile.tensor.dims
     if len(dims) != 2:
@@ -176,6 +179,103 @@ def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
             raise err(path[-1], f"register tensor {tile.name}: the innermost tile along {d} is {last[d]}, "
                                 f"the atom's fragment is {f}")
     return lay
+
+
+# --------------------------------------------------------------------------- thread registers
+
+@attrs.frozen
+class ThreadLayout:
+    """A register tensor that threads hold element by element (no MMA fragment): each thread holds
+    the ``leaf`` tile its element-wise leaf touches (row-major over ``dims``), repeated over the
+    sequential loops between the tensor's creation and the leaf (``seq``, outer first); loops
+    mapped onto units that cut the tensor's dims say which unit holds which part (``par``); loops
+    mapped onto units over other dims make ``replicas``, each unit holding a partial result of
+    the same elements (a reduction split over threads), which the store combines::
+
+        Y:RF f32[1] of a row sum, 32 lanes x 8 elements each:  leaf (1,), replicas (c1: 32 lanes)
+    """
+
+    key: tuple[str, str]
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    leaf: tuple[int, ...]
+    seq: tuple[tuple[str, int, int], ...]
+    par: tuple[tuple[str, int, int, str], ...]
+    replicas: tuple[tuple[str, int], ...]
+
+    @property
+    def values(self) -> int:
+        n = 1
+        for s in self.leaf:
+            n *= s
+        return n
+
+    @property
+    def size(self) -> int:
+        n = self.values
+        for _, c, _ in self.seq:
+            n *= c
+        return n
+
+    def offset(self, origin: dict[str, IntExpr]) -> IntExpr:
+        """Register offset of the element at ``origin`` (relative to the tensor, within this
+        thread's part): the sequential tiles outside, the leaf's row-major index inside."""
+        off: IntExpr = 0
+        stride = self.values
+        strides = []
+        for _, c, _ in reversed(self.seq):
+            strides.append(stride)
+            stride *= c
+        for (d, c, s), st in zip(self.seq, reversed(strides)):
+            off = off + ((origin[d] // s) % c) * st
+        inner: IntExpr = 0
+        for d, n in zip(self.dims, self.leaf):
+            inner = inner * n + origin[d] % n if n > 1 else inner * n
+        return off + inner
+
+
+def thread_layouts(block: Node) -> dict[tuple[str, str], ThreadLayout]:
+    """Every register tensor a thread's element-wise leaf below ``block`` reads or writes."""
+    out: dict[tuple[str, str], ThreadLayout] = {}
+
+    def go(n: Node, path: list):
+        here = path + [n]
+        if n.atom is None and n.strategy is not None and not n.children and not n.loops:
+            for t in n.spec.operands:
+                k = key(t)
+                if t.memory == RF and k not in out:
+                    out[k] = _derive_thread(k, t, here)
+        for c in n.children:
+            go(c, here)
+
+    go(block, [])
+    return out
+
+
+def _derive_thread(k, tile, path: list) -> ThreadLayout:
+    # the tensor's frame starts at the node that creates it: the parent of the first node that has
+    # it as an operand (its loops — a K loop, a reduced dim mapped onto threads — are the first
+    # that iterate over the tensor's life)
+    start = 0
+    for i, n in enumerate(path):
+        if any(key(t) == k for t in n.spec.operands):
+            start = max(i - 1, 0)
+            break
+    dims = tile.tensor.dims
+    seq, par, rep = [], [], []
+    for n in path[start:]:
+        for lp in n.loops:
+            mine = [(d, s) for d, s in lp.steps if d in dims]
+            if not mine:
+                if lp.unit in UNIT_LEVELS:
+                    rep.append((lp.var, lp.count))
+                continue
+            d, s = mine[0]
+            if lp.unit in UNIT_LEVELS:
+                par.append((d, lp.count, s, lp.var))
+            elif lp.unit is None:
+                seq.append((d, lp.count, s))
+    return ThreadLayout(k, dims, tuple(tile.tensor.shape), tuple(tile.shape), tuple(seq), tuple(par), tuple(rep))
 
 
 # --------------------------------------------------------------------------- shared memory
@@ -275,5 +375,5 @@ def value_runs(tv) -> list[tuple[int, ...]]:
     return runs
 
 
-__all__ = ["RFLayout", "SmemLayout", "register_layouts", "plain_smem_layout", "matmul_operand_name",
+__all__ = ["RFLayout", "ThreadLayout", "SmemLayout", "register_layouts", "thread_layouts", "plain_smem_layout", "matmul_operand_name",
            "inverse", "coords", "value_runs", "SH"]

@@ -28,6 +28,7 @@ from .context import CONSUMER, PRODUCER, Ctx, err
 Rule = Callable[["Lowerer", Node, Ctx], list]
 
 _ATOM_RULES: dict[str, Rule] = {}
+_LEAF_RULES: dict[type, Rule] = {}
 _SPEC_RULES: dict[tuple, Rule] = {}
 _DECOMPOSITION: list[Rule] = []
 _LOOP_RULES: list[tuple[Callable, Callable]] = []     # (matches(lw, node, loop), lower(lw, node, ctx, loop, rest))
@@ -43,6 +44,23 @@ def atom_rule(*families: str):
         return fn
 
     return deco
+
+
+def leaf_rule(kind: type):
+    """Register the rule lowering a thread's element-wise leaf of ``kind`` (``done()`` without an
+    atom)."""
+
+    def deco(fn: Rule) -> Rule:
+        _LEAF_RULES[kind] = fn
+        return fn
+
+    return deco
+
+
+def is_leaf(node: Node) -> bool:
+    """A node ``done()`` declared a thread's element-wise work (no atom, no decomposition)."""
+    return (node.atom is None and node.strategy is not None and not node.loops and not node.pre
+            and not node.body and not node.post)
 
 
 def spec_rule(kind: type, *memories: str, via: str | None = None):
@@ -89,7 +107,8 @@ def special_loop(lw, node, lp):
 
 
 def is_refined(node: Node) -> bool:
-    return bool(node.strategy is not None or node.loops or node.pre or node.body or node.post)
+    """A node a strategy decomposed (loops or children), as opposed to a leaf or an open node."""
+    return bool(node.loops or node.pre or node.body or node.post)
 
 
 def is_staged_move(node: Node, ctx: Ctx) -> bool:
@@ -134,6 +153,11 @@ class Lowerer:
             return rule(self, node, ctx)
         if is_refined(node):
             return _DECOMPOSITION[0](self, node, ctx)
+        if is_leaf(node):
+            rule = _LEAF_RULES.get(type(node.spec))
+            if rule is None:  # pragma: no cover - done() accepts only kinds with a leaf rule
+                raise err(node, f"no rule lowers a thread's {type(node.spec).__name__}")
+            return rule(self, node, ctx)
         return self.default(node, ctx)
 
     def default(self, node: Node, ctx: Ctx) -> list:

@@ -13,11 +13,13 @@ import attrs
 
 from ..errors import ScheduleError
 from ..hardware.atoms.base import GROUP_THREADS, Atom
-from ..spec import MatMul
-from ..tensor import RF, SH, WARP, WARPGROUP
+from ..spec import MatMul, Move, Pointwise, Reduce
+from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
 from .base import Strategy
 
 _GROUP_LEVEL = {"warp": WARP, "quadpair": WARP, "warpgroup": WARPGROUP}
+#: the most elements a thread's element-wise leaf may hold per operand (registers)
+THREAD_ELEMENTS = 64
 
 
 def _memories(atom: Atom) -> dict:
@@ -69,11 +71,24 @@ def pattern_mismatch(spec: MatMul, atom: Atom) -> list[str]:
 
 @attrs.frozen(repr=False)
 class done(Strategy):
-    atom: Atom
+    """Declare the focus atomic.
+
+    ``done(atom)``: the focus is one issue of ``atom`` and must match its pattern.  ``done()``:
+    the focus is a thread's element-wise work (a ``Pointwise``, ``Move`` or ``Reduce`` at the
+    thread level, at most ``THREAD_ELEMENTS`` elements), which the lowering turns into vector
+    loads and stores and scalar ops::
+
+        Pointwise<thread>(add: X:GL f16[1x8], Y:GL f16[1x8] -> O:GL f16[1x8])
+          done()          # ld.global.v4 x2, 8 x (cvt, add, cvt), st.global.v4
+    """
+
+    atom: Atom | None = None
 
     def apply(self, sched):
         node = sched.open_focus(self)
         spec = node.spec
+        if self.atom is None:
+            return self._thread_code(sched, node, spec)
         if not isinstance(self.atom, Atom):
             raise ScheduleError("done takes an atom record", strategy=self, spec=spec, field="atom",
                                 value=self.atom, allowed="an entry of firesched.hardware.sm80 (or sm70)")
@@ -84,8 +99,27 @@ class done(Strategy):
                                 fix=_hint(spec, self.atom))
         return sched.replace_focus(attrs.evolve(node, atom=self.atom))
 
+    def _thread_code(self, sched, node, spec):
+        if not isinstance(spec, (Pointwise, Move, Reduce)):
+            raise ScheduleError("done() without an atom declares a thread's element-wise work; this focus needs "
+                                "an atom", strategy=self, spec=spec, field="atom", value=None,
+                                allowed="done(<atom>) for a MatMul (e.g. sm80.mma_m16n8k16_f16_f32)")
+        if spec.level != THREAD:
+            raise ScheduleError("done() is a thread's element-wise work: map the focus onto threads first",
+                                strategy=self, spec=spec, field="level", value=str(spec.level), allowed="thread",
+                                fix="tile(<dim>=<elements per thread>) >> to_threads(), then done()")
+        for t in spec.operands:
+            n = 1
+            for s in t.shape:
+                n *= s
+            if n > THREAD_ELEMENTS:
+                raise ScheduleError(f"{t.name}'s tile holds {n} elements per thread", strategy=self, spec=spec,
+                                    field=t.name, value=t.shape, allowed=f"<= {THREAD_ELEMENTS} elements",
+                                    fix="tile the thread's work smaller (tile(...) before to_threads())")
+        return sched.replace_focus(attrs.evolve(node, strategy=self))
+
     def __repr__(self):
-        return f"done({self.atom!r})"
+        return "done()" if self.atom is None else f"done({self.atom!r})"
 
     __str__ = __repr__
 

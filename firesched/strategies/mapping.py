@@ -16,6 +16,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import ScheduleError
+from ..spec import MatMul, Reduce
 from ..tensor import BLOCK, KERNEL, THREAD, WARP, WARPGROUP, Level
 from .base import Strategy, record
 
@@ -59,12 +60,19 @@ class to(Strategy):
                                 spec=focus.spec, fix="write tile(m=..., n=...) >> " + str(self))
         parent = path[-2]
         spec = focus.spec
-        red = set(spec.reduction_dims)
+        # a MatMul splits its reduction with split_k; a Reduce may map its reduced dims onto units
+        # (each unit reduces a part; the store of the accumulator combines the parts)
+        red = set(spec.reduction_dims) if isinstance(spec, MatMul) else set()
         loops = [lp for lp in parent.loops if lp.unit is None and lp.dim not in red]
         if not loops:
             raise ScheduleError("the last tile created no unmapped loops over dimensions the focus keeps "
                                 f"(its reduction dims {sorted(red)} are split with split_k)", strategy=self,
                                 spec=parent.spec, fix="tile(m=..., n=...) before mapping")
+        if isinstance(spec, Reduce) and self.level == BLOCK and any(lp.dim in spec.reduction_dims for lp in loops):
+            raise ScheduleError("a reduction across blocks (a second pass over partial results, or a cluster) is not "
+                                "built yet", strategy=self, spec=spec, field="level", value=str(self.level),
+                                fix="tile the kept dims onto blocks and reduce inside each block: "
+                                    "tile(<reduced>=...) >> to_threads() / to_warps()")
         if spec.level not in _FROM[self.level]:
             raise ScheduleError(f"loops of a {spec.level}-level spec cannot map onto {self.level}s",
                                 strategy=self, spec=spec, field="level", value=str(self.level),

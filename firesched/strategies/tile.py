@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import attrs
 
+from .. import ops as fops
 from ..errors import ScheduleError
 from ..schedule import Loop, Node, Schedule
 from ..spec import Init, MatMul, Move, Reduce
@@ -87,7 +88,7 @@ class tile(Strategy):
             node, strategy=self, loops=tuple(loops),
             pre=(Node(Init(acc, _identity(spec), spec.level)),),
             body=(Node(child),),
-            post=(Node(Move(acc, out, spec.level)),))
+            post=(Node(_store(spec, acc, out)),))
         return sched.replace_focus(new)
 
     def __repr__(self):
@@ -102,6 +103,23 @@ def _output(spec):
     if isinstance(spec, Reduce):
         return spec.dst
     return None
+
+
+def _store(spec, acc, out):
+    """The store of the accumulator: a plain move for a MatMul; for a Reduce, the combine of the
+    partial results that units mapped over the reduced dims hold (a mean is a sum scaled by the
+    count), then its ops."""
+    if not isinstance(spec, Reduce):
+        return Move(acc, out, spec.level)
+    ops = tuple(spec.ops)
+    op = spec.op
+    if op == "mean":
+        n = 1
+        for d in spec.reduction_dims:
+            n *= spec.extents[d]
+        ops = (fops.scale(1.0 / n),) + ops
+        op = "sum"
+    return Reduce(op, acc, out, (), spec.level, ops, spec.acc)
 
 
 def _identity(spec) -> float:

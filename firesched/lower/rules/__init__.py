@@ -4,6 +4,6 @@ Importing this package registers them: the decomposition and loop rules (``decom
 between memories (``copies``, ``tma``), accumulators and their epilogues (``accumulators``), the MMA
 atoms (``mma``), and the launches of open kernel-level specs (``elementwise``)."""
 
-from . import accumulators, copies, decompose, elementwise, mma, smem, tma
+from . import accumulators, copies, decompose, elementwise, mma, smem, threads, tma
 
-__all__ = ["accumulators", "copies", "decompose", "elementwise", "mma", "smem", "tma"]
+__all__ = ["accumulators", "copies", "decompose", "elementwise", "mma", "smem", "threads", "tma"]

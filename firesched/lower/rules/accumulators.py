@@ -33,9 +33,10 @@ from ...ir.expr import IntExpr, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Init, Move, Reduce
 from ..context import err, key
-from ..layouts import RFLayout, value_runs
+from ..layouts import RFLayout, ThreadLayout, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset
+from .threads import store_thread_accumulator
 
 LONG_FRAGMENT_RUNS = 4       # fragments with more runs iterate their repeated blocks in a loop
 SPAN = 128                   # bytes of one 128B-swizzle row (a chunk of the TMA-store staging)
@@ -65,6 +66,8 @@ def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
     src, dst = spec.src, spec.dst
     lay = lw.reg_layout(src, node)
     acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
+    if isinstance(lay, ThreadLayout):
+        return store_thread_accumulator(lw, node, ctx, lay, acc, reduce_vars)
     if _via_tma(lw, node, ctx, lay):
         return store_via_tma(lw, node, ctx, lay, acc)
     vars_, base, items, frag_loop = frag_iter(lw, ctx, lay)

@@ -93,7 +93,13 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
         store = ir.AtomCall(st_atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.RegRef(tmp, 0))), in_tile)
         stmts = [load, store]
     out.append(ir.For(it, iters, ir.Seq(tuple(stmts)), unroll=True))
-    return out
+    if dst.name in ctx.staged:
+        return out
+    # no ring fills this tile: the copy is synchronous — the tile's previous readers are done
+    # before it, and the tile has landed (for every thread) after it
+    sync = [ir.AsyncCommit(), ir.AsyncWait(0)] if atom.family == CP_ASYNC else []
+    return [ir.Barrier(f"the previous readers of {dst.name}_smem are done"), *out, *sync,
+            ir.Barrier(f"{dst.name}_smem is filled")]
 
 
 def _rows_to_coords(lay, tensor, r: IntExpr) -> dict[str, IntExpr]:

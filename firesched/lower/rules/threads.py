@@ -1,0 +1,347 @@
+"""Rules of a thread's element-wise work (``done()`` without an atom) and of the register
+accumulators such work fills.
+
+A leaf ``Pointwise``, ``Move`` or ``Reduce`` at the thread level holds a few elements per operand
+(its tile).  Its rule loads each input tile into registers — the widest vector access that the
+tile's contiguous extent, the origin's alignment and the tensor's row length allow, predicated
+against the global limits (a whole vector is in or out when the row length is a multiple of it;
+otherwise element by element) —, computes in f32 (broadcasting an input along the dims it lacks),
+and stores the output tile the same way::
+
+    Pointwise<thread>(add: X:GL f16[1x8], Y:GL f16[1x8] -> O:GL f16[1x8])
+      ld.global.v4 X -> x[0..8];  ld.global.v4 Y -> y[0..8]
+      o[i] = cvt(x[i] + y[i]) for i < 8;  st.global.v4 o -> O
+
+A leaf ``Reduce`` folds its input into the register accumulator ``tile(<reduced dim>=...)`` made.
+Units mapped over the reduced dims hold partial results of the same elements (``replicas`` of the
+accumulator's layout); its store combines them: butterfly shuffles among the lanes of a warp, then
+shared memory among warps, and the first replica stores::
+
+    lanes:  acc = op(acc, shfl.bfly(acc, 16)); ... ; acc = op(acc, shfl.bfly(acc, 1))
+    warps:  lane 0 of each warp -> smem[warp]; barrier; replica 0 folds the other warps; barrier
+    store:  if every replica index is 0: Y[...] = cvt(ops(acc))
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import ir
+from ... import ops as fops
+from ...dtypes import f32, i32
+from ...hardware.atoms import catalog, sm70
+from ...ir.expr import IntExpr, Sum, Var, land, lt
+from ...schedule import Node
+from ...spec import Move, Pointwise, Reduce
+from ...tensor import GL, RF, SH
+from ..context import err, key
+from ..layouts import ThreadLayout
+from ..lowerer import Lowerer, leaf_rule
+from .smem import gl_offset, sh_offset, shared_buffer
+
+COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min"}
+WIDTHS = (16, 8, 4, 2, 1)
+
+
+def elements(tile) -> list[dict[str, int]]:
+    """The local coordinates of a tile's elements, row-major over its dims."""
+    out = [{}]
+    for d, n in zip(tile.dims, tile.shape):
+        out = [{**c, d: i} for c in out for i in range(n)]
+    return out
+
+
+def index_in(tile, coord: dict[str, int]) -> int:
+    """Row-major index of ``coord`` (restricted to ``tile``'s dims) in ``tile``."""
+    i = 0
+    for d, n in zip(tile.dims, tile.shape):
+        i = i * n + coord.get(d, 0) % n
+    return i
+
+
+def alignment(e: IntExpr) -> int:
+    """The largest power of two that divides ``e`` for every value of its variables (0 for 0)."""
+    if isinstance(e, int):
+        return e & -e if e else 1 << 30
+    if isinstance(e, Sum):
+        g = 0 if e.const == 0 else e.const
+        for _t, c in e.terms:
+            g = math.gcd(g, c)
+        return (g & -g) if g else 1 << 30
+    return 1
+
+
+def _reg_of(lw: Lowerer, tile) -> ir.RegBuffer:
+    lay = lw.reg_layout(tile)
+    return lw.kb.reg(f"{tile.name}_acc", tile.dtype, lay.size)
+
+
+def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str) -> list:
+    """Load (``write=False``) or store the thread's ``tile`` of a global or shared tensor from / to
+    ``regs[0 ..]`` in row-major order, with the widest vectors the layout allows."""
+    t = tile.tensor
+    c = t.major
+    eb = t.dtype.bits // 8
+    if t.dtype.bits % 8:
+        raise err(tile, f"{t.name}: element-wise leaves move whole bytes; {t.dtype} is packed",
+                  fix="move 4-bit tensors through the int4 GEMM's dequantising moves")
+    o = ctx.origin[key(tile)]
+    later = 1                                  # register stride of the contiguous dim
+    for n in tile.shape[tile.dims.index(c) + 1:]:
+        later *= n
+    n_c = tile.extent(c)
+    runs = [e for e in elements(tile) if e[c] == 0]
+    if t.memory == GL:
+        buf = lw.kb.gbuf(tile, write=write)
+        lim = ctx.limit[key(tile)]
+        row_len = t.extent(c)
+        lim_c = lim.get(c)
+        # a whole vector is in or out of the tensor when the limit along the row is a constant
+        # multiple of it (checked below); a limit that is an expression (a partial parent tile)
+        # takes element accesses
+        can_vec = later == 1 and isinstance(lim_c, int)
+    else:
+        buf = shared_buffer(lw, tile)
+        lay = lw.smem_layout(tile)
+        row_len = lay.cols if lay.col_dim == c else 1
+        lim, lim_c, can_vec = {}, None, later == 1 and lay.col_dim == c
+    v = 1
+    if can_vec:
+        for w in WIDTHS:
+            vv = w // eb
+            if vv >= 1 and w >= eb and n_c % vv == 0 and row_len % vv == 0 and alignment(o[c]) % vv == 0 \
+                    and (lim_c is None or lim_c % vv == 0) and (t.memory != SH or _sh_chunk_ok(lay, vv, eb)):
+                v = vv
+                break
+    out = []
+    for e in runs:
+        for j0 in range(0, n_c, v):
+            local = {**e, c: j0}
+            r0 = index_in(tile, local)
+            coord = {d: o[d] + local.get(d, 0) for d in t.dims}
+            if t.memory == GL:
+                addr = ir.MemRef(buf, gl_offset(buf, t, coord))
+                pred = land(*[lt(coord[d], lim[d]) for d in t.storage_dims if d in lim])
+            else:
+                addr = ir.MemRef(buf, sh_offset(lw, tile, ctx, {d: o[d] + local.get(d, 0) for d in t.dims}))
+                pred = 1
+            atom = _copy(t.memory.name, write, v * eb)
+            args = (("dst", addr), ("src", ir.RegRef(regs, r0))) if write else (("dst", ir.RegRef(regs, r0)), ("src", addr))
+            out.append(ir.AtomCall(atom, args, pred, comment=what))
+    return out
+
+
+def _copy(mem: str, write: bool, width: int):
+    return catalog.copy_atom("RF", mem, width) if write else catalog.copy_atom(mem, "RF", width)
+
+
+def _sh_chunk_ok(lay, v: int, eb: int) -> bool:
+    """A vector of ``v`` elements stays contiguous under the shared tile's swizzle (it permutes
+    whole chunks of 2**base elements)."""
+    sw = lay.swizzle
+    return sw is None or not sw.bits or (1 << sw.base) % v == 0
+
+
+def _operand_regs(lw: Lowerer, ctx, tile, stmts: list, prefix: str):
+    """The registers holding ``tile``'s elements for this thread (loading them if they are in
+    memory), and a function from element coordinate to register offset."""
+    if tile.memory == RF:
+        lay = lw.reg_layout(tile)
+        regs = _reg_of(lw, tile)
+        o = ctx.origin[key(tile)]
+        return regs, (lambda coord: lay.offset({d: o[d] + coord.get(d, 0) for d in tile.dims}))
+    regs = lw.kb.reg(f"{prefix}_{tile.name}", tile.dtype, _count(tile))
+    stmts += access(lw, ctx, tile, regs, write=False, what=f"{tile.name} for this thread")
+    return regs, (lambda coord: index_in(tile, coord))
+
+
+def _count(tile) -> int:
+    n = 1
+    for s in tile.shape:
+        n *= s
+    return n
+
+
+def _ops(ops_) -> list[tuple[str, tuple]]:
+    steps = []
+    for op in ops_:
+        for name, args in op.scalar():
+            if any(isinstance(a, fops.Extra) for a in args):
+                raise err(op, f"{op} reads an extra tensor; an element-wise leaf's ops take constants only",
+                          fix="add the tensor as an input of the Pointwise instead")
+            steps.append((name, args))
+    return steps
+
+
+def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> list:
+    stmts: list = []
+    srcs = [_operand_regs(lw, ctx, t, stmts, "x") for t in inputs]
+    steps = _ops(ops_)
+    work = lw.kb.reg("w", f32, 1)
+    if out.memory == RF:
+        y, y_at = _operand_regs(lw, ctx, out, [], "y")
+    else:
+        y = lw.kb.reg(f"y_{out.name}", out.dtype, _count(out))
+
+        def y_at(coord):
+            return index_in(out, coord)
+    for e in elements(out):
+        args = tuple(ir.RegRef(r, at(e)) for r, at in srcs)
+        stmts.append(ir.Pointwise(op, ir.RegRef(work, 0), args))
+        for name, a in steps:
+            stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
+        stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), (ir.RegRef(work, 0),)))
+    if out.memory != RF:
+        stmts += access(lw, ctx, out, y, write=True, what=f"{out.name} of this thread")
+    return [ir.Comment(str(node.spec)), *stmts]
+
+
+@leaf_rule(Pointwise)
+def pointwise_leaf(lw: Lowerer, node: Node, ctx) -> list:
+    spec: Pointwise = node.spec
+    return _elementwise(lw, node, ctx, spec.op, spec.inputs, spec.out, spec.ops)
+
+
+@leaf_rule(Move)
+def move_leaf(lw: Lowerer, node: Node, ctx) -> list:
+    spec: Move = node.spec
+    return _elementwise(lw, node, ctx, "copy", (spec.src,), spec.dst, spec.ops)
+
+
+@leaf_rule(Reduce)
+def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
+    spec: Reduce = node.spec
+    src, dst = spec.src, spec.dst
+    if dst.memory != RF:
+        raise err(node, f"a thread's part of a reduction folds into a register accumulator; {dst.name} is in "
+                        f"{dst.memory}", fix=f"tile the reduced dims ({', '.join(spec.axes)}) first: tiling them "
+                                              "creates the accumulator, and its store combines the threads' parts")
+    stmts: list = []
+    x, x_at = _operand_regs(lw, ctx, src, stmts, "x")
+    lay = lw.reg_layout(dst)
+    acc = lw.kb.reg(f"{dst.name}_acc", dst.dtype, lay.size)
+    o = ctx.origin[key(dst)]
+    op = COMBINE[spec.op]
+    for e in elements(src):
+        r = ir.RegRef(acc, lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims}))
+        stmts.append(ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e)))))
+    return [ir.Comment(str(spec)), *stmts]
+
+
+# --------------------------------------------------------------------------- combine and store
+
+def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.RegBuffer,
+                             reduce_vars) -> list:
+    """Combine the replicas of a thread-held accumulator (see the module docstring) and store it,
+    with the node's ops, from the first replica."""
+    spec = node.spec
+    dst = spec.dst
+    op = COMBINE.get(getattr(spec, "op", "sum"), "add") if isinstance(spec, Reduce) else None
+    rep = [(v, c) for v, c in lay.replicas if v in reduce_vars or not reduce_vars] if op is not None else []
+    if lay.replicas and op is None:
+        raise err(node, f"{spec.src.name} holds partial results over units ({', '.join(v for v, _ in lay.replicas)}) "
+                        "but its store does not combine them", fix="reduce over the mapped dims (a Reduce spec)")
+    out: list = [ir.Comment(str(spec))]
+    lane_masks, lane_digits, warp_parts = [], [], []
+    for var, _count in rep:
+        ts, c = ctx.spans[var]
+        if c & (c - 1):
+            raise err(node, f"partial results over {c} units ({var}): the combine halves them, so the count must be a "
+                            "power of two", field=var, value=c, fix="map a power-of-two number of units")
+        lanes = min(c, max(1, 32 // ts)) if ts < 32 else 1
+        lane_masks += [ts << i for i in range(int(math.log2(lanes)))]
+        if lanes > 1:
+            lane_digits.append((ts, lanes))
+        if c > lanes:
+            # the part of the replicas beyond a warp: warps (ts * lanes) / 32 apart
+            warp_parts.append((ts * lanes // 32, c // lanes))
+    tmp = lw.kb.reg("shfl", f32, 1) if lane_masks else None
+    mask = lw.kb.reg("lane_mask", i32, 1) if lane_masks else None
+    for m in sorted(lane_masks, reverse=True):
+        out.append(ir.RegFill(ir.RegRef(mask, 0), 1, float(m)))
+        for v in range(lay.size):
+            r = ir.RegRef(acc, v)
+            out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(tmp, 0)), ("src", r),
+                                                            ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
+            out.append(ir.Pointwise(op, r, (r, ir.RegRef(tmp, 0))))
+    tid = ctx.scope.tid
+    if warp_parts:
+        W = ctx.scope.threads // 32
+        red = lw.kb.shared_buf(f"{dst.name}_partials", f32, W * lay.size, 16,
+                               f"{dst.name}'s partial results, one set per warp")
+        warp = tid // 32
+        lane0 = land(*[lt((tid // ts) % lanes, 1) for ts, lanes in lane_digits])
+        st = catalog.copy_atom("RF", "SH", 4)
+        ld = catalog.copy_atom("SH", "RF", 4)
+        writes = [ir.AtomCall(st, (("dst", ir.MemRef(red, warp * lay.size + v)), ("src", ir.RegRef(acc, v))))
+                  for v in range(lay.size)]
+        first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
+        part = lw.kb.reg("part", f32, 1)
+        reads = []
+        for wstride, wc in warp_parts:
+            for j in range(1, wc):
+                for v in range(lay.size):
+                    reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
+                                                  ("src", ir.MemRef(red, (warp + j * wstride) * lay.size + v)))))
+                    reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
+        out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
+                ir.If(first, ir.Seq(tuple(reads))), ir.Barrier(f"{dst.name}'s partial results were read")]
+    stores = _store_elements(lw, ctx, node, lay, acc)
+    if rep:
+        stores = [ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), ir.Seq(tuple(stores)))]
+    return out + stores
+
+
+def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.RegBuffer) -> list:
+    """Every element this thread holds: ops in f32, convert, store (predicated)."""
+    spec = node.spec
+    dst = spec.dst
+    steps = _ops(getattr(spec, "ops", ()) or ())
+    work = lw.kb.reg("w", f32, 1)
+    vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
+    origin = {d: 0 for d in lay.dims}
+    for (d, _c, s), v in zip(lay.seq, vars_):
+        origin[d] = origin[d] + v * s
+    for d, _c, s, var in lay.par:
+        origin[d] = origin[d] + ctx.vars[var] * s
+    go = ctx.origin[key(dst)]
+    t = dst.tensor
+    stmts = []
+    for e in elements_of_shape(lay.dims, lay.leaf):
+        coord = {d: origin[d] + e[d] for d in lay.dims}
+        reg = ir.RegRef(acc, lay.offset(coord))
+        stmts.append(ir.Pointwise("copy", ir.RegRef(work, 0), (reg,)))
+        for name, a in steps:
+            stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
+        gcoord = {d: go[d] + coord.get(d, 0) for d in t.dims}
+        y = lw.kb.reg(f"y_{dst.name}", dst.dtype, 1)
+        stmts.append(ir.Pointwise("cvt", ir.RegRef(y, 0), (ir.RegRef(work, 0),)))
+        if dst.memory == GL:
+            buf = lw.kb.gbuf(dst, write=True)
+            lim = ctx.limit[key(dst)]
+            pred = land(*[lt(gcoord[d], lim[d]) for d in t.storage_dims if d in lim])
+            stmts.append(ir.AtomCall(catalog.copy_atom("RF", "GL", t.dtype.bits // 8),
+                                     (("dst", ir.MemRef(buf, gl_offset(buf, t, gcoord))), ("src", ir.RegRef(y, 0))),
+                                     pred, comment=dst.name))
+        elif dst.memory == SH:
+            buf = shared_buffer(lw, dst)
+            stmts.append(ir.AtomCall(catalog.copy_atom("RF", "SH", t.dtype.bits // 8),
+                                     (("dst", ir.MemRef(buf, sh_offset(lw, dst, ctx, gcoord))), ("src", ir.RegRef(y, 0))),
+                                     comment=dst.name))
+        else:
+            raise err(node, f"no store of a register accumulator into {dst.memory}")
+    body = ir.Seq(tuple(stmts))
+    for v in reversed(vars_):
+        body = ir.For(v, v.extent, body, unroll=True)
+    return [body]
+
+
+def elements_of_shape(dims, shape) -> list[dict[str, int]]:
+    out = [{}]
+    for d, n in zip(dims, shape):
+        out = [{**c, d: i} for c in out for i in range(n)]
+    return out
+
+
+__all__ = ["pointwise_leaf", "move_leaf", "reduce_leaf", "store_thread_accumulator", "access", "elements",
+           "RF"]
