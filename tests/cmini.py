@@ -222,7 +222,20 @@ def _rn_int(x: np.float32, lo: int, hi: int) -> int:
     return int(min(max(r, lo), hi))
 
 
+def _libm(fn):
+    """A float math function of CUDA's libm: computed in double, rounded to float (CUDA's are
+    within a few ulp; the tests compare with a tolerance)."""
+    return lambda *args: Val("float", np.float32(fn(*(float(_f32(a)) for a in args))))
+
+
 INTRINSICS = {
+    "fmaxf": _libm(lambda a, b: b if np.isnan(a) else a if np.isnan(b) else max(a, b)),
+    "fminf": _libm(lambda a, b: b if np.isnan(a) else a if np.isnan(b) else min(a, b)),
+    "fabsf": _libm(abs),
+    "expf": _libm(lambda a: float(np.exp(np.float64(a)))),
+    "tanhf": _libm(lambda a: float(np.tanh(a))),
+    "erff": _libm(lambda a: __import__("math").erf(a)),
+
     "__float_as_uint": lambda v: Val("unsigned", int(np.array([_f32(v)], np.float32).view(np.uint32)[0])),
     "__uint_as_float": lambda v: Val("float", np.array([convert(v, "unsigned").v], np.uint32).view(np.float32)[0]),
     "__float2uint_rn": lambda v: Val("unsigned", _rn_int(_f32(v), 0, 2 ** 32 - 1)),

@@ -81,13 +81,21 @@ def out_type(out_dtype: str | None, dtype: str, ops=()) -> str:
 
 
 def gemm(A, B, *, dtype: str = "f16", out_dtype: str | None = None, ops=(), extras=None,
-         prologue_relu: bool = False) -> np.ndarray:
+         prologue_relu: bool = False, prologue=None) -> np.ndarray:
     """``epilogue(round(A) @ round(B))`` in float64: the inputs rounded to ``dtype``, products
     summed exactly enough (float64), then the epilogue; not rounded to the output type (the
-    comparison's tolerance covers that)."""
+    comparison's tolerance covers that).  ``prologue`` is ``(operand name "A" or "B", ops)`` or a
+    list of them, element-wise ops applied to that operand first, in order (``prologue_relu``:
+    ReLU on A)."""
     a, b = rounded(A, dtype), rounded(B, dtype)
     if prologue_relu:
         a = relu(a)
+    if prologue is not None:
+        for name, pops in ([prologue] if isinstance(prologue[0], str) else prologue):
+            if name == "A":
+                a = epilogue(a, pops, {}, dtype)
+            else:
+                b = epilogue(b, pops, {}, dtype)
     return epilogue(a @ b, ops, extras or {}, out_type(out_dtype, dtype, ops))
 
 

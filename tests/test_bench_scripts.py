@@ -36,18 +36,24 @@ def test_sweep_configs_are_valid_recipes():
 @pytest.mark.parametrize("case", ["pipelined-partial", "unaligned-rows", "splitk-blocks", "hopper-plain",
                                   "hopper-ws-direct-store"])
 def test_sanitizer_cases_interpret(case):
-    """The sanitizer's cases are valid schedules that the interpreter runs clean at their size."""
+    """The sanitizer's cases are valid schedules that the interpreter runs clean at their size, and
+    compute the GEMM (and epilogue) of ``tests/oracles.py``'s formulas."""
     import numpy as np
+    import oracles
 
     from bench.sanitize_cases import CASES
 
     c = CASES[case]
-    sched = fs.recipes.gemm(c["M"], c["N"], c["K"], arch="sm_90a", **c["kw"])
+    kw = c["kw"]
+    sched = fs.recipes.gemm(c["M"], c["N"], c["K"], arch="sm_90a", **kw)
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((c["M"], c["K"])), rng.standard_normal((c["K"], c["N"]))
-    extras = [rng.standard_normal(c["N"]) for op in c["kw"].get("epilogue_ops", ()) for _ in op.extras()]
+    epi = kw.get("epilogue_ops", ())
+    by_name, extras = oracles.extras_for(epi, c["M"], c["N"], rng)
     out = fs.interpret(sched, A, B, *extras)
-    assert out.shape == (c["M"], c["N"])
+    dtype = kw.get("dtype", "f16")
+    want = oracles.gemm(A, B, dtype=dtype, out_dtype=kw.get("out_dtype"), ops=epi, extras=by_name)
+    oracles.assert_close(out, want, out=oracles.out_type(kw.get("out_dtype"), dtype, epi), what=case)
 
 
 @pytest.mark.gpu

@@ -446,6 +446,52 @@ def test_shuffles_span_the_full_warp():
         assert _operands(instr)[-2:] == ["0x1f", "0xffffffff"]
 
 
+SYNC_TEMPLATES = {
+    # atom name -> the instruction its template must issue (PTX ISA spelling)
+    "wgmma_fence": "wgmma.fence.sync.aligned",
+    "wgmma_commit": "wgmma.commit_group.sync.aligned",
+    "wgmma_wait": "wgmma.wait_group.sync.aligned",
+    "tma_commit": "cp.async.bulk.commit_group",
+    "tma_wait": "cp.async.bulk.wait_group",
+    "tma_wait_read": "cp.async.bulk.wait_group.read",
+    "mbarrier_init": "mbarrier.init.shared::cta.b64",
+    "mbarrier_arrive": "mbarrier.arrive.shared::cta.b64",
+    "mbarrier_arrive_expect_tx": "mbarrier.arrive.expect_tx.shared::cta.b64",
+    "fence_proxy_async": "fence.proxy.async.shared::cta",
+    "fence_mbarrier_init": "fence.mbarrier_init.release.cluster",
+    "setmaxnreg_inc": "setmaxnreg.inc.sync.aligned.u32",
+    "setmaxnreg_dec": "setmaxnreg.dec.sync.aligned.u32",
+    "cp_async_commit": "cp.async.commit_group",
+    "cp_async_wait": "cp.async.wait_group",
+    "bar_sync": "bar.sync",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYNC_TEMPLATES))
+def test_synchronisation_templates_issue_what_their_names_say(name):
+    atom = catalog.by_name(name)
+    instrs = _instructions(atom.ptx)
+    assert len(instrs) == 1, atom.ptx
+    assert instrs[0].split()[0] == SYNC_TEMPLATES[name], atom.ptx
+
+
+def test_arrive_expect_tx_operands():
+    (i,) = _instructions(sm90a.mbarrier_arrive_expect_tx.ptx)
+    assert _operands(i) == ["_", "[$bar]", "$bytes"]
+    (i,) = _instructions(sm90a.mbarrier_init.ptx)
+    assert _operands(i) == ["[$bar]", "$count"]
+
+
+def test_interpreter_tf32_rounding_is_the_isa_one():
+    """dtypes.round_to(tf32) (what the interpreter feeds tf32 MMAs) rounds as cvt.rna.tf32.f32."""
+    from firesched import dtypes
+
+    xs = [float(x) for x in _f32_samples(300) if np.isfinite(x) and 1.2e-38 < abs(x) < 3e38]
+    xs += [float(np.float32(1 + 2 ** -11)), float(np.float32(-(1 + 3 * 2 ** -11)))]
+    got = dtypes.round_to(dtypes.tf32, np.array(xs, np.float32))
+    assert [float(g) for g in got] == [_tf32_reference(x) for x in xs]
+
+
 # =========================================================================== printed kernels
 
 SM80_CASES = {
@@ -617,3 +663,150 @@ def test_wgmma_waits_keep_one_group_in_flight_at_most():
     body = _body_of(fs.cuda.emit_kernel(k), k.name)
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", "\n".join(_asm_templates(body)))
     assert waits and set(waits) <= {"0", "1"} and "0" in waits
+
+
+# =========================================================================== index expressions as C
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from firesched.ir import expr as ex  # noqa: E402
+
+_VARS = [ex.Var("v0", 7), ex.Var("v1", 33), ex.Var("v2", 128)]
+
+
+def _leaf():
+    return st.one_of(st.integers(0, 40).map(lambda c: ("const", c)), st.sampled_from([("var", i) for i in range(3)]))
+
+
+def _node(children):
+    c = st.integers(1, 17)
+    return st.one_of(
+        st.tuples(st.just("+"), children, children),
+        st.tuples(st.just("*"), children, c.map(lambda k: ("const", k))),
+        st.tuples(st.just("//"), children, c),
+        st.tuples(st.just("%"), children, c),
+        st.tuples(st.just("&"), children, st.sampled_from([1, 3, 7, 15, 31, 12])),
+        st.tuples(st.just(">>"), children, st.integers(0, 4)),
+        st.tuples(st.just("^"), children, children),
+        st.tuples(st.just("<"), children, children),
+        st.tuples(st.just("sel"), children, children, children),
+    )
+
+
+_TREES = st.recursive(_leaf(), _node, max_leaves=12)
+
+
+def _py(t, env):
+    """The value of tree ``t``, computed directly (all values stay non-negative)."""
+    k = t[0]
+    if k == "const":
+        return t[1]
+    if k == "var":
+        return env[t[1]]
+    a = _py(t[1], env)
+    if k == "+":
+        return a + _py(t[2], env)
+    if k == "*":
+        return a * t[2][1]
+    if k == "//":
+        return a // t[2]
+    if k == "%":
+        return a % t[2]
+    if k == "&":
+        return a & t[2]
+    if k == ">>":
+        return a >> t[2]
+    if k == "^":
+        return a ^ _py(t[2], env)
+    if k == "<":
+        return int(a < _py(t[2], env))
+    if k == "sel":
+        return _py(t[2], env) if a else _py(t[3], env)
+    raise AssertionError(k)
+
+
+def _ir(t):
+    k = t[0]
+    if k == "const":
+        return t[1]
+    if k == "var":
+        return _VARS[t[1]]
+    a = _ir(t[1])
+    if k == "+":
+        return ex.add(a, _ir(t[2]))
+    if k == "*":
+        return ex.mul(a, t[2][1])
+    if k == "//":
+        return ex.floordiv(a, t[2])
+    if k == "%":
+        return ex.mod(a, t[2])
+    if k in ("&", ">>"):
+        return ex.binop(k, a, t[2])
+    if k == "^":
+        return ex.binop("^", a, _ir(t[2]))
+    if k == "<":
+        return ex.lt(a, _ir(t[2]))
+    if k == "sel":
+        return ex.select(a, _ir(t[2]), _ir(t[3]))
+    raise AssertionError(k)
+
+
+@settings(max_examples=150 if settings().max_examples >= 500 else 40, deadline=None)
+@given(tree=_TREES, env=st.tuples(st.integers(0, 6), st.integers(0, 32), st.integers(0, 127)))
+def test_index_expressions_print_as_c_that_computes_them(tree, env):
+    """The simplified IR expression, evaluated as the interpreter does and printed as C and run by
+    the C interpreter, both equal the tree's value computed directly."""
+    e = _ir(tree)
+    want = _py(tree, env)
+    assert ex.evaluate(e, {v.name: x for v, x in zip(_VARS, env)}) == want
+    lo, hi = ex.bounds(e)
+    assert (lo is None or lo <= want) and (hi is None or want <= hi), (ex.to_c(e), lo, hi, want)
+    if isinstance(e, int):
+        return
+    prog = cmini.Program(f"static __device__ int f(int v0, int v1, int v2) {{ return {ex.to_c(e)}; }}")
+    got = prog.call("f", *(cmini.Val("int", x) for x in env)).v
+    assert got == want, (ex.to_c(e), env, got, want)
+
+
+# =========================================================================== addressing and register pinning
+
+def test_large_offsets_are_computed_in_64_bits():
+    """A global offset that may pass 2**31 - 1 is formed in 64-bit arithmetic: a 46341 x 46341
+    f16 operand has 2**31 + 2**16 elements."""
+    big = fs.recipes.gemm(46341, 46341, 64, atoms="sm80", block_k=64)
+    small = fs.recipes.gemm(4096, 4096, 64, atoms="sm80", block_k=64)
+    (kb,) = big.lower("sm_80").kernels
+    (ks,) = small.lower("sm_80").kernels
+    assert "(long long)" in _body_of(fs.cuda.emit_kernel(kb), kb.name)
+    assert "(long long)" not in _body_of(fs.cuda.emit_kernel(ks), ks.name)
+
+
+def test_accumulators_are_pinned_around_wgmma_fence_and_wait():
+    """The compiler may not move accumulator accesses across wgmma.fence / wgmma.wait_group: the
+    printer fences every accumulator register right before each fence and right after each wait."""
+    program = _program("sm_90a", "plain")
+    (k,) = program.kernels
+    lines = _body_of(fs.cuda.emit_kernel(k), k.name).splitlines()
+    acc = {name for s in _walk(k.body) if isinstance(s, ir.AtomCall) and s.atom.family == "wgmma"
+           for name, ref in s.args if name == "d" for name in [ref.buffer.name]}
+    assert acc
+    for i, ln in enumerate(lines):
+        if "wgmma.fence.sync.aligned" in ln:
+            before = "\n".join(lines[max(0, i - 8):i])
+            assert all(f"fs_fence_reg({a}[" in before for a in acc), before
+        if "wgmma.wait_group.sync.aligned" in ln:
+            after = "\n".join(lines[i:i + 10])
+            assert all(f"fs_fence_reg({a}[" in after for a in acc), after
+
+
+@pytest.mark.parametrize("name", [n for n in SM90_CASES if n != "plain"])
+def test_named_barriers_wait(name):
+    """Warpgroup barriers are bar.sync (arrive and wait), never a bare bar.arrive."""
+    program = _program("sm_90a", name)
+    for k in program.kernels:
+        body = _body_of(fs.cuda.emit_kernel(k), k.name)
+        ops_ = _ops_in(body)
+        assert not any(o.startswith("bar.arrive") for o in ops_)
+        named = [s for s in _walk(k.body) if isinstance(s, ir.Barrier) and s.threads]
+        assert len(named) <= sum(o.startswith("bar.sync") for o in ops_)
