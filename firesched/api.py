@@ -184,8 +184,9 @@ class CompiledProgram:
         if blob is None:
             b = p.buffer
             eb = b.dtype.bits // 8
-            blob = runtime.encode_tensor_map_2d(ptr, b.dtype, b.shape, (b.strides[0] * eb, b.strides[1] * eb),
-                                                p.box, p.swizzle, device=device)
+            # any rank: (rows, cols) matrices, (batch, rows, cols) batches of them
+            blob = runtime.encode_tensor_map(ptr, b.dtype, b.shape, tuple(s * eb for s in b.strides),
+                                             p.box, p.swizzle, device=device)
             if len(self._tmaps) > 64:
                 self._tmaps.clear()
             self._tmaps[key] = blob

@@ -12,8 +12,8 @@ fail: it silently computes garbage or faults asynchronously, far from the mistak
 The launch path is kept short (a cached parameter layout, one ``struct.pack_into``, one driver
 call) because small kernels are often launched thousands of times from Python.
 
-``encode_tensor_map_2d`` builds the 128-byte TMA descriptor (``CUtensorMap``) that sm_90a kernels
-take as a ``__grid_constant__`` parameter.
+``encode_tensor_map`` (any rank; ``encode_tensor_map_2d`` for matrices) builds the 128-byte TMA
+descriptor (``CUtensorMap``) that sm_90a kernels take as a ``__grid_constant__`` parameter.
 """
 
 from __future__ import annotations
@@ -1087,22 +1087,29 @@ _raw_layouts: dict[tuple, _ParamLayout] = {}
 
 
 def tensor_map_encode_args(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0) -> tuple:
-    """The positional arguments of ``cuTensorMapEncodeTiled`` (after the output map) for a 2-D
-    tiled TMA view, validated; computing them needs ``cuda.bindings`` but no GPU or driver.
+    """The positional arguments of ``cuTensorMapEncodeTiled`` (after the output map) for a tiled
+    TMA view of rank r = ``len(shape)`` (1 to 5), validated; computing them needs ``cuda.bindings``
+    but no GPU or driver.
 
-    Parameters as ``encode_tensor_map_2d``.  The tuple is ``(data type, rank 2, global address,
+    Parameters as ``encode_tensor_map``.  The tuple is ``(data type, rank r, global address,
     global dims, global strides, box dims, element strides, interleave, swizzle, L2 promotion,
     out-of-bounds fill)`` with the dims innermost first, as the driver takes them: the columns
-    (contiguous) then the rows; one global stride (the row pitch in bytes, the innermost stride
-    being the element size implicitly); element strides 1 (every element of the box); no
-    interleave; L2 promotion by 128 bytes; out-of-bounds elements read as zeros (fill NONE).
-    Invalid parameters raise ``ValueError``."""
-    return _tensor_map_args(_tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle))
+    (contiguous), then the rows, then the outer dimensions (a batch); r - 1 global strides in
+    bytes, of the dimensions above the innermost (the innermost stride being the element size
+    implicitly); element strides 1 (every element of the box); no interleave; L2 promotion by
+    128 bytes; out-of-bounds elements read as zeros (fill NONE).  Invalid parameters raise
+    ``ValueError``."""
+    shape = tuple(shape)
+    what = "encode_tensor_map_2d" if len(shape) == 2 else "encode_tensor_map"
+    return _tensor_map_args(_tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle, what))
 
 
-def _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle: int) -> tuple:
-    """Validate a 2-D tiled TMA view (``ValueError`` naming every problem) and return its values:
-    (data type code, address, rows, cols, row pitch in bytes, box rows, box cols, swizzle code)."""
+def _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle: int, what: str = "encode_tensor_map",
+                       rank: int | None = None) -> tuple:
+    """Validate a tiled TMA view (``ValueError`` naming every problem, prefixed by ``what``; of
+    rank ``rank`` when given) and return its values: (data type code, address, global dims
+    innermost first, the r - 1 byte strides of the dims above the innermost, innermost first,
+    box dims innermost first, swizzle code)."""
     from firesched import dtypes as _dt
     from firesched.hardware.tma import TMA_DATA_TYPES, TMA_SWIZZLES, tma_box_problems
 
@@ -1111,33 +1118,36 @@ def _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle: int) -> t
     except ValueError:
         d = None
     if d is None or d.name not in TMA_DATA_TYPES:
-        raise ValueError(f"encode_tensor_map_2d: dtype {dtype!r} has no TMA data type; allowed: "
+        raise ValueError(f"{what}: dtype {dtype!r} has no TMA data type; allowed: "
                          f"{', '.join(TMA_DATA_TYPES)}")
     if isinstance(ptr, DeviceArray):
         ptr = ptr.ptr
     elif hasattr(ptr, "data_ptr"):
         ptr = ptr.data_ptr()
     if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr <= 0:
-        raise ValueError(f"encode_tensor_map_2d: ptr must be a non-null device address, not {ptr!r}")
+        raise ValueError(f"{what}: ptr must be a non-null device address, not {ptr!r}")
     if ptr % 16:
-        raise ValueError(f"encode_tensor_map_2d: the global address {ptr:#x} is not 16-byte aligned")
-    problems = tma_box_problems(d.bits // 8, shape, strides_bytes, box, swizzle)
+        raise ValueError(f"{what}: the global address {ptr:#x} is not 16-byte aligned")
+    shape, strides_bytes, box = tuple(shape), tuple(strides_bytes), tuple(box)
+    problems = tma_box_problems(d.bits // 8, shape, strides_bytes, box, swizzle, rank=rank)
     if problems:
-        raise ValueError("encode_tensor_map_2d: " + "; ".join(problems))
-    rows, cols = (int(x) for x in shape)
-    box_rows, box_cols = (int(x) for x in box)
-    return TMA_DATA_TYPES[d.name], ptr, rows, cols, int(strides_bytes[0]), box_rows, box_cols, TMA_SWIZZLES[swizzle]
+        raise ValueError(f"{what}: " + "; ".join(problems))
+    # the driver takes every array innermost first; numpy's order is outermost first
+    dims = tuple(int(x) for x in reversed(shape))
+    strides = tuple(int(x) for x in reversed(strides_bytes[:-1]))
+    box_dims = tuple(int(x) for x in reversed(box))
+    return TMA_DATA_TYPES[d.name], ptr, dims, strides, box_dims, TMA_SWIZZLES[swizzle]
 
 
 def _tensor_map_args(fields: tuple) -> tuple:
     """The driver's argument objects for ``_tensor_map_fields``' validated values."""
-    dtype_code, ptr, rows, cols, row_pitch, box_rows, box_cols, swizzle_code = fields
+    dtype_code, ptr, dims, strides, box_dims, swizzle_code = fields
     driver = _driver()
     return (
-        driver.CUtensorMapDataType(dtype_code), 2, ptr,
+        driver.CUtensorMapDataType(dtype_code), len(dims), ptr,
         # the bindings take their own integer types for these arrays (plain ints are refused)
-        [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(row_pitch)],
-        [driver.cuuint32_t(box_cols), driver.cuuint32_t(box_rows)], [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        [driver.cuuint64_t(x) for x in dims], [driver.cuuint64_t(x) for x in strides],
+        [driver.cuuint32_t(x) for x in box_dims], [driver.cuuint32_t(1) for _ in dims],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle(swizzle_code),
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
@@ -1154,6 +1164,28 @@ def encode_tensor_map_2d(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0
     ``box`` are in row-major order ``(rows, cols)`` — numpy's ``.shape``/``.strides`` of the
     matrix and the box a TMA instruction moves; ``swizzle`` is the shared-memory swizzle span in
     bytes (0, 32, 64, 128).  Out-of-bounds box elements read as zeros.  Invalid parameters raise
+    ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
+    The driver's arguments are ``tensor_map_encode_args``; ``encode_tensor_map`` takes any rank.
+    """
+    # validated here first so that a mistake is reported as this function's, with the 2-D rules
+    shape, strides_bytes, box = tuple(shape), tuple(strides_bytes), tuple(box)
+    _tensor_map_fields(ptr, dtype, shape, strides_bytes, box, swizzle, "encode_tensor_map_2d", 2)
+    return encode_tensor_map(ptr, dtype, shape, strides_bytes, box, swizzle, device=device)
+
+
+def encode_tensor_map(ptr, dtype, shape, strides_bytes, box, swizzle: int = 0, *, device: int = 0) -> bytes:
+    """The 128-byte ``CUtensorMap`` of a tiled TMA view of rank 1 to 5, for a ``const
+    __grid_constant__ CUtensorMap`` kernel parameter (pass it to ``Kernel.launch`` as
+    ``(blob, None)``).
+
+    ``ptr`` is the device address of element (0, ..., 0) (an int, a ``DeviceArray`` or a tensor
+    with ``data_ptr()``); ``dtype`` a firesched dtype or its name; ``shape``, ``strides_bytes``
+    and ``box`` have one entry per dimension, in row-major order, outermost first — numpy's
+    ``.shape``/``.strides`` of the array and the box a TMA instruction moves: ``(batch, rows,
+    cols)`` with a box of ``(1, rows, cols)`` for one matrix of a batch, whose rows and columns
+    past the matrix then read as zeros (loads) or are not written (stores) instead of reaching
+    the next matrix.  The innermost stride must be the element size; ``swizzle`` is the
+    shared-memory swizzle span in bytes (0, 32, 64, 128).  Invalid parameters raise
     ``ValueError`` (checked here, before the driver is called); encoding needs the CUDA driver.
     The driver's arguments are ``tensor_map_encode_args``.
     """

@@ -358,6 +358,134 @@ def test_ir_validates_tensor_maps_and_descriptors():
     assert isinstance(bar, ir.SharedBuffer) and bar.nbytes == 24 and bar.align == 8
 
 
+def test_tma_2d_messages_are_unchanged():
+    assert sm90a.tma_box_problems(2, (40, 72), (128, 2), (16, 64), 0) == [
+        "the row stride (128 bytes) is smaller than a row (72 x 2 bytes)"]
+    assert sm90a.tma_box_problems(2, (40, 72), (146, 2), (16, 64), 0) == [
+        "the row stride is 146 bytes; it must be a positive multiple of 16 below 2**40"]
+    assert sm90a.tma_box_problems(2, (40, 72), (144, 2), (16, 64, 1), 0) == [
+        "shape (40, 72), strides (144, 2) and box (16, 64, 1) must each have 2 entries (rows, cols)"]
+    assert sm90a.tma_box_problems(2, (0, 72), (144, 2), (300, 64), 0) == [
+        "global rows=0 must be in 1..2**32", "box rows=300 must be in 1..256"]
+
+
+# (batch, rows, cols) views: 3 matrices of 40 rows of 144 bytes, 5760 bytes apart (or padded apart)
+@pytest.mark.parametrize("args, match", [
+    ((2, (3, 40, 72), (5760, 144, 2), (1, 16, 64), 128), None),
+    ((2, (3, 40, 72), (6144, 144, 2), (2, 40, 64), 128), None),           # padded matrices, 2 per box
+    ((2, (1, 40, 72), (16, 144, 2), (1, 16, 64), 128), None),             # a batch of one: any stride
+    ((2, (40, 3, 72), (144, 5760, 2), (16, 1, 64), 0), None),             # strides in any order
+    ((2, (3, 40, 72), (5762, 144, 2), (1, 16, 64), 0), "the stride of dim 0 is 5762 bytes"),
+    ((2, (3, 40, 72), (0, 144, 2), (1, 16, 64), 0), "positive multiple of 16"),
+    ((2, (3, 40, 72), (5744, 144, 2), (1, 16, 64), 0), "smaller than the 40 x 144 bytes of rows"),
+    ((2, (3, 40, 72), (5760, 128, 2), (1, 16, 64), 0), "smaller than a row (72 x 2 bytes)"),
+    ((2, (3, 40, 72), (5760, 144, 4), (1, 16, 64), 0), "contiguous"),
+    ((2, (0, 40, 72), (5760, 144, 2), (1, 16, 64), 0), "global dim 0=0"),
+    ((2, (3, 40, 72), (5760, 144, 2), (0, 16, 64), 0), "box dim 0=0"),
+    ((2, (3, 40, 72), (5760, 144, 2), (257, 16, 64), 0), "box dim 0=257"),
+    ((2, (3, 40, 72), (5760, 144, 2), (1, 16, 4), 0), "multiple of 16"),
+    ((2, (3, 40, 72), (5760, 144, 2), (1, 16, 72), 128), "larger than the 128-byte swizzle"),
+    ((2, (3, 40, 72), (5760, 144, 2), (16, 64), 0), "must each have 3 entries (dim 0, rows, cols)"),
+    ((2, (2, 2, 2, 2, 2, 8), (512,) * 5 + (2,), (1,) * 5 + (8,), 0), "1 to 5"),
+    ((2, (72,), (2,), (64,), 128), None),
+    ((2, (2, 2, 2, 40, 72), (23040, 11520, 5760, 144, 2), (1, 1, 2, 16, 64), 128), None),
+])
+def test_tma_box_rules_of_any_rank(args, match):
+    problems = sm90a.tma_box_problems(*args)
+    if match is None:
+        assert problems == []
+    else:
+        assert any(match in p for p in problems), problems
+
+
+def _swizzled(addr, swizzle):
+    """The TMA/wgmma byte swizzle written out: bits 4.. of the 16-byte chunk XOR the 128-byte row
+    index modulo span / 16 (Swizzle<3,4,3> for 128 bytes, <2,4,3> for 64, <1,4,3> for 32)."""
+    if swizzle == 0:
+        return addr
+    return addr ^ (((addr >> 7) & (swizzle // 16 - 1)) << 4)
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+@pytest.mark.parametrize("b, r", [(1, 16), (2, 8), (3, 4)])
+def test_rank_3_boxes_land_row_major(b, r, swizzle):
+    """A (b, r, c) box lands as its b matrices one after the other, each as the 2-D box; the
+    swizzle acts on the absolute byte address."""
+    cols = (swizzle or 128) // 2
+    box = (b, r, cols)
+    dst = 3072
+    got = sm90a.box_byte_offsets_nd(box, 2, swizzle, dst=dst)
+    assert got.shape == box
+    for z in range(b):
+        for i in range(r):
+            for j in range(cols):
+                assert got[z, i, j] == _swizzled(dst + 2 * ((z * r + i) * cols + j), swizzle)
+    np.testing.assert_array_equal(sm90a.box_byte_offsets_nd((1, r, cols), 2, swizzle, dst),
+                                  sm90a.box_byte_offsets(r, cols, 2, swizzle, dst)[None])
+    with pytest.raises(ValueError, match="1 to 5 positive extents"):
+        sm90a.box_byte_offsets_nd((1, 0, 8), 2, swizzle)
+
+
+def test_ir_tensor_maps_of_rank_3():
+    g = ir.GlobalBuffer("a", dt.f16, (4, 40, 72), (2880, 72, 1))
+    tm = ir.TensorMapParam("tm_a", g, (1, 16, 64), 128)
+    assert tm.rank == 3 and tm.box_bytes == 16 * 64 * 2 and tm.box == (1, 16, 64)
+    assert ir.TensorMapParam("tm_a2", g, [2, 8, 64], 128).box_bytes == 2 * 8 * 64 * 2
+    with pytest.raises(ValueError, match="the box \\(16, 64\\) is 2-D but buffer a is 3-D"):
+        ir.TensorMapParam("tm_a", g, (16, 64), 128)
+    with pytest.raises(ValueError, match="stride of dim 0"):
+        ir.TensorMapParam("tm_a", ir.GlobalBuffer("b", dt.f16, (4, 40, 72), (2881, 72, 1)), (1, 16, 64), 128)
+    with pytest.raises(ValueError, match="1 to 5 dimensions"):
+        ir.TensorMapParam("tm_a", ir.GlobalBuffer("c", dt.f16, (1,) * 6, (1,) * 6), (1,) * 6)
+
+
+def test_encode_tensor_map_of_rank_3_rejects_invalid_parameters_before_the_driver():
+    from firesched.runtime import encode_tensor_map
+
+    with pytest.raises(ValueError, match="encode_tensor_map: the stride of dim 0 is 5762 bytes"):
+        encode_tensor_map(0x1000, "f16", (3, 40, 72), (5762, 144, 2), (1, 16, 64), 128)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        encode_tensor_map(0x1008, "f16", (3, 40, 72), (5760, 144, 2), (1, 16, 64), 128)
+    # the 2-D encoder keeps its name and its rank
+    with pytest.raises(ValueError, match="encode_tensor_map_2d: .* must each have 2 entries"):
+        encode_tensor_map_2d(0x1000, "f16", (3, 40, 72), (5760, 144, 2), (1, 16, 64), 128)
+
+
+@pytest.mark.parametrize("atom, rank", [(sm90a.tma_load_2d, 2), (sm90a.tma_store_2d, 2), (sm90a.tma_load_3d, 3),
+                                        (sm90a.tma_store_3d, 3)])
+def test_tma_templates_name_their_rank_and_coordinates(atom, rank):
+    """cp.async.bulk.tensor.{rank}d with the coordinates innermost first ({$c0, $c1[, $c2]}), a
+    load into shared::cluster completing on an mbarrier, a store from shared::cta in a bulk group."""
+    (instr,) = [x.strip() for x in atom.ptx.split(";") if x.strip()]
+    coords = "{" + ", ".join(f"$c{i}" for i in range(rank)) + "}"
+    assert f"[$tmap, {coords}]" in instr
+    op = instr.split()[0]
+    if atom.src_memory == "GL":
+        assert op == f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        assert instr.endswith("[$mbar]") and instr.split()[1] == "[$dst],"
+    else:
+        assert op == f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group"
+        assert instr.endswith("[$src]")
+    assert [o.name for o in atom.operands if sm90a.is_scalar(o)] == [f"c{i}" for i in range(rank)]
+    assert sm90a.TMA_LOADS.get(rank) is atom or sm90a.TMA_STORES.get(rank) is atom
+
+
+@pytest.mark.parametrize("build, name", [("tma_load_3d_program", "tma_load_3d"),
+                                         ("tma_store_3d_program", "tma_store_3d")])
+def test_rank_3_microkernels_print_and_compile(build, name):
+    from firesched.testing import microkernel as mk
+
+    program, _, _ = getattr(mk, build)(coords=(16, 32, 1))
+    text = cuda.emit(program)
+    tmap = program.kernels[0].params[0 if name == "tma_load_3d" else 1]
+    assert f"const __grid_constant__ CUtensorMap {tmap.name}" in text
+    assert "cp.async.bulk.tensor.3d." in text
+    # the coordinates bind in operand order: column, row, batch
+    assert '"r"((int)(16)), "r"((int)(32)), "r"((int)(1))' in text
+    m = compile_cuda(text, arch="sm_90a")
+    assert f"micro_{name}" in m.kernel_names
+
+
 # =========================================================================== immediates and printing
 
 IMMEDIATES = {"wgmma_wait": {"n": 1}, "tma_wait": {"n": 0}, "tma_wait_read": {"n": 2},

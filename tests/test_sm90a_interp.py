@@ -148,6 +148,182 @@ def test_tma_store_waits(wait):
     assert np.all(out[:32] == 0) and np.any(out[32:, 16:] != 0)
 
 
+# =========================================================================== TMA, rank 3: (batch, rows, cols)
+
+def _overlap(c: int, n: int, extent: int):
+    """(slice of the tensor, slice of the box) where a box of ``n`` elements starting at ``c``
+    meets a dimension of ``extent`` elements (empty slices when it misses)."""
+    lo, hi = max(c, 0), min(c + n, extent)
+    hi = max(hi, lo)
+    return slice(lo, hi), slice(lo - c, hi - c)
+
+
+def box_of(x: np.ndarray, box, coords) -> np.ndarray:
+    """numpy: the box of x at (column, row, batch) = coords, zeros wherever it leaves x."""
+    out = np.zeros(box, dtype=x.dtype)
+    cuts = [_overlap(c, n, e) for c, n, e in zip(coords[::-1], box, x.shape)]
+    out[tuple(b for _, b in cuts)] = x[tuple(t for t, _ in cuts)]
+    return out
+
+
+def stored(shape, tile: np.ndarray, coords) -> np.ndarray:
+    """numpy: a zero tensor of ``shape`` after writing tile at (column, row, batch) = coords,
+    dropping what falls outside it."""
+    out = np.zeros(shape, dtype=tile.dtype)
+    cuts = [_overlap(c, n, e) for c, n, e in zip(coords[::-1], tile.shape, shape)]
+    out[tuple(t for t, _ in cuts)] = tile[tuple(b for _, b in cuts)]
+    return out
+
+
+def run3(prog, reference):
+    """Run a rank-3 microkernel in the interpreter and compare with ``reference(inputs)``."""
+    program, inputs, _ = prog
+    got = run_program(program, inputs)[program.output.name]
+    want = reference(inputs)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+    return got, inputs
+
+
+SHAPE3 = (3, 40, 72)
+BOXES3 = {sw: (1, *b) for sw, b in BOXES.items()}
+
+
+# (column, row, batch): inside; over the bottom-right of matrix 1; over the top-left of matrix 0;
+# over the far corner of the last matrix; before the first matrix; past the last one
+@pytest.mark.parametrize("coords", [(0, 0, 0), (16, 32, 1), (-8, -3, 0), (64, 39, 2), (8, 4, -1), (0, 0, 3)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_load_3d(swizzle, coords):
+    box = BOXES3[swizzle]
+    run3(mk.tma_load_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+         lambda inputs: box_of(np.asarray(inputs["x"]), box, coords))
+
+
+def test_tma_load_3d_does_not_read_the_next_matrix():
+    # rows 32..47 of matrix 1 (of 40): a 2-D view of (3 * 40) x 72 would bring matrix 2's rows 0..7
+    got, inputs = run3(mk.tma_load_3d_program(shape=SHAPE3, box=(1, 16, 64), coords=(0, 32, 1)),
+                       lambda inputs: box_of(np.asarray(inputs["x"]), (1, 16, 64), (0, 32, 1)))
+    x = np.asarray(inputs["x"])
+    assert np.all(got[0, 8:] == 0) and np.any(x[2, :8, :64] != 0)
+    np.testing.assert_array_equal(got[0, :8], x[1, 32:40, :64])
+
+
+@pytest.mark.parametrize("box, coords, swizzle", [((2, 16, 64), (8, 24, 2), 128), ((2, 16, 64), (8, 24, -1), 128),
+                                                  ((2, 16, 32), (32, 30, 0), 64), ((3, 8, 16), (-8, 36, 1), 32),
+                                                  ((2, 8, 64), (56, -4, 1), 0)])
+def test_tma_load_3d_boxes_of_several_matrices(box, coords, swizzle):
+    """Boxes holding several matrices land row-major: matrix after matrix, each as its 2-D box."""
+    run3(mk.tma_load_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+         lambda inputs: box_of(np.asarray(inputs["x"]), box, coords))
+
+
+@pytest.mark.parametrize("dtype, shape, box, swizzle, coords", [("f32", (2, 40, 72), (1, 8, 32), 128, (-4, 36, 1)),
+                                                               ("u8", (2, 40, 80), (1, 16, 64), 64, (-16, 36, 1)),
+                                                               ("bf16", (3, 40, 72), (2, 8, 16), 32, (-8, 36, 2))])
+def test_tma_load_3d_other_dtypes(dtype, shape, box, swizzle, coords):
+    run3(mk.tma_load_3d_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=coords),
+         lambda inputs: box_of(np.asarray(inputs["x"]).astype(dt.dtype(dtype).np), box, coords))
+
+
+@pytest.mark.parametrize("coords", [(0, 0, 0), (16, 32, 1), (56, 30, 2), (8, 39, 0), (0, 0, 3)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_store_3d(swizzle, coords):
+    box = BOXES3[swizzle]
+    run3(mk.tma_store_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+         lambda inputs: stored(SHAPE3, np.asarray(inputs["tile"]), coords))
+
+
+def test_tma_store_3d_leaves_the_next_matrix_alone():
+    got, inputs = run3(mk.tma_store_3d_program(shape=SHAPE3, coords=(16, 32, 1)),
+                       lambda inputs: stored(SHAPE3, np.asarray(inputs["tile"]), (16, 32, 1)))
+    assert np.all(got[2] == 0) and np.all(got[0] == 0)
+    np.testing.assert_array_equal(got[1, 32:, 16:], np.asarray(inputs["tile"])[0, :8, :56])
+
+
+@pytest.mark.parametrize("box, coords, swizzle", [((2, 16, 64), (8, 24, 2), 128), ((2, 16, 32), (48, 30, 1), 64),
+                                                  ((3, 8, 16), (64, 36, 0), 32)])
+def test_tma_store_3d_boxes_of_several_matrices(box, coords, swizzle):
+    run3(mk.tma_store_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+         lambda inputs: stored(SHAPE3, np.asarray(inputs["tile"]), coords))
+
+
+def test_rank_3_microkernels_refuse_boxes_a_gpu_faults_on():
+    with pytest.raises(ValueError, match="16-byte"):
+        mk.tma_load_3d_program(coords=(4, 0, 0))
+    with pytest.raises(ValueError, match="far"):
+        mk.tma_store_3d_program(coords=(0, 0, -1))
+    with pytest.raises(ValueError, match="far"):
+        mk.tma_store_3d_program(coords=(0, -8, 0))
+    with pytest.raises(ValueError, match="batch, rows, cols"):
+        mk.tma_load_3d_program(box=(16, 64))
+
+
+def _replace_tma(program, atom, **changes):
+    """The program with its TMA load/store replaced by ``atom`` and the arguments in ``changes``
+    (None drops one)."""
+    def fix(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(fix(x) for x in s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=fix(s.then))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=fix(s.body))
+        if isinstance(s, ir.AtomCall) and s.comment == mk.UNDER_TEST:
+            args = {**dict(s.args), **changes}
+            return ir.AtomCall(atom, tuple((n, v) for n, v in args.items() if v is not None), 1, s.comment)
+        return s
+    k = program.kernels[0]
+    return attrs.evolve(program, kernels=(attrs.evolve(k, body=fix(k.body)),))
+
+
+def test_tma_atom_and_map_ranks_must_agree():
+    program, inputs, _ = mk.tma_load_3d_program()
+    with pytest.raises(HazardError, match="tma_load_2d takes a tensor map of rank 2; tmap_x has rank 3"):
+        run_program(_replace_tma(program, sm90a.tma_load_2d, c2=None), inputs)
+    program, inputs, _ = mk.tma_store_program()
+    with pytest.raises(HazardError, match="tma_store_3d takes a tensor map of rank 3; tmap_out has rank 2"):
+        run_program(_replace_tma(program, sm90a.tma_store_3d, c2=ir.Scalar(0)), inputs)
+
+
+def test_tma_load_3d_completes_the_whole_box_bytes():
+    """The mbarrier counts the whole box, out-of-bounds elements included (as the hardware
+    does): a box entirely past the last matrix still completes 2048 bytes, and expecting only the
+    in-bounds bytes (8 rows x 56 columns of the box at (16, 32, 1)) never completes."""
+    run3(mk.tma_load_3d_program(coords=(0, 0, 3)), lambda inputs: np.zeros((1, 16, 64)))
+    program, inputs, _ = mk.tma_load_3d_program(coords=(16, 32, 1))
+    body = body_of(program)
+    issue = body[2]
+    expect, load = issue.then.body
+    assert expect.arg("bytes").value == 1 * 16 * 64 * 2
+    fewer = ir.AtomCall(expect.atom, (("bar", expect.arg("bar")), ("bytes", ir.Scalar(8 * 56 * 2))))
+    body[2] = ir.If(issue.cond, ir.Seq([fewer, load]))
+    with pytest.raises(HazardError, match="can never complete"):
+        run_program(with_body(program, body), inputs)
+
+
+def test_tma_load_3d_hazards():
+    program, inputs, _ = mk.tma_load_3d_program()
+    body = body_of(program)
+    i = index_of(body, "mbarrier_try_wait")
+    wrong = call(sm90a.mbarrier_try_wait, bar=body[i].arg("bar"), parity=ir.Scalar(1))
+    with pytest.raises(HazardError, match="parity 1 that can never complete"):
+        run_program(with_body(program, body[:i] + [wrong] + body[i + 1:]), inputs)
+    early = ir.If(ex.lt(T128, 32), body[i])
+    with pytest.raises(HazardError, match="read before mbarrier phase completes"):
+        run_program(with_body(program, body[:i] + [early] + body[i + 1:]), inputs)
+
+
+def test_tma_store_3d_hazards():
+    program, inputs, _ = mk.tma_store_3d_program()
+    body = body_of(program)
+    no_fence = [s for s in body if not (isinstance(s, ir.AtomCall) and s.atom is sm90a.fence_proxy_async)]
+    with pytest.raises(HazardError, match="missing fence.proxy.async"):
+        run_program(with_body(program, no_fence), inputs)
+    issue = body[-1]
+    unwaited = ir.If(issue.cond, ir.Seq(issue.then.body[:1]))
+    with pytest.raises(HazardError, match="TMA store never waited for"):
+        run_program(with_body(program, body[:-1] + [unwaited]), inputs)
+
+
 # =========================================================================== stmatrix
 
 @pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in sm90a.STMATRIX_ATOMS])

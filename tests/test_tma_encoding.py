@@ -66,6 +66,71 @@ def test_encode_arguments(dtype, swizzle):
     assert oob == driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
 
 
+def _case_3d(dtype: str, swizzle: int):
+    """A valid (batch, rows, cols) view: 3 matrices of 40 rows of 200 bytes padded to 256, the
+    matrices 11264 bytes apart (44 rows: padding between them too, so that no stride is the
+    product of the others), a box of one matrix's 8 rows, one swizzle span wide."""
+    eb = ELEM_BYTES[dtype]
+    return (3, 40, 200 // eb), (11264, 256, eb), (1, 8, (swizzle or 64) // eb)
+
+
+@pytest.mark.parametrize("swizzle", sorted(SWIZZLE_NAMES))
+@pytest.mark.parametrize("dtype", sorted(DATA_TYPE_NAMES))
+def test_encode_arguments_of_rank_3(dtype, swizzle):
+    shape, strides, box = _case_3d(dtype, swizzle)
+    args = tensor_map_encode_args(PTR, dtype, shape, strides, box, swizzle)
+    (dt_, rank, addr, dims, gstrides, bdims, estrides, interleave, sw, l2, oob) = args
+    assert dt_ == getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{DATA_TYPE_NAMES[dtype]}")
+    assert rank == 3 and addr == PTR
+    # innermost first: columns, rows, batch
+    assert [int(x) for x in dims] == [200 // ELEM_BYTES[dtype], 40, 3]
+    assert all(isinstance(x, driver.cuuint64_t) for x in dims + gstrides)
+    # rank - 1 = 2 strides in bytes, innermost first: the row pitch, then the matrix pitch
+    assert [int(x) for x in gstrides] == [256, 11264]
+    assert [int(x) for x in bdims] == [(swizzle or 64) // ELEM_BYTES[dtype], 8, 1]
+    assert all(isinstance(x, driver.cuuint32_t) for x in bdims + estrides)
+    assert [int(x) for x in estrides] == [1, 1, 1]
+    assert interleave == driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE
+    assert sw == getattr(driver.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{SWIZZLE_NAMES[swizzle]}")
+    assert l2 == driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+    assert oob == driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+
+
+@pytest.mark.parametrize("shape, strides, box", [
+    ((72,), (2,), (64,)),
+    ((40, 72), (144, 2), (16, 64)),
+    ((3, 40, 72), (5760, 144, 2), (1, 16, 64)),
+    ((2, 3, 40, 72), (17280, 5760, 144, 2), (1, 2, 16, 64)),
+    ((2, 2, 3, 40, 72), (69120, 34560, 5760, 144, 2), (2, 1, 1, 16, 64)),
+])
+def test_encode_arguments_of_every_rank(shape, strides, box):
+    """Ranks 1 to 5 (the driver's limit): dims and box reversed, the strides of all but the
+    innermost dimension reversed."""
+    args = tensor_map_encode_args(PTR, "f16", shape, strides, box, 128)
+    r = len(shape)
+    assert args[1] == r
+    assert [int(x) for x in args[3]] == list(shape)[::-1]
+    assert [int(x) for x in args[4]] == list(strides[:-1])[::-1]
+    assert [int(x) for x in args[5]] == list(box)[::-1]
+    assert [int(x) for x in args[6]] == [1] * r
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(strides=(11272, 256, 2)), "stride of dim 0 is 11272 bytes"),
+    (dict(strides=(8192, 256, 2)), "smaller than the 40 x 256 bytes of rows"),
+    (dict(box=(1, 8, 72)), "larger than the 128-byte swizzle span"),
+    (dict(box=(257, 8, 64)), "box dim 0=257"),
+    (dict(box=(8, 64)), "must each have 3 entries"),
+    (dict(shape=(2, 2, 2, 2, 40, 100), strides=(512,) * 5 + (2,), box=(1,) * 4 + (8, 64)), "1 to 5"),
+])
+def test_invalid_rank_3_views_are_refused_before_any_driver_call(kw, match):
+    args = dict(ptr=PTR, dtype="f16", shape=(3, 40, 100), strides=(11264, 256, 2), box=(1, 8, 64), swizzle=128)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        tensor_map_encode_args(args["ptr"], args["dtype"], args["shape"], args["strides"], args["box"],
+                               args["swizzle"])
+
+
 def test_tables_name_the_driver_members():
     """The codes of ``hardware.tma`` are those of the driver's members of the same meaning."""
     for name, code in tma.TMA_DATA_TYPES.items():
@@ -124,8 +189,8 @@ def test_lowered_tensor_maps_encode(kw):
     for p in maps:
         b = p.buffer
         eb = b.dtype.bits // 8
-        args = tensor_map_encode_args(PTR, b.dtype, b.shape, (b.strides[0] * eb, b.strides[1] * eb), p.box, p.swizzle)
-        assert [int(x) for x in args[5]] == [p.box[1], p.box[0]]
+        args = tensor_map_encode_args(PTR, b.dtype, b.shape, tuple(x * eb for x in b.strides), p.box, p.swizzle)
+        assert [int(x) for x in args[5]] == list(p.box)[::-1]
         if p.swizzle:
             assert p.box[1] * eb == p.swizzle, (p.name, p.box, p.swizzle)
         assert int(args[8]) == int(getattr(driver.CUtensorMapSwizzle,
@@ -156,6 +221,26 @@ def test_store_box_must_not_start_before_the_tensor(coords, ok):
     H100 with an illegal instruction, one at (56, 30) over the far corner ran correctly."""
     problems = tma.tma_coordinate_problems(2, coords, store=True)
     assert (problems == []) == ok, problems
+
+
+@pytest.mark.parametrize("coords, store, ok", [
+    ((16, 32, 1), False, True), ((-8, -3, -1), False, True), ((0, 0, 5), False, True), ((4, 0, 0), False, False),
+    ((16, 32, 1), True, True), ((0, 0, 3), True, True), ((0, 0, -1), True, False), ((0, -8, 0), True, False),
+    ((0, 0, 2 ** 31), False, False), ((0, 0, -2 ** 31), False, True),
+])
+def test_rank_3_box_coordinates(coords, store, ok):
+    """(column, row, batch): the column alone must be 16-byte aligned, a store starts at no
+    negative coordinate of any dimension, every coordinate is signed 32-bit."""
+    problems = tma.tma_coordinate_problems(2, coords, store=store)
+    assert (problems == []) == ok, problems
+
+
+def test_coordinates_of_the_wrong_rank():
+    assert tma.tma_coordinate_problems(2, (0, 0, 0), rank=2) == ["coordinates (0, 0, 0) must have 2 entries (column, row)"]
+    assert tma.tma_coordinate_problems(2, (0, 0), rank=3) == [
+        "coordinates (0, 0) must have 3 entries (column, row, dim 0)"]
+    assert "1 to 5" in tma.tma_coordinate_problems(2, (0,) * 6)[0]
+    assert tma.tma_coordinate_problems(2, (0, 1.5, 0)) == ["the row coordinate 1.5 is not a signed 32-bit integer"]
 
 
 def test_microkernels_refuse_boxes_a_gpu_faults_on():

@@ -20,9 +20,10 @@ Index expressions are ints or ``expr.Expr``; thread and block indices are the va
 
 Hopper (sm_90a) additions, used by the atoms of ``hardware.atoms.sm90a``:
 
-* ``TensorMapParam`` — a kernel parameter that is a TMA descriptor (``CUtensorMap``) of a 2-D
-  ``GlobalBuffer``; the printer declares it ``const __grid_constant__ CUtensorMap``, the
-  interpreter reads and writes the underlying buffer through it;
+* ``TensorMapParam`` — a kernel parameter that is a TMA descriptor (``CUtensorMap``) of a
+  ``GlobalBuffer`` of rank 1 to 5 (2-D matrices, 3-D batches of them); the printer declares it
+  ``const __grid_constant__ CUtensorMap``, the interpreter reads and writes the underlying buffer
+  through it;
 * ``MBarrier`` — a ``SharedBuffer`` of ``size`` mbarrier objects, 8 bytes each;
 * ``DescRef`` — binds a wgmma descriptor operand: a shared buffer, an element offset, the swizzle
   and the LBO/SBO of the canonical layout; printed as the 64-bit descriptor computed at run time
@@ -109,26 +110,34 @@ class MBarrier(SharedBuffer):
 
 @attrs.frozen
 class TensorMapParam:
-    """A kernel parameter holding the TMA descriptor of the 2-D ``buffer`` (row-major, its
-    columns contiguous): boxes of ``box = (rows, cols)`` elements, ``swizzle`` bytes (0, 32, 64,
-    128) of shared-memory swizzle, out-of-bounds elements read as zeros.
+    """A kernel parameter holding the TMA descriptor of ``buffer`` (rank 1 to 5, its innermost
+    dimension contiguous): boxes of ``box`` elements, one extent per dimension, outermost first
+    (``(rows, cols)`` of a matrix, ``(1, rows, cols)`` of a (batch, rows, cols) tensor), ``swizzle``
+    bytes (0, 32, 64, 128) of shared-memory swizzle, out-of-bounds elements read as zeros.  The
+    atoms that use it take as many coordinates as it has dimensions (``tma_load_2d`` two,
+    ``tma_load_3d`` three), innermost first.
 
-    The host encodes it (``runtime.encode_tensor_map_2d``) for the array passed as ``buffer``;
+    The host encodes it (``runtime.encode_tensor_map``) for the array passed as ``buffer``;
     ``buffer`` itself need not be a kernel parameter."""
 
     name: str
     buffer: GlobalBuffer
-    box: tuple[int, int] = attrs.field(converter=_tuple)
+    box: tuple[int, ...] = attrs.field(converter=_tuple)
     swizzle: int = 0
 
     def __attrs_post_init__(self):
         b = self.buffer
-        if not isinstance(b, GlobalBuffer) or len(b.shape) != 2:
-            raise ValueError(f"TensorMapParam {self.name!r}: buffer must be a 2-D GlobalBuffer, not {b!r}")
+        if not isinstance(b, GlobalBuffer) or not 1 <= len(b.shape) <= 5:
+            raise ValueError(f"TensorMapParam {self.name!r}: buffer must be a GlobalBuffer of 1 to 5 dimensions "
+                             f"(a 2-D matrix, a 3-D batch of matrices...), not {b!r}")
+        if len(self.box) != len(b.shape):
+            raise ValueError(f"TensorMapParam {self.name!r}: the box {self.box} is {len(self.box)}-D but buffer "
+                             f"{b.name} is {len(b.shape)}-D (shape {b.shape}); give one box extent per dimension, "
+                             f"outermost first (e.g. (1, rows, cols) for one matrix of a batch)")
         eb = b.dtype.bits // 8
         if b.dtype.bits % 8:
             raise ValueError(f"TensorMapParam {self.name!r}: TMA cannot move {b.dtype} elements")
-        problems = tma_box_problems(eb, b.shape, (b.strides[0] * eb, b.strides[1] * eb), self.box, self.swizzle)
+        problems = tma_box_problems(eb, b.shape, tuple(s * eb for s in b.strides), self.box, self.swizzle)
         if problems:
             raise ValueError(f"TensorMapParam {self.name!r}: " + "; ".join(problems))
 
@@ -137,9 +146,18 @@ class TensorMapParam:
         return self.buffer.dtype
 
     @property
+    def rank(self) -> int:
+        """The number of dimensions of the map (and of coordinates its atoms take)."""
+        return len(self.buffer.shape)
+
+    @property
     def box_bytes(self) -> int:
-        """Bytes one box moves (what an mbarrier's expect_tx counts for a load)."""
-        return self.box[0] * self.box[1] * self.buffer.dtype.bits // 8
+        """Bytes one box moves (what an mbarrier's expect_tx counts for a load): the whole box,
+        out-of-bounds elements included."""
+        n = 1
+        for x in self.box:
+            n *= int(x)
+        return n * self.buffer.dtype.bits // 8
 
 
 @attrs.frozen

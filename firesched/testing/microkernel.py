@@ -27,7 +27,8 @@ Data shapes, by family:
 * SHUFFLE: ``src`` ``[32]`` values and ``lane`` ``[32]`` per-lane operands; ``out`` ``[32]``.
 
 The sm_90a atoms get one-warpgroup programs (``wgmma_program``, ``tma_load_program``,
-``tma_store_program``; stmatrix one warp, ``stmatrix_program``), described where they are
+``tma_store_program``, their rank-3 versions ``tma_load_3d_program`` and ``tma_store_3d_program``
+on a (batch, rows, cols) tensor; stmatrix one warp, ``stmatrix_program``), described where they are
 defined; ``atom_program`` picks one with default settings (the synchronisation atoms of a
 family run in that family's program: ``wgmma_fence`` in a wgmma program, the mbarrier atoms in
 the TMA load program; the cluster atoms in ``cluster_multicast_program``, a cluster of two
@@ -50,7 +51,8 @@ from ..ir.expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
            "tma_wgmma_program", "cluster_multicast_program",
-           "tma_store_program", "stmatrix_program", "WARPGROUP_THREADS"]
+           "tma_store_program", "tma_load_3d_program", "tma_store_3d_program", "stmatrix_program",
+           "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
 UNDER_TEST = "atom under test"
@@ -736,6 +738,137 @@ def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16,
     return program, _Plan(program, expected).random(0), expected
 
 
+def _check_box_3d(what: str, d: dt.DType, shape, box, coords, store: bool = False):
+    """The (batch, rows, cols) shape and box and the (column, row, batch) coordinates of a rank-3
+    TMA microkernel, as ints, refused (``ValueError``) where a GPU would fault or the kernel's
+    copy loop does not fit."""
+    shape, box, coords = tuple(int(x) for x in shape), tuple(int(x) for x in box), tuple(coords)
+    if len(shape) != 3 or len(box) != 3 or len(coords) != 3:
+        raise ValueError(f"{what}: shape {shape} and box {box} must be (batch, rows, cols) and coords "
+                         f"{coords} (column, row, batch)")
+    problems = tma_coordinate_problems(d.bits // 8, coords, store=store, rank=3)
+    if problems:
+        raise ValueError(f"{what}: " + "; ".join(problems))
+    n = box[0] * box[1] * box[2]
+    if n % WARPGROUP_THREADS:
+        raise ValueError(f"{what}: the box has {n} elements, not a multiple of 128")
+    return shape, box, tuple(int(c) for c in coords), n
+
+
+def tma_load_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box=(1, 16, 64),
+                        coords=(16, 32, 1), swizzle: int = 128
+                        ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """``tma_load_program`` on a rank-3 tensor map: one warpgroup loads the box of ``x``
+    [``shape`` = (batch, rows, cols)] at ``coords`` = (column, row, batch) with one
+    ``tma_load_3d`` completing on an mbarrier (expecting the whole box's bytes), waits, and copies
+    the box to ``out`` [``box``].
+
+    The box lands in shared memory row-major over its dimensions, so a (1, rows, cols) box is
+    the 2-D box of that matrix.  Elements outside ``x`` in any dimension are zeros: the default
+    box hangs over the bottom and right edges of matrix 1 and must not read matrix 2's first rows
+    (which a 2-D view of (batch * rows) x cols would); a batch coordinate outside 0..batch-1 gives
+    a box of zeros.  Coordinates a GPU faults on are refused (``ValueError``)."""
+    d = dt.dtype(dtype)
+    shape, box, coords, n = _check_box_3d("tma_load_3d_program", d, shape, box, coords)
+    eb = d.bits // 8
+    x = _gbuf("x", d, shape)
+    out = _gbuf("out", d, box, "out")
+    tmap = ir.TensorMapParam("tmap_x", x, box, swizzle)
+    sm = _smem("smem", d, n * eb, swizzle, f"{'x'.join(map(str, box))} box, swizzle {swizzle}")
+    bar = ir.MBarrier("bar", 1)
+    reg = ir.RegBuffer("r", d, 1)
+    t = _WG_TID
+    c0, c1, c2 = coords
+    body = [
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_init, bar=ir.MemRef(bar, 0), count=ir.Scalar(1)),
+            _call(sm90a.fence_mbarrier_init),
+        ])),
+        ir.Barrier("barrier initialised"),
+        ir.If(_eq(t, 0), ir.Seq([
+            _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(bar, 0), bytes=ir.Scalar(tmap.box_bytes)),
+            _call(sm90a.tma_load_3d, comment=UNDER_TEST, dst=ir.MemRef(sm, 0), tmap=tmap,
+                  c0=ir.Scalar(c0), c1=ir.Scalar(c1), c2=ir.Scalar(c2), mbar=ir.MemRef(bar, 0)),
+        ])),
+        _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(bar, 0), parity=ir.Scalar(0)),
+    ]
+    # element e of the box (row-major over it) sits at byte e * eb before the swizzle: the rows of
+    # every outer index follow each other, as in a 2-D box
+    s_byte = _box_io(d, shape[1:], box[1:], swizzle)
+    i = Var("i_out", n // WARPGROUP_THREADS)
+    e = t + WARPGROUP_THREADS * i
+    body.append(ir.For(i, n // WARPGROUP_THREADS, ir.Seq([
+        _call(_copy_atom("ld_shared", eb), src=ir.MemRef(sm, ex.floordiv(s_byte(e), eb)), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_global", eb), dst=ir.MemRef(out, e), src=ir.RegRef(reg, 0)),
+    ])))
+
+    def expected(inputs):
+        xs = np.asarray(inputs["x"]).astype(d.np)
+        want = np.zeros(box, dtype=d.np)
+        for b in range(box[0]):
+            if 0 <= c2 + b < shape[0]:
+                want[b] = _box_expected(xs[c2 + b], box[1:], (c0, c1))
+        return want
+
+    kernel = ir.Kernel(name="micro_tma_load_3d", params=(tmap, out), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
+                       shared=(sm, bar), regs=(reg,), body=ir.Seq(body),
+                       header=f"TMA load of a {'x'.join(map(str, box))} box of x{list(shape)} at (column, row, "
+                              f"batch) {coords}, swizzle {swizzle}")
+    program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
+def tma_store_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box=(1, 16, 64),
+                         coords=(16, 32, 1), swizzle: int = 128
+                         ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """``tma_store_program`` on a rank-3 tensor map: one warpgroup stages ``tile`` [``box``] in
+    shared memory (row-major over the box, in the layout of ``swizzle``), fences the async proxy,
+    and thread 0 stores it with one ``tma_store_3d`` into ``out`` [``shape`` = (batch, rows,
+    cols)] at ``coords`` = (column, row, batch), then commits and waits for the bulk group.
+
+    Elements outside ``out`` in any dimension are dropped: the default box hangs over the bottom
+    and right edges of matrix 1 and must leave matrix 2 untouched (a 2-D view of (batch * rows) x
+    cols would write its first rows).  Negative or misaligned coordinates are refused
+    (``ValueError``): a GPU faults on them."""
+    d = dt.dtype(dtype)
+    shape, box, coords, n = _check_box_3d("tma_store_3d_program", d, shape, box, coords, store=True)
+    eb = d.bits // 8
+    tile = _gbuf("tile", d, box)
+    out = _gbuf("out", d, shape, "out")
+    tmap = ir.TensorMapParam("tmap_out", out, box, swizzle)
+    sm = _smem("smem", d, n * eb, swizzle, f"{'x'.join(map(str, box))} box, swizzle {swizzle}")
+    reg = ir.RegBuffer("r", d, 1)
+    t = _WG_TID
+    c0, c1, c2 = coords
+    body: list = [_stage(tile, sm, n, lambda e: e, _box_io(d, shape[1:], box[1:], swizzle), reg, "i_in"),
+                  _call(sm90a.fence_proxy_async, comment="shared stores visible to the async proxy"),
+                  ir.Barrier("box staged"),
+                  ir.If(_eq(t, 0), ir.Seq([
+                      _call(sm90a.tma_store_3d, comment=UNDER_TEST, tmap=tmap, c0=ir.Scalar(c0), c1=ir.Scalar(c1),
+                            c2=ir.Scalar(c2), src=ir.MemRef(sm, 0)),
+                      _call(sm90a.tma_commit),
+                      _call(catalog.with_immediates(sm90a.tma_wait, n=0)),
+                  ]))]
+
+    def expected(inputs):
+        xs = np.asarray(inputs["tile"]).astype(d.np)
+        want = np.zeros(shape, dtype=d.np)
+        for b in range(box[0]):
+            for i in range(box[1]):
+                for j in range(box[2]):
+                    z, r, c = c2 + b, c1 + i, c0 + j
+                    if 0 <= z < shape[0] and 0 <= r < shape[1] and 0 <= c < shape[2]:
+                        want[z, r, c] = xs[b, i, j]
+        return want
+
+    kernel = ir.Kernel(name="micro_tma_store_3d", params=(tile, tmap), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
+                       shared=(sm,), regs=(reg,), body=ir.Seq(body),
+                       header=f"TMA store of a {'x'.join(map(str, box))} box into out{list(shape)} at (column, row, "
+                              f"batch) {coords}, swizzle {swizzle}")
+    program = ir.Program(kernels=(kernel,), inputs=(tile,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
 def stmatrix_program(atom: atoms.Atom
                      ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
     """One warp stores its ``frag`` [32, V] values with ``atom`` (a stmatrix record) into a padded
@@ -790,6 +923,10 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
     if fam == sm90a.TMA:
         if atom is sm90a.tma_load_2d:
             return tma_load_program(d or dt.f16)
+        if atom is sm90a.tma_load_3d:
+            return tma_load_3d_program(d or dt.f16)
+        if atom is sm90a.tma_store_3d:
+            return tma_store_3d_program(d or dt.f16)
         return tma_store_program(d or dt.f16, wait="all" if atom is sm90a.tma_wait else "read")
     if fam == sm90a.MBARRIER:
         return tma_load_program(d or dt.f16, arrivals="all" if atom is sm90a.mbarrier_arrive else "one")

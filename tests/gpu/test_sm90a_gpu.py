@@ -1,6 +1,6 @@
 """The sm_90a microkernels on a Hopper GPU: the programs the interpreter tests run
 (``tests/test_sm90a_interp.py``), printed, compiled for sm_90a, launched through
-``firesched.runtime`` on real buffers (tensor maps from ``encode_tensor_map_2d``) and
+``firesched.runtime`` on real buffers (tensor maps from ``encode_tensor_map``, of rank 2 or 3) and
 compared with numpy bit for bit (the inputs are small multiples of 1/4, so every sum is exact).
 
 What a failure here points at:
@@ -10,7 +10,10 @@ What a failure here points at:
 * one swizzle mode only — its XOR pattern or its descriptor mode code;
 * ``_tnspb`` only — the MN-major canonical layouts;
 * everything wgmma — the D fragment layout or the descriptor bit fields;
-* TMA load/store — the box layout in shared memory, the coordinate order, the tensor-map encoding.
+* TMA load/store — the box layout in shared memory, the coordinate order, the tensor-map encoding;
+* rank-3 TMA only — the (column, row, batch) coordinate order, the driver's dims/strides order for
+  rank 3, or the out-of-bounds rule along the batch (a box past the last matrix, rows past a
+  matrix that must not reach the next one).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from firesched import ir
 from firesched.cuda import printer as cuda
 from firesched.cuda.nvrtc import compile_cuda
 from firesched.hardware import sm90a
-from firesched.runtime import device_info, encode_tensor_map_2d, load_module
+from firesched.runtime import device_info, encode_tensor_map, encode_tensor_map_2d, load_module
 from firesched.testing import microkernel as mk
 
 pytestmark = pytest.mark.gpu
@@ -67,8 +70,8 @@ def run_gpu(program: ir.Program, inputs: dict[str, np.ndarray]) -> np.ndarray:
             if isinstance(p, ir.TensorMapParam):
                 g = p.buffer
                 eb = g.dtype.bits // 8
-                blob = encode_tensor_map_2d(dev[g.name].data_ptr(), g.dtype, g.shape,
-                                            (g.strides[0] * eb, eb), p.box, p.swizzle)
+                blob = encode_tensor_map(dev[g.name].data_ptr(), g.dtype, g.shape, tuple(x * eb for x in g.strides),
+                                         p.box, p.swizzle)
                 args.append((blob, None))
             else:
                 args.append((dev[p.name].data_ptr(), ctypes.c_void_p))
@@ -215,6 +218,131 @@ def test_accepted_edge_boxes_run(case):
 
     rc, last = in_subprocess(case)
     assert rc == 0, f"exit {rc}: {last}"
+
+
+def test_encode_rank_3_tensor_map_is_128_bytes():
+    x = torch.zeros(3 * 40 * 72, dtype=torch.float16, device="cuda")
+    blob = encode_tensor_map(x.data_ptr(), "f16", (3, 40, 72), (5760, 144, 2), (1, 16, 64), 128)
+    assert isinstance(blob, bytes) and len(blob) == 128 and any(blob)
+    assert blob != encode_tensor_map_2d(x.data_ptr(), "f16", (120, 72), (144, 2), (16, 64), 128)
+
+
+# --------------------------------------------------------------------------- rank 3: (batch, rows, cols)
+# The same programs as tests/test_sm90a_interp.py, against numpy references written here.
+
+def _overlap(c: int, n: int, extent: int):
+    lo, hi = max(c, 0), min(c + n, extent)
+    hi = max(hi, lo)
+    return slice(lo, hi), slice(lo - c, hi - c)
+
+
+def _box_of(x: np.ndarray, box, coords) -> np.ndarray:
+    """numpy: the box of x at (column, row, batch) = coords, zeros wherever it leaves x."""
+    out = np.zeros(box, dtype=x.dtype)
+    cuts = [_overlap(c, n, e) for c, n, e in zip(coords[::-1], box, x.shape)]
+    out[tuple(b for _, b in cuts)] = x[tuple(t for t, _ in cuts)]
+    return out
+
+
+def _stored(shape, tile: np.ndarray, coords) -> np.ndarray:
+    """numpy: zeros of ``shape`` after writing tile at (column, row, batch), dropping the outside."""
+    out = np.zeros(shape, dtype=tile.dtype)
+    cuts = [_overlap(c, n, e) for c, n, e in zip(coords[::-1], tile.shape, shape)]
+    out[tuple(t for t, _ in cuts)] = tile[tuple(b for _, b in cuts)]
+    return out
+
+
+def _check_against(prog, reference):
+    program, inputs, _ = prog
+    got = run_gpu(program, inputs)
+    want = reference(inputs)
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+    return got, inputs
+
+
+SHAPE3 = (3, 40, 72)
+
+
+# over the bottom-right of matrix 1 (its rows 40.. must not come from matrix 2), the top-left of
+# matrix 0, the far corner of the last matrix, before the first matrix, past the last one
+@pytest.mark.parametrize("coords", [(0, 0, 0), (16, 32, 1), (-8, -3, 0), (64, 39, 2), (8, 4, -1), (0, 0, 3)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_load_3d(swizzle, coords):
+    box = (1, *BOXES[swizzle])
+    got, inputs = _check_against(mk.tma_load_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+                                 lambda inputs: _box_of(np.asarray(inputs["x"]).astype(np.float16), box, coords))
+    if coords == (16, 32, 1):
+        assert np.all(got[0, 8:] == 0) and np.any(np.asarray(inputs["x"])[2, :8, :64] != 0), \
+            "rows past matrix 1 came from matrix 2"
+
+
+@pytest.mark.parametrize("box, coords, swizzle", [((2, 16, 64), (8, 24, 2), 128), ((2, 16, 64), (8, 24, -1), 128),
+                                                  ((2, 16, 32), (32, 30, 0), 64), ((3, 8, 16), (-8, 36, 1), 32),
+                                                  ((2, 8, 64), (56, -4, 1), 0)])
+def test_tma_load_3d_boxes_of_several_matrices(box, coords, swizzle):
+    _check_against(mk.tma_load_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+                   lambda inputs: _box_of(np.asarray(inputs["x"]).astype(np.float16), box, coords))
+
+
+@pytest.mark.parametrize("dtype, shape, box, swizzle, coords", [("f32", (2, 40, 72), (1, 8, 32), 128, (-4, 36, 1)),
+                                                               ("u8", (2, 40, 80), (1, 16, 64), 64, (-16, 36, 1)),
+                                                               ("bf16", (3, 40, 72), (2, 8, 16), 32, (-8, 36, 2))])
+def test_tma_load_3d_other_dtypes(dtype, shape, box, swizzle, coords):
+    from firesched import dtypes as dt
+
+    npd = dt.dtype(dtype).np
+    _check_against(mk.tma_load_3d_program(dtype, shape=shape, box=box, swizzle=swizzle, coords=coords),
+                   lambda inputs: _box_of(np.asarray(inputs["x"]).astype(npd), box, coords))
+
+
+# stores at non-negative coordinates only (negative ones fault in 2-D: see tma_edges.py); a box
+# wholly past the last matrix is not here, it runs in its own process below
+@pytest.mark.parametrize("coords", [(0, 0, 0), (16, 32, 1), (56, 30, 2), (8, 39, 0)])
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_tma_store_3d(swizzle, coords):
+    box = (1, *BOXES[swizzle])
+    got, _ = _check_against(mk.tma_store_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+                            lambda inputs: _stored(SHAPE3, np.asarray(inputs["tile"]).astype(np.float16), coords))
+    if coords == (16, 32, 1):
+        assert np.all(got[2] == 0), "rows past matrix 1 reached matrix 2"
+
+
+@pytest.mark.parametrize("box, coords, swizzle", [((2, 16, 64), (8, 24, 2), 128), ((2, 16, 32), (48, 30, 1), 64),
+                                                  ((3, 8, 16), (64, 36, 0), 32)])
+def test_tma_store_3d_boxes_of_several_matrices(box, coords, swizzle):
+    _check_against(mk.tma_store_3d_program(shape=SHAPE3, box=box, swizzle=swizzle, coords=coords),
+                   lambda inputs: _stored(SHAPE3, np.asarray(inputs["tile"]).astype(np.float16), coords))
+
+
+_WHOLLY_PAST = r"""
+import sys
+import numpy as np
+sys.path.insert(0, {here!r})
+from test_sm90a_gpu import run_gpu
+from firesched.testing import microkernel as mk
+program, inputs, _ = mk.tma_store_3d_program(coords=(0, 0, 3))
+try:
+    got = run_gpu(program, inputs)
+except Exception as e:  # a fault surfaces at the launch or the synchronize
+    print(f"fault: {type(e).__name__}: {e}")
+    sys.exit(2)
+sys.exit(0 if not np.any(np.asarray(got, np.float64)) else 1)
+"""
+
+
+def test_tma_store_3d_wholly_past_the_last_matrix():
+    """A store whose box lies entirely past the last matrix writes nothing (the interpreter's
+    model).  Run in its own process: a TMA fault would poison this process's CUDA context."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _WHOLLY_PAST.format(here=here)], capture_output=True, text=True,
+                       timeout=120, cwd=root, env=env)
+    assert r.returncode == 0, f"exit {r.returncode} (1: data written, 2: a fault): {r.stdout}{r.stderr}"
 
 
 @pytest.mark.parametrize("wait", ["read", "all"])

@@ -15,11 +15,13 @@ Families (``Atom.family``):
   ``smem_descriptor``), ``a`` (``_rs``: four b32 registers holding 8 elements), ``scale_d``
   (a 32-bit value: 0 computes ``D = A @ B``, anything else ``D = A @ B + D``).
 * ``wgmma_sync`` — ``wgmma.fence``, ``wgmma.commit_group``, ``wgmma.wait_group $n``.
-* ``tma`` — 2-D ``cp.async.bulk.tensor`` load (global -> shared, completing on an mbarrier) and
-  store (shared -> global, in a bulk async-group), ``cp.async.bulk.commit_group`` and
-  ``cp.async.bulk.wait_group[.read] $n``.  Issued by one thread.  ``$tmap`` is the 64-bit
-  generic address of a ``const __grid_constant__ CUtensorMap`` kernel parameter; ``$c0`` is the
-  innermost (column) coordinate of the box, ``$c1`` the row.
+* ``tma`` — 2-D and 3-D ``cp.async.bulk.tensor`` loads (global -> shared, completing on an
+  mbarrier) and stores (shared -> global, in a bulk async-group), ``cp.async.bulk.commit_group``
+  and ``cp.async.bulk.wait_group[.read] $n``.  Issued by one thread.  ``$tmap`` is the 64-bit
+  generic address of a ``const __grid_constant__ CUtensorMap`` kernel parameter of the same rank
+  as the instruction; the coordinates are innermost first, as the PTX ISA orders tensor
+  coordinates: ``$c0`` is the innermost (column) coordinate of the box, ``$c1`` the row, ``$c2``
+  (3-D) the outer dimension (the batch of a (batch, rows, cols) tensor).
 * ``mbarrier`` — init, arrive, arrive.expect_tx, a ``try_wait.parity`` spin loop (its labels
   are numbered per call site by the printer through the ``$uid`` immediate) and the arrive on
   another block's mbarrier of the cluster.
@@ -64,7 +66,7 @@ from ..descriptors import (  # noqa: F401  (re-exported: the formats these atoms
     smem_descriptor,
     swizzle_atom_bytes,
 )
-from ..tma import TMA_DATA_TYPES, TMA_SWIZZLES, box_byte_offsets, tma_box_problems  # noqa: F401
+from ..tma import TMA_DATA_TYPES, TMA_SWIZZLES, box_byte_offsets, box_byte_offsets_nd, tma_box_problems  # noqa: F401
 from . import sm80
 from .base import (  # noqa: F401  (the family names, re-exported)
     CLUSTER,
@@ -255,6 +257,36 @@ tma_store_2d = Atom(
         "(out-of-bounds elements are dropped), in the issuing thread's bulk async-group.",
 )
 
+tma_load_3d = Atom(
+    name="tma_load_3d", family=TMA, group=THREAD, kind="Move", shape=(),
+    dtypes=(("dst", dt.u8), ("src", dt.u8)),
+    operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), _scalar("c0"), _scalar("c1"), _scalar("c2"),
+              Operand("mbar", "in", "SH")),
+    ptx="cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[$dst], [$tmap, {$c0, $c1, $c2}], [$mbar];",
+    min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
+    semantics=identity, catalog=CATALOG,
+    doc="TMA load of the rank-3 tensor map's box at column $c0, row $c1, outer index $c2 (the batch) into "
+        "shared memory at $dst, row-major over the box (out-of-bounds elements of any dimension are zeros); "
+        "its bytes (the whole box's) complete a transaction on mbarrier $mbar.",
+)
+
+tma_store_3d = Atom(
+    name="tma_store_3d", family=TMA, group=THREAD, kind="Move", shape=(),
+    dtypes=(("dst", dt.u8), ("src", dt.u8)),
+    operands=(Operand("tmap", "in", "GL"), _scalar("c0"), _scalar("c1"), _scalar("c2"), Operand("src", "in", "SH")),
+    ptx="cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [$tmap, {$c0, $c1, $c2}], [$src];",
+    min_target="sm_90a", alignment=128, src_memory="SH", dst_memory="GL",
+    semantics=identity, catalog=CATALOG,
+    doc="TMA store of a box from shared memory at $src (row-major over the box) to the rank-3 tensor map at "
+        "column $c0, row $c1, outer index $c2 (out-of-bounds elements of any dimension are dropped), in the "
+        "issuing thread's bulk async-group.",
+)
+
+#: The tensor-map loads and stores by rank (their coordinates are ``c0`` .. ``c{rank-1}``).
+TMA_LOADS = {2: tma_load_2d, 3: tma_load_3d}
+TMA_STORES = {2: tma_store_2d, 3: tma_store_3d}
+
 tma_commit = _sync(
     "tma_commit", TMA, THREAD, "cp.async.bulk.commit_group;",
     "Close the calling thread's open bulk async-group (TMA stores).")
@@ -375,12 +407,14 @@ STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stma
 
 ATOMS: tuple[Atom, ...] = (
     *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
-    tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_commit, tma_wait_read, tma_wait,
+    tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_commit, tma_wait_read,
+    tma_wait,
     mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_arrive_cluster,
     fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,
     *STMATRIX_ATOMS,
 )
 
-__all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "FAMILIES", "SmemDescriptor", "smem_descriptor",
-           "decode_smem_descriptor", "descriptor_byte_offsets", "canonical_offset", "operand_byte_offsets", "box_byte_offsets", "tma_box_problems",
+__all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "TMA_LOADS", "TMA_STORES", "FAMILIES", "SmemDescriptor", "smem_descriptor",
+           "decode_smem_descriptor", "descriptor_byte_offsets", "canonical_offset", "operand_byte_offsets", "box_byte_offsets",
+           "box_byte_offsets_nd", "tma_box_problems",
            "tv_d", "TV_A_RS", "wgmma_atom", "b_major", "is_descriptor", "is_scalar"]

@@ -1,5 +1,5 @@
-"""TMA (sm_90a): 2-D tensor-map loads (also multicast to several blocks of a cluster), stores, and
-their bulk async-group commit / wait.
+"""TMA (sm_90a): tensor-map loads of 2-D and 3-D boxes (2-D ones also multicast to several blocks of
+a cluster), stores, and their bulk async-group commit / wait.
 
 A load's box (zeros outside the tensor) is written into shared memory at issue by the async
 proxy, tagged with its mbarrier and the phase its bytes complete: the bytes are accounted at
@@ -9,6 +9,11 @@ other threads read must be ordered after those reads.  A store reads its box at 
 like a read of the issuing thread, plus the proxy fence), writes the in-bounds elements to global
 memory and keeps its source in flight until its bulk group is retired.  Swizzled boxes must have
 an inner extent equal to the swizzle span (the only form the lowering emits).
+
+A box of any rank is placed alike (``hardware.tma.box_byte_offsets_nd``): coordinates ``c0`` ..
+``c{r-1}`` innermost first, an element outside the tensor in any dimension reads as zero (load)
+or is not written (store), and a load completes the bytes of the whole box, out-of-bounds
+elements included, as the hardware counts them.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from .operands import bar_ids, scalar
 def tma(k, s):
     """TMA: a load, a multicast load, a store, a bulk commit_group or a bulk wait_group."""
     name = s.atom.name
-    if name in ("tma_load_2d", "tma_load_2d_multicast"):
+    if name in ("tma_load_2d", "tma_load_3d", "tma_load_2d_multicast"):
         _copy(k, s, load=True)
-    elif name == "tma_store_2d":
+    elif name in ("tma_store_2d", "tma_store_3d"):
         _copy(k, s, load=False)
     elif name == "tma_commit":
         k.tma.commit(k.ctx.active())
@@ -57,7 +62,15 @@ def _copy(k, s, load: bool):
     tm = _tmap(k, s)
     gbuf = tm.buffer
     eb = gbuf.dtype.bits // 8
-    br, bc = (int(x) for x in tm.box)
+    box = tuple(int(x) for x in tm.box)
+    rank = len(box)
+    # the atom's coordinate operands c0, c1, ... say the rank of the map it was written for
+    names = [o.name for o in atom.operands if o.name[:1] == "c" and o.name[1:].isdigit()]
+    if len(names) != rank:
+        ctx.hazard(f"{describe(s)}: {atom.name} takes a tensor map of rank {len(names)}; {tm.name} has rank "
+                   f"{rank} (buffer {gbuf.name} of shape {gbuf.shape}): use the {rank}-D TMA atom")
+    bc = box[-1]
+    nbox = int(np.prod(box))
     if tm.swizzle and bc * eb != tm.swizzle:
         raise InternalError(f"{describe(s)}: the interpreter models swizzled TMA boxes whose inner extent "
                             f"equals the swizzle span; {tm.name} has {bc * eb} bytes with {tm.swizzle}-byte "
@@ -69,8 +82,8 @@ def _copy(k, s, load: bool):
     if sh.buf.dtype.bits != gbuf.dtype.bits:
         raise InternalError(f"{describe(s)}: shared buffer {sh.buf.name} holds {sh.buf.dtype}, the tensor "
                             f"map {tm.name} moves {gbuf.dtype}")
-    c0 = scalar(k, s, "c0")[on]
-    c1 = scalar(k, s, "c1")[on]
+    # coords[p]: coordinate p (innermost first) of each enabled thread
+    coords = [scalar(k, s, f"c{p}")[on] for p in range(rank)]
     offs = ctx.per_thread(ref.offset)[on]
     mem.check_align(atom, ref, offs, on)
     ids = bar_ids(k, s, "mbar", on) if load else None
@@ -86,23 +99,25 @@ def _copy(k, s, load: bool):
     else:
         targets = [[int(ctx.rank[t])] for t in on.tolist()]
     gl = mem.arrays[gbuf.name]
-    rows, cols = (int(x) for x in gbuf.shape)
-    s0, s1 = (int(x) for x in gbuf.strides)
-    gr = np.arange(br, dtype=np.int64)[:, None]
-    gc = np.arange(bc, dtype=np.int64)[None, :]
+    shape = tuple(int(x) for x in gbuf.shape)
+    strides = tuple(int(x) for x in gbuf.strides)
+    # the box's index along dimension d (outermost first), shaped to broadcast over the box
+    steps = [np.arange(n, dtype=np.int64).reshape((1,) * d + (n,) + (1,) * (rank - 1 - d))
+             for d, n in enumerate(box)]
     for i, t in enumerate(on.tolist()):
-        r = int(c1[i]) + gr
-        c = int(c0[i]) + gc
-        inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
-        inside = np.broadcast_to(inside, (br, bc))
-        flat = (np.clip(r, 0, rows - 1) * s0 + np.clip(c, 0, cols - 1) * s1)
-        flat = np.broadcast_to(flat, (br, bc))
+        inside = np.ones(box, dtype=bool)
+        flat = np.zeros(box, dtype=np.int64)
+        for d in range(rank):
+            # dimension d (outermost first) takes coordinate rank-1-d (innermost first)
+            g = int(coords[rank - 1 - d][i]) + steps[d]
+            inside = inside & (g >= 0) & (g < shape[d])
+            flat = flat + np.clip(g, 0, shape[d] - 1) * strides[d]
         byte = sh.base + int(offs[i]) * eb
-        elems = (tma_format.box_byte_offsets(br, bc, eb, tm.swizzle, byte) - sh.base) // eb
+        elems = (tma_format.box_byte_offsets_nd(box, eb, tm.swizzle, byte) - sh.base) // eb
         e = elems.ravel()
         mem.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
         if load:
-            vals = np.zeros((br, bc), dtype=gbuf.dtype.np)
+            vals = np.zeros(box, dtype=gbuf.dtype.np)
             vals[inside] = gl[flat[inside]]
             if vals.dtype != sh.data.dtype:
                 vals = vals.view(sh.data.dtype)
@@ -114,13 +129,13 @@ def _copy(k, s, load: bool):
                 bar = bars.get(bar_id, t)
                 mem.tma_land(sh, eq, t, vals.ravel(), bar_id, bar.phase, ctx.sid(s))
                 k.tma.load(bar_id, bar.phase, ctx.sid(s))
-                bar.tx -= br * bc * eb
+                bar.tx -= nbox * eb          # the whole box, out-of-bounds elements included
                 bar.complete()
         else:
             e = e + int(ctx.rank[t]) * sh.n
             mem.sh_read(sh, e, np.full(e.size, t, dtype=np.int64))
             mem.proxy_check(sh, e, f"the TMA store of thread {t}")
-            vals = sh.data[e].reshape(br, bc)
+            vals = sh.data[e].reshape(box)
             if vals.dtype != gl.dtype:
                 vals = vals.view(gl.dtype)
             gl[flat[inside]] = vals[inside]
