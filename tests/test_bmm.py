@@ -96,3 +96,33 @@ def test_tile_model_counts_the_batch():
     many = fs.recipes.tiles.params_sm90(512, 512, 64, batch=64)
     assert (one["block_m"], one["block_n"]) != (many["block_m"], many["block_n"]) or one == many
     assert fs.recipes.tiles.params_sm80(4096, 4096, 4096)["block_m"] == 256
+
+
+# --------------------------------------------------------------------------- Hopper (rank-3 TMA)
+
+@pytest.mark.parametrize("batch, M, N, K, a_b, b_b, kw", [
+    (3, 100, 72, 40, True, True, {}),                               # tiles overhang M, N and K
+    (2, 64, 128, 64, False, True, {}),                              # A broadcast: a 2-d tensor map
+    (3, 70, 136, 96, True, False, dict(warp_specialized=False)),    # one role
+    (2, 33, 64, 30, True, True, {}),                                # rows of 60 bytes: a padded copy first
+])
+def test_bmm_sm90a_matches_numpy(batch, M, N, K, a_b, b_b, kw):
+    sched = fs.recipes.bmm(batch, M, N, K, arch="sm_90a", a_batched=a_b, b_batched=b_b, **kw)
+    rng = np.random.default_rng(M + N + K)
+    A = rng.standard_normal((batch, M, K) if a_b else (M, K))
+    B = rng.standard_normal((batch, K, N) if b_b else (K, N))
+    _check(fs.interpret(sched, A, B), np.broadcast_to(np.matmul(_round(A), _round(B)), (batch, M, N)))
+
+
+def test_batched_operands_take_rank3_tensor_maps():
+    prog = fs.recipes.bmm(4, 256, 256, 64, arch="sm_90a").lower()
+    maps = {p.name: p for p in prog.kernels[-1].params if isinstance(p, fs.ir.TensorMapParam)}
+    assert maps["tmap_A"].box == (1, 128, 64) and maps["tmap_B"].box[0] == 1
+    assert maps["tmap_C"].box == (1, 64, 64)          # the TMA-store epilogue, one batch at a time
+    src = fs.cuda.emit(prog)
+    assert "cp.async.bulk.tensor.3d" in src
+
+
+def test_bmm_sm90a_compiles_without_spills():
+    k = fs.compile(fs.recipes.bmm(8, 512, 512, 64, arch="sm_90a"), arch="sm_90a")
+    assert k.spills == 0

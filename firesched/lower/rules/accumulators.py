@@ -310,7 +310,7 @@ def staging(lw, node, lay):
     dst = node.spec.dst
     gc = lw.pb.gbuf(dst)
     ob = gc.dtype.bits // 8
-    if gc.dtype.bits < 16 or (gc.shape[-1] * ob) % 16 or len(gc.shape) != 2:
+    if gc.dtype.bits < 16 or (gc.shape[-1] * ob) % 16 or len(gc.shape) not in sm90a.TMA_STORES:
         return None
     cc = SPAN // ob
     if lay.shape[1] % cc:
@@ -346,7 +346,9 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
     buf = lw.kb.shared_buf("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024,
                            f"{nwg} consumer warpgroups x {STORE_BUFFERS} buffers x 64x{cc} {out_dt}, "
                            f"128B swizzle (TMA-store staging)")
-    tmap = lw.kb.param(ir.TensorMapParam(f"tmap_{gc.name}", gc, (64, cc), SPAN), write=True)
+    outer = dst.tensor.storage_dims[:-2]          # batch dims: boxes of extent 1
+    tmap = lw.kb.param(ir.TensorMapParam(f"tmap_{gc.name}", gc, (1,) * len(outer) + (64, cc), SPAN), write=True)
+    tma_store = sm90a.TMA_STORES[len(gc.shape)]
     lane = ctx.scope.tid % 128
     wg = ctx.scope.tid // 128
     go = ctx.origin[key(dst)]
@@ -408,7 +410,8 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
             _call(sm90a.fence_proxy_async, comment="st.shared -> visible to the TMA store"),
             ir.Barrier(f"chunk {c} is in C_smem", bar_id=EPILOGUE_BARRIER + wg, threads=128),
             ir.If(lead, ir.Seq((
-                _call(sm90a.tma_store_2d, tmap=tmap, c0=ir.Scalar(n0 + c * cc), c1=ir.Scalar(m0),
+                _call(tma_store, tmap=tmap, c0=ir.Scalar(n0 + c * cc), c1=ir.Scalar(m0),
+                      **{f"c{i + 2}": ir.Scalar(go[d]) for i, d in enumerate(reversed(outer))},
                       src=ir.MemRef(buf, base), comment=f"C rows +64, columns {c * cc}..+{cc}"),
                 _call(sm90a.tma_commit)))),
         ]

@@ -49,9 +49,11 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     if not ctx.scope.elected:  # pragma: no cover - the pipeline elects its issuing thread
         raise err(node, "a TMA copy is issued by one thread")
     t = src.tensor
-    if len(t.shape) != 2:
-        raise err(node, f"TMA copies of {len(t.shape)}-d tensors are not built yet (only 2-d tensor maps)",
-                  field="tensor", value=t.name, fix="drop via= to copy with cp.async")
+    rank = len(t.shape)
+    if rank not in sm90a.TMA_LOADS:
+        raise err(node, f"TMA copies of {rank}-d tensors are not built (tensor maps of rank "
+                        f"{', '.join(map(str, sorted(sm90a.TMA_LOADS)))})", field="tensor", value=t.name,
+                  fix="drop via= to copy with cp.async")
     if t.dtype.bits % 8 or t.dtype.name not in TMA_DATA_TYPES:
         raise err(node, f"TMA cannot move {t.dtype} elements", field="dtype", value=str(t.dtype),
                   allowed=", ".join(sorted(TMA_DATA_TYPES)))
@@ -71,15 +73,23 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
         # the last tile again, so that the cluster's multicasts still add up; it stores nothing
         row0 = minimum(row0, cl.clamp)
     multicast = C > 1 and cl.dim not in t.dims
+    if multicast and rank != 2:
+        raise err(node, "TMA multicast of batched tensors is not built (2-d maps only)", field="cluster", value=C,
+                  fix="cluster=1 for a batched GEMM")
     box_rows = rows // C if (multicast and bx == lay.cols) else rows
-    tmap = tensor_map(lw, node, src, (box_rows, bx), lay.span)
-    eb = t.dtype.bits // 8
+    # the dims of the tensor the tile does not span (a batch index) are boxes of extent 1
+    outer = tuple(d for d in t.storage_dims[:-2])
+    tmap = tensor_map(lw, node, src, (1,) * len(outer) + (box_rows, bx), lay.span)
     out = []
     if not multicast:
+        load = sm90a.TMA_LOADS[rank]
         for b in range(lay.boxes):
             what = f"{t.name} tile {rows}x{bx}" if lay.boxes == 1 else f"{t.name} columns {b * bx}..+{bx}"
-            out.append(_call(sm90a.tma_load_2d, dst=ir.MemRef(sbuf, base + b * rows * bx), tmap=tmap,
-                             c0=ir.Scalar(o[cdim] + b * bx), c1=ir.Scalar(row0), mbar=bar, comment=what))
+            coords = {"c0": ir.Scalar(o[cdim] + b * bx), "c1": ir.Scalar(row0)}
+            for i, d in enumerate(reversed(outer)):
+                coords[f"c{i + 2}"] = ir.Scalar(o[d])
+            out.append(_call(load, dst=ir.MemRef(sbuf, base + b * rows * bx), tmap=tmap, **coords, mbar=bar,
+                             comment=what))
         return out
     mask = ir.Scalar((1 << C) - 1)
     rank = cl.rank
@@ -100,7 +110,6 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     out.append(_call(sm90a.tma_load_2d_multicast, dst=ir.MemRef(sbuf, base + rank * h * bx), tmap=tmap,
                      c0=ir.Scalar(o[cdim]), c1=ir.Scalar(row0 + rank * h), mbar=bar, mask=mask,
                      comment=f"{t.name} rows rank * {h}..+{h}, to every block of the cluster"))
-    _ = eb
     return out
 
 
@@ -140,7 +149,7 @@ def tensor_map(lw: Lowerer, node: Node, src, box, span: int) -> ir.TensorMapPara
     if k not in maps:
         g = lw.pb.gbuf(src)
         eb = g.dtype.bits // 8
-        if (g.shape[1] * eb) % 16:
+        if (g.shape[-1] * eb) % 16:
             g = padded(lw, g)
         try:
             maps[k] = lw.kb.param(ir.TensorMapParam(f"tmap_{src.name}", g, box, span))
@@ -154,13 +163,22 @@ def padded(lw: Lowerer, src: ir.GlobalBuffer) -> ir.GlobalBuffer:
     pads = lw.pb.padded
     if src.name not in pads:
         eb = src.dtype.bits // 8
-        ld = -(-src.shape[1] * eb // 16) * 16 // eb
-        # the workspace holds whole padded rows; the tensor map sees the same memory as rows x
-        # cols with a row stride of ld
-        store = ir.GlobalBuffer(f"{src.name}_padded", src.dtype, (src.shape[0], ld), (ld, 1), "workspace")
+        ld = -(-src.shape[-1] * eb // 16) * 16 // eb
+        rows = 1
+        for s in src.shape[:-1]:
+            rows *= s
+        # the workspace holds whole padded rows; the tensor map sees the same memory in the
+        # tensor's own shape with rows ld elements apart
+        store = ir.GlobalBuffer(f"{src.name}_padded", src.dtype, (rows, ld), (ld, 1), "workspace")
         lw.pb.workspace(store)
-        lw.pb.kernels.append(pad_kernel(lw, src, store))
-        pads[src.name] = ir.GlobalBuffer(store.name, store.dtype, src.shape, store.strides, "workspace")
+        flat = ir.GlobalBuffer(src.name, src.dtype, (rows, src.shape[-1]), (src.shape[-1], 1), src.role)
+        lw.pb.kernels.append(pad_kernel(lw, flat, store))
+        strides, acc = [], ld
+        for s in reversed(src.shape[:-1]):
+            strides.append(acc)
+            acc *= s
+        pads[src.name] = ir.GlobalBuffer(store.name, store.dtype, src.shape, tuple(reversed(strides)) + (1,),
+                                         "workspace")
     return pads[src.name]
 
 
