@@ -324,7 +324,7 @@ program, inputs, _ = mk.tma_store_3d_program(coords=(0, 0, 3))
 try:
     got = run_gpu(program, inputs)
 except Exception as e:  # a fault surfaces at the launch or the synchronize
-    print(f"fault: {type(e).__name__}: {e}")
+    print(f"fault: {{type(e).__name__}}: {{e}}")
     sys.exit(2)
 sys.exit(0 if not np.any(np.asarray(got, np.float64)) else 1)
 """

@@ -1,0 +1,69 @@
+"""Pointwise, Move (cast, transpose) and Reduce kernels on the GPU against torch."""
+
+from __future__ import annotations
+
+import pytest
+
+import firesched as fs
+from firesched.strategies import done, move_to_smem, tile, to_blocks, to_threads, to_warps
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+T = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+@pytest.mark.parametrize("R, C", [(37, 100), (1024, 1024), (3, 7)])
+def test_pointwise_add_broadcast(R, C):
+    spec = fs.Pointwise.kernel("add", {"r": R, "c": C}, inputs=[("r", "c"), ("c",)])
+    k = fs.compile(spec.schedule(tile(r=4, c=64) >> to_blocks(), tile(r=1, c=8) >> to_threads(), done()),
+                   arch="sm_90a")
+    X, Y = torch.randn(R, C, device="cuda", dtype=torch.float16), torch.randn(C, device="cuda", dtype=torch.float16)
+    O = torch.empty(R, C, device="cuda", dtype=torch.float16)
+    k(X, Y, O)
+    assert torch.allclose(O.float(), (X + Y).float(), atol=1e-2)
+
+
+@pytest.mark.parametrize("src, dst", [("f32", "bf16"), ("f16", "f32")])
+def test_cast(src, dst):
+    spec = fs.Move.kernel({"r": 300, "c": 520}, src=src, dst=dst)
+    k = fs.compile(spec.schedule(tile(r=8, c=64) >> to_blocks(), tile(r=1, c=4) >> to_threads(), done()),
+                   arch="sm_90a")
+    X = torch.randn(300, 520, device="cuda", dtype=T[src])
+    Y = torch.empty(300, 520, device="cuda", dtype=T[dst])
+    k(X, Y)
+    assert torch.equal(Y, X.to(T[dst]))
+
+
+@pytest.mark.parametrize("R, C", [(70, 90), (1024, 2048)])
+def test_transpose(R, C):
+    spec = fs.Move.kernel({"r": R, "c": C}, src="f16", dst_major="r")
+    k = fs.compile(spec.schedule(tile(r=32, c=32) >> to_blocks(), move_to_smem("X"), tile(r=8, c=1) >> to_threads(),
+                                 done()), arch="sm_90a")
+    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+    Yt = torch.empty(C, R, device="cuda", dtype=torch.float16)     # Y stored column-major = Y^T row-major
+    k(X, Yt.t())
+    assert torch.equal(Yt, X.t().contiguous())
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+@pytest.mark.parametrize("R, C", [(13, 1000), (4096, 4096)])
+def test_row_reduce(op, R, C):
+    spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
+    k = fs.compile(spec.schedule(tile(r=4) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=256),
+                                 tile(c=8) >> to_threads(), done()), arch="sm_90a")
+    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+    Y = torch.empty(R, device="cuda", dtype=torch.float32)
+    k(X, Y)
+    ref = {"sum": X.float().sum(1), "max": X.float().max(1).values, "mean": X.float().mean(1)}[op]
+    assert torch.allclose(Y, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_block_per_row_reduce():
+    spec = fs.Reduce.kernel("sum", {"r": 64, "c": 30000}, "c")
+    k = fs.compile(spec.schedule(tile(r=1) >> to_blocks(), tile(c=2048), tile(c=8) >> to_threads(), done()),
+                   arch="sm_90a")
+    X = torch.randn(64, 30000, device="cuda", dtype=torch.float16)
+    Y = torch.empty(64, device="cuda", dtype=torch.float32)
+    k(X, Y)
+    assert torch.allclose(Y, X.float().sum(1), rtol=1e-3, atol=1e-2)
