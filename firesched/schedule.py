@@ -276,13 +276,14 @@ def _lowering(what: str):
 
 
 def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | None:
-    """(path to the node whose ``post`` stores the accumulator into ``c_name`` in GL, index)."""
+    """(path to the node whose ``post`` stores the accumulator into ``c_name`` — in global or
+    shared memory —, index)."""
 
     def go(path):
         n = path[-1]
         for i, p in enumerate(n.post):
             if isinstance(p.spec, (Move, Reduce)) and p.spec.dst.name == c_name and \
-                    str(p.spec.dst.memory) == "GL":
+                    str(p.spec.dst.memory) != "RF":
                 return path, i
         for c in n.body:
             r = go(path + (c,))

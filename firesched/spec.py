@@ -365,11 +365,37 @@ class Reduce(SpecBase):
 
 @attrs.frozen(repr=False)
 class Fused(SpecBase):
-    """A generic spec whose meaning is its body of specs, run in order.  Tensors that no body
-    spec reads before another writes them, and that are not outputs, are local to the kernel."""
+    """A generic spec whose meaning is its body of specs, run in order (Graphene's generic spec:
+    an MLP, an attention block, a GEMM with its softmax).
+
+    Its outputs are the last body spec's outputs; a tensor some body spec writes that is not an
+    output is *local*: an intermediate that never needs to reach global memory (``place`` puts it
+    on chip); every other tensor is an input.  Strategies that tile the fused spec tile every body
+    spec along the named dims; ``part(i, ...)`` refines body spec ``i`` on its own::
+
+        Fused<kernel>[MatMul(X, W1 -> H); MatMul(H, W2 -> Y)]
+          tile(m=64) >> to_blocks(), place("H", SH)
+          part(0, tile(k=32), ...)         # H = relu(X W1), kept in shared memory
+          part(1, tile(h=32), ...)         # Y = H W2, reading H from there
+    """
 
     body: tuple
     level: Level = KERNEL
+
+    def __attrs_post_init__(self):
+        if not self.body:
+            raise ValueError("Fused: the body needs at least one spec")
+        # the body runs at the fused spec's level: mapping the fused spec maps every part
+        if any(sp.level != self.level for sp in self.body):
+            object.__setattr__(self, "body", tuple(attrs.evolve(sp, level=self.level) for sp in self.body))
+
+    @classmethod
+    def kernel(cls, *body) -> "Fused":
+        """The kernel-level fusion of ``body`` (kernel-level specs sharing tensors by name)."""
+        for sp in body:
+            if not isinstance(sp, SpecBase) or isinstance(sp, Fused):
+                raise ValueError(f"Fused.kernel: {sp!r} is not a spec to fuse (MatMul, Move, Pointwise, Reduce)")
+        return cls(tuple(body), KERNEL)
 
     @property
     def operands(self) -> tuple[Tile, ...]:
@@ -380,6 +406,37 @@ class Fused(SpecBase):
                     seen.add(t.name)
                     out.append(t)
         return tuple(out)
+
+    @property
+    def outputs(self) -> tuple[Tile, ...]:
+        return self.body[-1].outputs
+
+    @property
+    def locals(self) -> tuple[Tile, ...]:
+        """Tensors a body spec writes that are no output: the intermediates."""
+        outs = {t.name for t in self.outputs}
+        written = {t.name for sp in self.body for t in sp.outputs}
+        return tuple(t for t in self.operands if t.name in written and t.name not in outs)
+
+    @property
+    def inputs(self) -> tuple[Tile, ...]:
+        skip = {t.name for t in self.outputs + self.locals}
+        return tuple(t for t in self.operands if t.name not in skip)
+
+    def with_extents(self, **ext: int):
+        return attrs.evolve(self, body=tuple(sp.with_extents(**ext) for sp in self.body))
+
+    def with_operand(self, name: str, tile: Tile):
+        changed = []
+        for sp in self.body:
+            try:
+                changed.append(sp.with_operand(name, tile))
+            except KeyError:
+                changed.append(sp)
+        return attrs.evolve(self, body=tuple(changed))
+
+    def __repr__(self):
+        return f"Fused({self.body!r}, {self.level!r})"
 
     def __str__(self):
         return f"Fused<{self.level}>[{'; '.join(map(str, self.body))}]"

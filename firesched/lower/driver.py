@@ -24,7 +24,7 @@ from ..hardware.atoms.base import TMA, WGMMA
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
 from ..schedule import Node, Schedule
-from ..spec import Reduce
+from ..spec import Fused, Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
 from . import checks
 from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
@@ -102,48 +102,64 @@ def _name(pb: ProgramBuilder, spec) -> str:
     return name
 
 
-def _unit_loops(block: Node):
-    """Every loop below ``block`` mapped onto warpgroups, warps or threads, by level, in tree order."""
-    out = {WARPGROUP: [], WARP: [], THREAD: []}
+def _inner_units(n: Node, level) -> int:
+    """Units of ``level`` the loops of ``n`` and below map onto: nested loops multiply, sibling
+    subtrees (the parts of a fused spec) share the same units, so the widest counts."""
+    own = 1
+    for lp in n.loops:
+        if lp.unit == BLOCK:
+            raise err(n, "blocks can only be mapped at the kernel level")
+        if lp.unit == level:
+            own *= lp.count
+    return own * max((_inner_units(c, level) for c in n.children), default=1)
 
-    def go(n: Node):
-        for lp in n.loops:
-            if lp.unit in out:
-                out[lp.unit].append(lp)
-            elif lp.unit == BLOCK:
-                raise err(n, "blocks can only be mapped at the kernel level")
-        for c in n.children:
-            go(c)
 
-    go(block)
-    return out
+def _threads(n: Node) -> int:
+    """Threads the unit-mapped loops of ``n``'s subtree need (0 when none is mapped)."""
+    levels = {lp.unit for m in _walk(n) for lp in m.loops}
+    return max((_inner_units(n, level) * UNIT_THREADS[level] for level in (WARPGROUP, WARP, THREAD)
+                if level in levels), default=0)
 
 
 def block_threads(block: Node) -> int:
-    """Threads of the block: the coarsest unit level mapped below it, times its unit count."""
-    units = _unit_loops(block)
-    for level in (WARPGROUP, WARP, THREAD):
-        if units[level]:
-            n = UNIT_THREADS[level]
-            for lp in units[level]:
-                n *= lp.count
-            return n
-    raise err(block, "no loop of the block is mapped onto warps (or warpgroups, or threads)",
-              fix="tile the block's work with tile(m=..., n=...) >> to_warps()")
+    """Threads of the block: for each unit level, the units its loops map onto times their size;
+    the widest level decides.  The parts of a fused spec run in the same threads, one after the
+    other, so they must map the same number of them (a part on fewer threads would need the
+    others to skip it, and its barriers to count fewer threads)."""
+    for m in _walk(block):
+        if isinstance(m.spec, Fused) and len(m.body) > 1:
+            counts = [_threads(c) for c in m.body]
+            if len(set(counts)) > 1:
+                raise err(m, "the parts of a fused spec map different numbers of threads: "
+                             + ", ".join(f"part {i}: {c}" for i, c in enumerate(counts)),
+                          fix="map every part onto the same warps (e.g. to_warps(2, 2) in each)")
+    n = _threads(block)
+    if n == 0:
+        raise err(block, "no loop of the block is mapped onto warps (or warpgroups, or threads)",
+                  fix="tile the block's work with tile(m=..., n=...) >> to_warps()")
+    return n
 
 
 def bind_units(block: Node, scope: Scope) -> tuple[dict, dict]:
     """Each unit-mapped loop variable as an expression of the scope's thread index, and its span
-    (thread stride, count): the loops of one level are linearised row-major in tree order (the
-    last varies fastest)."""
+    (thread stride, count).  The loops of one level are linearised row-major, outer loops slower:
+    a loop's stride is the units of its level that the loops after it and below it take (nested
+    loops: split-K over warps above the warp tiles; siblings — the parts of a fused spec — each
+    start again at the same units)."""
     out, spans = {}, {}
-    units = _unit_loops(block)
-    for level, loops in units.items():
-        stride = 1
-        for lp in reversed(loops):
-            out[lp.var] = (scope.tid // (UNIT_THREADS[level] * stride)) % lp.count
-            spans[lp.var] = (UNIT_THREADS[level] * stride, lp.count)
-            stride *= lp.count
+
+    def go(n: Node):
+        for level in UNIT_THREADS:
+            mine = [lp for lp in n.loops if lp.unit == level]
+            stride = max((_inner_units(c, level) for c in n.children), default=1)
+            for lp in reversed(mine):
+                out[lp.var] = (scope.tid // (UNIT_THREADS[level] * stride)) % lp.count
+                spans[lp.var] = (UNIT_THREADS[level] * stride, lp.count)
+                stride *= lp.count
+        for c in n.children:
+            go(c)
+
+    go(block)
     return out, spans
 
 
@@ -153,8 +169,9 @@ def _enter_scope(ctx: Ctx, block: Node, scope: Scope, **kw) -> Ctx:
 
 
 def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
-    """The layout of every shared tensor a global -> shared move fills below ``block``, and those
-    tiles in tree order."""
+    """The layout of every shared tensor below ``block`` — as a global -> shared move fills it
+    (TMA boxes, or per-thread copies), or row-major for one a strategy placed there (a fused
+    intermediate) —, and the tiles of those a move fills, in tree order."""
     out, tiles = {}, []
 
     def go(n: Node):
@@ -169,7 +186,15 @@ def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
         for c in n.children:
             go(c)
 
+    def placed(n: Node):
+        for t in n.spec.operands:
+            if t.memory == SH and t.name not in out:
+                out[t.name] = plain_smem_layout(t.tensor)
+        for c in n.children:
+            placed(c)
+
     go(block)
+    placed(block)
     return out, tiles
 
 

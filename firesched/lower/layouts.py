@@ -35,7 +35,7 @@ from ..layout import Swizzle
 from ..schedule import Node
 from ..spec import MatMul
 from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
-from .context import err, key
+from .context import err
 
 UNIT_LEVELS = (WARPGROUP, WARP, THREAD)
 
@@ -46,7 +46,7 @@ UNIT_LEVELS = (WARPGROUP, WARP, THREAD)
 class RFLayout:
     """Where each element of a register tensor lives (see the module docstring)."""
 
-    key: tuple[str, str]
+    key: object                                    # the register tensor
     dims: tuple[str, str]
     shape: tuple[int, int]
     atom: Atom
@@ -113,8 +113,10 @@ def matmul_operand_name(atom: Atom, which: str) -> str:
     return which
 
 
-def register_layouts(block: Node) -> dict[tuple[str, str], RFLayout]:
-    """Every register tensor consumed by a MatMul atom below ``block``, and its layout."""
+def register_layouts(block: Node) -> dict:
+    """Every register tensor consumed by a MatMul atom below ``block``, and its layout, keyed by
+    the tensor (two register tensors may share a name: a fused part's accumulator and the next
+    part's fragments of it)."""
     out: dict[tuple[str, str], RFLayout] = {}
 
     def go(n: Node, path: list):
@@ -123,7 +125,7 @@ def register_layouts(block: Node) -> dict[tuple[str, str], RFLayout]:
             for which, t in (("a", n.spec.a), ("b", n.spec.b), ("c", n.spec.c)):
                 if t.memory != RF:
                     continue
-                k = key(t)
+                k = t.tensor
                 if k not in out:
                     out[k] = _derive(k, t, which, n.atom, here)
         for c in n.children:
@@ -141,7 +143,7 @@ def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
     # that iterate over the tensor's life)
     start = 0
     for i, n in enumerate(path):
-        if any(key(t) == k for t in n.spec.operands):
+        if any(t.tensor == k for t in n.spec.operands):
             start = max(i - 1, 0)
             break
     dims = tile.tensor.dims
@@ -195,7 +197,7 @@ class ThreadLayout:
         Y:RF f32[1] of a row sum, 32 lanes x 8 elements each:  leaf (1,), replicas (c1: 32 lanes)
     """
 
-    key: tuple[str, str]
+    key: object                                    # the register tensor
     dims: tuple[str, ...]
     shape: tuple[int, ...]
     leaf: tuple[int, ...]
@@ -234,7 +236,7 @@ class ThreadLayout:
         return off + inner
 
 
-def thread_layouts(block: Node) -> dict[tuple[str, str], ThreadLayout]:
+def thread_layouts(block: Node) -> dict:
     """Every register tensor a thread's element-wise leaf below ``block`` reads or writes."""
     out: dict[tuple[str, str], ThreadLayout] = {}
 
@@ -242,7 +244,7 @@ def thread_layouts(block: Node) -> dict[tuple[str, str], ThreadLayout]:
         here = path + [n]
         if n.atom is None and n.strategy is not None and not n.children and not n.loops:
             for t in n.spec.operands:
-                k = key(t)
+                k = t.tensor
                 if t.memory == RF and k not in out:
                     out[k] = _derive_thread(k, t, here)
         for c in n.children:
@@ -258,7 +260,7 @@ def _derive_thread(k, tile, path: list) -> ThreadLayout:
     # that iterate over the tensor's life)
     start = 0
     for i, n in enumerate(path):
-        if any(key(t) == k for t in n.spec.operands):
+        if any(t.tensor == k for t in n.spec.operands):
             start = max(i - 1, 0)
             break
     dims = tile.tensor.dims

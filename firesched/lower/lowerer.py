@@ -180,7 +180,7 @@ class Lowerer:
         return _LOOPS[0](self, node, ctx, list(loops))
 
     def reg_layout(self, tile, node=None):
-        lay = self.rf.get((tile.name, tile.memory.name))
+        lay = self.rf.get(tile.tensor)
         if lay is None:
             raise err(node or tile, f"register tensor {tile.name} is never read or written by an atom",
                       fix="refine its consumer down to an MMA atom (done(...))")

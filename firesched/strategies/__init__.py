@@ -2,6 +2,7 @@
 
 from .base import Chain, Strategy
 from .done import done
+from .fused import part, place
 from .fusion import epilogue, prologue
 from .mapping import to, to_blocks, to_threads, to_warpgroups, to_warps
 from .moves import auto_swizzle, move_to_regs, move_to_smem
@@ -12,4 +13,4 @@ from .tile import tile
 
 __all__ = ["Strategy", "Chain", "tile", "to", "to_blocks", "to_warps", "to_threads", "to_warpgroups",
            "split_k", "move_to_smem", "move_to_regs", "pipeline", "warp_specialize", "epilogue", "prologue", "done",
-           "auto_swizzle"]
+           "auto_swizzle", "part", "place"]

@@ -32,10 +32,11 @@ from ...hardware.atoms.base import WGMMA
 from ...ir.expr import IntExpr, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Init, Move, Reduce
+from ...tensor import SH
 from ..context import err, key
 from ..layouts import RFLayout, ThreadLayout, value_runs
 from ..lowerer import Lowerer, spec_rule
-from .smem import gl_offset
+from .smem import gl_offset, sh_offset, shared_buffer
 from .threads import store_thread_accumulator
 
 LONG_FRAGMENT_RUNS = 4       # fragments with more runs iterate their repeated blocks in a loop
@@ -68,6 +69,8 @@ def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
     acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
     if isinstance(lay, ThreadLayout):
         return store_thread_accumulator(lw, node, ctx, lay, acc, reduce_vars)
+    if dst.memory == SH:
+        return store_to_shared(lw, node, ctx, lay, acc)
     if _via_tma(lw, node, ctx, lay):
         return store_via_tma(lw, node, ctx, lay, acc)
     vars_, base, items, frag_loop = frag_iter(lw, ctx, lay)
@@ -92,6 +95,57 @@ def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
         body = ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), body)
     out.append(body)
     return out
+
+
+@spec_rule(Move, "RF", "SH")
+def store_into_shared(lw: Lowerer, node: Node, ctx) -> list:
+    return _store(lw, node, ctx, reduce_vars=())
+
+
+def store_to_shared(lw: Lowerer, node: Node, ctx, lay: RFLayout, acc) -> list:
+    """An MMA accumulator into a shared tile (a fused intermediate): each run of fragment values,
+    through the ops in f32, converted and stored with one ``st.shared`` of the run (no predicate:
+    on-chip tiles are whole)."""
+    spec = node.spec
+    dst = spec.dst
+    if lay.replicas:
+        raise err(node, "partial results over warps are combined on their way to global memory; this store goes "
+                        "to shared memory", fix="drop split_k(..., across=WARP) from this part")
+    for op in ops_of(spec):
+        if op.extras():
+            raise err(node, f"{op} reads an extra tensor; an on-chip intermediate's ops take constants only",
+                      field="op", value=op, fix="apply the op where the intermediate is stored to global memory")
+    vars_, base, items, frag_loop = frag_iter(lw, ctx, lay)
+    go = ctx.origin[key(dst)]
+    rdim, cdim = lay.dims
+    sbuf = shared_buffer(lw, dst)
+    out_dt = dst.dtype
+    w = out_dt.bits // 8
+    stmts = []
+    for vs, coord, off in items:
+        p = len(vs)
+        work = lw.kb.reg("epi", f32, p)
+        outr = lw.kb.reg(f"out_{out_dt.name}", out_dt, p)
+        stmts += [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, base + off + j),)) for j in range(p)]
+        stmts += apply_ops(lw, ctx, ops_of(spec), work, p, 0, 0, {})
+        stmts += [ir.Pointwise("cvt", ir.RegRef(outr, j), (ir.RegRef(work, j),)) for j in range(p)]
+        at = {rdim: go[rdim] + coord[rdim], cdim: go[cdim] + coord[cdim]}
+        if p * w in (2, 4, 8, 16):
+            stmts.append(ir.AtomCall(catalog.copy_atom("RF", "SH", p * w),
+                                     (("dst", ir.MemRef(sbuf, sh_offset(lw, dst, ctx, at))), ("src", ir.RegRef(outr, 0))),
+                                     comment=dst.name))
+        else:
+            for j in range(p):
+                aj = {rdim: at[rdim], cdim: at[cdim] + j}
+                stmts.append(ir.AtomCall(catalog.copy_atom("RF", "SH", w),
+                                         (("dst", ir.MemRef(sbuf, sh_offset(lw, dst, ctx, aj))), ("src", ir.RegRef(outr, j))),
+                                         comment=dst.name))
+    body = ir.Seq(tuple(stmts))
+    if frag_loop is not None:
+        body = ir.For(frag_loop, frag_loop.extent, body, unroll=True)
+    for v in reversed(vars_):
+        body = ir.For(v, v.extent, body, unroll=True)
+    return [ir.Comment(str(spec)), body]
 
 
 def ops_of(spec) -> tuple:

@@ -23,7 +23,8 @@ import attrs
 from ... import ir
 from ...ir.expr import IntExpr, Var, minimum
 from ...schedule import Loop, Node
-from ...tensor import GL, WARPGROUP
+from ...spec import Fused
+from ...tensor import GL, SH, WARPGROUP
 from ..context import err, frames, key
 from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wants
 
@@ -51,11 +52,42 @@ def decomposition(lw: Lowerer, node: Node, ctx) -> list:
 
 def body(lw: Lowerer, node: Node, ctx) -> list:
     out: list = []
+    fused = isinstance(node.spec, Fused)
+    touched: dict[str, bool] = {}        # shared tensors the earlier parts touched -> written?
     for c in node.body:
         ctx = frames(ctx, [c.spec])
-        if wants(c, ctx):
-            out += lw.lower(c, ctx)
+        if not wants(c, ctx):
+            continue
+        if fused:
+            # the parts of a fused spec run one after the other in the same threads: a part that
+            # touches shared memory an earlier part wrote (or writes what an earlier one read)
+            # waits for every thread of the block to be done with the earlier part
+            reads, writes = shared_accesses(c)
+            if any(touched.get(t) for t in reads | writes) or any(t in touched for t in writes):
+                out.append(ir.Barrier(f"the earlier parts are done with {', '.join(sorted((reads | writes) & set(touched)))}"))
+                touched = {}
+            for t in reads:
+                touched[t] = touched.get(t, False)
+            for t in writes:
+                touched[t] = True
+        out += lw.lower(c, ctx)
     return out
+
+
+def shared_accesses(node: Node) -> tuple[set, set]:
+    """(shared tensors ``node``'s subtree reads, those it writes)."""
+    reads, writes = set(), set()
+    for n in _walk(node):
+        outs = {t.name for t in n.spec.outputs if t.memory == SH}
+        writes |= outs
+        reads |= {t.name for t in n.spec.operands if t.memory == SH and t.name not in outs}
+    return reads, writes
+
+
+def _walk(node: Node):
+    yield node
+    for c in node.children:
+        yield from _walk(c)
 
 
 @loops_rule

@@ -292,6 +292,11 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                 _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
     if isinstance(ring, CpAsyncRing) and lp.prefetch:
         split = split_ksteps(body)
+        # the next tile's fragments are read one iteration early, also in the last one: only from
+        # the ring's stages (whose index wraps), never from a tile the ring does not fill (which
+        # the last iteration would read past)
+        if split is not None and not _reads_only(split[1], {f"{s}_smem" for s in staged}):
+            split = None
         if split is not None:
             # the next tile's fragments come from stage (kt + 1) % S; lowered afresh rather than
             # substituted, since expressions were simplified knowing kt < n
@@ -320,6 +325,16 @@ def _elected_guard(ring, ctx):
         return ir.If(land(lt(ctx.scope.tid, 1), cond), ir.Seq(tuple(stmts)))
 
     return guard
+
+
+def _reads_only(stmts, buffers: set) -> bool:
+    """Whether every shared-memory read of ``stmts`` is from one of ``buffers``."""
+    for s in walk_ir(stmts):
+        if isinstance(s, ir.AtomCall):
+            for _, a in s.args:
+                if isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) and a.buffer.name not in buffers:
+                    return False
+    return True
 
 
 def _has_async_mma(stmts) -> bool:

@@ -1,0 +1,155 @@
+"""Strategies of fused specs: ``part(i, ...)`` refines one body spec, ``place(name, memory)`` keeps
+an intermediate on chip.
+
+::
+
+    Fused<block>[MatMul(X, W1 -> H:GL); MatMul(H:GL, W2 -> Y)]
+      place("H", SH)                 ==>   Fused<block>[MatMul(X, W1 -> H:SH); MatMul(H:SH, W2 -> Y)]
+      part(0, tile(k=32), ...)       ==>   the first MatMul refined like any block-level MatMul;
+                                           its accumulator's store writes H into shared memory
+      part(1, tile(h=32), ...)       ==>   the second reads H from there (move_to_regs("H"))
+
+The parts run in order in the same block; the lowering places a barrier between two parts when
+one writes shared memory the other touches.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..schedule import Node, Schedule
+from ..spec import Fused, Reduce
+from ..strategy import Strategy
+from ..tensor import BLOCK, SH, Memory
+from .base import record
+from .moves import auto_swizzle
+
+
+def _fused_focus(strategy, sched):
+    path = sched.focus_path()
+    node = path[-1]
+    if not isinstance(node.spec, Fused):
+        raise ScheduleError("this strategy refines a fused spec; the focus is not one", strategy=strategy,
+                            spec=node.spec, fix="build the spec with firesched.Fused.kernel(...)")
+    return path, node
+
+
+@attrs.frozen(repr=False, init=False)
+class part(Strategy):
+    """``part(i, *strategies)``: refine body spec ``i`` of the fused focus with ``strategies``,
+    as if it were the focus on its own (it keeps the tiles and places the fused spec was given).
+    The fused node then holds one child per body spec, run in order."""
+
+    index: int
+    strategies: tuple
+
+    def __init__(self, index, *strategies):
+        self.__attrs_init__(index, tuple(strategies))
+
+    def apply(self, sched):
+        path, node = _fused_focus(self, sched)
+        spec: Fused = node.spec
+        i = self.index
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(spec.body):
+            raise ScheduleError("no such part of the fused spec", strategy=self, spec=spec, field="index", value=i,
+                                allowed=f"0..{len(spec.body) - 1}")
+        if node.loops or (node.body and len(node.body) != len(spec.body)):
+            raise ScheduleError("the fused focus is already tiled here: give part(...) after the tiling that "
+                                "places it (e.g. tile(m=...) >> to_blocks())", strategy=self, spec=spec)
+        for st in self.strategies:
+            if not isinstance(st, Strategy):
+                raise ScheduleError(f"{st!r} is not a strategy", strategy=self, spec=spec, field="strategies",
+                                    value=st)
+        parts = node.body if node.body else tuple(Node(sp) for sp in spec.body)
+        sub = Schedule(parts[i])
+        for st in self.strategies:
+            sub = st.apply(sub)
+        # loop variables name units and registers across the whole kernel: the part's must not
+        # repeat those of the rest of the tree (its own strategies only saw the part)
+        taken = {lp.var for n in sched.nodes() for lp in n.loops} - {lp.var for n in _nodes(parts[i]) for lp in n.loops}
+        parts = parts[:i] + (_rename_loops(sub.root, taken),) + parts[i + 1:]
+        new = attrs.evolve(node, strategy=record(node, self), body=parts)
+        return sched.replace_path(path, new)
+
+    def __repr__(self):
+        inner = "".join(", " + repr(s) for s in self.strategies)
+        return f"part({self.index!r}{inner})"
+
+    def __str__(self):
+        return f"part({self.index}, ...)"
+
+
+def _nodes(node: Node):
+    yield node
+    for c in node.children:
+        yield from _nodes(c)
+
+
+def _rename_loops(root: Node, taken: set) -> Node:
+    """``root``'s subtree with every loop variable that is in ``taken`` renamed to a fresh one
+    (and the reductions over it, which name it)."""
+    names = {lp.var for n in _nodes(root) for lp in n.loops}
+    used = set(taken) | names
+    ren = {}
+    for v in sorted(names & set(taken)):
+        stem = v.rstrip("0123456789") or "v"
+        i = 0
+        while f"{stem}{i}" in used:
+            i += 1
+        ren[v] = f"{stem}{i}"
+        used.add(ren[v])
+    if not ren:
+        return root
+
+    def go(n: Node) -> Node:
+        sp = n.spec
+        if isinstance(sp, Reduce) and any(a in ren for a in sp.axes):
+            sp = attrs.evolve(sp, axes=tuple(ren.get(a, a) for a in sp.axes))
+        return attrs.evolve(n, spec=sp, loops=tuple(attrs.evolve(lp, var=ren.get(lp.var, lp.var)) for lp in n.loops),
+                            pre=tuple(go(c) for c in n.pre), body=tuple(go(c) for c in n.body),
+                            post=tuple(go(c) for c in n.post))
+
+    return go(root)
+
+
+@attrs.frozen(repr=False)
+class place(Strategy):
+    """``place(name, SH)``: keep the fused spec's intermediate ``name`` in shared memory, one tile
+    per block (the block tile's extents), swizzled against bank conflicts; it never reaches global
+    memory."""
+
+    name: str
+    memory: Memory = SH
+
+    def apply(self, sched):
+        path, node = _fused_focus(self, sched)
+        spec: Fused = node.spec
+        if node.body:
+            raise ScheduleError("place(...) comes before part(...): the parts are refined with the places they read",
+                                strategy=self, spec=spec)
+        local = {t.name: t for t in spec.locals}
+        if self.name not in local:
+            raise ScheduleError("only an intermediate of the fused spec can be placed on chip", strategy=self,
+                                spec=spec, field="name", value=self.name,
+                                allowed=", ".join(map(repr, local)) or "none (this fused spec has no intermediate)")
+        if self.memory != SH:
+            raise ScheduleError("an intermediate is placed in shared memory", strategy=self, spec=spec,
+                                field="memory", value=self.memory, allowed="SH")
+        if spec.level != BLOCK:
+            raise ScheduleError("shared memory belongs to a block: tile the fused spec onto blocks first",
+                                strategy=self, spec=spec, field="level", value=str(spec.level), allowed="block",
+                                fix="tile(...) >> to_blocks(), then place(...)")
+        t = local[self.name]
+        keep = tuple(d for d in t.dims)
+        major = t.tensor.major
+        sw = auto_swizzle(t.extent(major), t.dtype.bits)
+        on = t.on_chip(SH, keep=keep, swizzle=sw)
+        new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self))
+        return sched.replace_path(path, new)
+
+    def __repr__(self):
+        return f"place({self.name!r}, {self.memory!r})"
+
+    def __str__(self):
+        return f"place({self.name}, {self.memory})"
