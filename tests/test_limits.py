@@ -315,3 +315,16 @@ def test_argument_alignment_at_the_limit(offset, ok):
 
 def test_cp_async_widths_are_the_isa_sizes():
     assert sorted(a.width for a in catalog.ALL_ATOMS if a.family == "cp_async") == [4, 8, 16]
+
+
+@pytest.mark.parametrize("rows, ok", [(1, True), (2, False), (3, False)])
+def test_only_extent_one_strides_go_unchecked(rows, ok):
+    """A dimension of extent 1 is never stepped over, so its stride may be anything; from extent 2
+    on, a wrong stride reads the wrong elements."""
+    spec = ArgSpec("A", (rows, 8), "f16", (8, 1), 16)
+    arr = DeviceArray(0x10000, (rows, 8), (16, 1), "f16", 0, "torch")
+    if ok:
+        assert check_args([spec], [arr], "k") == 0
+    else:
+        with pytest.raises(ValueError, match="strides"):
+            check_args([spec], [arr], "k")

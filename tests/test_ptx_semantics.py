@@ -667,7 +667,7 @@ def test_wgmma_waits_keep_one_group_in_flight_at_most():
 
 # =========================================================================== index expressions as C
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from firesched.ir import expr as ex  # noqa: E402
@@ -684,6 +684,7 @@ def _node(children):
     return st.one_of(
         st.tuples(st.just("+"), children, children),
         st.tuples(st.just("*"), children, c.map(lambda k: ("const", k))),
+        st.tuples(st.just("mul2"), children, children),
         st.tuples(st.just("//"), children, c),
         st.tuples(st.just("%"), children, c),
         st.tuples(st.just("&"), children, st.sampled_from([1, 3, 7, 15, 31, 12])),
@@ -709,6 +710,10 @@ def _py(t, env):
         return a + _py(t[2], env)
     if k == "*":
         return a * t[2][1]
+    if k == "mul2":
+        return a * _py(t[2], env)
+    if k == "-":
+        return a - _py(t[2], env)
     if k == "//":
         return a // t[2]
     if k == "%":
@@ -737,6 +742,10 @@ def _ir(t):
         return ex.add(a, _ir(t[2]))
     if k == "*":
         return ex.mul(a, t[2][1])
+    if k == "mul2":
+        return ex.mul(a, _ir(t[2]))
+    if k == "-":
+        return ex.add(a, ex.mul(-1, _ir(t[2])))
     if k == "//":
         return ex.floordiv(a, t[2])
     if k == "%":
@@ -752,8 +761,17 @@ def _ir(t):
     raise AssertionError(k)
 
 
+V0, V1, V2 = ("var", 0), ("var", 1), ("var", 2)
+
+
 @settings(max_examples=150 if settings().max_examples >= 500 else 40, deadline=None)
 @given(tree=_TREES, env=st.tuples(st.integers(0, 6), st.integers(0, 32), st.integers(0, 127)))
+@example(tree=("mul2", V0, ("//", V2, 3)), env=(5, 0, 100))               # a * (b / 3), not a * b / 3
+@example(tree=("mul2", V1, ("%", V2, 7)), env=(0, 3, 100))
+@example(tree=("<", V0, ("<", V1, V2)), env=(0, 5, 3))                      # a < (b < c)
+@example(tree=("%", ("%", V2, 3), 6), env=(0, 0, 100))                      # (x % 3) % 6 == x % 3
+@example(tree=("//", ("//", V2, 3), 5), env=(0, 0, 100))
+@example(tree=("&", V2, 7), env=(0, 0, 100))
 def test_index_expressions_print_as_c_that_computes_them(tree, env):
     """The simplified IR expression, evaluated as the interpreter does and printed as C and run by
     the C interpreter, both equal the tree's value computed directly."""
@@ -810,3 +828,133 @@ def test_named_barriers_wait(name):
         assert not any(o.startswith("bar.arrive") for o in ops_)
         named = [s for s in _walk(k.body) if isinstance(s, ir.Barrier) and s.threads]
         assert len(named) <= sum(o.startswith("bar.sync") for o in ops_)
+
+
+_SIGNED = st.recursive(_leaf(), lambda ch: st.one_of(_node(ch), st.tuples(st.just("-"), ch, ch)), max_leaves=10)
+
+
+def _grid():
+    v0, v1, v2 = np.meshgrid(np.arange(7), np.arange(33), np.arange(128), indexing="ij")
+    return {"v0": v0.ravel(), "v1": v1.ravel(), "v2": v2.ravel()}
+
+
+_ALL = _grid()
+
+
+@settings(max_examples=100 if settings().max_examples >= 500 else 30, deadline=None)
+@given(tree=_SIGNED)
+@example(tree=("-", V0, V2))
+@example(tree=("//", ("-", ("+", V2, ("const", 200)), V1), 4))
+@example(tree=("%", ("-", ("+", V2, ("const", 40)), V0), 8))
+def test_simplified_expressions_keep_their_values_and_bounds(tree):
+    """Over every point of the variables' ranges (negative values included): the simplified IR
+    expression evaluates to the tree's value (floor division, as the interpreter's), and lies
+    within the bounds the simplifier assumed."""
+    e = _ir(tree)
+    n = _ALL["v0"].size
+    want = np.array([_py(tree, (int(a), int(b), int(c))) for a, b, c in
+                     zip(_ALL["v0"][::97], _ALL["v1"][::97], _ALL["v2"][::97])])
+    got = np.broadcast_to(ex.evaluate(e, {k: v[::97] for k, v in _ALL.items()}), want.shape)
+    assert np.array_equal(got, want), ex.to_c(e)
+    full = np.broadcast_to(ex.evaluate(e, _ALL), (n,))
+    lo, hi = ex.bounds(e)
+    assert lo is None or full.min() >= lo, (ex.to_c(e), lo, full.min())
+    assert hi is None or full.max() <= hi, (ex.to_c(e), hi, full.max())
+
+
+@pytest.mark.parametrize("a", range(1, 13))
+@pytest.mark.parametrize("b", range(1, 13))
+def test_nested_division_and_modulo_simplify_exactly(a, b):
+    """(x % a) % b, (x // a) // b, (x // a) % b and (x % a) // b for every small a, b, over x."""
+    x = ex.Var("x", 300)
+    xs = np.arange(300)
+    for e, want in ((ex.mod(ex.mod(x, a), b), xs % a % b), (ex.floordiv(ex.floordiv(x, a), b), xs // a // b),
+                    (ex.mod(ex.floordiv(x, a), b), xs // a % b), (ex.floordiv(ex.mod(x, a), b), xs % a // b)):
+        got = np.broadcast_to(ex.evaluate(e, {"x": xs}), xs.shape)
+        assert np.array_equal(got, want), (a, b, ex.to_c(e))
+
+
+# =========================================================================== predication, as printed
+
+def _asm_statements(text: str) -> list[tuple[str, list[str], list[str], int, int]]:
+    """(template, output expressions, input expressions, start, end) of every ``asm volatile``."""
+    out = []
+    for m in re.finditer(r'asm volatile\("((?:[^"\\]|\\.)*)"', text):
+        i, depth, j = m.end(), 1, m.end()
+        while depth:                                # to the closing parenthesis of asm(
+            ch = text[j]
+            depth += ch == "("
+            depth -= ch == ")"
+            j += 1
+        groups = [g.strip() for g in _split_top(text[i:j - 1], ":")][1:]
+        outs = [re.sub(r'^"[^"]*"\(', "", e.strip())[:-1] for e in _split_top(groups[0], ",") if e.strip()]
+        ins = [re.sub(r'^"[^"]*"\(', "", e.strip())[:-1] for e in _split_top(groups[1], ",") if e.strip()] \
+            if len(groups) > 1 else []
+        out.append((m.group(1), outs, ins, m.start(), j))
+    return out
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, cur, quote = [], 0, "", False
+    for ch in text:
+        if ch == '"':
+            quote = not quote
+        if not quote:
+            depth += ch in "(["
+            depth -= ch in ")]"
+        if ch == sep and depth == 0 and not quote:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    parts.append(cur)
+    return parts
+
+
+def _c_int(expr: str, **values) -> int:
+    """An integer C expression over ``values`` (pointers as integers: element offsets)."""
+    names = sorted(values)
+    prog = cmini.Program(f"static __device__ long long f({', '.join(f'long long {n}' for n in names)}) "
+                         f"{{ return {expr}; }}")
+    return prog.call("f", *(cmini.Val("long long", values[n]) for n in names)).v
+
+
+def test_predicated_cp_async_zero_fills_from_the_base_address():
+    """A disabled cp.async reads 0 bytes (src-size 0: the destination is zero-filled) from the
+    buffer's base address; an enabled one reads its full width from its own address."""
+    T = ir.tid(8)
+    a = ir.GlobalBuffer("A", fs.dtypes.f16, (64,), (1,), "in")
+    sh = ir.SharedBuffer("S", fs.dtypes.f16, 64)
+    atom = catalog.by_name("cp_async_16")
+    body = [ir.AtomCall(atom, (("dst", ir.MemRef(sh, T * 8)), ("src", ir.MemRef(a, T * 8))), ex.lt(T, 5)),
+            ir.AsyncCommit(), ir.AsyncWait(0)]
+    k = ir.Kernel("k", (a,), (1, 1, 1), 8, (sh,), (), ir.Seq(body))
+    (stmt,) = [s for s in _asm_statements(fs.cuda.emit_kernel(k)) if s[0].startswith("cp.async.cg")]
+    template, outs, ins, _, _ = stmt
+    ops_ = _operands(_instructions(template)[0])
+    # %i numbers the outputs first, then the inputs
+    size = ins[int(ops_[3].lstrip("%")) - len(outs)]
+    src = ins[int(ops_[1].strip("[]").lstrip("%")) - len(outs)]
+    for tid in range(8):
+        enabled = tid < 5
+        assert _c_int(size, threadIdx_x=tid, tid=tid) == (16 if enabled else 0), size
+        assert _c_int(src.replace("A", "0"), tid=tid) == (tid * 8 if enabled else 0), src
+
+
+def test_disabled_loads_zero_every_register_they_would_write():
+    T = ir.tid(32)
+    a = ir.GlobalBuffer("A", fs.dtypes.f16, (256,), (1,), "in")
+    out = ir.GlobalBuffer("O", fs.dtypes.f16, (256,), (1,), "out")
+    v = ir.RegBuffer("v", fs.dtypes.f16, 8)
+    ld, st_ = catalog.copy_atom("GL", "RF", 16), catalog.copy_atom("RF", "GL", 16)
+    body = [ir.AtomCall(ld, (("src", ir.MemRef(a, T * 8)), ("dst", ir.RegRef(v, 0))), ex.lt(T, 20)),
+            ir.AtomCall(st_, (("dst", ir.MemRef(out, T * 8)), ("src", ir.RegRef(v, 0))))]
+    k = ir.Kernel("k", (a, out), (1, 1, 1), 32, (), (v,), ir.Seq(body))
+    text = _body_of(fs.cuda.emit_kernel(k), "k")
+    (load,) = [s for s in _asm_statements(text) if s[0].startswith("ld.global")]
+    _, outs, _, _, end = load
+    rest = text[end:]
+    m = re.match(r"\s*;\s*}\s*else\s*{(.*?)}", rest, re.S)
+    assert m, "a predicated load has no else branch"
+    zeroed = {z.strip() for z in re.findall(r"([^;{}]+?)\s*=\s*0\s*;", m.group(1))}
+    assert set(outs) <= zeroed, (outs, zeroed)
