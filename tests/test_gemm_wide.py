@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 
 import firesched as fs
 from firesched import ops
-from firesched.errors import HazardError
 from firesched.hardware import sm80
 from firesched.hardware.atoms import sm90a
 from firesched.hardware.target import SM90A
@@ -157,7 +156,7 @@ def test_split_k_parts_whose_last_k_tile_overhangs():
 # =========================================================================== hand-built sm_80 chains
 
 # the ldmatrix variant of each operand: None (derived from the MMA's fragments) most of the time,
-# since explicit variants are refused today (test_known_regression_explicit_ldmatrix)
+# an explicit variant sometimes (test_explicit_ldmatrix_atoms_run_right)
 LDSM_A = [None, None, None, sm80.ldmatrix_x4]
 LDSM_B = {"R": [None, None, None, sm80.ldmatrix_x2_trans, sm80.ldmatrix_x4_trans],
           "C": [None, None, None, sm80.ldmatrix_x2, sm80.ldmatrix_x4]}
@@ -290,47 +289,14 @@ def compositions(draw):
     return dict(M=-(-M // 8) * 8, N=-(-N // 8) * 8, K=-(-K // 8) * 8, chain=chain, seed=draw(st.integers(0, 999)))
 
 
-def _index(chain, pred):
-    return [i for i, s in enumerate(chain) if pred(s)]
-
-
 def _parts(s):
     return s.parts if isinstance(s, Chain) else (s,)
-
-
-def _is(kind):
-    return lambda s: any(isinstance(p, kind) for p in _parts(s))
-
-
-def _k_only_tile(s):
-    return any(isinstance(p, tile) and {d for d, _ in p.sizes} == {"k"} for p in _parts(s))
-
-
-def known_bug(chain) -> str | None:
-    """Compositions that ``check()`` accepts but that lower to wrong kernels today (each has a
-    strict xfail below that turns red once it is fixed, so that its exclusion here can go)."""
-    smem = _index(chain, _is(move_to_smem))
-    pipe = _index(chain, _is(pipeline))
-    warps = _index(chain, lambda s: any(getattr(p, "level", None) == fs.WARP for p in _parts(s)))
-    first_warp = warps[0] if warps else len(chain)
-    if pipe and smem and max(smem) > pipe[0]:
-        return "a move_to_smem after pipeline()"
-    if len([i for i in _index(chain, _k_only_tile) if i < first_warp]) > 1:
-        return "two K tilings of the block"
-    skw = [i for i, s in enumerate(chain) if isinstance(s, split_k) and s.across == fs.WARP]
-    if skw and (smem and skw[0] < max(smem) or pipe and skw[0] < pipe[0]):
-        return "split_k across warps before the moves or the pipeline"
-    return None
 
 
 @_examples(dev=40, ci=300)
 @given(compositions())
 def test_accepted_compositions_run_and_are_right(case):
     """Whatever composition the library accepts must run hazard-free and compute the GEMM."""
-    bug = known_bug(case["chain"])
-    if bug is not None:
-        event(f"known bug: {bug}")
-        assume(False)
     spec = fs.MatMul.kernel(case["M"], case["N"], case["K"])
     try:
         sched = spec.schedule(*case["chain"])
@@ -372,52 +338,43 @@ def _mma():
     return tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32)
 
 
-# The compositions ``known_bug`` excludes, one reproduction each.  Strict: once the library
-# refuses the composition or runs it right, the test turns red and its exclusion can go.
-@pytest.mark.xfail(strict=True, raises=(HazardError, AssertionError),
-                   reason="a move_to_smem after pipeline(): its cp.async copies are not waited for")
-def test_known_bug_move_after_pipeline():
-    _accepted_and_right([tile(m=64, n=64) >> to_blocks(), tile(k=64), move_to_smem("A"), pipeline(2),
-                         move_to_smem("B"), tile(m=16, n=64) >> to_warps(4, 1), move_to_regs("A"), move_to_regs("B"),
-                         _mma()])
+# Compositions check() once accepted and lowered wrongly, one reproduction each: each is now
+# refused with a ScheduleError that names the fix, or runs right.
+def test_move_after_pipeline_is_refused():
+    """The ring stages what pipeline() saw: a move added after it would be filled unstaged."""
+    with pytest.raises(fs.ScheduleError, match=r"move_to_smem\('B'\) came after pipeline"):
+        fs.MatMul.kernel(64, 64, 192).schedule(
+            tile(m=64, n=64) >> to_blocks(), tile(k=64), move_to_smem("A"), pipeline(2), move_to_smem("B"),
+            tile(m=16, n=64) >> to_warps(4, 1), move_to_regs("A"), move_to_regs("B"), _mma()).check("sm_80")
 
 
-@pytest.mark.xfail(strict=True, raises=(HazardError, AssertionError),
-                   reason="two K tilings of the block: the outer K loop refills shared memory without a barrier")
-def test_known_bug_two_k_tilings_race():
-    _accepted_and_right([tile(m=32, n=64) >> to_blocks(), tile(k=64), tile(k=64), move_to_smem("A"),
-                         move_to_smem("B"), pipeline(2), tile(m=16, n=64) >> to_warps(2, 1), move_to_regs("A"),
-                         move_to_regs("B"), _mma()])
+def test_two_k_tilings_run_right():
+    """The outer K loop comes round to a ring the inner loop refills: a barrier now precedes each
+    refill, so the last readers of the previous round are done."""
+    assert _accepted_and_right([tile(m=32, n=64) >> to_blocks(), tile(k=64), tile(k=64), move_to_smem("A"),
+                                move_to_smem("B"), pipeline(2), tile(m=16, n=64) >> to_warps(2, 1),
+                                move_to_regs("A"), move_to_regs("B"), _mma()])
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="a K tiling between the two moves crashes check(): 'CpAsyncRing' has no 'release'")
-def test_known_bug_k_tiling_between_the_moves():
-    _accepted_and_right([tile(m=64, n=64) >> to_blocks(), tile(k=32), move_to_smem("A"), tile(k=16),
-                         move_to_smem("B"), pipeline(2), tile(m=16, n=64) >> to_warps(4, 1), move_to_regs("A"),
-                         move_to_regs("B"), _mma()], M=16)
+def test_k_tiling_between_the_moves_is_refused():
+    """A second ring inside the first one's loop would wait on the wrong cp.async groups."""
+    with pytest.raises(fs.ScheduleError, match="one pipeline ring per loop nest"):
+        fs.MatMul.kernel(16, 64, 192).schedule(
+            tile(m=64, n=64) >> to_blocks(), tile(k=32), move_to_smem("A"), tile(k=16), move_to_smem("B"),
+            pipeline(2), tile(m=16, n=64) >> to_warps(4, 1), move_to_regs("A"), move_to_regs("B"),
+            _mma()).check("sm_80")
 
 
-@pytest.mark.xfail(strict=True, raises=(HazardError, AssertionError),
-                   reason="split_k across warps before the moves: wrong results, silently")
-def test_known_bug_split_k_warps_before_the_moves():
-    _accepted_and_right([tile(m=64, n=32) >> to_blocks(), tile(k=64), split_k(2, across=fs.WARP),
-                         move_to_smem("A"), move_to_smem("B"), pipeline(2), tile(m=16, n=32) >> to_warps(4, 1),
-                         move_to_regs("B"), move_to_regs("A"), _mma()], M=96, N=96, K=96)
+def test_split_k_warps_before_the_moves_is_refused():
+    """Copies into shared memory are issued by the whole block, not by a group of warps."""
+    with pytest.raises(fs.ScheduleError, match="issued by the whole block"):
+        fs.MatMul.kernel(96, 96, 96).schedule(
+            tile(m=64, n=32) >> to_blocks(), tile(k=64), split_k(2, across=fs.WARP), move_to_smem("A"),
+            move_to_smem("B"), pipeline(2), tile(m=16, n=32) >> to_warps(4, 1), move_to_regs("B"),
+            move_to_regs("A"), _mma()).check("sm_80")
 
 
-def test_compositions_reach_both_outcomes():
-    """The generator is not degenerate: the canonical chain is accepted and runs right."""
-    sched = fs.MatMul.kernel(64, 64, 64).schedule(*_canonical())
-    sched.check("sm_80")
-    _run_and_compare(sched, 64, 64, 64, dtype="f16", out_dtype=None, chain=(), seed=0, target="sm_80")
-    assert sm90a.tma_load_2d.family == "tma"
-
-
-@pytest.mark.xfail(strict=True, raises=fs.ScheduleError,
-                   reason="move_to_regs with an explicit ldmatrix atom: 'no rule lowers ldmatrix atoms as a compute "
-                          "leaf' (the sm_80 lowering before the rule-based rebuild accepted and ran these)")
-def test_known_regression_explicit_ldmatrix():
+def test_explicit_ldmatrix_atoms_run_right():
     for la, lb in ((sm80.ldmatrix_x4, None), (None, sm80.ldmatrix_x2_trans)):
         _accepted_and_right_strict([tile(m=64, n=64) >> to_blocks(), tile(k=32), move_to_smem("A"), move_to_smem("B"),
                                     pipeline(2), tile(m=32, n=32) >> to_warps(2, 2), move_to_regs("A", la),
@@ -429,3 +386,13 @@ def _accepted_and_right_strict(chain, M=128, N=128, K=64, seed=2):
     sched = fs.MatMul.kernel(M, N, K).schedule(*chain)
     sched.check("sm_80")
     _run_chain(sched, chain, M, N, K, seed)
+
+
+def test_compositions_reach_both_outcomes():
+    """The generator is not degenerate: the canonical chain is accepted and runs right."""
+    sched = fs.MatMul.kernel(64, 64, 64).schedule(*_canonical())
+    sched.check("sm_80")
+    _run_and_compare(sched, 64, 64, 64, dtype="f16", out_dtype=None, chain=(), seed=0, target="sm_80")
+    assert sm90a.tma_load_2d.family == "tma"
+
+

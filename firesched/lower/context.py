@@ -65,6 +65,8 @@ class Ctx:
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
     made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
     spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)
+    repeated: bool = False                       # inside a sequential loop (or a block's tile loop)
+    units: tuple = ()                            # the unit-mapped loops (below the block) around the node
 
     def with_origin(self, key, dims: dict) -> "Ctx":
         o = dict(self.origin)

@@ -223,6 +223,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
 
     # the block's tile: global tensors enter at 0 and move with the block loops
     ctx = Ctx(vars=dict(order.bindings), tile_index=order.tile_var if order.tile_var is not None else 0,
+              repeated=order.tile_var is not None,
               cluster=order.cluster)
     owners = []
     for _, owner in block_loops:

@@ -145,6 +145,10 @@ class Lowerer:
 
     def lower(self, node: Node, ctx: Ctx) -> list:
         """The statements of ``node`` in ``ctx``."""
+        if node.atom is not None and type(node.spec).__name__ == "Move":
+            # a move given its atom (move_to_regs(..., atom=)) is lowered by its move rule, which
+            # checks and uses that atom
+            return self.default(node, ctx)
         if node.atom is not None:
             rule = _ATOM_RULES.get(node.atom.family)
             if rule is None:

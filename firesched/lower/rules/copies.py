@@ -44,6 +44,12 @@ class SyncCopy:
 
 @spec_rule(Move, "GL", "SH")
 def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
+    if ctx.units:
+        unit_lp, by = ctx.units[-1]
+        raise err(node, f"move_to_smem({node.spec.dst.name!r}) inside a loop mapped onto {unit_lp.unit}s ({by}): a copy "
+                        "into a block's shared memory is issued by the whole block",
+                  fix="stage the operands (move_to_smem, pipeline) before splitting the work over warps "
+                      "(split_k(..., across=WARP), to_warps())")
     spec: Move = node.spec
     src, dst = spec.src, spec.dst
     t = src.tensor

@@ -103,12 +103,13 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
         if var is None:
             raise err(node, f"the loop {lp} is mapped onto {lp.unit}s, which this part of the kernel "
                             "cannot map (blocks map at the kernel level, warps and threads inside a block)")
-        return loops(lw, node, advance(ctx, node, lp, var), rest)
+        inner = attrs.evolve(ctx, units=ctx.units + ((lp, node.strategy),))
+        return loops(lw, node, advance(inner, node, lp, var), rest)
     special = special_loop(lw, node, lp)
     if special is not None:
         return special(lw, node, ctx, lp, rest)
     v = Var(lp.var, lp.count)
-    inner = loops(lw, node, advance(ctx, node, lp, v), rest)
+    inner = loops(lw, node, advance(attrs.evolve(ctx, repeated=ctx.repeated or lp.count > 1), node, lp, v), rest)
     if not inner:
         return []
     return [ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP)]

@@ -212,8 +212,31 @@ def ring_for(lw: Lowerer, node: Node, lp, ctx):
 
 @loop_rule(pipelined)
 def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
-    staged = frozenset(m.spec.dst.name for m in staged_moves(node))
+    moves = staged_moves(node)
+    staged = frozenset(m.spec.dst.name for m in moves)
+    if ctx.staged and not (ctx.ring is not None and ctx.specialized and ctx.part is not None and ctx.staged == staged):
+        # cp.async wait counts and mbarrier phases belong to one ring: a ring inside another's
+        # loop would wait on the wrong copies
+        raise err(node, f"the reduction loop {lp} fills shared memory ({', '.join(sorted(staged))}) inside the "
+                        f"pipelined loop that fills {', '.join(sorted(ctx.staged))}: one pipeline ring per loop nest",
+                  strategy=node.strategy,
+                  fix="stage every operand at one reduction level: tile(k=...) once, then every move_to_smem, then "
+                      "pipeline(...)")
+    if ctx.units:
+        unit_lp, by = ctx.units[-1]
+        raise err(node, f"shared-memory copies inside a loop mapped onto {unit_lp.unit}s ({by}): a copy into a "
+                        "block's shared memory is issued by the whole block", strategy=node.strategy,
+                  fix="stage the operands (move_to_smem, pipeline) before splitting the work over warps "
+                      "(split_k(..., across=WARP), to_warps())")
     ring = ring_for(lw, node, lp, ctx)
+    for m in moves:
+        have = m.spec.dst.tensor.stages
+        want = ring.stages if isinstance(ring, CpAsyncRing) else max(have, 2)
+        if have < want and not (isinstance(ring, MbarrierRing) and have <= 1 and want == 2):
+            raise err(m, f"{m.spec.dst.name} is filled by the ring of {lp} ({ring.stages} stages) but its shared tile "
+                         f"has {have} stage(s): move_to_smem({m.spec.dst.name!r}) came after pipeline(...)",
+                      field="stages", value=have, allowed=str(want),
+                      fix="apply pipeline(...) after every move_to_smem of the loop")
     n = lp.count
     S = ring.stages
 
@@ -268,10 +291,11 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                 ir.For(kt, n, ir.Seq(tuple(loop)))]
     what = "cp.async pipeline" if isinstance(ring, CpAsyncRing) else "TMA + mbarrier ring"
     out: list = [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage {what}")]
-    if not isinstance(ctx.tile_index, int):
-        # a persistent block refills the ring for its next tile: every thread must be done with
-        # the stages the previous tile's last iterations read
-        out.append(ir.Barrier("the previous tile's readers are done with the ring"))
+    if ctx.repeated:
+        # the ring is filled again each time an enclosing loop (a persistent block's tiles, an
+        # outer tile loop) comes round: every thread must be done with the stages the previous
+        # round's last iterations read
+        out.append(ir.Barrier("the previous round's readers are done with the ring"))
     guard = _elected_guard(ring, ctx)
     # the ring counts iterations across a persistent block's tiles: tile kt is ring iteration
     # it_base + kt, in stage (it_base + kt) % S
