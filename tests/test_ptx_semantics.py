@@ -865,13 +865,17 @@ def test_simplified_expressions_keep_their_values_and_bounds(tree):
 @pytest.mark.parametrize("a", range(1, 13))
 @pytest.mark.parametrize("b", range(1, 13))
 def test_nested_division_and_modulo_simplify_exactly(a, b):
-    """(x % a) % b, (x // a) // b, (x // a) % b and (x % a) // b for every small a, b, over x."""
+    """(x % a) % b, (x // a) // b, (x // a) % b and (x % a) // b for every small a, b, over x in
+    0..299 and over x - 150 (whose sign the simplifier cannot know), with floor semantics."""
     x = ex.Var("x", 300)
     xs = np.arange(300)
-    for e, want in ((ex.mod(ex.mod(x, a), b), xs % a % b), (ex.floordiv(ex.floordiv(x, a), b), xs // a // b),
-                    (ex.mod(ex.floordiv(x, a), b), xs // a % b), (ex.floordiv(ex.mod(x, a), b), xs % a // b)):
-        got = np.broadcast_to(ex.evaluate(e, {"x": xs}), xs.shape)
-        assert np.array_equal(got, want), (a, b, ex.to_c(e))
+    for inner, vals in ((x, xs), (ex.add(x, -150), xs - 150)):
+        for e, want in ((ex.mod(ex.mod(inner, a), b), vals % a % b),
+                        (ex.floordiv(ex.floordiv(inner, a), b), vals // a // b),
+                        (ex.mod(ex.floordiv(inner, a), b), vals // a % b),
+                        (ex.floordiv(ex.mod(inner, a), b), vals % a // b)):
+            got = np.broadcast_to(ex.evaluate(e, {"x": xs}), xs.shape)
+            assert np.array_equal(got, want), (a, b, ex.to_c(e))
 
 
 # =========================================================================== predication, as printed
