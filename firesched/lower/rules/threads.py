@@ -222,9 +222,15 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
     acc = lw.kb.reg(f"{dst.name}_acc", dst.dtype, lay.size)
     o = ctx.origin[key(dst)]
     op = COMBINE[spec.op]
+    # an element past the tensor's edge reads as zero: the identity of a sum, not of a max or a
+    # min, whose folds skip it
+    lim = ctx.limit.get(key(src), {}) if src.memory == GL and op in ("max", "min") else {}
+    so = ctx.origin.get(key(src), {})
     for e in elements(src):
         r = ir.RegRef(acc, lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims}))
-        stmts.append(ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e)))))
+        fold = ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e))))
+        inside = land(*[lt(so[d] + e.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim])
+        stmts.append(fold if inside == 1 else ir.If(inside, fold))
     return [ir.Comment(str(spec)), *stmts]
 
 
@@ -255,6 +261,10 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         if c > lanes:
             # the part of the replicas beyond a warp: warps (ts * lanes) / 32 apart
             warp_parts.append((ts * lanes // 32, c // lanes))
+    if lane_masks and ctx.scope.threads < 32:
+        raise err(node, f"the partial results of {dst.name} are combined across lanes with warp shuffles, which need "
+                        f"whole warps; the block has {ctx.scope.threads} threads", field="threads",
+                  value=ctx.scope.threads, allowed=">= 32", fix="map at least 32 threads per block")
     tmp = lw.kb.reg("shfl", f32, 1) if lane_masks else None
     mask = lw.kb.reg("lane_mask", i32, 1) if lane_masks else None
     for m in sorted(lane_masks, reverse=True):
