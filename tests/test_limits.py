@@ -328,3 +328,17 @@ def test_only_extent_one_strides_go_unchecked(rows, ok):
     else:
         with pytest.raises(ValueError, match="strides"):
             check_args([spec], [arr], "k")
+
+
+def test_threads_per_block_at_the_limit():
+    """A block maps at most 1024 threads (a Pointwise kernel, one element per thread)."""
+    from firesched.strategies import to_threads
+
+    def sched(c):
+        spec = fs.Pointwise.kernel("relu", {"r": 4, "c": c})
+        return spec.schedule(tile(r=1, c=c) >> to_blocks(), tile(r=1, c=1) >> to_threads(), done())
+
+    (k,) = sched(1024).lower("sm_80").kernels
+    assert k.threads == 1024
+    with pytest.raises(ScheduleError, match="at most 1024"):
+        sched(1025)
