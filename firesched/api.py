@@ -114,7 +114,7 @@ class CompiledProgram:
             names = [b.name for b in self.program.inputs] + [self.program.output.name]
             for kern, mod in zip(self.program.kernels, self.modules):
                 lm = runtime.load_module(mod, device)
-                k = lm.kernel(kern.name)
+                k = lm.kernel(kern.name, params=len(kern.params))
                 if kern.shared_bytes > 48 * 1024:
                     k.reserve_shared(kern.shared_bytes)
                 idx = []

@@ -822,7 +822,7 @@ class Kernel:
                  "_dev", "_dyn_allowed", "_optin", "_layouts", "_param_sizes", "_launch",
                  "__weakref__")
 
-    def __init__(self, module: LoadedModule, name: str, handle):
+    def __init__(self, module: LoadedModule, name: str, handle, params: int | None = None):
         driver = _driver()
         fattr = driver.CUfunction_attribute
         self.name = name
@@ -840,7 +840,10 @@ class Kernel:
         self._dyn_allowed = get(fattr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         self._optin = self._dev.info.max_shared_per_block_optin
         self._layouts: dict[tuple, _ParamLayout] = {}
-        self._param_sizes = _param_sizes(handle)
+        try:
+            self._param_sizes = _param_sizes(handle, params)
+        except LaunchError as e:
+            raise LaunchError(f"kernel {name}: {e}") from None
         self._launch = driver.cuLaunchKernel
 
     def __repr__(self) -> str:
@@ -937,23 +940,33 @@ def check_block_size(kernel: str, block, max_threads: int) -> None:
                           f"threads is more than its limit of {max_threads}")
 
 
-def _param_sizes(handle) -> tuple[int, ...] | None:
+def _param_sizes(handle, count: int | None = None) -> tuple[int, ...] | None:
     """The byte size of each kernel parameter from the CUBIN's metadata, so that a wrong number
     or size of arguments is an error instead of a kernel reading garbage.  None when the driver
-    or the bindings cannot tell (cuFuncGetParamInfo is CUDA 12.4+)."""
+    or the bindings cannot tell (cuFuncGetParamInfo is CUDA 12.4+).
+
+    With ``count`` (the caller knows the signature: it generated the source) only parameters
+    ``0 .. count-1`` are asked for, and one the CUBIN lacks is an error.  Without it the
+    parameters are asked for until the driver says there is no such index; that answer is a CUDA
+    API error which compute-sanitizer reports (one per kernel), hence the hint."""
     driver = _driver()
     fn = getattr(driver, "cuFuncGetParamInfo", None)
     if fn is None:
         return None
     sizes = []
     try:
-        for i in range(4096):
+        for i in range(4096 if count is None else count):
             res = fn(handle, i)
+            if count is not None and res[0] == driver.CUresult.CUDA_ERROR_INVALID_VALUE:
+                raise LaunchError(f"the kernel takes {i} parameters, not the {count} its "
+                                  f"signature declared")
             if res[0] == driver.CUresult.CUDA_ERROR_INVALID_VALUE:
                 break
             if res[0]:
                 return None
             sizes.append(int(res[2]))
+    except LaunchError:
+        raise
     except Exception:
         return None
     return tuple(sizes)
@@ -976,10 +989,18 @@ class LoadedModule:
     def __repr__(self) -> str:
         return f"LoadedModule(sha256={self.cubin_sha256[:12]}..., device={self.device})"
 
-    def kernel(self, name: str) -> Kernel:
-        """The ``extern "C" __global__`` function ``name`` of this module."""
+    def kernel(self, name: str, params: int | None = None) -> Kernel:
+        """The ``extern "C" __global__`` function ``name`` of this module.
+
+        ``params``, where the caller knows it, is the number of parameters the kernel was
+        declared with: launches are then checked against the sizes of exactly those (a CUBIN
+        with fewer is an error here), without asking the driver for a parameter past the last,
+        an API error that compute-sanitizer would report."""
         k = self._kernels.get(name)
         if k is not None:
+            if params is not None and k._param_sizes is not None and len(k._param_sizes) < params:
+                raise LaunchError(f"kernel {name}: the kernel takes {len(k._param_sizes)} "
+                                  f"parameters, not the {params} its signature declared")
             return k
         with self._lock:
             k = self._kernels.get(name)
@@ -996,7 +1017,7 @@ class LoadedModule:
                                       f"not mangled")
                 if res[0]:
                     raise LaunchError(f"cuModuleGetFunction({name!r}) failed with {_error_text(res[0])}")
-                k = Kernel(self, name, res[1])
+                k = Kernel(self, name, res[1], params)
                 self._kernels[name] = k
         return k
 

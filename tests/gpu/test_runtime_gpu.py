@@ -271,6 +271,17 @@ def test_launch_errors_are_clear(axpy):
                                                 (y, ctypes.c_void_p), (16, ctypes.c_int64)])
 
 
+def test_declared_parameter_count_is_checked_against_the_cubin():
+    # a caller that knows the signature asks for exactly its parameters (no probe past the last,
+    # which compute-sanitizer reports as an API error); a CUBIN with fewer is refused at load
+    module = load_module(compile_cuda(AXPY, arch=_arch(), use_cache=False))
+    with pytest.raises(LaunchError, match="takes 4 parameters, not the 5 its signature declared"):
+        module.kernel("axpy", params=5)
+    k = module.kernel("axpy", params=4)
+    if k._param_sizes is not None:
+        assert k._param_sizes == (4, 8, 8, 4)
+
+
 def test_cubin_for_another_arch_is_refused():
     major, _ = device_info(0).compute_capability
     other = "sm_80" if major != 8 else "sm_90a"
