@@ -39,6 +39,8 @@ from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import LDMATRIX, MMA, TMA, WGMMA
 from ...ir.expr import IntExpr, Var, ge, land, lt, substitute
+from ...ir.rewrite import flat, map_operand, map_stmt
+from ...ir.rewrite import walk as walk_ir
 from ...schedule import Node
 from ...spec import Move
 from ...tensor import BLOCK, GL, SH
@@ -367,30 +369,6 @@ def _has_async_mma(stmts) -> bool:
 
 # --------------------------------------------------------------------------- fragment prefetch
 
-def flat(stmts) -> list:
-    out = []
-    for st in stmts:
-        if isinstance(st, ir.Seq):
-            out += flat(st.body)
-        else:
-            out.append(st)
-    return out
-
-
-def walk_ir(stmts):
-    for st in stmts:
-        yield st
-        if isinstance(st, ir.Seq):
-            yield from walk_ir(st.body)
-        elif isinstance(st, ir.For):
-            yield from walk_ir([st.body])
-        elif isinstance(st, ir.If):
-            yield from walk_ir([st.then])
-        elif isinstance(st, ir.Roles):
-            for r in st.roles:
-                yield from walk_ir([r.body])
-
-
 def split_ksteps(compute: list):
     """(k-step var, fragment loads, math) when the compute part of a K tile is one unrolled loop
     over an even number of warp K steps whose body is ldmatrix issues followed by the mma."""
@@ -423,28 +401,12 @@ def rewrite(st, env: dict, doubled: dict, parity: int):
         return substitute(x, env)
 
     def ref(r):
-        if isinstance(r, ir.RegRef):
-            if r.buffer.name in doubled:
-                buf, size = doubled[r.buffer.name]
-                return ir.RegRef(buf, e(r.offset) + parity * size)
-            return ir.RegRef(r.buffer, e(r.offset))
-        if isinstance(r, ir.MemRef):
-            return ir.MemRef(r.buffer, e(r.offset))
-        return r
+        if isinstance(r, ir.RegRef) and r.buffer.name in doubled:
+            buf, size = doubled[r.buffer.name]
+            return ir.RegRef(buf, e(r.offset) + parity * size)
+        return map_operand(r, e)
 
-    if isinstance(st, ir.Seq):
-        return ir.Seq(tuple(rewrite(s, env, doubled, parity) for s in st.body))
-    if isinstance(st, ir.For):
-        return ir.For(st.var, st.extent, rewrite(st.body, env, doubled, parity), st.unroll)
-    if isinstance(st, ir.If):
-        return ir.If(e(st.cond), rewrite(st.then, env, doubled, parity))
-    if isinstance(st, ir.AtomCall):
-        return ir.AtomCall(st.atom, tuple((k, ref(v)) for k, v in st.args), e(st.pred), st.comment)
-    if isinstance(st, ir.Pointwise):
-        return ir.Pointwise(st.op, ref(st.dst), tuple(ref(x) for x in st.srcs))
-    if isinstance(st, ir.RegFill):
-        return ir.RegFill(ref(st.ref), st.count, st.value)
-    return st
+    return map_stmt(st, e, ref)
 
 
 def prefetch_fragments(lw: Lowerer, ring, kt: Var, n: int, S: int, issue, kvar: Var, frag_loads: list,

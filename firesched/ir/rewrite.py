@@ -1,0 +1,117 @@
+"""Walking and rewriting statements: flatten, visit every statement, substitute index variables,
+expand an unrolled loop into its iterations.
+
+Passes over the kernel IR (the pipeline's fragment prefetch, the loop rule's expansion of a loop
+of asynchronous issues) share these instead of each recursing over the node types.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .expr import IntExpr, Var, substitute
+from .nodes import (
+    AtomCall,
+    Barrier,
+    Comment,
+    DescRef,
+    For,
+    If,
+    MemRef,
+    Pointwise,
+    RegFill,
+    RegRef,
+    Role,
+    Roles,
+    Scalar,
+    Seq,
+)
+
+
+def flat(stmts) -> list:
+    """``stmts`` with nested ``Seq`` spliced in (one level of statements, loops kept whole)."""
+    out = []
+    for st in stmts:
+        if isinstance(st, Seq):
+            out += flat(st.body)
+        else:
+            out.append(st)
+    return out
+
+
+def walk(stmts):
+    """Every statement of ``stmts`` and of the bodies nested in them, outermost first."""
+    for st in stmts:
+        yield st
+        if isinstance(st, Seq):
+            yield from walk(st.body)
+        elif isinstance(st, For):
+            yield from walk([st.body])
+        elif isinstance(st, If):
+            yield from walk([st.then])
+        elif isinstance(st, Roles):
+            for r in st.roles:
+                yield from walk([r.body])
+
+
+def map_operand(r, expr: Callable[[IntExpr], IntExpr]):
+    """Operand ``r`` (register, memory, descriptor or scalar) with its offset or value mapped
+    through ``expr``; anything else unchanged."""
+    if isinstance(r, RegRef):
+        return RegRef(r.buffer, expr(r.offset))
+    if isinstance(r, MemRef):
+        return MemRef(r.buffer, expr(r.offset))
+    if isinstance(r, DescRef):
+        return DescRef(r.buffer, expr(r.offset), r.swizzle, r.lbo, r.sbo)
+    if isinstance(r, Scalar):
+        return Scalar(expr(r.value))
+    return r
+
+
+def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None):
+    """``st`` with every index expression ``x`` replaced by ``expr(x)`` and every operand ``r``
+    (register, memory, descriptor or scalar) by ``ref(r)`` (default: the same operand with its
+    offset or value mapped through ``expr``)."""
+
+    def operand(r):
+        return ref(r) if ref is not None else map_operand(r, expr)
+
+    def go(s):
+        if isinstance(s, Seq):
+            return Seq(tuple(go(x) for x in s.body))
+        if isinstance(s, For):
+            return For(s.var, s.extent, go(s.body), s.unroll)
+        if isinstance(s, If):
+            return If(expr(s.cond), go(s.then))
+        if isinstance(s, Roles):
+            return Roles(tuple(Role(r.name, r.first, r.count, go(r.body)) for r in s.roles))
+        if isinstance(s, AtomCall):
+            return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment)
+        if isinstance(s, Pointwise):
+            return Pointwise(s.op, operand(s.dst), tuple(operand(x) for x in s.srcs))
+        if isinstance(s, RegFill):
+            return RegFill(operand(s.ref), s.count, s.value)
+        if isinstance(s, Barrier):
+            return Barrier(s.comment, expr(s.bar_id), s.threads)
+        return s
+
+    return go(st)
+
+
+def substitute_stmt(st, env: dict):
+    """``st`` with the variables of ``env`` (by ``Var`` or name) replaced, expressions re-simplified."""
+    return map_stmt(st, lambda x: substitute(x, env))
+
+
+def expand(loop: For) -> Seq:
+    """The iterations of ``loop`` one after another, its variable a constant in each::
+
+        for k1 in 0..3: issue(desc(A + k1*32))   ->   issue(desc(A + 0)); issue(desc(A + 32)); ...
+
+    The same program; each iteration's operands become constant offsets of one base."""
+    v: Var = loop.var
+    return Seq(tuple(Seq((Comment(f"{v.name} = {i}"), substitute_stmt(loop.body, {v: i})))
+                     for i in range(loop.extent)))
+
+
+__all__ = ["flat", "walk", "map_operand", "map_stmt", "substitute_stmt", "expand"]
