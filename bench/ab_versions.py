@@ -5,9 +5,9 @@
 
 The other checkout's ``firesched`` is imported under another name (a copy whose absolute
 ``firesched`` imports are renamed), so both versions run in this one process, on the same inputs.
-Each round times this version, the other and ``torch.matmul`` once each (``reps`` back-to-back
-launches between two events, median of ``samples``); the figures are medians over rounds, so clock
-drift and a busy GPU hit all three alike.  Both versions build the recipe with the same parameters
+Each round times this version, the other and ``torch.matmul`` once each, in reverse order every
+other round (``reps`` back-to-back launches between two events, median of ``samples``); the
+figures are medians over rounds, so clock drift and a busy GPU hit all three alike.  Both versions build the recipe with the same parameters
 (``bench/gemm.py``'s per-shape model of this version).  Prints a table; ``--out`` writes JSON.
 """
 
@@ -97,9 +97,12 @@ def main(argv=None):
 
             fns = [run_k(kernels[0]), run_k(kernels[1]), peer]
             times = [[], [], []]
-            for _ in range(args.rounds):
-                for j, fn in enumerate(fns):
-                    times[j].append(time_ms(torch, fn, args.reps, args.samples))
+            for r in range(args.rounds):
+                # alternate the order each round: whichever runs first after the previous shape
+                # (or after cuBLAS) is not always the same one
+                order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+                for j in order:
+                    times[j].append(time_ms(torch, fns[j], args.reps, args.samples))
             flops = 2.0 * M * N * K
             new_t, old_t, cb_t = (statistics.median(t) for t in times)
             row = dict(M=M, N=N, K=K, dtype=dt, params=kw, rel_err_new=errs[0], rel_err_old=errs[1],
@@ -113,7 +116,7 @@ def main(argv=None):
                   f"old {row['old_tflops']:6.1f} ({row['old_vs_cublas']:.3f}x)  cuBLAS {row['cublas_tflops']:6.1f}  "
                   f"new/old {row['new_vs_old']:.3f}  err {errs[0]:.1e}/{errs[1]:.1e}", flush=True)
     meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(), torch=torch.__version__,
-                command=" ".join(sys.argv), method=f"rounds of (new, old, cuBLAS), each {args.reps} launches between "
+                command=" ".join(sys.argv), method=f"rounds of (new, old, cuBLAS), reversed every other round, each {args.reps} launches between "
                 f"events, median of {args.samples}; medians over {args.rounds} rounds", atoms=args.atoms)
     if args.out:
         with open(args.out, "w") as f:
