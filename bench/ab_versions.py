@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
-import json
 import math
 import os
 import re
@@ -29,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
-from bench.gemm import L2_BYTES, params_for, params_sm90, time_ms  # noqa: E402
+from bench.gemm import L2_BYTES, params_for, params_sm90, time_ms, write_results  # noqa: E402
 
 _ABS = re.compile(r"\bfiresched(?=[.\s])")
 
@@ -119,9 +118,7 @@ def main(argv=None):
                 command=" ".join(sys.argv), method=f"rounds of (new, old, cuBLAS), reversed every other round, each {args.reps} launches between "
                 f"events, median of {args.samples}; medians over {args.rounds} rounds", atoms=args.atoms)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
-        print(f"wrote {args.out}")
+        write_results(args.out, meta, rows)
     return rows
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import statistics
@@ -24,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
-from bench.gemm import L2_BYTES, time_ms  # noqa: E402
+from bench.gemm import L2_BYTES, time_ms, write_results  # noqa: E402
 
 SUITE = [
     (512, 128, 128, 64), (256, 256, 256, 64), (64, 1024, 1024, 64), (128, 512, 512, 128), (32, 512, 512, 512),
@@ -97,11 +96,8 @@ def main(argv=None):
                 cuda=torch.version.cuda, nvrtc=".".join(map(str, fs.cuda.nvrtc.nvrtc_version())), command=" ".join(sys.argv),
                 method=f"rounds of (ours, torch.bmm), each {reps} launches between events, median of {samples}; "
                        f"medians over {rounds} rounds; inputs rotated when they fit in L2", geomean=gm)
-    out = args.out or os.path.join(HERE, "results", f"bmm-{meta['date']}{'-quick' if args.quick else ''}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    print(f"wrote {out}")
+    write_results(args.out or os.path.join(HERE, "results", f"bmm-{meta['date']}{'-quick' if args.quick else ''}.json"),
+                  meta, rows)
     return rows
 
 

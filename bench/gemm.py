@@ -189,12 +189,17 @@ def main(argv=None):
     except Exception:
         pass
     meta["atoms"] = args.atoms
-    out = args.out or os.path.join(HERE, "results", f"gemm-{args.atoms}-{meta['date']}{'-quick' if args.quick else ''}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    print(f"wrote {out}")
+    write_results(args.out or os.path.join(HERE, "results", f"gemm-{args.atoms}-{meta['date']}"
+                                                             f"{'-quick' if args.quick else ''}.json"), meta, rows)
     return rows
+
+
+def write_results(path: str, meta: dict, rows: list) -> None:
+    """Write ``{"meta": meta, "rows": rows}`` as JSON to ``path`` (creating its folder)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

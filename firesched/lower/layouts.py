@@ -42,8 +42,48 @@ UNIT_LEVELS = (WARPGROUP, WARP, THREAD)
 
 # --------------------------------------------------------------------------- registers
 
+class _SequentialTiles:
+    """Registers of a tensor repeated over the sequential loops ``seq`` ((dim, count, step), outer
+    first) around a block of ``values`` registers per repetition (an MMA fragment, or a thread's
+    element-wise leaf)."""
+
+    __slots__ = ()
+
+    @property
+    def size(self) -> int:
+        n = self.values
+        for _, c, _ in self.seq:
+            n *= c
+        return n
+
+    def strides(self) -> list[int]:
+        out, acc = [], self.values
+        for _, c, _ in reversed(self.seq):
+            out.append(acc)
+            acc *= c
+        return out[::-1]
+
+    def unit_origin(self, seq_vars, unit_vars: dict) -> dict[str, IntExpr]:
+        """The origin (relative to the tensor) of the repetition that ``seq_vars`` (one variable
+        per ``seq`` loop) index, in the part of the unit whose mapped loop variables ``unit_vars``
+        binds (by loop variable name)."""
+        origin: dict[str, IntExpr] = {d: 0 for d in self.dims}
+        for (d, _c, s), v in zip(self.seq, seq_vars):
+            origin[d] = origin[d] + v * s
+        for d, _c, s, var in self.par:
+            origin[d] = origin[d] + unit_vars[var] * s
+        return origin
+
+    def seq_offset(self, origin: dict[str, IntExpr]) -> IntExpr:
+        """Register offset of the repetition holding tile origin ``origin`` (relative to the tensor)."""
+        off: IntExpr = 0
+        for (d, c, s), st in zip(self.seq, self.strides()):
+            off = off + ((origin[d] // s) % c) * st
+        return off
+
+
 @attrs.frozen
-class RFLayout:
+class RFLayout(_SequentialTiles):
     """Where each element of a register tensor lives (see the module docstring)."""
 
     key: object                                    # the register tensor
@@ -67,26 +107,9 @@ class RFLayout:
     def values(self) -> int:
         return self.tv.num_values
 
-    @property
-    def size(self) -> int:
-        n = self.values
-        for _, c, _ in self.seq:
-            n *= c
-        return n
-
-    def strides(self) -> list[int]:
-        out, acc = [], self.values
-        for _, c, _ in reversed(self.seq):
-            out.append(acc)
-            acc *= c
-        return out[::-1]
-
     def offset(self, origin: dict[str, IntExpr]) -> IntExpr:
         """Register offset of the fragment whose tile origin (relative to the tensor) is ``origin``."""
-        off: IntExpr = 0
-        for (d, c, s), st in zip(self.seq, self.strides()):
-            off = off + ((origin[d] // s) % c) * st
-        return off
+        return self.seq_offset(origin)
 
     def owner(self, coord: tuple[int, int]) -> tuple[int, int]:
         """(lane, register offset) holding the element at integer ``coord`` (relative to the unit's
@@ -135,17 +158,18 @@ def register_layouts(block: Node) -> dict:
     return out
 
 
-def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
-    # the tensor's frame starts where it is created: the first node in the path that has it as an
-    # operand in RF
-    # the tensor's frame starts at the node that creates it: the parent of the first node that has
-    # it as an operand (its loops — a K loop, a reduced dim mapped onto threads — are the first
-    # that iterate over the tensor's life)
-    start = 0
+def _frame_start(k, path: list) -> int:
+    """Where register tensor ``k``'s frame starts in ``path``: at the node that creates it, the
+    parent of the first node that has it as an operand (its loops — a K loop, a reduced dim mapped
+    onto threads — are the first that iterate over the tensor's life)."""
     for i, n in enumerate(path):
         if any(t.tensor == k for t in n.spec.operands):
-            start = max(i - 1, 0)
-            break
+            return max(i - 1, 0)
+    return 0
+
+
+def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
+    start = _frame_start(k, path)
     dims = tile.tensor.dims
     if len(dims) != 2:
         raise err(path[-1], f"register tensor {tile.name} has dims {dims}; an MMA fragment is 2-D",
@@ -186,7 +210,7 @@ def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
 # --------------------------------------------------------------------------- thread registers
 
 @attrs.frozen
-class ThreadLayout:
+class ThreadLayout(_SequentialTiles):
     """A register tensor that threads hold element by element (no MMA fragment): each thread holds
     the ``leaf`` tile its element-wise leaf touches (row-major over ``dims``), repeated over the
     sequential loops between the tensor's creation and the leaf (``seq``, outer first); loops
@@ -212,24 +236,10 @@ class ThreadLayout:
             n *= s
         return n
 
-    @property
-    def size(self) -> int:
-        n = self.values
-        for _, c, _ in self.seq:
-            n *= c
-        return n
-
     def offset(self, origin: dict[str, IntExpr]) -> IntExpr:
         """Register offset of the element at ``origin`` (relative to the tensor, within this
         thread's part): the sequential tiles outside, the leaf's row-major index inside."""
-        off: IntExpr = 0
-        stride = self.values
-        strides = []
-        for _, c, _ in reversed(self.seq):
-            strides.append(stride)
-            stride *= c
-        for (d, c, s), st in zip(self.seq, reversed(strides)):
-            off = off + ((origin[d] // s) % c) * st
+        off = self.seq_offset(origin)
         inner: IntExpr = 0
         for d, n in zip(self.dims, self.leaf):
             inner = inner * n + origin[d] % n if n > 1 else inner * n
@@ -255,14 +265,7 @@ def thread_layouts(block: Node) -> dict:
 
 
 def _derive_thread(k, tile, path: list) -> ThreadLayout:
-    # the tensor's frame starts at the node that creates it: the parent of the first node that has
-    # it as an operand (its loops — a K loop, a reduced dim mapped onto threads — are the first
-    # that iterate over the tensor's life)
-    start = 0
-    for i, n in enumerate(path):
-        if any(t.tensor == k for t in n.spec.operands):
-            start = max(i - 1, 0)
-            break
+    start = _frame_start(k, path)
     dims = tile.tensor.dims
     seq, par, rep = [], [], []
     for n in path[start:]:

@@ -174,11 +174,7 @@ def frag_iter(lw: Lowerer, ctx, lay: RFLayout):
     """(unrolled loop vars, [(values, coordinate exprs relative to the tensor, register offset)],
     the loop over repeated value blocks or None) for every fragment run of this thread."""
     vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
-    origin = {d: 0 for d in lay.dims}
-    for (d, _c, s), v in zip(lay.seq, vars_):
-        origin[d] = origin[d] + v * s
-    for d, _c, s, var in lay.par:
-        origin[d] = origin[d] + ctx.vars[var] * s
+    origin = lay.unit_origin(vars_, ctx.vars)
     base = lay.offset({d: sum(v * s for (dd, c, s), v in zip(lay.seq, vars_) if dd == d) for d in lay.dims})
     tv = lay.tv
     lane = ctx.scope.tid % lay.atom.threads

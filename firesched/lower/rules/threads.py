@@ -309,11 +309,7 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.Reg
     steps = _ops(getattr(spec, "ops", ()) or ())
     work = lw.kb.reg("w", f32, 1)
     vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
-    origin = {d: 0 for d in lay.dims}
-    for (d, _c, s), v in zip(lay.seq, vars_):
-        origin[d] = origin[d] + v * s
-    for d, _c, s, var in lay.par:
-        origin[d] = origin[d] + ctx.vars[var] * s
+    origin = lay.unit_origin(vars_, ctx.vars)
     go = ctx.origin[key(dst)]
     t = dst.tensor
     stmts = []
