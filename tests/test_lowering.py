@@ -22,6 +22,8 @@ from firesched.strategies import (
     pipeline,
     tile,
     to_blocks,
+    to_threads,
+    to_warpgroups,
     to_warps,
 )
 
@@ -159,3 +161,39 @@ def test_statements_of_a_lowered_program_are_kernel_ir():
 
     go(prog.kernels[0].body)
     assert kinds <= {n for n in ir.__all__}
+
+
+@pytest.mark.parametrize("C", [33, 100])
+def test_more_threads_than_a_warp_holds_are_refused_at_check(C):
+    # 64 threads mapped inside a warp-level row: the warp index would cover 32 threads while the
+    # thread loop spans 64, so two rows' partial sums would meet (it once returned a wrong sum)
+    spec = fs.Reduce.kernel("sum", {"r": 3, "c": C}, "c")
+    sched = spec.schedule(tile(r=2) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=64),
+                          tile(c=1) >> to_threads(), done())
+    with pytest.raises(ScheduleError, match=r"64 threads are mapped inside one warp, which holds 32") as e:
+        sched.check("sm_80")
+    assert "to_threads()" in str(e.value.strategy) and e.value.allowed == "at most 32 threads per warp"
+    # 32 threads per warp is the same reduction, accepted and right
+    ok = spec.schedule(tile(r=2) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=64),
+                       tile(c=2) >> to_threads(), done())
+    X = np.random.default_rng(C).standard_normal((3, C))
+    assert np.allclose(fs.interpret(ok, X), X.astype(np.float16).astype(np.float64).sum(1), atol=1e-2)
+
+
+def test_more_warps_than_a_warpgroup_holds_are_refused_at_check():
+    spec = fs.MatMul.kernel(128, 256, 64)
+    sched = spec.schedule(tile(m=128, n=256) >> to_blocks(), tile(k=32), move_to_smem("A"), move_to_smem("B"),
+                          tile(m=64) >> to_warpgroups(), tile(n=32) >> to_warps(), tile(k=16),
+                          move_to_regs("A"), move_to_regs("B"), tile(m=16, n=8, k=16) >> done(MMA))
+    with pytest.raises(ScheduleError, match=r"8 warps are mapped inside one warpgroup, which holds 4"):
+        sched.check("sm_80")
+
+
+def test_mma_sync_k_steps_keep_their_loop_so_fragments_load_one_step_ahead():
+    # only loops of wgmma issues are written out; the mma.sync K-step loop stays a loop, which the
+    # pipeline splits to double-buffer the register fragments (step ks+1 loads while ks computes)
+    prog = _chain(fs.MatMul.kernel(128, 128, 128), bk=32).lower("sm_80")
+    regs = {r.name: r.size for r in prog.kernels[0].regs}
+    # a 64x16 A fragment of a warp is 4 ldmatrix.x4 = 4 x 8 f16 per thread, doubled: 64
+    assert regs["A_frag"] == 2 * (64 * 16 // 32), regs
+    assert regs["B_frag"] == 2 * (16 * 64 // 32), regs

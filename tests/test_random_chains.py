@@ -7,7 +7,7 @@ any stage count, any warp or thread arrangement, odd and tiny shapes.  Each chai
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import firesched as fs
@@ -129,6 +129,8 @@ REDUCE = {"sum": lambda x: x.sum(1), "max": lambda x: x.max(1), "min": lambda x:
        rows=st.sampled_from(["warps", "threads", "block"]), br=st.sampled_from([1, 2, 4]),
        chunk=st.sampled_from([16, 64, 100, 256]), tc=st.sampled_from([1, 2, 4, 8, 3]),
        lanes=st.sampled_from([None, 4, 8, 32]), seed=st.integers(0, 99))
+# 64 threads inside a warp's row: accepted once, and summed two rows' lanes together
+@example(R=1, C=33, op="mean", rows="warps", br=2, chunk=64, tc=1, lanes=None, seed=0)
 def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, seed):
     spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
     chain = [tile(r=br) >> to_blocks()]

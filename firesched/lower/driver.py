@@ -133,11 +133,37 @@ def block_threads(block: Node) -> int:
                 raise err(m, "the parts of a fused spec map different numbers of threads: "
                              + ", ".join(f"part {i}: {c}" for i, c in enumerate(counts)),
                           fix="map every part onto the same warps (e.g. to_warps(2, 2) in each)")
+    _check_nesting(block)
     n = _threads(block)
     if n == 0:
         raise err(block, "no loop of the block is mapped onto warps (or warpgroups, or threads)",
                   fix="tile the block's work with tile(m=..., n=...) >> to_warps()")
     return n
+
+
+def _check_nesting(n: Node) -> None:
+    """Units mapped inside a unit must fit in it: a warp has 32 threads, a warpgroup 4 warps.
+    (Mapping 64 threads below a warp would give each warp's index to 32 threads while the
+    thread loop spans 64, so two warps' rows would be reduced together.)"""
+    finer = (WARPGROUP, WARP, THREAD)
+    for level in (WARPGROUP, WARP):
+        if not any(lp.unit == level for lp in n.loops):
+            continue
+        for c in n.children:
+            for f in finer[finer.index(level) + 1:]:
+                need = _inner_units(c, f) * UNIT_THREADS[f]
+                if need > UNIT_THREADS[level]:
+                    inner = next(m for m in _walk(c) if any(lp.unit == f for lp in m.loops))
+                    cap = UNIT_THREADS[level] // UNIT_THREADS[f]
+                    detail = "" if f == THREAD else f" ({need} threads; a {level} has {UNIT_THREADS[level]})"
+                    raise err(inner, f"{need // UNIT_THREADS[f]} {f}s are mapped inside one {level}, "
+                                     f"which holds {cap}{detail}",
+                              strategy=inner.strategy, field=f"{f}s", value=need // UNIT_THREADS[f],
+                              allowed=f"at most {cap} {f}s per {level}",
+                              fix=f"tile the {level}'s part more coarsely before to_{f}s(), or map more "
+                                  f"{level}s above it")
+    for c in n.children:
+        _check_nesting(c)
 
 
 def bind_units(block: Node, scope: Scope) -> tuple[dict, dict]:
