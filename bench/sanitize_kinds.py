@@ -1,8 +1,8 @@
 """Kernels of every spec kind run once each, for ``compute-sanitizer`` (memcheck, racecheck,
 synccheck): batched GEMMs on both atom families (rank-3 tensor maps, a padded operand), a
 broadcasting Pointwise, a cast, a transpose through shared memory, row reductions over a warp
-(shuffles) and over a block (shuffles and shared memory), and the fused MLP whose hidden tile stays
-in shared memory.
+(shuffles), over a block (shuffles and shared memory) and across blocks (partial results in a
+workspace, a second launch), and the fused MLP whose hidden tile stays in shared memory.
 
     compute-sanitizer --tool racecheck python bench/sanitize_kinds.py [case ...]
 
@@ -79,6 +79,16 @@ def _reduce_block(torch):
     return Y, X.float().sum(1)
 
 
+def _reduce_across_blocks(torch):
+    spec = fs.Reduce.kernel("mean", {"r": 3, "c": 5000}, "c")
+    k = fs.compile(spec.schedule(tile(r=1, c=1024) >> to_blocks(), tile(c=256), tile(c=8) >> to_threads(), done()),
+                   arch="sm_90a")
+    X = torch.randn(3, 5000, device="cuda", dtype=torch.float16)
+    Y = torch.empty(3, device="cuda")
+    k(X, Y)
+    return Y, X.float().mean(1)
+
+
 def _fused_mlp(torch):
     from test_fused import mlp_schedule
 
@@ -100,6 +110,7 @@ CASES = {
     "transpose": _transpose,
     "reduce-warp": _reduce_warp,
     "reduce-block": _reduce_block,
+    "reduce-across-blocks": _reduce_across_blocks,
     "fused-mlp": _fused_mlp,
 }
 

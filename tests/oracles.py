@@ -91,11 +91,14 @@ def gemm(A, B, *, dtype: str = "f16", out_dtype: str | None = None, ops=(), extr
     if prologue_relu:
         a = relu(a)
     if prologue is not None:
+        # a prologue op runs on the operand's registers, which hold the input type: each op's
+        # result is rounded to it before the next op (and before the products)
         for name, pops in ([prologue] if isinstance(prologue[0], str) else prologue):
-            if name == "A":
-                a = epilogue(a, pops, {}, dtype)
-            else:
-                b = epilogue(b, pops, {}, dtype)
+            for op in pops:
+                if name == "A":
+                    a = rounded(epilogue(a, (op,), {}, dtype), dtype)
+                else:
+                    b = rounded(epilogue(b, (op,), {}, dtype), dtype)
     return epilogue(a @ b, ops, extras or {}, out_type(out_dtype, dtype, ops))
 
 

@@ -77,7 +77,7 @@ def test_matmul_chains(M, N, K, bm, bn, bk, wm, wn, wk, stages, relu, seed):
 OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-@_examples(dev=15, ci=100)
+@_examples(dev=25, ci=300)
 @given(R=st.integers(1, 40), C=st.integers(1, 70), op=st.sampled_from(sorted(OPS)),
        bcast=st.sampled_from(["none", "row", "col"]), br=st.sampled_from([1, 2, 3, 4, 8]),
        bc=st.sampled_from([8, 16, 24, 32, 64]), tr=st.sampled_from([1, 2]), tc=st.sampled_from([1, 2, 3, 4, 8]),
@@ -124,16 +124,18 @@ REDUCE = {"sum": lambda x: x.sum(1), "max": lambda x: x.max(1), "min": lambda x:
           "mean": lambda x: x.mean(1)}
 
 
-@_examples(dev=15, ci=100)
+@_examples(dev=25, ci=300)
 @given(R=st.integers(1, 20), C=st.integers(1, 300), op=st.sampled_from(sorted(REDUCE)),
        rows=st.sampled_from(["warps", "threads", "block"]), br=st.sampled_from([1, 2, 4]),
        chunk=st.sampled_from([16, 64, 100, 256]), tc=st.sampled_from([1, 2, 4, 8, 3]),
-       lanes=st.sampled_from([None, 4, 8, 32]), seed=st.integers(0, 99))
+       lanes=st.sampled_from([None, 4, 8, 32]), split=st.sampled_from([None, 32, 100, 512]),
+       seed=st.integers(0, 99))
 # 64 threads inside a warp's row: accepted once, and summed two rows' lanes together
-@example(R=1, C=33, op="mean", rows="warps", br=2, chunk=64, tc=1, lanes=None, seed=0)
-def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, seed):
+@example(R=1, C=33, op="mean", rows="warps", br=2, chunk=64, tc=1, lanes=None, split=None, seed=0)
+def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, split, seed):
     spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
-    chain = [tile(r=br) >> to_blocks()]
+    # split: the reduced dim tiled onto blocks too (partial results, then a second launch)
+    chain = [tile(r=br) >> to_blocks() if split is None else tile(r=br, c=split) >> to_blocks()]
     if rows == "warps":
         chain.append(tile(r=1) >> to_warps())
     elif rows == "threads" and br > 1:

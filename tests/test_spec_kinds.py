@@ -128,10 +128,39 @@ def test_a_thread_tile_too_large_for_registers_is_refused():
         spec.schedule(tile(r=8, c=1024) >> to_blocks(), tile(r=1, c=512) >> to_threads(), done())
 
 
-def test_a_reduction_across_blocks_is_refused_for_now():
-    spec = fs.Reduce.kernel("sum", {"r": 4, "c": 1 << 16}, "c")
-    with pytest.raises(ScheduleError, match="sequential reduction loop inside a block"):
-        spec.schedule(tile(r=1, c=4096) >> to_blocks())
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("R,C,part", [(4, 1 << 16, 4096), (3, 1000, 256), (1, 33, 32), (2, 5000, 4096)])
+def test_a_reduction_across_blocks_is_two_launches(op, R, C, part):
+    """A reduced dim tiled onto blocks: each block reduces its part into a workspace of partial
+    results (in f32, one row per part) and a second launch folds the parts; a mean divides by the
+    whole count once, at the end."""
+    spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c", out="f16")
+    chunk = min(part, 256)
+    sched = spec.schedule(tile(r=1, c=part) >> to_blocks(), tile(c=chunk), tile(c=chunk // 32) >> to_threads(),
+                          done())
+    text = str(sched)
+    parts = -(-C // part)
+    assert f"Y_part:GL f32[{parts}x{R}] -> Y:GL f16[{R}]" in text
+    prog = sched.lower("sm_80")
+    assert len(prog.kernels) == 2 and prog.kernels[0].grid[0] * prog.kernels[0].grid[1] == R * parts
+    X = RNG.standard_normal((R, C))
+    want = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}[op](_r(X), axis=1)
+    got = np.asarray(fs.interpret(sched, X), np.float64)
+    assert np.allclose(got, want.astype(np.float16).astype(np.float64), rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+def test_a_reduction_across_blocks_splits_one_reduced_dim():
+    spec = fs.Reduce.kernel("sum", {"r": 4, "c": 64, "d": 64}, ("c", "d"))
+    with pytest.raises(ScheduleError, match="splits one reduced dimension into parts"):
+        spec.schedule(tile(r=1, c=16, d=16) >> to_blocks())
+
+
+def test_a_reduced_tile_left_off_the_blocks_is_refused_at_check():
+    spec = fs.Reduce.kernel("sum", {"r": 3, "c": 1000}, "c")
+    sched = spec.schedule(tile(c=256), tile(r=1) >> to_blocks(), tile(c=256), tile(c=8) >> to_threads(), done())
+    with pytest.raises(ScheduleError, match=r"loops c0 over c are not mapped onto blocks") as e:
+        sched.check("sm_80")
+    assert "tile(r=..., c=...) >> to_blocks()" in e.value.fix
 
 
 def test_one_strategy_creates_the_accumulator_and_maps_the_reduction():

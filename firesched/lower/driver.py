@@ -87,8 +87,13 @@ def _launches(pb: ProgramBuilder, node: Node, outer: tuple) -> None:
             raise err(node, "this kernel-level spec is not refined: no rule launches it as it is",
                       fix="start the chain with tile(...) >> to_blocks()")
     else:
-        raise err(node, "the kernel-level spec must be tiled onto blocks",
-                  fix="start the chain with tile(m=..., n=...) >> to_blocks()")
+        seq = [lp for lp in node.loops if lp.unit != BLOCK]
+        what = ", ".join(f"{lp.var} over {'/'.join(d for d, _ in lp.steps)}" for lp in seq)
+        raise err(node, "the kernel-level spec must be tiled onto blocks"
+                        + (f": its loops {what} are not mapped onto blocks" if seq else ""),
+                  strategy=node.strategy,
+                  fix="map each tiling of the kernel-level spec: tile("
+                      + ", ".join(f"{d}=..." for d in node.spec.dims) + ") >> to_blocks()")
     for p in node.post:
         _launches(pb, p, ())
 

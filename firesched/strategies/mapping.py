@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import attrs
 
+from .. import ops as fops
 from ..errors import ScheduleError
+from ..schedule import Node
 from ..spec import MatMul, Reduce
-from ..tensor import BLOCK, KERNEL, THREAD, WARP, WARPGROUP, Level
+from ..tensor import BLOCK, GL, KERNEL, THREAD, WARP, WARPGROUP, Level, Tensor, Tile
 from .base import Strategy, record
 
 #: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: pairs share B tiles
@@ -68,11 +70,13 @@ class to(Strategy):
             raise ScheduleError("the last tile created no unmapped loops over dimensions the focus keeps "
                                 f"(its reduction dims {sorted(red)} are split with split_k)", strategy=self,
                                 spec=parent.spec, fix="tile(m=..., n=...) before mapping")
-        if isinstance(spec, Reduce) and self.level == BLOCK and any(lp.dim in spec.reduction_dims for lp in loops):
-            raise ScheduleError("a reduction across blocks (a second pass over partial results, or a cluster) is not "
-                                "built yet", strategy=self, spec=spec, field="level", value=str(self.level),
-                                fix="tile the kept dims onto blocks and reduce inside each block: "
-                                    "tile(<reduced>=...) >> to_threads() / to_warps()")
+        across = [lp for lp in loops if isinstance(spec, Reduce) and self.level == BLOCK
+                  and lp.dim in spec.reduction_dims]
+        if len(across) > 1:
+            raise ScheduleError("a reduction across blocks splits one reduced dimension into parts "
+                                f"({', '.join(lp.dim for lp in across)} were tiled onto blocks)",
+                                strategy=self, spec=spec, field="level", value=str(self.level),
+                                fix="tile one reduced dim onto blocks, and reduce the others inside each block")
         if spec.level not in _FROM[self.level]:
             raise ScheduleError(f"loops of a {spec.level}-level spec cannot map onto {self.level}s",
                                 strategy=self, spec=spec, field="level", value=str(self.level),
@@ -130,9 +134,14 @@ class to(Strategy):
                                     persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1)
                        if lp in loops else lp
                        for lp in parent.loops)
-        new_focus = attrs.evolve(focus, spec=attrs.evolve(spec, level=self.level))
+        new_spec = attrs.evolve(spec, level=self.level)
+        post = parent.post
+        if across:
+            mapped, new_spec, second = _partials(sched, parent.spec, new_spec, mapped, across[0])
+            post = post + (Node(second),)
+        new_focus = attrs.evolve(focus, spec=new_spec)
         new_parent = attrs.evolve(parent, loops=mapped, strategy=record(parent, self),
-                                  body=parent.body[:-1] + (new_focus,))
+                                  body=parent.body[:-1] + (new_focus,), post=post)
         return sched.replace_path(path[:-1], new_parent)
 
     def __repr__(self):
@@ -150,6 +159,43 @@ class to(Strategy):
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
 
     __str__ = __repr__
+
+
+def _partials(sched, whole: Reduce, part: Reduce, loops: tuple, lp):
+    """A reduction whose reduced dim ``lp.dim`` is tiled onto blocks, as two launches::
+
+        Reduce<kernel>(sum over c: X[R x C] -> Y[R])         for c0 in block(P):
+          tile(c=S) >> to_blocks()                ==>          Reduce<block>(sum over c: X[R x S] -> Y_part[1 x R])
+                                                             Reduce<kernel>(sum over cp: Y_part[P x R] -> Y[R])
+
+    Each block reduces its part into a workspace of partial results (one row per part, in the
+    accumulation dtype); a second launch combines the parts and applies the ops.  A mean is a sum
+    of parts scaled by the whole count once, at the end; max and min combine with themselves."""
+    dst = part.dst
+    pdim = _fresh_dim(whole, f"{lp.dim}p")
+    ws = Tensor(f"{dst.name}_part", part.acc, GL, (pdim,) + dst.tensor.dims, (lp.count,) + dst.tensor.shape,
+                dst.tensor.major, workspace=True)
+    first = "sum" if whole.op == "mean" else whole.op
+    ops = tuple(whole.ops)
+    if whole.op == "mean":
+        n = 1
+        for d in whole.reduction_dims:
+            n *= whole.src.tensor.extent(d)
+        ops = (fops.scale(1.0 / n),) + ops
+    loops = tuple(attrs.evolve(x, steps=x.steps + ((pdim, 1),)) if x.var == lp.var else x for x in loops)
+    block_part = attrs.evolve(part, op=first, ops=(), dst=Tile(ws, (1,) + tuple(dst.shape)))
+    second = Reduce("max" if first == "max" else "min" if first == "min" else "sum",
+                    Tile(ws, ws.shape), whole.dst, (pdim,), KERNEL, ops, whole.acc)
+    return loops, block_part, second
+
+
+def _fresh_dim(spec, base: str) -> str:
+    used = {d for t in spec.operands for d in t.tensor.dims}
+    name, i = base, 0
+    while name in used:
+        i += 1
+        name = f"{base}{i}"
+    return name
 
 
 def _mapped_warps(path) -> int:
@@ -184,6 +230,14 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
     with a TMA multicast into the shared memory of every block of the cluster::
 
         for m0 in block(32) clusters(2), n0 in block(16)    # block pairs (m0, m0+1) share B
+
+    A ``Reduce`` whose reduced dim is tiled onto blocks becomes two launches: each block reduces
+    its part into a workspace of partial results, and a second launch folds the parts::
+
+        Reduce<kernel>(sum over c: X[R x C] -> Y[R]), tile(r=1, c=4096) >> to_blocks()
+        for r0 in block(R), c0 in block(C/4096):
+          Reduce<block>(sum over c: X[1 x 4096] -> Y_part[1 x 1])
+        Reduce<kernel>(sum over cp: Y_part:f32[C/4096 x R] -> Y[R])
     """
     return to(BLOCK, tuple(arrangement), group, persistent, cluster)
 

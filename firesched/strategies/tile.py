@@ -58,14 +58,16 @@ class tile(Strategy):
                                     strategy=self, spec=spec, field=d, value=v,
                                     allowed=f"1..{ext[d]}", fix=f"use {d}<={ext[d]}")
         reduced = [d for d in sizes if d in red]
-        if reduced and spec.level == KERNEL:
+        if reduced and spec.level == KERNEL and not isinstance(spec, Reduce):
             raise ScheduleError(f"a {reduced[0]} tile is a sequential reduction loop inside a block; a "
                                 "kernel-level spec has no block to run it yet", strategy=self, spec=spec,
                                 field=reduced[0], value=sizes[reduced[0]],
                                 fix="apply tile(" + ", ".join(f"{d}=..." for d in spec.dims if d not in red)
-                                    + ") >> to_blocks() first")
+                                    + ") >> to_blocks() first (split_k(..., across=BLOCK) splits k over blocks)")
         out = _output(spec)
-        needs_acc = bool(reduced) and out is not None and out.memory != RF
+        # a kernel-level Reduce tiled along a reduced dim creates no accumulator: its parts go to
+        # blocks (to_blocks() then makes them partial results that a second launch combines)
+        needs_acc = bool(reduced) and out is not None and out.memory != RF and spec.level != KERNEL
         if needs_acc and len(reduced) != len(sizes):
             raise ScheduleError(f"tiling {reduced[0]} while the output is still in global memory creates the "
                                 "register accumulator; tile the other dimensions and the reduction in separate "

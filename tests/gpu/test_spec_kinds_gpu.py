@@ -67,3 +67,22 @@ def test_block_per_row_reduce():
     Y = torch.empty(64, device="cuda", dtype=torch.float32)
     k(X, Y)
     assert torch.allclose(Y, X.float().sum(1), rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("R, C, part", [(4, 1 << 20, 16384), (3, 1000, 256)])
+def test_reduce_across_blocks(op, R, C, part):
+    """Long rows: the reduced dim tiled onto blocks, partial results in a workspace, a second
+    launch folding them."""
+    spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
+    k = fs.compile(spec.schedule(tile(r=1, c=part) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=256),
+                                 tile(c=8) >> to_threads(), done()), arch="sm_90a")
+    assert len(k.program.kernels) == 2
+    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+    Y = torch.empty(R, device="cuda", dtype=torch.float32)
+    for _ in range(2):          # the workspace is reused: a second call must not see the first's parts
+        Y.fill_(float("nan"))
+        k(X, Y)
+        ref = {"sum": X.float().sum(1), "max": X.float().max(1).values, "min": X.float().min(1).values,
+               "mean": X.float().mean(1)}[op]
+        assert torch.allclose(Y, ref, rtol=1e-3, atol=1e-3 * max(1.0, ref.abs().max().item()))

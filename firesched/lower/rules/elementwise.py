@@ -1,10 +1,12 @@
 """Launch rules of open kernel-level specs that a strategy created (rather than the user).
 
 ``split_k(parts, across=BLOCK)`` leaves ``Reduce<kernel>(sum over kp: C_part -> C)`` after the
-launch that computes the partial products: it runs as its own launch here, one thread per pair
-of output elements, adding the parts in f32 and applying the epilogue's ops before the store::
+launch that computes the partial products, and a reduction tiled onto blocks along its reduced
+dim leaves ``Reduce<kernel>(sum | max | min over cp: Y_part -> Y)``: each runs as its own launch
+here, one thread per pair of output elements, folding the parts in f32 and applying the ops
+before the store::
 
-    idx = 2 * (block * 128 + thread):   acc = sum_p C_part[p, idx .. idx+1];  ops;  C[idx ..] = cvt(acc)
+    idx = 2 * (block * 128 + thread):   acc = fold_p part[p, idx .. idx+1];  ops;  out[idx ..] = cvt(acc)
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from ..program import KernelBuilder, ProgramBuilder
 from .accumulators import apply_ops, store_values
 
 REDUCE_THREADS = 128          # threads per block of the reduction launch
+FOLD = {"sum": ("add", 0.0), "max": ("max", float("-inf")), "min": ("min", float("inf"))}
 
 
 def reduce_launch(pb: ProgramBuilder, node: Node, name: str) -> ir.Kernel:
     spec: Reduce = node.spec
     axis = spec.src.tensor.dims[0]
-    if spec.op != "sum" or tuple(spec.axes) != (axis,) or spec.src.tensor.dims[1:] != spec.dst.tensor.dims:
-        raise err(node, "an unrefined kernel-level Reduce launches by default only as a sum over the leading "
-                        "dimension of a workspace (split-K's partial products)",
+    if spec.op not in FOLD or tuple(spec.axes) != (axis,) or spec.src.tensor.dims[1:] != spec.dst.tensor.dims:
+        raise err(node, "an unrefined kernel-level Reduce launches by default only as a sum, max or min over "
+                        "the leading dimension of a workspace of partial results (split-K's partial products, "
+                        "a reduction's parts per block)",
                   fix="refine the Reduce with strategies (tile(...) >> to_blocks(), ...)")
+    fold, start = FOLD[spec.op]
     kb = KernelBuilder(pb, name)
     lw = Lowerer(pb, kb, pb.target)
     ws = kb.gbuf(spec.src)
@@ -64,12 +69,12 @@ def reduce_launch(pb: ProgramBuilder, node: Node, name: str) -> ir.Kernel:
     tmp = kb.reg("part", f32, p)
     ld = catalog.copy_atom("GL", "RF", 4 * p)
     live = lt(idx, total_elems)
-    stmts: list = [ir.RegFill(ir.RegRef(work, 0), p, 0.0)]
+    stmts: list = [ir.RegFill(ir.RegRef(work, 0), p, start)]
     for j in range(parts):
         stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(tmp, 0)), ("src", ir.MemRef(ws, j * total_elems + idx))), live,
-                                 comment=f"partial sum {j}"))
+                                 comment=f"partial {'sum' if spec.op == 'sum' else 'result'} {j}"))
         for q in range(p):
-            stmts.append(ir.Pointwise("add", ir.RegRef(work, q), (ir.RegRef(work, q), ir.RegRef(tmp, q))))
+            stmts.append(ir.Pointwise(fold, ir.RegRef(work, q), (ir.RegRef(work, q), ir.RegRef(tmp, q))))
     stmts += apply_ops(lw, ctx, spec.ops, work, p, row, col, glim)
     out = kb.gbuf(spec.dst, write=True)
     stmts += store_values(lw, work, p, spec.dst.dtype, out, idx, row, col, glim)
