@@ -99,6 +99,12 @@ class Node:
     def children(self) -> tuple["Node", ...]:
         return self.pre + self.body + self.post
 
+    def walk(self):
+        """This node and every node below it, pre-order."""
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
     def __repr__(self):
         return f"Node({self.spec!r}, strategy={self.strategy!r}, loops={self.loops!r})"
 
@@ -178,12 +184,7 @@ class Schedule:
     def nodes(self):
         """Every node, pre-order."""
 
-        def go(n):
-            yield n
-            for c in n.children:
-                yield from go(c)
-
-        return go(self.root)
+        return self.root.walk()
 
     # ------------------------------------------------------------------ refinement
 

@@ -64,6 +64,7 @@ from ..hardware.atoms import sm90a
 from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Asm, Atom, Operand, asm_node
 from ..hardware.descriptors import DESCRIPTOR_MODE
 from ..ir import expr as ex
+from ..ir.rewrite import walk
 from ..ops import SCALAR_OPS
 
 __all__ = ["emit", "emit_kernel", "PRELUDE", "PRELUDE_SM90", "c_type", "required_arch"]
@@ -1069,21 +1070,7 @@ def _kernel_text(kernel: ir.Kernel) -> str:
 
 
 def _walk_calls(body):
-    stack = [body]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, (list, tuple)):
-            stack.extend(reversed(s))
-        elif isinstance(s, ir.Seq):
-            stack.extend(reversed(s.body))
-        elif isinstance(s, ir.For):
-            stack.append(s.body)
-        elif isinstance(s, ir.If):
-            stack.append(s.then)
-        elif isinstance(s, ir.Roles):
-            stack.extend(reversed([r.body for r in s.roles]))
-        elif isinstance(s, ir.AtomCall):
-            yield s
+    return (s for s in walk([body]) if isinstance(s, ir.AtomCall))
 
 
 def _wgmma_registers(body) -> tuple[list[str], list[str]]:

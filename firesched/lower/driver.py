@@ -121,7 +121,7 @@ def _inner_units(n: Node, level) -> int:
 
 def _threads(n: Node) -> int:
     """Threads the unit-mapped loops of ``n``'s subtree need (0 when none is mapped)."""
-    levels = {lp.unit for m in _walk(n) for lp in m.loops}
+    levels = {lp.unit for m in n.walk() for lp in m.loops}
     return max((_inner_units(n, level) * UNIT_THREADS[level] for level in (WARPGROUP, WARP, THREAD)
                 if level in levels), default=0)
 
@@ -131,7 +131,7 @@ def block_threads(block: Node) -> int:
     the widest level decides.  The parts of a fused spec run in the same threads, one after the
     other, so they must map the same number of them (a part on fewer threads would need the
     others to skip it, and its barriers to count fewer threads)."""
-    for m in _walk(block):
+    for m in block.walk():
         if isinstance(m.spec, Fused) and len(m.body) > 1:
             counts = [_threads(c) for c in m.body]
             if len(set(counts)) > 1:
@@ -158,7 +158,7 @@ def _check_nesting(n: Node) -> None:
             for f in finer[finer.index(level) + 1:]:
                 need = _inner_units(c, f) * UNIT_THREADS[f]
                 if need > UNIT_THREADS[level]:
-                    inner = next(m for m in _walk(c) if any(lp.unit == f for lp in m.loops))
+                    inner = next(m for m in c.walk() if any(lp.unit == f for lp in m.loops))
                     cap = UNIT_THREADS[level] // UNIT_THREADS[f]
                     detail = "" if f == THREAD else f" ({need} threads; a {level} has {UNIT_THREADS[level]})"
                     raise err(inner, f"{need // UNIT_THREADS[f]} {f}s are mapped inside one {level}, "
@@ -339,12 +339,6 @@ def _check_early(lw: Lowerer, block: Node, threads: int) -> None:
     if threads > tgt.max_threads_per_block:
         raise err(block, f"{threads} threads per block", field="threads", value=threads,
                   allowed=f"<= {tgt.max_threads_per_block}")
-
-
-def _walk(node: Node):
-    yield node
-    for c in node.children:
-        yield from _walk(c)
 
 
 def check_resources(lw: Lowerer, block: Node) -> None:

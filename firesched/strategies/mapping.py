@@ -70,8 +70,9 @@ class to(Strategy):
             raise ScheduleError("the last tile created no unmapped loops over dimensions the focus keeps "
                                 f"(its reduction dims {sorted(red)} are split with split_k)", strategy=self,
                                 spec=parent.spec, fix="tile(m=..., n=...) before mapping")
-        across = [lp for lp in loops if isinstance(spec, Reduce) and self.level == BLOCK
-                  and lp.dim in spec.reduction_dims]
+        # a Reduce's reduced dim tiled onto blocks: partial results and a second launch (_partials)
+        splits = spec.reduction_dims if isinstance(spec, Reduce) and self.level == BLOCK else ()
+        across = [lp for lp in loops if lp.dim in splits]
         if len(across) > 1:
             raise ScheduleError("a reduction across blocks splits one reduced dimension into parts "
                                 f"({', '.join(lp.dim for lp in across)} were tiled onto blocks)",
@@ -184,8 +185,7 @@ def _partials(sched, whole: Reduce, part: Reduce, loops: tuple, lp):
         ops = (fops.scale(1.0 / n),) + ops
     loops = tuple(attrs.evolve(x, steps=x.steps + ((pdim, 1),)) if x.var == lp.var else x for x in loops)
     block_part = attrs.evolve(part, op=first, ops=(), dst=Tile(ws, (1,) + tuple(dst.shape)))
-    second = Reduce("max" if first == "max" else "min" if first == "min" else "sum",
-                    Tile(ws, ws.shape), whole.dst, (pdim,), KERNEL, ops, whole.acc)
+    second = Reduce(first, Tile(ws, ws.shape), whole.dst, (pdim,), KERNEL, ops, whole.acc)
     return loops, block_part, second
 
 

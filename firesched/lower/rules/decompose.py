@@ -79,17 +79,11 @@ def body(lw: Lowerer, node: Node, ctx) -> list:
 def shared_accesses(node: Node) -> tuple[set, set]:
     """(shared tensors ``node``'s subtree reads, those it writes)."""
     reads, writes = set(), set()
-    for n in _walk(node):
+    for n in node.walk():
         outs = {t.name for t in n.spec.outputs if t.memory == SH}
         writes |= outs
         reads |= {t.name for t in n.spec.operands if t.memory == SH and t.name not in outs}
     return reads, writes
-
-
-def _walk(node: Node):
-    yield node
-    for c in node.children:
-        yield from _walk(c)
 
 
 @loops_rule
