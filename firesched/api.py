@@ -39,7 +39,8 @@ def _logical(buf: ir.GlobalBuffer, prog: ir.Program, sched: Schedule):
 
 
 def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
-    """Run ``schedule`` on the CPU interpreter and return C (numpy).
+    """Run ``schedule`` on the CPU interpreter and return C (numpy); a fused spec with several
+    results (``Fused.results``) returns a tuple of them, in that order.
 
     ``arrays`` are ``A, B`` and the epilogue's extra tensors, as numpy arrays of any float dtype
     (values are rounded to the schedule's dtypes).  Races, reads of in-flight async copies and
@@ -56,10 +57,13 @@ def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
         if tuple(arr.shape) != tuple(shape):
             raise ValueError(f"interpret: {buf.name} has shape {arr.shape}, the schedule expects {shape}")
         feed[buf.name] = np.ascontiguousarray(np.transpose(arr, perm)) if perm else arr
-    out = _interp.run_program(prog, feed)[prog.output.name]
-    _, _, perm = _logical(prog.output, prog, schedule)
-    # the result comes back in storage order; hand it over in the tensor's dims order
-    return np.transpose(out, np.argsort(perm)) if perm else out
+    got = _interp.run_program(prog, feed)
+    results = []
+    for buf in prog.outputs:
+        _, _, perm = _logical(buf, prog, schedule)
+        # the result comes back in storage order; hand it over in the tensor's dims order
+        results.append(np.transpose(got[buf.name], np.argsort(perm)) if perm else got[buf.name])
+    return results[0] if len(results) == 1 else tuple(results)
 
 
 @attrs.frozen
@@ -102,16 +106,17 @@ class CompiledProgram:
 
     def _make_arg_specs(self):
         specs = []
-        for buf in list(self.program.inputs) + [self.program.output]:
+        outs = self.program.outputs
+        for buf in list(self.program.inputs) + list(outs):
             shape, strides, _ = _logical(buf, self.program, self.schedule)
             specs.append(runtime.ArgSpec(buf.name, shape, buf.dtype.name, strides, 16,
-                                         writable=buf is self.program.output))
+                                         writable=buf in outs))
         return specs
 
     def _load(self, device: int):
         if self._loaded is None or self._loaded[0] != device:
             launches = []
-            names = [b.name for b in self.program.inputs] + [self.program.output.name]
+            names = [b.name for b in self.program.inputs] + [b.name for b in self.program.outputs]
             for kern, mod in zip(self.program.kernels, self.modules):
                 lm = runtime.load_module(mod, device)
                 k = lm.kernel(kern.name, params=len(kern.params))
@@ -175,7 +180,7 @@ class CompiledProgram:
             raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # what torch.cuda.current_stream reads
             stream = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
         self._launch_all(dev, ptrs, stream)
-        return arrays[-1]
+        return self._results(arrays)
 
     def _tmap(self, p: ir.TensorMapParam, ptr: int, device: int) -> bytes:
         """The TMA descriptor of ``p`` for the array at ``ptr`` (encoded once per address)."""
@@ -228,7 +233,11 @@ class CompiledProgram:
         if stream is None:
             stream = next((d.stream for d in descs if d.stream is not None), 0)
         self._launch_all(device, [d.ptr for d in descs], stream)
-        return arrays[-1]
+        return self._results(arrays)
+
+    def _results(self, arrays):
+        n = len(self.program.outputs)
+        return arrays[-1] if n == 1 else tuple(arrays[-n:])
 
 
 _MEMO: dict = {}

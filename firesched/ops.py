@@ -56,6 +56,7 @@ SCALAR_OPS: dict[str, ScalarOp] = {
                  _gelu_tanh),
         ScalarOp("sigmoid", 1, lambda x: f"1.0f / (1.0f + expf(-{x}))", lambda x: 1.0 / (1.0 + np.exp(-x))),
         ScalarOp("tanh", 1, lambda x: f"tanhf({x})", np.tanh),
+        ScalarOp("rsqrt", 1, lambda x: f"rsqrtf({x})", lambda x: 1.0 / np.sqrt(x)),
         # cvt: conversion between register dtypes; the printer spells it per dtype pair
         ScalarOp("cvt", 1, lambda x: x, lambda x: x),
     )
@@ -143,9 +144,10 @@ class Residual(EpilogueOp):
 
 @attrs.frozen(repr=False)
 class Unary(EpilogueOp):
-    """relu, gelu, gelu_tanh, sigmoid, tanh."""
+    """relu, gelu, gelu_tanh, sigmoid, tanh, exp, rsqrt."""
 
-    op: str = attrs.field(validator=attrs.validators.in_(("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")))
+    op: str = attrs.field(validator=attrs.validators.in_(("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp",
+                                                          "rsqrt")))
 
     def scalar(self):
         return ((self.op, ()),)
@@ -173,6 +175,22 @@ class Scale(EpilogueOp):
 
     def __repr__(self):
         return f"ops.scale({self.alpha!r})"
+
+
+@attrs.frozen(repr=False)
+class Shift(EpilogueOp):
+    """``x + beta`` (a norm's epsilon)."""
+
+    beta: float = 0.0
+
+    def scalar(self):
+        return (("add", (float(self.beta),)),)
+
+    def __str__(self):
+        return f"shift({self.beta:g})"
+
+    def __repr__(self):
+        return f"ops.shift({self.beta!r})"
 
 
 @attrs.frozen(repr=False)
@@ -221,6 +239,19 @@ def tanh() -> Unary:
 
 def scale(alpha: float) -> Scale:
     return Scale(float(alpha))
+
+
+def exp() -> Unary:
+    return Unary("exp")
+
+
+def rsqrt() -> Unary:
+    """``1 / sqrt(x)`` (``rsqrtf``: within 2 ulp, as torch's norms)."""
+    return Unary("rsqrt")
+
+
+def shift(beta: float) -> Shift:
+    return Shift(float(beta))
 
 
 def cast(to) -> Cast:

@@ -381,21 +381,32 @@ class Fused(SpecBase):
 
     body: tuple
     level: Level = KERNEL
+    results: tuple[str, ...] = ()
 
     def __attrs_post_init__(self):
         if not self.body:
             raise ValueError("Fused: the body needs at least one spec")
+        if not isinstance(self.results, tuple) or not all(isinstance(r, str) for r in self.results):
+            raise ValueError(f"Fused: results is a tuple of tensor names, got {self.results!r}")
+        written = [t.name for sp in self.body for t in sp.outputs]
+        bad = [r for r in self.results if r not in written]
+        if bad or len(set(self.results)) != len(self.results):
+            raise ValueError(f"Fused: results {self.results!r} must name distinct tensors a body spec writes; "
+                             f"written: {', '.join(dict.fromkeys(written))}")
         # the body runs at the fused spec's level: mapping the fused spec maps every part
         if any(sp.level != self.level for sp in self.body):
             object.__setattr__(self, "body", tuple(attrs.evolve(sp, level=self.level) for sp in self.body))
 
     @classmethod
-    def kernel(cls, *body) -> "Fused":
-        """The kernel-level fusion of ``body`` (kernel-level specs sharing tensors by name)."""
+    def kernel(cls, *body, results=()) -> "Fused":
+        """The kernel-level fusion of ``body`` (kernel-level specs sharing tensors by name).
+
+        ``results`` names the tensors the kernel returns, in order (default: the last body spec's
+        output); a norm that also returns its per-row statistics names them here."""
         for sp in body:
             if not isinstance(sp, SpecBase) or isinstance(sp, Fused):
                 raise ValueError(f"Fused.kernel: {sp!r} is not a spec to fuse (MatMul, Move, Pointwise, Reduce)")
-        return cls(tuple(body), KERNEL)
+        return cls(tuple(body), KERNEL, tuple(results))
 
     @property
     def operands(self) -> tuple[Tile, ...]:
@@ -409,7 +420,10 @@ class Fused(SpecBase):
 
     @property
     def outputs(self) -> tuple[Tile, ...]:
-        return self.body[-1].outputs
+        if not self.results:
+            return self.body[-1].outputs
+        last = {t.name: t for sp in self.body for t in sp.outputs}
+        return tuple(last[r] for r in self.results)
 
     @property
     def locals(self) -> tuple[Tile, ...]:
@@ -436,10 +450,12 @@ class Fused(SpecBase):
         return attrs.evolve(self, body=tuple(changed))
 
     def __repr__(self):
-        return f"Fused({self.body!r}, {self.level!r})"
+        res = f", {self.results!r}" if self.results else ""
+        return f"Fused({self.body!r}, {self.level!r}{res})"
 
     def __str__(self):
-        return f"Fused<{self.level}>[{'; '.join(map(str, self.body))}]"
+        res = f" -> {', '.join(self.results)}" if self.results else ""
+        return f"Fused<{self.level}>[{'; '.join(map(str, self.body))}]{res}"
 
 
 def _shape(what: str, shape) -> tuple[tuple[str, ...], tuple[int, ...]]:

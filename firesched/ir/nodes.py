@@ -409,14 +409,21 @@ class Program:
     """Kernels launched in order over the same arguments.
 
     ``inputs`` and ``output`` are the user-visible global buffers, in the order
-    ``firesched.interpret``/``compile(...)(...)`` take them (output last); ``workspaces`` are
-    allocated by the runtime (zero-filled) and passed where kernels name them.
+    ``firesched.interpret``/``compile(...)(...)`` take them (output last; ``side_outputs``, the
+    other results of a fused spec such as a norm's per-row statistics, after it); ``workspaces``
+    are allocated by the runtime (zero-filled) and passed where kernels name them.
     """
 
     kernels: tuple[Kernel, ...] = attrs.field(converter=_tuple)
     inputs: tuple[GlobalBuffer, ...] = attrs.field(converter=_tuple)
     output: GlobalBuffer = None
     workspaces: tuple[GlobalBuffer, ...] = attrs.field(default=(), converter=_tuple)
+    side_outputs: tuple[GlobalBuffer, ...] = attrs.field(default=(), converter=_tuple)
+
+    @property
+    def outputs(self) -> tuple[GlobalBuffer, ...]:
+        """Every result, the output first."""
+        return ((self.output,) if self.output is not None else ()) + self.side_outputs
 
 
 __all__ = ["GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]

@@ -21,7 +21,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..ir.expr import IntExpr
-from ..tensor import GL
+from ..tensor import GL, RF
 
 PRODUCER, CONSUMER = "producer", "consumer"
 
@@ -50,7 +50,7 @@ class Hoists:
 @attrs.frozen(eq=False)
 class Ctx:
     origin: dict = attrs.field(factory=dict)     # (name, mem) -> {dim: expr}
-    limit: dict = attrs.field(factory=dict)      # (name, "GL") -> {dim: expr}
+    limit: dict = attrs.field(factory=dict)      # (name, "GL" | "RF") -> {dim: expr}
     stage: dict = attrs.field(factory=dict)      # SH name -> stage expr
     vars: dict = attrs.field(factory=dict)       # loop var -> expr (loops mapped onto units)
     scope: Scope | None = None
@@ -97,12 +97,15 @@ def enter_global(ctx: Ctx, tile) -> Ctx:
 
 
 def frames(ctx: Ctx, specs) -> Ctx:
-    """Zero-origin frames for the shared/register tensors first seen in ``specs``."""
+    """Zero-origin frames for the shared/register tensors first seen in ``specs``; a register
+    tensor's extents are its limits (a thread's tile may pad past them: see ``RF_PADDED``)."""
     for sp in specs:
         for t in sp.operands:
             k = key(t)
             if t.memory != GL and k not in ctx.origin:
                 ctx = ctx.with_origin(k, {d: 0 for d in t.tensor.dims})
+                if t.memory == RF:
+                    ctx = ctx.with_limit(k, {d: t.tensor.extent(d) for d in t.tensor.dims})
     return ctx
 
 

@@ -236,6 +236,23 @@ class ThreadLayout(_SequentialTiles):
             n *= s
         return n
 
+    def padded_dims(self) -> tuple[str, ...]:
+        """Dims along which the threads' tiles reach past the tensor's extent: the registers there
+        hold no element (a row of 1000 in tiles of 8 per thread pads 1000..1007), and a
+        reduction over them skips them."""
+        out = []
+        for i, d in enumerate(self.dims):
+            cover = self.leaf[i]
+            for dd, c, s in self.seq:
+                if dd == d:
+                    cover = max(cover, c * s)
+            for dd, c, s, _ in self.par:
+                if dd == d:
+                    cover = max(cover, c * s)
+            if cover > self.shape[i]:
+                out.append(d)
+        return tuple(out)
+
     def offset(self, origin: dict[str, IntExpr]) -> IntExpr:
         """Register offset of the element at ``origin`` (relative to the tensor, within this
         thread's part): the sequential tiles outside, the leaf's row-major index inside."""
@@ -247,21 +264,65 @@ class ThreadLayout(_SequentialTiles):
 
 
 def thread_layouts(block: Node) -> dict:
-    """Every register tensor a thread's element-wise leaf below ``block`` reads or writes."""
+    """Every register tensor a thread's element-wise leaf below ``block`` reads or writes.
+
+    A register tensor that several leaves touch (an intermediate the parts of a fused spec share,
+    ``place(name, RF)``) is held where the first one puts it; every other leaf must reach its
+    elements through the same mapping onto units and the same tiles, or it would read registers
+    another thread holds."""
     out: dict[tuple[str, str], ThreadLayout] = {}
+    first: dict = {}
 
     def go(n: Node, path: list):
         here = path + [n]
         if n.atom is None and n.strategy is not None and not n.children and not n.loops:
             for t in n.spec.operands:
                 k = t.tensor
-                if t.memory == RF and k not in out:
+                if t.memory != RF:
+                    continue
+                start = _frame_start(k, here)
+                if k not in out:
                     out[k] = _derive_thread(k, t, here)
+                    first[k] = (n, _ownership(k, here[start:]))
+                elif _ownership(k, here[start:]) != first[k][1]:
+                    raise err(n, f"register tensor {t.name} is held by the threads of another part as "
+                                 f"{_describe(first[k][1])}, but this leaf reaches it as "
+                                 f"{_describe(_ownership(k, here[start:]))}: each thread can only read "
+                                 "the registers it holds", field=t.name,
+                              value=str(first[k][0].spec),
+                              fix="give every part that touches it the same tiles and mappings "
+                                  "(e.g. the same tile(c=...) >> to_threads())")
         for c in n.children:
             go(c, here)
 
     go(block, [])
     return out
+
+
+def _ownership(k, path: list) -> tuple:
+    """Which unit and register hold each element of register tensor ``k`` along ``path`` (its
+    frame down to a leaf): the unit-mapped loops (over any dim: they number the threads) and the
+    sequential loops over the tensor's dims, loops of one iteration left out, then the leaf's tile."""
+    dims = k.dims
+    out = []
+    for n in path:
+        for lp in n.loops:
+            if lp.count == 1:
+                continue
+            mine = tuple((d, s) for d, s in lp.steps if d in dims)
+            if lp.unit in UNIT_LEVELS:
+                out.append((str(lp.unit), lp.count, mine))
+            elif lp.unit is None and mine:
+                out.append(("seq", lp.count, mine))
+    leaf = path[-1].spec
+    tile = next(t for t in leaf.operands if t.tensor == k)
+    return tuple(out), tuple(tile.shape)
+
+
+def _describe(own) -> str:
+    loops, leaf = own
+    parts = [f"{u}({c}{''.join(f', {d}={s}' for d, s in m)})" for u, c, m in loops]
+    return " > ".join(parts + [f"tiles {'x'.join(map(str, leaf))}"])
 
 
 def _derive_thread(k, tile, path: list) -> ThreadLayout:

@@ -46,7 +46,10 @@ class ProgramBuilder:
                     if e.name not in seen:
                         seen.add(e.name)
                         self.extras.append(e)
-        self.output = self.spec.outputs[-1]
+        # the first result is the output; a fused spec may have more (``Fused.results``)
+        self.output = self.spec.outputs[0]
+        self.side_outputs = tuple(self.spec.outputs[1:])
+        self._out_names = {t.name for t in self.spec.outputs}
         self.out_dtype = self._out_dtype()
 
     def _out_dtype(self) -> DType:
@@ -67,7 +70,7 @@ class ProgramBuilder:
         t = tile.tensor
         if t.name not in self.gl:
             shape = tuple(t.extent(d) for d in t.storage_dims)
-            role = "workspace" if t.workspace else ("out" if t.name == self.output.name else "in")
+            role = "workspace" if t.workspace else ("out" if t.name in self._out_names else "in")
             self.gl[t.name] = ir.GlobalBuffer(t.name, t.dtype, shape, _row_major_strides(shape), role)
         return self.gl[t.name]
 
@@ -108,8 +111,9 @@ class ProgramBuilder:
         inputs = [self.gbuf(t) for t in self.spec.inputs if t.memory == GL and not t.tensor.workspace]
         inputs += [self.extra_buf(e) for e in self.extras]
         out = self.gbuf(self.output)
+        side = tuple(self.gbuf(t) for t in self.side_outputs)
         ws = [b for b in self.gl.values() if b.role == "workspace"] + self.extra_workspaces
-        return ir.Program(tuple(self.kernels), tuple(inputs), out, tuple(ws))
+        return ir.Program(tuple(self.kernels), tuple(inputs), out, tuple(ws), side)
 
 
 class KernelBuilder:

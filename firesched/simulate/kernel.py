@@ -47,8 +47,7 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
     as zeros.  The result maps every global buffer name to an array of its ``shape``.
     """
     buffers: dict[str, ir.GlobalBuffer] = {}
-    for b in (*program.inputs, *((program.output,) if program.output is not None else ()),
-              *program.workspaces):
+    for b in (*program.inputs, *program.outputs, *program.workspaces):
         buffers.setdefault(b.name, b)
     for k in program.kernels:
         for b in k.params:

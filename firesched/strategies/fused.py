@@ -21,7 +21,7 @@ from ..errors import ScheduleError
 from ..schedule import Node, Schedule
 from ..spec import Fused, Reduce
 from ..strategy import Strategy
-from ..tensor import BLOCK, SH, Memory
+from ..tensor import BLOCK, RF, SH, Memory
 from .base import record
 from .moves import auto_swizzle
 
@@ -117,7 +117,17 @@ def _rename_loops(root: Node, taken: set) -> Node:
 class place(Strategy):
     """``place(name, SH)``: keep the fused spec's intermediate ``name`` in shared memory, one tile
     per block (the block tile's extents), swizzled against bank conflicts; it never reaches global
-    memory."""
+    memory.
+
+    ``place(name, RF)``: keep it in registers, each thread holding the elements its part's leaves
+    write; a later part must read them from the same threads (the same mapping of the tile onto
+    threads), which ``check()`` verifies.  A normalization keeps its row this way::
+
+        Fused<block>[Move(X:GL -> Xr:GL); Reduce(sum over c: Xr:GL -> S:GL); Pointwise(Xr, S -> Y)]
+          place("Xr", RF), place("S", SH)   ==>
+        Fused<block>[Move(X:GL -> Xr:RF); Reduce(sum over c: Xr:RF -> S:SH); Pointwise(Xr:RF, S:SH -> Y)]
+          part(i, tile(c=8) >> to_threads(), done()) for each part: X is read from memory once
+    """
 
     name: str
     memory: Memory = SH
@@ -133,18 +143,20 @@ class place(Strategy):
             raise ScheduleError("only an intermediate of the fused spec can be placed on chip", strategy=self,
                                 spec=spec, field="name", value=self.name,
                                 allowed=", ".join(map(repr, local)) or "none (this fused spec has no intermediate)")
-        if self.memory != SH:
-            raise ScheduleError("an intermediate is placed in shared memory", strategy=self, spec=spec,
-                                field="memory", value=self.memory, allowed="SH")
+        if self.memory not in (SH, RF):
+            raise ScheduleError("an intermediate is placed in shared memory or in registers", strategy=self,
+                                spec=spec, field="memory", value=self.memory, allowed="SH, RF")
         if spec.level != BLOCK:
-            raise ScheduleError("shared memory belongs to a block: tile the fused spec onto blocks first",
+            raise ScheduleError("an on-chip intermediate belongs to a block: tile the fused spec onto blocks first",
                                 strategy=self, spec=spec, field="level", value=str(spec.level), allowed="block",
                                 fix="tile(...) >> to_blocks(), then place(...)")
         t = local[self.name]
         keep = tuple(d for d in t.dims)
-        major = t.tensor.major
-        sw = auto_swizzle(t.extent(major), t.dtype.bits)
-        on = t.on_chip(SH, keep=keep, swizzle=sw)
+        if self.memory == RF:
+            on = t.on_chip(RF, keep=keep)
+        else:
+            sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits)
+            on = t.on_chip(SH, keep=keep, swizzle=sw)
         new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self))
         return sched.replace_path(path, new)
 

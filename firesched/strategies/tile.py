@@ -67,7 +67,10 @@ class tile(Strategy):
         out = _output(spec)
         # a kernel-level Reduce tiled along a reduced dim creates no accumulator: its parts go to
         # blocks (to_blocks() then makes them partial results that a second launch combines)
-        needs_acc = bool(reduced) and out is not None and out.memory != RF and spec.level != KERNEL
+        # (a reduction into a register local that ``place(name, RF)`` made — the output of the
+        # schedule's root, a part of a fused spec — needs one too: the local holds the result)
+        placed = out is not None and out.memory == RF and any(out.tensor == t.tensor for t in sched.root.spec.outputs)
+        needs_acc = bool(reduced) and out is not None and (out.memory != RF or placed) and spec.level != KERNEL
         if needs_acc and len(reduced) != len(sizes):
             raise ScheduleError(f"tiling {reduced[0]} while the output is still in global memory creates the "
                                 "register accumulator; tile the other dimensions and the reduction in separate "
@@ -139,7 +142,10 @@ def _accumulator(spec, child) -> Tile:
     keep = (spec.m_dim, spec.n_dim) if isinstance(spec, MatMul) else ()
     on = out.on_chip(RF, keep=keep)
     t = on.tensor
-    acc_t = Tensor(t.name, spec.acc, RF, t.dims, t.shape, t.major)
+    # a reduction into a register local (``place(name, RF)``) accumulates its partial results in
+    # registers of their own: the local holds the combined result in every thread that reads it
+    name = f"{t.name}_p" if out.memory == RF else t.name
+    acc_t = Tensor(name, spec.acc, RF, t.dims, t.shape, t.major)
     return Tile(acc_t, t.shape)
 
 

@@ -58,6 +58,8 @@ def store(lw: Lowerer, node: Node, ctx) -> list:
 
 
 @spec_rule(Reduce, "RF", "GL")
+@spec_rule(Reduce, "RF", "SH")
+@spec_rule(Reduce, "RF", "RF")
 def combine_and_store(lw: Lowerer, node: Node, ctx) -> list:
     return _store(lw, node, ctx, reduce_vars=node.spec.axes)
 

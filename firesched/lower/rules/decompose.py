@@ -26,8 +26,9 @@ from ...ir import rewrite as ir_rewrite
 from ...ir.expr import IntExpr, Var, minimum
 from ...schedule import Loop, Node
 from ...spec import Fused
-from ...tensor import GL, SH, WARPGROUP
+from ...tensor import GL, RF, SH, WARPGROUP
 from ..context import err, frames, key
+from ..layouts import ThreadLayout
 from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wants
 
 
@@ -91,7 +92,7 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     if not rest:
         return body(lw, node, ctx)
     lp, rest = rest[0], rest[1:]
-    check_divides(node, lp, ctx)
+    check_divides(node, lp, ctx, lw)
     if node.strategy is not None:
         ctx = attrs.evolve(ctx, made_by={**ctx.made_by, **{d: node.strategy for d, _ in lp.steps}})
     if lp.unit is not None:
@@ -108,7 +109,10 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     inner = loops(lw, node, advance(attrs.evolve(ctx, repeated=ctx.repeated or lp.count > 1), node, lp, v), rest)
     if not inner:
         return []
-    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP)
+    # below the block level, and wherever the loop walks registers that threads hold (a row kept in
+    # registers by a fused part), the loop is unrolled: its variable indexes registers
+    regs = any(t.memory == RF and any(d in t.tensor.dims for d, _ in lp.steps) for t in node.spec.operands)
+    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP or regs)
     if loop.unroll and _async_issues(inner):
         # A loop of wgmma issues (the K steps of one tile) is written out here: NVRTC's own
         # unrolling of the volatile asm left the descriptor arithmetic of each step in the loop
@@ -123,14 +127,18 @@ def _async_issues(stmts) -> bool:
     return bool(body) and all(isinstance(s, ir.AtomCall) and s.atom.family == WGMMA for s in body)
 
 
-def check_divides(node: Node, lp: Loop, ctx=None) -> None:
-    """A tile loop over an on-chip operand must divide it: nothing predicates shared or register
-    accesses (the copies that fill them zero what lies outside global memory instead)."""
+def check_divides(node: Node, lp: Loop, ctx=None, lw=None) -> None:
+    """A tile loop over an on-chip operand must divide it: nothing predicates shared memory or MMA
+    fragments (the copies that fill them zero what lies outside global memory instead).  Registers
+    that threads hold element by element may pad past the tensor: they are the thread's own, and
+    a reduction skips them (``ThreadLayout.padded_dims``)."""
     sp = node.spec
     child = node.body[-1].spec if node.body else sp
     for d, step in lp.steps:
         for t in list(sp.operands) + [t for t in child.operands if t.name not in {x.name for x in sp.operands}]:
             if t.memory == GL or d not in t.tensor.dims:
+                continue
+            if t.memory == RF and lw is not None and isinstance(lw.rf.get(t.tensor), ThreadLayout):
                 continue
             ext = t.extent(d)
             if ext % step:

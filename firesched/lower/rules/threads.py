@@ -59,6 +59,18 @@ def index_in(tile, coord: dict[str, int]) -> int:
     return i
 
 
+def reg_index(tile, coord: dict[str, int]) -> int:
+    """Register index of ``coord`` in a thread's copy of a memory ``tile``: row-major in the
+    tensor's storage order (its major dim innermost), so that the elements one vector access moves
+    sit in consecutive registers whichever dim is contiguous (a transposed output included)."""
+    ext = dict(zip(tile.dims, tile.shape))
+    i = 0
+    for d in tile.tensor.storage_dims:
+        if d in ext:
+            i = i * ext[d] + coord.get(d, 0) % ext[d]
+    return i
+
+
 def alignment(e: IntExpr) -> int:
     """The largest power of two that divides ``e`` for every value of its variables (0 for 0)."""
     if isinstance(e, int):
@@ -78,7 +90,8 @@ def _reg_of(lw: Lowerer, tile) -> ir.RegBuffer:
 
 def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str) -> list:
     """Load (``write=False``) or store the thread's ``tile`` of a global or shared tensor from / to
-    ``regs[0 ..]`` in row-major order, with the widest vectors the layout allows."""
+    ``regs[0 ..]`` in the tensor's storage order (``reg_index``), with the widest vectors the
+    layout allows."""
     t = tile.tensor
     c = t.major
     eb = t.dtype.bits // 8
@@ -86,9 +99,6 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
         raise err(tile, f"{t.name}: element-wise leaves move whole bytes; {t.dtype} is packed",
                   fix="move 4-bit tensors through the int4 GEMM's dequantising moves")
     o = ctx.origin[key(tile)]
-    later = 1                                  # register stride of the contiguous dim
-    for n in tile.shape[tile.dims.index(c) + 1:]:
-        later *= n
     n_c = tile.extent(c)
     runs = [e for e in elements(tile) if e[c] == 0]
     if t.memory == GL:
@@ -99,12 +109,12 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
         # a whole vector is in or out of the tensor when the limit along the row is a constant
         # multiple of it (checked below); a limit that is an expression (a partial parent tile)
         # takes element accesses
-        can_vec = later == 1 and isinstance(lim_c, int)
+        can_vec = isinstance(lim_c, int)
     else:
         buf = shared_buffer(lw, tile)
         lay = lw.smem_layout(tile)
         row_len = lay.cols if lay.col_dim == c else 1
-        lim, lim_c, can_vec = {}, None, later == 1 and lay.col_dim == c
+        lim, lim_c, can_vec = {}, None, lay.col_dim == c
     v = 1
     if can_vec:
         for w in WIDTHS:
@@ -117,7 +127,7 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
     for e in runs:
         for j0 in range(0, n_c, v):
             local = {**e, c: j0}
-            r0 = index_in(tile, local)
+            r0 = reg_index(tile, local)
             coord = {d: o[d] + local.get(d, 0) for d in t.dims}
             if t.memory == GL:
                 addr = ir.MemRef(buf, gl_offset(buf, t, coord))
@@ -152,7 +162,7 @@ def _operand_regs(lw: Lowerer, ctx, tile, stmts: list, prefix: str):
         return regs, (lambda coord: lay.offset({d: o[d] + coord.get(d, 0) for d in tile.dims}))
     regs = lw.kb.reg(f"{prefix}_{tile.name}", tile.dtype, _count(tile))
     stmts += access(lw, ctx, tile, regs, write=False, what=f"{tile.name} for this thread")
-    return regs, (lambda coord: index_in(tile, coord))
+    return regs, (lambda coord: reg_index(tile, coord))
 
 
 def _count(tile) -> int:
@@ -177,16 +187,21 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
     stmts: list = []
     srcs = [_operand_regs(lw, ctx, t, stmts, "x") for t in inputs]
     steps = _ops(ops_)
-    work = lw.kb.reg("w", f32, 1)
+    # a plain move rounds each element once from its source (a bit copy between equal dtypes)
+    direct = op == "copy" and not steps
+    work = None if direct else lw.kb.reg("w", f32, 1)
     if out.memory == RF:
         y, y_at = _operand_regs(lw, ctx, out, [], "y")
     else:
         y = lw.kb.reg(f"y_{out.name}", out.dtype, _count(out))
 
         def y_at(coord):
-            return index_in(out, coord)
+            return reg_index(out, coord)
     for e in elements(out):
         args = tuple(ir.RegRef(r, at(e)) for r, at in srcs)
+        if direct:
+            stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), args))
+            continue
         stmts.append(ir.Pointwise(op, ir.RegRef(work, 0), args))
         for name, a in steps:
             stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
@@ -222,9 +237,15 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
     acc = lw.kb.reg(f"{dst.name}_acc", dst.dtype, lay.size)
     o = ctx.origin[key(dst)]
     op = COMBINE[spec.op]
-    # an element past the tensor's edge reads as zero: the identity of a sum, not of a max or a
-    # min, whose folds skip it
-    lim = ctx.limit.get(key(src), {}) if src.memory == GL and op in ("max", "min") else {}
+    # an element past a global tensor's edge reads as zero: the identity of a sum, not of a max or
+    # a min, whose folds skip it; registers past a register tensor's extent hold no element at all
+    if src.memory == GL:
+        lim = ctx.limit.get(key(src), {}) if op in ("max", "min") else {}
+    elif src.memory == RF:
+        pad = lw.reg_layout(src, node).padded_dims()
+        lim = {d: v for d, v in ctx.limit.get(key(src), {}).items() if d in pad}
+    else:
+        lim = {}
     so = ctx.origin.get(key(src), {})
     for e in elements(src):
         r = ir.RegRef(acc, lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims}))
@@ -248,6 +269,9 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         raise err(node, f"{spec.src.name} holds partial results over units ({', '.join(v for v, _ in lay.replicas)}) "
                         "but its store does not combine them", fix="reduce over the mapped dims (a Reduce spec)")
     out: list = [ir.Comment(str(spec))]
+    # into a register local, every replica keeps the combined result (an all-reduce): the threads
+    # that hold partial results are the threads that read the result next
+    everyone = dst.memory == RF
     lane_masks, lane_digits, warp_parts = [], [], []
     for var, _count in rep:
         ts, c = ctx.spans[var]
@@ -288,16 +312,37 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
         part = lw.kb.reg("part", f32, 1)
         reads = []
-        for wstride, wc in warp_parts:
-            for j in range(1, wc):
+        if everyone:
+            # each warp folds its group's partial results in the same order (warp 0 of the group
+            # first), so that every replica holds bitwise the same result
+            base = warp
+            for wstride, wc in warp_parts:
+                base = base - ((warp // wstride) % wc) * wstride
+            for v in range(lay.size):
+                reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(acc, v)), ("src", ir.MemRef(red, base * lay.size + v)))))
+            groups = [0]
+            for wstride, wc in warp_parts:
+                groups = [g + j * wstride for j in range(wc) for g in groups]
+            for g in groups[1:]:
                 for v in range(lay.size):
                     reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
-                                                  ("src", ir.MemRef(red, (warp + j * wstride) * lay.size + v)))))
+                                                  ("src", ir.MemRef(red, (base + g) * lay.size + v)))))
                     reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
-        out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
-                ir.If(first, ir.Seq(tuple(reads))), ir.Barrier(f"{dst.name}'s partial results were read")]
+            out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
+                    *reads]
+            if ctx.repeated:
+                out.append(ir.Barrier(f"{dst.name}'s partial results were read"))
+        else:
+            for wstride, wc in warp_parts:
+                for j in range(1, wc):
+                    for v in range(lay.size):
+                        reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
+                                                      ("src", ir.MemRef(red, (warp + j * wstride) * lay.size + v)))))
+                        reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
+            out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
+                    ir.If(first, ir.Seq(tuple(reads))), ir.Barrier(f"{dst.name}'s partial results were read")]
     stores = _store_elements(lw, ctx, node, lay, acc)
-    if rep:
+    if rep and not everyone:
         stores = [ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), ir.Seq(tuple(stores)))]
     return out + stores
 
@@ -329,6 +374,10 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.Reg
             stmts.append(ir.AtomCall(catalog.copy_atom("RF", "GL", t.dtype.bits // 8),
                                      (("dst", ir.MemRef(buf, gl_offset(buf, t, gcoord))), ("src", ir.RegRef(y, 0))),
                                      pred, comment=dst.name))
+        elif dst.memory == RF:
+            dlay = lw.reg_layout(dst, node)
+            dregs = lw.kb.reg(f"{dst.name}_acc", dst.dtype, dlay.size)
+            stmts[-1] = ir.Pointwise("cvt", ir.RegRef(dregs, dlay.offset(gcoord)), (ir.RegRef(work, 0),))
         elif dst.memory == SH:
             buf = shared_buffer(lw, dst)
             stmts.append(ir.AtomCall(catalog.copy_atom("RF", "SH", t.dtype.bits // 8),
