@@ -22,7 +22,7 @@ import attrs
 from .. import ops as fops
 from ..errors import ScheduleError
 from ..schedule import Loop, Node, Schedule
-from ..spec import Init, MatMul, Move, Reduce
+from ..spec import Init, MatMul, Move, Pointwise, Reduce
 from ..tensor import KERNEL, RF, Tensor, Tile
 from .base import Strategy, fresh_var, positive_int
 
@@ -53,7 +53,9 @@ class tile(Strategy):
         for d, v in sizes.items():
             # a block tile (or a reduction tile) may overhang a small problem: one partial tile, whose
             # edges the lowering predicates like any other; inner tiles must fit their parent
-            if v > ext[d] and not (spec.level == KERNEL or d in red):
+            # (element-wise kinds may overhang at any level: global edges are predicated, and
+            # registers that threads hold pad past their tensor)
+            if v > ext[d] and not (spec.level == KERNEL or d in red or isinstance(spec, (Pointwise, Move, Reduce))):
                 raise ScheduleError(f"the {d} tile is larger than the spec's {d} extent {ext[d]}",
                                     strategy=self, spec=spec, field=d, value=v,
                                     allowed=f"1..{ext[d]}", fix=f"use {d}<={ext[d]}")

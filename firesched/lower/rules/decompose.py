@@ -64,7 +64,9 @@ def body(lw: Lowerer, node: Node, ctx) -> list:
         if fused:
             # the parts of a fused spec run one after the other in the same threads: a part that
             # touches shared memory an earlier part wrote (or writes what an earlier one read)
-            # waits for every thread of the block to be done with the earlier part
+            # waits for every thread of the block to be done with the earlier part; so does one
+            # that reads a global result an earlier part wrote (a norm's statistics: the barrier
+            # makes the block's global writes visible to the block)
             reads, writes = shared_accesses(c)
             if any(touched.get(t) for t in reads | writes) or any(t in touched for t in writes):
                 out.append(ir.Barrier(f"the earlier parts are done with {', '.join(sorted((reads | writes) & set(touched)))}"))
@@ -78,13 +80,18 @@ def body(lw: Lowerer, node: Node, ctx) -> list:
 
 
 def shared_accesses(node: Node) -> tuple[set, set]:
-    """(shared tensors ``node``'s subtree reads, those it writes)."""
+    """(shared tensors ``node``'s subtree reads, those it writes; global tensors it writes, and
+    those it reads, as ``"GL:name"``)."""
     reads, writes = set(), set()
     for n in node.walk():
-        outs = {t.name for t in n.spec.outputs if t.memory == SH}
+        outs = {_mem_key(t) for t in n.spec.outputs if t.memory in (SH, GL)}
         writes |= outs
-        reads |= {t.name for t in n.spec.operands if t.memory == SH and t.name not in outs}
+        reads |= {_mem_key(t) for t in n.spec.operands if t.memory in (SH, GL) and _mem_key(t) not in outs}
     return reads, writes
+
+
+def _mem_key(t) -> str:
+    return t.name if t.memory == SH else f"GL:{t.name}"
 
 
 @loops_rule

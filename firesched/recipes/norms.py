@@ -1,0 +1,165 @@
+"""Row normalizations as fused specs: RMSNorm, LayerNorm and the residual-add + RMSNorm block.
+
+Each recipe writes its computation as a ``Fused`` spec of element-wise and reduction specs over
+``(r, c)`` — the way a reader would write it in numpy — and schedules it with strategies only:
+the block tiling of ``rows.kernel_strategies``, ``place(name, RF)`` for the row and the
+intermediates (they never leave the registers of the threads that compute them), and the same
+``rows.part_strategies`` for every part.  ``rmsnorm(4096, 4096)`` is::
+
+    Fused<kernel>[Move(X -> Xr); Pointwise(mul: Xr, Xr -> Q); Reduce(mean over c: Q -> Rstd)
+                  with shift(1e-06), rsqrt(); Pointwise(mul: Xr, Rstd -> N); Pointwise(mul: N, W -> Y)]
+      tile(r=1) >> to_blocks()
+      for r0 in block(4096):
+        Fused<block>[... Xr:RF f16[1x4096] ... Q:RF f32[1x4096] ... Rstd:RF f32[1] ...]
+          place(Xr, RF) >> place(Q, RF) >> place(Rstd, RF) >> place(N, RF) >> part(0, ...) >> ...
+          Move<block>(X:GL f16[1x4096] -> Xr:RF f16[1x4096])        # the row, read once
+            tile(c=2048)
+            for c0 in seq(2):
+              tile(c=8) >> to_threads()
+              for c1 in thread(256):
+                Move<thread>(X:GL f16[1x8] -> Xr:RF f16[1x8])        # one 16-byte load
+          Pointwise<block>(mul: Xr:RF, Xr:RF -> Q:RF)                # squares, in registers
+          Reduce<block>(mean over c: Q:RF f32[1x4096] -> Rstd:RF f32[1])
+            tile(c=2048)                                             # each thread folds its 16
+            ...                                                      # shuffles, then warps:
+            Reduce<block>(sum of the partial results: Rstd_p -> Rstd) with scale(1/4096), shift, rsqrt
+          Pointwise<block>(mul: Xr:RF, Rstd:RF -> N:RF)
+          Pointwise<block>(mul: N:RF, W:GL -> Y:GL)                  # one 16-byte store
+
+Statistics are computed in f32 (two passes over the registers for LayerNorm: the mean, then the
+mean of squared deviations, which does not cancel as E[x²] - E[x]² does for rows with a large
+mean).  ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's
+``rstd``; LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute
+them and read back by the next part after a barrier.
+"""
+
+from __future__ import annotations
+
+from .. import ops
+from ..schedule import Schedule
+from ..spec import Fused, Move, Pointwise, Reduce
+from ..strategies import part, place
+from ..tensor import GL, KERNEL, RF, Tensor, Tile
+from . import rows as _rows
+
+DTYPES = ("f16", "bf16", "f32")
+
+
+class _Specs:
+    """Kernel-level tiles over (r, c) for one row kernel: ``t("X")`` a row-major (r, c) tensor,
+    ``t("W", ("c",))`` a vector along the row, ``t("S", ("r",), "f32")`` a per-row value."""
+
+    def __init__(self, rows: int, cols: int, dtype: str):
+        self.ext = {"r": rows, "c": cols}
+        self.dtype = dtype
+
+    def t(self, name: str, dims=("r", "c"), dt=None) -> Tile:
+        shape = tuple(self.ext[d] for d in dims)
+        return Tile(Tensor(name, dt or self.dtype, GL, tuple(dims), shape, dims[-1]), shape)
+
+
+def check_args(what: str, rows, cols, dtype, arch) -> None:
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"recipes.{what}: {name} must be a positive int, got {v!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"recipes.{what}: dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
+    if arch not in ("sm_80", "sm_86", "sm_89", "sm_90a"):
+        raise ValueError(f"recipes.{what}: arch={arch!r}; allowed: sm_80, sm_86, sm_89, sm_90a")
+
+
+def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
+    """``spec`` tiled by ``plan``: its intermediates ``local`` in registers, each part mapped by
+    ``rows.part_strategies`` (parts without the row dim, per-row statistics, skip the row walk)."""
+    strategies = list(_rows.kernel_strategies(plan)) + [place(name, RF) for name in local]
+    for i, sp in enumerate(spec.body):
+        strategies.append(part(i, *_rows.part_strategies(plan, walk_row="c" in sp.dims)))
+    return spec.schedule(*strategies)
+
+
+def _rms_body(s: _Specs, x: Tile, eps: float, weight: bool, out: str, stats_local: bool):
+    """RMSNorm of the row tile ``x`` (already in registers) into ``out``: the specs and the
+    locals they create."""
+    f32 = "f32"
+    rstd = s.t("Rstd", ("r",), f32)
+    body = [Pointwise("mul", (x, x), s.t("Q", dt=f32), KERNEL),
+            Reduce("mean", s.t("Q", dt=f32), rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
+    local = ["Q"] + (["Rstd"] if stats_local else [])
+    if weight:
+        body += [Pointwise("mul", (x, rstd), s.t("N", dt=f32), KERNEL),
+                 Pointwise("mul", (s.t("N", dt=f32), s.t("W", ("c",))), s.t(out), KERNEL)]
+        local.append("N")
+    else:
+        body.append(Pointwise("mul", (x, rstd), s.t(out), KERNEL))
+    return body, local
+
+
+def _row_source(s: _Specs, name: str = "X"):
+    """The row as the parts read it: ``Xr``, loaded once into registers by a ``Move`` part."""
+    return [Move(s.t(name), s.t(name + "r"), KERNEL)], s.t(name + "r"), [name + "r"]
+
+
+def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+            eps: float = 1e-6, stats: bool = False) -> Schedule:
+    """``Y = X / sqrt(mean(X², axis=-1) + eps) * W`` over rows of ``cols`` elements (torch's
+    ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
+    ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
+    module docstring; ``rows.row_plan`` picks the tiling."""
+    check_args("rmsnorm", rows, cols, dtype, arch)
+    plan = _rows.row_plan(rows, cols, dtype)
+    s = _Specs(rows, cols, dtype)
+    load, x, local = _row_source(s)
+    body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats)
+    spec = Fused.kernel(*load, *body, results=("Y", "Rstd") if stats else ())
+    return schedule_rows(spec, plan, tuple(local + more))
+
+
+def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+                eps: float = 1e-6) -> Schedule:
+    """The pre-norm block of a transformer layer: ``H = X + R`` (rounded to ``dtype``, as torch
+    computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
+    registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
+    check_args("add_rmsnorm", rows, cols, dtype, arch)
+    plan = _rows.row_plan(rows, cols, dtype)
+    s = _Specs(rows, cols, dtype)
+    head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
+    h, local = s.t("Hr"), ["Hr"]
+    body, more = _rms_body(s, h, eps, weight, "Y", stats_local=True)
+    spec = Fused.kernel(*head, *body, results=("Y", "H"))
+    return schedule_rows(spec, plan, tuple(local + more))
+
+
+def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+              bias: bool = True, eps: float = 1e-5, stats: bool = False) -> Schedule:
+    """``Y = (X - mean) / sqrt(var + eps) * W + B`` over rows of ``cols`` elements (torch's
+    ``layer_norm``; the biased variance), statistics in f32 in two passes over the registers;
+    inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
+    returns ``Mean`` and ``Rstd`` (rows,) in f32."""
+    check_args("layernorm", rows, cols, dtype, arch)
+    plan = _rows.row_plan(rows, cols, dtype)
+    s = _Specs(rows, cols, dtype)
+    load, x, local = _row_source(s)
+    f32 = "f32"
+    mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
+    d = s.t("D", dt=f32)
+    body = [Reduce("mean", x, mean, ("c",), KERNEL),
+            Pointwise("sub", (x, mean), d, KERNEL),
+            Pointwise("mul", (d, d), s.t("D2", dt=f32), KERNEL),
+            Reduce("mean", s.t("D2", dt=f32), rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
+    local += ["D", "D2"] + ([] if stats else ["Mean", "Rstd"])
+    last = "Y"
+    steps = [("mul", rstd)] + ([("mul", s.t("W", ("c",)))] if weight else []) + \
+            ([("add", s.t("B", ("c",)))] if bias else [])
+    cur = d
+    for i, (op, other) in enumerate(steps):
+        done_ = i == len(steps) - 1
+        nxt = s.t(last) if done_ else s.t(f"N{i}", dt=f32)
+        body.append(Pointwise(op, (cur, other), nxt, KERNEL))
+        if not done_:
+            local.append(f"N{i}")
+        cur = nxt
+    spec = Fused.kernel(*load, *body, results=("Y", "Mean", "Rstd") if stats else ())
+    return schedule_rows(spec, plan, tuple(local))
+
+
+__all__ = ["rmsnorm", "add_rmsnorm", "layernorm", "schedule_rows", "check_args"]

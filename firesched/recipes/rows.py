@@ -1,0 +1,126 @@
+"""The tile model of row-wise kernels (norms, softmax): how many threads share a row, how many
+elements each holds, how many rows a block takes, and whether the row stays on chip.
+
+A row-wise kernel only moves bytes: each element is read once and written once, so the model
+aims at three things, in this order —
+
+* **16-byte accesses**: ``vec`` elements per access (8 for fp16/bf16), the largest power of two
+  that divides the row (a row of odd length takes element accesses);
+* **the row stays in registers** between the statistics and the output: each thread holds
+  ``vec * reps`` elements of its row, up to 32 of them, so a block of up to 1024 threads holds
+  rows of up to 32,768 elements without spilling (64 per thread spill under 1024 threads' 64
+  registers; longer rows need a thread-block cluster that shares the row through distributed
+  shared memory: not built yet, ``row_plan`` says so);
+* **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
+  warp, several rows per warp and four warps per block (a short row alone would leave most lanes
+  idle); a longer row takes a whole block of ``lanes`` threads (warps combine their partial
+  results through shared memory), with two vectors per thread from 4,096 columns on, so that
+  every thread has two 16-byte loads in flight before its first use::
+
+      cols (fp16)   lanes  vec  reps  rows/block   threads
+      64              8     8     1       16          128
+      256            32     8     1        4          128
+      1,024         128     8     1        1          128
+      4,096         256     8     2        1          256
+      32,768       1024     8     4        1         1024
+
+The strategies that realise a plan (the same for every part of a fused row kernel, so that each
+thread reads back the registers it wrote) come from ``part_strategies``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..dtypes import dtype as _dtype
+from ..strategies import done, tile, to_blocks, to_threads, to_warps
+
+MAX_THREADS = 1024
+WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
+VALUES_IN_REGISTERS = 32       # elements of its row a thread may hold (measured: 64 spill under 1024 threads)
+
+
+@attrs.frozen
+class RowPlan:
+    """One row-wise schedule: ``lanes`` threads per row, ``vec`` elements per access, ``reps``
+    accesses per thread along the row, ``rows`` rows per block."""
+
+    lanes: int
+    vec: int
+    reps: int
+    rows: int
+
+    @property
+    def span(self) -> int:
+        """Elements of a row one pass of the block's threads covers."""
+        return self.lanes * self.vec
+
+    @property
+    def threads(self) -> int:
+        """Threads per block: ``lanes`` for a row per block, whole warps of rows otherwise."""
+        return max(32, self.rows * self.lanes)
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_REGISTERS) -> RowPlan:
+    """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
+    ``max_values`` caps the elements of its row one thread keeps in registers (a kernel with
+    more f32 intermediates per element asks for fewer)."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
+    eb = max(1, _dtype(dtype).bits // 8)
+    vec = 16 // eb
+    while cols % vec:
+        vec //= 2
+    vectors = -(-cols // vec)
+    if vectors <= 32:
+        lanes = _pow2_at_least(vectors)
+        per_warp = 32 // lanes
+        rows_per_block = per_warp * WARPS_FOR_SHORT_ROWS
+        return RowPlan(lanes, vec, 1, max(1, min(rows_per_block, _pow2_at_least(rows))))
+    reps = 1 if vectors <= 256 else 2
+    lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // reps)))
+    reps = -(-vectors // lanes)
+    if reps * vec > max_values:
+        longest = MAX_THREADS * max_values
+        raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "
+                         f"block (at most {longest} here: {MAX_THREADS} threads x {max_values} elements); rows "
+                         "longer than that need a thread-block cluster sharing the row through distributed "
+                         "shared memory, which is not built yet")
+    return RowPlan(lanes, vec, reps, 1)
+
+
+def kernel_strategies(plan: RowPlan) -> list:
+    """The block tiling of a row kernel: ``plan.rows`` rows per block."""
+    return [tile(r=plan.rows) >> to_blocks()]
+
+
+def part_strategies(plan: RowPlan, *, walk_row: bool = True) -> tuple:
+    """The strategies of one part of a fused row kernel, at the block level::
+
+        rows share a warp (lanes <= 32):    tile(r=32/lanes) >> to_warps(), tile(c=span),
+                                            tile(r=1, c=vec) >> to_threads(), done()
+        a row per block:                    tile(c=span), tile(c=vec) >> to_threads(), done()
+
+    ``tile(c=span)`` walks the row in passes of the block's threads (in a ``Reduce`` it also
+    creates the accumulator: each thread folds its elements, and the store combines the threads'
+    partial results); ``walk_row=False`` leaves it out for a part without the ``c`` dim (a
+    per-row statistic)."""
+    out: list = []
+    if plan.lanes <= 32 and plan.rows > 1:
+        out.append(tile(r=32 // plan.lanes) >> to_warps())
+        if walk_row:
+            out += [tile(c=plan.span), tile(r=1, c=plan.vec) >> to_threads()]
+        else:
+            out.append(tile(r=1) >> to_threads())
+    else:
+        out += [tile(c=plan.span), tile(c=plan.vec) >> to_threads()]
+    out.append(done())
+    return tuple(out)

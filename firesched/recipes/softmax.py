@@ -1,0 +1,46 @@
+"""Softmax over the last dimension as a fused spec: the row is read once into registers, its
+maximum and the sum of exponentials are reduced there, and the row is written once::
+
+    Fused<kernel>[Move(X -> Xr); Reduce(max over c: Xr -> M); Pointwise(sub: Xr, M -> E)
+                  with scale(s), exp(); Reduce(sum over c: E -> Z); Pointwise(div: E, Z -> Y)]
+      tile(r=1) >> to_blocks()                          # rows.row_plan picks the tiling
+      place(Xr, RF) >> place(M, RF) >> place(E, RF) >> place(Z, RF)
+      part(i, tile(c=span), tile(c=8) >> to_threads(), done()) for every part
+
+``E = exp(scale · (x - max))`` never overflows (its largest element is 1) and the sum is at least
+1, so large-magnitude rows give no inf or NaN.  Padded elements of a row whose length is not a
+multiple of the threads' tiles are skipped by both reductions.  ``scale`` must be positive (the
+maximum of ``scale · x`` is then ``scale · max(x)``).
+"""
+
+from __future__ import annotations
+
+from .. import ops
+from ..schedule import Schedule
+from ..spec import Fused, Move, Pointwise, Reduce
+from ..tensor import KERNEL
+from . import rows as _rows
+from .norms import _Specs, check_args, schedule_rows
+
+
+def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", scale: float = 1.0) -> Schedule:
+    """``Y = softmax(scale · X, axis=-1)`` over rows of ``cols`` elements (torch's
+    ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols)."""
+    check_args("softmax", rows, cols, dtype, arch)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"recipes.softmax: scale={scale!r}; allowed: a positive number")
+    plan = _rows.row_plan(rows, cols, dtype)
+    s = _Specs(rows, cols, dtype)
+    f32 = "f32"
+    xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)
+    pre = (ops.scale(scale),) if scale != 1.0 else ()
+    spec = Fused.kernel(
+        Move(s.t("X"), xr, KERNEL),
+        Reduce("max", xr, m, ("c",), KERNEL),
+        Pointwise("sub", (xr, m), e, KERNEL, pre + (ops.exp(),)),
+        Reduce("sum", e, z, ("c",), KERNEL),
+        Pointwise("div", (e, z), s.t("Y"), KERNEL))
+    return schedule_rows(spec, plan, ("Xr", "M", "E", "Z"))
+
+
+__all__ = ["softmax"]
