@@ -111,7 +111,8 @@ class CompiledModule:
     """A compiled CUBIN with what produced it and what ptxas said about it.
 
     ``compile_seconds`` is the time this call took: the whole NVRTC compile on a miss, the cache
-    look-up on a hit (``from_cache``).
+    look-up on a hit (``from_cache``).  ``log`` is NVRTC's log (ptxas' report included) without
+    its warnings about unused functions and variables (``clean_log``).
     """
 
     cubin: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
@@ -208,8 +209,81 @@ _RE_PTXAS_DIAG = re.compile(r"^ptxas.*?, line (?P<line>\d+); (?P<kind>error|fata
 _RE_PTX_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"')
 _RE_PTX_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+")
 
+_RE_PTXAS_AT_LINE = re.compile(r"^ptxas.*?\b(?:error|fatal)\s*:.*?\bat line (?P<line>\d+)\b")
+_RE_ERROR_LINE = re.compile(r"\b(error|errors|fatal)\b", re.IGNORECASE)
+
+#: NVRTC's warnings about declarations nothing uses.  The generated prelude defines every helper a
+#: kernel might call (conversions, 4-bit packing, register fences) as a static function, so each
+#: kernel draws a dozen of them; they say nothing about the kernel.  NVRTC 13 words them
+#:
+#:     firesched_kernel.cu(21): warning #177-D: function "fs_bf16_to_f32" was declared but never referenced
+#:     t.cu(7): warning #177-D: variable "x" was declared but never referenced
+#:     t.cu(3): warning #550-D: variable "x" was set but never used
+#:
+#: each followed by the source line and a caret, and the first warning of a log by
+#: ``Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"``.
+_RE_UNUSED = re.compile(r"\): warning #\d+-D: (?:function|variable) \"[^\"]*\" was "
+                        r"(?:declared but never referenced|set but never used)\s*$")
+_RE_REMARK = re.compile(r"^Remark: The warnings can be suppressed")
+_RE_ANY_WARNING = re.compile(r"\): warning\b")
+
 _MAX_ERRORS_SHOWN = 5
+_MAX_REST_SHOWN = 20
 _CONTEXT_LINES = 2
+
+
+@attrs.frozen
+class LogParts:
+    """An NVRTC log taken apart: its error diagnostics, the rest, and how many warnings about
+    unused functions and variables were left out of both."""
+
+    errors: tuple[str, ...]        # one entry per diagnostic, its continuation lines included
+    rest: tuple[str, ...]
+    unused_warnings: int
+
+    @property
+    def text(self) -> str:
+        """The errors, then the rest: the log a reader wants."""
+        return "\n".join(self.errors + self.rest)
+
+
+def _log_entries(log: str) -> list[str]:
+    """The diagnostics of a log, each with the indented lines that follow it (the quoted source
+    line and the caret under it); blank lines dropped."""
+    entries: list[list[str]] = []
+    for ln in log.splitlines():
+        if not ln.strip():
+            continue
+        if ln[:1].isspace() and entries:
+            entries[-1].append(ln)
+        else:
+            entries.append([ln])
+    return ["\n".join(e) for e in entries]
+
+
+def split_log(log: str) -> LogParts:
+    """The error diagnostics of ``log`` (lines that say error or fatal), the other lines, and the
+    count of warnings about unused functions and variables dropped from both (``_RE_UNUSED``;
+    NVRTC's remark on suppressing warnings goes with them when no other warning is left)."""
+    errors, rest, unused = [], [], 0
+    entries = _log_entries(log)
+    for e in entries:
+        head = e.split("\n", 1)[0]
+        if _RE_UNUSED.search(head):
+            unused += 1
+        elif _RE_ERROR_LINE.search(head) and not _RE_ANY_WARNING.search(head):
+            errors.append(e)
+        else:
+            rest.append(e)
+    if unused and not any(_RE_ANY_WARNING.search(e.split("\n", 1)[0]) for e in errors + rest):
+        rest = [e for e in rest if not _RE_REMARK.match(e)]
+    return LogParts(tuple(errors), tuple(rest), unused)
+
+
+def clean_log(log: str) -> str:
+    """``log`` without NVRTC's warnings about unused functions and variables (see ``_RE_UNUSED``),
+    errors first: what a successful compile keeps and shows."""
+    return split_log(log).text
 
 
 def _excerpt(lines: list[str], lineno: int, context: int = _CONTEXT_LINES, *,
@@ -223,8 +297,19 @@ def _excerpt(lines: list[str], lineno: int, context: int = _CONTEXT_LINES, *,
     out = []
     for i in range(lo, hi + 1):
         mark = ">" if i == lineno else " "
-        out.append(f"{indent}{mark} {i:>{width}} | {lines[i - 1]}")
+        out.append(f"{indent}{mark} {i:>{width}} | {_clip(lines[i - 1])}")
     return "\n".join(out)
+
+
+_MAX_LINE_SHOWN = 240
+
+
+def _clip(line: str) -> str:
+    """``line``, cut at ``_MAX_LINE_SHOWN`` characters (an asm statement of a wgmma binds 130
+    registers on one line)."""
+    if len(line) <= _MAX_LINE_SHOWN:
+        return line
+    return line[:_MAX_LINE_SHOWN] + f" ... ({len(line) - _MAX_LINE_SHOWN} more characters)"
 
 
 def _ptx_to_source_line(ptx_lines: list[str], ptx_line: int, filename: str) -> int | None:
@@ -242,13 +327,36 @@ def _ptx_to_source_line(ptx_lines: list[str], ptx_line: int, filename: str) -> i
     return None
 
 
+def _ptx_context(ptx_lines: list[str], src_lines: list[str], pline: int, filename: str) -> str:
+    """The PTX line ``pline`` and the generated source lines it came from, indented."""
+    out = ""
+    if 1 <= pline <= len(ptx_lines):
+        out += f"\n    PTX: {_clip(ptx_lines[pline - 1].strip())}"
+    sline = _ptx_to_source_line(ptx_lines, pline, filename) if ptx_lines else None
+    if sline is not None:
+        out += f"\n    generated from {filename} line {sline}:\n" + _excerpt(src_lines, sline)
+    return out
+
+
+def _indent(entries, limit: int) -> tuple[str, int]:
+    """``entries`` indented by four spaces, at most ``limit`` lines; and how many were cut."""
+    lines = [ln for e in entries for ln in e.splitlines()]
+    shown = "\n".join("    " + ln for ln in lines[:limit])
+    return shown, max(0, len(lines) - limit)
+
+
 def format_compile_error(*, log: str, source: str, filename: str, arch: str, result: str,
                          ptx: str | None = None) -> str:
     """Turn an NVRTC log into a message that shows each of the first errors next to the lines
-    of generated source it is about, so the reader need not count lines in a long kernel."""
+    of generated source it is about, so the reader need not count lines in a long kernel.
+
+    Errors come first; NVRTC's warnings about unused functions and variables (the prelude's
+    helpers a kernel does not call) are left out; the rest of the log follows.  The whole log stays
+    on ``CompileError.log``."""
     src_lines = source.splitlines()
     ptx_lines = ptx.splitlines() if ptx else []
-    log_lines = [ln for ln in log.splitlines() if ln.strip()]
+    parts = split_log(log)
+    log_lines = [ln for e in parts.errors for ln in e.splitlines()]
     blocks: list[str] = []
     n_errors = 0
     last_ptx_line = None
@@ -275,23 +383,34 @@ def format_compile_error(*, log: str, source: str, filename: str, arch: str, res
             last_ptx_line = None
             if len(blocks) < _MAX_ERRORS_SHOWN:
                 block = f"ptxas: PTX line {pline}: {msg}"
-                if 1 <= pline <= len(ptx_lines):
-                    block += f"\n    PTX: {ptx_lines[pline - 1].strip()}"
-                sline = _ptx_to_source_line(ptx_lines, pline, filename) if ptx_lines else None
-                if sline is not None:
-                    block += f"\n    generated from {filename} line {sline}:\n" + _excerpt(src_lines, sline)
+                block += _ptx_context(ptx_lines, src_lines, pline, filename)
                 blocks.append(block + "\n")
                 last_ptx_line = pline
     blocks = [b.rstrip("\n") for b in blocks]
     head = f"NVRTC could not compile {filename} for {arch} ({result})"
+    left_out = (f" (with {parts.unused_warnings} warning(s) about unused functions and variables, "
+                f"left out here)" if parts.unused_warnings else "")
+    foot = f"\nThe full log is CompileError.log{left_out}; the source is CompileError.source."
     if not blocks:
-        # Not a located diagnostic (a bad option, an internal error): show the log itself.
-        shown = "\n".join("    " + ln for ln in log_lines[:20]) or "    (the compiler log is empty)"
-        return f"{head}:\n{shown}\nThe full log is CompileError.log; the source is CompileError.source."
+        # Not a located diagnostic (a ptxas fatal error, a bad option, an internal error): the
+        # error lines, each ptxas fatal error at a PTX line with that line and its source, then
+        # the rest of the log.
+        shown = []
+        for e in parts.errors:
+            m = _RE_PTXAS_AT_LINE.match(e)
+            shown.append("    " + e.replace("\n", "\n    ")
+                         + (_ptx_context(ptx_lines, src_lines, int(m.group("line")), filename) if m else ""))
+        rest, cut = _indent(parts.rest, _MAX_REST_SHOWN)
+        text = "\n".join(shown + ([rest] if rest else []))
+        if cut:
+            text += f"\n    ... and {cut} more line(s)"
+        return f"{head}:\n{text or '    (the compiler log is empty)'}{foot}"
     more = n_errors - len(blocks)
     tail = f"\n... and {more} more error(s)" if more > 0 else ""
-    return (f"{head}; {n_errors} error(s):\n" + "\n\n".join(blocks) + tail
-            + "\nThe full log is CompileError.log; the source is CompileError.source.")
+    rest, cut = _indent(parts.rest, _MAX_REST_SHOWN)
+    if rest:
+        tail += "\nThe rest of the log:\n" + rest + (f"\n    ... and {cut} more line(s)" if cut else "")
+    return f"{head}; {n_errors} error(s):\n" + "\n\n".join(blocks) + tail + foot
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,7 +663,7 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
             cubin, meta = hit
             try:
                 resources = {n: KernelResources(**r) for n, r in meta["resources"].items()}
-                log = str(meta["log"])
+                log = clean_log(str(meta["log"]))     # entries written before logs were cleaned
             except (KeyError, TypeError, AttributeError):
                 resources = None
             if resources is not None:
@@ -553,6 +672,8 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
                                       compile_seconds=time.perf_counter() - start, from_cache=True)
 
     cubin, log = _nvrtc_compile(source, arch, all_options, filename)
+    # a kernel that compiled keeps no warnings about the prelude's unused helpers
+    log = clean_log(log)
     resources = parse_ptxas_resources(log)
     seconds = time.perf_counter() - start
     if key is not None:
