@@ -314,6 +314,9 @@ class Pointwise(SpecBase):
         o = Tensor(names[-1], out or dtype, GL, dims, ext, dims[-1])
         return cls(op, tuple(tiles), Tile(o, ext), KERNEL)
 
+    def __repr__(self):
+        return f"Pointwise({self.op!r}, {self.inputs!r}, {self.out!r}, {self.level!r}, {self.ops!r})"
+
     def __str__(self):
         return (f"Pointwise<{self.level}>({self.op}: {', '.join(map(str, self.inputs))} -> {self.out})"
                 f"{_opstr(self.ops)}")
@@ -357,6 +360,10 @@ class Reduce(SpecBase):
         kext = tuple(shape[d] for d in kept if d in shape) or (1,)
         y = Tensor(names[1], out, GL, kept, kext, kept[-1])
         return cls(op, Tile(x, ext), Tile(y, kext), axes, KERNEL)
+
+    def __repr__(self):
+        return (f"Reduce({self.op!r}, {self.src!r}, {self.dst!r}, {self.axes!r}, {self.level!r}, {self.ops!r}, "
+                f"{self.acc!r})")
 
     def __str__(self):
         what = f"over {','.join(self.axes)}" if self.axes else "of the partial results"

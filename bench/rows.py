@@ -1,0 +1,229 @@
+"""Row kernels (RMSNorm, LayerNorm, residual-add + RMSNorm, softmax) next to torch, in one process.
+
+    PYTHONPATH=. python bench/rows.py                                   # every op, fp16 and bf16
+    PYTHONPATH=. python bench/rows.py --ops rmsnorm --dtypes bf16 --shapes 16384x4096 --rounds 9
+
+For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
+(``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
+must read and write once (input, weights, outputs) divided by the time — and the ratio (ours /
+torch's time, > 1 is faster).  Both sides are checked against a float32 torch reference first.
+Timing: ours and the peer alternate (ours, peer, ours, peer ...), each round ``reps`` back-to-back
+launches between two CUDA events (``bench.gemm.time_ms``), the median of the rounds; the inputs
+rotate through enough copies to exceed twice the 50 MB L2.  Results go to JSON (device, driver,
+torch and NVRTC versions, command) and, with matplotlib, a PNG of bandwidth against cols.
+
+Without a GPU the script compiles every kernel and interprets the smallest shape (a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+import firesched as fs  # noqa: E402
+from bench.gemm import L2_BYTES, time_ms, write_results  # noqa: E402
+
+SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), (16384, 1024), (16384, 4096),
+          (16384, 16384), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384), (32768, 32768),
+          (65536, 1024), (8192, 32768)]
+OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax")
+COPY_TBS = 2.97
+QUACK_TBS = 3.0
+
+
+def _peer(torch, op: str, cols: int):
+    F = torch.nn.functional
+    if op == "rmsnorm":
+        return lambda x, w: F.rms_norm(x, (cols,), w, 1e-6)
+    if op == "layernorm":
+        return lambda x, w, b: F.layer_norm(x, (cols,), w, b, 1e-5)
+    if op == "add_rmsnorm":
+        def f(x, r, w):
+            h = x + r
+            return F.rms_norm(h, (cols,), w, 1e-6), h
+        return f
+    return lambda x: torch.softmax(x, dim=-1)
+
+
+def _reference(torch, op: str, cols: int, ins):
+    """The float32 result (as torch computes it on the rounded inputs)."""
+    f = [t.float() for t in ins]
+    F = torch.nn.functional
+    if op == "rmsnorm":
+        return (F.rms_norm(f[0], (cols,), f[1], 1e-6),)
+    if op == "layernorm":
+        return (F.layer_norm(f[0], (cols,), f[1], f[2], 1e-5),)
+    if op == "add_rmsnorm":
+        h = (ins[0] + ins[1]).float()
+        return F.rms_norm(h, (cols,), f[2], 1e-6), h
+    return (torch.softmax(f[0], dim=-1),)
+
+
+def _inputs(torch, op: str, rows: int, cols: int, dt):
+    x = torch.randn(rows, cols, device="cuda", dtype=dt)
+    w = torch.randn(cols, device="cuda", dtype=dt)
+    if op == "rmsnorm":
+        return [x, w]
+    if op == "layernorm":
+        return [x, w, torch.randn(cols, device="cuda", dtype=dt)]
+    if op == "add_rmsnorm":
+        return [x, torch.randn(rows, cols, device="cuda", dtype=dt), w]
+    return [x]
+
+
+def _outputs(torch, op, rows, cols, dt):
+    n = 2 if op == "add_rmsnorm" else 1
+    return [torch.empty(rows, cols, device="cuda", dtype=dt) for _ in range(n)]
+
+
+def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
+    """What the op must read and write, once: row inputs, per-column weights, row outputs."""
+    row = rows * cols * eb
+    return {"rmsnorm": 2 * row + cols * eb, "layernorm": 2 * row + 2 * cols * eb,
+            "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row}[op]
+
+
+def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    sched = getattr(fs.recipes, op)(rows, cols, dtype=dtype)
+    k = fs.compile(sched, arch="sm_90a")
+    peer = _peer(torch, op, cols)
+    nbytes = bytes_moved(op, rows, cols, dt.itemsize)
+    nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
+    sets = [(_inputs(torch, op, rows, cols, dt), _outputs(torch, op, rows, cols, dt)) for _ in range(nsets)]
+    ins, outs = sets[0]
+    k(*ins, *outs)
+    ref = _reference(torch, op, cols, ins)
+    got_peer = peer(*ins)
+    got_peer = got_peer if isinstance(got_peer, tuple) else (got_peer,)
+    err = max(float((o.float() - r).abs().max()) for o, r in zip(outs, ref))
+    err_peer = max(float((o.float() - r).abs().max()) for o, r in zip(got_peer, ref))
+    scale = max(float(r.abs().max()) for r in ref)
+    tol = (1e-2 if dtype == "f16" else 4e-2) * max(1.0, scale)
+    if not err <= max(tol, 2 * err_peer):
+        raise SystemExit(f"{op} {dtype} {rows}x{cols}: ours differs from the f32 reference by {err:.3e} "
+                         f"(torch by {err_peer:.3e})")
+    reps = max(3, min(200, math.ceil(2e-3 / (nbytes / 2.5e12))))
+    def ours(i):
+        xs, ys = sets[i % nsets]
+        return k(*xs, *ys)
+
+    def theirs(i):
+        return peer(*sets[i % nsets][0])
+
+    ours_t, peer_t = [], []
+    for _ in range(rounds):                       # interleaved: ours, peer, ours, peer ...
+        ours_t.append(time_ms(torch, ours, reps, 1))
+        peer_t.append(time_ms(torch, theirs, reps, 1))
+    t_o, t_p = statistics.median(ours_t), statistics.median(peer_t)
+    res = list(k.resources.values())[0]
+    row = dict(op=op, dtype=dtype, rows=rows, cols=cols, bytes=nbytes, ours_ms=t_o, peer_ms=t_p,
+               ours_tbs=nbytes / t_o / 1e9, peer_tbs=nbytes / t_p / 1e9, ratio=t_p / t_o, max_err=err,
+               peer_err=err_peer, registers=res.registers, spills=k.spills, threads=k.program.kernels[0].threads,
+               reps=reps, rounds=rounds, sets=nsets)
+    print(f"{op:11s} {dtype:5s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
+          f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e})", flush=True)
+    sets.clear()
+    torch.cuda.empty_cache()
+    return row
+
+
+def cpu_smoke(op: str, dtype: str) -> dict:
+    """No GPU: compile at a large shape, interpret a small one against numpy."""
+    k = fs.compile(getattr(fs.recipes, op)(4096, 4096, dtype=dtype), arch="sm_90a")
+    rng = np.random.default_rng(0)
+    sched = getattr(fs.recipes, op)(5, 100, dtype=dtype)
+    n_in = len(sched.lower("sm_90a").inputs)
+    arrays = [rng.standard_normal((5, 100)) if i == 0 or (op == "add_rmsnorm" and i == 1) else rng.standard_normal(100)
+              for i in range(n_in)]
+    out = fs.interpret(sched, *arrays)
+    out = out if isinstance(out, tuple) else (out,)
+    assert all(np.isfinite(o).all() for o in out)
+    print(f"{op:11s} {dtype:5s} compiled (spills {k.spills}); interpreted 5x100")
+    return dict(op=op, dtype=dtype, spills=k.spills, timing="skipped: no GPU")
+
+
+def plot(rows: list, path: str):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    ops = [o for o in OPS if any(r["op"] == o for r in rows)]
+    fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.2), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        for i, (dt, nrows) in enumerate(sorted({(r["dtype"], r["rows"]) for r in rows if r["op"] == op})):
+            sel = sorted((r for r in rows if r["op"] == op and r["dtype"] == dt and r["rows"] == nrows),
+                         key=lambda r: r["cols"])
+            c = f"C{i % 10}"
+            ax.plot([r["cols"] for r in sel], [r["ours_tbs"] for r in sel], "-o", color=c, label=f"ours {dt} {nrows} rows")
+            ax.plot([r["cols"] for r in sel], [r["peer_tbs"] for r in sel], "--x", color=c, label=f"torch {dt} {nrows} rows")
+        ax.axhline(COPY_TBS, color="grey", lw=0.8, ls=":", label=f"D2D copy {COPY_TBS} TB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("cols")
+        ax.set_ylabel("TB/s (bytes read + written / time)")
+        ax.set_title(op)
+        ax.legend(fontsize=5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> list:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--dtypes", default="f16,bf16")
+    p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    ops = [o for o in args.ops.split(",") if o]
+    bad = [o for o in ops if o not in OPS]
+    if bad:
+        raise SystemExit(f"unknown ops {bad}; known: {', '.join(OPS)}")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        torch, gpu = None, False
+    if not gpu:
+        return [cpu_smoke(op, dt) for op in ops for dt in dtypes]
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds) for op in ops for dt in dtypes for r, c in shapes]
+    date = datetime.date.today().isoformat()
+    out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
+    from cuda.bindings import nvrtc
+
+    meta = dict(device=torch.cuda.get_device_name(), date=date, torch=torch.__version__,
+                nvrtc=".".join(map(str, nvrtc.nvrtcVersion()[1:])), python=platform.python_version(),
+                command="PYTHONPATH=. python bench/rows.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    big = [r for r in rows if r["bytes"] >= 64 * 2 ** 20]
+    if big:
+        meta["min_tbs_at_64MiB_plus"] = min(r["ours_tbs"] for r in big)
+        meta["geomean_ratio"] = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
+        print(f"ours >= 64 MiB: min {meta['min_tbs_at_64MiB_plus']:.2f} TB/s; geomean ratio over torch "
+              f"{meta['geomean_ratio']:.2f}")
+    write_results(out, meta, rows)
+    png = plot(rows, out[:-5] + ".png")
+    if png:
+        print(f"wrote {png}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Run every row recipe once per shape on the GPU, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck  python bench/sanitize_rows.py
+    compute-sanitizer --tool racecheck python bench/sanitize_rows.py
+    compute-sanitizer --tool synccheck python bench/sanitize_rows.py
+
+Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
+per block, and the largest plan (1024 threads)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import firesched as fs  # noqa: E402
+
+SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768)]
+
+
+def main() -> None:
+    import torch
+
+    for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax"):
+        for rows, cols in SHAPES:
+            k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype="bf16"), arch="sm_90a")
+            ins = []
+            for b in k.program.inputs:
+                ins.append(torch.randn(b.shape, device="cuda", dtype=torch.bfloat16))
+            outs = [torch.empty(b.shape, device="cuda", dtype={"bf16": torch.bfloat16, "f32": torch.float32}[b.dtype.name])
+                    for b in k.program.outputs]
+            k(*ins, *outs)
+            torch.cuda.synchronize()
+            assert all(torch.isfinite(o.float()).all() for o in outs), (op, rows, cols)
+            print(f"{op} {rows}x{cols}: ran", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The row recipes on the GPU against torch in float32: fixed odd shapes, cols = 1, rows with
+large magnitudes, and random shapes up to 32,768 columns in fp16 and bf16."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import firesched as fs
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _run(op, rows, cols, dtype, magnitude=1.0):
+    dt = TDT[dtype]
+    F = torch.nn.functional
+    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype), arch="sm_90a")
+    x = (torch.randn(rows, cols, device="cuda") * magnitude).to(dt)
+    w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
+    outs = [torch.full((rows, cols), float("nan"), device="cuda", dtype=dt) for _ in range(2 if op == "add_rmsnorm" else 1)]
+    if op == "rmsnorm":
+        k(x, w, *outs)
+        refs = [F.rms_norm(x.float(), (cols,), w.float(), 1e-6)]
+    elif op == "layernorm":
+        k(x, w, b, *outs)
+        refs = [F.layer_norm(x.float(), (cols,), w.float(), b.float(), 1e-5)]
+    elif op == "add_rmsnorm":
+        r = torch.randn(rows, cols, device="cuda", dtype=dt)
+        k(x, r, w, *outs)
+        h = (x + r).float()
+        refs = [F.rms_norm(h, (cols,), w.float(), 1e-6), h]
+    else:
+        k(x, *outs)
+        refs = [torch.softmax(x.float(), dim=-1)]
+    torch.cuda.synchronize()
+    for o, ref in zip(outs, refs):
+        assert torch.isfinite(o.float()).all(), (op, rows, cols, dtype)
+        err = ((o.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+        assert err < (1e-2 if dtype == "f16" else 3e-2), (op, rows, cols, dtype, err)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(1, 1), (37, 1), (33, 100), (5, 1001), (64, 256), (7, 4096), (3, 32768)])
+def test_row_recipes_match_torch(op, rows, cols):
+    _run(op, rows, cols, "bf16")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+def test_large_magnitudes(op):
+    _run(op, 64, 2048, "f16", magnitude=3000.0)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_row_shapes(seed):
+    rnd = random.Random(seed)
+    op = rnd.choice(["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+    _run(op, rnd.randint(1, 300), rnd.choice([rnd.randint(1, 2000), 2 ** rnd.randint(3, 15)]), rnd.choice(["f16", "bf16"]))

@@ -1,0 +1,208 @@
+"""The row recipes (RMSNorm, LayerNorm, residual-add + RMSNorm, softmax) against numpy formulas
+written here, on small and odd shapes; hypothesis over shapes and dtypes; NVRTC compiles every
+plan of the tile model without spills; and the fused-spec refusals a user meets writing such a
+kernel by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import recipes
+from firesched.errors import ScheduleError
+from firesched.recipes import rows as row_model
+from firesched.spec import Fused, Move, Pointwise, Reduce
+from firesched.strategies import done, part, place, tile, to_blocks, to_threads
+from firesched.tensor import GL, KERNEL, RF, Tensor, Tile
+
+
+def _r(x, dt):
+    return np.asarray(x, dtype=np.float64).astype(fs.dtypes.dtype(dt).np).astype(np.float64)
+
+
+def _close(got, want, dt, scale=1.0):
+    tol = {"f16": 2e-3, "bf16": 1.6e-2, "f32": 1e-5}[dt] * 2
+    got = np.asarray(got, dtype=np.float64)
+    assert got.shape == want.shape
+    err = np.abs(got - want).max(initial=0.0)
+    assert err <= tol * max(1.0, np.abs(want).max(initial=0.0)) * scale, err
+
+
+def rms_ref(x, w, eps, dt):
+    y = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps)
+    return _r(y * w if w is not None else y, dt)
+
+
+def ln_ref(x, w, b, eps, dt):
+    mu = x.mean(1, keepdims=True)
+    y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + eps)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return _r(y, dt)
+
+
+def softmax_ref(x, scale, dt):
+    z = scale * x
+    z = np.exp(z - z.max(1, keepdims=True))
+    return _r(z / z.sum(1, keepdims=True), dt)
+
+
+SHAPES = [(1, 1), (7, 1), (3, 5), (5, 64), (10, 256), (33, 100), (4, 512), (5, 1001), (2, 4096), (3, 6000)]
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("R, C", SHAPES)
+def test_rmsnorm_matches_numpy(R, C):
+    x, w = RNG.standard_normal((R, C)), RNG.standard_normal(C)
+    _close(fs.interpret(recipes.rmsnorm(R, C), x, w), rms_ref(_r(x, "f16"), _r(w, "f16"), 1e-6, "f16"), "f16")
+
+
+@pytest.mark.parametrize("R, C", SHAPES)
+def test_layernorm_matches_numpy(R, C):
+    x, w, b = RNG.standard_normal((R, C)), RNG.standard_normal(C), RNG.standard_normal(C)
+    got = fs.interpret(recipes.layernorm(R, C, dtype="bf16"), x, w, b)
+    _close(got, ln_ref(_r(x, "bf16"), _r(w, "bf16"), _r(b, "bf16"), 1e-5, "bf16"), "bf16")
+
+
+@pytest.mark.parametrize("R, C", SHAPES)
+def test_softmax_matches_numpy(R, C):
+    x = RNG.standard_normal((R, C)) * 4
+    _close(fs.interpret(recipes.softmax(R, C, scale=0.125), x), softmax_ref(_r(x, "f16"), 0.125, "f16"), "f16")
+
+
+@pytest.mark.parametrize("R, C", [(1, 1), (3, 5), (10, 256), (5, 1001)])
+def test_add_rmsnorm_writes_the_sum_and_its_norm(R, C):
+    x, res, w = RNG.standard_normal((R, C)), RNG.standard_normal((R, C)), RNG.standard_normal(C)
+    y, h = fs.interpret(recipes.add_rmsnorm(R, C), x, res, w)
+    hr = _r(_r(x, "f16") + _r(res, "f16"), "f16")        # torch adds in f16: h is rounded first
+    assert np.array_equal(h, hr)
+    _close(y, rms_ref(hr, _r(w, "f16"), 1e-6, "f16"), "f16")
+
+
+def test_statistics_for_the_backward_pass():
+    R, C = 6, 300
+    x, w, b = RNG.standard_normal((R, C)) + 3.0, RNG.standard_normal(C), RNG.standard_normal(C)
+    xr = _r(x, "f16")
+    y, rstd = fs.interpret(recipes.rmsnorm(R, C, stats=True), x, w)
+    assert np.allclose(rstd, 1 / np.sqrt(np.mean(xr * xr, 1) + 1e-6), rtol=1e-5)
+    y, mean, rstd = fs.interpret(recipes.layernorm(R, C, stats=True), x, w, b)
+    assert np.allclose(mean, xr.mean(1), rtol=1e-6)
+    assert np.allclose(rstd, 1 / np.sqrt(xr.var(1) + 1e-5), rtol=1e-5)
+    _close(y, ln_ref(xr, _r(w, "f16"), _r(b, "f16"), 1e-5, "f16"), "f16")
+
+
+def test_options_without_weight_or_bias():
+    R, C = 4, 96
+    x = RNG.standard_normal((R, C))
+    xr = _r(x, "f16")
+    _close(fs.interpret(recipes.rmsnorm(R, C, weight=False, eps=1e-3), x), rms_ref(xr, None, 1e-3, "f16"), "f16")
+    _close(fs.interpret(recipes.layernorm(R, C, weight=False, bias=False), x), ln_ref(xr, None, None, 1e-5, "f16"),
+           "f16")
+
+
+def test_large_magnitudes_do_not_overflow_the_statistics():
+    """Rows near the fp16 maximum: squares overflow fp16 but not the f32 statistics; softmax of
+    large logits stays finite."""
+    R, C = 3, 512
+    x = np.clip(RNG.standard_normal((R, C)) * 8000.0, -30000, 30000)     # squares up to 9e8: past fp16
+    xr = _r(x, "f16")
+    y = fs.interpret(recipes.rmsnorm(R, C, weight=False), x)
+    assert np.isfinite(y).all()
+    _close(y, rms_ref(xr, None, 1e-6, "f16"), "f16")
+    shifted = x / 8 + 20000.0                    # a large mean: E[x²] - E[x]² would cancel in f32
+    y = fs.interpret(recipes.layernorm(R, C, weight=False, bias=False), shifted)
+    assert np.isfinite(y).all()
+    _close(y, ln_ref(_r(shifted, "f16"), None, None, 1e-5, "f16"), "f16")
+    s = fs.interpret(recipes.softmax(R, C), x)
+    assert np.isfinite(s).all()
+    _close(s, softmax_ref(xr, 1.0, "f16"), "f16")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(R=st.integers(1, 40), C=st.integers(1, 1500), dt=st.sampled_from(["f16", "bf16", "f32"]),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "softmax"]))
+def test_random_shapes_match_numpy(R, C, dt, kind):
+    rng = np.random.default_rng(R * 7919 + C)
+    x, w, b = rng.standard_normal((R, C)) * 3, rng.standard_normal(C), rng.standard_normal(C)
+    xr, wr, br = _r(x, dt), _r(w, dt), _r(b, dt)
+    if kind == "rmsnorm":
+        got, want = fs.interpret(recipes.rmsnorm(R, C, dtype=dt), x, w), rms_ref(xr, wr, 1e-6, dt)
+    elif kind == "layernorm":
+        got, want = fs.interpret(recipes.layernorm(R, C, dtype=dt), x, w, b), ln_ref(xr, wr, br, 1e-5, dt)
+    else:
+        got, want = fs.interpret(recipes.softmax(R, C, dtype=dt), x), softmax_ref(xr, 1.0, dt)
+    _close(got, want, dt, scale=2.0)
+
+
+@pytest.mark.parametrize("cols", [1, 7, 64, 256, 1000, 1024, 4096, 8192, 16384, 32768])
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "add_rmsnorm"])
+def test_every_plan_compiles_without_spills(kind, cols):
+    k = fs.compile(getattr(recipes, kind)(4096, cols, dtype="bf16"), arch="sm_90a")
+    assert k.spills == 0
+    if cols % 8 == 0:
+        assert "ld.global.v4.b32" in k.source and "st.global.v4.b32" in k.source
+
+
+def test_plans_of_the_tile_model():
+    assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 4)
+    assert row_model.row_plan(4096, 4096) == row_model.RowPlan(256, 8, 2, 1)
+    assert row_model.row_plan(4096, 32768).threads == 1024
+    assert row_model.row_plan(5, 1001).vec == 1
+    with pytest.raises(ValueError, match="does not fit in the registers"):
+        row_model.row_plan(16, 65536)
+    with pytest.raises(ValueError, match="dtype"):
+        recipes.rmsnorm(4, 4, dtype="f64")
+    with pytest.raises(ValueError, match="scale"):
+        recipes.softmax(4, 4, scale=-1.0)
+
+
+# --------------------------------------------------------------------------- hand-written fused row kernels
+
+def _t(name, dims, R, C, dt="f32"):
+    ext = {"r": R, "c": C}
+    shape = tuple(ext[d] for d in dims)
+    return Tile(Tensor(name, dt, GL, dims, shape, dims[-1]), shape)
+
+
+def _sum_then_scale(R, C):
+    """Y = X * sum(X over c): the row in registers, the sum a register local."""
+    X, Xr, S, Y = (_t("X", ("r", "c"), R, C, "f16"), _t("Xr", ("r", "c"), R, C, "f16"), _t("S", ("r",), R, C),
+                   _t("Y", ("r", "c"), R, C, "f16"))
+    return Fused.kernel(Move(X, Xr, KERNEL), Reduce("sum", Xr, S, ("c",), KERNEL),
+                        Pointwise("mul", (Xr, S), Y, KERNEL))
+
+
+def test_a_part_that_reads_registers_through_other_threads_is_refused():
+    spec = _sum_then_scale(4, 256)
+    sched = spec.schedule(tile(r=1) >> to_blocks(), place("Xr", RF), place("S", RF),
+                          part(0, tile(c=8) >> to_threads(), done()),
+                          part(1, tile(c=256), tile(c=8) >> to_threads(), done()),
+                          part(2, tile(c=128), tile(c=4) >> to_threads(), done()))
+    with pytest.raises(ScheduleError, match="register tensor Xr is held by the threads of another part"):
+        sched.check("sm_80")
+
+
+def test_hand_written_fused_row_kernel_matches_numpy():
+    R, C = 5, 200
+    spec = _sum_then_scale(R, C)
+    ew = (tile(c=128), tile(c=4) >> to_threads(), done())
+    sched = spec.schedule(tile(r=1) >> to_blocks(), place("Xr", RF), place("S", RF),
+                          part(0, *ew), part(1, *ew), part(2, *ew))
+    x = RNG.standard_normal((R, C))
+    xr = _r(x, "f16")
+    _close(fs.interpret(sched, x), _r(xr * xr.sum(1, keepdims=True), "f16"), "f16")
+
+
+def test_fused_results_must_be_written_by_the_body():
+    spec = _sum_then_scale(4, 8)
+    with pytest.raises(ValueError, match="results"):
+        Fused.kernel(*spec.body, results=("X",))
+    f = Fused.kernel(*spec.body, results=("Y", "S"))
+    assert [t.name for t in f.outputs] == ["Y", "S"] and "S" not in [t.name for t in f.locals]
+    ns = {**vars(fs.spec), **vars(fs.tensor), "dtypes": fs.dtypes, "ops": fs.ops}
+    assert eval(repr(f), ns) == f
