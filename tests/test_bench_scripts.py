@@ -95,3 +95,19 @@ def test_sass_opcode_count():
         /*0a60*/                   HMMA.16816.F32 R0, R4, R8, R0 ;
     """
     assert count_opcodes(sass) == {"HGMMA": 1, "UTMALDG": 1, "UTMASTG": 1}
+
+
+def test_membound_runs_small(tmp_path):
+    """bench/membound.py on small and odd shapes: without a GPU it compiles every case with NVRTC and
+    checks it in the interpreter against the case's numpy meaning (timing skipped); with one it
+    checks against torch and times both."""
+    from bench import membound
+
+    out = tmp_path / "membound.json"
+    rows = membound.main(["--shapes", "33x65,64x64", "--dtypes", "f16,bf16", "--rounds", "2", "--reps", "2",
+                          "--out", str(out)])
+    ours = [r for r in rows if r["op"] in ("transpose", "cast")]
+    assert len(ours) == 2 * 2 * 2 and all(r["max_err"] == 0 for r in ours)       # both are exact
+    assert all(r["spills"] == 0 and r["max_err"] <= membound.CASES[r["op"]].tol for r in rows)
+    data = json.loads(out.read_text())
+    assert data["rows"] and {"device", "date", "driver", "torch", "nvrtc", "command"} <= set(data["meta"])

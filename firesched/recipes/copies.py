@@ -1,0 +1,228 @@
+"""Memory-bound stock schedules: a transpose through shared memory and an element-wise cast.
+
+Both are ``Move`` specs refined by the usual strategies (no rule knows these recipes); the
+parameters come from ``transpose_params`` and ``cast_params``, small functions of the shape, the
+dtypes and the target that say why they choose what they choose.  A caller may override them.
+"""
+
+from __future__ import annotations
+
+from ..dtypes import dtype as get_dtype
+from ..errors import ScheduleError
+from ..hardware.target import target as get_target
+from ..layout import Swizzle
+from ..schedule import Schedule
+from ..spec import Move
+from ..strategies import done, move_to_smem, tile, to_blocks, to_threads
+
+VECTOR_BYTES = 16            # the widest global access (ld/st.global.v4, cp.async 16)
+LINE_BYTES = 128             # one shared-memory line: 32 banks of 4 bytes
+MAX_THREAD_ELEMENTS = 64     # what an element-wise leaf may hold per thread (done() refuses more)
+BLOCK_THREADS = 128          # the transpose's block: four warps, 16 KB of f16 in flight
+CAST_THREADS = 256           # the cast's block
+GRID_Y_LIMIT = 65535         # gridDim.y (and z); grid x takes 2**31 - 1
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _whole_bytes(name: str, what: str) -> int:
+    try:
+        dt = get_dtype(name)
+    except ValueError as e:
+        raise ScheduleError(str(e), field=what, value=name) from None
+    if dt.bits % 8:
+        raise ScheduleError(f"{what}: element-wise copies move whole bytes; {dt} is packed", field=what,
+                            value=name, allowed="f32, f16, bf16, f8e4m3, f8e5m2, i8, u8, i32")
+    return dt.bits // 8
+
+
+def _sms(arch: str) -> int:
+    try:
+        return get_target(arch).sm_count
+    except ValueError as e:
+        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
+
+
+# --------------------------------------------------------------------------- transpose
+
+def transpose_params(rows: int, cols: int, dtype: str = "f16", sms: int = 132) -> dict:
+    """The transpose's tiles for ``rows x cols`` elements of ``dtype`` on ``sms`` SMs.
+
+    * ``thread_r = thread_c = v`` with ``v = 16 B / element`` (8 for f16, 4 for f32): a thread
+      reads ``v`` rows of ``v`` contiguous elements from shared memory (``ld.shared.v4``) and
+      writes ``v`` columns of ``v`` elements, each contiguous in the transposed output
+      (``st.global.v4``), so both sides move 16 bytes per access.  One-byte types are capped at
+      8 x 8 (the 64 elements a thread's leaf may hold): 8-byte accesses on both sides.
+    * ``block_c = 128 B / element`` (64 f16): each shared row is one 128-byte line; the ``block_c
+      / v = 8`` threads along it read its 8 distinct 16-byte chunks, which is what a quarter warp
+      of 16-byte loads (or the 8 lanes of one cp.async quarter) must touch to be free of bank
+      conflicts (``tests/test_recipes_copies.py`` evaluates the addresses).  The automatic
+      swizzle (``Sw<3,3,3>`` for f16: chunk ``c`` of row ``r`` at ``c ^ r % 8``) permutes chunks
+      within a line, so it keeps that property, and it also spreads a quarter warp that walks down
+      8 rows of one chunk column (another thread arrangement, through ``params``) over 8 banks.
+    * ``block_r`` for ``BLOCK_THREADS = 128`` threads (128 rows of f16: a 16 KB tile, 256-byte
+      runs of the output per column); halved (down to 32 threads) while the grid has fewer blocks
+      than SMs, so small problems still spread over the chip.
+    * Both are clamped to the problem for tiny shapes (a 1 x 7 transpose takes one 8 x 8 tile).
+    """
+    eb = _whole_bytes(dtype, "dtype")
+    v = VECTOR_BYTES // eb
+    while v * v > MAX_THREAD_ELEMENTS:
+        v //= 2
+    block_c = LINE_BYTES // eb
+    block_r = BLOCK_THREADS * v * v // block_c
+    while block_r > 4 * v and -(-rows // block_r) * -(-cols // block_c) < sms:
+        block_r //= 2
+    block_r = min(block_r, max(v, _pow2_at_least(rows)))
+    block_c = min(block_c, max(v, _pow2_at_least(cols)))
+    return dict(block_r=block_r, block_c=block_c, thread_r=v, thread_c=v, swizzle=None)
+
+
+def transpose(rows: int, cols: int, dtype: str = "f16", arch: str = "sm_90a", *, params: dict | None = None,
+              check: bool = True) -> Schedule:
+    """``Y = X`` with X ``rows x cols`` stored row-major and Y stored column-major: as arrays,
+    ``Y[c, r] = X[r, c]`` (torch: ``x.t().contiguous()``).  Kernels take ``k(X, Y)`` with X of
+    shape ``(rows, cols)`` and Y the logical ``(rows, cols)`` view of a ``(cols, rows)`` array
+    (``y.t()`` in torch).  ``params`` overrides ``transpose_params`` (``block_r``, ``block_c``,
+    ``thread_r``, ``thread_c``, ``swizzle``).
+
+    The schedule for 4096 x 4096 f16 on sm_90a::
+
+        Move<kernel>(X:GL f16[4096x4096] -> Y:GL f16[4096x4096])
+          tile(r=128, c=64) >> to_blocks()
+          for r0 in block(32), c0 in block(64):
+            Move<block>(X:GL f16[128x64] -> Y:GL f16[128x64])
+              move_to_smem('X')
+              Move<block>(X:GL f16[128x64] -> X:SH f16[128x64] Sw<3,3,3>)
+              Move<block>(X:SH f16[128x64] Sw<3,3,3> -> Y:GL f16[128x64])
+                tile(r=8, c=8) >> to_threads()
+                for r1 in thread(16), c1 in thread(8):
+                  Move<thread>(X:SH f16[8x8] Sw<3,3,3> -> Y:GL f16[8x8])
+                    done()
+
+    * ``tile(...) >> to_blocks()``: one block per 128 x 64 tile (``transpose_params`` says why).
+    * ``move_to_smem('X')``: the block copies its tile of X row by row into shared memory with
+      16-byte ``cp.async`` (8 threads per 128-byte row, so reads of X are whole lines), then waits
+      and synchronises.  X is read once, so the copy is not pipelined: the blocks resident per SM
+      (about 8: ~62 registers per thread and 16 KB of shared memory each) keep enough loads in
+      flight.
+    * ``tile(r=8, c=8) >> to_threads()``, ``done()``: each thread reads its 8 x 8 sub-tile as
+      8 ``ld.shared.v4`` (along c, conflict-free: see ``transpose_params``), rearranges it in
+      registers into the output's storage order (register moves, and byte permutes where two
+      16-bit elements share a register), and stores 8 ``st.global.v4`` along r, predicated at the
+      edges.
+
+    Edges: rows and cols of any size.  Tiles past the tensor are zero-filled on load and not
+    stored; when ``cols`` (``rows``) is not a multiple of the vector, the load (store) side takes
+    element accesses, since a vector must lie wholly inside or outside every row."""
+    for name, n in (("rows", rows), ("cols", cols)):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ScheduleError(f"transpose: {name} is a positive int", field=name, value=n)
+    p = transpose_params(rows, cols, dtype, _sms(arch))
+    p.update(params or {})
+    unknown = set(p) - {"block_r", "block_c", "thread_r", "thread_c", "swizzle"}
+    if unknown:
+        raise ScheduleError("unknown transpose parameters", field="params", value=sorted(unknown),
+                            allowed="block_r, block_c, thread_r, thread_c, swizzle")
+    sw = p["swizzle"]
+    if sw is not None and not isinstance(sw, Swizzle):
+        raise ScheduleError("swizzle is a Swizzle(bits, base, shift) or None (automatic)", field="swizzle", value=sw)
+    spec = Move.kernel({"r": rows, "c": cols}, src=dtype, dst_major="r")
+    group = 8 if -(-rows // p["block_r"]) > GRID_Y_LIMIT else 1
+    sched = spec.schedule(
+        tile(r=p["block_r"], c=p["block_c"]) >> to_blocks(group=group),
+        move_to_smem("X", swizzle=sw),
+        tile(r=p["thread_r"], c=p["thread_c"]) >> to_threads(),
+        done(),
+    )
+    return sched.check(arch) if check else sched
+
+
+# --------------------------------------------------------------------------- cast
+
+def _dims(shape) -> dict[str, int]:
+    if isinstance(shape, dict):
+        return dict(shape)
+    shape = tuple(shape)
+    names = {1: ("c",), 2: ("r", "c"), 3: ("b", "r", "c")}.get(len(shape))
+    if names is None:
+        raise ScheduleError("cast: give the shape as a dict of dim -> extent, or a tuple of 1 to 3 extents",
+                            field="shape", value=shape)
+    return dict(zip(names, shape))
+
+
+def cast_params(shape, src: str = "f32", dst: str = "bf16", sms: int = 132) -> dict:
+    """The cast's tiles: ``{"thread": v, "block": {dim: extent}}`` over the dims of ``shape``
+    (the last dim contiguous).
+
+    * ``v = 16 B / the narrower element`` (8 for f32 -> bf16, 16 for f32 -> f8): the narrower side
+      then moves one 16-byte vector per thread and the wider side two (or four) — 16-byte accesses
+      on both sides, where ``4`` elements (16 B of f32) would leave the bf16 side at 8 bytes.
+    * a block of ``CAST_THREADS = 256`` threads: ``v * 256`` elements of one row, or several rows
+      when rows are shorter (threads along the row: the row's vectors rounded up to a power of
+      two); fewer threads when the whole tensor is smaller.
+    * extents of the dims before the last two are tiled by 1.
+    """
+    dims = _dims(shape)
+    eb = min(_whole_bytes(src, "src"), _whole_bytes(dst, "dst"))
+    names = list(dims)
+    c = names[-1]
+    v = VECTOR_BYTES // eb
+    v = min(v, _pow2_at_least(dims[c]))
+    along = min(CAST_THREADS, _pow2_at_least(-(-dims[c] // v)))
+    block = {d: 1 for d in names}
+    block[c] = along * v
+    if len(names) > 1:
+        r = names[-2]
+        block[r] = min(CAST_THREADS // along, _pow2_at_least(dims[r]))
+    return dict(thread=v, block=block)
+
+
+def cast(shape, src: str = "f32", dst: str = "bf16", arch: str = "sm_90a", *, params: dict | None = None,
+         check: bool = True) -> Schedule:
+    """``Y = dst(X)`` element by element: X of ``src``, Y of ``dst``, both row-major of ``shape``
+    (a dict such as ``{"r": 4096, "c": 4096}`` or a tuple: ``(c,)``, ``(r, c)``, ``(b, r, c)``).
+    Floats round to nearest even (as ``x.to(torch.bfloat16)`` and ml_dtypes); a cast to the same
+    dtype copies the bits.  Kernels take ``k(X, Y)``.  ``params`` overrides ``cast_params``
+    (``thread``, ``block``).
+
+    The schedule for 4096 x 4096 f32 -> bf16::
+
+        Move<kernel>(X:GL f32[4096x4096] -> Y:GL bf16[4096x4096])
+          tile(r=1, c=2048) >> to_blocks()
+          for r0 in block(4096), c0 in block(2):
+            Move<block>(X:GL f32[1x2048] -> Y:GL bf16[1x2048])
+              tile(r=1, c=8) >> to_threads()
+              for r1 in thread(1), c1 in thread(256):
+                Move<thread>(X:GL f32[1x8] -> Y:GL bf16[1x8])
+                  done()
+
+    * each thread loads 8 f32 (two ``ld.global.v4``), converts each once (``cvt.rn.bf16.f32``),
+      and stores 8 bf16 (one ``st.global.v4``): ``cast_params`` says why 8.
+    * no shared memory: nothing is reused, so registers are the whole path.
+
+    Edges: a vector must lie wholly inside or outside a row, so rows whose length is not a
+    multiple of ``v`` take element accesses (predicated); a contiguous tensor may be cast as its
+    flat buffer (``cast({"n": rows * cols})``) to keep the vectors."""
+    dims = _dims(shape)
+    for d, n in dims.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ScheduleError(f"cast: extent of {d} is a positive int", field=d, value=n)
+    p = cast_params(dims, src, dst, _sms(arch))
+    p.update(params or {})
+    block, v = dict(p["block"]), p["thread"]
+    names = list(dims)
+    c = names[-1]
+    thread = {d: 1 for d in names}
+    thread[c] = v
+    spec = Move.kernel(dims, src=src, dst=dst)
+    # grid y and z hold at most 65535 blocks: beyond that, the two inner loops share grid x
+    counts = [-(-dims[d] // block[d]) for d in names]
+    group = 8 if len(names) == 2 and counts[0] > GRID_Y_LIMIT else 1
+    sched = spec.schedule(tile(**block) >> to_blocks(group=group), tile(**thread) >> to_threads(), done())
+    return sched.check(arch) if check else sched
+
+
+__all__ = ["transpose", "transpose_params", "cast", "cast_params"]
