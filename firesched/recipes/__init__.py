@@ -1,8 +1,11 @@
 """Stock schedules built only from strategies."""
 
-from . import tiles
+from . import rows, tiles
 from .bmm import bmm
 from .copies import cast, transpose
 from .gemm import EPILOGUES, GemmParams, gemm, gemm_sm90, gemm_space
+from .norms import add_rmsnorm, layernorm, rmsnorm
+from .softmax import softmax
 
-__all__ = ["gemm", "gemm_sm90", "gemm_space", "bmm", "tiles", "GemmParams", "EPILOGUES", "transpose", "cast"]
+__all__ = ["gemm", "gemm_sm90", "gemm_space", "bmm", "tiles", "GemmParams", "EPILOGUES", "transpose", "cast",
+           "rows", "rmsnorm", "layernorm", "add_rmsnorm", "softmax"]
