@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
+import warnings
 
 import attrs
 import numpy as np
@@ -21,6 +22,7 @@ from . import lower as _lower  # noqa: F401  (binds Schedule.check / Schedule.lo
 from . import simulate as _interp
 from .cuda import nvrtc
 from .cuda import printer as cuda
+from .errors import PerformanceWarning
 from .schedule import Schedule
 
 
@@ -249,22 +251,33 @@ def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True)
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
     (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
+
+    A kernel that spills registers to local memory compiles, with a ``PerformanceWarning`` that
+    names it, its spill bytes and what to change.
     """
     key = (schedule, arch, nvrtc.cache_dir())
-    if use_cache and key in _MEMO:
-        return _MEMO[key]
-    t0 = time.perf_counter()
-    prog = schedule.lower(arch)
-    modules = []
-    sources = []
-    for kern in prog.kernels:
-        src = cuda.emit_kernel(kern)
-        sources.append(src)
-        modules.append(nvrtc.compile_cuda(src, arch=arch, use_cache=use_cache,
-                                          filename=f"{kern.name}.cu"))
-    out = CompiledProgram(schedule, prog, "\n".join(sources), modules, arch, time.perf_counter() - t0)
-    if use_cache:
-        if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = out
+    out = _MEMO.get(key) if use_cache else None
+    if out is None:
+        t0 = time.perf_counter()
+        prog = schedule.lower(arch)
+        modules = []
+        sources = []
+        for kern in prog.kernels:
+            src = cuda.emit_kernel(kern)
+            sources.append(src)
+            modules.append(nvrtc.compile_cuda(src, arch=arch, use_cache=use_cache,
+                                              filename=f"{kern.name}.cu"))
+        out = CompiledProgram(schedule, prog, "\n".join(sources), modules, arch, time.perf_counter() - t0)
+        if use_cache:
+            if len(_MEMO) >= _MEMO_MAX:
+                _MEMO.pop(next(iter(_MEMO)))
+            _MEMO[key] = out
+    for name, r in out.resources.items():
+        if r.spill_store_bytes or r.spill_load_bytes:
+            warnings.warn(PerformanceWarning(
+                f"kernel {name} spills registers ({arch}): {r.spill_store_bytes} bytes of spill stores and "
+                f"{r.spill_load_bytes} bytes of spill loads per thread, at {r.registers} registers; spilled "
+                f"values go through local memory at every use. Use smaller tiles (smaller warp tiles: more "
+                f"warps per block, or a smaller block tile), fewer pipeline stages, or fewer epilogue / "
+                f"prologue ops (CompiledProgram.resources has the figures)"), stacklevel=2)
     return out

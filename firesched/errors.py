@@ -52,6 +52,11 @@ class CompileError(FireschedError):
         self.source = source
 
 
+class PerformanceWarning(UserWarning):
+    """A schedule compiled, but to a kernel that will run slowly (it spills registers to local
+    memory); the message names the kernel, the figures and what to change."""
+
+
 class HazardError(FireschedError):
     """The CPU interpreter found a race, a read of in-flight async data, or an out-of-bounds access."""
 
