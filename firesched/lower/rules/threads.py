@@ -51,14 +51,6 @@ def elements(tile) -> list[dict[str, int]]:
     return out
 
 
-def index_in(tile, coord: dict[str, int]) -> int:
-    """Row-major index of ``coord`` (restricted to ``tile``'s dims) in ``tile``."""
-    i = 0
-    for d, n in zip(tile.dims, tile.shape):
-        i = i * n + coord.get(d, 0) % n
-    return i
-
-
 def reg_index(tile, coord: dict[str, int]) -> int:
     """Register index of ``coord`` in a thread's copy of a memory ``tile``: row-major in the
     tensor's storage order (its major dim innermost), so that the elements one vector access moves
@@ -311,36 +303,30 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
                   for v in range(lay.size)]
         first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
         part = lw.kb.reg("part", f32, 1)
-        reads = []
+        # the warps of one group of replicas, as offsets from its first: every combination of the
+        # warp-level digits (more than one when several mapped loops reach past a warp)
+        groups = [0]
+        for wstride, wc in warp_parts:
+            groups = [g + j * wstride for j in range(wc) for g in groups]
         if everyone:
-            # each warp folds its group's partial results in the same order (warp 0 of the group
-            # first), so that every replica holds bitwise the same result
+            # every warp folds its group's partial results in the same order (the group's first
+            # warp first), so that every replica holds bitwise the same result
             base = warp
             for wstride, wc in warp_parts:
                 base = base - ((warp // wstride) % wc) * wstride
-            for v in range(lay.size):
-                reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(acc, v)), ("src", ir.MemRef(red, base * lay.size + v)))))
-            groups = [0]
-            for wstride, wc in warp_parts:
-                groups = [g + j * wstride for j in range(wc) for g in groups]
-            for g in groups[1:]:
-                for v in range(lay.size):
-                    reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
-                                                  ("src", ir.MemRef(red, (base + g) * lay.size + v)))))
-                    reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
-            out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
-                    *reads]
-            if ctx.repeated:
-                out.append(ir.Barrier(f"{dst.name}'s partial results were read"))
+            reads = [ir.AtomCall(ld, (("dst", ir.RegRef(acc, v)), ("src", ir.MemRef(red, base * lay.size + v))))
+                     for v in range(lay.size)]
         else:
-            for wstride, wc in warp_parts:
-                for j in range(1, wc):
-                    for v in range(lay.size):
-                        reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
-                                                      ("src", ir.MemRef(red, (warp + j * wstride) * lay.size + v)))))
-                        reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
-            out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
-                    ir.If(first, ir.Seq(tuple(reads))), ir.Barrier(f"{dst.name}'s partial results were read")]
+            base, reads = warp, []           # only the first replica folds, onto its own result
+        for g in groups[1:]:
+            for v in range(lay.size):
+                reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
+                                              ("src", ir.MemRef(red, (base + g) * lay.size + v)))))
+                reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
+        out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
+                *(reads if everyone else [ir.If(first, ir.Seq(tuple(reads)))])]
+        if ctx.repeated or not everyone:
+            out.append(ir.Barrier(f"{dst.name}'s partial results were read"))
     stores = _store_elements(lw, ctx, node, lay, acc)
     if rep and not everyone:
         stores = [ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), ir.Seq(tuple(stores)))]
