@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import firesched as fs
@@ -124,6 +124,9 @@ def test_large_magnitudes_do_not_overflow_the_statistics():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(R=1, C=3, dt="f16", kind="rmsnorm")      # one short row: fewer lanes than a warp
+@example(R=1, C=1, dt="f32", kind="layernorm")
+@example(R=3, C=17, dt="bf16", kind="softmax")
 @given(R=st.integers(1, 40), C=st.integers(1, 1500), dt=st.sampled_from(["f16", "bf16", "f32"]),
        kind=st.sampled_from(["rmsnorm", "layernorm", "softmax"]))
 def test_random_shapes_match_numpy(R, C, dt, kind):

@@ -84,7 +84,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
         lanes = _pow2_at_least(vectors)
         per_warp = 32 // lanes
         rows_per_block = per_warp * WARPS_FOR_SHORT_ROWS
-        return RowPlan(lanes, vec, 1, max(1, min(rows_per_block, _pow2_at_least(rows))))
+        # at least a whole warp: the row's lanes combine their partial results with full-warp
+        # shuffles (rows past the end of the tensor are masked)
+        return RowPlan(lanes, vec, 1, max(per_warp, min(rows_per_block, _pow2_at_least(rows))))
     # more elements per thread on longer rows: fewer threads per row leave room for more blocks
     # (rows) per SM, whose loads overlap the others' reductions and barriers (measured on an H100:
     # softmax over 16,384 columns went from 1.8 to ... TB/s with 32 elements per thread instead of 16)
