@@ -50,6 +50,7 @@ class Loop:
     persistent: bool = False   # to_blocks(persistent=True): one block per SM walks the tiles
     specialize: tuple[int, ...] = ()   # warp_specialize(): (producer_regs, consumer_regs)
     cluster: int = 1           # to_blocks(cluster=C): C consecutive M tiles form a thread-block cluster
+    occupancy: int = 1         # to_blocks(occupancy=N): N blocks must fit on one SM at once
 
     @property
     def dim(self) -> str:
@@ -65,7 +66,8 @@ class Loop:
         extra = "".join(f", {k}={v!r}" for k, v, d in (("prefetch", self.prefetch, False),
                                                        ("persistent", self.persistent, False),
                                                        ("specialize", self.specialize, ()),
-                                                       ("cluster", self.cluster, 1)) if v != d)
+                                                       ("cluster", self.cluster, 1),
+                                                       ("occupancy", self.occupancy, 1)) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
 

@@ -248,6 +248,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
                              "blocks release each other's stages from consumer warpgroups",
                       fix="add warp_specialize() after pipeline(...), or drop cluster=")
         kb.cluster = order.cluster.size
+    kb.min_blocks_per_sm = max((lp.occupancy for lp, _ in block_loops), default=1)
     _check_early(lw, block, threads + (128 if spec_loop else 0))
     for t in staged:            # the staged tiles first, in tree order: they hold the big, aligned buffers
         shared_buffer(lw, t)
@@ -361,6 +362,18 @@ def check_resources(lw: Lowerer, block: Node) -> None:
     if kb.threads > tgt.max_threads_per_block:
         raise err(block, f"{kb.threads} threads per block", field="threads", value=kb.threads,
                   allowed=f"<= {tgt.max_threads_per_block}")
+    occ = kb.min_blocks_per_sm
+    if occ > 1:
+        # the registers the compiler may use follow from the occupancy (it caps them); threads and
+        # shared memory are what they are, and must fit ``occ`` times on one SM
+        for what, need, have in (("threads", kb.threads * occ, tgt.max_threads_per_sm),
+                                 ("shared memory", (smem if kb.shared else 0) * occ, tgt.smem_per_sm),
+                                 ("blocks", occ, tgt.max_blocks_per_sm)):
+            if need > have:
+                raise err(block, f"to_blocks(occupancy={occ}) needs {need} {what} per SM ({occ} blocks); "
+                                 f"{tgt.name} has {have}", field="occupancy", value=occ,
+                          allowed=f"<= {max(1, occ * have // need)}",
+                          fix="lower the occupancy, or use fewer threads / less shared memory per block")
 
 
 __all__ = ["lower", "resolve_target", "block_threads", "bind_units", "ScheduleError", "WGMMA"]

@@ -37,6 +37,7 @@ from ..strategies import done, tile, to_blocks, to_threads, to_warps
 
 MAX_THREADS = 1024
 WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
+REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 VALUES_IN_REGISTERS = 32       # elements of its row a thread may hold (measured: 64 spill under 1024 threads)
 
 
@@ -59,6 +60,13 @@ class RowPlan:
     def threads(self) -> int:
         """Threads per block: ``lanes`` for a row per block, whole warps of rows otherwise."""
         return max(32, self.rows * self.lanes)
+
+    @property
+    def occupancy(self) -> int:
+        """Blocks each SM must hold at once: two, so that one block's loads are in flight while
+        the other waits on its reductions, wherever two blocks' threads leave each thread at least
+        64 registers (a 512-thread block; a 1024-thread block keeps the SM to itself)."""
+        return 2 if self.threads * 2 * 64 <= REGISTERS_PER_SM else 1
 
 
 def _pow2_at_least(n: int) -> int:
@@ -104,7 +112,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
 
 def kernel_strategies(plan: RowPlan) -> list:
     """The block tiling of a row kernel: ``plan.rows`` rows per block."""
-    return [tile(r=plan.rows) >> to_blocks()]
+    return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
 
 
 def part_strategies(plan: RowPlan, *, walk_row: bool = True) -> tuple:

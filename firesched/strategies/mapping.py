@@ -42,6 +42,7 @@ class to(Strategy):
     group: int = 1
     persistent: bool = False
     cluster: int = 1
+    occupancy: int = 1
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -130,9 +131,15 @@ class to(Strategy):
             raise ScheduleError("clusters group the block tiles of a MatMul's m loop mapped to blocks", strategy=self,
                                 spec=spec, field="cluster", value=self.cluster,
                                 fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
+        if isinstance(self.occupancy, bool) or not isinstance(self.occupancy, int) or self.occupancy < 1 \
+                or (self.occupancy > 1 and self.level != BLOCK):
+            raise ScheduleError("occupancy is the number of blocks that must fit on one SM at once, a positive "
+                                "int given to to_blocks()", strategy=self, spec=spec, field="occupancy",
+                                value=self.occupancy, allowed=">= 1 with to_blocks(...), else 1")
         grouped = loops[-2:] if self.group > 1 else []
         mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group if lp in grouped else 1,
-                                    persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1)
+                                    persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1,
+                                    occupancy=self.occupancy)
                        if lp in loops else lp
                        for lp in parent.loops)
         new_spec = attrs.evolve(spec, level=self.level)
@@ -155,6 +162,8 @@ class to(Strategy):
             args.append(f"persistent={self.persistent!r}")
         if self.cluster != 1:
             args.append(f"cluster={self.cluster!r}")
+        if self.occupancy != 1:
+            args.append(f"occupancy={self.occupancy!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -215,7 +224,8 @@ def _fix_for(have: Level, want: Level) -> str:
     return f"insert the tiling that creates {want}-sized work before mapping to {want}s"
 
 
-def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1) -> to:
+def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1,
+              occupancy: int = 1) -> to:
     """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse).
 
     ``persistent=True`` launches one block per SM (at most one per tile) that walks the tiles in
@@ -238,8 +248,17 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
         for r0 in block(R), c0 in block(C/4096):
           Reduce<block>(sum over c: X[1 x 4096] -> Y_part[1 x 1])
         Reduce<kernel>(sum over cp: Y_part:f32[C/4096 x R] -> Y[R])
+
+    ``occupancy=N`` asks for N blocks resident on each SM at once (``__launch_bounds__(threads,
+    N)``): the compiler then keeps each thread within ``regs_per_sm / (threads * N)`` registers.
+    A memory-bound kernel whose block stalls on a reduction between its loads wants a second block
+    on the SM to keep loads in flight; ``check()`` refuses an occupancy whose threads or shared
+    memory do not fit on the SM, and a kernel that must spill to meet it compiles with a
+    ``PerformanceWarning``::
+
+        for r0 in block(4096) occupancy(2)        # 512-thread blocks, at most 64 registers each
     """
-    return to(BLOCK, tuple(arrangement), group, persistent, cluster)
+    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy)
 
 
 def to_warps(*arrangement: int) -> to:

@@ -108,7 +108,8 @@ def _persistent(loops, target) -> BlockOrder:
     tiles = 1
     for lp in loops:
         tiles *= lp.count
-    blocks = min(tiles, target.sm_count)
+    # one block per SM, or as many as to_blocks(occupancy=N) keeps resident on each
+    blocks = min(tiles, target.sm_count * max(lp.occupancy for lp in loops))
     iters = -(-tiles // blocks)
     ti = Var("tile_i", iters)
     t = ir.bid(0, blocks) + ti * blocks
@@ -148,7 +149,7 @@ def _clusters(loops, node, target, C: int, persistent: bool) -> BlockOrder:
     Mg = -(-Mt // C)
     G = max(1, -(-lm.group // C))
     tiles = Mg * Nt
-    clusters = min(tiles, target.sm_count // C) if persistent else tiles
+    clusters = min(tiles, target.sm_count * max(lp.occupancy for lp in loops) // C) if persistent else tiles
     iters = -(-tiles // clusters)
     blocks = clusters * C
     bid = ir.bid(0, blocks)
