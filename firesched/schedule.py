@@ -79,7 +79,8 @@ class Loop:
         grp = f" grouped({self.group})" if self.group > 1 else ""
         per = " persistent" if self.persistent else ""
         clu = f" clusters({self.cluster})" if self.cluster > 1 else ""
-        return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}"
+        occ = f" occupancy({self.occupancy})" if self.occupancy > 1 else ""
+        return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}{occ}"
 
 
 @attrs.frozen(repr=False)
