@@ -14,6 +14,8 @@ threads — the interpreter masks, the printer branches), ``AtomCall`` (one hard
 its thread group), ``Barrier``, ``AsyncCommit``/``AsyncWait`` (cp.async groups), ``RegFill``
 (set registers to a constant), ``Pointwise`` (one element-wise scalar op on registers),
 ``Comment``, and ``Roles`` (warp specialization: thread ranges running different bodies).
+The leaf statements carry an ``Origin`` (the schedule node whose lowering emitted them, for
+hazard messages); it takes no part in equality and the printer ignores it.
 
 Index expressions are ints or ``expr.Expr``; thread and block indices are the variables
 ``TID``, ``BID_X``, ``BID_Y``, ``BID_Z`` below, loop indices are the loops' own ``Var``.
@@ -207,6 +209,46 @@ class RegRef:
     offset: IntExpr
 
 
+# --------------------------------------------------------------------------- provenance
+
+@attrs.frozen(eq=False)
+class Origin:
+    """Where a statement comes from: the schedule node whose lowering emitted it.
+
+    The lowering stamps every leaf statement a rule returns (``Lowerer.lower``): the innermost node
+    wins, so an ldmatrix names the ``Move<warp>`` a ``move_to_regs`` made, and a barrier the
+    pipeline places names the node whose pipelined loop it belongs to.  The interpreter reads it to
+    say which strategy and which tile a hazard is in (``simulate.messages``); the printer ignores
+    it, and statements compare equal whatever their origin.
+
+    * ``path``: the schedule nodes being lowered, the launch's block node first, the emitting node
+      last (nodes are opaque to the IR);
+    * ``coords``: ``(loop var, unit, index expr)`` of the loops mapped onto units around the node
+      (blocks, warpgroups, warps, threads): which unit a thread is, in the schedule's loop names;
+    * ``tiles``: ``(operand, ((dim, start, extent), ...))`` of the node's operands: where its tiles
+      start (absolute for global tensors, in the tensor's frame on chip), as index expressions.
+    """
+
+    path: tuple = ()
+    coords: tuple = ()
+    tiles: tuple = ()
+
+    @property
+    def node(self):
+        """The schedule node that emitted the statement."""
+        return self.path[-1] if self.path else None
+
+    def map(self, expr) -> "Origin":
+        """The same origin with every index expression ``x`` replaced by ``expr(x)`` (what a
+        rewrite of the statement did to its own expressions)."""
+        return Origin(self.path, tuple((v, u, expr(x)) for v, u, x in self.coords),
+                      tuple((name, tuple((d, expr(x), n) for d, x, n in dims)) for name, dims in self.tiles))
+
+
+def _origin():
+    return attrs.field(default=None, eq=False, repr=False, kw_only=True)
+
+
 # --------------------------------------------------------------------------- statements
 
 @attrs.frozen
@@ -248,6 +290,7 @@ class AtomCall:
     args: tuple[tuple[str, MemRef | RegRef], ...] = attrs.field(converter=_tuple)
     pred: IntExpr = 1
     comment: str = ""
+    origin: Origin | None = _origin()
 
     def arg(self, name: str):
         for n, v in self.args:
@@ -269,6 +312,7 @@ class Barrier:
     comment: str = ""
     bar_id: IntExpr = 0
     threads: int = 0
+    origin: Origin | None = _origin()
 
 
 @attrs.frozen
@@ -303,6 +347,8 @@ class Roles:
 class AsyncCommit:
     """``cp.async.commit_group``: close the calling thread's open group of async copies."""
 
+    origin: Origin | None = _origin()
+
 
 @attrs.frozen
 class AsyncWait:
@@ -310,6 +356,7 @@ class AsyncWait:
     committed groups are still in flight."""
 
     pending: int
+    origin: Origin | None = _origin()
 
 
 @attrs.frozen
@@ -319,6 +366,7 @@ class RegFill:
     ref: RegRef
     count: int
     value: float = 0.0
+    origin: Origin | None = _origin()
 
 
 @attrs.frozen
@@ -333,6 +381,7 @@ class Pointwise:
     op: str
     dst: RegRef
     srcs: tuple = attrs.field(converter=_tuple)
+    origin: Origin | None = _origin()
 
 
 @attrs.frozen
@@ -426,4 +475,4 @@ class Program:
         return ((self.output,) if self.output is not None else ()) + self.side_outputs
 
 
-__all__ = ["GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]
+__all__ = ["Origin", "GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]

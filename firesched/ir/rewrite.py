@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+import attrs
+
 from .expr import IntExpr, Var, substitute
 from .nodes import (
+    AsyncCommit,
+    AsyncWait,
     AtomCall,
     Barrier,
     Comment,
@@ -71,10 +75,16 @@ def map_operand(r, expr: Callable[[IntExpr], IntExpr]):
 def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None):
     """``st`` with every index expression ``x`` replaced by ``expr(x)`` and every operand ``r``
     (register, memory, descriptor or scalar) by ``ref(r)`` (default: the same operand with its
-    offset or value mapped through ``expr``)."""
+    offset or value mapped through ``expr``).  A statement's ``origin`` keeps up: its tile
+    coordinates are mapped through ``expr`` too."""
 
     def operand(r):
         return ref(r) if ref is not None else map_operand(r, expr)
+
+    def origin(s):
+        # the statement's origin names its tiles in the same variables: they move with it
+        o = getattr(s, "origin", None)
+        return None if o is None else o.map(expr)
 
     def go(s):
         if isinstance(s, Seq):
@@ -86,13 +96,16 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
         if isinstance(s, Roles):
             return Roles(tuple(Role(r.name, r.first, r.count, go(r.body)) for r in s.roles))
         if isinstance(s, AtomCall):
-            return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment)
+            return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment,
+                            origin=origin(s))
         if isinstance(s, Pointwise):
-            return Pointwise(s.op, operand(s.dst), tuple(operand(x) for x in s.srcs))
+            return Pointwise(s.op, operand(s.dst), tuple(operand(x) for x in s.srcs), origin=origin(s))
         if isinstance(s, RegFill):
-            return RegFill(operand(s.ref), s.count, s.value)
+            return RegFill(operand(s.ref), s.count, s.value, origin=origin(s))
         if isinstance(s, Barrier):
-            return Barrier(s.comment, expr(s.bar_id), s.threads)
+            return Barrier(s.comment, expr(s.bar_id), s.threads, origin=origin(s))
+        if isinstance(s, (AsyncCommit, AsyncWait)) and s.origin is not None:
+            return attrs.evolve(s, origin=origin(s))
         return s
 
     return go(st)

@@ -20,6 +20,7 @@ from typing import Callable
 
 import attrs
 
+from .. import ir
 from ..errors import InternalError
 from ..schedule import Node
 from ..tensor import GL, SH
@@ -131,6 +132,25 @@ def wants(node: Node, ctx: Ctx) -> bool:
     return ctx.part == CONSUMER
 
 
+# the leaf statements that carry an ir.Origin
+_STAMPED = (ir.AtomCall, ir.Barrier, ir.AsyncCommit, ir.AsyncWait, ir.RegFill, ir.Pointwise)
+
+
+def origin_of(path: tuple, node: Node, ctx: Ctx) -> ir.Origin:
+    """The ``ir.Origin`` of statements ``node``'s rule emits in ``ctx``: the node path, the loops
+    mapped onto units around it (the block's, then those below the block) and where its operands'
+    tiles start."""
+    coords = [(v, "block", x) for v, x in ctx.vars.items() if v not in ctx.spans]
+    coords += [(lp.var, str(lp.unit), ctx.vars[lp.var]) for lp, _ in ctx.units if lp.var in ctx.vars]
+    tiles = []
+    for t in node.spec.operands:
+        o = ctx.origin.get((t.name, t.memory.name))
+        if o is not None:
+            tiles.append((f"{t.name}:{t.memory.name}",
+                          tuple((d, o.get(d, 0), t.extent(d)) for d in t.tensor.dims)))
+    return ir.Origin(path, tuple(coords), tuple(tiles))
+
+
 @attrs.define(eq=False)
 class Lowerer:
     """Lowers the nodes of one launch: holds the program and kernel builders and the layouts
@@ -142,9 +162,49 @@ class Lowerer:
     rf: dict = attrs.field(factory=dict)    # register layouts by (name, mem)
     smem: dict = attrs.field(factory=dict)  # shared layouts by name
     notes: dict = attrs.field(factory=dict)  # facts rules share about this launch (tensor maps, ...)
+    path: list = attrs.field(factory=list)  # the nodes being lowered, outermost first (for ir.Origin)
+    _stamped: dict = attrs.field(factory=dict)  # id -> statement subtrees whose leaves all have an origin
 
     def lower(self, node: Node, ctx: Ctx) -> list:
-        """The statements of ``node`` in ``ctx``."""
+        """The statements of ``node`` in ``ctx``, each leaf statement stamped with its ``ir.Origin``
+        (the innermost node whose rule returned it: a child's statements keep the child's)."""
+        self.path.append(node)
+        try:
+            stmts = self._lower(node, ctx)
+        finally:
+            self.path.pop()
+        return self._stamp(stmts, origin_of(tuple(self.path) + (node,), node, ctx))
+
+    def _stamp(self, stmts, origin: ir.Origin) -> list:
+        """``stmts`` with ``origin`` on every leaf statement that has none yet.  Subtrees stamped
+        before (a child's, already complete) are remembered by identity and not walked again."""
+        done = self._stamped
+
+        def go(s):
+            if id(s) in done:
+                return s
+            if isinstance(s, ir.Seq):
+                body = tuple(go(c) for c in s.body)
+                out = s if all(a is b for a, b in zip(body, s.body)) else ir.Seq(body)
+            elif isinstance(s, ir.For):
+                b = go(s.body)
+                out = s if b is s.body else attrs.evolve(s, body=b)
+            elif isinstance(s, ir.If):
+                b = go(s.then)
+                out = s if b is s.then else attrs.evolve(s, then=b)
+            elif isinstance(s, ir.Roles):
+                roles = tuple(attrs.evolve(r, body=go(r.body)) for r in s.roles)
+                out = s if all(a.body is b.body for a, b in zip(roles, s.roles)) else ir.Roles(roles)
+            elif isinstance(s, _STAMPED) and s.origin is None:
+                out = attrs.evolve(s, origin=origin)
+            else:
+                out = s
+            done[id(out)] = out           # holding it keeps its id from being reused
+            return out
+
+        return [go(s) for s in stmts]
+
+    def _lower(self, node: Node, ctx: Ctx) -> list:
         if node.atom is not None and type(node.spec).__name__ == "Move":
             # a move given its atom (move_to_regs(..., atom=)) is lowered by its move rule, which
             # checks and uses that atom

@@ -9,7 +9,10 @@ active-thread mask.
 
 While it runs, the interpreter checks what the GPU would not tell us, and raises
 ``HazardError`` with the buffer, the offsets, the threads, the kernel, the block and the
-statement involved:
+statement involved.  Its first line is short: the kind of hazard, the buffer, and the strategy
+whose lowering emitted the faulting statement (with that of the other access of a race); the
+lines after it name the schedule nodes (from the statements' ``ir.Origin``), the thread's units
+and tiles in the schedule's loop names, and the node whose loop orders the two accesses:
 
 * shared-memory races: a read of an element another thread wrote since the last barrier (RAW), a
   write of an element another thread wrote (WAW) or read (WAR) since the last barrier.  Every

@@ -20,7 +20,7 @@ from .. import ir
 from ..errors import HazardError
 from ..hardware.atoms import base as atoms
 from .exprs import compile_expr
-from .messages import describe, listing
+from .messages import describe, listing, provenance
 from .tables import thread_groups
 
 
@@ -125,8 +125,15 @@ class Lockstep:
 
     # ----------------------------------------------------------------- errors
 
-    def hazard(self, message: str):
-        """Raise ``HazardError(message)``, saying where: kernel, block, loops, statement."""
+    def hazard(self, message: str, *, thread=None, other=None, other_thread=None, on=None):
+        """Raise ``HazardError(message)``, saying where: first a short line (the kind of hazard, the
+        buffer ``on``, the strategy whose lowering emitted the statement, and that of statement
+        ``other`` — a statement id — when another access is involved), then the schedule nodes,
+        ``thread``'s units and tiles in the schedule's terms, ``message``, the kernel, block, loops
+        and the statement."""
+        stmt_other = self.stmts[int(other)] if other is not None and int(other) >= 0 else None
+        head, lines = provenance(self, self.stmt, message, thread=thread, other=stmt_other,
+                                 other_thread=other_thread, on=on)
         where = f"kernel {self.kernel.name!r}, block {self.bid}"
         if self.C > 1:
             b = self.bid
@@ -135,7 +142,8 @@ class Lockstep:
         if self.loops:
             where += ", " + ", ".join(f"{n}={v}" for n, v in self.loops)
         stmt = describe(self.stmt) if self.stmt is not None else "(end of block)"
-        raise HazardError(f"{message}\n  in {where}\n  at {stmt}")
+        details = "".join(f"\n  {line}" for line in lines)
+        raise HazardError(f"{head}{details}\n  {message}\n  in {where}\n  at {stmt}")
 
     def hazard_at(self, sid: int, message: str):
         """A hazard blamed on statement ``sid`` (an operation found unfinished at the block's end)."""

@@ -204,7 +204,8 @@ class Memory:
             off = int(first[(first < 0) | (first >= size)][0])
             kind = "SH" if isinstance(ref.buffer, ir.SharedBuffer) else "GL"
             self.ctx.hazard(f"out-of-bounds {what}: {kind} buffer {ref.buffer.name!r} (size {size}) at offset "
-                            f"{off} by thread {int(thr[rows[0]])} (threads {listing(thr[rows])} are out of bounds)")
+                            f"{off} by thread {int(thr[rows[0]])} (threads {listing(thr[rows])} are out of bounds)",
+                            thread=int(thr[rows[0]]), on=f"{kind} buffer {ref.buffer.name!r}")
 
     def check_align(self, atom, ref: ir.MemRef, addr0: np.ndarray, thr: np.ndarray):
         align = int(getattr(atom, "alignment", 0) or 0)
@@ -218,7 +219,7 @@ class Memory:
             i = np.flatnonzero(bad)
             self.ctx.hazard(f"misaligned address: {atom.name} needs {align}-byte aligned addresses; buffer "
                             f"{ref.buffer.name!r} offset {int(addr0[i[0]])} by thread {int(thr[i[0]])} "
-                            f"(threads {listing(thr[i])})")
+                            f"(threads {listing(thr[i])})", thread=int(thr[i[0]]), on=f"buffer {ref.buffer.name!r}")
 
     # ----------------------------------------------------------------- accesses
 
@@ -251,7 +252,9 @@ class Memory:
             ctx.hazard(f"read of in-flight async data: thread {int(t[i[0]])} reads SH buffer "
                        f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
                        f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an "
-                       f"AsyncWait (threads {listing(np.unique(t[i]))} read in-flight data)")
+                       f"AsyncWait (threads {listing(np.unique(t[i]))} read in-flight data)",
+                       thread=int(t[i[0]]), other=sh.inflight_stmt[a[i[0]]], other_thread=int(inf[i[0]]),
+                       on=f"SH buffer {sh.buf.name!r}")
         E = order.epoch
         bad = (sh.w_epoch[a] == E) & (sh.writer[a] != t)
         if bad.any():
@@ -262,7 +265,8 @@ class Memory:
             ctx.hazard(f"race (read after write): thread {int(t[j])} reads SH buffer {sh.buf.name!r} offset "
                        f"{int(a[j])}, written by thread {int(sh.writer[a[j]])} since the last barrier "
                        f"(at {ctx.stmt_str(sh.w_stmt[a[j]])}); {i.size} element read(s) race, by threads "
-                       f"{listing(np.unique(t[i]))}")
+                       f"{listing(np.unique(t[i]))}", thread=int(t[j]), other=sh.w_stmt[a[j]],
+                       other_thread=int(sh.writer[a[j]]), on=f"SH buffer {sh.buf.name!r}")
         # record the readers of this epoch: keep the first distinct reader, and a second one that
         # differs from it, so that a later writer can find a reader other than itself
         u, tmin, tmax = _by_address(a, t)
@@ -296,13 +300,16 @@ class Memory:
             i = np.flatnonzero(inf >= 0)
             ctx.hazard(f"overwrite of in-flight async data: thread {int(t[i[0]])} writes SH buffer "
                        f"{sh.buf.name!r} offset {int(a[i[0]])}, whose cp.async by thread {int(inf[i[0]])} "
-                       f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an AsyncWait")
+                       f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an AsyncWait",
+                       thread=int(t[i[0]]), other=sh.inflight_stmt[a[i[0]]], other_thread=int(inf[i[0]]),
+                       on=f"SH buffer {sh.buf.name!r}")
         u, tmin, tmax = _by_address(a, t)
         dup = tmin != tmax
         if dup.any():
             j = np.flatnonzero(dup)[0]
             ctx.hazard(f"race (write after write): threads {int(tmin[j])} and {int(tmax[j])} both write SH "
-                       f"buffer {sh.buf.name!r} offset {int(u[j])} in the same statement")
+                       f"buffer {sh.buf.name!r} offset {int(u[j])} in the same statement", thread=int(tmin[j]),
+                       on=f"SH buffer {sh.buf.name!r}")
         E = order.epoch
         waw = (sh.w_epoch[u] == E) & (sh.writer[u] != tmin)
         if waw.any():
@@ -313,7 +320,8 @@ class Memory:
             ctx.hazard(f"race (write after write): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
                        f"offset {int(u[j])}, written by thread {int(sh.writer[u[j]])} since the last barrier "
                        f"(at {ctx.stmt_str(sh.w_stmt[u[j]])}); {i.size} element(s) race, written by threads "
-                       f"{listing(np.unique(tmin[i]))}")
+                       f"{listing(np.unique(tmin[i]))}", thread=int(tmin[j]), other=sh.w_stmt[u[j]],
+                       other_thread=int(sh.writer[u[j]]), on=f"SH buffer {sh.buf.name!r}")
         other, war = self.unordered_reader(sh, u, tmin)
         if war.any():
             i = np.flatnonzero(war)
@@ -321,7 +329,8 @@ class Memory:
             ctx.hazard(f"race (write after read): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
                        f"offset {int(u[j])}, read by thread {int(other[j])} since the last barrier "
                        f"(at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race, written by threads "
-                       f"{listing(np.unique(tmin[i]))}")
+                       f"{listing(np.unique(tmin[i]))}", thread=int(tmin[j]), other=sh.r_stmt[u[j]],
+                       other_thread=int(other[j]), on=f"SH buffer {sh.buf.name!r}")
         return u, tmin
 
     def unordered_reader(self, sh: Shared, u: np.ndarray, t: np.ndarray):
@@ -361,7 +370,8 @@ class Memory:
             ok = self.order.obs[t[i], tag[i]] > sh.tma_phase[a[i]]
             if not ok.all():
                 j = i[np.flatnonzero(~ok)[0]]
-                self.ctx.hazard(self.early_tma_message("read", sh, a, t, j, i[~ok]))
+                self.ctx.hazard(self.early_tma_message("read", sh, a, t, j, i[~ok]), thread=int(t[j]),
+                                on=f"SH buffer {sh.buf.name!r}")
 
     def early_tma_message(self, what, sh, a, t, j, bad) -> str:
         bar_id, phase = int(sh.tma_bar[a[j]]), int(sh.tma_phase[a[j]])
@@ -384,14 +394,16 @@ class Memory:
             self.ctx.hazard(f"overwrite of shared memory read by an in-flight async operation: thread {int(t[i])} "
                             f"writes SH buffer {sh.buf.name!r} offset {int(a[i])}, which "
                             f"{self.ctx.stmt_str(sh.async_rd_stmt[a[i]])} still reads (wgmma: wgmma.wait_group; "
-                            f"TMA store: cp.async.bulk.wait_group.read)")
+                            f"TMA store: cp.async.bulk.wait_group.read)", thread=int(t[i]),
+                            other=sh.async_rd_stmt[a[i]], on=f"SH buffer {sh.buf.name!r}")
         tag = sh.tma_bar[a]
         if (tag >= 0).any():
             i = np.flatnonzero(tag >= 0)
             ok = self.order.obs[t[i], tag[i]] > sh.tma_phase[a[i]]
             if not ok.all():
                 j = i[np.flatnonzero(~ok)[0]]
-                self.ctx.hazard(self.early_tma_message("write", sh, a, t, j, i[~ok]))
+                self.ctx.hazard(self.early_tma_message("write", sh, a, t, j, i[~ok]), thread=int(t[j]),
+                                on=f"SH buffer {sh.buf.name!r}")
 
     def proxy_check(self, sh: Shared, a: np.ndarray, who: str):
         """An async-proxy read (by ``who``) of generic-proxy writes needs their fence.proxy.async."""
@@ -402,7 +414,8 @@ class Memory:
             self.ctx.hazard(f"missing fence.proxy.async: {who} reads SH buffer {sh.buf.name!r} offset {int(a[j])}, "
                             f"written through the generic proxy by thread {int(w[j])} (at "
                             f"{self.ctx.stmt_str(sh.w_stmt[a[j]])}) with no fence.proxy.async of that thread since; "
-                            f"{i.size} element(s), written by threads {listing(np.unique(w[i]))}")
+                            f"{i.size} element(s), written by threads {listing(np.unique(w[i]))}",
+                            other=sh.w_stmt[a[j]], other_thread=int(w[j]), on=f"SH buffer {sh.buf.name!r}")
 
     def fence_proxy(self, act: np.ndarray):
         """``fence.proxy.async`` by threads ``act``: their generic-proxy writes become visible to
@@ -426,12 +439,15 @@ class Memory:
             ctx.hazard(f"race (write after read): the TMA load issued by thread {t} overwrites SH buffer "
                        f"{sh.buf.name!r} offset {int(u[j])}, read by thread {int(other[j])} since the last "
                        f"barrier (at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race — a barrier "
-                       f"(or an 'empty' mbarrier) must separate the readers from the refill")
+                       f"(or an 'empty' mbarrier) must separate the readers from the refill", thread=t,
+                       other=sh.r_stmt[u[j]], other_thread=int(other[j]), on=f"SH buffer {sh.buf.name!r}")
         inf = sh.inflight[a]
         if (inf >= 0).any():
             i = np.flatnonzero(inf >= 0)[0]
             ctx.hazard(f"TMA load into in-flight async data: SH buffer {sh.buf.name!r} offset {int(a[i])} is "
-                       f"the destination of a cp.async by thread {int(inf[i])} that no AsyncWait completed")
+                       f"the destination of a cp.async by thread {int(inf[i])} that no AsyncWait completed",
+                       thread=t, other=sh.inflight_stmt[a[i]], other_thread=int(inf[i]),
+                       on=f"SH buffer {sh.buf.name!r}")
 
     def tma_land(self, sh: Shared, e: np.ndarray, t: int, values: np.ndarray, bar_id: int, phase: int, sid: int):
         """A TMA load issued by thread ``t`` writes ``values`` at ``e``, tagged with the mbarrier
