@@ -76,6 +76,9 @@ class Extra:
 class EpilogueOp:
     """Base of element-wise ops fused on C (epilogue) or on A/B (prologue)."""
 
+    #: whether the op reads the element's coordinates (``CausalMask``), not only its value
+    positional = False
+
     def extras(self) -> tuple[Extra, ...]:
         return ()
 
@@ -207,6 +210,54 @@ class Cast(EpilogueOp):
 
     def __repr__(self):
         return f"ops.cast({self.dtype.name!r})"
+
+
+@attrs.frozen(repr=False)
+class CausalMask(EpilogueOp):
+    """``-inf`` where the element's ``col`` coordinate lies past its ``row`` coordinate plus
+    ``diagonal``; the value elsewhere (what ``torch.tril(x, diagonal)`` keeps, the others
+    masked).  A *positional* op: it reads the element's coordinates in the kernel's tensors, not
+    its value alone, so only element-wise leaves (``done()`` of a thread's tile) apply it::
+
+        col:   0    1    2    3
+        row 0  x  -inf -inf -inf          diagonal = 0: attention's causal mask,
+        row 1  x    x  -inf -inf          a query sees the keys up to its own position
+        row 2  x    x    x  -inf
+    """
+
+    diagonal: int = 0
+    row: str = "r"
+    col: str = "c"
+
+    positional = True
+
+    def scalar(self):
+        from .errors import ScheduleError
+
+        raise ScheduleError(f"{self} is positional (it reads the element's row and column); only element-wise "
+                            "leaves apply it", field="ops", value=str(self),
+                            fix="apply it in a Move or Pointwise spec scheduled down to done() on threads")
+
+    def reference(self, x, extras):
+        """numpy meaning on a 2-D tile whose first axis is ``row`` and second ``col``."""
+        x = np.asarray(x, dtype=np.float64)
+        r, c = np.indices(x.shape[-2:])
+        return np.where(c > r + self.diagonal, -np.inf, x)
+
+    def __str__(self):
+        return f"causal({self.row}, {self.col}{', diagonal=' + str(self.diagonal) if self.diagonal else ''})"
+
+    def __repr__(self):
+        return f"ops.causal({self.diagonal!r}, row={self.row!r}, col={self.col!r})"
+
+
+def causal(diagonal: int = 0, *, row: str = "r", col: str = "c") -> CausalMask:
+    """The causal mask: ``-inf`` where ``col > row + diagonal`` (see ``CausalMask``)."""
+    if isinstance(diagonal, bool) or not isinstance(diagonal, int):
+        raise ValueError(f"causal(diagonal={diagonal!r}): the diagonal is an int (0: the main diagonal)")
+    if not (isinstance(row, str) and isinstance(col, str)) or row == col:
+        raise ValueError(f"causal(row={row!r}, col={col!r}): two different dim names")
+    return CausalMask(diagonal, row, col)
 
 
 def bias(name: str = "bias", axis: str = "n") -> Bias:

@@ -209,3 +209,46 @@ def test_fused_results_must_be_written_by_the_body():
     assert [t.name for t in f.outputs] == ["Y", "S"] and "S" not in [t.name for t in f.locals]
     ns = {**vars(fs.spec), **vars(fs.tensor), "dtypes": fs.dtypes, "ops": fs.ops}
     assert eval(repr(f), ns) == f
+
+
+# --------------------------------------------------------------------------- causal softmax
+
+def causal_ref(x, scale, diagonal, dt):
+    r, c = np.indices(x.shape)
+    return softmax_ref(np.where(c > r + diagonal, -np.inf, x), scale, dt)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(R=5, C=3, diagonal=0, dt="f16")          # more rows than columns: the last rows see all
+@example(R=1, C=1, diagonal=0, dt="f32")
+@given(R=st.integers(1, 40), C=st.integers(1, 700), diagonal=st.integers(0, 9),
+       dt=st.sampled_from(["f16", "bf16", "f32"]))
+def test_causal_softmax_matches_numpy(R, C, diagonal, dt):
+    x = np.random.default_rng(R * 31 + C).standard_normal((R, C)) * 4
+    got = fs.interpret(recipes.softmax(R, C, dtype=dt, scale=0.5, causal=True, diagonal=diagonal), x)
+    want = causal_ref(_r(x, dt), 0.5, diagonal, dt)
+    _close(got, want, dt, scale=2.0)
+    r, c = np.indices(x.shape)
+    assert np.all(np.asarray(got)[c > r + diagonal] == 0)     # masked elements are exactly zero
+
+
+def test_causal_mask_compiles_into_the_load():
+    k = fs.compile(recipes.softmax(4096, 4096, dtype="bf16", causal=True), arch="sm_90a")
+    assert k.spills == 0 and "-inf" in k.source
+    assert "causal(r, c)" in str(recipes.softmax(8, 8, causal=True))
+
+
+@pytest.mark.parametrize("kw, match", [({"causal": 1}, "causal"), ({"causal": True, "diagonal": -1}, "diagonal"),
+                                       ({"causal": True, "diagonal": 1.5}, "diagonal")])
+def test_causal_arguments_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match):
+        recipes.softmax(8, 8, **kw)
+
+
+def test_a_mask_is_refused_where_only_values_are_known():
+    from firesched import ops
+    with pytest.raises(fs.ScheduleError, match="positional"):
+        recipes.gemm(64, 64, 64, dtype="f16", arch="sm_80", epilogue_ops=(ops.causal(),)).check("sm_80")
+    with pytest.raises(ValueError, match="two different dim names"):
+        ops.causal(row="c", col="c")
+    assert eval(repr(ops.causal(2, row="m", col="n")), {"ops": ops}) == ops.causal(2, row="m", col="n")

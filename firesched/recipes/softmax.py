@@ -7,6 +7,11 @@ maximum and the sum of exponentials are reduced there, and the row is written on
       place(Xr, RF) >> place(M, RF) >> place(E, RF) >> place(Z, RF)
       part(i, tile(c=span), tile(c=8) >> to_threads(), done()) for every part
 
+``causal=True`` masks the elements past the diagonal (``c > r + diagonal``) to ``-inf`` as the
+row is loaded — ``ops.causal`` on the ``Move`` —, so they count in neither statistic and come out
+as 0 (torch's ``softmax(x.masked_fill(~torch.ones(R, C).tril(diagonal).bool(), -inf))``, the
+reference of causal attention).
+
 ``E = exp(scale · (x - max))`` never overflows (its largest element is 1) and the sum is at least
 1, so large-magnitude rows give no inf or NaN.  Padded elements of a row whose length is not a
 multiple of the threads' tiles are skipped by both reductions.  ``scale`` must be positive (the
@@ -23,19 +28,27 @@ from . import rows as _rows
 from .norms import _Specs, check_args, schedule_rows
 
 
-def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", scale: float = 1.0) -> Schedule:
+def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", scale: float = 1.0,
+            causal: bool = False, diagonal: int = 0) -> Schedule:
     """``Y = softmax(scale · X, axis=-1)`` over rows of ``cols`` elements (torch's
-    ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols)."""
+    ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols).  ``causal=True``
+    masks ``X[r, c]`` where ``c > r + diagonal`` (the row's first element is never masked when
+    ``diagonal >= 0``)."""
     check_args("softmax", rows, cols, dtype, arch)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"recipes.softmax: scale={scale!r}; allowed: a positive number")
+    if not isinstance(causal, bool):
+        raise ValueError(f"recipes.softmax: causal={causal!r}; allowed: True, False")
+    if isinstance(diagonal, bool) or not isinstance(diagonal, int) or (causal and diagonal < 0):
+        raise ValueError(f"recipes.softmax: diagonal={diagonal!r}; allowed: an int >= 0 (a negative diagonal "
+                         "masks whole rows, whose softmax is undefined)")
     plan = _rows.row_plan(rows, cols, dtype)
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)
     pre = (ops.scale(scale),) if scale != 1.0 else ()
     spec = Fused.kernel(
-        Move(s.t("X"), xr, KERNEL),
+        Move(s.t("X"), xr, KERNEL, (ops.causal(diagonal),) if causal else ()),
         Reduce("max", xr, m, ("c",), KERNEL),
         Pointwise("sub", (xr, m), e, KERNEL, pre + (ops.exp(),)),
         Reduce("sum", e, z, ("c",), KERNEL),

@@ -165,8 +165,12 @@ def _count(tile) -> int:
 
 
 def _ops(ops_) -> list[tuple[str, tuple]]:
+    """The scalar steps of ``ops_``; a positional op (a mask) is one ``("mask", (op,))`` step."""
     steps = []
     for op in ops_:
+        if getattr(op, "positional", False):
+            steps.append(("mask", (op,)))
+            continue
         for name, args in op.scalar():
             if any(isinstance(a, fops.Extra) for a in args):
                 raise err(op, f"{op} reads an extra tensor; an element-wise leaf's ops take constants only",
@@ -189,6 +193,7 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
 
         def y_at(coord):
             return reg_index(out, coord)
+    where = _positions(node, ctx, (*inputs, out)) if any(n == "mask" for n, _ in steps) else None
     for e in elements(out):
         args = tuple(ir.RegRef(r, at(e)) for r, at in srcs)
         if direct:
@@ -196,11 +201,42 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
             continue
         stmts.append(ir.Pointwise(op, ir.RegRef(work, 0), args))
         for name, a in steps:
+            if name == "mask":
+                stmts += _mask(node, a[0], where(e), ir.RegRef(work, 0))
+                continue
             stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
         stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), (ir.RegRef(work, 0),)))
     if out.memory != RF:
         stmts += access(lw, ctx, out, y, write=True, what=f"{out.name} of this thread")
     return [ir.Comment(str(node.spec)), *stmts]
+
+
+def _positions(node: Node, ctx, tiles):
+    """The kernel-level coordinates of the leaf's elements, for a positional op: a global operand
+    over every dim of the output carries them (its origin is where the element sits in the
+    kernel's tensor; an on-chip tile's origin is relative to its block)."""
+    out = tiles[-1]
+    for t in reversed(tiles):
+        if t.memory == GL and set(out.dims) <= set(t.dims):
+            o = ctx.origin[key(t)]
+            return lambda e: {d: o[d] + e.get(d, 0) for d in out.dims}
+    raise err(node, "a positional op (a mask) reads the element's coordinates, which this leaf takes from a global "
+                    f"operand over all of {', '.join(out.dims)}; it has none",
+              fix="apply the mask where the tensor is read from or written to global memory (e.g. the Move that "
+                  "loads it)")
+
+
+def _mask(node: Node, op, coord: dict, work: ir.RegRef) -> list:
+    """``work = -inf`` where ``op`` (a ``CausalMask``) masks the element at ``coord``."""
+    for d in (op.row, op.col):
+        if d not in coord:
+            raise err(node, f"{op} names dim {d!r}, which the masked tensor lacks (dims: {', '.join(coord)})",
+                      field="ops", value=str(op), fix=f"ops.causal(row=..., col=...) with two of {', '.join(coord)}")
+    masked = lt(coord[op.row] + op.diagonal, coord[op.col])
+    fill = ir.RegFill(work, 1, float("-inf"))
+    if isinstance(masked, int):
+        return [fill] if masked else []
+    return [ir.If(masked, fill)]
 
 
 @leaf_rule(Pointwise)
@@ -349,6 +385,9 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.Reg
         reg = ir.RegRef(acc, lay.offset(coord))
         stmts.append(ir.Pointwise("copy", ir.RegRef(work, 0), (reg,)))
         for name, a in steps:
+            if name == "mask":
+                raise err(node, f"{a[0]} masks elements of a tensor; a reduction's result takes value ops only",
+                          fix="mask the reduction's input (the Move or Pointwise that produces it)")
             stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
         gcoord = {d: go[d] + coord.get(d, 0) for d in t.dims}
         y = lw.kb.reg(f"y_{dst.name}", dst.dtype, 1)
