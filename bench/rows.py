@@ -36,7 +36,27 @@ from bench.gemm import L2_BYTES, time_ms, write_results  # noqa: E402
 SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), (16384, 1024), (16384, 4096),
           (16384, 16384), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384), (32768, 32768),
           (65536, 1024), (8192, 32768)]
-OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax")
+OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
+
+
+def _recipe(op: str):
+    """The recipe of ``op``: ``softmax_causal`` is ``recipes.softmax(..., causal=True)``."""
+    if op == "softmax_causal":
+        return lambda rows, cols, dtype: fs.recipes.softmax(rows, cols, dtype=dtype, causal=True)
+    return getattr(fs.recipes, op)
+
+
+def _causal(torch, x):
+    """torch's causal softmax input: ``x`` with the elements past the diagonal set to -inf (the mask
+    is built once per shape, outside the timed region)."""
+    key = (tuple(x.shape), x.device)
+    m = _MASKS.get(key)
+    if m is None:
+        m = _MASKS[key] = torch.ones(x.shape, dtype=torch.bool, device=x.device).triu(1)
+    return x.masked_fill(m, float("-inf"))
+
+
+_MASKS: dict = {}
 COPY_TBS = 2.97
 QUACK_TBS = 3.0
 
@@ -52,6 +72,8 @@ def _peer(torch, op: str, cols: int):
             h = x + r
             return F.rms_norm(h, (cols,), w, 1e-6), h
         return f
+    if op == "softmax_causal":
+        return lambda x: torch.softmax(_causal(torch, x), dim=-1)
     return lambda x: torch.softmax(x, dim=-1)
 
 
@@ -66,6 +88,8 @@ def _reference(torch, op: str, cols: int, ins):
     if op == "add_rmsnorm":
         h = (ins[0] + ins[1]).float()
         return F.rms_norm(h, (cols,), f[2], 1e-6), h
+    if op == "softmax_causal":
+        return (torch.softmax(_causal(torch, f[0]), dim=-1),)
     return (torch.softmax(f[0], dim=-1),)
 
 
@@ -90,12 +114,12 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
     """What the op must read and write, once: row inputs, per-column weights, row outputs."""
     row = rows * cols * eb
     return {"rmsnorm": 2 * row + cols * eb, "layernorm": 2 * row + 2 * cols * eb,
-            "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row}[op]
+            "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
 
 
 def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    sched = getattr(fs.recipes, op)(rows, cols, dtype=dtype)
+    sched = _recipe(op)(rows, cols, dtype=dtype)
     k = fs.compile(sched, arch="sm_90a")
     peer = _peer(torch, op, cols)
     nbytes = bytes_moved(op, rows, cols, dt.itemsize)
@@ -131,7 +155,7 @@ def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
                ours_tbs=nbytes / t_o / 1e9, peer_tbs=nbytes / t_p / 1e9, ratio=t_p / t_o, max_err=err,
                peer_err=err_peer, registers=res.registers, spills=k.spills, threads=k.program.kernels[0].threads,
                reps=reps, rounds=rounds, sets=nsets)
-    print(f"{op:11s} {dtype:5s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
+    print(f"{op:14s} {dtype:5s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
           f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e})", flush=True)
     sets.clear()
     torch.cuda.empty_cache()
@@ -140,16 +164,16 @@ def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
 
 def cpu_smoke(op: str, dtype: str) -> dict:
     """No GPU: compile at a large shape, interpret a small one against numpy."""
-    k = fs.compile(getattr(fs.recipes, op)(4096, 4096, dtype=dtype), arch="sm_90a")
+    k = fs.compile(_recipe(op)(4096, 4096, dtype=dtype), arch="sm_90a")
     rng = np.random.default_rng(0)
-    sched = getattr(fs.recipes, op)(5, 100, dtype=dtype)
+    sched = _recipe(op)(5, 100, dtype=dtype)
     n_in = len(sched.lower("sm_90a").inputs)
     arrays = [rng.standard_normal((5, 100)) if i == 0 or (op == "add_rmsnorm" and i == 1) else rng.standard_normal(100)
               for i in range(n_in)]
     out = fs.interpret(sched, *arrays)
     out = out if isinstance(out, tuple) else (out,)
     assert all(np.isfinite(o).all() for o in out)
-    print(f"{op:11s} {dtype:5s} compiled (spills {k.spills}); interpreted 5x100")
+    print(f"{op:14s} {dtype:5s} compiled (spills {k.spills}); interpreted 5x100")
     return dict(op=op, dtype=dtype, spills=k.spills, timing="skipped: no GPU")
 
 

@@ -111,3 +111,14 @@ def test_membound_runs_small(tmp_path):
     assert all(r["spills"] == 0 and r["max_err"] <= membound.CASES[r["op"]].tol for r in rows)
     data = json.loads(out.read_text())
     assert data["rows"] and {"device", "date", "driver", "torch", "nvrtc", "command"} <= set(data["meta"])
+
+
+def test_rows_runs_small(tmp_path):
+    """bench/rows.py on one small shape: without a GPU it compiles every op at 4096 x 4096 and
+    interprets it at 5 x 100; with one it checks against torch in f32 and times both."""
+    from bench import rows as rows_bench
+
+    out = tmp_path / "rows.json"
+    got = rows_bench.main(["--dtypes", "bf16", "--shapes", "256x1000", "--rounds", "2", "--out", str(out)])
+    assert {r["op"] for r in got} == set(rows_bench.OPS)
+    assert all(r["spills"] == 0 for r in got)
