@@ -34,6 +34,7 @@ from typing import Any, Union
 import attrs
 import numpy as np
 
+from firesched.draw import repr_svg as _repr_svg
 from firesched.errors import FireschedError
 
 #: An int or a (nested) tuple of ints, e.g. ``8`` or ``(4, (2, 2))``.
@@ -386,6 +387,10 @@ class Layout:
 
     def __repr__(self) -> str:
         return f"Layout({self.shape!r}, {self.stride!r})"
+
+    def _repr_svg_(self) -> str | None:
+        """A picture for notebooks (``firesched.draw``); None for pictures too large to show."""
+        return _repr_svg(self)
 
 
 def _expect_layout(x: Any, func: str, arg: str) -> Layout:
@@ -880,6 +885,10 @@ class Swizzle:
     def __repr__(self) -> str:
         return f"Swizzle({self.bits}, {self.base}, {self.shift})"
 
+    def _repr_svg_(self) -> str | None:
+        """A picture for notebooks (``firesched.draw``); None for pictures too large to show."""
+        return _repr_svg(self)
+
 
 #: No swizzle.
 NO_SWIZZLE = Swizzle(0, 0, 0)
@@ -954,6 +963,10 @@ class ComposedLayout:
 
     def __repr__(self) -> str:
         return f"ComposedLayout({self.swizzle!r}, {self.offset!r}, {self.layout!r})"
+
+    def _repr_svg_(self) -> str | None:
+        """A picture for notebooks (``firesched.draw``); None for pictures too large to show."""
+        return _repr_svg(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1109,3 +1122,7 @@ class TVLayout:
 
     def __repr__(self) -> str:
         return f"TVLayout({self.layout!r}, {self.tile!r})"
+
+    def _repr_svg_(self) -> str | None:
+        """A picture for notebooks (``firesched.draw``); None for pictures too large to show."""
+        return _repr_svg(self)

@@ -15,6 +15,7 @@ grimp = pytest.importorskip("grimp")
 # Top to bottom.  A set is one layer of siblings that must not import each other.
 LAYERS = [
     "__main__",
+    "cli",
     "recipes",
     "api",
     {"cuda", "simulate", "runtime", "testing"},
@@ -27,6 +28,7 @@ LAYERS = [
     "hardware",
     "tensor",
     {"ops", "layout"},
+    "draw",
     "dtypes",
     "errors",
 ]
