@@ -16,9 +16,9 @@ grimp = pytest.importorskip("grimp")
 LAYERS = [
     "__main__",
     "cli",
-    "recipes",
+    {"recipes", "testing"},
     "api",
-    {"cuda", "simulate", "runtime", "testing"},
+    {"cuda", "simulate", "runtime"},
     "lower",
     "strategies",
     "schedule",
