@@ -222,7 +222,10 @@ def png(pictures: Grid | Sequence[Grid], path: str | os.PathLike, *, dpi: int = 
                              "(or write SVG, which needs nothing)") from None
     # Lay the grids out in cell units, top to bottom; one cell is 0.25 inch tall.
     widths = [max(1.0, _cell_width(g) / _CELL_H) for g in grids]
-    total_w = max(w * max(g.cols, 1) for w, g in zip(widths, grids)) + 2
+    # text widths in cell units (0.25 inch): about 0.31 per title character (9 pt monospace) and
+    # 0.24 per legend character (7 pt), so that long legends are not cut off at the right edge
+    total_w = max(max(w * max(g.cols, 1), 0.31 * len(g.title), 0.24 * len(g.legend))
+                  for w, g in zip(widths, grids)) + 2
     total_h = sum(g.rows + 3 + (1 if g.legend else 0) for g in grids)
     fig = Figure(figsize=(max(2.0, total_w * 0.25), max(1.0, total_h * 0.25)))
     FigureCanvasAgg(fig)        # the object-oriented API: no pyplot, no global backend switch
