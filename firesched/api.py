@@ -3,8 +3,13 @@
 
 Both take arrays in the order of the lowered program: ``A, B``, then the extra tensors the
 epilogue reads (bias, residual) in the order the ops name them; ``compile(...)`` also takes the
-output ``C`` last.  Arrays are logical (A is M×K whatever its majorness); a column-major operand
-is passed as a transposed view (``At.T``), which is what its strides say.
+output ``C`` last.  A compiled kernel also takes them by name (``k(A, B, bias=b)``), and allocates
+the outputs it is not given when its inputs are torch tensors or CuPy arrays.  Arrays are logical
+(A is M×K whatever its majorness); a column-major operand is passed as a transposed view
+(``At.T``), which is what its strides say.
+
+``arch`` / ``target`` None means the default target everywhere
+(``firesched.hardware.target.default_target``: the GPU present, else sm_90a).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from . import lower as _lower  # noqa: F401  (binds Schedule.check / Schedule.lo
 from . import simulate as _interp
 from .cuda import nvrtc
 from .cuda import printer as cuda
-from .errors import PerformanceWarning
+from .errors import CompileError, LaunchError, PerformanceWarning, ScheduleError
+from .hardware.target import target as get_target
+from .hardware.target import target_names
 from .schedule import Schedule
 
 
@@ -40,14 +47,32 @@ def _logical(buf: ir.GlobalBuffer, prog: ir.Program, sched: Schedule):
     return buf.shape, buf.strides, None
 
 
+def _require_schedule(schedule, what: str) -> None:
+    """A ScheduleError, with the fix, when ``schedule`` is not a ``Schedule`` (a spec not yet
+    scheduled, most often)."""
+    if isinstance(schedule, Schedule):
+        return
+    kind = type(schedule).__name__
+    if hasattr(schedule, "schedule") and hasattr(schedule, "operands"):
+        raise ScheduleError(
+            f"{what} takes a schedule, and this {kind} spec has not been scheduled", field="schedule",
+            value=str(schedule), allowed="a Schedule: spec.schedule(*strategies) or a firesched.recipes recipe",
+            fix=f"firesched.{what}(spec.schedule(tile(...) >> to_blocks(), ...), ...); a kernel-level Pointwise, "
+                f"Move or Reduce also lowers with its default schedule: spec.schedule()")
+    raise ScheduleError(f"{what} takes a schedule, not a {kind}", field="schedule", value=schedule,
+                        allowed="a Schedule: spec.schedule(*strategies) or a firesched.recipes recipe",
+                        fix="build one with a recipe, e.g. firesched.recipes.gemm(M, N, K)")
+
+
 def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
     """Run ``schedule`` on the CPU interpreter and return C (numpy); a fused spec with several
     results (``Fused.results``) returns a tuple of them, in that order.
 
     ``arrays`` are ``A, B`` and the epilogue's extra tensors, as numpy arrays of any float dtype
     (values are rounded to the schedule's dtypes).  Races, reads of in-flight async copies and
-    out-of-bounds accesses raise ``HazardError``.
+    out-of-bounds accesses raise ``HazardError``.  ``target`` None is the default target.
     """
+    _require_schedule(schedule, "interpret")
     prog = schedule.lower(target)
     if len(arrays) != len(prog.inputs):
         names = ", ".join(b.name for b in prog.inputs)
@@ -78,8 +103,10 @@ class _Launch:
 
 
 class CompiledProgram:
-    """A compiled schedule: ``source`` (CUDA C++), per-kernel ``modules`` (cubin + resources),
-    callable on GPU arrays as ``k(A, B, *extras, C)``."""
+    """A compiled schedule: ``source`` (CUDA C++), per-kernel ``modules`` (cubin, PTX, resources),
+    callable on GPU arrays as ``k(A, B, *extras, C)``, by name (``k(A=a, B=b, bias=v, C=c)``, or
+    positional then named), with the outputs left out allocated (torch or CuPy inputs only).
+    Returns the output, or a tuple of them."""
 
     def __init__(self, schedule: Schedule, program: ir.Program, source: str, modules, arch: str,
                  compile_seconds: float):
@@ -104,7 +131,117 @@ class CompiledProgram:
 
     @property
     def spills(self) -> int:
+        """Bytes of spill traffic per thread, over every kernel."""
         return sum(r.spill_store_bytes + r.spill_load_bytes for r in self.resources.values())
+
+    @property
+    def ptx(self) -> str:
+        """The PTX NVRTC generated (``.target <arch>``): one module's as it is; the modules of a
+        program of several launches one after the other, each under a ``// kernel <name>`` line."""
+        if len(self.modules) == 1:
+            return self.modules[0].ptx
+        return "\n".join(f"// kernel {k.name}\n{m.ptx}" for k, m in zip(self.program.kernels, self.modules))
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        """The names of the arrays the kernel takes, in positional order: inputs, then outputs."""
+        return tuple(s.name for s in self._arg_specs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The names of the arrays the kernel writes (the last ``len(output_names)`` arguments)."""
+        return tuple(b.name for b in self.program.outputs)
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple[list, tuple[str, ...]]:
+        """The arrays of a call ``k(*args, **kwargs)`` in positional order, None where an output
+        was left out, and the names of those outputs.  Raises ``ValueError`` naming the argument
+        for too many arrays, a name given twice, an unknown name, or a missing input; nothing here
+        needs a GPU."""
+        names = self.arg_names
+        kernel = self.program.kernels[0].name
+        if len(args) > len(names):
+            raise ValueError(f"{kernel}: expected at most {len(names)} arrays ({', '.join(names)}), got "
+                             f"{len(args)}; fix: pass {', '.join(names)} in that order or by name")
+        bound = list(args) + [None] * (len(names) - len(args))
+        for name, value in kwargs.items():
+            if name not in names:
+                raise ValueError(f"{kernel}: unknown argument {name}=...; allowed names: {', '.join(names)} "
+                                 f"(inputs, then outputs); fix: pass the array under one of them")
+            i = names.index(name)
+            if i < len(args):
+                raise ValueError(f"{kernel}: argument {name} given twice (positional #{i + 1} and {name}=...); "
+                                 f"fix: pass it once")
+            bound[i] = value
+        n_out = len(self.program.outputs)
+        missing_in = [names[i] for i in range(len(names) - n_out) if bound[i] is None]
+        if missing_in:
+            raise ValueError(f"{kernel}: missing input(s) {', '.join(missing_in)}; the kernel takes "
+                             f"{', '.join(names)}; fix: pass {missing_in[0]}=<array> (outputs may be left out "
+                             f"with torch or CuPy inputs: they are allocated)")
+        missing_out = tuple(names[i] for i in range(len(names) - n_out, len(names)) if bound[i] is None)
+        return bound, missing_out
+
+    def _allocate(self, bound: list, missing: tuple[str, ...]) -> None:
+        """Allocate the outputs ``missing`` with the array library (torch or CuPy) and the device of
+        the inputs, with the strides the kernel writes; a ``LaunchError`` for any other inputs."""
+        n_in = len(self.program.inputs)
+        inputs = bound[:n_in]
+        kinds = {type(a).__module__.partition(".")[0] for a in inputs}
+        specs = {s.name: s for s in self._arg_specs}
+        kernel = self.program.kernels[0].name
+        if kinds == {"torch"}:
+            import torch
+
+            devs = {a.device for a in inputs}
+            dev = next(iter(devs))
+            if len(devs) != 1 or dev.type != "cuda":
+                raise LaunchError(f"{kernel}: cannot allocate {', '.join(missing)}: the inputs are on "
+                                  f"{', '.join(sorted(map(str, devs)))}, not on one CUDA device; fix: move them to "
+                                  f"one GPU, or pass {missing[0]}=<array>")
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64,
+                   "i8": torch.int8, "u8": torch.uint8, "i32": torch.int32, "i64": torch.int64}
+            for name in missing:
+                s = specs[name]
+                bound[self.arg_names.index(name)] = torch.empty_strided(s.shape, s.strides, dtype=tdt[s.dtype],
+                                                                        device=dev)
+            return
+        if kinds == {"cupy"}:
+            import cupy
+
+            devs = {int(a.device.id) for a in inputs}
+            if len(devs) != 1:
+                raise LaunchError(f"{kernel}: cannot allocate {', '.join(missing)}: the inputs are on devices "
+                                  f"{sorted(devs)}; fix: move them to one GPU, or pass {missing[0]}=<array>")
+            cdt = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "u8": "uint8",
+                   "i32": "int32", "i64": "int64"}
+            with cupy.cuda.Device(devs.pop()):
+                for name in missing:
+                    s = specs[name]
+                    if s.dtype not in cdt:
+                        raise LaunchError(f"{kernel}: CuPy has no {s.dtype} arrays to allocate {name} with; "
+                                          f"fix: pass {name}=<array> (e.g. a torch tensor through DLPack)")
+                    item = np.dtype(cdt[s.dtype]).itemsize
+                    size = 1 + sum((n - 1) * st for n, st in zip(s.shape, s.strides)) if all(s.shape) else 0
+                    mem = cupy.cuda.alloc(max(size, 1) * item)
+                    bound[self.arg_names.index(name)] = cupy.ndarray(
+                        s.shape, dtype=cdt[s.dtype], memptr=mem, strides=tuple(st * item for st in s.strides))
+            return
+        raise LaunchError(f"{kernel}: output(s) {', '.join(missing)} not given, and firesched allocates outputs "
+                          f"only when every input is a torch tensor or every input a CuPy array (these are "
+                          f"{', '.join(sorted(kinds))}); fix: pass {missing[0]}=<array>")
+
+    def prepare(self, device: int = 0) -> "CompiledProgram":
+        """Load the kernels on CUDA device ``device`` and allocate their workspaces now, rather
+        than at the first call: do it before capturing a CUDA graph, whose capture forbids
+        allocating (this is also allowed during a capture: allocations then go around it).
+        Returns self."""
+        with runtime.capture_relaxed():
+            for ln in self._load(device):
+                for i in ln.args:
+                    if isinstance(i, tuple) and i[0] in ("ws", "tmap_ws"):
+                        buf = i[1]
+                        self._ws(buf.name, device, buf.size * buf.dtype.bits // 8)
+        return self
 
     def _make_arg_specs(self):
         specs = []
@@ -216,8 +353,19 @@ class CompiledProgram:
                     args.append((ptrs[i], ctypes.c_void_p))
             ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
 
-    def __call__(self, *arrays, stream=None):
-        if len(arrays) == len(self._arg_specs):
+    def __call__(self, *arrays, stream=None, **named):
+        """Launch on ``arrays`` (positional, then ``named`` by tensor name; outputs left out are
+        allocated for torch / CuPy inputs) on ``stream`` (default: the inputs' framework's current
+        stream); returns the output(s)."""
+        if not named and len(arrays) == len(self._arg_specs):
+            done = self._torch_fast(arrays, stream)
+            if done is not None:
+                return done
+        if named or len(arrays) != len(self._arg_specs):
+            bound, missing = self.bind(arrays, named)
+            if missing:
+                self._allocate(bound, missing)
+            arrays = tuple(bound)
             done = self._torch_fast(arrays, stream)
             if done is not None:
                 return done
@@ -226,10 +374,6 @@ class CompiledProgram:
                 f"no usable CUDA GPU: {runtime.gpu_unavailable_reason()}. The kernel compiled fine "
                 f"(source and cubin are on this object); running it needs a GPU.")
         specs = self._arg_specs
-        if len(arrays) != len(specs):
-            names = ", ".join(s.name for s in specs)
-            raise ValueError(f"{self.program.kernels[0].name}: expected {len(specs)} arrays ({names}), "
-                             f"got {len(arrays)}")
         descs = [runtime.as_device_array(a, s.name) for a, s in zip(arrays, specs)]
         device = runtime.check_args(specs, descs, self.program.kernels[0].name)
         if stream is None:
@@ -246,8 +390,11 @@ _MEMO: dict = {}
 _MEMO_MAX = 64
 
 
-def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True) -> CompiledProgram:
+def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = True) -> CompiledProgram:
     """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU).
+
+    ``arch`` None is the default target (``hardware.target.default_target``: the GPU present,
+    else sm_90a).  sm_70 is the interpreter's alone: NVRTC 13 cannot build it (``CompileError``).
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
     (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
@@ -255,6 +402,16 @@ def compile(schedule: Schedule, arch: str = "sm_90a", *, use_cache: bool = True)
     A kernel that spills registers to local memory compiles, with a ``PerformanceWarning`` that
     names it, its spill bytes and what to change.
     """
+    _require_schedule(schedule, "compile")
+    try:
+        tgt = get_target(arch)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="arch", value=arch, allowed=target_names(compiled=True),
+                            fix="compile(schedule, arch='sm_80') or another target listed, or arch=None for the "
+                                "GPU present") from None
+    arch = tgt.arch
+    if not tgt.compiles:
+        raise CompileError(nvrtc.unbuildable_message(arch))
     key = (schedule, arch, nvrtc.cache_dir())
     out = _MEMO.get(key) if use_cache else None
     if out is None:

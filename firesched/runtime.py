@@ -14,10 +14,16 @@ call) because small kernels are often launched thousands of times from Python.
 
 ``encode_tensor_map`` (any rank; ``encode_tensor_map_2d`` for matrices) builds the 128-byte TMA
 descriptor (``CUtensorMap``) that sm_90a kernels take as a ``__grid_constant__`` parameter.
+
+``load_module`` loads a module's CUBIN where it runs (its own compute capability, or a later minor
+version of the same major); on a GPU of a newer major version (an sm_80 module on an H100) it
+loads the module's PTX instead, which the driver compiles for that GPU.  sm_90a code runs on
+compute capability 9.0 alone, CUBIN or PTX.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import struct
@@ -975,19 +981,21 @@ def _param_sizes(handle, count: int | None = None) -> tuple[int, ...] | None:
 class LoadedModule:
     """A CUBIN loaded on one device (in its primary context)."""
 
-    __slots__ = ("device", "handle", "cubin_sha256", "arch", "_dev", "_kernels", "_lock")
+    __slots__ = ("device", "handle", "cubin_sha256", "arch", "from_ptx", "_dev", "_kernels", "_lock")
 
-    def __init__(self, handle, dev: _Device, cubin_sha256: str, arch: str | None):
+    def __init__(self, handle, dev: _Device, cubin_sha256: str, arch: str | None, from_ptx: bool = False):
         self.handle = handle
         self._dev = dev
         self.device = dev.index
         self.cubin_sha256 = cubin_sha256
         self.arch = arch
+        self.from_ptx = from_ptx      # loaded from the module's PTX (the driver compiled it), not its CUBIN
         self._kernels: dict[str, Kernel] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"LoadedModule(sha256={self.cubin_sha256[:12]}..., device={self.device})"
+        via = ", from PTX" if self.from_ptx else ""
+        return f"LoadedModule(sha256={self.cubin_sha256[:12]}..., device={self.device}{via})"
 
     def kernel(self, name: str, params: int | None = None) -> Kernel:
         """The ``extern "C" __global__`` function ``name`` of this module.
@@ -1026,34 +1034,72 @@ _modules: dict[tuple[str, int], LoadedModule] = {}
 _modules_lock = threading.Lock()
 
 
-def _check_arch_runs(arch: str, info: DeviceInfo) -> None:
-    """A CUBIN runs on its own major architecture at an equal or newer minor version; an 'a'
-    (architecture-specific) CUBIN only on exactly its architecture."""
+def _suggest_arch(have: tuple[int, int]) -> str:
+    """The target to compile for on a GPU of compute capability ``have``."""
+    from firesched.hardware.target import target_for_capability
+
+    try:
+        return target_for_capability(*have).name
+    except ValueError:
+        return f"sm_{have[0]}{have[1]}"
+
+
+def load_plan(arch: str | None, have: tuple[int, int], has_ptx: bool) -> str:
+    """How a module compiled for ``arch`` loads on a GPU of compute capability ``have``:
+    ``"cubin"`` where its CUBIN runs (the same capability, or a later minor version of the same
+    major), ``"ptx"`` on a GPU of a later major version when the module has PTX (the driver
+    compiles it for the GPU).  Raises ``LaunchError`` where neither runs: an older GPU, an
+    architecture-specific arch (sm_90a) on another capability, a newer major without PTX."""
+    if arch is None:
+        return "cubin"
     digits = arch[3:].rstrip("a")
     try:
         number = int(digits)
     except ValueError:
-        return
+        return "cubin"
     want = (number // 10, number % 10)
-    have = info.compute_capability
-    specific = arch.endswith("a")
-    ok = have == want if specific else (have[0] == want[0] and have[1] >= want[1])
-    if not ok:
-        suggest = f"sm_{have[0]}{have[1]}" + ("a" if have == (9, 0) else "")
+    if have == want:
+        return "cubin"
+    suggest = _suggest_arch(have)
+    where = f"compute capability {have[0]}.{have[1]}"
+    if arch.endswith("a"):
         raise LaunchError(
-            f"the module was compiled for {arch}, which cannot run on device {info.index} "
-            f"({info.name}, compute capability {have[0]}.{have[1]}); compile it with "
-            f"arch={suggest!r}")
+            f"the module was compiled for {arch}, whose CUBIN and PTX run on compute capability "
+            f"{want[0]}.{want[1]} only (architecture-specific instructions such as wgmma and setmaxnreg): "
+            f"the driver cannot JIT {arch} PTX for {where}; compile it with arch={suggest!r}")
+    if have[0] == want[0] and have[1] > want[1]:
+        return "cubin"
+    if have > want and has_ptx:
+        return "ptx"
+    if have > want:
+        raise LaunchError(f"the module was compiled for {arch}, whose CUBIN does not run on {where}, and it "
+                          f"carries no PTX for the driver to compile; compile it with arch={suggest!r} (or pass "
+                          f"the CompiledModule, which holds its PTX, rather than CUBIN bytes)")
+    raise LaunchError(f"the module was compiled for {arch}, which cannot run on the older {where}; compile it "
+                      f"with arch={suggest!r}")
+
+
+def _check_arch_runs(arch: str, info: DeviceInfo, has_ptx: bool = False) -> str:
+    """``load_plan`` for a device, with the device named in its errors."""
+    try:
+        return load_plan(arch, info.compute_capability, has_ptx)
+    except LaunchError as e:
+        raise LaunchError(f"device {info.index} ({info.name}): {e}") from None
 
 
 def load_module(module, device: int = 0) -> LoadedModule:
-    """Load a CUBIN (a ``CompiledModule`` or raw bytes) on CUDA device ``device``.
+    """Load a compiled module (a ``CompiledModule``, or CUBIN bytes) on CUDA device ``device``.
 
-    Modules are cached per (CUBIN sha256, device), so loading the same kernel again is free.
+    The CUBIN is loaded where it runs; on a GPU of a newer major version the module's PTX
+    (``CompiledModule.ptx``) is loaded instead and compiled by the driver (``load_plan``), and
+    also when the driver refuses the CUBIN of an earlier minor version.  ``LoadedModule.from_ptx``
+    says which.  Modules are cached per (CUBIN sha256, device), so loading the same kernel again
+    is free.
     """
     _require_gpu()
     cubin = getattr(module, "cubin", module)
     arch = getattr(module, "arch", None)
+    ptx = getattr(module, "ptx", None) or None
     if not isinstance(cubin, (bytes, bytearray, memoryview)):
         raise TypeError(f"load_module takes a CompiledModule or CUBIN bytes, not {type(module).__name__}")
     cubin = bytes(cubin)
@@ -1063,18 +1109,56 @@ def load_module(module, device: int = 0) -> LoadedModule:
     if loaded is not None:
         return loaded
     dev = _device(device)
-    if arch is not None:
-        _check_arch_runs(arch, dev.info)
+    plan = _check_arch_runs(arch, dev.info, ptx is not None) if arch is not None else "cubin"
     with _modules_lock:
         loaded = _modules.get(key)
         if loaded is None:
             dev.make_current()
             driver = _driver()
-            handle = _call(f"cuModuleLoadData(device {device}, {len(cubin)}-byte CUBIN)",
-                           driver.cuModuleLoadData, cubin)
-            loaded = LoadedModule(handle, dev, sha, arch)
+            what = f"cuModuleLoadData(device {device}, {len(cubin)}-byte CUBIN for {arch or 'an unknown arch'})"
+            if plan == "cubin":
+                try:
+                    handle = _call(what, driver.cuModuleLoadData, cubin)
+                except LaunchError:
+                    if ptx is None or arch is None or arch.endswith("a") or \
+                            dev.info.compute_capability == _capability(arch):
+                        raise
+                    plan = "ptx"       # the driver refused a CUBIN of an earlier minor version
+            if plan == "ptx":
+                have = dev.info.compute_capability
+                handle = _call(f"cuModuleLoadData(device {device}, the {arch} PTX, which the driver compiles "
+                               f"for compute capability {have[0]}.{have[1]})",
+                               driver.cuModuleLoadData, ptx.encode() + b"\x00")
+            loaded = LoadedModule(handle, dev, sha, arch, from_ptx=plan == "ptx")
             _modules[key] = loaded
     return loaded
+
+
+def _capability(arch: str) -> tuple[int, int] | None:
+    try:
+        number = int(arch[3:].rstrip("a"))
+    except ValueError:
+        return None
+    return number // 10, number % 10
+
+
+@contextlib.contextmanager
+def capture_relaxed():
+    """Within this block, the calling thread may allocate and load modules while a stream of
+    another thread or framework is capturing a CUDA graph (``CU_STREAM_CAPTURE_MODE_RELAXED``);
+    such work is not part of the graph.  Without a GPU it does nothing."""
+    if not gpu_available():
+        yield
+        return
+    driver = _driver()
+    relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    err, previous = driver.cuThreadExchangeStreamCaptureMode(relaxed)
+    if err:
+        raise LaunchError(f"cuThreadExchangeStreamCaptureMode failed with {_error_text(err)}")
+    try:
+        yield
+    finally:
+        driver.cuThreadExchangeStreamCaptureMode(previous)
 
 
 def launch(function, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int,

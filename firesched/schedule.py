@@ -24,6 +24,8 @@ import attrs
 
 from . import spec as _spec
 from .errors import InternalError, ScheduleError
+from .hardware.target import target as get_target
+from .hardware.target import target_names
 from .spec import Fused, MatMul, Move, Pointwise, Reduce
 from .strategy import Strategy
 from .tensor import Level
@@ -209,13 +211,17 @@ class Schedule:
 
     def check(self, target=None) -> "Schedule":
         """Raise ``ScheduleError`` unless every leaf is atomic, resources fit ``target`` and the
-        register fragments of producers and consumers agree.  Returns self."""
-        _lowering("check")(self, target)
+        register fragments of producers and consumers agree.  Returns self.
+
+        ``target`` is a target name or ``Target``; None is the default target, the one
+        ``firesched.compile`` also takes (``hardware.target.default_target``: the GPU present,
+        else sm_90a)."""
+        _lowering("check")(self, _target(target))
         return self
 
     def lower(self, target=None):
-        """The kernel IR ``Program`` of this schedule."""
-        return _lowering("lower")(self, target)
+        """The kernel IR ``Program`` of this schedule for ``target`` (None: the default target)."""
+        return _lowering("lower")(self, _target(target))
 
     # ------------------------------------------------------------------ printing
 
@@ -277,6 +283,15 @@ def _lowering(what: str):
     if _LOWER is None:  # pragma: no cover - firesched/__init__ imports the lowering
         raise InternalError(f"Schedule.{what}() needs firesched.lower, which is not imported")
     return _LOWER
+
+
+def _target(target):
+    """``target`` as a ``Target``: None is the default target; an unknown name is a ScheduleError."""
+    try:
+        return get_target(target)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="target", value=target, allowed=target_names(),
+                            fix="check('sm_80') or another target listed, or check() for the GPU present") from None
 
 
 def find_store(sched: Schedule, c_name: str) -> tuple[tuple[Node, ...], int] | None:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from firesched import dtypes as dt
-from firesched.hardware import SM70, SM80, SM90A, TARGETS, Target, catalog, sm70, sm80, target
+from firesched.hardware import SM70, SM80, SM86, SM89, SM90A, TARGETS, Target, catalog, sm70, sm80, target
 from firesched.hardware.atoms.base import (
     BLOCK,
     COPY,
@@ -531,8 +531,11 @@ def test_volta_mma_compiles_on_later_targets():
 # =========================================================================== targets and catalog
 
 def test_targets():
-    assert TARGETS == {"sm_70": SM70, "sm_80": SM80, "sm_90a": SM90A}
-    assert [t.sm_count for t in (SM70, SM80, SM90A)] == [80, 108, 132]
+    assert TARGETS == {"sm_70": SM70, "sm_80": SM80, "sm_86": SM86, "sm_89": SM89, "sm_90a": SM90A}
+    assert [t.sm_count for t in (SM70, SM80, SM86, SM89, SM90A)] == [80, 108, 82, 58, 132]
+    assert SM86.smem_per_block_optin == SM89.smem_per_block_optin == 99 * 1024
+    assert (SM86.max_threads_per_sm, SM89.max_threads_per_sm) == (1536, 1536)
+    assert {LDMATRIX, CP_ASYNC} <= SM86.families == SM89.families
     assert SM70.smem_per_block_optin == 96 * 1024
     assert SM80.smem_per_block_optin == 166912
     assert SM90A.smem_per_block_optin == 232448
@@ -555,7 +558,7 @@ def test_target_lookup(spelling, want):
 def test_target_lookup_errors():
     with pytest.raises(ValueError, match="sm_90a") as e:
         target("sm_90")
-    assert "allowed: sm_70, sm_80, sm_90a" in str(e.value)
+    assert "allowed: sm_70 (interpret only), sm_80, sm_86, sm_89, sm_90a" in str(e.value)
     with pytest.raises(ValueError, match="allowed"):
         target("sm_75")
 

@@ -281,7 +281,7 @@ def test_sm90a_default_is_the_warp_specialized_persistent_gemm():
     assert "mma_m16n8k16" not in text
     # the sm_80 recipe stays available on sm_90a, and is still the default for sm_80
     assert "mma" in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a", atoms="sm80"))
-    assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024))
+    assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_80"))
 
 
 @pytest.mark.parametrize("kw", [dict(warp_k=32), dict(warps_m=4), dict(split_k_blocks=2),

@@ -149,7 +149,7 @@ def test_split_k_parts_whose_last_k_tile_overhangs():
     must stop at the part's end, or the next part's products are counted twice."""
     for K, bk, skb in ((300, 128, 2), (380, 128, 2), (500, 96, 3), (256, 48, 2)):
         sched = fs.recipes.gemm(48, 40, K, atoms="sm80", block_m=32, block_n=32, block_k=bk, warps_m=2, warps_n=1,
-                                stages=2, split_k_blocks=skb)
+                                stages=2, split_k_blocks=skb, arch="sm_80")
         _run_and_compare(sched, 48, 40, K, dtype="f16", out_dtype=None, chain=(), seed=K)
 
 

@@ -32,7 +32,8 @@ from firesched.strategies import (
     warp_specialize,
 )
 
-SM80_SMALL = dict(block_m=16, block_n=16, block_k=16, warps_m=1, warps_n=1, stages=1, atoms="sm80")
+SM80_SMALL = dict(block_m=16, block_n=16, block_k=16, warps_m=1, warps_n=1, stages=1, atoms="sm80",
+                  arch="sm_80")
 
 
 def _exact(sched, target, field: str):
@@ -80,7 +81,7 @@ def test_sm90_shared_memory_at_the_limit(kw):
 
 def test_the_staged_tiles_alone_are_checked_exactly():
     """The early estimate (staged tiles only) accepts a target with exactly that much."""
-    sched = fs.recipes.gemm(256, 256, 256, atoms="sm80", check=False, block_m=64, block_n=64, block_k=32, stages=3)
+    sched = fs.recipes.gemm(256, 256, 256, atoms="sm80", check=False, block_m=64, block_n=64, block_k=32, stages=3, arch="sm_80")
     with pytest.raises(ScheduleError, match="the staged tiles alone") as e:
         sched.check(attrs.evolve(SM80, smem_per_block_optin=1))
     staged = e.value.value

@@ -109,7 +109,7 @@ def test_a_successful_compile_keeps_no_unused_function_warning(cache):
 
 
 def test_a_generated_kernel_compiles_with_a_clean_log(cache):
-    k = fs.compile(fs.recipes.gemm(128, 128, 64, dtype="f16"), arch="sm_80")
+    k = fs.compile(fs.recipes.gemm(128, 128, 64, dtype="f16", arch="sm_80"), arch="sm_80")
     for m in k.modules:
         assert "warning" not in m.log
         assert m.resources

@@ -70,7 +70,7 @@ def test_numpy_meaning_of_scalar_ops(name):
 
 # =========================================================================== through the interpreter
 
-SM80 = dict(atoms="sm80", block_m=32, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=2)
+SM80 = dict(arch="sm_80", atoms="sm80", block_m=32, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=2)
 SM90_PLAIN = dict(arch="sm_90a", warp_specialized=False, block_m=64, block_n=64)
 SM90_WS = dict(arch="sm_90a", warp_specialized=True, persistent=True, block_m=64, block_n=64)
 PATHS = [pytest.param(SM80, id="sm80"), pytest.param(SM90_PLAIN, id="sm90-plain"), pytest.param(SM90_WS, id="sm90-ws")]

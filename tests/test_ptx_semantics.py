@@ -792,8 +792,8 @@ def test_index_expressions_print_as_c_that_computes_them(tree, env):
 def test_large_offsets_are_computed_in_64_bits():
     """A global offset that may pass 2**31 - 1 is formed in 64-bit arithmetic: a 46341 x 46341
     f16 operand has 2**31 + 2**16 elements."""
-    big = fs.recipes.gemm(46341, 46341, 64, atoms="sm80", block_k=64)
-    small = fs.recipes.gemm(4096, 4096, 64, atoms="sm80", block_k=64)
+    big = fs.recipes.gemm(46341, 46341, 64, atoms="sm80", block_k=64, arch="sm_80")
+    small = fs.recipes.gemm(4096, 4096, 64, atoms="sm80", block_k=64, arch="sm_80")
     (kb,) = big.lower("sm_80").kernels
     (ks,) = small.lower("sm_80").kernels
     assert "(long long)" in _body_of(fs.cuda.emit_kernel(kb), kb.name)

@@ -33,7 +33,7 @@ SCHEDULES = {
 def make(name):
     p = dict(SCHEDULES[name])
     M, N, K = p.pop("M"), p.pop("N"), p.pop("K")
-    sched = fs.recipes.gemm(M, N, K, **p)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_80", **p)
     rng = np.random.default_rng(7)
     A = rng.standard_normal((M, K))
     B = rng.standard_normal((K, N))
@@ -245,7 +245,7 @@ def test_global_load_before_the_start_is_out_of_bounds():
 
 def test_synchronous_copy_past_the_end_is_out_of_bounds():
     """K odd: rows are not 16-byte aligned, A is staged by synchronous element copies."""
-    sched = fs.recipes.gemm(40, 32, 45, block_m=32, block_n=32, block_k=16, warps_m=2, warps_n=1, stages=2)
+    sched = fs.recipes.gemm(40, 32, 45, block_m=32, block_n=32, block_k=16, warps_m=2, warps_n=1, stages=2, arch="sm_80")
     prog = sched.lower()
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((40, 45)), rng.standard_normal((45, 32))

@@ -25,7 +25,7 @@ def spilling_gemm():
     residual + GELU epilogue: within check()'s register estimate, but ptxas (NVRTC 13, sm_80)
     runs out of its 255 registers and spills a few hundred bytes per thread."""
     return fs.recipes.gemm(512, 512, 512, dtype="f16", block_m=128, block_n=128, warps_m=2, warps_n=2,
-                           epilogue_ops=(ops.residual("R"), ops.gelu()), prologue_ops=(ops.gelu(),))
+                           epilogue_ops=(ops.residual("R"), ops.gelu()), prologue_ops=(ops.gelu(),), arch="sm_80")
 
 
 def test_performance_warning_is_a_user_warning():
@@ -52,7 +52,7 @@ def test_a_spilling_kernel_warns_with_its_name_spills_and_a_hint():
 
 
 def test_a_kernel_that_does_not_spill_does_not_warn():
-    sched = fs.recipes.gemm(256, 256, 256, dtype="f16")
+    sched = fs.recipes.gemm(256, 256, 256, dtype="f16", arch="sm_80")
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerformanceWarning)
         k = fs.compile(sched, arch="sm_80")

@@ -131,7 +131,7 @@ def test_chain_applies_its_parts_in_turn():
 # --------------------------------------------------------------------------- printing
 
 def test_recipe_prints_one_line_per_spec():
-    s = fs.recipes.gemm(256, 256, 128, block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=3)
+    s = fs.recipes.gemm(256, 256, 128, block_m=128, block_n=128, block_k=32, warps_m=2, warps_n=2, stages=3, arch="sm_80")
     text = str(s)
     lines = text.splitlines()
     spec_lines = [ln for ln in lines if re.match(r"\s*(MatMul|Move|Init|Reduce)<", ln)]
@@ -158,7 +158,7 @@ def test_print_marks_the_open_focus():
 
 def test_split_k_and_epilogue_print():
     s = fs.recipes.gemm(96, 80, 200, block_m=64, block_n=32, warps_m=2, warps_n=1, split_k_warps=2, stages=2,
-                        epilogue_ops=(ops.bias("bias"), ops.relu()))
+                        epilogue_ops=(ops.bias("bias"), ops.relu()), arch="sm_80")
     text = str(s)
     assert "split_k(2, across=warp)" in text
     assert "Reduce<block>(sum over kp0: C:RF f32[64x32] -> C:GL f16[64x32]) with bias(bias[n]), relu()" in text
@@ -194,13 +194,13 @@ def test_apply_returns_a_new_schedule_and_leaves_the_old_one_unchanged():
 
 
 def test_schedules_hash_and_compare_by_value():
-    a = fs.recipes.gemm(128, 128, 128, stages=2)
-    b = fs.recipes.gemm(128, 128, 128, stages=2)
-    c = fs.recipes.gemm(128, 128, 128, stages=3)
+    a = fs.recipes.gemm(128, 128, 128, stages=2, arch="sm_80")
+    b = fs.recipes.gemm(128, 128, 128, stages=2, arch="sm_80")
+    c = fs.recipes.gemm(128, 128, 128, stages=3, arch="sm_80")
     assert a is not b and a == b and hash(a) == hash(b)
     assert a != c
     assert len({a, b, c}) == 2
-    assert a != fs.recipes.gemm(128, 128, 256, stages=2)      # same strategies, other spec
+    assert a != fs.recipes.gemm(128, 128, 256, stages=2, arch="sm_80")      # same strategies, other spec
     assert a != "not a schedule"
 
 
@@ -275,7 +275,7 @@ def test_partial_tiles_are_allowed():
     s = s.apply(tile(k=32))
     (k0,) = s.focus_path()[-2].loops
     assert k0.count == 2                                     # ceil(50/32)
-    full = fs.recipes.gemm(100, 70, 50, block_m=64, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=2)
+    full = fs.recipes.gemm(100, 70, 50, block_m=64, block_n=32, block_k=32, warps_m=2, warps_n=1, stages=2, arch="sm_80")
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((100, 50)), rng.standard_normal((50, 70))
     ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
@@ -391,7 +391,7 @@ def _phases(prog, family):
 @pytest.mark.parametrize("params", LOWERED)
 def test_lowered_ldmatrix_addresses_are_bank_conflict_free(params):
     p = dict(params)
-    sched = fs.recipes.gemm(p.pop("M"), p.pop("N"), p.pop("K"), stages=2, **p)
+    sched = fs.recipes.gemm(p.pop("M"), p.pop("N"), p.pop("K"), stages=2, arch="sm_80", **p)
     phases = _phases(sched.lower(), "ldmatrix")
     assert phases
     for call, addr in phases:
@@ -406,7 +406,7 @@ def test_lowered_ldmatrix_addresses_are_bank_conflict_free(params):
 @pytest.mark.parametrize("params", LOWERED)
 def test_lowered_cp_async_stores_are_bank_conflict_free(params):
     p = dict(params)
-    sched = fs.recipes.gemm(p.pop("M"), p.pop("N"), p.pop("K"), stages=2, **p)
+    sched = fs.recipes.gemm(p.pop("M"), p.pop("N"), p.pop("K"), stages=2, arch="sm_80", **p)
     phases = _phases(sched.lower(), "cp_async")
     assert phases
     for call, addr in phases:
@@ -417,7 +417,7 @@ def test_lowered_cp_async_stores_are_bank_conflict_free(params):
 def test_every_auto_swizzle_the_recipe_picks_is_listed_above():
     picked = set()
     for bm, bn, bk in itertools.product((32, 64, 128), (32, 64, 128), (16, 32, 64)):
-        s = fs.recipes.gemm(256, 256, 256, block_m=bm, block_n=bn, block_k=bk, warps_m=2, warps_n=2, check=False)
+        s = fs.recipes.gemm(256, 256, 256, block_m=bm, block_n=bn, block_k=bk, warps_m=2, warps_n=2, check=False, arch="sm_80")
         for n in s.nodes():
             if isinstance(n.spec, fs.Move) and n.spec.dst.memory == fs.SH:
                 picked.add((n.spec.dst.extent(n.spec.dst.tensor.major), n.spec.dst.tensor.swizzle))

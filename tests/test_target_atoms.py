@@ -50,8 +50,8 @@ def _staged_move(cols, src):
 #: Schedules that between them use every atom of the sm80 table, and the Hopper families; each with
 #: the oldest target it lowers on.
 SCHEDULES = {
-    "gemm-f16": (lambda: fs.recipes.gemm(256, 256, 256, dtype="f16"), "sm_80"),
-    "gemm-bf16": (lambda: fs.recipes.gemm(256, 256, 256, dtype="bf16"), "sm_80"),
+    "gemm-f16": (lambda: fs.recipes.gemm(256, 256, 256, dtype="f16", arch="sm_80"), "sm_80"),
+    "gemm-bf16": (lambda: fs.recipes.gemm(256, 256, 256, dtype="bf16", arch="sm_80"), "sm_80"),
     "gemm-f16-acc": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f16, acc="f16"), "sm_80"),
     "gemm-RR-16x8": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, wm=16, wn=8), "sm_80"),      # x2.trans
     "gemm-CC": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, layout="CC", wm=16, wn=16), "sm_80"),  # x1, x1.trans
@@ -166,7 +166,7 @@ def test_a_target_lowers_a_schedule_only_with_atoms_it_has(built, name, tgt):
 
 
 def test_the_sm80_gemm_recipe_is_refused_on_sm70_naming_every_atom():
-    sched = fs.recipes.gemm(256, 256, 256, dtype="f16")
+    sched = fs.recipes.gemm(256, 256, 256, dtype="f16", arch="sm_80")
     with pytest.raises(ScheduleError) as e:
         sched.check("sm_70")
     msg = str(e.value)
@@ -247,7 +247,7 @@ def test_the_refusal_comes_before_any_statement_is_built(monkeypatch):
 
 def test_a_huge_gemm_is_refused_on_sm70_in_milliseconds():
     sched = fs.recipes.gemm(16384, 16384, 16384, dtype="f16", block_m=256, block_n=128, warps_m=4, warps_n=2,
-                            check=False)
+                            check=False, arch="sm_80")
     t0 = time.perf_counter()
     with pytest.raises(ScheduleError, match="the target sm_70 has no"):
         sched.check("sm_70")

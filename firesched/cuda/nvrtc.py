@@ -1,10 +1,13 @@
-"""Compile generated CUDA C++ to a CUBIN with NVRTC, with an on-disk cache.
+"""Compile generated CUDA C++ to a CUBIN (and its PTX) with NVRTC, with an on-disk cache.
 
 Why NVRTC: it ships as a wheel (``nvidia-cuda-nvrtc``), so firesched compiles kernels on a
-machine with no CUDA toolkit and no GPU.  We ask for a CUBIN, not PTX, so that the driver never
-JIT-compiles at load time (that would hide ptxas errors until launch and cost seconds per
+machine with no CUDA toolkit and no GPU.  We load a CUBIN, not PTX, so that the driver does not
+JIT-compile at load time (that would hide ptxas errors until launch and cost seconds per
 kernel) and so that ptxas' resource report (registers, spills, shared memory) is known before
-any launch.
+any launch.  The PTX NVRTC wrote on the way is kept beside the CUBIN (``CompiledModule.ptx``):
+it is what a reader inspects, and what the runtime loads on a GPU newer than the CUBIN's
+architecture (the driver compiles it for that GPU), except for ``sm_90a``, whose PTX runs on
+compute capability 9.0 only.
 
 The cache exists because ptxas is slow on large kernels (seconds for a pipelined GEMM) while a
 cache hit is one hash and one file read.  Entries are written atomically and carry a checksum,
@@ -28,6 +31,7 @@ from pathlib import Path
 import attrs
 
 from firesched.errors import CompileError
+from firesched.hardware.target import default_target
 
 #: The architectures firesched generates code for.  ``sm_90a`` unlocks wgmma, setmaxnreg and the
 #: other Hopper-only instructions; plain ``sm_90`` code also runs on later chips.
@@ -44,7 +48,7 @@ DEFAULT_OPTIONS: tuple[str, ...] = ("--ptxas-options=-v", "-std=c++17", "-linein
 _NO_DRIVER_CACHE = "--no-cache"
 
 #: Bumped whenever the cache key or the entry layout changes, so old entries are never misread.
-CACHE_FORMAT = "firesched-cubin-v1"
+CACHE_FORMAT = "firesched-cubin-v2"      # v2: entries hold the PTX (metadata "ptx")
 
 _MAGIC = b"FSCUBIN\x00"
 _FORMAT_NUMBER = 1
@@ -108,11 +112,12 @@ class KernelResources:
 
 @attrs.frozen
 class CompiledModule:
-    """A compiled CUBIN with what produced it and what ptxas said about it.
+    """A compiled CUBIN with its PTX, what produced them and what ptxas said about it.
 
-    ``compile_seconds`` is the time this call took: the whole NVRTC compile on a miss, the cache
-    look-up on a hit (``from_cache``).  ``log`` is NVRTC's log (ptxas' report included) without
-    its warnings about unused functions and variables (``clean_log``).
+    ``ptx`` is the PTX NVRTC generated for ``arch`` (``.target <arch>``), from which ptxas built
+    the CUBIN.  ``compile_seconds`` is the time this call took: the whole NVRTC compile on a miss,
+    the cache look-up on a hit (``from_cache``).  ``log`` is NVRTC's log (ptxas' report included)
+    without its warnings about unused functions and variables (``clean_log``).
     """
 
     cubin: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
@@ -123,6 +128,7 @@ class CompiledModule:
     resources: dict[str, KernelResources] = attrs.field(eq=False, hash=False, repr=False)
     compile_seconds: float = attrs.field(eq=False, hash=False)
     from_cache: bool = attrs.field(eq=False, hash=False)
+    ptx: str = attrs.field(default="", repr=False)
 
     @property
     def kernel_names(self) -> tuple[str, ...]:
@@ -560,11 +566,20 @@ def _check_arch(arch: str) -> None:
     number = int(arch[3:].rstrip("a"))
     archs = _nvrtc_archs()
     if number not in archs:
+        raise CompileError(unbuildable_message(arch))
+
+
+def unbuildable_message(arch: str) -> str:
+    """One line: the installed NVRTC cannot build ``arch`` (NVRTC 13 has no sm_70), what it
+    builds, and that the CPU interpreter still runs such schedules."""
+    try:
         major, minor = nvrtc_version()
-        raise ValueError(
-            f"arch {arch!r} is not supported by the installed NVRTC {major}.{minor} (it targets "
-            f"{', '.join(f'sm_{a}' for a in archs)}); use a newer arch, or an NVRTC release that "
-            f"still supports {arch} (NVRTC 13 dropped Volta, sm_70).")
+        oldest = f"sm_{min(_nvrtc_archs())}"
+    except Exception:             # no usable NVRTC: the message still says what to do
+        (major, minor), oldest = ("13", "x"), "sm_75"
+    return (f"NVRTC {major}.{minor} cannot build {arch} (its oldest architecture is {oldest}); "
+            f"firesched.interpret(schedule, ...) runs {arch} schedules on the CPU, and compiling "
+            f"needs arch='sm_80' or later")
 
 
 def _check_options(options) -> tuple[str, ...]:
@@ -606,8 +621,8 @@ def _program_ptx(nvrtc, prog) -> str | None:
 
 
 def _nvrtc_compile(source: str, arch: str, all_options: tuple[str, ...],
-                   filename: str) -> tuple[bytes, str]:
-    """One NVRTC compile; returns (cubin, log) or raises CompileError.  The program is always
+                   filename: str) -> tuple[bytes, str, str]:
+    """One NVRTC compile; returns (cubin, log, ptx) or raises CompileError.  The program is always
     destroyed, also when compiling fails."""
     nvrtc = _nvrtc()
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
@@ -629,24 +644,32 @@ def _nvrtc_compile(source: str, arch: str, all_options: tuple[str, ...],
         cubin = bytes(buf)
         if not cubin:
             raise CompileError(f"NVRTC produced no CUBIN for {arch}", log=log, source=source)
-        return cubin, log
+        ptx = _program_ptx(nvrtc, prog)
+        if not ptx:
+            raise CompileError(f"NVRTC produced a CUBIN but no PTX for {arch} (nvrtcGetPTX)", log=log,
+                               source=source)
+        return cubin, log, ptx
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] = (),
+def compile_cuda(source: str, *, arch: str | None = None, options: tuple[str, ...] = (),
                  filename: str = "firesched_kernel.cu", use_cache: bool = True) -> CompiledModule:
-    """Compile CUDA C++ ``source`` to a CUBIN for ``arch``.
+    """Compile CUDA C++ ``source`` to a CUBIN and its PTX for ``arch`` (None: the default target,
+    ``hardware.target.default_target``: the GPU present, else sm_90a).
 
     Every compile passes ``--gpu-architecture=<arch>`` and ``DEFAULT_OPTIONS`` (plus
     ``--no-cache`` on NVRTC 12.9+, see ``_NO_DRIVER_CACHE``), then ``options``.  Kernels should be ``extern "C"`` so that they are found by their plain names.
     With ``use_cache`` an identical earlier compile (same source, options, file name and NVRTC)
     is read back from ``cache_dir()`` instead of recompiled.  Raises ``CompileError`` with the
-    offending source lines when NVRTC rejects the source, ``ValueError`` for an unknown arch.
+    offending source lines when NVRTC rejects the source or cannot build ``arch`` (sm_70),
+    ``ValueError`` for an unknown arch.
     """
     start = time.perf_counter()
     if not isinstance(source, str):
         raise TypeError(f"source must be a str of CUDA C++, got {type(source).__name__}")
+    if arch is None:
+        arch = default_target().arch
     _check_arch(arch)
     user = _check_options(options)
     defaults = DEFAULT_OPTIONS
@@ -664,14 +687,16 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
             try:
                 resources = {n: KernelResources(**r) for n, r in meta["resources"].items()}
                 log = clean_log(str(meta["log"]))     # entries written before logs were cleaned
+                ptx = meta["ptx"]
             except (KeyError, TypeError, AttributeError):
                 resources = None
-            if resources is not None:
+            if resources is not None and isinstance(ptx, str) and ptx:
                 return CompiledModule(cubin=cubin, arch=arch, source=source, options=all_options,
                                       log=log, resources=resources,
-                                      compile_seconds=time.perf_counter() - start, from_cache=True)
+                                      compile_seconds=time.perf_counter() - start, from_cache=True,
+                                      ptx=ptx)
 
-    cubin, log = _nvrtc_compile(source, arch, all_options, filename)
+    cubin, log, ptx = _nvrtc_compile(source, arch, all_options, filename)
     # a kernel that compiled keeps no warnings about the prelude's unused helpers
     log = clean_log(log)
     resources = parse_ptxas_resources(log)
@@ -684,7 +709,8 @@ def compile_cuda(source: str, *, arch: str = "sm_90a", options: tuple[str, ...] 
             "resources": {n: attrs.asdict(r) for n, r in resources.items()},
             "nvrtc": list(nvrtc_version()),
             "compile_seconds": seconds,
+            "ptx": ptx,
         }
         _write_entry(key, cubin, meta)
     return CompiledModule(cubin=cubin, arch=arch, source=source, options=all_options, log=log,
-                          resources=resources, compile_seconds=seconds, from_cache=False)
+                          resources=resources, compile_seconds=seconds, from_cache=False, ptx=ptx)

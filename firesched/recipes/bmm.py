@@ -19,18 +19,22 @@ from __future__ import annotations
 
 from ..errors import ScheduleError
 from ..hardware.target import target as get_target
+from ..hardware.target import target_names
 from ..schedule import Schedule
-from .gemm import gemm
+from .gemm import GemmParams, gemm
 from .tiles import params_sm80, params_sm90
 
 
-def bmm(batch: int, M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, a_batched: bool = True,
-        b_batched: bool = True, atoms: str | None = None, check: bool = True, **params) -> Schedule:
+def bmm(batch: int, M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, a_batched: bool = True,
+        b_batched: bool = True, atoms: str | None = None, check: bool = True, params: GemmParams | None = None,
+        **kwargs) -> Schedule:
     """The schedule of a batched matrix product over ``batch`` elements.
 
     ``a_batched=False`` (or ``b_batched``) takes a 2-D A (B) shared by every batch element.  Every
     other keyword is a ``recipes.gemm`` parameter (``block_m``, ``stages``, ``epilogue_ops``,
     ``layout``, ``out_dtype`` ...); the ones left out come from the tile model for this shape.
+    ``params`` (a ``GemmParams``) gives the tile parameters at once instead, as in ``gemm``.
+    ``arch`` None is the default target (the GPU present, else sm_90a).
     Kernels take ``k(A, B, *extras, C)`` with A of shape ``(batch, M, K)`` (or ``(M, K)``), B
     ``(batch, K, N)`` (or ``(K, N)``), C ``(batch, M, N)``."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
@@ -39,11 +43,15 @@ def bmm(batch: int, M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_
     try:
         tgt = get_target(arch)
     except ValueError as e:
-        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
+        raise ScheduleError(str(e), field="arch", value=arch, allowed=target_names(),
+                            fix="pass arch='sm_80' (or another target above), or None for the GPU present") from None
+    if params is not None:
+        return gemm(M, N, K, dtype, tgt.name, params=params, atoms=atoms, batch=batch, a_batched=a_batched,
+                    b_batched=b_batched, check=check, **kwargs)
     fam = atoms or ("sm90a" if tgt.has_wgmma else "sm80")
     model = (params_sm90 if fam == "sm90a" else params_sm80)(M, N, K, batch=batch, sms=tgt.sm_count)
     model.pop("atoms")
     for k, v in model.items():
-        params.setdefault(k, v)
-    return gemm(M, N, K, dtype, arch, atoms=fam, batch=batch, a_batched=a_batched, b_batched=b_batched,
-                check=check, **params)
+        kwargs.setdefault(k, v)
+    return gemm(M, N, K, dtype, tgt.name, atoms=fam, batch=batch, a_batched=a_batched, b_batched=b_batched,
+                check=check, **kwargs)

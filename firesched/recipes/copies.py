@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..dtypes import dtype as get_dtype
 from ..errors import ScheduleError
 from ..hardware.target import target as get_target
+from ..hardware.target import target_names
 from ..layout import Swizzle
 from ..schedule import Schedule
 from ..spec import Move
@@ -42,7 +43,8 @@ def _sms(arch: str) -> int:
     try:
         return get_target(arch).sm_count
     except ValueError as e:
-        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
+        raise ScheduleError(str(e), field="arch", value=arch, allowed=target_names(),
+                            fix="pass arch='sm_80' (or another target above), or None for the GPU present") from None
 
 
 # --------------------------------------------------------------------------- transpose
@@ -80,7 +82,7 @@ def transpose_params(rows: int, cols: int, dtype: str = "f16", sms: int = 132) -
     return dict(block_r=block_r, block_c=block_c, thread_r=v, thread_c=v, swizzle=None)
 
 
-def transpose(rows: int, cols: int, dtype: str = "f16", arch: str = "sm_90a", *, params: dict | None = None,
+def transpose(rows: int, cols: int, dtype: str = "f16", arch: str | None = None, *, params: dict | None = None,
               check: bool = True) -> Schedule:
     """``Y = X`` with X ``rows x cols`` stored row-major and Y stored column-major: as arrays,
     ``Y[c, r] = X[r, c]`` (torch: ``x.t().contiguous()``).  Kernels take ``k(X, Y)`` with X of
@@ -180,7 +182,7 @@ def cast_params(shape, src: str = "f32", dst: str = "bf16", sms: int = 132) -> d
     return dict(thread=v, block=block)
 
 
-def cast(shape, src: str = "f32", dst: str = "bf16", arch: str = "sm_90a", *, params: dict | None = None,
+def cast(shape, src: str = "f32", dst: str = "bf16", arch: str | None = None, *, params: dict | None = None,
          check: bool = True) -> Schedule:
     """``Y = dst(X)`` element by element: X of ``src``, Y of ``dst``, both row-major of ``shape``
     (a dict such as ``{"r": 4096, "c": 4096}`` or a tuple: ``(c,)``, ``(r, c)``, ``(b, r, c)``).

@@ -27,6 +27,7 @@ from ..dtypes import dtype
 from ..errors import ScheduleError
 from ..hardware.atoms import sm80
 from ..hardware.target import target as get_target
+from ..hardware.target import target_names
 from ..layout import Swizzle
 from ..schedule import Schedule
 from ..spec import MatMul
@@ -75,7 +76,8 @@ class GemmParams:
         return self.block_n // self.warps_n
 
 
-def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out_dtype: str | None = None,
+def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, params: GemmParams | None = None,
+         out_dtype: str | None = None,
          layout: str = "RR", block_m: int | None = None, block_n: int | None = None, block_k: int | None = None,
          warps_m: int | None = None, warps_n: int | None = None, stages: int | None = None,
          split_k_blocks: int | None = None, split_k_warps: int | None = None, swizzle: Swizzle | None = None,
@@ -93,7 +95,14 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     ``dtype`` is the input type (f16 or bf16), accumulation is f32, ``out_dtype`` defaults to the
     input type.  ``layout`` gives A's then B's majorness (``R``/``C``).  ``epilogue_ops`` are
     ``firesched.ops`` values (bias, relu, gelu, residual, scale, cast).  ``arch`` is the target the
-    schedule is checked against.
+    schedule is checked against; None is the default target (``hardware.target.default_target``:
+    the GPU present, else sm_90a), so the recipe builds the schedule of the machine it runs on.
+
+    ``params`` is a ``GemmParams`` (what ``gemm_space`` yields), given as ``params=`` or positionally
+    after the sizes (``gemm(M, N, K, GemmParams(block_m=64))``): a point of the sm_80-atom recipe,
+    so it selects ``atoms="sm80"`` unless ``atoms`` says otherwise (with ``atoms="sm90a"`` its
+    ``block_m``, ``block_n``, ``block_k``, ``stages`` and ``group_m`` are used).  A parameter given
+    both in ``params`` and as a keyword is an error.
 
     ``atoms`` picks the instruction family; by default the newest the target has:
 
@@ -107,17 +116,51 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
       consecutive M tiles form thread-block clusters and share each B tile by TMA multicast, which
       needs warp specialization and a B tile each block of a pair can load half of: block_n a
       multiple of 128, or of 16 with a column-major B; default 1).
-    * ``"sm80"`` (the default for sm_70 / sm_80, and what runs on any target from sm_80): cp.async
+    * ``"sm80"`` (the default for sm_70 to sm_89, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
       (on A's fragments, e.g. ``(ops.relu(),)``).
 
     Parameters left as None take the family's defaults.
     """
-    try:
-        tgt = get_target(arch)
-    except ValueError as e:
-        raise ScheduleError(str(e), field="arch", value=arch, allowed="sm_80, sm_90a") from None
+    if isinstance(dtype, GemmParams) or isinstance(arch, GemmParams):
+        given = dtype if isinstance(dtype, GemmParams) else arch
+        if params is not None:
+            raise ScheduleError("GemmParams given twice (positionally and as params=)", field="params",
+                                value=given, fix="pass it once: gemm(M, N, K, params=GemmParams(...))")
+        params = given
+        dtype = "f16" if isinstance(dtype, GemmParams) else dtype
+        arch = None if isinstance(arch, GemmParams) else arch
+    tgt = _target(arch)
+    arch = tgt.name
+    if params is not None:
+        if not isinstance(params, GemmParams):
+            raise ScheduleError("params is a GemmParams value", field="params", value=params,
+                                allowed="firesched.recipes.GemmParams(...)",
+                                fix="gemm(M, N, K, params=GemmParams(block_m=..., ...)), or pass the fields as "
+                                    "keywords")
+        atoms = "sm80" if atoms is None else atoms
+        given = dict(block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
+                     stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
+                     warp_k=warp_k, group_m=group_m, prefetch=prefetch)
+        twice = [k for k, v in given.items() if v is not None]
+        if twice:
+            raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
+                                value=given[twice[0]], allowed="one of the two",
+                                fix=f"attrs.evolve(params, {twice[0]}=...) or drop the keyword")
+        if atoms == "sm90a":
+            defaults = GemmParams()
+            for name in ("warps_m", "warps_n", "split_k_blocks", "split_k_warps", "swizzle", "warp_k",
+                         "prefetch"):
+                if getattr(params, name) != getattr(defaults, name):
+                    raise ScheduleError("this parameter belongs to the sm_80-atom recipe", field=f"params.{name}",
+                                        value=getattr(params, name), allowed=f"{getattr(defaults, name)!r} with "
+                                        "atoms='sm90a'", fix="pass atoms='sm80', or leave the field at its default")
+            block_m, block_n, block_k = params.block_m, params.block_n, params.block_k
+            stages, group_m = params.stages, params.group_m
+        else:
+            (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
+             warp_k, group_m, prefetch) = attrs.astuple(params, recurse=False)
     if atoms is None:
         atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
@@ -208,6 +251,15 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, out
     if check:
         sched.check(tgt)
     return sched
+
+
+def _target(arch):
+    """The target ``arch`` names (None: the default target), or a ScheduleError listing them."""
+    try:
+        return get_target(arch)
+    except ValueError as e:
+        raise ScheduleError(str(e), field="arch", value=arch, allowed=target_names(),
+                            fix="pass arch='sm_80' (or another target above), or None for the GPU present") from None
 
 
 def _sm90_stages(bm: int, bn: int, ws: bool, bk: int, arch: str) -> int:
@@ -360,14 +412,16 @@ def _group(p: GemmParams, M: int, N: int) -> int:
     return p.group_m if 1 < p.group_m < mt and N > p.block_n else 1
 
 
-def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_80", *, limit: int | None = None):
+def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, limit: int | None = None):
     """Yield ``GemmParams`` of the sm_80-atom recipe (``atoms="sm80"``, on any target from sm_80)
-    whose schedule checks for this problem and target.
+    whose schedule checks for this problem and target (None: the default target); each one
+    builds its schedule as ``gemm(M, N, K, dtype, arch, params=p)``.
 
     Ordered roughly from the configurations that suit large problems to small ones.
     """
     blocks = [(128, 256), (256, 128), (128, 128), (64, 128), (128, 64), (64, 64), (32, 64), (64, 32), (32, 32)]
     warp_layouts = [(2, 4), (4, 2), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1), (1, 1)]
+    arch = _target(arch).name
     count = 0
     for (bm, bn), (wm, wn), bk, st, skw, skb in itertools.product(
             blocks, warp_layouts, (32, 64), (4, 3, 2, 1), (1, 2), (1, 2, 4)):

@@ -36,7 +36,8 @@ them and read back by the next part after a barrier.
 from __future__ import annotations
 
 from .. import ops
-from ..hardware.target import TARGETS
+from ..hardware.target import target as get_target
+from ..hardware.target import target_names
 from ..schedule import Schedule
 from ..spec import Fused, Move, Pointwise, Reduce
 from ..strategies import part, place
@@ -65,10 +66,17 @@ def check_args(what: str, rows, cols, dtype, arch) -> None:
             raise ValueError(f"recipes.{what}: {name} must be a positive int, got {v!r}")
     if dtype not in DTYPES:
         raise ValueError(f"recipes.{what}: dtype={dtype!r}; allowed: {', '.join(DTYPES)}")
-    # the schedule is the same on every target with 16-byte loads and warp shuffles
-    allowed = [name for name in TARGETS if name != "sm_70"]
-    if arch not in allowed:
-        raise ValueError(f"recipes.{what}: arch={arch!r}; allowed: {', '.join(allowed)}")
+    # the schedule is the same on every target from sm_80 (16-byte loads, warp shuffles); None is
+    # the default target (the GPU present, else sm_90a)
+    try:
+        tgt = get_target(arch)
+    except ValueError:
+        if arch is None:          # $FIRESCHED_ARCH names no target: its own message says so
+            raise
+        tgt = None
+    if tgt is None or tgt.rank < get_target("sm_80").rank:
+        raise ValueError(f"recipes.{what}: arch={arch!r}; allowed: {target_names(since='sm_80')}, or None "
+                         f"for the GPU present")
 
 
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
@@ -102,7 +110,7 @@ def _row_source(s: _Specs, name: str = "X"):
     return [Move(s.t(name), s.t(name + "r"), KERNEL)], s.t(name + "r"), [name + "r"]
 
 
-def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
             eps: float = 1e-6, stats: bool = False) -> Schedule:
     """``Y = X / sqrt(mean(X², axis=-1) + eps) * W`` over rows of ``cols`` elements (torch's
     ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
@@ -117,7 +125,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", w
     return schedule_rows(spec, plan, tuple(local + more))
 
 
-def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
                 eps: float = 1e-6) -> Schedule:
     """The pre-norm block of a transformer layer: ``H = X + R`` (rounded to ``dtype``, as torch
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
@@ -132,7 +140,7 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a
     return schedule_rows(spec, plan, tuple(local + more))
 
 
-def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", weight: bool = True,
+def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
               bias: bool = True, eps: float = 1e-5, stats: bool = False) -> Schedule:
     """``Y = (X - mean) / sqrt(var + eps) * W + B`` over rows of ``cols`` elements (torch's
     ``layer_norm``; the biased variance), statistics in f32 in two passes over the registers;

@@ -28,7 +28,7 @@ from . import rows as _rows
 from .norms import _Specs, check_args, schedule_rows
 
 
-def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str = "sm_90a", scale: float = 1.0,
+def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, scale: float = 1.0,
             causal: bool = False, diagonal: int = 0) -> Schedule:
     """``Y = softmax(scale · X, axis=-1)`` over rows of ``cols`` elements (torch's
     ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols).  ``causal=True``
