@@ -125,6 +125,8 @@ BAD = [
     ("show gemm 64 64 64 -p block_m", "NAME=VALUE"),
     ("show gemm 64 64 64 -p swizzle=xyz", "Sw<3,3,3>"),
     ("show rmsnorm 64 64 --epilogue bias", "no epilogue"),
+    ("show cast 64 64 -p foo=1", "no parameter 'foo'"),
+    ("show transpose 64 64 -p foo=1", "no parameter 'foo'"),
     ("show gemm 64 64 64 --epilogue nope", "no such epilogue"),
     ("emit gemm 64 64 64 -o /nonexistent-dir/k.cu", "No such file"),
     ("layout foo", "not a layout, a swizzle, an atom or a recipe"),

@@ -40,6 +40,10 @@ class Recipe:
     build: Callable[..., Schedule]
     params_of: Callable[..., Any] | None = None
     dtype_help: str = "element type (f16, bf16)"
+    #: Recipes that take their overrides as one ``params`` dict: True, and the keys ``-p`` may
+    #: set (None: any; the recipe checks them).
+    overrides_dict: bool = False
+    override_keys: tuple[str, ...] | None = None
 
     def param_names(self) -> dict[str, inspect.Parameter]:
         """The keyword parameters ``-p`` may set: the recipe's, less the shape, dtype and arch."""
@@ -82,9 +86,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            _kw(recipes.add_rmsnorm)),
     Recipe("softmax", ("rows", "cols"), "Y = softmax(scale * X) over rows", recipes.softmax, _kw(recipes.softmax)),
     Recipe("transpose", ("rows", "cols"), "Y = X, row-major in, column-major out", recipes.transpose,
-           _with_params_dict(recipes.transpose)),
+           _with_params_dict(recipes.transpose), overrides_dict=True,
+           override_keys=tuple(recipes.copies.transpose_params(128, 128))),
+    # cast's other override, "block", is a dict of extents per dim: Python API only
     Recipe("cast", ("rows", "cols"), "Y = dst(X) element by element", recipes.cast, _cast,
-           dtype_help="src:dst element types (f32:bf16), or dst alone for a cast from f32"),
+           dtype_help="src:dst element types (f32:bf16), or dst alone for a cast from f32",
+           overrides_dict=True, override_keys=("thread",)),
 )}
 
 #: Named epilogues of the GEMM recipes (``--epilogue``).
@@ -177,8 +184,12 @@ def parse_params(rec: Recipe, items: list[str]) -> dict[str, Any]:
         name = name.strip()
         if not eq or not name:
             raise CLIError(f"-p {item!r}: write NAME=VALUE, e.g. -p block_m=128")
-        if rec.name in ("transpose", "cast"):
-            out[name] = parse_value(raw)     # an overrides dict: the recipe checks its keys
+        if rec.overrides_dict:
+            if rec.override_keys is not None and name not in rec.override_keys:
+                raise CLIError(f"-p {name}: {rec.name} has no parameter {name!r} that the command line can set; "
+                               f"parameters: {', '.join(rec.override_keys)}")
+            sw = parse_swizzle(raw)
+            out[name] = sw if sw is not None else parse_value(raw)     # the recipe checks the values
             continue
         if name not in allowed:
             raise CLIError(f"-p {name}: {rec.name} has no parameter {name!r}; parameters: {', '.join(allowed)}")

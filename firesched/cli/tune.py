@@ -11,8 +11,6 @@ import argparse
 import sys
 import time
 
-import attrs
-
 from firesched import api, recipes
 
 from .gpu import NoGPU, arrays_for, default_arch, require_gpu, time_ms
@@ -75,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
             print(_row(vals), flush=True)
             found.append((None, p))
             continue
-        sched = recipes.gemm(M, N, K, args.dtype, arch, params=p, atoms="sm80")
+        # the parameters gemm_space varied and checked, as the reproducing command line gives them
+        sched = recipes.gemm(M, N, K, args.dtype, arch, atoms="sm80", **dict(zip(FIELDS, vals)))
         ms = _time(torch, api.compile(sched, arch=arch), args)
         print(_row(vals) + f" {ms * 1e3:7.1f} {flops / ms / 1e9:8.1f}", flush=True)
         found.append((ms, p))
@@ -88,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"# not timed: {why_not}")
         return 0
     ms, best = min(found, key=lambda x: x[0])
-    changed = {f: v for f, v in attrs.asdict(best).items() if f in FIELDS}
-    ps = " ".join(f"-p {f}={v}" for f, v in changed.items())
+    ps = " ".join(f"-p {f}={getattr(best, f)}" for f in FIELDS)
     print(f"# fastest: {ms * 1e3:.1f} us, {flops / ms / 1e9:.1f} TFLOP/s; reproduce with:")
     print(f"firesched bench gemm {M} {N} {K} --dtype {args.dtype} --arch {arch} -p atoms=sm80 {ps}")
     return 0
