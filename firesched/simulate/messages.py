@@ -8,6 +8,7 @@ so every message names the statement the way ``repr`` of the IR would not: the a
 from __future__ import annotations
 
 from .. import ir
+from ..errors import InternalError
 
 # thread and offset lists in messages are cut after this many entries: enough to see the pattern
 MAX_LISTED = 4
@@ -105,7 +106,7 @@ def _value(ctx, x, thread: int) -> str:
         return str(x)
     try:
         return str(int(ctx.per_thread(x)[thread]))
-    except (KeyError, IndexError, NameError):
+    except (KeyError, IndexError, NameError, InternalError):   # a loop variable not bound here
         return str(x)
 
 
