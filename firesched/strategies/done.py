@@ -80,6 +80,21 @@ class done(Strategy):
 
         Pointwise<thread>(add: X:GL f16[1x8], Y:GL f16[1x8] -> O:GL f16[1x8])
           done()          # ld.global.v4 x2, 8 x (cvt, add, cvt), st.global.v4
+
+    With an atom, the focus must have the atom's kind, level (the atom's thread group: warp for
+    ``mma.sync``, warpgroup for ``wgmma``), shape, dtypes and operand memories::
+
+        MatMul<warp>(A:RF f16[32x32], B:RF f16[32x32], C:RF f32[32x32]) acc f32
+          tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32)
+          for m2 in seq(2), n2 in seq(4), k1 in seq(2):
+            MatMul<warp>(A:RF f16[16x16], B:RF f16[16x8], C:RF f32[16x8]) acc f32
+              done(sm80.mma_m16n8k16_f16_f32)
+
+    After ``done`` the focus is atomic: only strategies that search the tree (``pipeline``,
+    ``warp_specialize``, ``epilogue``, ``prologue``) may follow.
+
+    * ``atom``: an ``Atom`` record of ``firesched.hardware.sm70`` / ``sm80`` / ``sm90a``, or None for
+      a thread's element-wise work.
     """
 
     atom: Atom | None = None

@@ -39,7 +39,20 @@ def _fused_focus(strategy, sched):
 class part(Strategy):
     """``part(i, *strategies)``: refine body spec ``i`` of the fused focus with ``strategies``,
     as if it were the focus on its own (it keeps the tiles and places the fused spec was given).
-    The fused node then holds one child per body spec, run in order."""
+    The fused node then holds one child per body spec, run in order::
+
+        Fused<block>[Move<block>(X:GL f16[4x256] -> Xr:RF f16[4x256]); ...]
+          part(0, tile(r=1) >> to_warps(), tile(c=256), tile(r=1, c=8) >> to_threads(), done())
+          Move<block>(X:GL f16[4x256] -> Xr:RF f16[4x256])
+            tile(r=1) >> to_warps()
+            for r2 in warp(4):
+              ...
+                  Move<thread>(X:GL f16[1x8] -> Xr:RF f16[1x8])
+                    done()
+
+    * ``index``: which body spec, ``0 .. len(body) - 1``.
+    * ``*strategies``: the strategies that refine it, applied in order.  Comes after the tiling
+      that maps the fused spec onto blocks and after every ``place``."""
 
     index: int
     strategies: tuple
@@ -127,6 +140,10 @@ class place(Strategy):
           place("Xr", RF), place("S", SH)   ==>
         Fused<block>[Move(X:GL -> Xr:RF); Reduce(sum over c: Xr:RF -> S:SH); Pointwise(Xr:RF, S:SH -> Y)]
           part(i, tile(c=8) >> to_threads(), done()) for each part: X is read from memory once
+
+    * ``name``: an intermediate of the fused spec (a tensor a body spec writes that is no result).
+    * ``memory``: ``SH`` (the default) or ``RF``.  The fused spec must be at the block level
+      (``tile(...) >> to_blocks()`` first), and ``place`` comes before any ``part``.
     """
 
     name: str

@@ -38,6 +38,21 @@ def _check_ops(strategy, spec, ops, *, allow_extras: bool):
 
 @attrs.frozen(repr=False)
 class epilogue(Strategy):
+    """``epilogue(*ops)``: apply element-wise ops to the output where the accumulator is stored::
+
+        Move<block>(C:RF f32[128x128] -> C:GL f16[128x128])
+            ==> epilogue(ops.bias("bias"), ops.relu())
+        Move<block>(C:RF f32[128x128] -> C:GL f16[128x128]) with bias(bias[n]), relu()
+
+    The store is found anywhere in the tree (the focus is unchanged), so it may come after
+    ``done``; it needs the store a ``tile(k=...)`` created.  Ops run on the f32 accumulator.
+
+    * ``*ops``: ``firesched.ops`` values: ``bias(name, axis)`` and ``residual(name)`` read extra
+      tensors (kernel inputs after the spec's, in this order; names must be new), ``relu``,
+      ``gelu``, ``sigmoid``, ``tanh``, ``scale(alpha)`` are unary, and ``cast(dtype)``, at most one
+      and last, changes the output's dtype.
+    """
+
     ops: tuple
 
     def __init__(self, *ops):
@@ -101,6 +116,21 @@ def _recast(sched, tensor, dt):
 
 @attrs.frozen(repr=False)
 class prologue(Strategy):
+    """``prologue(operand, *ops)``: apply unary ops to an input's fragments as they are loaded from
+    shared memory into registers::
+
+        Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32])
+            ==> prologue("A", ops.relu())
+        Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32]) with relu()
+
+    Every shared -> register move of the operand gets the ops (the focus is unchanged); it needs
+    ``move_to_regs(operand)`` first.
+
+    * ``operand``: an input of the schedule's spec (``"A"`` or ``"B"``).
+    * ``*ops``: at least one op that reads no extra tensor: ``relu``, ``gelu``, ``sigmoid``,
+      ``tanh``, ``scale``.
+    """
+
     operand: str
     ops: tuple
 

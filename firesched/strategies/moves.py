@@ -78,6 +78,25 @@ def _operand_tile(strategy, spec, name: str) -> Tile:
 
 @attrs.frozen(repr=False)
 class move_to_smem(Strategy):
+    """``move_to_smem(operand, swizzle=None, via=())``: stage an input of a block-level focus in
+    shared memory; the focus reads the copy::
+
+        MatMul<block>(A:GL f16[128x32], B:GL f16[32x128], C:RF f32[128x128]) acc f32   <- focus
+          move_to_smem('A')
+          Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3>)
+          MatMul<block>(A:SH f16[128x32] Sw<2,3,3>, B:GL f16[32x128], C:RF f32[128x128]) acc f32   <- focus
+
+    The shared tile has the operand's tile shape and major dimension; ``pipeline`` later makes it
+    several stages deep.  The ``Move`` is refined at ``check()`` time.
+
+    * ``operand``: the name of an input of the focus in global memory (``"A"``, ``"B"``, ``"X"``).
+    * ``swizzle``: a ``Swizzle`` for the shared tile, or None for ``auto_swizzle``'s bank-conflict-free
+      choice; it must keep 16-byte chunks whole.
+    * ``via``: a tuple of one copy atom — ``sm80.cp_async_4/8/16``, a ``copy`` atom, or
+      ``sm90a.tma_load_2d`` (TMA, needed by ``warp_specialize`` and read by wgmma); empty for the
+      widest legal ``cp.async``.
+    """
+
     operand: str
     swizzle: Swizzle | None = None
     via: tuple = ()
@@ -145,6 +164,19 @@ class move_to_smem(Strategy):
 
 @attrs.frozen(repr=False)
 class move_to_regs(Strategy):
+    """``move_to_regs(operand, atom=None)``: load a shared-memory input of a warp-level (or
+    block-level) focus into registers; the focus reads the fragments::
+
+        MatMul<warp>(A:SH f16[64x32] Sw<2,3,3>, B:SH f16[32x64] Sw<3,3,4>, C:RF f32[64x64]) acc f32   <- focus
+          move_to_regs('A')
+          Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32])
+          MatMul<warp>(A:RF f16[64x32], B:SH f16[32x64] Sw<3,3,4>, C:RF f32[64x64]) acc f32   <- focus
+
+    * ``operand``: the name of an input of the focus in shared memory (``move_to_smem`` first).
+    * ``atom``: an ``ldmatrix`` atom (``sm80.ldmatrix_x1/x2/x4``, ``_trans``), or None to derive the
+      variant whose fragments are exactly the ones the consuming atom reads.
+    """
+
     operand: str
     atom: Atom | None = None
 

@@ -24,6 +24,24 @@ MAX_STAGES = 8
 
 @attrs.frozen(repr=False)
 class pipeline(Strategy):
+    """``pipeline(stages=3, prefetch=True)``: software-pipeline the innermost sequential K loop at or
+    above the focus, with the global -> shared moves inside it::
+
+        for k0 in seq(16):                                          tile(k=32), move_to_smem('A')
+          Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3>)
+            ==> pipeline(stages=3)
+        for k0 in seq(16) pipelined(3 stages):
+          Move<block>(A:GL f16[128x32] -> A:SH f16[128x32] Sw<2,3,3> x3 stages)
+
+    The focus is unchanged, so ``pipeline`` may come anywhere after the moves (also after
+    ``done``).  With ``cp.async`` moves the ring is kept with commit/wait groups; with TMA moves
+    (``via=(sm90a.tma_load_2d,)``) with full/empty mbarriers.
+
+    * ``stages``: shared buffers per staged operand, 1..8 (1: no overlap, 2: double buffering).
+    * ``prefetch``: also load the register fragments of the next warp K step while the current one
+      computes (double-buffered fragments, where a warp's K tile has more than one step).
+    """
+
     stages: int = 2
     prefetch: bool = True
 

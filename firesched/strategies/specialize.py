@@ -31,6 +31,21 @@ REG_MIN, REG_MAX, REG_STEP = 24, 256, 8     # setmaxnreg's range and granularity
 
 @attrs.frozen(repr=False)
 class warp_specialize(Strategy):
+    """``warp_specialize(producer_regs=40, consumer_regs=232)``: give the pipelined K loop above the
+    focus a producer warpgroup (TMA copies) and consumer warpgroups (wgmma); the module docstring
+    shows the tree before and after, and the loop prints as::
+
+        for k0 in seq(4) pipelined(3 stages) warp-specialized(producer 40 regs, consumers 232):
+
+    The focus is unchanged (the consumer warpgroups are those ``tile(m=64) >> to_warpgroups()``
+    creates after it).  Every staged move must name a TMA atom.
+
+    * ``producer_regs``: registers per producer thread after ``setmaxnreg.dec``, 24..256, a multiple
+      of 8.
+    * ``consumer_regs``: registers per consumer thread after ``setmaxnreg.inc``, at least
+      ``producer_regs``.
+    """
+
     producer_regs: int = 40
     consumer_regs: int = 232
 

@@ -29,6 +29,27 @@ PART_GRANULE = 64
 
 @attrs.frozen(repr=False)
 class split_k(Strategy):
+    """``split_k(parts, across=Level.WARP)``: split a MatMul's reduction dimension into ``parts``
+    that run in parallel, then add the partial results.
+
+    Across warps (``across=Level.WARP``, on the block-level focus inside the K loop): groups of
+    warps take parts of the K tile, each with its own accumulator, and the store of C becomes a
+    reduction through shared memory::
+
+        MatMul<block>(A:SH f16[128x32] Sw<2,3,3>, B:SH f16[32x128] Sw<3,3,4>, C:RF f32[128x128]) acc f32
+          split_k(2, across=warp)
+          for kp0 in warp(2):
+            MatMul<block>(A:SH f16[128x16] Sw<2,3,3>, B:SH f16[16x128] Sw<3,3,4>, C:RF f32[128x128]) acc f32   <- focus
+        Reduce<block>(sum over kp0: C:RF f32[128x128] -> C:GL f16[128x128])     (was a Move)
+
+    Across blocks (``across=Level.BLOCK``, on the kernel-level focus, before ``to_blocks``): each
+    block of parts writes an f32 workspace, and a second launch adds them (the module docstring
+    shows the tree).  Parts are whole multiples of 64 K elements.
+
+    * ``parts``: a positive int (1 changes nothing).
+    * ``across``: ``Level.WARP`` or ``Level.BLOCK``.
+    """
+
     parts: int
     across: Level = WARP
 

@@ -29,7 +29,24 @@ from .base import Strategy, fresh_var, positive_int
 
 @attrs.frozen(repr=False, init=False)
 class tile(Strategy):
-    """``tile(m=128, n=128)``, ``tile(k=32)``, ``tile(b=1, m=64)``: tile sizes by dimension name."""
+    """``tile(m=128, n=128)``, ``tile(k=32)``, ``tile(b=1, m=64)``: tile sizes by dimension name.
+
+    Splits the focus into tiles of the given sizes along the named dimensions; the loops over the
+    tiles are sequential until a ``to_blocks`` / ``to_warps`` / ``to_threads`` / ``to_warpgroups``
+    right after it maps them onto units.  Dimensions not named keep their extent; a tile larger
+    than a kernel-level extent gives one partial tile (predicated)::
+
+        MatMul<kernel>(A:GL f16[256x512], B:GL f16[512x128], C:GL f16[256x128]) acc f32   <- focus
+          tile(m=128, n=128)
+          for m0 in seq(2), n0 in seq(1):
+            MatMul<kernel>(A:GL f16[128x512], B:GL f16[512x128], C:GL f16[128x128]) acc f32   <- focus
+
+    A dimension the focus reduces over (a MatMul's ``k``, a Reduce's axes) becomes a sequential
+    reduction loop, and the output moves to a register accumulator around it (the module
+    docstring shows the ``Init`` and the store it creates); tile it in a strategy of its own.
+
+    * ``**sizes``: dimension name -> tile size (a positive int), e.g. ``m=128``; at least one.
+    """
 
     sizes: tuple[tuple[str, int], ...]
 
