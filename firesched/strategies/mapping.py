@@ -37,6 +37,28 @@ _FROM = {
 
 @attrs.frozen(repr=False)
 class to(Strategy):
+    """``to(level, arrangement, ...)``: map the unmapped loops of the ``tile`` just applied onto
+    parallel units of ``level``; the focus moves to that level.  Written through its short forms
+    ``to_blocks``, ``to_warpgroups``, ``to_warps`` and ``to_threads``, right after a tile::
+
+        MatMul<block>(A:SH f16[128x32], B:SH f16[32x128], C:RF f32[128x128]) acc f32
+          tile(m=64, n=64) >> to_warps(2, 2)
+          for m1 in warp(2), n1 in warp(2):
+            MatMul<warp>(A:SH f16[64x32], B:SH f16[32x64], C:RF f32[64x64]) acc f32   <- focus
+
+    Loops over a MatMul's reduction dimension stay sequential (``split_k`` splits it); a
+    ``Reduce`` may map its reduced dimensions (the partial results are combined by the store).
+
+    * ``level``: ``Level.BLOCK`` (from a kernel-level focus), ``Level.WARPGROUP`` (from a block),
+      ``Level.WARP`` (from a block or warpgroup), ``Level.THREAD`` (from a warp, warpgroup or
+      block).
+    * ``arrangement``: the unit counts per mapped loop, checked against the tiling (e.g. ``(2, 2)``:
+      2 along m, 2 along n); empty to accept what the tile gives.  At most 32 warps and 1,024
+      threads per block.
+    * ``group``, ``persistent``, ``cluster``, ``occupancy``: block order and launch options, for
+      ``Level.BLOCK`` only (see ``to_blocks``).
+    """
+
     level: Level
     arrangement: tuple[int, ...] = ()
     group: int = 1
@@ -226,7 +248,17 @@ def _fix_for(have: Level, want: Level) -> str:
 
 def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1,
               occupancy: int = 1) -> to:
-    """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse).
+    """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse)::
+
+        MatMul<kernel>(A:GL f16[256x512], B:GL f16[512x128], C:GL f16[256x128]) acc f32
+          tile(m=128, n=128) >> to_blocks()
+          for m0 in block(2), n0 in block(1):
+            MatMul<block>(A:GL f16[128x512], B:GL f16[512x128], C:GL f16[128x128]) acc f32   <- focus
+
+    * ``*arrangement``: blocks per mapped loop, checked against the tiling; none to take what the
+      tile gives.
+    * ``group``: M tiles per group of the block order (1: row-major); needs two mapped loops.
+    * ``persistent``, ``cluster``, ``occupancy``: below.
 
     ``persistent=True`` launches one block per SM (at most one per tile) that walks the tiles in
     that order, ``tile = blockIdx.x + i * gridDim.x``; on sm_90a a warp-specialized block then
@@ -262,12 +294,49 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
 
 
 def to_warps(*arrangement: int) -> to:
+    """Map the loops of the last ``tile`` onto the warps of a block (or of a warpgroup); warps are
+    numbered row-major over the loops, ``w = wm * WN + wn``::
+
+        MatMul<block>(A:SH f16[128x32] Sw<2,3,3>, B:SH f16[32x128] Sw<3,3,4>, C:RF f32[128x128]) acc f32
+          tile(m=64, n=64) >> to_warps(2, 2)
+          for m1 in warp(2), n1 in warp(2):
+            MatMul<warp>(A:SH f16[64x32] Sw<2,3,3>, B:SH f16[32x64] Sw<3,3,4>, C:RF f32[64x64]) acc f32   <- focus
+
+    * ``*arrangement``: warps per mapped loop, outer first (``2, 2``), checked against the tiling;
+      none to take what the tile gives.  At most 32 warps per block.
+    """
     return to(WARP, tuple(arrangement))
 
 
 def to_threads(*arrangement: int) -> to:
+    """Map the loops of the last ``tile`` onto threads (of a warp, warpgroup or block); the thread's
+    work is then declared atomic with ``done()``::
+
+        Pointwise<block>(add: X:GL f16[4x256], Y:GL f16[4x256] -> O:GL f16[4x256])
+          tile(r=1, c=8) >> to_threads()
+          for r1 in thread(4), c1 in thread(32):
+            Pointwise<thread>(add: X:GL f16[1x8], Y:GL f16[1x8] -> O:GL f16[1x8])   <- focus
+
+    Threads are numbered row-major over the loops (the last loop varies fastest: here 32 threads
+    along a row, so a warp's loads are contiguous).
+
+    * ``*arrangement``: threads per mapped loop, checked against the tiling; none to take what the
+      tile gives.  At most 1,024 threads per block.
+    """
     return to(THREAD, tuple(arrangement))
 
 
 def to_warpgroups(*arrangement: int) -> to:
+    """Map the loops of the last ``tile`` onto warpgroups (4 warps, 128 threads: the issuing group
+    of ``wgmma`` on sm_90a)::
+
+        MatMul<block>(A:SH f16[128x64] Sw<3,3,3> x3 stages, B:SH f16[64x128] Sw<3,3,4> x3 stages, C:RF f32[128x128]) acc f32
+          tile(m=64) >> to_warpgroups()
+          for m1 in warpgroup(2):
+            MatMul<warpgroup>(A:SH f16[64x64] Sw<3,3,3> x3 stages, B:SH f16[64x128] Sw<3,3,4> x3 stages, C:RF f32[64x128]) acc f32   <- focus
+
+    Under ``warp_specialize`` these are the consumer warpgroups; the producer is added beside them.
+
+    * ``*arrangement``: warpgroups per mapped loop; none to take what the tile gives.
+    """
     return to(WARPGROUP, tuple(arrangement))
