@@ -1,4 +1,4 @@
-"""The atom record: one hardware instruction variant as data.
+"""The atom record: one hardware instruction variant as data, and the families of the catalog.
 
 An ``Atom`` says what spec it implements (its *pattern*: kind, thread group, tile shape, dtypes,
 memories), how each operand is distributed over the threads that execute it together (a
@@ -10,6 +10,10 @@ so an atom that prints right and interprets wrong cannot hide.
 Templates name operand groups with ``$name`` (``$d``, ``$a``, ``[$src]``): PTX's own braces
 ``{...}`` stay literal and never collide with a formatting language.  ``$name`` expands to ``%i``
 for one register or ``{%i, %j, ...}`` for a vector.
+
+Families (``Atom.family``, the constants below): ``mma``, ``ldmatrix``, ``copy``, ``cp_async``,
+``shuffle``, ``sync`` (sm_70 / sm_80 tables); ``wgmma``, ``wgmma_sync``, ``tma``, ``mbarrier``,
+``fence``, ``setmaxnreg``, ``stmatrix``, ``cluster`` (the sm_90a table).
 """
 
 from __future__ import annotations

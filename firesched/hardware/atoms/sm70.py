@@ -1,6 +1,15 @@
 """Volta (sm_70) atoms, also valid on every later target: the quad-pair HMMA mma.m8n8k4,
 per-thread global/shared loads and stores, warp shuffles and the block barrier.
 
+Families (``Atom.family``) and records:
+
+* ``mma`` — ``mma_m8n8k4_f16_f32``, ``mma_m8n8k4_f16_f16`` (issued by a warp, computed per
+  quad-pair: see below);
+* ``copy`` — ``ld_global_W``, ``st_global_W``, ``ld_shared_W``, ``st_shared_W`` for ``W`` = 1, 2,
+  4, 8, 16 bytes per thread;
+* ``shuffle`` — ``shfl_sync_idx_b32``, ``shfl_sync_bfly_b32`` (the butterflies of reductions);
+* ``sync`` — ``bar_sync`` (``bar.sync 0``, the block barrier).
+
 mma.m8n8k4 is issued by a whole warp but computes four independent 8x8x4 products, one per
 quad-pair: quad-pair p is lanes 4p..4p+3 and 4p+16..4p+19.  Its TV layouts therefore range over
 the 8 threads of one quad-pair (``atom.threads == 8``), numbered locally

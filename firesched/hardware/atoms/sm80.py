@@ -1,5 +1,16 @@
 """Ampere (sm_80) atoms: mma.sync m16n8k16 / m16n8k8, ldmatrix, cp.async and its group sync.
 
+Families (``Atom.family``) and records:
+
+* ``mma`` — ``mma_m16n8k16_f16_f32``, ``mma_m16n8k16_bf16_f32``, ``mma_m16n8k16_f16_f16``,
+  ``mma_m16n8k8_tf32_f32`` (``mma.sync.aligned``, issued by a warp, operands in registers);
+* ``ldmatrix`` — ``ldmatrix_x1/x2/x4`` and ``ldmatrix_x1/x2/x4_trans`` (shared -> register
+  fragments of 8x8 16-bit matrices, one 16-byte row address per thread);
+* ``cp_async`` — ``cp_async_4``, ``cp_async_8``, ``cp_async_16`` (global -> shared, asynchronous;
+  16 bytes bypass L1 with ``.cg``);
+* ``sync`` — ``cp_async_commit``, ``cp_async_wait`` (``cp.async.commit_group``,
+  ``cp.async.wait_group $n``).
+
 Everything here also runs on sm_90a.  ldmatrix exists from sm_75 on, but firesched's oldest
 target after sm_70 is sm_80, so that is its ``min_target``.
 
