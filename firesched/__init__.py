@@ -8,6 +8,9 @@ Write a kernel-level spec, refine it with strategies until every leaf is a hardw
     print(sched)                      # the decomposition tree
     C = fs.interpret(sched, A, B)     # numpy, on the CPU
     k = fs.compile(sched, arch="sm_90a")
+
+``fs.matmul(a, b, bias=None, activation=None)`` runs the GEMM recipe on torch tensors (a
+``torch.library`` custom op; torch is imported on its first call).
 """
 
 from . import (
@@ -26,6 +29,7 @@ from .layout import Layout, Swizzle, TVLayout
 from .schedule import Schedule
 from .spec import Fused, Init, MatMul, Move, Pointwise, Reduce
 from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP, Level, Memory, Tensor, Tile
+from .torch_ops import matmul  # torch is imported on the first call, not here
 
 __version__ = "0.1.0"
 
@@ -34,5 +38,5 @@ __all__ = [
     "FireschedError", "ScheduleError", "CompileError", "HazardError", "LaunchError",
     "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "Fused",
     "Level", "Memory", "Tensor", "Tile", "GL", "SH", "RF", "KERNEL", "CLUSTER", "BLOCK", "WARPGROUP", "WARP",
-    "THREAD",
+    "THREAD", "matmul",
 ]

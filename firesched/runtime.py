@@ -1034,22 +1034,23 @@ _modules: dict[tuple[str, int], LoadedModule] = {}
 _modules_lock = threading.Lock()
 
 
-def _suggest_arch(have: tuple[int, int]) -> str:
+def _suggest_arch(have: tuple[int, int], smem_optin: int | None = None) -> str:
     """The target to compile for on a GPU of compute capability ``have``."""
     from firesched.hardware.target import target_for_capability
 
     try:
-        return target_for_capability(*have).name
+        return target_for_capability(*have, smem_optin).name
     except ValueError:
         return f"sm_{have[0]}{have[1]}"
 
 
-def load_plan(arch: str | None, have: tuple[int, int], has_ptx: bool) -> str:
+def load_plan(arch: str | None, have: tuple[int, int], has_ptx: bool, smem_optin: int | None = None) -> str:
     """How a module compiled for ``arch`` loads on a GPU of compute capability ``have``:
     ``"cubin"`` where its CUBIN runs (the same capability, or a later minor version of the same
     major), ``"ptx"`` on a GPU of a later major version when the module has PTX (the driver
     compiles it for the GPU).  Raises ``LaunchError`` where neither runs: an older GPU, an
-    architecture-specific arch (sm_90a) on another capability, a newer major without PTX."""
+    architecture-specific arch (sm_90a) on another capability, a newer major without PTX; its fix
+    names the target for that GPU (``smem_optin``: its shared memory per block, where known)."""
     if arch is None:
         return "cubin"
     digits = arch[3:].rstrip("a")
@@ -1060,7 +1061,7 @@ def load_plan(arch: str | None, have: tuple[int, int], has_ptx: bool) -> str:
     want = (number // 10, number % 10)
     if have == want:
         return "cubin"
-    suggest = _suggest_arch(have)
+    suggest = _suggest_arch(have, smem_optin)
     where = f"compute capability {have[0]}.{have[1]}"
     if arch.endswith("a"):
         raise LaunchError(
@@ -1082,7 +1083,7 @@ def load_plan(arch: str | None, have: tuple[int, int], has_ptx: bool) -> str:
 def _check_arch_runs(arch: str, info: DeviceInfo, has_ptx: bool = False) -> str:
     """``load_plan`` for a device, with the device named in its errors."""
     try:
-        return load_plan(arch, info.compute_capability, has_ptx)
+        return load_plan(arch, info.compute_capability, has_ptx, info.max_shared_per_block_optin)
     except LaunchError as e:
         raise LaunchError(f"device {info.index} ({info.name}): {e}") from None
 

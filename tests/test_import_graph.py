@@ -16,6 +16,7 @@ grimp = pytest.importorskip("grimp")
 LAYERS = [
     "__main__",
     "cli",
+    "torch_ops",
     {"recipes", "testing"},
     "api",
     {"cuda", "simulate", "runtime"},
