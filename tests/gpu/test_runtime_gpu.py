@@ -6,6 +6,7 @@ import ctypes
 import statistics
 import time
 
+import attrs
 import pytest
 
 from firesched.cuda.nvrtc import SUPPORTED_ARCHS, compile_cuda
@@ -283,11 +284,20 @@ def test_declared_parameter_count_is_checked_against_the_cubin():
 
 
 def test_cubin_for_another_arch_is_refused():
-    major, _ = device_info(0).compute_capability
-    other = "sm_80" if major != 8 else "sm_90a"
-    m = compile_cuda(AXPY, arch=other, use_cache=False)
-    with pytest.raises(LaunchError, match=f"compiled for {other}, which cannot run on device 0"):
-        load_module(m)
+    """sm_90a code runs on compute capability 9.0 alone; on a 9.0 GPU, an sm_80 CUBIN without its
+    PTX cannot load (with its PTX it does: tests/gpu/test_ptx_fallback_gpu.py)."""
+    cc = device_info(0).compute_capability
+    if cc != (9, 0):
+        m = compile_cuda(AXPY, arch="sm_90a", use_cache=False)
+        with pytest.raises(LaunchError, match="compiled for sm_90a, whose CUBIN and PTX run on compute capability "
+                                              "9.0 only"):
+            load_module(m)
+        return
+    m = compile_cuda(AXPY, arch="sm_80", use_cache=False)
+    with pytest.raises(LaunchError, match="compiled for sm_80, whose CUBIN does not run on compute capability 9.0, "
+                                          "and it carries no PTX"):
+        load_module(attrs.evolve(m, ptx=""))
+    assert load_module(m).from_ptx
 
 
 def test_cached_launch_overhead(axpy):
