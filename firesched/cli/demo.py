@@ -162,20 +162,10 @@ def _run_on_gpu(k, dt, S, fused) -> int:
     err = ((C.float() - ref).norm() / ref.norm()).item()
     print(f"\n== on {torch.cuda.get_device_name()}: relative error vs torch {err:.2e}")
 
-    def timeit(fn, reps=20):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(10):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(reps):
-                fn()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1) / reps)
-        return float(np.median(ts))
+    from .gpu import time_ms
+
+    def timeit(fn):
+        return time_ms(torch, fn, reps=20, samples=10)
 
     flops = 2 * S ** 3
     ours = timeit(lambda: k(*args))
