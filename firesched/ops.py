@@ -57,6 +57,9 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("sigmoid", 1, lambda x: f"1.0f / (1.0f + expf(-{x}))", lambda x: 1.0 / (1.0 + np.exp(-x))),
         ScalarOp("tanh", 1, lambda x: f"tanhf({x})", np.tanh),
         ScalarOp("rsqrt", 1, lambda x: f"rsqrtf({x})", lambda x: 1.0 / np.sqrt(x)),
+        # 1/x rounded once (IEEE): a row's reciprocal, so that its elements multiply instead of
+        # divide (a division of 0 takes the slow path of CUDA's IEEE division routine)
+        ScalarOp("rcp", 1, lambda x: f"__frcp_rn({x})", lambda x: 1.0 / x),
         # cvt: conversion between register dtypes; the printer spells it per dtype pair
         ScalarOp("cvt", 1, lambda x: x, lambda x: x),
     )
@@ -147,10 +150,10 @@ class Residual(EpilogueOp):
 
 @attrs.frozen(repr=False)
 class Unary(EpilogueOp):
-    """relu, gelu, gelu_tanh, sigmoid, tanh, exp, rsqrt."""
+    """relu, gelu, gelu_tanh, sigmoid, tanh, exp, rsqrt, rcp (1/x)."""
 
     op: str = attrs.field(validator=attrs.validators.in_(("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp",
-                                                          "rsqrt")))
+                                                          "rsqrt", "rcp")))
 
     def scalar(self):
         return ((self.op, ()),)
@@ -161,6 +164,8 @@ class Unary(EpilogueOp):
     def __repr__(self):
         if self.op.startswith("gelu"):
             return "ops.gelu()" if self.op == "gelu" else "ops.gelu(approximate='tanh')"
+        if self.op == "rcp":
+            return "ops.reciprocal()"
         return f"ops.{self.op}()"
 
 
@@ -299,6 +304,11 @@ def exp() -> Unary:
 def rsqrt() -> Unary:
     """``1 / sqrt(x)`` (``rsqrtf``: within 2 ulp, as torch's norms)."""
     return Unary("rsqrt")
+
+
+def reciprocal() -> Unary:
+    """``1 / x``, rounded once."""
+    return Unary("rcp")
 
 
 def shift(beta: float) -> Shift:

@@ -2,7 +2,7 @@
 maximum and the sum of exponentials are reduced there, and the row is written once::
 
     Fused<kernel>[Move(X -> Xr); Reduce(max over c: Xr -> M); Pointwise(sub: Xr, M -> E)
-                  with scale(s), exp(); Reduce(sum over c: E -> Z); Pointwise(div: E, Z -> Y)]
+                  with scale(s), exp(); Reduce(sum over c: E -> Z) with rcp(); Pointwise(mul: E, Z -> Y)]
       tile(r=1) >> to_blocks()                          # rows.row_plan picks the tiling
       place(Xr, RF) >> place(M, RF) >> place(E, RF) >> place(Z, RF)
       part(i, tile(c=span), tile(c=8) >> to_threads(), done()) for every part
@@ -51,8 +51,10 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
         Move(s.t("X"), xr, KERNEL, (ops.causal(diagonal),) if causal else ()),
         Reduce("max", xr, m, ("c",), KERNEL),
         Pointwise("sub", (xr, m), e, KERNEL, pre + (ops.exp(),)),
-        Reduce("sum", e, z, ("c",), KERNEL),
-        Pointwise("div", (e, z), s.t("Y"), KERNEL))
+        # Z holds 1 / sum: the row's elements multiply by it (a division per element would take the
+        # slow path of the IEEE division for every masked, i.e. zero, exponential)
+        Reduce("sum", e, z, ("c",), KERNEL, (ops.reciprocal(),)),
+        Pointwise("mul", (e, z), s.t("Y"), KERNEL))
     return schedule_rows(spec, plan, ("Xr", "M", "E", "Z"))
 
 
