@@ -364,7 +364,15 @@ class SmemLayout:
 
     @property
     def stage_elems(self) -> int:
-        return self.rows * self.cols
+        n = self.rows * self.cols
+        sw = self.swizzle
+        if sw is not None and sw.bits and self.box_cols == self.cols:
+            # a swizzle permutes offsets within blocks of 2**(base + shift + bits) elements: a tile
+            # that ends inside such a block reaches past its end (3x24 under Sw<1,3,3> moves
+            # element 64 to 72), so a stage takes whole blocks
+            period = 1 << (sw.base + sw.shift + sw.bits)
+            n = -(-n // period) * period
+        return n
 
     @property
     def size(self) -> int:
