@@ -84,7 +84,9 @@ def round_to(d: DType, x: np.ndarray) -> np.ndarray:
         u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
         u = (u + 0x1000) & 0xFFFFE000
         return u.astype(np.uint32).view(np.float32).astype(np.float64)
-    return x.astype(d.np).astype(np.float64)
+    if x.dtype != d.np:
+        x = x.astype(d.np)
+    return x.astype(np.float64)
 
 
 def pack(d: DType, x: np.ndarray) -> np.ndarray:

@@ -372,6 +372,34 @@ def test_move_semantics_is_identity(atom):
     assert out is not tile
 
 
+# =========================================================================== stacked semantics
+
+def _semantics_inputs(atom: Atom, rng) -> tuple:
+    """One issue's random inputs to ``atom.semantics``, by family."""
+    if atom.family == SHUFFLE:
+        return rng.standard_normal(32).astype(np.float32), rng.integers(0, 64, 32)
+    if atom.kind == "MatMul":
+        m, n, k = atom.shape[:3]
+        acc = atom.dtype_of("c" if "c" in dict(atom.dtypes) else "d")      # wgmma: D accumulates
+        return (_random(rng, atom.dtype_of("a"), (m, k)), _random(rng, atom.dtype_of("b"), (k, n)),
+                _random(rng, acc, (m, n)))
+    rows, cols = (tuple(atom.shape[:2]) + (1,))[:2] if len(atom.shape) else (1, 1)
+    return (rng.standard_normal((rows, cols)).astype(np.float32),)
+
+
+@pytest.mark.parametrize("atom", _params([a for a in catalog.EVERY_ATOM if a.semantics is not None]))
+def test_semantics_take_a_stack(atom):
+    """The interpreter runs every issuing group of a statement through one semantics call on
+    stacked operands (``Atom.semantics``): each catalog atom's result on a stack equals its
+    results one issue at a time."""
+    rng = np.random.default_rng(7)
+    issues = [_semantics_inputs(atom, rng) for _ in range(5)]
+    stacked = np.asarray(atom.semantics(*(np.stack(xs) for xs in zip(*issues))))
+    one_by_one = np.stack([np.asarray(atom.semantics(*xs)) for xs in issues])
+    assert stacked.shape == one_by_one.shape and stacked.dtype == one_by_one.dtype
+    np.testing.assert_array_equal(stacked, one_by_one)
+
+
 # =========================================================================== printing
 
 def _bindings(atom: Atom) -> dict[str, list[str]]:

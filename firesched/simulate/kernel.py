@@ -1,9 +1,16 @@
 """Running kernels: the entry points, the block loop, and the execution of statements.
 
 ``run_program`` loads the user's arrays into flat global buffers and runs every kernel of the
-program in order; ``run_kernel`` runs one launch.  Blocks run one after another (grid x fastest,
-then y, then z; a cluster's blocks together).  A ``KernelRun`` owns the parts of the model, each
-reset per block:
+program in order; ``run_kernel`` runs one launch.  Blocks run in order (grid x fastest, then y,
+then z; a cluster's blocks together), and independent blocks run in batches: up to
+``BATCH_THREADS`` threads of consecutive blocks execute each statement at once, as the ranks of
+a group whose blocks never synchronise with each other (block-diagonal clocks, one copy of
+shared memory each).  A statement then costs one numpy call for the whole batch instead of one
+per block, which is what makes a 1024^3 GEMM interpret in seconds.  A hazard found in a batch is
+reported from a re-run of the launch one block at a time, on the global memory it started from,
+so its message names one block and is the same with or without batching.  Clusters, and kernels
+issuing cluster atoms, run unbatched.  A ``KernelRun`` owns the parts of the model, each reset
+per block (batch):
 
 * ``ctx`` (``lockstep``): the threads, the active mask, the index variables, hazard reporting;
 * ``order`` (``order``): barrier epochs, vector clocks, observed mbarrier phases;
@@ -21,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..errors import InternalError
+from ..errors import HazardError, InternalError
 from ..hardware.atoms import sm90a
 from ..ops import SCALAR_OPS
 from .asyncs import CpAsyncGroups, TmaOps, WgmmaGroups
@@ -66,14 +73,69 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
     return {name: unload_global(buffers[name], memory[name]) for name in buffers}
 
 
-def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray]) -> None:
-    """Run one kernel launch on flat global arrays (by buffer name), in place."""
-    KernelRun(kernel, memory).run()
+#: Threads of one batch of independent blocks (see the module docstring); 1 disables batching.
+BATCH_THREADS = 2048
+
+#: Atoms that address other blocks of a cluster: a kernel issuing one runs unbatched, so that
+#: a cluster rank outside the (implicit, one-block) cluster stays an error.
+_CLUSTER_ATOMS = frozenset({"tma_load_2d_multicast", "mbarrier_arrive_cluster", "barrier_cluster"})
+
+
+def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray], batch_threads: int | None = None) -> None:
+    """Run one kernel launch on flat global arrays (by buffer name), in place.
+
+    ``batch_threads`` (default ``BATCH_THREADS``) bounds the threads of a batch of blocks run at
+    once; 1 runs the blocks one at a time."""
+    blocks = block_ids(kernel)
+    limit = BATCH_THREADS if batch_threads is None else int(batch_threads)
+    B = min(len(blocks), max(1, limit // max(int(kernel.threads), 1)))
+    if B <= 1 or not batchable(kernel):
+        KernelRun(kernel, memory).run_blocks(blocks)
+        return
+    names = [(p.buffer if isinstance(p, ir.TensorMapParam) else p).name for p in kernel.params]
+    saved = {n: memory[n].copy() for n in names if n in memory}
+    try:
+        full = len(blocks) // B * B
+        if full:
+            KernelRun(kernel, memory, B).run_blocks(blocks[:full])
+        if full < len(blocks):
+            KernelRun(kernel, memory, len(blocks) - full).run_blocks(blocks[full:])
+    except HazardError:
+        # report it as the one-block-at-a-time run does: from the start, on the same inputs
+        for n in names:
+            if n in saved:
+                memory[n][...] = saved[n]
+            else:
+                memory.pop(n, None)
+        KernelRun(kernel, memory).run_blocks(blocks)
+
+
+def block_ids(kernel: ir.Kernel) -> list[tuple[int, int, int]]:
+    """The blocks of a launch in execution order (x fastest; the first block of each cluster)."""
+    gx, gy, gz = (int(g) for g in kernel.grid)
+    step = int(getattr(kernel, "cluster", 1) or 1)
+    return [(bx, by, bz) for bz in range(gz) for by in range(gy) for bx in range(0, gx, step)]
+
+
+def batchable(kernel: ir.Kernel) -> bool:
+    """Whether the blocks of ``kernel`` may run in batches: no clusters, no cluster atoms."""
+    if int(getattr(kernel, "cluster", 1) or 1) > 1:
+        return False
+    return not (atoms_of(kernel.body) & _CLUSTER_ATOMS)
 
 
 def families_of(body) -> set:
     """Families of the atoms a statement tree issues."""
-    out: set = set()
+    return {a.family for a in _atoms(body)}
+
+
+def atoms_of(body) -> set:
+    """Names of the atoms a statement tree issues."""
+    return {a.name for a in _atoms(body)}
+
+
+def _atoms(body) -> list:
+    out: list = []
     stack = [body]
     while stack:
         s = stack.pop()
@@ -90,7 +152,7 @@ def families_of(body) -> set:
         elif isinstance(s, ir.Roles):
             stack.extend(r.body for r in s.roles)
         elif isinstance(s, ir.AtomCall):
-            out.add(s.atom.family)
+            out.append(s.atom)
     return out
 
 
@@ -99,9 +161,9 @@ def families_of(body) -> set:
 class KernelRun:
     """One launch of a kernel: the parts of the model, the block loop, statement execution."""
 
-    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray]):
+    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray], batch: int = 1):
         self.kernel = kernel
-        self.ctx = ctx = Lockstep(kernel)
+        self.ctx = ctx = Lockstep(kernel, batch)
         families = families_of(kernel.body)
         # the sm_90a bookkeeping (proxy fences, TMA tags, observed phases) costs time; only kernels
         # that use sm_90a atoms, tensor maps or mbarriers pay for it
@@ -110,7 +172,8 @@ class KernelRun:
             isinstance(b, ir.MBarrier) for b in kernel.shared)
         track_wgmma = sm90a.WGMMA in families
         nbars = sum(int(b.size) for b in kernel.shared if isinstance(b, ir.MBarrier))   # per block
-        self.order = Order(ctx.T, self.sm90, nbars * ctx.C)
+        # the blocks of a batch never synchronise with each other: block-diagonal clocks
+        self.order = Order(ctx.T, self.sm90, nbars * ctx.C, group=ctx.Tc if batch > 1 else 0)
         self.bars = MBarriers(kernel, ctx, self.order)
         self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
         self.regs = Registers(kernel, ctx, track_wgmma)
@@ -123,21 +186,30 @@ class KernelRun:
             ir.AsyncCommit: self.x_commit, ir.AsyncWait: self.x_wait, ir.RegFill: self.x_fill,
             ir.Pointwise: self.x_pointwise, ir.Comment: self.x_nothing, type(None): self.x_nothing,
         }
-        if ctx.C > 1 and int(kernel.grid[0]) % ctx.C:
+        if ctx.cluster > 1 and int(kernel.grid[0]) % ctx.cluster:
             raise InternalError(f"kernel {kernel.name!r}: grid x = {kernel.grid[0]} is not a multiple of its "
-                                f"cluster size {ctx.C}")
+                                f"cluster size {ctx.cluster}")
 
     # ----------------------------------------------------------------- driving
 
     def run(self):
-        gx, gy, gz = (int(g) for g in self.kernel.grid)
-        for bz in range(gz):
-            for by in range(gy):
-                for bx in range(0, gx, self.ctx.C):
-                    self.run_block((bx, by, bz))
+        """Run every block of the launch."""
+        self.run_blocks(block_ids(self.kernel))
+
+    def run_blocks(self, blocks):
+        """Run ``blocks`` (first blocks of clusters), ``ctx.batch`` of them at a time."""
+        B = self.ctx.batch
+        if len(blocks) % B:
+            raise InternalError(f"kernel {self.kernel.name!r}: {len(blocks)} blocks do not make batches of {B}")
+        for i in range(0, len(blocks), B):
+            self.run_block(blocks[i] if B == 1 else blocks[i:i + B])
 
     def run_block(self, bid):
-        self.ctx.start_block(bid)
+        """Run block (cluster) ``bid``, or the batch of blocks ``bid`` (a list)."""
+        if isinstance(bid, list):
+            self.ctx.start_batch(bid)
+        else:
+            self.ctx.start_block(bid)
         self.order.reset()
         self.mem.reset()
         self.regs.reset()

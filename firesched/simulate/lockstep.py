@@ -9,7 +9,9 @@ and the statement involved.
 
 A thread-block cluster of C blocks runs as one group of C x Tc threads: thread g is thread
 g % Tc of the block of rank g // Tc.  ``tid`` counts the cluster's threads, ``ltid`` (what the
-kernel's ``tid`` variable sees) a block's.
+kernel's ``tid`` variable sees) a block's.  A batch of independent blocks (``batch`` > 1, see
+``kernel``) runs the same way, as ranks of a group that never synchronise with each other, each
+rank with its own block index.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..errors import HazardError
+from ..errors import HazardError, InternalError
 from ..hardware.atoms import base as atoms
 from .exprs import compile_expr
 from .messages import describe, listing, provenance
@@ -28,9 +30,13 @@ class Lockstep:
     """The threads of the running block (cluster) and their position: the active mask, the
     index-variable environment, the enclosing loops and the current statement."""
 
-    def __init__(self, kernel: ir.Kernel):
+    def __init__(self, kernel: ir.Kernel, batch: int = 1):
         self.kernel = kernel
-        self.C = int(getattr(kernel, "cluster", 1) or 1)
+        self.cluster = int(getattr(kernel, "cluster", 1) or 1)
+        if batch > 1 and self.cluster > 1:
+            raise InternalError(f"kernel {kernel.name!r}: clusters of {self.cluster} blocks do not run batched")
+        self.batch = batch
+        self.C = self.cluster * batch       # block ranks run together
         self.Tc = int(kernel.threads)
         self.T = self.C * self.Tc
         self.tid = np.arange(self.T, dtype=np.int64)
@@ -50,6 +56,19 @@ class Lockstep:
         bx = bid[0] + self.rank if self.C > 1 else bid[0]
         self.env = {ir.TID_NAME: self.ltid, ir.BID_NAMES[0]: bx, ir.BID_NAMES[1]: bid[1],
                     ir.BID_NAMES[2]: bid[2]}
+        self._restart()
+
+    def start_batch(self, bids):
+        """Position at the start of the independent blocks ``bids`` (one per rank), run at once."""
+        self.bid = bids[0]
+        coords = np.asarray(bids, dtype=np.int64)[self.rank]          # [T, 3]
+        self.env = {ir.TID_NAME: self.ltid}
+        for d, name in enumerate(ir.BID_NAMES):
+            col = coords[:, d]
+            self.env[name] = int(col[0]) if (col == col[0]).all() else col
+        self._restart()
+
+    def _restart(self):
         self.loops: list[tuple[str, int]] = []
         self.mask = np.ones(self.T, dtype=bool)
         self.full = True

@@ -94,7 +94,7 @@ class MBarriers:
 
     def init(self, bar_id: int, count: int, t: int):
         """``mbarrier.init`` of ``bar_id`` with ``count`` arrivals per phase, by thread ``t``."""
-        self.by_id[bar_id] = MBarrier(count, t, self.order.epoch, self.ctx.T, self.order.obs.shape[1])
+        self.by_id[bar_id] = MBarrier(count, t, self.order.epoch, self.order.Tg, self.order.obs.shape[1])
         self.order.obs[:, bar_id] = 0
 
     def get(self, bar_id: int, t: int) -> MBarrier:
@@ -137,7 +137,7 @@ class MBarriers:
         followed it).  Otherwise the block may exit, and its shared memory be reused, first."""
         ctx = self.ctx
         for t, c, q, b, sid in self.remote:
-            if (self.order.vc[ctx.rank == q, t] >= c).any():
+            if (self.order.known(ctx.tid[ctx.rank == q], t) >= c).any():
                 continue
             ctx.hazard_at(sid, f"remote mbarrier arrival after the target block may have exited: thread {t} (block rank "
                           f"{int(ctx.rank[t])}) arrives on mbarrier {self.name(b)}, and nothing in block rank "

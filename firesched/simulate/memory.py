@@ -76,7 +76,7 @@ class Shared:
 
     __slots__ = ("buf", "n", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
                  "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
-                 "async_rd_stmt", "tma_bar", "tma_phase")
+                 "async_rd_stmt", "tma_bar", "tma_phase", "scratch")
 
     def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False, copies: int = 1):
         # one copy per block of a thread-block cluster: block r's element e is entry r * n + e
@@ -92,12 +92,13 @@ class Shared:
         self.reader = np.full(n, -1, dtype=np.int64)   # first distinct reader this epoch
         self.reader2 = np.full(n, -1, dtype=np.int64)  # a second distinct reader, or -1
         self.r_stmt = np.full(n, -1, dtype=np.int64)
-        # the own clock (see order.Order.vc) of the writer / the two readers at their access
+        # the own clock (see order.Order.own) of the writer / the two readers at their access
         self.w_clock = np.full(n, -1, dtype=np.int64)
         self.r_clock = np.full(n, -1, dtype=np.int64)
         self.r_clock2 = np.full(n, -1, dtype=np.int64)
         self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
         self.inflight_stmt = np.full(n, -1, dtype=np.int64)
+        self.scratch = np.empty(n, dtype=np.int64)      # for _by_address; never read before written
         # sm_90a tracking: the thread of a generic-proxy write not yet covered by its
         # fence.proxy.async, in-flight async-proxy readers (wgmma, TMA store) and the mbarrier
         # phase a TMA load's data waits for
@@ -129,16 +130,23 @@ class Shared:
         self.async_rd[e] -= 1
 
 
-def _by_address(addr: np.ndarray, thr: np.ndarray):
-    """Unique addresses with the smallest and largest thread accessing each."""
+def _by_address(sh: Shared, addr: np.ndarray, thr: np.ndarray):
+    """For each access of a statement (``addr``, ``thr``, flat): its address, and the smallest and
+    largest thread accessing that address in the statement.  Addresses may repeat; what is
+    computed from these per address is the same for each repeat, so scattering it is harmless."""
     if addr.size <= 1:
         return addr, thr, thr
-    order = np.argsort(addr, kind="stable")
-    sa, st = addr[order], thr[order]
-    starts = np.flatnonzero(np.concatenate(([True], sa[1:] != sa[:-1])))
-    if starts.size == sa.size:
-        return sa, st, st
-    return sa[starts], np.minimum.reduceat(st, starts), np.maximum.reduceat(st, starts)
+    s = sh.scratch
+    pos = np.arange(addr.size, dtype=np.int64)
+    s[addr] = pos
+    if (s[addr] == pos).all():                  # every address once: the common case
+        return addr, thr, thr
+    s[addr] = np.iinfo(np.int64).max
+    np.minimum.at(s, addr, thr)
+    tmin = s[addr]
+    s[addr] = -1
+    np.maximum.at(s, addr, thr)
+    return addr, tmin, s[addr]
 
 
 # --------------------------------------------------------------------------- the memory of a run
@@ -269,8 +277,21 @@ class Memory:
                        other_thread=int(sh.writer[a[j]]), on=f"SH buffer {sh.buf.name!r}")
         # record the readers of this epoch: keep the first distinct reader, and a second one that
         # differs from it, so that a later writer can find a reader other than itself
-        u, tmin, tmax = _by_address(a, t)
+        u, tmin, tmax = _by_address(sh, a, t)
         cur = sh.r_epoch[u] == E
+        sid = ctx.sid(ctx.stmt)
+        two = tmax != tmin
+        second = np.where(two, tmax, -1)
+        if not cur.any() or ((sh.reader[u] == tmin) & (sh.reader2[u] == second) | ~cur).all():
+            # the common cases: the first reads of these elements this epoch, or reads again by
+            # the threads that read them before; what the general case below computes then
+            sh.r_clock[u] = order.own(tmin)
+            sh.r_clock2[u] = np.where(two, order.own(tmax), -1)
+            sh.reader[u] = tmin
+            sh.reader2[u] = second
+            sh.r_epoch[u] = E
+            sh.r_stmt[u] = sid
+            return
         r1 = np.where(cur, sh.reader[u], -1)
         r2 = np.where(cur, sh.reader2[u], -1)
         fresh = r1 < 0
@@ -279,15 +300,14 @@ class Memory:
         new2 = np.where(r2 >= 0, r2, cand)
         c1 = np.where(cur, sh.r_clock[u], -1)
         c2 = np.where(cur, sh.r_clock2[u], -1)
-        vc = order.vc
-        own1 = vc[np.maximum(new1, 0), np.maximum(new1, 0)]
-        own2 = vc[np.maximum(new2, 0), np.maximum(new2, 0)]
+        own1 = order.own(np.maximum(new1, 0))
+        own2 = order.own(np.maximum(new2, 0))
         sh.r_clock[u] = np.where((new1 == tmin) | (new1 == tmax), own1, c1)
         sh.r_clock2[u] = np.where((new2 >= 0) & ((new2 == tmin) | (new2 == tmax)), own2, c2)
         sh.reader[u] = new1
         sh.reader2[u] = new2
         sh.r_epoch[u] = E
-        sh.r_stmt[u] = ctx.sid(ctx.stmt)
+        sh.r_stmt[u] = sid
 
     def sh_write_check(self, sh: Shared, addr: np.ndarray, thr: np.ndarray):
         """Check writes of ``addr`` by ``thr``; return (unique addresses, their writer)."""
@@ -303,10 +323,11 @@ class Memory:
                        f"({ctx.stmt_str(sh.inflight_stmt[a[i[0]]])}) has not been completed by an AsyncWait",
                        thread=int(t[i[0]]), other=sh.inflight_stmt[a[i[0]]], other_thread=int(inf[i[0]]),
                        on=f"SH buffer {sh.buf.name!r}")
-        u, tmin, tmax = _by_address(a, t)
+        u, tmin, tmax = _by_address(sh, a, t)
         dup = tmin != tmax
         if dup.any():
-            j = np.flatnonzero(dup)[0]
+            i = np.flatnonzero(dup)
+            j = i[np.argmin(u[i])]
             ctx.hazard(f"race (write after write): threads {int(tmin[j])} and {int(tmax[j])} both write SH "
                        f"buffer {sh.buf.name!r} offset {int(u[j])} in the same statement", thread=int(tmin[j]),
                        on=f"SH buffer {sh.buf.name!r}")
@@ -316,19 +337,19 @@ class Memory:
             waw &= ~order.ordered(sh.writer[u], sh.w_clock[u], tmin)
         if waw.any():
             i = np.flatnonzero(waw)
-            j = i[0]
+            j = i[np.argmin(u[i])]
             ctx.hazard(f"race (write after write): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
                        f"offset {int(u[j])}, written by thread {int(sh.writer[u[j]])} since the last barrier "
-                       f"(at {ctx.stmt_str(sh.w_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                       f"(at {ctx.stmt_str(sh.w_stmt[u[j]])}); {np.unique(u[i]).size} element(s) race, written by threads "
                        f"{listing(np.unique(tmin[i]))}", thread=int(tmin[j]), other=sh.w_stmt[u[j]],
                        other_thread=int(sh.writer[u[j]]), on=f"SH buffer {sh.buf.name!r}")
         other, war = self.unordered_reader(sh, u, tmin)
         if war.any():
             i = np.flatnonzero(war)
-            j = i[0]
+            j = i[np.argmin(u[i])]
             ctx.hazard(f"race (write after read): thread {int(tmin[j])} writes SH buffer {sh.buf.name!r} "
                        f"offset {int(u[j])}, read by thread {int(other[j])} since the last barrier "
-                       f"(at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race, written by threads "
+                       f"(at {ctx.stmt_str(sh.r_stmt[u[j]])}); {np.unique(u[i]).size} element(s) race, written by threads "
                        f"{listing(np.unique(tmin[i]))}", thread=int(tmin[j]), other=sh.r_stmt[u[j]],
                        other_thread=int(other[j]), on=f"SH buffer {sh.buf.name!r}")
         return u, tmin
@@ -338,6 +359,8 @@ class Memory:
         is not ordered before ``t`` (or -1), and whether there is one."""
         order = self.order
         cur = sh.r_epoch[u] == order.epoch
+        if not cur.any():
+            return np.full(u.shape, -1, dtype=np.int64), np.zeros(u.shape, dtype=bool)
         r1, r2 = np.where(cur, sh.reader[u], -1), np.where(cur, sh.reader2[u], -1)
         bad1 = (r1 >= 0) & (r1 != t)
         bad2 = (r2 >= 0) & (r2 != t)
@@ -352,7 +375,7 @@ class Memory:
         or statement ``sid``'s: a cp.async landing)."""
         u, w = self.sh_write_check(sh, addr, thr)
         sh.writer[u] = w
-        sh.w_clock[u] = self.order.vc[w, w]
+        sh.w_clock[u] = self.order.own(w)
         sh.w_epoch[u] = self.order.epoch
         sh.w_stmt[u] = self.ctx.sid(self.ctx.stmt) if sid is None else sid
         sh.data[addr.ravel()] = values.ravel()

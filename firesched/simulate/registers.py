@@ -89,16 +89,23 @@ class Registers:
 
     # ----------------------------------------------------------------- collective atoms
 
+    def _group_threads(self, groups) -> np.ndarray:
+        """The threads of ``groups`` in order: ``ctx.tid`` itself when they are all the threads in
+        order (a whole block of warps), so that ``index`` selects rows by a slice."""
+        thr = groups.ravel()
+        if thr.size == self.ctx.T and thr[0] == 0 and thr[-1] == thr.size - 1 and (thr[1:] > thr[:-1]).all():
+            return self.ctx.tid
+        return thr
+
     def read_group(self, ref, groups, nvals):
         """``[G, n, nvals]`` registers of ``ref`` for the ``[G, n]`` threads of ``groups``."""
-        thr = groups.ravel()
-        R, idx = self.index(ref, nvals, thr)
+        R, idx = self.index(ref, nvals, self._group_threads(groups))
         return R[idx].reshape(groups.shape[0], groups.shape[1], nvals)
 
     def write_group(self, ref, groups, vals):
         """Write ``[G, n, V]`` values into ``V`` registers of ``ref`` of the threads of ``groups``,
         rounded to its dtype where they are not of it already."""
-        thr = groups.ravel()
+        thr = self._group_threads(groups)
         G, n, V = vals.shape
         R, idx = self.index(ref, V, thr)
         dt = ref.buffer.dtype

@@ -43,7 +43,10 @@ def run_roles(ctx: Lockstep, s: ir.Roles, execute):
         if taken[lo:lo + n].any():
             ctx.hazard(f"role {r.name!r} overlaps another role at threads {listing(np.flatnonzero(taken[lo:lo + n]) + lo)}")
         taken[lo:lo + n] = True
-    RoleScheduler(ctx, execute, s.roles, ctx.C, ctx.Tc).run()
+    # a cluster's blocks run their roles each on their own; a batch of independent blocks runs
+    # each role of all its blocks as one lockstep group (they are the same program on other data)
+    ranks = [list(range(ctx.C))] if ctx.batch > 1 else [[r] for r in range(ctx.C)]
+    RoleScheduler(ctx, execute, s.roles, ranks, ctx.Tc).run()
 
 
 class Abort(BaseException):
@@ -60,19 +63,20 @@ class RoleScheduler:
     deadlock and the wait is reported.  The scheduling is deterministic.
     """
 
-    def __init__(self, ctx: Lockstep, execute, roles, blocks: int = 1, threads: int = 0):
+    def __init__(self, ctx: Lockstep, execute, roles, ranks=((0,),), threads: int = 0):
         self.ctx = ctx
         self.execute = execute
         self.cv = threading.Condition()
         self.roles = []
-        for b in range(blocks):         # a cluster: each block's roles run on their own
+        for group in ranks:             # block ranks whose roles run together
             for r in roles:
                 mask = np.zeros(ctx.T, dtype=bool)
-                lo = b * threads + int(r.first)
-                mask[lo:lo + int(r.count)] = True
+                for b in group:
+                    lo = b * threads + int(r.first)
+                    mask[lo:lo + int(r.count)] = True
                 env = dict(ctx.env)
                 env[ir.ROLE_TID_NAME] = ctx.ltid - int(r.first)
-                name = r.name if blocks == 1 else f"{r.name} (block rank {b})"
+                name = r.name if len(ranks) == 1 else f"{r.name} (block rank {group[0]})"
                 self.roles.append(dict(role=r, name=name, ctx=(mask, False, env, list(ctx.loops), None),
                                        ready=None, why="", done=False, started=False))
         self.turn = None

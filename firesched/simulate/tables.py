@@ -77,6 +77,20 @@ class AtomTables:
             names = [o.name for o in ins] + [o.name for o in outs if o.role == "inout"]
             self.inputs = tuple(n for n in ("a", "b", "c") if n in names) or tuple(names)
             self.output = "d" if any(o.name == "d" for o in outs) else outs[0].name
+            self.dtypes = {n: atom.dtype_of(n) for n in (*self.inputs, self.output)}
+        # row-major gathers: ``fragment.reshape(G, -1)[:, from_fragment[n]]`` is the stack of
+        # [rows, cols] tiles of operand n (when its layout holds each element exactly once), and
+        # ``tiles.reshape(G, -1)[:, to_fragment[n]]`` the [G, threads, values] fragments
+        self.from_fragment: dict[str, np.ndarray] = {}
+        self.to_fragment: dict[str, np.ndarray] = {}
+        for name, idx in self.tv.items():
+            rows, cols = self.tile[name]
+            rm = (idx % rows) * cols + idx // rows
+            self.to_fragment[name] = rm
+            if np.array_equal(np.sort(rm.ravel()), np.arange(rows * cols)):
+                inv = np.empty(rows * cols, dtype=np.int64)
+                inv[rm.ravel()] = np.arange(rm.size)
+                self.from_fragment[name] = inv
 
 
 # Atoms are long-lived module constants; their tables are kept by identity (with the atom itself,

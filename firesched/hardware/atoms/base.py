@@ -108,6 +108,9 @@ class Atom:
     #              then given by the destination operand's TV layout, in memory coordinates)
     #   SHUFFLE:   semantics(values[32], src_lane[32]) -> values[32]
     #   SYNC:      None
+    # Every semantics also takes a stack of operands along leading axes (a[..., m, k], values[..., 32])
+    # and returns the stack of results: the interpreter executes all issuing groups of a statement
+    # in one call (tests/test_atoms.py checks each catalog atom stacked against one by one).
     semantics: Callable | None = attrs.field(default=None, eq=False, hash=False)
     catalog: str = ""                         # module name of the table ("sm80"), for repr
     doc: str = ""

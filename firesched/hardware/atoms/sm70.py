@@ -156,16 +156,20 @@ st_shared_16 = _copy("st", "SH", 16)
 # --------------------------------------------------------------------------- shuffles
 
 def shfl_idx(values, src_lane):
-    """``out[l] = values[src_lane[l] % 32]`` (shfl.sync.idx over the full warp, c = 0x1f)."""
+    """``out[l] = values[src_lane[l] % 32]`` (shfl.sync.idx over the full warp, c = 0x1f), for
+    each warp of a stack ``values[..., 32]``."""
     values = np.asarray(values)
-    return values[np.asarray(src_lane, dtype=np.int64) & 31]
+    src = np.broadcast_to(np.asarray(src_lane, dtype=np.int64) & 31, values.shape)
+    return np.take_along_axis(values, src, axis=-1)
 
 
 def shfl_bfly(values, lane_mask):
-    """``out[l] = values[l ^ lane_mask[l]]`` (shfl.sync.bfly over the full warp, c = 0x1f)."""
+    """``out[l] = values[l ^ lane_mask[l]]`` (shfl.sync.bfly over the full warp, c = 0x1f), for
+    each warp of a stack ``values[..., 32]``."""
     values = np.asarray(values)
-    lanes = np.arange(values.shape[0], dtype=np.int64)
-    return values[lanes ^ (np.asarray(lane_mask, dtype=np.int64) & 31)]
+    lanes = np.arange(values.shape[-1], dtype=np.int64)
+    src = np.broadcast_to(lanes ^ (np.asarray(lane_mask, dtype=np.int64) & 31), values.shape)
+    return np.take_along_axis(values, src, axis=-1)
 
 
 def _shfl(mode: str, lane_name: str, semantics, doc: str) -> Atom:

@@ -40,10 +40,8 @@ def barrier(k, s):
         ctx.hazard(f"barrier inside divergent code{inside}: threads {listing(missing)} of the block do "
                    f"not reach it (threads {listing(np.flatnonzero(ctx.mask))} do)")
     order.epoch += 1
-    if ctx.C > 1:                   # __syncthreads: each block of the cluster on its own
-        for r in range(ctx.C):
-            grp = ctx.tid[ctx.rank == r]
-            order.join(grp)
+    if ctx.C > 1:                   # __syncthreads: each block of the cluster (batch) on its own
+        order.join_each(ctx.tid.reshape(ctx.C, ctx.Tc))
         return
     order.join_all()
 
@@ -133,19 +131,18 @@ def mbarrier(k, s):
             if ctx.roles is None:
                 ctx.hazard(stuck + "; in lockstep execution nothing after this wait can complete it")
             ctx.roles.block(lambda: bars.stuck_wait(on, ids, parity) is None, stuck)
-        obs, vc = order.obs, order.vc
+        obs = order.obs
         for b in np.unique(ids).tolist():
             thr = on[ids == b]
             bar = bars.by_id[b]
             obs[thr, b] = np.maximum(obs[thr, b], bar.phase)
-            vc[thr] = np.maximum(vc[thr], bar.last)    # acquire the phase's arrivals
+            order.acquire(thr, bar.last)               # acquire the phase's arrivals
             obs[thr] = np.maximum(obs[thr], bar.obs_last[:obs.shape[1]])
         return
     if name == "mbarrier_arrive_expect_tx":
         nbytes = scalar(k, s, "bytes")[on]
     if name == "mbarrier_arrive_cluster":
         ids = bars.remote_ids(ids, scalar(k, s, "cta")[on], on)
-    vc = order.vc
     for i, (t, b) in enumerate(zip(on.tolist(), ids.tolist())):
         bar = bars.get(b, t)
         if name == "mbarrier_arrive_expect_tx":
@@ -154,10 +151,10 @@ def mbarrier(k, s):
             bar.tx += int(nbytes[i])
         elif name not in ("mbarrier_arrive", "mbarrier_arrive_cluster"):
             raise InternalError(f"{describe(s)}: unknown mbarrier atom {name}")
-        np.maximum(bar.acc, vc[t], out=bar.acc)              # release
+        order.release(t, bar.acc)
         np.maximum(bar.obs_acc, order.obs[t], out=bar.obs_acc)
         if ctx.C > 1 and b // bars.n != ctx.rank[t]:
             # an arrival on another block's mbarrier: that block must not exit before it
-            bars.remote.append((t, int(vc[t, t]), b // bars.n, b, ctx.sid(s)))
-        vc[t, t] += 1
+            bars.remote.append((t, int(order.own(t)), b // bars.n, b, ctx.sid(s)))
+        order.tick(t)
         bars.arrive(bar, b, t)

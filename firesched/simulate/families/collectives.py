@@ -43,15 +43,11 @@ def ldmatrix(k, s):
     tile[:, tab.addr.ravel()] = data.reshape(G, -1)
     tile = tile.reshape(G, cols, rows).transpose(0, 2, 1)
     idx = tab.tv[tab.dst]
-    trows, _ = tab.tile[tab.dst]
-    outs = []
-    for g in range(G):
-        out = np.asarray(atom.semantics(tile[g])) if atom.semantics is not None else tile[g]
-        if out.shape[0] != trows:
-            raise InternalError(f"{atom.name}: semantics returned a {out.shape} tile; the destination "
-                                f"layout expects {tab.tile[tab.dst]}")
-        outs.append(np.ravel(out, order="F")[idx])
-    vals = np.stack(outs)                                     # [G, 32, V]
+    out = np.asarray(atom.semantics(tile)) if atom.semantics is not None else tile
+    if out.shape[1:] != tab.tile[tab.dst]:
+        raise InternalError(f"{atom.name}: semantics returned {out.shape[1:]} tiles; the destination "
+                            f"layout expects {tab.tile[tab.dst]}")
+    vals = _gather(out, idx)                                  # [G, 32, V]
     rdt = dst.buffer.dtype.np
     if vals.dtype != rdt:
         if vals.dtype.itemsize != rdt.itemsize:
@@ -103,28 +99,40 @@ def mma(k, s):
     groups = k.ctx.issuing_groups(s)
     if groups.shape[0] == 0:
         return
-    G, n = groups.shape
-    tiles = []
+    ins = {}
     for name in tab.inputs:
         ref = s.arg(name)
-        idx = tab.tv[name]
-        rows, cols = tab.tile[name]
-        want = atom.dtype_of(name)
-        if ref.buffer.dtype.bits != want.bits:
-            raise InternalError(f"{describe(s)}: operand {name} wants {want} registers, "
-                                f"{ref.buffer.name!r} holds {ref.buffer.dtype}")
-        vals = regs.read_group(ref, groups, idx.shape[1])   # [G, n, V]
+        _check_width(s, tab, name, ref)
+        ins[name] = regs.read_group(ref, groups, tab.tv[name].shape[1])     # [G, n, V]
+    regs.write_group(s.arg(tab.output), groups, _mma_compute(atom, tab, ins))
+
+
+def _check_width(s, tab, name, ref):
+    want = tab.dtypes[name]
+    if ref.buffer.dtype.bits != want.bits:
+        raise InternalError(f"{describe(s)}: operand {name} wants {want} registers, "
+                            f"{ref.buffer.name!r} holds {ref.buffer.dtype}")
+
+
+def _mma_compute(atom, tab, ins):
+    """The ``[G, n, V]`` D fragments of G issues from their ``[G, n, V]`` input fragments."""
+    tiles = []
+    for name in tab.inputs:
+        vals = ins[name]
+        G = vals.shape[0]
+        want = tab.dtypes[name]
         if vals.dtype != want.np:
             vals = vals.astype(want.np)
+        rows, cols = tab.tile[name]
+        inv = tab.from_fragment.get(name)
+        if inv is not None:
+            tiles.append(vals.reshape(G, -1)[:, inv].reshape(G, rows, cols))
+            continue
         t = np.zeros((G, rows * cols), dtype=vals.dtype)
-        t[:, idx.ravel()] = vals.reshape(G, -1)
+        t[:, tab.tv[name].ravel()] = vals.reshape(G, -1)
         tiles.append(t.reshape(G, cols, rows).transpose(0, 2, 1))
-    idx = tab.tv[tab.output]
-    outs = []
-    for g in range(G):
-        d = np.asarray(atom.semantics(*(t[g] for t in tiles)))
-        outs.append(np.ravel(d, order="F")[idx])
-    regs.write_group(s.arg(tab.output), groups, np.stack(outs))
+    d = np.asarray(atom.semantics(*tiles))                  # every issue's tile at once
+    return d.reshape(d.shape[0], -1)[:, tab.to_fragment[tab.output]]
 
 
 def shuffle(k, s):
@@ -144,5 +152,13 @@ def shuffle(k, s):
         lanes = regs.read_group(lane_ref, groups, 1)[..., 0].astype(np.int64)
     else:
         lanes = k.ctx.per_thread(lane_ref)[groups]
-    out = np.stack([np.asarray(atom.semantics(vals[g], lanes[g])) for g in range(groups.shape[0])])
+    out = np.asarray(atom.semantics(vals, lanes))             # [G, 32], every warp at once
     regs.write_group(dst, groups, out[..., None])
+
+
+def _gather(tiles: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``[G, threads, values]`` fragments of a stack of ``[G, rows, cols]`` tiles: ``idx`` holds
+    each (thread, value)'s column-major tile index."""
+    G = tiles.shape[0]
+    flat = tiles.transpose(0, 2, 1).reshape(G, -1)           # column-major per tile
+    return flat[:, idx]
