@@ -65,8 +65,8 @@ class CpAsyncGroups:
 
     def wait(self, pending: int, write):
         """``cp.async.wait_group pending`` by the active threads: every copy of theirs in a group
-        older than their last ``pending`` lands, no longer in flight and written (checked like a
-        store of the issuing threads) by ``write(sh, addr, thr, values, sid)``."""
+        older than their last ``pending`` lands, no longer in flight and written (as a store of
+        the issuing threads, checked when issued) by ``write(sh, addr, thr, values, sid)``."""
         if not self.pending:
             return
         mask = self.ctx.mask

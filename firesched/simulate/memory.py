@@ -130,6 +130,21 @@ class Shared:
         self.async_rd[e] -= 1
 
 
+def _rows_by_address(sh: Shared, addr: np.ndarray, thr: np.ndarray):
+    """``_by_address`` of ``addr`` (``[..., per]``) for threads ``thr`` (same shape), a row at a
+    time where each row is one thread's ``per`` contiguous elements starting at a multiple of
+    ``per`` (vector and ldmatrix accesses): two such rows coincide or do not meet, so the rows'
+    first elements decide, and there are ``per`` times fewer of them."""
+    a, t = addr.ravel(), thr.ravel()
+    per = addr.shape[-1] if addr.ndim > 1 else 1
+    if per > 1 and thr.strides[-1] == 0:
+        first = addr[..., 0].ravel()
+        if not (first % per).any() and (addr == addr[..., :1] + np.arange(per)).all():
+            _, lo, hi = _by_address(sh, first, thr[..., 0].ravel())
+            return a, np.repeat(lo, per), np.repeat(hi, per)
+    return _by_address(sh, a, t)
+
+
 def _by_address(sh: Shared, addr: np.ndarray, thr: np.ndarray):
     """For each access of a statement (``addr``, ``thr``, flat): its address, and the smallest and
     largest thread accessing that address in the statement.  Addresses may repeat; what is
@@ -201,7 +216,11 @@ class Memory:
     def in_block(self, sh: Shared, addr: np.ndarray, thr: np.ndarray) -> np.ndarray:
         """Element offsets ``addr`` of ``sh`` in the block of threads ``thr`` (same shape): the
         entries of that block's copy in a cluster."""
-        return addr + self.ctx.rank[thr] * sh.n if self.ctx.C > 1 else addr
+        if self.ctx.C == 1:
+            return addr
+        if thr.ndim > 1 and thr.strides[-1] == 0:      # a thread per row: one rank per row
+            thr = thr[..., :1]
+        return addr + self.ctx.rank[thr] * sh.n
 
     def check_bounds(self, ref: ir.MemRef, addr: np.ndarray, thr: np.ndarray, what: str):
         size = ref.buffer.size
@@ -264,7 +283,9 @@ class Memory:
                        thread=int(t[i[0]]), other=sh.inflight_stmt[a[i[0]]], other_thread=int(inf[i[0]]),
                        on=f"SH buffer {sh.buf.name!r}")
         E = order.epoch
-        bad = (sh.w_epoch[a] == E) & (sh.writer[a] != t)
+        bad = sh.w_epoch[a] == E
+        if bad.any():
+            bad &= sh.writer[a] != t
         if bad.any():
             bad &= ~order.ordered(sh.writer[a], sh.w_clock[a], t)
         if bad.any():
@@ -277,7 +298,7 @@ class Memory:
                        other_thread=int(sh.writer[a[j]]), on=f"SH buffer {sh.buf.name!r}")
         # record the readers of this epoch: keep the first distinct reader, and a second one that
         # differs from it, so that a later writer can find a reader other than itself
-        u, tmin, tmax = _by_address(sh, a, t)
+        u, tmin, tmax = _rows_by_address(sh, addr, thr)
         cur = sh.r_epoch[u] == E
         sid = ctx.sid(ctx.stmt)
         two = tmax != tmin
@@ -371,9 +392,18 @@ class Memory:
         return np.where(bad1, r1, r2), bad1 | bad2
 
     def sh_write(self, sh: Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid=None):
-        """Check and record writes of ``values`` at ``addr`` by ``thr`` (the current statement's,
-        or statement ``sid``'s: a cp.async landing)."""
+        """Check and record writes of ``values`` at ``addr`` by ``thr`` (the current statement's)."""
         u, w = self.sh_write_check(sh, addr, thr)
+        self._record_write(sh, addr, u, w, values, sid)
+
+    def sh_land(self, sh: Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid: int):
+        """Record the landing of cp.async copies of statement ``sid`` (``addr``, by ``thr``): a write
+        of the issuing threads now.  It was checked as one when issued, and since then its
+        elements have been in flight, so that any other access of them was a hazard: nothing new
+        can race with it, and the issuing threads' clocks have only advanced."""
+        self._record_write(sh, addr, addr.ravel(), thr.ravel(), values, sid)
+
+    def _record_write(self, sh: Shared, addr, u, w, values, sid):
         sh.writer[u] = w
         sh.w_clock[u] = self.order.own(w)
         sh.w_epoch[u] = self.order.epoch

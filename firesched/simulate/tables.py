@@ -71,6 +71,14 @@ class AtomTables:
             self.src, self.dst = (mem.name, reg.name) if load else (reg.name, mem.name)
             self.mem_tile = (rows, cols)
             self.per = per
+            # the [rows, cols] tile, row-major, gathered from the [lanes, per] memory elements
+            # (when they cover it once each)
+            rm = (self.addr % rows) * cols + self.addr // rows
+            self.tile_from_memory = None
+            if np.array_equal(np.sort(rm.ravel()), np.arange(rows * cols)):
+                inv = np.empty(rows * cols, dtype=np.int64)
+                inv[rm.ravel()] = np.arange(rm.size)
+                self.tile_from_memory = inv
         if atom.family == atoms.MMA:
             ins = [o for o in atom.operands if o.memory == "RF" and o.role == "in"]
             outs = [o for o in atom.operands if o.memory == "RF" and o.role in ("out", "inout")]

@@ -44,10 +44,10 @@ def matmul_semantics(a_dtype: dt.DType, b_dtype: dt.DType, acc_dtype: dt.DType):
     products summed in float64, the result rounded once to ``acc_dtype``."""
 
     def semantics(a, b, c):
-        a64 = dt.round_to(a_dtype, np.asarray(a))
-        b64 = dt.round_to(b_dtype, np.asarray(b))
-        c64 = dt.round_to(acc_dtype, np.asarray(c))
-        return (a64 @ b64 + c64).astype(acc_dtype.np)
+        d = dt.round_to(a_dtype, np.asarray(a)) @ dt.round_to(b_dtype, np.asarray(b))
+        c = np.asarray(c)
+        d += c if c.dtype == acc_dtype.np and acc_dtype != dt.tf32 else dt.round_to(acc_dtype, c)
+        return d.astype(acc_dtype.np)
 
     semantics.__name__ = f"mma_{a_dtype}_{b_dtype}_{acc_dtype}"
     return semantics

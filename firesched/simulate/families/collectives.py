@@ -39,15 +39,17 @@ def ldmatrix(k, s):
     mem.check_bounds(src, addr.reshape(G * lanes, tab.per), flat_who, "read")
     mem.check_align(atom, src, base.ravel(), flat_who)
     data = mem.read(src, addr, np.broadcast_to(who[..., None], addr.shape), flat_who)
-    tile = np.zeros((G, rows * cols), dtype=data.dtype)
-    tile[:, tab.addr.ravel()] = data.reshape(G, -1)
-    tile = tile.reshape(G, cols, rows).transpose(0, 2, 1)
-    idx = tab.tv[tab.dst]
+    if tab.tile_from_memory is not None:
+        tile = data.reshape(G, -1)[:, tab.tile_from_memory].reshape(G, rows, cols)
+    else:
+        tile = np.zeros((G, rows * cols), dtype=data.dtype)
+        tile[:, tab.addr.ravel()] = data.reshape(G, -1)
+        tile = tile.reshape(G, cols, rows).transpose(0, 2, 1)
     out = np.asarray(atom.semantics(tile)) if atom.semantics is not None else tile
     if out.shape[1:] != tab.tile[tab.dst]:
         raise InternalError(f"{atom.name}: semantics returned {out.shape[1:]} tiles; the destination "
                             f"layout expects {tab.tile[tab.dst]}")
-    vals = _gather(out, idx)                                  # [G, 32, V]
+    vals = _fragments(out, tab.to_fragment[tab.dst])          # [G, 32, V]
     rdt = dst.buffer.dtype.np
     if vals.dtype != rdt:
         if vals.dtype.itemsize != rdt.itemsize:
@@ -132,7 +134,7 @@ def _mma_compute(atom, tab, ins):
         t[:, tab.tv[name].ravel()] = vals.reshape(G, -1)
         tiles.append(t.reshape(G, cols, rows).transpose(0, 2, 1))
     d = np.asarray(atom.semantics(*tiles))                  # every issue's tile at once
-    return d.reshape(d.shape[0], -1)[:, tab.to_fragment[tab.output]]
+    return _fragments(d, tab.to_fragment[tab.output])
 
 
 def shuffle(k, s):
@@ -156,9 +158,7 @@ def shuffle(k, s):
     regs.write_group(dst, groups, out[..., None])
 
 
-def _gather(tiles: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``[G, threads, values]`` fragments of a stack of ``[G, rows, cols]`` tiles: ``idx`` holds
-    each (thread, value)'s column-major tile index."""
-    G = tiles.shape[0]
-    flat = tiles.transpose(0, 2, 1).reshape(G, -1)           # column-major per tile
-    return flat[:, idx]
+def _fragments(tiles: np.ndarray, to_fragment: np.ndarray) -> np.ndarray:
+    """``[G, threads, values]`` fragments of a stack of ``[G, rows, cols]`` tiles; ``to_fragment``
+    holds each (thread, value)'s row-major tile index (``AtomTables.to_fragment``)."""
+    return tiles.reshape(tiles.shape[0], -1)[:, to_fragment]

@@ -106,7 +106,7 @@ def commit(k, s):
 def wait(k, s):
     """``AsyncWait(pending)``: the active threads' groups but the last ``pending`` land."""
     k.ctx.stmt = s
-    k.cp.wait(int(s.pending), k.mem.sh_write)
+    k.cp.wait(int(s.pending), k.mem.sh_land)
 
 
 def wait_atom(k, s):
@@ -116,7 +116,7 @@ def wait_atom(k, s):
     n = wait_count(s.atom)
     if "wait_all" in s.atom.ptx:
         k.cp.commit(k.ctx.active())
-    k.cp.wait(n, k.mem.sh_write)
+    k.cp.wait(n, k.mem.sh_land)
 
 
 def wait_count(atom) -> int:
