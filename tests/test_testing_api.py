@@ -29,9 +29,12 @@ from firesched.strategies import (
     epilogue,
     move_to_regs,
     move_to_smem,
+    part,
     pipeline,
+    place,
     tile,
     to_blocks,
+    to_threads,
     to_warps,
 )
 
@@ -75,6 +78,29 @@ def test_refused_chains_are_refused_with_schedule_error(chain):
     spec = fs.MatMul.kernel(40, 24, 48)
     with pytest.raises(ScheduleError):
         spec.schedule(*chain).check("sm_80")
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data(), R=st.integers(1, 9), C=st.integers(1, 300), fitting=st.booleans(),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax"]))
+def test_drawn_fused_row_schedules_are_refused_or_equal_their_spec(data, R, C, fitting, kind):
+    # the fused spec of a stock row recipe, scheduled by drawn chains instead of the recipe's own
+    spec = getattr(fs.recipes, kind)(R, C, arch="sm_80").spec
+    chain = data.draw(ft.strategy_chains(spec, fitting=fitting))
+    sched = ft.try_schedule(spec, chain)
+    if sched is not None:
+        ft.assert_schedule_correct(sched, examples=1)
+
+
+def test_threads_must_fill_the_warp_they_are_mapped_in():
+    # 4 lanes per row inside a warp: lanes 4..31 would store the row's statistics again (a
+    # write-after-write race on a shared local, found by the drawn fused schedules above)
+    spec = fs.recipes.rmsnorm(4, 64, arch="sm_80", weight=False).spec
+    row = (tile(r=1) >> to_warps(), tile(c=16), tile(r=1, c=4) >> to_threads(), done())
+    sched = spec.schedule(tile(r=4) >> to_blocks(), *(place(t.name, fs.SH) for t in spec.locals),
+                          *(part(i, *row) for i in range(len(spec.body))))
+    with pytest.raises(ScheduleError, match="4 threads are mapped inside one warp, which has 32"):
+        sched.check("sm_80")
 
 
 def test_strategy_chains_name_what_they_cannot_draw():

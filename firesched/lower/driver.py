@@ -149,7 +149,9 @@ def block_threads(block: Node) -> int:
 def _check_nesting(n: Node) -> None:
     """Units mapped inside a unit must fit in it: a warp has 32 threads, a warpgroup 4 warps.
     (Mapping 64 threads below a warp would give each warp's index to 32 threads while the
-    thread loop spans 64, so two warps' rows would be reduced together.)"""
+    thread loop spans 64, so two warps' rows would be reduced together.)  Threads mapped inside
+    a warp must also fill it: with 4 of them, lanes 4..31 would take the indices of lanes 0..3
+    again and store the same elements a second time."""
     finer = (WARPGROUP, WARP, THREAD)
     for level in (WARPGROUP, WARP):
         if not any(lp.unit == level for lp in n.loops):
@@ -157,6 +159,13 @@ def _check_nesting(n: Node) -> None:
         for c in n.children:
             for f in finer[finer.index(level) + 1:]:
                 need = _inner_units(c, f) * UNIT_THREADS[f]
+                inner = next((m for m in c.walk() if any(lp.unit == f for lp in m.loops)), None)
+                if inner is not None and level == WARP and f == THREAD and need < UNIT_THREADS[WARP]:
+                    raise err(inner, f"{need} threads are mapped inside one warp, which has 32: the other "
+                                     f"{32 - need} lanes would repeat their work and store the same elements again",
+                              strategy=inner.strategy, field="threads", value=need, allowed="32 threads per warp",
+                              fix="tile the warp's part so that to_threads() maps 32 units (e.g. a larger or "
+                                  "finer tile), or map threads without to_warps() above them")
                 if need > UNIT_THREADS[level]:
                     inner = next(m for m in c.walk() if any(lp.unit == f for lp in m.loops))
                     cap = UNIT_THREADS[level] // UNIT_THREADS[f]

@@ -100,14 +100,17 @@ def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray], batch_threads: 
             KernelRun(kernel, memory, B).run_blocks(blocks[:full])
         if full < len(blocks):
             KernelRun(kernel, memory, len(blocks) - full).run_blocks(blocks[full:])
+        return
     except HazardError:
-        # report it as the one-block-at-a-time run does: from the start, on the same inputs
-        for n in names:
-            if n in saved:
-                memory[n][...] = saved[n]
-            else:
-                memory.pop(n, None)
-        KernelRun(kernel, memory).run_blocks(blocks)
+        pass
+    # report it as the one-block-at-a-time run does: from the start, on the same inputs (outside
+    # the handler, so that the batch's own report is not chained to it)
+    for n in names:
+        if n in saved:
+            memory[n][...] = saved[n]
+        else:
+            memory.pop(n, None)
+    KernelRun(kernel, memory).run_blocks(blocks)
 
 
 def block_ids(kernel: ir.Kernel) -> list[tuple[int, int, int]]:

@@ -12,8 +12,10 @@ accepts, the chains it must refuse, and inputs.
 * ``arrays_for(spec_or_schedule)`` draws the input arrays ``interpret`` takes (float32 values in
   ``[-bound, bound]``; Hypothesis shrinks a failing input towards zeros).
 
-Kinds covered: ``MatMul`` without batch dimensions (f16 or bf16 operands, mma.sync atoms), and
-``Move``, ``Pointwise`` and ``Reduce`` (one reduced dimension) of any rank.
+Kinds covered: ``MatMul`` without batch dimensions (f16 or bf16 operands, mma.sync atoms),
+``Move``, ``Pointwise`` and ``Reduce`` (one reduced dimension) of any rank, and ``Fused`` row
+kernels of those (a norm, a softmax: parts over rows and one reduced column dimension, locals in
+registers or shared memory, every part mapped the same way).
 """
 
 from __future__ import annotations
@@ -30,22 +32,26 @@ import numpy as np
 from ..errors import ScheduleError
 from ..hardware.atoms import sm80
 from ..schedule import Schedule
-from ..spec import MatMul, Move, Pointwise, Reduce
+from ..spec import Fused, MatMul, Move, Pointwise, Reduce
 from ..strategies import (
     done,
     move_to_regs,
     move_to_smem,
+    part,
     pipeline,
+    place,
     tile,
     to_blocks,
     to_threads,
     to_warps,
 )
+from ..tensor import RF, SH
 from .reference import extra_inputs, input_tiles
 
 __all__ = ["strategy_chains", "schedules", "refused_chains", "arrays_for", "try_schedule"]
 
-_KINDS = "MatMul (no batch dimensions), Move, Pointwise, Reduce (one reduced dimension)"
+_KINDS = ("MatMul (no batch dimensions), Move, Pointwise, Reduce (one reduced dimension), Fused row kernels "
+          "of those")
 
 
 def _unsupported(spec, why: str) -> ValueError:
@@ -151,6 +157,52 @@ def _reduce(spec: Reduce, fitting: bool):
     return chains()
 
 
+def _fused(spec: Fused, fitting: bool):
+    """Row kernels: every part tiled over the rows the same way (one warp, several threads or a
+    whole block per row), the reduced column dimension in chunks across the threads of a row;
+    each local in registers (then every part must map the row identically, which ``check()``
+    verifies) or in shared memory."""
+    if any(isinstance(sp, (MatMul, Fused)) for sp in spec.body):
+        raise _unsupported(spec, "Fused with a MatMul part")
+    axes = {a for sp in spec.body if isinstance(sp, Reduce) for a in sp.axes}
+    if len(axes) > 1:
+        raise _unsupported(spec, "Fused reducing over several dimensions")
+    dims = spec.outputs[0].tensor.dims
+    col = next(iter(axes)) if axes else dims[-1]
+    widest = max((sp for sp in spec.body), key=lambda sp: len(sp.outputs[0].tensor.dims))
+    tensor = next(t.tensor for t in widest.operands if col in t.tensor.dims)
+    rows = tuple(d for d in tensor.dims if d != col)
+    C = tensor.extent(col)
+    locals_ = [t.name for t in spec.locals]
+
+    @st.composite
+    def chains(draw):
+        br = draw(st.sampled_from([1, 2, 4] if fitting else [1, 2, 3, 4]))
+        unit = draw(st.sampled_from(["warps", "block"])) if rows else "block"
+        # threads per row: a warp, or whole warps of a block (fitting); any count otherwise
+        if fitting:
+            lanes = 32 if unit == "warps" else draw(st.sampled_from([32, 64, 128]))
+            tc = draw(st.sampled_from([t for t in (1, 2, 4, 8) if t * lanes <= max(C, lanes)]))
+            chunk = tc * lanes
+        else:
+            lanes = draw(st.sampled_from([3, 4, 8, 32, 64]))
+            tc = draw(st.sampled_from([1, 2, 4, 8]))
+            chunk = draw(st.sampled_from([tc * lanes, C, 100]))
+        one = {d: 1 for d in rows}
+        row = []
+        if unit == "warps":
+            row.append(tile(**one) >> to_warps())
+        row += [tile(**{col: chunk}), tile(**one, **{col: tc}) >> to_threads(), done()]
+        # a shared local is tiled like the row: its chunks must divide it (fitting)
+        homes = [RF, SH] if not fitting or C % chunk == 0 else [RF]
+        where = {n: draw(st.sampled_from(homes)) for n in locals_}
+        return [tile(**{d: br for d in rows}) >> to_blocks(),
+                *(place(n, where[n]) for n in locals_),
+                *(part(i, *row) for i in range(len(spec.body)))]
+
+    return chains()
+
+
 def strategy_chains(spec, *, fitting: bool = False) -> st.SearchStrategy:
     """Lists of strategy values for kernel-level ``spec`` (``spec.schedule(*chain)``), with tile
     sizes that may not divide or fit, stage counts 1..4, any unit arrangement; ``fitting=True``
@@ -160,6 +212,8 @@ def strategy_chains(spec, *, fitting: bool = False) -> st.SearchStrategy:
         spec = spec.spec
     if getattr(spec, "level", None) is None or str(spec.level) != "kernel":
         raise _unsupported(spec, "not a kernel-level spec")
+    if isinstance(spec, Fused):
+        return _fused(spec, fitting)
     if isinstance(spec, MatMul):
         return _matmul(spec, fitting)
     if isinstance(spec, Move):
