@@ -180,6 +180,7 @@ class KernelRun:
         self.bars = MBarriers(kernel, ctx, self.order)
         self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
         self.regs = Registers(kernel, ctx, track_wgmma)
+        self.memo: dict = {}                # executors' per-statement facts, by id (value: the statement)
         self.cp = CpAsyncGroups(ctx)
         self.tma = TmaOps(ctx, self.bars)
         self.wg = WgmmaGroups(ctx, self.regs)

@@ -26,6 +26,8 @@ class Registers:
         self.arrays = {r.name: np.zeros((ctx.T, r.size), dtype=r.dtype.np) for r in kernel.regs}
         self.bufs = {r.name: r for r in kernel.regs}
         self.track_wgmma = track_wgmma      # only kernels that issue wgmma pay for the tracking
+        self._tile_idx: dict = {}           # tile_index's tables (holding their arrays' ids alive)
+        self.flat = {n: a.reshape(-1) for n, a in self.arrays.items()}
 
     def reset(self):
         for r in self.arrays.values():
@@ -88,6 +90,34 @@ class Registers:
         self.touch[name][sel] = self.ctx.sid(self.ctx.stmt) + 1
 
     # ----------------------------------------------------------------- collective atoms
+
+    def tile_index(self, ref: ir.RegRef, groups: np.ndarray, where) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(flat registers, index)``: ``flat[index]`` is the ``[G, E]`` stack of tiles of ``ref``
+        whose element e of group g is register ``where[1][e]`` of thread ``groups[g, where[0][e]]``
+        (an atom's ``AtomTables.tile_regs``) — one gather or scatter for a whole collective atom.
+        None where the per-access bookkeeping must see each access (wgmma ownership, an offset that
+        differs between threads): ``read_group`` and ``write_group`` then."""
+        if self.track_wgmma:
+            return None
+        buf = ref.buffer
+        off = self.ctx.ev(ref.offset)
+        if type(off) is not int:
+            if np.ndim(off) != 0:
+                return None
+            off = int(off)
+        lanes, regs, top = where
+        if off < 0 or off + top >= buf.size or not self.declared(buf):
+            return None                     # read_group reports it
+        fixed = not groups.flags.writeable  # a cached thread-group table: its id is stable
+        key = (id(groups), buf.size, id(lanes))
+        hit = self._tile_idx.get(key) if fixed else None
+        if hit is None:
+            idx = groups[:, lanes] * buf.size + regs
+            if fixed:
+                self._tile_idx[key] = (groups, lanes, idx)
+        else:
+            idx = hit[2]
+        return self.flat[buf.name][off:], idx
 
     def _group_threads(self, groups) -> np.ndarray:
         """The threads of ``groups`` in order: ``ctx.tid`` itself when they are all the threads in

@@ -91,6 +91,7 @@ class AtomTables:
         # ``tiles.reshape(G, -1)[:, to_fragment[n]]`` the [G, threads, values] fragments
         self.from_fragment: dict[str, np.ndarray] = {}
         self.to_fragment: dict[str, np.ndarray] = {}
+        self.tile_regs: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
         for name, idx in self.tv.items():
             rows, cols = self.tile[name]
             rm = (idx % rows) * cols + idx // rows
@@ -99,6 +100,9 @@ class AtomTables:
                 inv = np.empty(rows * cols, dtype=np.int64)
                 inv[rm.ravel()] = np.arange(rm.size)
                 self.from_fragment[name] = inv
+                # the same as (thread of the group, register) of each row-major tile element
+                lanes, regs = np.divmod(inv, idx.shape[1])
+                self.tile_regs[name] = (lanes, regs, int(regs.max()))
 
 
 # Atoms are long-lived module constants; their tables are kept by identity (with the atom itself,

@@ -14,6 +14,7 @@ import numpy as np
 
 from ... import ir
 from ...errors import InternalError
+from ..convert import to_dtype
 from ..messages import describe
 from ..tables import atom_tables, reg_operand
 
@@ -101,12 +102,39 @@ def mma(k, s):
     groups = k.ctx.issuing_groups(s)
     if groups.shape[0] == 0:
         return
+    if k.memo.get(id(s)) is not s:          # once per statement: the operands' register widths
+        for name in tab.inputs:
+            _check_width(s, tab, name, s.arg(name))
+        k.memo[id(s)] = s
+    if _mma_tiles(k, s, atom, tab, groups):
+        return
     ins = {}
     for name in tab.inputs:
-        ref = s.arg(name)
-        _check_width(s, tab, name, ref)
-        ins[name] = regs.read_group(ref, groups, tab.tv[name].shape[1])     # [G, n, V]
+        ins[name] = regs.read_group(s.arg(name), groups, tab.tv[name].shape[1])     # [G, n, V]
     regs.write_group(s.arg(tab.output), groups, _mma_compute(atom, tab, ins))
+
+
+def _mma_tiles(k, s, atom, tab, groups) -> bool:
+    """The MMA with each operand's tiles gathered from (and D's scattered into) the register file
+    in one indexing each (``Registers.tile_index``); False where that does not apply."""
+    regs = k.regs
+    names = (*tab.inputs, tab.output)
+    where = {n: regs.tile_index(s.arg(n), groups, tab.tile_regs[n]) if n in tab.tile_regs else None
+             for n in names}
+    if any(w is None for w in where.values()):
+        return False
+    G = groups.shape[0]
+    tiles = []
+    for name in tab.inputs:
+        flat, idx = where[name]
+        t = flat[idx]
+        want = tab.dtypes[name].np
+        tiles.append((t if t.dtype == want else t.astype(want)).reshape(G, *tab.tile[name]))
+    d = np.asarray(atom.semantics(*tiles)).reshape(G, -1)
+    flat, idx = where[tab.output]
+    dt = s.arg(tab.output).buffer.dtype
+    flat[idx] = d if d.dtype == dt.np else to_dtype(d, dt)
+    return True
 
 
 def _check_width(s, tab, name, ref):
