@@ -3,9 +3,11 @@
     compute-sanitizer --tool memcheck  python bench/sanitize_rows.py
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py
     compute-sanitizer --tool synccheck python bench/sanitize_rows.py
+    compute-sanitizer --tool racecheck python bench/sanitize_rows.py 3x40000 2x65537   # some shapes
 
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
-per block, and the largest plan (1024 threads)."""
+per block, the largest plan (1024 threads), and rows split over thread-block clusters of 2 and 4
+blocks (an odd row included)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import firesched as fs  # noqa: E402
 
-SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768)]
+SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768), (3, 40000), (2, 65537)]
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    """Every op at ``SHAPES``, or at the ``ROWSxCOLS`` shapes given on the command line."""
     import torch
 
+    args = sys.argv[1:] if argv is None else argv
+    shapes = [tuple(int(v) for v in a.split("x")) for a in args] or SHAPES
     for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax"):
-        for rows, cols in SHAPES:
-            k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype="bf16"), arch="sm_90a")
+        for rows, cols in shapes:
+            k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype="bf16", arch="sm_90a"), arch="sm_90a")
             ins = []
             for b in k.program.inputs:
                 ins.append(torch.randn(b.shape, device="cuda", dtype=torch.bfloat16))

@@ -24,7 +24,7 @@ from ..hardware.atoms.base import TMA, WGMMA
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
 from ..schedule import Node, Schedule
-from ..spec import Fused, Reduce
+from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
 from . import checks
 from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
@@ -252,7 +252,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         if not tgt.has_clusters:
             raise err(block, f"thread-block clusters need sm_90a; the target is {tgt.name}", field="cluster",
                       value=order.cluster.size, allowed="1", fix="to_blocks() without cluster=")
-        if spec_loop is None:
+        if spec_loop is None and any(isinstance(m.spec, MatMul) for m in block.walk()):
             raise err(block, "the sm_90a GEMM lowering does not handle clusters without warp specialization: their "
                              "blocks release each other's stages from consumer warpgroups",
                       fix="add warp_specialize() after pipeline(...), or drop cluster=")

@@ -79,6 +79,12 @@ def check_args(what: str, rows, cols, dtype, arch) -> None:
                          f"for the GPU present")
 
 
+def plan_rows(rows: int, cols: int, dtype: str, arch) -> _rows.RowPlan:
+    """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
+    where the target has them (sm_90a)."""
+    return _rows.row_plan(rows, cols, dtype, clusters=get_target(arch).has_clusters)
+
+
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
     """``spec`` tiled by ``plan``: its intermediates ``local`` in registers, each part mapped by
     ``rows.part_strategies`` (parts without the row dim, per-row statistics, skip the row walk)."""
@@ -117,7 +123,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
     module docstring; ``rows.row_plan`` picks the tiling."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = _rows.row_plan(rows, cols, dtype)
+    plan = plan_rows(rows, cols, dtype, arch)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats)
@@ -131,7 +137,7 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
     registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
     check_args("add_rmsnorm", rows, cols, dtype, arch)
-    plan = _rows.row_plan(rows, cols, dtype)
+    plan = plan_rows(rows, cols, dtype, arch)
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -147,7 +153,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32."""
     check_args("layernorm", rows, cols, dtype, arch)
-    plan = _rows.row_plan(rows, cols, dtype)
+    plan = plan_rows(rows, cols, dtype, arch)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"
@@ -173,4 +179,4 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     return schedule_rows(spec, plan, tuple(local))
 
 
-__all__ = ["rmsnorm", "add_rmsnorm", "layernorm", "schedule_rows", "check_args"]
+__all__ = ["rmsnorm", "add_rmsnorm", "layernorm", "schedule_rows", "plan_rows", "check_args"]

@@ -9,8 +9,10 @@ aims at three things, in this order —
 * **the row stays in registers** between the statistics and the output: each thread holds
   ``vec * reps`` elements of its row, up to 32 of them, so a block of up to 1024 threads holds
   rows of up to 32,768 elements without spilling (64 per thread spill under 1024 threads' 64
-  registers; longer rows need a thread-block cluster that shares the row through distributed
-  shared memory: not built yet, ``row_plan`` says so);
+  registers).  A longer row goes to a thread-block cluster (sm_90a) of 2, 4 or 8 blocks, each
+  holding an equal part of it; the blocks combine their partial statistics through distributed
+  shared memory (``to_blocks(cluster=C)``), so rows of up to 262,144 elements are still read
+  once and written once;
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and four warps per block (a short row alone would leave most lanes
   idle); a longer row takes a whole block of ``lanes`` threads (warps combine their partial
@@ -23,6 +25,7 @@ aims at three things, in this order —
       1,024         128     8     1        1          128
       4,096         256     8     2        1          256
       32,768       1024     8     4        1         1024
+      65,536       1024     8     4        1         1024 x a cluster of 2
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -36,6 +39,7 @@ from ..dtypes import dtype as _dtype
 from ..strategies import done, tile, to_blocks, to_threads, to_warps
 
 MAX_THREADS = 1024
+CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block may take (sm_90a)
 WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 VALUES_IN_REGISTERS = 32       # elements of its row a thread may hold (measured: 64 spill under 1024 threads)
@@ -50,6 +54,8 @@ class RowPlan:
     vec: int
     reps: int
     rows: int
+    cluster: int = 1               # blocks sharing each row (a thread-block cluster)
+    part: int = 0                  # elements of the row each block of the cluster takes
 
     @property
     def span(self) -> int:
@@ -76,10 +82,12 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_REGISTERS) -> RowPlan:
+def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_REGISTERS,
+             clusters: bool = False) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (a kernel with
-    more f32 intermediates per element asks for fewer)."""
+    more f32 intermediates per element asks for fewer); ``clusters`` (the target has them:
+    sm_90a) lets a row too long for one block take a cluster of blocks."""
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
@@ -88,6 +96,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
     while cols % vec:
         vec //= 2
     vectors = -(-cols // vec)
+    longest = MAX_THREADS * max_values
+    if vectors * vec > longest and clusters:
+        # the fewest blocks whose equal parts (whole vectors) each fit one block
+        for C in CLUSTERS:
+            part = -(-vectors // C) * vec
+            if part <= longest:
+                one = row_plan(1, part, dtype, max_values=max_values)
+                return attrs.evolve(one, rows=1, cluster=C, part=part)
     if vectors <= 32:
         lanes = _pow2_at_least(vectors)
         per_warp = 32 // lanes
@@ -102,16 +118,20 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
     lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
     if reps * vec > max_values:
-        longest = MAX_THREADS * max_values
+        most = longest * CLUSTERS[-1]
         raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "
-                         f"block (at most {longest} here: {MAX_THREADS} threads x {max_values} elements); rows "
-                         "longer than that need a thread-block cluster sharing the row through distributed "
-                         "shared memory, which is not built yet")
+                         f"block (at most {longest} here: {MAX_THREADS} threads x {max_values} elements)"
+                         + (f" nor of a cluster of {CLUSTERS[-1]} blocks (at most {most})" if clusters else
+                            f"; on sm_90a a thread-block cluster of up to {CLUSTERS[-1]} blocks shares longer rows "
+                            f"(up to {most} elements): arch='sm_90a'"))
     return RowPlan(lanes, vec, reps, 1)
 
 
 def kernel_strategies(plan: RowPlan) -> list:
-    """The block tiling of a row kernel: ``plan.rows`` rows per block."""
+    """The block tiling of a row kernel: ``plan.rows`` rows per block, or each row split into
+    ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster."""
+    if plan.cluster > 1:
+        return [tile(r=1, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy)]
     return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
 
 

@@ -24,8 +24,7 @@ from .. import ops
 from ..schedule import Schedule
 from ..spec import Fused, Move, Pointwise, Reduce
 from ..tensor import KERNEL
-from . import rows as _rows
-from .norms import _Specs, check_args, schedule_rows
+from .norms import _Specs, check_args, plan_rows, schedule_rows
 
 
 def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, scale: float = 1.0,
@@ -42,7 +41,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     if isinstance(diagonal, bool) or not isinstance(diagonal, int) or (causal and diagonal < 0):
         raise ValueError(f"recipes.softmax: diagonal={diagonal!r}; allowed: an int >= 0 (a negative diagonal "
                          "masks whole rows, whose softmax is undefined)")
-    plan = _rows.row_plan(rows, cols, dtype)
+    plan = plan_rows(rows, cols, dtype, arch)
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)

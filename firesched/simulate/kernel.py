@@ -124,7 +124,7 @@ def batchable(kernel: ir.Kernel) -> bool:
     """Whether the blocks of ``kernel`` may run in batches: no clusters, no cluster atoms."""
     if int(getattr(kernel, "cluster", 1) or 1) > 1:
         return False
-    return not (atoms_of(kernel.body) & _CLUSTER_ATOMS)
+    return not (atoms_of(kernel.body) & _CLUSTER_ATOMS) and sm90a.DSMEM not in families_of(kernel.body)
 
 
 def families_of(body) -> set:

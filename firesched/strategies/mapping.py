@@ -18,13 +18,16 @@ import attrs
 from .. import ops as fops
 from ..errors import ScheduleError
 from ..schedule import Node
-from ..spec import MatMul, Reduce
+from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, THREAD, WARP, WARPGROUP, Level, Tensor, Tile
 from .base import Strategy, record
 
-#: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: pairs share B tiles
-#: through TMA multicast (larger clusters are not built yet).
-CLUSTER_SIZES = (1, 2)
+#: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: a MatMul's pairs share
+#: B tiles through TMA multicast (larger GEMM clusters are not built yet); a reduction split over
+#: a cluster's blocks combines their parts through distributed shared memory (8: the largest
+#: portable cluster).
+CLUSTER_SIZES = (1, 2, 4, 8)
+MATMUL_CLUSTER_SIZES = (1, 2)
 
 # Which level a spec must be at for its loops to map onto units of ``to``.
 _FROM = {
@@ -93,8 +96,10 @@ class to(Strategy):
             raise ScheduleError("the last tile created no unmapped loops over dimensions the focus keeps "
                                 f"(its reduction dims {sorted(red)} are split with split_k)", strategy=self,
                                 spec=parent.spec, fix="tile(m=..., n=...) before mapping")
-        # a Reduce's reduced dim tiled onto blocks: partial results and a second launch (_partials)
-        splits = spec.reduction_dims if isinstance(spec, Reduce) and self.level == BLOCK else ()
+        # a Reduce's reduced dim tiled onto blocks: partial results and a second launch (_partials),
+        # or one launch whose cluster combines them (cluster=); a fused spec's reductions must
+        # stay within a cluster (no part of it can wait for a second launch)
+        splits = _reduced_dims(spec) if self.level == BLOCK else ()
         across = [lp for lp in loops if lp.dim in splits]
         if len(across) > 1:
             raise ScheduleError("a reduction across blocks splits one reduced dimension into parts "
@@ -145,14 +150,18 @@ class to(Strategy):
                                 spec=spec, field="persistent", value=self.persistent,
                                 allowed="True with to_blocks(...), else False")
         if isinstance(self.cluster, bool) or not isinstance(self.cluster, int) or self.cluster not in CLUSTER_SIZES:
-            raise ScheduleError("cluster is the number of M tiles per thread-block cluster", strategy=self, spec=spec,
+            raise ScheduleError("cluster is the number of blocks per thread-block cluster", strategy=self, spec=spec,
                                 field="cluster", value=self.cluster,
                                 allowed=", ".join(map(str, CLUSTER_SIZES)) + " (1 = no clusters)")
-        cdim = getattr(spec, "m_dim", None)
-        if self.cluster > 1 and (self.level != BLOCK or cdim not in [lp.dim for lp in loops]):
-            raise ScheduleError("clusters group the block tiles of a MatMul's m loop mapped to blocks", strategy=self,
-                                spec=spec, field="cluster", value=self.cluster,
-                                fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
+        cdim = _cluster_dim(self, spec, loops, across)
+        if isinstance(spec, Fused) and across and self.cluster == 1:
+            raise ScheduleError(f"the fused spec's reduction over {across[0].dim} is split over "
+                                f"{across[0].count} blocks, which cannot combine their parts without a cluster",
+                                strategy=self, spec=spec, field="cluster", value=self.cluster,
+                                allowed=", ".join(map(str, CLUSTER_SIZES[1:])) + f" (= the {across[0].count} "
+                                f"{across[0].dim} tiles, on sm_90a)",
+                                fix=f"to_blocks(cluster={across[0].count}), or keep the {across[0].dim} "
+                                    "dimension in one block")
         if isinstance(self.occupancy, bool) or not isinstance(self.occupancy, int) or self.occupancy < 1 \
                 or (self.occupancy > 1 and self.level != BLOCK):
             raise ScheduleError("occupancy is the number of blocks that must fit on one SM at once, a positive "
@@ -166,7 +175,9 @@ class to(Strategy):
                        for lp in parent.loops)
         new_spec = attrs.evolve(spec, level=self.level)
         post = parent.post
-        if across:
+        if across and self.cluster > 1:
+            new_spec = _whole_means(new_spec, parent.spec, across[0].dim)
+        elif across:
             mapped, new_spec, second = _partials(sched, parent.spec, new_spec, mapped, across[0])
             post = post + (Node(second),)
         new_focus = attrs.evolve(focus, spec=new_spec)
@@ -191,6 +202,63 @@ class to(Strategy):
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
 
     __str__ = __repr__
+
+
+def _reduced_dims(spec) -> tuple[str, ...]:
+    """The dims a Reduce reduces, or that some Reduce of a fused spec's body reduces."""
+    if isinstance(spec, Reduce):
+        return tuple(spec.reduction_dims)
+    if isinstance(spec, Fused):
+        return tuple(dict.fromkeys(d for sp in spec.body if isinstance(sp, Reduce) for d in sp.reduction_dims))
+    return ()
+
+
+def _cluster_dim(strategy, spec, loops, across) -> str | None:
+    """The dim whose block tiles ``to_blocks(cluster=C)`` groups into clusters: a MatMul's m (its
+    clusters share B tiles), or the reduced dim of a Reduce or fused row kernel split over the
+    cluster's blocks (exactly C tiles: the cluster holds the whole reduction)."""
+    C = strategy.cluster
+    if C == 1:
+        return None
+    if strategy.level != BLOCK:
+        raise ScheduleError("clusters group blocks: cluster= belongs to to_blocks()", strategy=strategy, spec=spec,
+                            field="cluster", value=C, fix="to_blocks(cluster=...)")
+    if isinstance(spec, MatMul):
+        if C not in MATMUL_CLUSTER_SIZES or spec.m_dim not in [lp.dim for lp in loops]:
+            raise ScheduleError("a MatMul's clusters are pairs of block tiles of its m loop mapped to blocks",
+                                strategy=strategy, spec=spec, field="cluster", value=C,
+                                allowed=", ".join(map(str, MATMUL_CLUSTER_SIZES)),
+                                fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
+        return spec.m_dim
+    if not across:
+        raise ScheduleError("clusters group the block tiles of a MatMul's m loop, or of a reduced dim split "
+                            "over blocks; this tile maps neither", strategy=strategy, spec=spec, field="cluster",
+                            value=C, fix="tile(r=1, c=cols // C) >> to_blocks(cluster=C) for a row reduction "
+                                         "split over C blocks, or drop cluster=")
+    lp = across[0]
+    if lp.count != C:
+        raise ScheduleError(f"the reduction over {lp.dim} is split into {lp.count} block tiles; a cluster of "
+                            f"{C} must hold all of them (it combines their parts)", strategy=strategy, spec=spec,
+                            field="cluster", value=C, allowed=str(lp.count),
+                            fix=f"tile {lp.dim} into exactly {C} parts (tile({lp.dim}=ceil(extent / {C})))")
+    return lp.dim
+
+
+def _whole_means(spec, whole, dim: str):
+    """``spec`` (a Reduce, or a fused spec) with each mean over ``dim`` — whose tiles the blocks
+    of a cluster split — made a sum scaled by the whole count: the store that combines the
+    cluster's parts must divide by the whole row, not by one block's part."""
+    def fix(sp, wh):
+        if not isinstance(sp, Reduce) or sp.op != "mean" or dim not in sp.reduction_dims:
+            return sp
+        n = 1
+        for d in wh.reduction_dims:
+            n *= wh.src.tensor.extent(d)
+        return attrs.evolve(sp, op="sum", ops=(fops.scale(1.0 / n),) + tuple(sp.ops))
+
+    if isinstance(spec, Fused):
+        return attrs.evolve(spec, body=tuple(fix(sp, wh) for sp, wh in zip(spec.body, whole.body)))
+    return fix(spec, whole)
 
 
 def _partials(sched, whole: Reduce, part: Reduce, loops: tuple, lp):
@@ -267,9 +335,10 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
         for m0 in block(32), n0 in block(16) grouped(8)     # 512 blocks, one tile each
         for m0 in block(32), n0 in block(16) grouped(8) persistent   # 132 blocks, ~3.9 tiles each
 
-    ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks that take C consecutive M
-    tiles of one N tile: the B tile they share is loaded once, each block fetching 1/C of it
-    with a TMA multicast into the shared memory of every block of the cluster::
+    ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks.  For a MatMul (C = 2) they
+    take C consecutive M tiles of one N tile: the B tile they share is loaded once, each block
+    fetching 1/C of it with a TMA multicast into the shared memory of every block of the cluster
+    (for a reduction split over blocks, see below)::
 
         for m0 in block(32) clusters(2), n0 in block(16)    # block pairs (m0, m0+1) share B
 
@@ -280,6 +349,17 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
         for r0 in block(R), c0 in block(C/4096):
           Reduce<block>(sum over c: X[1 x 4096] -> Y_part[1 x 1])
         Reduce<kernel>(sum over cp: Y_part:f32[C/4096 x R] -> Y[R])
+
+    With ``cluster=C`` equal to the number of parts (2, 4 or 8, sm_90a) it stays one launch: the
+    C blocks of a cluster each reduce one part and combine the parts through distributed shared
+    memory, every block folding them in the same order (a mean divides by the whole row).  That
+    is how a fused row kernel (a norm, a softmax) takes rows longer than one block holds, the row
+    still read once and written once::
+
+        Fused<kernel>[Move(X -> Xr); ...; Reduce(mean over c: Q -> Rstd); ...]   X: f16[R x 65536]
+          tile(r=1, c=32768) >> to_blocks(cluster=2)
+          for r0 in block(R), c0 in block(2) clusters(2):
+            Fused<block>[Move(X:GL f16[1x32768] -> Xr); ...; Reduce(sum over c: ...) with scale(1/65536)]
 
     ``occupancy=N`` asks for N blocks resident on each SM at once (``__launch_bounds__(threads,
     N)``): the compiler then keeps each thread within ``regs_per_sm / (threads * N)`` registers.

@@ -684,6 +684,49 @@ def cluster_multicast_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), 
     return program, _Plan(program, expected).random(0), expected
 
 
+def dsmem_program(dtype: dt.DType | str = "f32", *, cluster: int = 2, barrier: bool = True
+                  ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """A cluster of ``cluster`` blocks (one warp each): block ``r`` stores its row ``x[r]`` (32
+    four-byte values) in its shared memory, and after a ``barrier.cluster`` each lane reads the
+    value of the block of rank ``r + 1`` (mod ``cluster``) with ``ld_shared_cluster_4`` into
+    ``out[r]``::
+
+        st.shared  smem[lane] = x[r, lane]
+        barrier.cluster                          # every block's row is visible cluster-wide
+        out[r, lane] = ld.shared::cluster(smem[lane], rank (r + 1) % cluster)
+        barrier.cluster                          # no block leaves while another reads its memory
+
+    ``barrier=False`` leaves out the first barrier: the interpreter reports the race."""
+    d = dt.dtype(dtype)
+    if d.bits != 32:
+        raise ValueError(f"dsmem_program: dtype={d}; ld_shared_cluster_4 moves 32-bit values")
+    C = int(cluster)
+    x = _gbuf("x", d, (C, WARP_THREADS))
+    out = _gbuf("out", d, (C, WARP_THREADS), "out")
+    sm = ir.SharedBuffer("smem", d, WARP_THREADS, 16, "this block's row")
+    reg = ir.RegBuffer("r", d, 1)
+    t = ir.tid(WARP_THREADS)
+    rank = ex.mod(ir.bid(0, C), C)
+    body = [
+        _call(_copy_atom("ld_global", 4), src=ir.MemRef(x, rank * WARP_THREADS + t), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_shared", 4), dst=ir.MemRef(sm, t), src=ir.RegRef(reg, 0)),
+        *([_call(sm90a.barrier_cluster, comment="every block's row is in its shared memory")] if barrier else []),
+        _call(sm90a.ld_shared_cluster_4, comment=UNDER_TEST, dst=ir.RegRef(reg, 0), src=ir.MemRef(sm, t),
+              cta=ir.Scalar(ex.mod(rank + 1, C))),
+        _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, rank * WARP_THREADS + t), src=ir.RegRef(reg, 0)),
+        _call(sm90a.barrier_cluster, comment="no block leaves while another may read its shared memory"),
+    ]
+
+    def expected(inputs):
+        return np.roll(np.asarray(inputs["x"]).astype(d.np), -1, axis=0)
+
+    kernel = ir.Kernel(name="micro_dsmem", params=(x, out), grid=(C, 1, 1), threads=WARP_THREADS, shared=(sm,),
+                       regs=(reg,), body=ir.Seq(body), cluster=C,
+                       header=f"a cluster of {C} blocks: each reads the next block's row from its shared memory")
+    program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
 def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64), coords=(16, 32),
                       swizzle: int = 128, proxy_fence: bool = True, wait: str | None = "read"
                       ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
@@ -920,6 +963,8 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
         return stmatrix_program(atom)
     if atom in (sm90a.tma_load_2d_multicast, sm90a.mbarrier_arrive_cluster, sm90a.barrier_cluster):
         return cluster_multicast_program(d or dt.f16)
+    if fam == sm90a.DSMEM:
+        return dsmem_program(d or dt.f32)
     if fam == sm90a.TMA:
         if atom is sm90a.tma_load_2d:
             return tma_load_program(d or dt.f16)

@@ -1,5 +1,6 @@
 """The row recipes on the GPU against torch in float32: fixed odd shapes, cols = 1, rows with
-large magnitudes, and random shapes up to 32,768 columns in fp16 and bf16."""
+large magnitudes, random shapes up to 32,768 columns in fp16 and bf16, and rows of up to 262,144
+columns on thread-block clusters."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
 def _run(op, rows, cols, dtype, magnitude=1.0):
     dt = TDT[dtype]
     F = torch.nn.functional
-    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype), arch="sm_90a")
+    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a")
     x = (torch.randn(rows, cols, device="cuda") * magnitude).to(dt)
     w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
     outs = [torch.full((rows, cols), float("nan"), device="cuda", dtype=dt) for _ in range(2 if op == "add_rmsnorm" else 1)]
@@ -59,3 +60,15 @@ def test_random_row_shapes(seed):
     rnd = random.Random(seed)
     op = rnd.choice(["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
     _run(op, rnd.randint(1, 300), rnd.choice([rnd.randint(1, 2000), 2 ** rnd.randint(3, 15)]), rnd.choice(["f16", "bf16"]))
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(3, 32769), (5, 65536), (2, 100003), (4, 262144), (1, 262143)])
+def test_long_rows_on_clusters(op, rows, cols):
+    assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True).cluster > 1
+    _run(op, rows, cols, "bf16")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "softmax"])
+def test_long_rows_large_magnitudes(op):
+    _run(op, 8, 131072, "f16", magnitude=3000.0)

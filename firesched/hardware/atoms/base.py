@@ -46,7 +46,8 @@ FENCE = "fence"            # fence.proxy.async, fence.mbarrier_init
 SETMAXNREG = "setmaxnreg"  # warpgroup register reallocation
 STMATRIX = "stmatrix"      # warp-collective register -> shared 8x8 matrix store
 CLUSTER = "cluster"        # barrier.cluster (every thread of every block of the cluster)
-SM90A_FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER)
+DSMEM = "dsmem"            # a thread's load from another cluster block's shared memory (mapa + ld.shared::cluster)
+SM90A_FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER, DSMEM)
 
 _REG_CONSTRAINT = {16: "h", 32: "r", 64: "l"}
 

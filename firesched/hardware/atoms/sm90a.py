@@ -33,6 +33,9 @@ Families (``Atom.family``):
   multicast TMA load (``tma_load_2d_multicast``: one box into the shared memory of several
   blocks of the cluster, completing on each one's mbarrier) and ``mbarrier_arrive_cluster``
   (``mapa`` + a remote ``mbarrier.arrive.release.cluster``).
+* ``dsmem`` — ``ld_shared_cluster_4``: a thread's 4-byte load from the shared memory of the
+  cluster's block of rank ``$cta`` (distributed shared memory: ``mapa`` + ``ld.shared::cluster``),
+  at the offset its own block's copy of the buffer has.
 
 Register operands that carry no tile (descriptors, coordinates, counts, ``scale_d``) have no TV
 layout; ``is_descriptor`` and ``is_scalar`` tell them apart.
@@ -70,6 +73,7 @@ from ..tma import TMA_DATA_TYPES, TMA_SWIZZLES, box_byte_offsets, box_byte_offse
 from . import sm80
 from .base import (  # noqa: F401  (the family names, re-exported)
     CLUSTER,
+    DSMEM,
     FENCE,
     MBARRIER,
     SETMAXNREG,
@@ -368,6 +372,22 @@ barrier_cluster = Atom(
         "blocks' earlier accesses (mbarrier initialisation included) are visible cluster-wide after it, "
         "and no block leaves while another may still write its shared memory.")
 
+# --------------------------------------------------------------------------- distributed shared memory
+
+ld_shared_cluster_4 = Atom(
+    name="ld_shared_cluster_4", family=DSMEM, group=THREAD, kind="Move", shape=(1, 4),
+    dtypes=(("dst", dt.u8), ("src", dt.u8), ("cta", dt.i32)),
+    operands=(Operand("dst", "out", "RF", regs=1, reg_bits=32, values=4,
+                      tv=TVLayout(Layout((1, 4), (0, 1)), (1, 4))),
+              Operand("src", "in", "SH", values=4, addr=Layout(1, 0)), _scalar("cta")),
+    ptx="{ .reg .b32 fs_a; mapa.shared::cluster.u32 fs_a, $src, $cta; ld.shared::cluster.b32 $dst, [fs_a]; }",
+    min_target="sm_90a", alignment=4, src_memory="SH", dst_memory="RF", width=4,
+    semantics=identity, catalog=CATALOG,
+    doc="Load 4 bytes from the shared memory of the cluster's block of rank $cta (possibly the "
+        "caller's own), at the offset $src has in the caller's block: how the blocks of a cluster "
+        "read each other's partial results.  Ordered after the other block's store by a "
+        "barrier.cluster between them.")
+
 # --------------------------------------------------------------------------- stmatrix
 
 def _stmatrix(ld: Atom, num: int) -> Atom:
@@ -411,7 +431,7 @@ ATOMS: tuple[Atom, ...] = (
     tma_wait,
     mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_arrive_cluster,
     fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,
-    *STMATRIX_ATOMS,
+    ld_shared_cluster_4, *STMATRIX_ATOMS,
 )
 
 __all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "TMA_LOADS", "TMA_STORES", "FAMILIES", "SmemDescriptor", "smem_descriptor",

@@ -29,7 +29,7 @@ import math
 from ... import ir
 from ... import ops as fops
 from ...dtypes import f32, i32
-from ...hardware.atoms import catalog, sm70
+from ...hardware.atoms import catalog, sm70, sm90a
 from ...ir.expr import IntExpr, Sum, Var, land, lt
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
@@ -363,10 +363,56 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
                 *(reads if everyone else [ir.If(first, ir.Seq(tuple(reads)))])]
         if ctx.repeated or not everyone:
             out.append(ir.Barrier(f"{dst.name}'s partial results were read"))
+    first = land(*[lt(ctx.vars[v], 1) for v, _ in rep]) if rep else 1
+    cl = ctx.cluster
+    across = op is not None and cl is not None and cl.dim not in dst.tensor.dims
+    if across:
+        out += _cluster_combine(lw, node, ctx, lay, acc, op, first, everyone)
     stores = _store_elements(lw, ctx, node, lay, acc)
-    if rep and not everyone:
-        stores = [ir.If(land(*[lt(ctx.vars[v], 1) for v, _ in rep]), ir.Seq(tuple(stores)))]
+    # one replica stores (every one, into a register local); one block of a cluster into global
+    # memory, where the cluster's blocks hold the same result
+    guard = land(first, lt(cl.rank, 1)) if across and dst.memory == GL else first
+    if not everyone and guard != 1:
+        stores = [ir.If(guard, ir.Seq(tuple(stores)))]
     return out + stores
+
+
+def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.RegBuffer, op: str, first,
+                     everyone: bool) -> list:
+    """Combine the block results of a reduction whose reduced dim the blocks of a thread-block
+    cluster split (``to_blocks(cluster=C)``), through distributed shared memory::
+
+        block q:  if first replica: part[q] = acc           (own shared memory)
+                  barrier.cluster                             (every block's part is visible)
+                  acc = part[0] op part[1] op ... part[C-1]   (ld.shared::cluster, ranks in order)
+                  barrier.cluster                             (no block reuses or leaves its part early)
+
+    Every block folds the same parts in the same order, so every block (and, into a register
+    local, every thread) holds bitwise the same result."""
+    spec = node.spec
+    dst = spec.dst
+    C = ctx.cluster.size
+    if acc.dtype.bits != 32:
+        raise err(node, f"a cluster combines 32-bit partial results; {spec.src.name} accumulates in {acc.dtype}",
+                  field="acc", value=str(acc.dtype), allowed="f32", fix="accumulate the reduction in f32")
+    part = lw.kb.shared_buf(f"{dst.name}_cluster", f32, lay.size, 16,
+                            f"this block's part of {dst.name}, read by every block of the cluster")
+    st = catalog.copy_atom("RF", "SH", 4)
+    publish = [ir.AtomCall(st, (("dst", ir.MemRef(part, v)), ("src", ir.RegRef(acc, v)))) for v in range(lay.size)]
+    tmp = lw.kb.reg("cluster_part", f32, 1)
+    fold: list = []
+    for q in range(C):
+        for v in range(lay.size):
+            into = ir.RegRef(acc, v) if q == 0 else ir.RegRef(tmp, 0)
+            fold.append(ir.AtomCall(sm90a.ld_shared_cluster_4, (("dst", into), ("src", ir.MemRef(part, v)),
+                                                                ("cta", ir.Scalar(q))), comment=f"block rank {q}"))
+            if q:
+                fold.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(tmp, 0))))
+    sync = ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block's part of {dst.name} is in its shared memory")
+    done_ = ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block has read the parts of {dst.name}")
+    return [ir.Comment(f"{dst.name}: combine the parts of the cluster's {C} blocks"),
+            *(publish if first == 1 else [ir.If(first, ir.Seq(tuple(publish)))]), sync,
+            *(fold if everyone or first == 1 else [ir.If(first, ir.Seq(tuple(fold)))]), done_]
 
 
 def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.RegBuffer) -> list:

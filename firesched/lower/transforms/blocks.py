@@ -13,9 +13,10 @@ The loops a schedule maps onto blocks (``to_blocks``) become the grid:
 * persistent (``persistent=True``): one block per SM, at most one per tile; block ``b`` walks
   tiles ``b, b + grid, b + 2*grid, ...`` in the same order, in a loop around the block's work;
 * clusters (``cluster=C``): blocks ``C*i .. C*i + C-1`` form a thread-block cluster that takes C
-  consecutive row-tiles of one column of tiles (the tile they share — B, for a MatMul — is
-  loaded once and multicast).  When the row-tiles do not fill the last cluster, its spare blocks
-  load a duplicate of the last row-tile and store nothing.
+  consecutive tiles of the clustered loop for one tile of the other (a MatMul: C row-tiles of
+  one column of tiles, whose shared B tile is loaded once and multicast; a row reduction: the C
+  parts of one row, combined through distributed shared memory).  When the row-tiles do not
+  fill the last cluster, its spare blocks load a duplicate of the last row-tile and store nothing.
 """
 
 from __future__ import annotations
@@ -141,11 +142,11 @@ def _linear_tiles(loops, t: IntExpr) -> dict:
 def _clusters(loops, node, target, C: int, persistent: bool) -> BlockOrder:
     lm = next((lp for lp in loops if lp.cluster > 1), None)
     others = [lp for lp in loops if lp is not lm]
-    if len(others) != 1:
-        raise err(node, "clusters pair the tiles of one row loop with one column loop mapped to blocks",
+    if len(others) > 1:
+        raise err(node, "clusters pair the tiles of the clustered loop with one other loop mapped to blocks",
                   fix="tile(m=..., n=...) >> to_blocks(cluster=2) with no other block loops")
-    ln = others[0]
-    Mt, Nt = lm.count, ln.count
+    ln = others[0] if others else None
+    Mt, Nt = lm.count, (ln.count if ln is not None else 1)
     Mg = -(-Mt // C)
     G = max(1, -(-lm.group // C))
     tiles = Mg * Nt
@@ -164,7 +165,8 @@ def _clusters(loops, node, target, C: int, persistent: bool) -> BlockOrder:
     valid = lt(t, tiles) if iters * clusters > tiles else 1
     step = lm.step(lm.dim)
     info = ClusterInfo(C, lm.dim, rank, (Mt - 1) * step if Mt % C else None, lt(mi, Mt) if Mt % C else 1)
-    return BlockOrder((blocks, 1, 1), {lm.var: mi, ln.var: ni}, ti, valid, info)
+    bind = {lm.var: mi, **({ln.var: ni} if ln is not None else {})}
+    return BlockOrder((blocks, 1, 1), bind, ti, valid, info)
 
 
 def _min(a: IntExpr, b: IntExpr) -> IntExpr:

@@ -28,6 +28,7 @@ EXECUTORS = {
     sm90a.SETMAXNREG: wgmma.setmaxnreg,
     sm90a.STMATRIX: collectives.stmatrix,
     sm90a.CLUSTER: barriers.cluster,
+    sm90a.DSMEM: copies.dsmem,
 }
 
 __all__ = ["EXECUTORS"]

@@ -16,6 +16,7 @@ import numpy as np
 from ... import ir
 from ...errors import InternalError
 from ..messages import describe
+from .operands import scalar
 
 
 def copy(k, s):
@@ -55,6 +56,43 @@ def copy(k, s):
         off = act[~np.isin(act, on)]
         R, idx = regs.index(dst, n, off)
         R[idx] = 0
+
+
+def dsmem(k, s):
+    """DSMEM: each enabled thread loads ``values_for(dtype)`` elements from the copy of a shared
+    buffer that the block of cluster rank ``cta`` holds, at the offset of its own (a read of that
+    block's memory, checked against its writers: a ``barrier.cluster`` orders them)."""
+    ctx, mem, regs = k.ctx, k.mem, k.regs
+    atom = s.atom
+    src, dst = s.arg("src"), s.arg("dst")
+    if not isinstance(src, ir.MemRef) or not isinstance(src.buffer, ir.SharedBuffer):
+        raise InternalError(f"{describe(s)}: a distributed shared memory load reads a shared buffer")
+    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+    n = atom.values_for(sdt)
+    if sdt.bits != ddt.bits or n == 0:
+        raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} into {ddt} registers")
+    on, _ = ctx.enabled(s)
+    if on.size == 0:
+        return
+    cta = scalar(k, s, "cta")[on]
+    bad = (cta < 0) | (cta >= ctx.cluster)
+    if bad.any():
+        i = np.flatnonzero(bad)[0]
+        ctx.hazard(f"distributed shared memory load from cluster rank {int(cta[i])} (thread {int(on[i])}): the "
+                   f"cluster has {ctx.cluster} block(s)", thread=int(on[i]))
+    lane = np.arange(n, dtype=np.int64)[None, :]
+    base = ctx.per_thread(src.offset)[on]
+    mem.check_bounds(src, base[:, None] + lane, on, "read (distributed shared memory)")
+    mem.check_align(atom, src, base, on)
+    sh = mem.shared_of(src.buffer)
+    # the target block's copy: ranks are the cluster's blocks, and only a cluster runs together
+    e = base[:, None] + lane + (ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta)[:, None] * sh.n
+    mem.sh_read(sh, e, np.broadcast_to(on[:, None], e.shape))
+    vals = sh.data[e]
+    if sdt != ddt:
+        vals = vals.view(ddt.np)
+    R, idx = regs.index(dst, n, on)
+    R[idx] = vals
 
 
 def cp_async(k, s):
