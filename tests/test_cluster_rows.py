@@ -19,11 +19,17 @@ from firesched.simulate.interp import run_program
 from firesched.strategies import done, part, place, tile, to_blocks, to_threads
 
 
-@pytest.mark.parametrize("cols, cluster, part_", [(32768, 1, 0), (32769, 2, 16385), (65536, 2, 32768),
-                                                  (100003, 4, 25001), (262144, 8, 32768)])
-def test_row_plan_takes_the_fewest_blocks_that_hold_the_row(cols, cluster, part_):
+@pytest.mark.parametrize("cols, cluster, part_, threads, vec", [
+    (32768, 1, 0, 1024, 8), (16383, 1, 0, 1024, 1), (16385, 4, 4097, 512, 1), (32769, 8, 4097, 512, 1),
+    (65536, 4, 16384, 512, 8), (100003, 8, 12501, 1024, 1), (131072, 8, 16384, 512, 8), (131073, 8, 16385, 1024, 1),
+    (262144, 8, 32768, 1024, 8), (262143, 8, 32768, 1024, 1)])
+def test_row_plan_takes_the_fewest_blocks_that_hold_the_row(cols, cluster, part_, threads, vec):
+    # blocks of 512 threads where 8 of them hold the row (two per SM), else of 1024; the parts
+    # keep the row's own vector width (an odd row's start is not 16-byte aligned), and an odd
+    # row keeps 16 elements per thread where a cluster can hold it so
     plan = row_plan(2, cols, "f16", clusters=True)
-    assert (plan.cluster, plan.part) == (cluster, part_)
+    assert (plan.cluster, plan.part, plan.lanes, plan.vec) == (cluster, part_, threads, vec)
+    assert plan.reps * plan.vec <= (32 if vec > 1 or cols > 131072 else 16)
     if cluster > 1:
         assert plan.reps * plan.vec * plan.lanes >= plan.part and plan.rows == 1
 
@@ -99,7 +105,7 @@ def test_clusters_need_sm90a():
 
 def test_cluster_kernels_compile():
     k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a"), arch="sm_90a")
-    assert "__cluster_dims__(2, 1, 1)" in k.source and "ld.shared::cluster" in k.source
+    assert "__cluster_dims__(4, 1, 1)" in k.source and "ld.shared::cluster" in k.source
 
 
 # --------------------------------------------------------------------------- the atom

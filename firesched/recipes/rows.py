@@ -25,7 +25,7 @@ aims at three things, in this order —
       1,024         128     8     1        1          128
       4,096         256     8     2        1          256
       32,768       1024     8     4        1         1024
-      65,536       1024     8     4        1         1024 x a cluster of 2
+      65,536        512     8     4        1          512 x a cluster of 4
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -40,6 +40,10 @@ from ..strategies import done, tile, to_blocks, to_threads, to_warps
 
 MAX_THREADS = 1024
 CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block may take (sm_90a)
+# threads per block of a cluster's row parts: measured on an H100 (bench/row_plans.py), 512
+# threads x 32 values at two blocks per SM beat 1024 x 32 at one (softmax over 65,536 bf16
+# columns 2.07 against 1.85 TB/s, rmsnorm 2.47 against 2.45)
+CLUSTER_THREADS = 512
 WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 VALUES_IN_REGISTERS = 32       # elements of its row a thread may hold (measured: 64 spill under 1024 threads)
@@ -97,13 +101,34 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
         vec //= 2
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
-    if vectors * vec > longest and clusters:
-        # the fewest blocks whose equal parts (whole vectors) each fit one block
-        for C in CLUSTERS:
-            part = -(-vectors // C) * vec
-            if part <= longest:
-                one = row_plan(1, part, dtype, max_values=max_values)
-                return attrs.evolve(one, rows=1, cluster=C, part=part)
+    # element-wise (odd) rows address each element on its own: at 32 of them per thread the
+    # LayerNorm spills, so where a cluster can spread the row they keep 16
+    for values in ((min(16, max_values), max_values) if vec < 4 and clusters else (max_values,)):
+        if vectors * vec <= MAX_THREADS * values:
+            break
+        # the fewest blocks whose equal parts (whole vectors) each fit a block of CLUSTER_THREADS
+        # (two blocks per SM overlap one's combine with the other's loads), else of MAX_THREADS;
+        # the parts keep the row's vector width (a row's start is only that aligned)
+        for threads in ((CLUSTER_THREADS, MAX_THREADS) if clusters else ()):
+            for C in CLUSTERS:
+                part = -(-vectors // C) * vec
+                if part <= threads * values:
+                    one = _one_block(1, part // vec, vec, threads)
+                    return attrs.evolve(one, cluster=C, part=part)
+    plan = _one_block(rows, vectors, vec, MAX_THREADS)
+    if plan.reps * vec > max_values:
+        most = longest * CLUSTERS[-1]
+        raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "
+                         f"block (at most {longest} here: {MAX_THREADS} threads x {max_values} elements)"
+                         + (f" nor of a cluster of {CLUSTERS[-1]} blocks (at most {most})" if clusters else
+                            f"; on sm_90a a thread-block cluster of up to {CLUSTERS[-1]} blocks shares longer rows "
+                            f"(up to {most} elements): arch='sm_90a'"))
+    return plan
+
+
+def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:
+    """The plan of rows of ``vectors`` accesses of ``vec`` elements on blocks of at most
+    ``max_threads`` threads (``reps`` may exceed what fits in registers: the caller checks)."""
     if vectors <= 32:
         lanes = _pow2_at_least(vectors)
         per_warp = 32 // lanes
@@ -115,15 +140,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
     # (rows) per SM, whose loads overlap the others' reductions and barriers (measured on an H100:
     # softmax over 16,384 columns went from 1.8 to ... TB/s with 32 elements per thread instead of 16)
     reps = 1 if vectors <= 256 else 2 if vectors <= 512 else 4
-    lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // reps)))
+    lanes = min(max_threads, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
-    if reps * vec > max_values:
-        most = longest * CLUSTERS[-1]
-        raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "
-                         f"block (at most {longest} here: {MAX_THREADS} threads x {max_values} elements)"
-                         + (f" nor of a cluster of {CLUSTERS[-1]} blocks (at most {most})" if clusters else
-                            f"; on sm_90a a thread-block cluster of up to {CLUSTERS[-1]} blocks shares longer rows "
-                            f"(up to {most} elements): arch='sm_90a'"))
     return RowPlan(lanes, vec, reps, 1)
 
 

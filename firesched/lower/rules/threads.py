@@ -409,10 +409,19 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.Re
             if q:
                 fold.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(tmp, 0))))
     sync = ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block's part of {dst.name} is in its shared memory")
-    done_ = ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block has read the parts of {dst.name}")
-    return [ir.Comment(f"{dst.name}: combine the parts of the cluster's {C} blocks"),
-            *(publish if first == 1 else [ir.If(first, ir.Seq(tuple(publish)))]), sync,
-            *(fold if everyone or first == 1 else [ir.If(first, ir.Seq(tuple(fold)))]), done_]
+    out = [ir.Comment(f"{dst.name}: combine the parts of the cluster's {C} blocks"),
+           *(publish if first == 1 else [ir.If(first, ir.Seq(tuple(publish)))]), sync,
+           *(fold if everyone or first == 1 else [ir.If(first, ir.Seq(tuple(fold)))])]
+    # a block must not leave while another may still read its part: each part buffer is written
+    # once per launch, so one barrier at the end of the kernel covers every combine (a persistent
+    # block refills its buffers per tile, so it waits here)
+    if ctx.repeated or ctx.hoists is None:
+        out.append(ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block has read the parts of {dst.name}"))
+    else:
+        end = ir.AtomCall(sm90a.barrier_cluster, (), 1, "no block leaves while another may read its shared memory")
+        if not any(getattr(x, "atom", None) is sm90a.barrier_cluster for x in ctx.hoists.scope_end):
+            ctx.hoists.scope_end.append(end)
+    return out
 
 
 def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.RegBuffer) -> list:

@@ -1,0 +1,91 @@
+"""Time alternative row plans (threads per block, elements per thread, cluster size) of one row
+recipe at one shape, interleaved with torch's peer: the measurements behind ``rows.row_plan``.
+
+    PYTHONPATH=. python bench/row_plans.py --op softmax --shape 4096x65536
+    PYTHONPATH=. python bench/row_plans.py --op rmsnorm --shape 1024x262144 --threads 512,1024 --values 16,32
+
+Each plan splits the row over a thread-block cluster of the fewest blocks (2, 4 or 8) whose
+``threads x values`` elements hold their part, or one block when it fits.  Timing as in
+``bench/rows.py`` (ours, peer, ours, peer ..., inputs rotated past L2, median of rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import firesched as fs  # noqa: E402
+from bench.gemm import L2_BYTES, time_ms  # noqa: E402
+from bench.rows import _inputs, _outputs, _peer, bytes_moved  # noqa: E402
+from firesched.recipes import norms, rows  # noqa: E402
+
+
+def plans(cols: int, threads_opts, values_opts, vec: int = 8):
+    """``RowPlan`` values for rows of ``cols`` elements: each (threads, values) that some cluster
+    size of ``rows.CLUSTERS`` (or one block) can hold; accesses of ``vec`` elements, or fewer
+    where the row length is not a multiple."""
+    while cols % vec:
+        vec //= 2
+    out = []
+    for threads in threads_opts:
+        for values in values_opts:
+            hold = threads * values
+            vectors = -(-cols // vec)
+            for C in (1,) + rows.CLUSTERS:
+                part = -(-vectors // C) * vec
+                if part <= hold:
+                    reps = -(-part // (threads * vec))
+                    out.append(rows.RowPlan(threads, vec, reps, 1, cluster=C, part=part if C > 1 else 0))
+                    break
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", default="rmsnorm", choices=["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+    p.add_argument("--shape", default="1024x262144")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--threads", default="256,512,1024")
+    p.add_argument("--values", default="16,32")
+    p.add_argument("--rounds", type=int, default=7)
+    args = p.parse_args(argv)
+    R, C = (int(v) for v in args.shape.split("x"))
+    import torch
+
+    recipe = getattr(fs.recipes, args.op)(R, C, dtype=args.dtype, arch="sm_90a")
+    spec = recipe.spec
+    local = tuple(t.name for t in spec.locals)
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    nbytes = bytes_moved(args.op, R, C, dt.itemsize)
+    nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
+    sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
+    peer = _peer(torch, args.op, C)
+    reps = max(3, min(200, math.ceil(2e-3 / (nbytes / 2.5e12))))
+    todo = plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+    for plan in todo:
+        try:
+            k = fs.compile(norms.schedule_rows(spec, plan, local), arch="sm_90a")
+        except fs.ScheduleError as e:
+            print(f"{plan}: refused: {str(e).splitlines()[0]}")
+            continue
+        def ours(i, k=k):
+            return k(*sets[i % nsets][0], *sets[i % nsets][1])
+
+        t_o, t_p = [], []
+        for _ in range(args.rounds):
+            t_o.append(time_ms(torch, ours, reps, 1))
+            t_p.append(time_ms(torch, lambda i: peer(*sets[i % nsets][0]), reps, 1))
+        o, q = statistics.median(t_o), statistics.median(t_p)
+        print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} values {plan.reps * plan.vec:3d} "
+              f"cluster {plan.cluster} occupancy {plan.occupancy}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
+              f"{nbytes / q / 1e9:5.2f} TB/s  spills {k.spills}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
