@@ -113,6 +113,7 @@ The package, one concern a module (each module's docstring says what it models):
 * ``families``: one executor per atom family (``copies``, ``collectives``, ``wgmma``, ``tma``,
   ``barriers``), sharing ``operands``;
 * ``roles``: warp specialization, roles run as coroutines;
+* ``stacked``: loop nests of register-only MMAs, run a few iterations per numpy call;
 * ``exprs``, ``tables``, ``convert``, ``messages``: compiled index expressions, per-atom index
   tables, rounding into dtypes, descriptions of statements for messages;
 * ``interp``: the entry points under their historical module name.

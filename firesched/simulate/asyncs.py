@@ -25,6 +25,7 @@ import numpy as np
 
 from .lockstep import Lockstep
 from .mbarriers import MBarriers
+from .memory import aligned_rows
 from .messages import listing
 from .registers import Registers
 
@@ -32,12 +33,14 @@ from .registers import Registers
 
 
 class InFlightCopy:
-    """The cp.async copies of one statement execution that have not landed yet."""
+    """The cp.async copies of one statement execution that have not landed yet: rows ``rows`` of
+    ``sh.rows(per)`` (``[R]``, a row per copy, or per = 1 and a row per element) by threads
+    ``thr`` in their groups ``group`` (``[R]`` each), with their ``values`` (``[R, per]``)."""
 
-    __slots__ = ("sh", "addr", "thr", "group", "values", "sid")
+    __slots__ = ("sh", "rows", "per", "thr", "group", "values", "sid")
 
-    def __init__(self, sh, addr, thr, group, values, sid):
-        self.sh, self.addr, self.thr, self.group, self.values, self.sid = sh, addr, thr, group, values, sid
+    def __init__(self, sh, rows, per, thr, group, values, sid):
+        self.sh, self.rows, self.per, self.thr, self.group, self.values, self.sid = sh, rows, per, thr, group, values, sid
 
 
 class CpAsyncGroups:
@@ -54,19 +57,24 @@ class CpAsyncGroups:
         """``cp.async.commit_group`` by threads ``thr``: their open group closes."""
         self.open[thr] += 1
 
-    def issue(self, sh, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid: int):
-        """Copies of ``values`` into entries ``addr`` of ``sh`` by threads ``thr`` (``[k, n]``
-        each, a row per thread), in the threads' open groups; the destination is in flight from now."""
-        sh.inflight[addr.ravel()] = thr.ravel()
-        sh.inflight_stmt[addr.ravel()] = sid
-        group = np.broadcast_to(self.open[thr[:, 0]][:, None], addr.shape)
-        self.pending.append(InFlightCopy(sh, addr.ravel(), thr.ravel().copy(), group.ravel().copy(),
-                                         values.ravel(), sid))
+    def issue(self, sh, first: np.ndarray, thr: np.ndarray, values: np.ndarray, sid: int):
+        """Copies of ``values`` (``[R, per]``) into the ``per`` entries of ``sh`` from each of
+        ``first`` by threads ``thr`` (``[R]``), in the threads' open groups; the destination is in
+        flight from now.  Kept as rows of ``sh.rows(per)`` where whole rows, else element by element."""
+        per = values.shape[1]
+        rows = aligned_rows(first, per)
+        if rows is None:
+            rows, thr, values = (first[:, None] + np.arange(per)).ravel(), np.repeat(thr, per), values.reshape(-1, 1)
+            per = 1
+        H = sh.rows(per)
+        H.put("inflight", rows, thr[:, None])
+        H.put("inflight_stmt", rows, np.int64(sid))
+        self.pending.append(InFlightCopy(sh, rows, per, thr.copy(), self.open[thr], values, sid))
 
     def wait(self, pending: int, write):
         """``cp.async.wait_group pending`` by the active threads: every copy of theirs in a group
         older than their last ``pending`` lands, no longer in flight and written (as a store of
-        the issuing threads, checked when issued) by ``write(sh, addr, thr, values, sid)``."""
+        the issuing threads, checked when issued) by ``write(sh, rows, thr, values, sid, per)``."""
         if not self.pending:
             return
         mask = self.ctx.mask
@@ -74,15 +82,13 @@ class CpAsyncGroups:
         limit = self.open - pending           # groups below this are complete
         for rec in self.pending:
             done = mask[rec.thr] & (rec.group < limit[rec.thr])
-            if done.any():
-                a, t = rec.addr[done], rec.thr[done]
-                rec.sh.inflight[a] = -1
-                rec.sh.inflight_stmt[a] = -1
-                write(rec.sh, a, t, rec.values[done], rec.sid)
-                if not done.all():
-                    rest = ~done
-                    keep.append(InFlightCopy(rec.sh, rec.addr[rest], rec.thr[rest], rec.group[rest],
-                                             rec.values[rest], rec.sid))
+            if done.all():
+                write(rec.sh, rec.rows, rec.thr, rec.values, rec.sid, rec.per)
+            elif done.any():
+                write(rec.sh, rec.rows[done], rec.thr[done], rec.values[done], rec.sid, rec.per)
+                rest = ~done
+                keep.append(InFlightCopy(rec.sh, rec.rows[rest], rec.per, rec.thr[rest], rec.group[rest],
+                                         rec.values[rest], rec.sid))
             else:
                 keep.append(rec)
         self.pending = keep
@@ -93,7 +99,7 @@ class CpAsyncGroups:
             self.ctx.hazard_at(
                 rec.sid,
                 f"async copies never waited for: thread {int(rec.thr[0])}'s cp.async into SH buffer "
-                f"{rec.sh.buf.name!r} offset {int(rec.addr[0])} (group {int(rec.group[0])}) is still in "
+                f"{rec.sh.buf.name!r} offset {int(rec.rows[0]) * rec.per} (group {int(rec.group[0])}) is still in "
                 f"flight when the block ends; threads {listing(np.unique(np.concatenate([p.thr for p in self.pending])))} "
                 f"have copies in flight")
 

@@ -42,6 +42,7 @@ from .memory import Memory, load_global, unload_global
 from .order import Order
 from .registers import Registers
 from .roles import run_roles
+from .stacked import run_nest
 
 # --------------------------------------------------------------------------- entry points
 
@@ -252,6 +253,8 @@ class KernelRun:
             self.exec(c)
 
     def x_for(self, s):
+        if run_nest(self, s):               # a nest of MMAs, run a few iterations at a time
+            return
         ctx = self.ctx
         name = s.var.name
         saved = ctx.env.get(name)

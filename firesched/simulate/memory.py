@@ -22,6 +22,9 @@ its access history so that every access can be checked against the ones before i
 
 Within a thread-block cluster every shared buffer has one copy per block; addresses are element
 offsets of the issuing thread's own copy, which ``in_block`` turns into entries of the whole.
+Accesses of whole aligned rows (vector loads, ldmatrix, cp.async) are tested and recorded a row
+at a time (``Rows``), with the same per-element tests; where one fails, the element-by-element
+path reports it.
 """
 
 from __future__ import annotations
@@ -70,13 +73,19 @@ def _strided(buf: ir.GlobalBuffer, flat: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- shared buffers
 
+#: The dtype of the access history: thread and statement ids, clocks, epochs and phases stay far
+#: below 2**31, and the history of a batch of blocks is megabytes that every shared access
+#: gathers and scatters at random; half the bytes make those accesses about twice as fast.
+HISTORY = np.int32
+
+
 class Shared:
     """One shared buffer of the running block (of each block of a running cluster): data plus the
     access history of each element."""
 
     __slots__ = ("buf", "n", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
                  "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "base", "sm90", "proxy_w", "async_rd",
-                 "async_rd_stmt", "tma_bar", "tma_phase", "scratch")
+                 "async_rd_stmt", "tma_bar", "tma_phase", "scratch", "_rows")
 
     def __init__(self, buf: ir.SharedBuffer, base: int, sm90: bool = False, copies: int = 1):
         # one copy per block of a thread-block cluster: block r's element e is entry r * n + e
@@ -85,30 +94,46 @@ class Shared:
         self.buf = buf
         self.base = base
         self.data = np.zeros(n, dtype=buf.dtype.np)
-        self.w_epoch = np.full(n, -1, dtype=np.int64)
-        self.writer = np.full(n, -1, dtype=np.int64)
-        self.w_stmt = np.full(n, -1, dtype=np.int64)
-        self.r_epoch = np.full(n, -1, dtype=np.int64)
-        self.reader = np.full(n, -1, dtype=np.int64)   # first distinct reader this epoch
-        self.reader2 = np.full(n, -1, dtype=np.int64)  # a second distinct reader, or -1
-        self.r_stmt = np.full(n, -1, dtype=np.int64)
+        self.w_epoch = np.full(n, -1, dtype=HISTORY)
+        self.writer = np.full(n, -1, dtype=HISTORY)
+        self.w_stmt = np.full(n, -1, dtype=HISTORY)
+        self.r_epoch = np.full(n, -1, dtype=HISTORY)
+        self.reader = np.full(n, -1, dtype=HISTORY)   # first distinct reader this epoch
+        self.reader2 = np.full(n, -1, dtype=HISTORY)  # a second distinct reader, or -1
+        self.r_stmt = np.full(n, -1, dtype=HISTORY)
         # the own clock (see order.Order.own) of the writer / the two readers at their access
-        self.w_clock = np.full(n, -1, dtype=np.int64)
-        self.r_clock = np.full(n, -1, dtype=np.int64)
-        self.r_clock2 = np.full(n, -1, dtype=np.int64)
-        self.inflight = np.full(n, -1, dtype=np.int64)  # issuing thread of an in-flight cp.async
-        self.inflight_stmt = np.full(n, -1, dtype=np.int64)
+        self.w_clock = np.full(n, -1, dtype=HISTORY)
+        self.r_clock = np.full(n, -1, dtype=HISTORY)
+        self.r_clock2 = np.full(n, -1, dtype=HISTORY)
+        self.inflight = np.full(n, -1, dtype=HISTORY)  # issuing thread of an in-flight cp.async
+        self.inflight_stmt = np.full(n, -1, dtype=HISTORY)
         self.scratch = np.empty(n, dtype=np.int64)      # for _by_address; never read before written
         # sm_90a tracking: the thread of a generic-proxy write not yet covered by its
         # fence.proxy.async, in-flight async-proxy readers (wgmma, TMA store) and the mbarrier
         # phase a TMA load's data waits for
         self.sm90 = sm90
         if sm90:
-            self.proxy_w = np.full(n, -1, dtype=np.int64)
-            self.async_rd = np.zeros(n, dtype=np.int64)
-            self.async_rd_stmt = np.full(n, -1, dtype=np.int64)
-            self.tma_bar = np.full(n, -1, dtype=np.int64)
-            self.tma_phase = np.full(n, -1, dtype=np.int64)
+            self.proxy_w = np.full(n, -1, dtype=HISTORY)
+            self.async_rd = np.zeros(n, dtype=HISTORY)
+            self.async_rd_stmt = np.full(n, -1, dtype=HISTORY)
+            self.tma_bar = np.full(n, -1, dtype=HISTORY)
+            self.tma_phase = np.full(n, -1, dtype=HISTORY)
+        self._rows: dict[int, Rows] = {}
+
+    def rows(self, per: int) -> Rows:
+        """The arrays of this buffer seen as rows of ``per`` elements (views, made once)."""
+        v = self._rows.get(per)
+        if v is None:
+            v = self._rows[per] = Rows(self, per)
+        return v
+
+    def take(self, name: str, u: np.ndarray) -> np.ndarray:
+        """``getattr(self, name)[u]`` (the protocol ``Rows`` shares)."""
+        return getattr(self, name)[u]
+
+    def put(self, name: str, u: np.ndarray, v) -> None:
+        """``getattr(self, name)[u] = v``."""
+        getattr(self, name)[u] = v
 
     def reset(self):
         self.data[...] = 0
@@ -128,6 +153,68 @@ class Shared:
     def end_async_read(self, e: np.ndarray):
         """It has finished (retired by its wait_group)."""
         self.async_rd[e] -= 1
+
+
+class Rows:
+    """The arrays of a ``Shared`` (its data and its access history) as ``[rows, per]`` views:
+    element e is entry ``e % per`` of row ``e // per``.  An access of whole aligned rows (a vector
+    load, an ldmatrix row, a cp.async) tests and records the same per-element history through
+    them, indexed by row: ``per`` times fewer indices, each moving a contiguous row.  The arrays
+    are never reallocated (``reset`` fills them), so the views stay valid."""
+
+    __slots__ = ("per", "moves", "data", "w_epoch", "writer", "w_stmt", "r_epoch", "reader", "reader2",
+                 "r_stmt", "w_clock", "r_clock", "r_clock2", "inflight", "inflight_stmt", "proxy_w", "async_rd",
+                 "tma_bar")
+
+    def __init__(self, sh: Shared, per: int):
+        self.per = per
+        # each array also as one opaque item per row: np.take and np.put then move whole rows,
+        # several times faster than numpy's fancy indexing of [rows, per] arrays
+        self.moves: dict[str, tuple[np.ndarray, np.dtype]] = {}
+        for name in self.__slots__[2:]:
+            a = getattr(sh, name, None)         # the sm_90a arrays exist only where tracked
+            if a is None:
+                setattr(self, name, None)
+                continue
+            rows = a[: a.size // per * per].reshape(-1, per)
+            setattr(self, name, rows)
+            item = np.dtype((np.void, per * a.dtype.itemsize))
+            self.moves[name] = (rows.view(item).reshape(-1), item)
+
+    def take(self, name: str, r: np.ndarray) -> np.ndarray:
+        """Rows ``r`` of array ``name``, ``[R, per]``."""
+        return np.take(getattr(self, name), r, axis=0)
+
+    def put(self, name: str, r: np.ndarray, v) -> None:
+        """Set rows ``r`` of array ``name`` to ``v`` (a scalar, an ``[R, 1]`` column or ``[R, per]``
+        of the array's dtype; anything else as numpy's indexing assigns it)."""
+        rows = getattr(self, name)
+        v = np.asarray(v)
+        R, per = r.size, self.per
+        if v.dtype != rows.dtype:
+            if v.dtype.kind not in "iu" or rows.dtype.kind not in "iu":
+                rows[r] = v
+                return
+            v = v.astype(rows.dtype)        # ids and clocks into the history's dtype
+        if v.ndim == 0:
+            v = np.full(R * per, v, dtype=rows.dtype)
+        elif v.shape == (R, 1):
+            v = np.repeat(v.reshape(R), per)
+        elif v.shape == (R, per):
+            v = np.ascontiguousarray(v)
+        else:
+            rows[r] = v
+            return
+        flat, item = self.moves[name]
+        np.put(flat, r, v.view(item).reshape(R))
+
+
+def aligned_rows(first: np.ndarray, per: int) -> np.ndarray | None:
+    """The row numbers (``Rows``) of accesses of ``per`` elements from each of ``first``, or None
+    where they are not whole rows (one element each, or a start that is not a multiple of ``per``)."""
+    if per <= 1 or first.size == 0 or (first % per).any():
+        return None
+    return first // per
 
 
 def _rows_by_address(sh: Shared, addr: np.ndarray, thr: np.ndarray):
@@ -234,6 +321,12 @@ class Memory:
                             f"{off} by thread {int(thr[rows[0]])} (threads {listing(thr[rows])} are out of bounds)",
                             thread=int(thr[rows[0]]), on=f"{kind} buffer {ref.buffer.name!r}")
 
+    def check_bounds_rows(self, ref: ir.MemRef, first: np.ndarray, per: int, thr: np.ndarray, what: str):
+        """``check_bounds`` of rows of ``per`` contiguous elements from each offset of ``first``
+        (``[R]``), by threads ``thr``: a row is in bounds when its ends are."""
+        if ((first < 0) | (first > ref.buffer.size - per)).any():
+            self.check_bounds(ref, first[:, None] + np.arange(per), thr, what)
+
     def check_align(self, atom, ref: ir.MemRef, addr0: np.ndarray, thr: np.ndarray):
         align = int(getattr(atom, "alignment", 0) or 0)
         if align <= 1:
@@ -258,6 +351,21 @@ class Memory:
         addr = self.in_block(sh, addr, thr2d)
         self.sh_read(sh, addr, thr2d)
         return sh.data[addr]
+
+    def read_rows(self, ref: ir.MemRef, first: np.ndarray, thr: np.ndarray, per: int) -> np.ndarray:
+        """``read`` of rows: the ``[R, per]`` elements from each offset of ``first`` (``[R]``, bounds
+        already checked) for threads ``thr`` (``[R]``)."""
+        sh = self.target(ref)
+        if sh is None:
+            flat = self.arrays[ref.buffer.name]
+            r = aligned_rows(first, per)
+            if r is not None:
+                return np.take(flat[: flat.size // per * per].reshape(-1, per), r, axis=0)
+            return flat[first[:, None] + np.arange(per)]
+        e = self.in_block(sh, first, thr)
+        self.sh_read_rows(sh, e, thr, per)
+        r = aligned_rows(e, per)
+        return sh.rows(per).take("data", r) if r is not None else sh.data[e[:, None] + np.arange(per)]
 
     def write(self, ref: ir.MemRef, addr: np.ndarray, thr2d: np.ndarray, thr: np.ndarray, values):
         """Write ``values`` at ``addr`` (bounds already checked) for threads ``thr``."""
@@ -296,39 +404,75 @@ class Memory:
                        f"(at {ctx.stmt_str(sh.w_stmt[a[j]])}); {i.size} element read(s) race, by threads "
                        f"{listing(np.unique(t[i]))}", thread=int(t[j]), other=sh.w_stmt[a[j]],
                        other_thread=int(sh.writer[a[j]]), on=f"SH buffer {sh.buf.name!r}")
-        # record the readers of this epoch: keep the first distinct reader, and a second one that
-        # differs from it, so that a later writer can find a reader other than itself
         u, tmin, tmax = _rows_by_address(sh, addr, thr)
-        cur = sh.r_epoch[u] == E
+        self._note_readers(sh, u, tmin, tmax)
+
+    def sh_read_rows(self, sh: Shared, first: np.ndarray, thr: np.ndarray, per: int):
+        """``sh_read`` of rows: thread ``thr[r]`` reads the ``per`` elements from entry ``first[r]``
+        (``[R]`` each).  Whole aligned rows are tested and recorded a row at a time (``Rows``);
+        where any test fails, or the rows are not whole, ``sh_read`` does it element by element,
+        so that what it reports is what it always reported."""
+        r = aligned_rows(first, per)
+        if r is not None and self._read_rows(sh, sh.rows(per), r, thr):
+            return
+        addr = first[:, None] + np.arange(per)
+        self.sh_read(sh, addr, np.broadcast_to(thr[:, None], addr.shape))
+
+    def _read_rows(self, sh: Shared, H: Rows, r: np.ndarray, thr: np.ndarray) -> bool:
+        """``sh_read``'s tests and records on rows ``r`` of ``H`` read by ``thr``; False (having
+        changed nothing) where a test fails or a TMA tag needs the per-element test."""
+        order = self.order
+        t = thr[:, None]
+        if sh.sm90 and (H.take("tma_bar", r) >= 0).any():
+            return False
+        if (H.take("inflight", r) >= 0).any():
+            return False
+        bad = H.take("w_epoch", r) == order.epoch
+        if bad.any():
+            w = H.take("writer", r)
+            bad &= w != t
+            if bad.any() and not order.ordered(w, H.take("w_clock", r), t)[bad].all():
+                return False
+        _, tmin, tmax = _by_address(sh, r, thr)
+        self._note_readers(H, r, tmin[:, None], tmax[:, None])
+        return True
+
+    def _note_readers(self, H, u, tmin, tmax):
+        """Record the readers of this epoch of elements ``u`` of ``H`` (a ``Shared``, or its
+        ``Rows`` with ``tmin``/``tmax`` a column): keep the first distinct reader, and a second one
+        that differs from it, so that a later writer can find a reader other than itself."""
+        ctx, order = self.ctx, self.order
+        E = order.epoch
+        cur = H.take("r_epoch", u) == E
         sid = ctx.sid(ctx.stmt)
         two = tmax != tmin
         second = np.where(two, tmax, -1)
-        if not cur.any() or ((sh.reader[u] == tmin) & (sh.reader2[u] == second) | ~cur).all():
+        if not cur.any() or ((H.take("reader", u) == tmin) & (H.take("reader2", u) == second) | ~cur).all():
             # the common cases: the first reads of these elements this epoch, or reads again by
             # the threads that read them before; what the general case below computes then
-            sh.r_clock[u] = order.own(tmin)
-            sh.r_clock2[u] = np.where(two, order.own(tmax), -1)
-            sh.reader[u] = tmin
-            sh.reader2[u] = second
-            sh.r_epoch[u] = E
-            sh.r_stmt[u] = sid
+            H.put("r_clock", u, order.own(tmin))
+            H.put("r_clock2", u, np.where(two, order.own(tmax), -1))
+            H.put("reader", u, tmin)
+            H.put("reader2", u, second)
+            H.put("r_epoch", u, np.int64(E))
+            H.put("r_stmt", u, np.int64(sid))
             return
-        r1 = np.where(cur, sh.reader[u], -1)
-        r2 = np.where(cur, sh.reader2[u], -1)
+        r1 = np.where(cur, H.take("reader", u), -1)
+        r2 = np.where(cur, H.take("reader2", u), -1)
         fresh = r1 < 0
         new1 = np.where(fresh, tmin, r1)
         cand = np.where(tmin != new1, tmin, np.where(tmax != new1, tmax, -1))
         new2 = np.where(r2 >= 0, r2, cand)
-        c1 = np.where(cur, sh.r_clock[u], -1)
-        c2 = np.where(cur, sh.r_clock2[u], -1)
+        c1 = np.where(cur, H.take("r_clock", u), -1)
+        c2 = np.where(cur, H.take("r_clock2", u), -1)
         own1 = order.own(np.maximum(new1, 0))
         own2 = order.own(np.maximum(new2, 0))
-        sh.r_clock[u] = np.where((new1 == tmin) | (new1 == tmax), own1, c1)
-        sh.r_clock2[u] = np.where((new2 >= 0) & ((new2 == tmin) | (new2 == tmax)), own2, c2)
-        sh.reader[u] = new1
-        sh.reader2[u] = new2
-        sh.r_epoch[u] = E
-        sh.r_stmt[u] = sid
+        H.put("r_clock", u, np.where((new1 == tmin) | (new1 == tmax), own1, c1))
+        H.put("r_clock2", u, np.where((new2 >= 0) & ((new2 == tmin) | (new2 == tmax)), own2, c2))
+        H.put("reader", u, new1)
+        H.put("reader2", u, new2)
+        H.put("r_epoch", u, np.int64(E))
+        H.put("r_stmt", u, np.int64(sid))
 
     def sh_write_check(self, sh: Shared, addr: np.ndarray, thr: np.ndarray):
         """Check writes of ``addr`` by ``thr``; return (unique addresses, their writer)."""
@@ -379,29 +523,70 @@ class Memory:
         """For each element ``u`` written by ``t``: a reader of this epoch other than ``t`` whose read
         is not ordered before ``t`` (or -1), and whether there is one."""
         order = self.order
-        cur = sh.r_epoch[u] == order.epoch
+        cur = sh.take("r_epoch", u) == order.epoch
         if not cur.any():
             return np.full(u.shape, -1, dtype=np.int64), np.zeros(u.shape, dtype=bool)
-        r1, r2 = np.where(cur, sh.reader[u], -1), np.where(cur, sh.reader2[u], -1)
+        r1, r2 = np.where(cur, sh.take("reader", u), -1), np.where(cur, sh.take("reader2", u), -1)
         bad1 = (r1 >= 0) & (r1 != t)
         bad2 = (r2 >= 0) & (r2 != t)
         if bad1.any():
-            bad1 &= ~order.ordered(r1, sh.r_clock[u], t)
+            bad1 &= ~order.ordered(r1, sh.take("r_clock", u), t)
         if bad2.any():
-            bad2 &= ~order.ordered(r2, sh.r_clock2[u], t)
+            bad2 &= ~order.ordered(r2, sh.take("r_clock2", u), t)
         return np.where(bad1, r1, r2), bad1 | bad2
+
+    def sh_write_check_rows(self, sh: Shared, first: np.ndarray, thr: np.ndarray, per: int):
+        """``sh_write_check`` of rows: thread ``thr[r]`` writes the ``per`` elements from entry
+        ``first[r]`` (``[R]`` each), tested a row at a time where they are whole rows and pass;
+        otherwise (or to report what fails) element by element."""
+        r = aligned_rows(first, per)
+        if r is not None and self._write_rows_ok(sh, sh.rows(per), r, thr):
+            return
+        addr = first[:, None] + np.arange(per)
+        self.sh_write_check(sh, addr, np.broadcast_to(thr[:, None], addr.shape))
+
+    def _write_rows_ok(self, sh: Shared, H: Rows, r: np.ndarray, thr: np.ndarray) -> bool:
+        """Whether ``sh_write_check`` passes for rows ``r`` of ``H`` written by ``thr``."""
+        order = self.order
+        if sh.sm90 and ((H.take("async_rd", r) > 0).any() or (H.take("tma_bar", r) >= 0).any()):
+            return False
+        if (H.take("inflight", r) >= 0).any():
+            return False
+        _, tmin, tmax = _by_address(sh, r, thr)
+        if (tmin != tmax).any():
+            return False
+        t = tmin[:, None]
+        waw = H.take("w_epoch", r) == order.epoch
+        if waw.any():
+            w = H.take("writer", r)
+            waw &= w != t
+            if waw.any() and not order.ordered(w, H.take("w_clock", r), t)[waw].all():
+                return False
+        return not self.unordered_reader(H, r, t)[1].any()
 
     def sh_write(self, sh: Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid=None):
         """Check and record writes of ``values`` at ``addr`` by ``thr`` (the current statement's)."""
         u, w = self.sh_write_check(sh, addr, thr)
         self._record_write(sh, addr, u, w, values, sid)
 
-    def sh_land(self, sh: Shared, addr: np.ndarray, thr: np.ndarray, values: np.ndarray, sid: int):
-        """Record the landing of cp.async copies of statement ``sid`` (``addr``, by ``thr``): a write
-        of the issuing threads now.  It was checked as one when issued, and since then its
-        elements have been in flight, so that any other access of them was a hazard: nothing new
-        can race with it, and the issuing threads' clocks have only advanced."""
-        self._record_write(sh, addr, addr.ravel(), thr.ravel(), values, sid)
+    def sh_land(self, sh: Shared, rows: np.ndarray, thr: np.ndarray, values: np.ndarray, sid: int, per: int):
+        """Record the landing of cp.async copies of statement ``sid``: rows ``rows`` of
+        ``sh.rows(per)`` (``[R]``) by threads ``thr`` (``[R]``), ``values`` ``[R, per]``; a write of
+        the issuing threads now.  It was checked as one when issued, and since then its elements
+        have been in flight, so that any other access of them was a hazard: nothing new can race
+        with it, and the issuing threads' clocks have only advanced."""
+        H = sh.rows(per)
+        w = thr[:, None]
+        H.put("inflight", rows, np.int64(-1))
+        H.put("inflight_stmt", rows, np.int64(-1))
+        H.put("writer", rows, w)
+        H.put("w_clock", rows, self.order.own(w))
+        H.put("w_epoch", rows, np.int64(self.order.epoch))
+        H.put("w_stmt", rows, np.int64(sid))
+        H.put("data", rows, values)
+        if sh.sm90:
+            H.put("proxy_w", rows, w)      # a generic-proxy write, not yet fenced
+            H.put("tma_bar", rows, np.int64(-1))
 
     def _record_write(self, sh: Shared, addr, u, w, values, sid):
         sh.writer[u] = w

@@ -112,7 +112,9 @@ class Registers:
         key = (id(groups), buf.size, id(lanes))
         hit = self._tile_idx.get(key) if fixed else None
         if hit is None:
-            idx = groups[:, lanes] * buf.size + regs
+            # C order: fancy indexing along axis 1 leaves ``groups[:, lanes]`` in Fortran order, and
+            # gathering through it would hand semantics strided tiles (twice as slow, here and there)
+            idx = np.ascontiguousarray(groups[:, lanes] * buf.size + regs)
             if fixed:
                 self._tile_idx[key] = (groups, lanes, idx)
         else:

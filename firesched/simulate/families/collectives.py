@@ -34,14 +34,14 @@ def ldmatrix(k, s):
     G = groups.shape[0]
     rows, cols = tab.mem_tile
     who = groups[:, :lanes]                                    # [G, lanes]
-    base = ctx.per_thread(src.offset)[who]                     # [G, lanes]
-    addr = base[..., None] + np.arange(tab.per)[None, None, :]  # [G, lanes, per]
     flat_who = who.ravel()
-    mem.check_bounds(src, addr.reshape(G * lanes, tab.per), flat_who, "read")
-    mem.check_align(atom, src, base.ravel(), flat_who)
-    data = mem.read(src, addr, np.broadcast_to(who[..., None], addr.shape), flat_who)
+    first = ctx.per_thread(src.offset)[flat_who]               # [G * lanes]: a row of per each
+    mem.check_bounds_rows(src, first, tab.per, flat_who, "read")
+    mem.check_align(atom, src, first, flat_who)
+    data = mem.read_rows(src, first, flat_who, tab.per)      # [G * lanes, per]
     if tab.tile_from_memory is not None:
-        tile = data.reshape(G, -1)[:, tab.tile_from_memory].reshape(G, rows, cols)
+        # np.take keeps the tiles in C order (fancy indexing along axis 1 would not)
+        tile = np.take(data.reshape(G, -1), tab.tile_from_memory, axis=1).reshape(G, rows, cols)
     else:
         tile = np.zeros((G, rows * cols), dtype=data.dtype)
         tile[:, tab.addr.ravel()] = data.reshape(G, -1)
@@ -50,14 +50,18 @@ def ldmatrix(k, s):
     if out.shape[1:] != tab.tile[tab.dst]:
         raise InternalError(f"{atom.name}: semantics returned {out.shape[1:]} tiles; the destination "
                             f"layout expects {tab.tile[tab.dst]}")
-    vals = _fragments(out, tab.to_fragment[tab.dst])          # [G, 32, V]
     rdt = dst.buffer.dtype.np
-    if vals.dtype != rdt:
-        if vals.dtype.itemsize != rdt.itemsize:
+    if out.dtype != rdt:
+        if out.dtype.itemsize != rdt.itemsize:
             raise InternalError(f"{describe(s)}: ldmatrix moves {src.buffer.dtype} into {dst.buffer.dtype} "
                                 f"registers of another width")
-        vals = vals.view(rdt)                                 # a move: bits, not values
-    k.regs.write_group(dst, groups, vals)
+        out = out.view(rdt)                                   # a move: bits, not values
+    where = k.regs.tile_index(dst, groups, tab.tile_regs[tab.dst]) if tab.dst in tab.tile_regs else None
+    if where is not None:
+        flat, idx = where                                     # the tiles scattered straight into registers
+        flat[idx] = out.reshape(G, -1)
+        return
+    k.regs.write_group(dst, groups, _fragments(out, tab.to_fragment[tab.dst]))   # [G, 32, V]
 
 
 def stmatrix(k, s):
@@ -102,16 +106,21 @@ def mma(k, s):
     groups = k.ctx.issuing_groups(s)
     if groups.shape[0] == 0:
         return
-    if k.memo.get(id(s)) is not s:          # once per statement: the operands' register widths
-        for name in tab.inputs:
-            _check_width(s, tab, name, s.arg(name))
-        k.memo[id(s)] = s
+    check_mma_operands(k, s, tab)
     if _mma_tiles(k, s, atom, tab, groups):
         return
     ins = {}
     for name in tab.inputs:
         ins[name] = regs.read_group(s.arg(name), groups, tab.tv[name].shape[1])     # [G, n, V]
     regs.write_group(s.arg(tab.output), groups, _mma_compute(atom, tab, ins))
+
+
+def check_mma_operands(k, s, tab):
+    """The register widths of the inputs of MMA statement ``s``, checked once per statement."""
+    if k.memo.get(id(s)) is not s:
+        for name in tab.inputs:
+            _check_width(s, tab, name, s.arg(name))
+        k.memo[id(s)] = s
 
 
 def _mma_tiles(k, s, atom, tab, groups) -> bool:

@@ -112,27 +112,29 @@ def cp_async(k, s):
     if act.size == 0:
         return
     p = (ctx.per_thread(s.pred)[act] != 0) if type(s.pred) is not int else np.full(act.size, bool(s.pred))
-    lane = np.arange(n, dtype=np.int64)[None, :]
     sh = mem.target(dst)
-    dbase = ctx.per_thread(dst.offset)[act]
-    daddr = dbase[:, None] + lane
-    mem.check_bounds(dst, daddr, act, "write (cp.async destination)")
+    dbase = ctx.per_thread(dst.offset)[act]                   # each thread copies a row of n
+    mem.check_bounds_rows(dst, dbase, n, act, "write (cp.async destination)")
     mem.check_align(atom, dst, dbase, act)
-    vals = np.zeros((act.size, n), dtype=ddt.np)
     on = act[p]
+    vals = None
     if on.size:
         sbase = ctx.per_thread(src.offset)[on]
-        saddr = sbase[:, None] + lane
-        mem.check_bounds(src, saddr, on, "read (cp.async source)")
+        mem.check_bounds_rows(src, sbase, n, on, "read (cp.async source)")
         mem.check_align(atom, src, sbase, on)
-        data = mem.read(src, saddr, np.broadcast_to(on[:, None], saddr.shape), on)
+        data = mem.read_rows(src, sbase, on, n)               # a copy: it lands later
         if sdt != ddt:
             data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
-        vals[p] = data
-    thr2d = np.broadcast_to(act[:, None], daddr.shape)
-    daddr = mem.in_block(sh, daddr, thr2d)
-    mem.sh_write_check(sh, daddr, thr2d)
-    k.cp.issue(sh, daddr, thr2d, vals, ctx.sid(s))
+        if on.size == act.size:
+            vals = data
+        else:
+            vals = np.zeros((act.size, n), dtype=ddt.np)
+            vals[p] = data
+    if vals is None:
+        vals = np.zeros((act.size, n), dtype=ddt.np)
+    first = mem.in_block(sh, dbase, act)
+    mem.sh_write_check_rows(sh, first, act, n)
+    k.cp.issue(sh, first, act, vals, ctx.sid(s))
 
 
 def commit(k, s):
