@@ -17,6 +17,8 @@ import os
 import statistics
 import sys
 
+import attrs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -53,6 +55,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", default="256,512,1024")
     p.add_argument("--values", default="16,32")
+    p.add_argument("--occupancy", default="0", help="blocks per SM to ask for (0: the plan's default)")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     R, C = (int(v) for v in args.shape.split("x"))
@@ -67,7 +70,9 @@ def main(argv=None) -> None:
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
     peer = _peer(torch, args.op, C)
     reps = max(3, min(200, math.ceil(2e-3 / (nbytes / 2.5e12))))
-    todo = plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+    todo = [attrs.evolve(plan, blocks_per_sm=o) for plan in
+            plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+            for o in (int(x) for x in args.occupancy.split(","))]
     for plan in todo:
         try:
             k = fs.compile(norms.schedule_rows(spec, plan, local), arch="sm_90a")

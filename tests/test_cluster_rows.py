@@ -20,15 +20,17 @@ from firesched.strategies import done, part, place, tile, to_blocks, to_threads
 
 
 @pytest.mark.parametrize("cols, cluster, part_, threads, vec", [
-    (32768, 1, 0, 1024, 8), (32767, 1, 0, 1024, 1), (32769, 4, 8193, 512, 1), (65536, 4, 16384, 512, 8),
-    (100003, 8, 12501, 512, 1), (131072, 8, 16384, 512, 8), (131073, 8, 16385, 1024, 1), (262144, 8, 32768, 1024, 8),
-    (262143, 8, 32768, 1024, 1)])
-def test_row_plan_takes_the_fewest_blocks_that_hold_the_row(cols, cluster, part_, threads, vec):
-    # blocks of 512 threads where 8 of them hold the row (two per SM), else of 1024; the parts
-    # keep the row's own vector width (an odd row's start is not 16-byte aligned)
+    (32768, 1, 0, 1024, 8), (32767, 1, 0, 1024, 1), (32769, 8, 4097, 256, 1), (40000, 8, 5000, 256, 8),
+    (65536, 8, 8192, 256, 8), (100003, 8, 12501, 512, 1), (131072, 8, 16384, 512, 8), (131073, 8, 16385, 1024, 1),
+    (262144, 8, 32768, 1024, 8), (262143, 8, 32768, 1024, 1)])
+def test_row_plan_takes_the_smallest_blocks_that_hold_the_row(cols, cluster, part_, threads, vec):
+    # blocks of 256 threads (four per SM) where a cluster of 8 of them holds the row, else of 512
+    # (two per SM), else of 1024; the parts keep the row's own vector width (an odd row's start
+    # is not 16-byte aligned)
     plan = row_plan(2, cols, "f16", clusters=True)
     assert (plan.cluster, plan.part, plan.lanes, plan.vec) == (cluster, part_, threads, vec)
     assert plan.reps * plan.vec <= 32
+    assert plan.occupancy * plan.threads * 64 <= 65536
     if cluster > 1:
         assert plan.reps * plan.vec * plan.lanes >= plan.part and plan.rows == 1
 
@@ -104,7 +106,7 @@ def test_clusters_need_sm90a():
 
 def test_cluster_kernels_compile():
     k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a"), arch="sm_90a")
-    assert "__cluster_dims__(4, 1, 1)" in k.source and "ld.shared::cluster" in k.source
+    assert "__cluster_dims__(8, 1, 1)" in k.source and "__launch_bounds__(256, 4)" in k.source and "ld.shared::cluster" in k.source
 
 
 # --------------------------------------------------------------------------- the atom

@@ -25,7 +25,7 @@ aims at three things, in this order —
       1,024         128     8     1        1          128
       4,096         256     8     2        1          256
       32,768       1024     8     4        1         1024
-      65,536        512     8     4        1          512 x a cluster of 4
+      65,536        256     8     4        1          256 x a cluster of 8, 4 per SM
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -40,10 +40,12 @@ from ..strategies import done, tile, to_blocks, to_threads, to_warps
 
 MAX_THREADS = 1024
 CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block may take (sm_90a)
-# threads per block of a cluster's row parts: measured on an H100 (bench/row_plans.py), 512
-# threads x 32 values at two blocks per SM beat 1024 x 32 at one (softmax over 65,536 bf16
-# columns 2.07 against 1.85 TB/s, rmsnorm 2.47 against 2.45)
-CLUSTER_THREADS = 512
+# threads per block of a cluster's row parts, in order of preference, each with as many blocks
+# per SM as leave every thread 64 registers: what a block loses waiting on its cluster's
+# barriers, the SM's other blocks fill.  Measured on an H100 (bench/row_plans.py, bf16 over
+# 65,536 columns): softmax 2.27 TB/s at 256 threads x 32 values, four blocks per SM (cluster of
+# 8), 2.10 at 512 x two, 1.85-1.98 at 1024 x one; rmsnorm 2.47-2.50 at any of them
+CLUSTER_THREADS = (256, 512, 1024)
 WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 VALUES_IN_REGISTERS = 32       # elements of its row a thread may hold (measured: 64 spill under 1024 threads)
@@ -60,6 +62,7 @@ class RowPlan:
     rows: int
     cluster: int = 1               # blocks sharing each row (a thread-block cluster)
     part: int = 0                  # elements of the row each block of the cluster takes
+    blocks_per_sm: int = 0         # the occupancy to ask for; 0: the default below
 
     @property
     def span(self) -> int:
@@ -76,6 +79,8 @@ class RowPlan:
         """Blocks each SM must hold at once: two, so that one block's loads are in flight while
         the other waits on its reductions, wherever two blocks' threads leave each thread at least
         64 registers (a 512-thread block; a 1024-thread block keeps the SM to itself)."""
+        if self.blocks_per_sm:
+            return self.blocks_per_sm
         return 2 if self.threads * 2 * 64 <= REGISTERS_PER_SM else 1
 
 
@@ -102,18 +107,20 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int = VALUES_IN_R
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     if vectors * vec > longest and clusters:
-        # the fewest blocks whose equal parts (whole vectors) each fit a block of CLUSTER_THREADS
-        # (two blocks per SM overlap one's combine with the other's loads), else of MAX_THREADS;
-        # the parts keep the row's vector width (a row's start is only that aligned).  A row one
+        # the fewest blocks whose equal parts (whole vectors) each fit a block of the first of
+        # CLUSTER_THREADS that can hold the row in a cluster of at most 8 (several blocks per SM
+        # overlap one's combine with the others' loads); the parts keep the row's vector width
+        # (a row's start is only that aligned).  A row one
         # block holds stays on one block: measured on an H100, an odd LayerNorm row of 32,767
         # bf16 runs at 1.51 TB/s on one block (spilling 80 bytes) and at 0.94-1.00 on clusters
         # with fewer elements per thread (no spills)
-        for threads in (CLUSTER_THREADS, MAX_THREADS):
+        for threads in CLUSTER_THREADS:
             for C in CLUSTERS:
                 part = -(-vectors // C) * vec
                 if part <= threads * max_values:
                     one = _one_block(1, part // vec, vec, threads)
-                    return attrs.evolve(one, cluster=C, part=part)
+                    per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
+                    return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
     plan = _one_block(rows, vectors, vec, MAX_THREADS)
     if plan.reps * vec > max_values:
         most = longest * CLUSTERS[-1]
