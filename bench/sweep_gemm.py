@@ -61,6 +61,16 @@ CONFIGS_SM90 = [
          cluster=2),
 ]
 
+#: Small M (``--atoms small``): the default recipe, then mma.sync tiles of 16 to 64 rows that
+#: stream B, the K loop split over blocks so that enough blocks read B at once
+CONFIGS_SMALL = [dict()] + [
+    dict(atoms="sm80", block_m=bm, block_n=bn, warps_m=wm, warps_n=wn, block_k=bk, stages=st, split_k_blocks=sk)
+    for bm, bn, wm, wn, bk, st, sk in (
+        (16, 64, 1, 2, 128, 4, 1), (16, 64, 1, 2, 128, 4, 2), (16, 64, 1, 2, 128, 4, 4),
+        (16, 128, 1, 4, 128, 4, 2), (16, 128, 1, 4, 128, 4, 4), (16, 128, 1, 4, 128, 4, 8),
+        (16, 128, 1, 4, 64, 6, 4), (16, 256, 1, 4, 64, 4, 4), (16, 256, 1, 4, 64, 4, 8),
+        (32, 128, 2, 2, 64, 4, 4), (64, 128, 2, 2, 64, 4, 2), (64, 128, 2, 2, 64, 4, 4))]
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +80,7 @@ def main(argv=None):
     p.add_argument("--dtype", default="f16")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--samples", type=int, default=7)
-    p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a"), help="which configuration list")
+    p.add_argument("--atoms", default="sm80", choices=("sm80", "sm90a", "small"), help="which configuration list")
     p.add_argument("--only", default="", help="comma-separated indices into the configuration list")
     p.add_argument("--rounds", type=int, default=1,
                    help="interleave: time every configuration (and the peer) once per round, report the "
@@ -95,7 +105,7 @@ def main(argv=None):
         peer, name = (lambda i: torch.matmul(A, B)), "cuBLAS"
         ref = A.float() @ B.float()
         epi, extra = (), ()
-    configs = CONFIGS_SM90 if args.atoms == "sm90a" else CONFIGS
+    configs = {"sm90a": CONFIGS_SM90, "small": CONFIGS_SMALL}.get(args.atoms, CONFIGS)
     if args.only:
         configs = [configs[int(i)] for i in args.only.split(",")]
     kernels = []

@@ -247,7 +247,8 @@ CASES = [
                                      tile(m=32, n=32) >> to_warps(), move_to_regs("A"), move_to_regs("B"),
                                      tile(m=16, n=8, k=16) >> done(MMA)).check(),
                  ["via"], id="via-not-an-atom"),
-    pytest.param(lambda: gemm(M=128 * 70000, N=128, K=64, arch="sm_80").check(), ["grid"], id="grid-over-65535-blocks"),
+    pytest.param(lambda: gemm(M=128 * 70000, N=128, K=64, arch="sm_80", block_m=128, block_n=128).check(), ["grid"],
+                 id="grid-over-65535-blocks"),
 ]
 
 

@@ -46,6 +46,7 @@ from ..strategies import (
     warp_specialize,
 )
 from ..tensor import BLOCK, WARP
+from . import tiles
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 
@@ -133,6 +134,23 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         arch = None if isinstance(arch, GemmParams) else arch
     tgt = _target(arch)
     arch = tgt.name
+    named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
+             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs)
+    sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))
+    if params is None and not prologue_ops and sizes_ok and all(v is None for v in named):
+        # no tile parameter named: the library's tile model (``recipes.tiles``) picks them per problem
+        count = 1
+        for b in (batch if isinstance(batch, tuple) else (batch,) if batch else ()):
+            count *= b
+        model = tiles.default_params(M, N, K, tgt, batch=count)
+        try:
+            if not model:
+                raise ScheduleError("no model tile", field="M", value=M)
+            return gemm(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, epilogue_ops=epilogue_ops,
+                        producer_regs=producer_regs, batch=batch, a_batched=a_batched, b_batched=b_batched,
+                        check=check, **model)
+        except ScheduleError:
+            pass          # the model's tile does not suit this problem (a layout, a size): the family's defaults
     if params is not None:
         if not isinstance(params, GemmParams):
             raise ScheduleError("params is a GemmParams value", field="params", value=params,
