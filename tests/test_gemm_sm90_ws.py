@@ -257,6 +257,26 @@ def test_four_consumer_warpgroups_are_refused():
         fs.recipes.gemm(512, 256, 256, arch="sm_90a", block_m=256, block_n=128, **WS)
 
 
+def test_accumulators_that_do_not_fit_the_launch_are_refused():
+    # 3 consumer warpgroups + the producer: 512 threads, so ptxas compiles to 128 registers a
+    # thread, and a 64x256 f32 tile per warpgroup is 128 accumulators alone (ptxas: "Insufficient
+    # registers (128) ... register target of 154"); 192 columns fit (and compile without spills)
+    with pytest.raises(ScheduleError, match="128 f32 accumulators") as e:
+        fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", block_m=192, block_n=256, **WS)
+    assert "block_n = 256" in str(e.value) and "<= 192 with 3 consumer warpgroups" in str(e.value)
+    fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", block_m=192, block_n=192, **WS)
+
+
+def test_small_m_takes_the_mma_sync_schedule_by_default():
+    # M <= 16: 16-row mma.sync tiles streaming B (recipes.tiles.params_small_m), split over two
+    # blocks on a long K where the N tiles alone leave SMs idle
+    text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a"))
+    assert "mma_m16n8k16" in text and "wgmma" not in text and "split_k(2, across=block)" in text
+    assert "split_k" not in str(fs.recipes.gemm(1, 4096, 4096, arch="sm_90a"))
+    # from 17 rows on, wgmma
+    assert "wgmma" in str(fs.recipes.gemm(17, 4096, 4096, arch="sm_90a"))
+
+
 def test_sm80_recipe_refuses_warp_specialization():
     with pytest.raises(ScheduleError, match="Hopper"):
         fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm80", warp_specialized=True)
@@ -419,13 +439,17 @@ def test_random_hopper_schedules_match_numpy(case):
     case = dict(case)
     M, N, K, seed, sms = (case.pop(k) for k in ("M", "N", "K", "seed", "sms"))
     # a schedule either checks and runs right, or is refused: tiles and stages that exceed the
-    # shared memory (192x256 tiles, 4 stages of 64-wide K, f32 staging of C) are refused by name
+    # shared memory (192x256 tiles, 4 stages of 64-wide K, f32 staging of C), and warp-specialized
+    # 192x256 tiles (128 accumulators a thread under a 128-register launch), are refused by name
     ring = case["stages"] * (case["block_m"] + case["block_n"]) * case["block_k"] * 2
     staging = case["block_m"] * case["block_n"] * (4 if case["out_dtype"] == "f32" else 2) // 2
     try:
         sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", **case)
     except ScheduleError as e:
-        assert "shared memory over the target's limit" in str(e) and ring + staging > 200 * 1024, str(e)
+        too_big = "shared memory over the target's limit" in str(e) and ring + staging > 200 * 1024
+        no_regs = "f32 accumulators" in str(e) and case["warp_specialized"] and \
+            (case["block_m"], case["block_n"]) == (192, 256)
+        assert too_big or no_regs, str(e)
         return
     dt = fs.dtypes.dtype(case["dtype"])
     rng = np.random.default_rng(seed)

@@ -22,6 +22,8 @@ from ... import ir
 from ...dtypes import u8
 from ...hardware.atoms import catalog, sm90a
 from ...schedule import Node
+from ...spec import MatMul
+from ...tensor import RF, WARPGROUP
 from ..context import err
 
 MAX_CONSUMER_WARPGROUPS = 3   # 4 consumer warpgroups (640 threads) hung on an H100
@@ -42,7 +44,32 @@ def specialized_loop(block: Node):
     return go(block)
 
 
+#: Registers a consumer thread needs besides its wgmma accumulators (descriptors, addresses,
+#: loop state): ptxas asked for "a register target of 154" for 128 accumulators (64x256 f32
+#: per warpgroup) on sm_90a.
+WGMMA_OVERHEAD_REGS = 26
+
+
+def accumulator_regs(node: Node) -> int:
+    """The f32 accumulator registers of one consumer thread below ``node``: the largest C tile a
+    warpgroup-level MatMul holds, over the 128 threads of the warpgroup (0 when none)."""
+    most = 0
+    for m in node.walk():
+        sp = m.spec
+        if isinstance(sp, MatMul) and sp.level == WARPGROUP and sp.c.memory == RF:
+            n = 1
+            for e in sp.c.shape:
+                n *= e
+            most = max(most, n // 128)
+    return most
+
+
 def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: int, consumer_regs: int) -> None:
+    """Refuse a warp-specialized block whose registers cannot work out: more consumer warpgroups
+    than measured safe, a ``setmaxnreg`` split over the SM's register file, or accumulators that
+    do not fit the registers ptxas may give a thread of the launch (the whole file over its
+    threads, at most 255 — ``setmaxnreg`` moves registers between warpgroups at run time, but
+    the code is compiled to that limit)."""
     if consumer_warpgroups > MAX_CONSUMER_WARPGROUPS:
         raise err(node, f"{consumer_warpgroups} consumer warpgroups with warp specialization (with 4, an H100 hung "
                         "in our tests)", field="consumer warpgroups", value=consumer_warpgroups,
@@ -55,6 +82,16 @@ def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: in
                         f"{consumer_regs} consumer registers = {regs}", field="consumer_regs",
                   value=consumer_regs, allowed=f"a total <= {target.regs_per_sm}",
                   fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
+    threads = 128 * (consumer_warpgroups + 1)
+    limit = min(255, target.regs_per_sm // threads // 8 * 8)
+    acc = accumulator_regs(node)
+    if acc and acc + WGMMA_OVERHEAD_REGS > limit:
+        most_n = (limit - WGMMA_OVERHEAD_REGS) * 2 // 64 * 64      # whole 64-element TMA boxes
+        raise err(node, f"each consumer thread holds {acc} f32 accumulators (a 64 x {2 * acc} tile per warpgroup), "
+                        f"and with {WGMMA_OVERHEAD_REGS} more for the rest ptxas needs {acc + WGMMA_OVERHEAD_REGS} "
+                        f"registers; {threads} threads per block leave it {limit}", field="block_n", value=2 * acc,
+                  allowed=f"<= {most_n} with {consumer_warpgroups} consumer warpgroups",
+                  fix=f"block_n <= {most_n}, or fewer consumer warpgroups (a smaller block_m)")
 
 
 def roles(producer_regs: int, consumer_regs: int, producer: list, consumers: list, consumer_threads: int) -> ir.Roles:
