@@ -30,7 +30,7 @@ from ... import ir
 from ... import ops as fops
 from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm70, sm90a
-from ...ir.expr import IntExpr, Sum, Var, land, lt
+from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, land, lt
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
 from ...tensor import GL, RF, SH
@@ -69,9 +69,16 @@ def alignment(e: IntExpr) -> int:
         return e & -e if e else 1 << 30
     if isinstance(e, Sum):
         g = 0 if e.const == 0 else e.const
-        for _t, c in e.terms:
-            g = math.gcd(g, c)
+        for t, c in e.terms:
+            g = math.gcd(g, c * min(alignment(t), 1 << 20))
         return (g & -g) if g else 1 << 30
+    if isinstance(e, BinOp) and e.op in ("min", "max"):
+        # one of the two, whichever it is: a partial tile's limit, min(extent, origin + tile)
+        return min(alignment(e.a), alignment(e.b))
+    if isinstance(e, BinOp) and e.op == "*":
+        return min(alignment(e.a) * alignment(e.b), 1 << 30)
+    if isinstance(e, Select):
+        return min(alignment(e.a), alignment(e.b))
     return 1
 
 
@@ -98,10 +105,10 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
         lim = ctx.limit[key(tile)]
         row_len = t.extent(c)
         lim_c = lim.get(c)
-        # a whole vector is in or out of the tensor when the limit along the row is a constant
-        # multiple of it (checked below); a limit that is an expression (a partial parent tile)
-        # takes element accesses
-        can_vec = isinstance(lim_c, int)
+        # a whole vector is in or out of the tensor when the limit along the row is a multiple of
+        # it for every block (checked below): a constant, or the limit of a partial parent tile
+        # whose terms all are (min(cols, rank * part + part) of a cluster's part of the row)
+        can_vec = lim_c is not None
     else:
         buf = shared_buffer(lw, tile)
         lay = lw.smem_layout(tile)
@@ -112,7 +119,7 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
         for w in WIDTHS:
             vv = w // eb
             if vv >= 1 and w >= eb and n_c % vv == 0 and row_len % vv == 0 and alignment(o[c]) % vv == 0 \
-                    and (lim_c is None or lim_c % vv == 0) and (t.memory != SH or _sh_chunk_ok(lay, vv, eb)):
+                    and (lim_c is None or alignment(lim_c) % vv == 0) and (t.memory != SH or _sh_chunk_ok(lay, vv, eb)):
                 v = vv
                 break
     out = []
