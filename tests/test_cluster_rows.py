@@ -20,26 +20,33 @@ from firesched.strategies import done, part, place, tile, to_blocks, to_threads
 
 
 @pytest.mark.parametrize("cols, cluster, part_, threads, vec", [
-    (32768, 1, 0, 1024, 8), (32767, 1, 0, 1024, 1), (32769, 8, 4097, 256, 1), (40000, 8, 5000, 256, 8),
-    (65536, 8, 8192, 256, 8), (100003, 8, 12501, 512, 1), (131072, 8, 16384, 512, 8), (131073, 8, 16385, 1024, 1),
-    (262144, 8, 32768, 1024, 8), (262143, 8, 32768, 1024, 1)])
+    (32768, 1, 0, 1024, 8), (32767, 1, 0, 1024, 1), (40000, 1, 0, 1024, 8), (40960, 1, 0, 1024, 8),
+    (40961, 8, 5121, 256, 1), (65536, 8, 8192, 256, 8), (81920, 8, 10240, 256, 8), (100003, 8, 12501, 512, 1),
+    (131072, 8, 16384, 512, 8), (262144, 8, 32768, 1024, 8), (262143, 8, 32768, 1024, 1),
+    (327680, 8, 40960, 1024, 8)])
 def test_row_plan_takes_the_smallest_blocks_that_hold_the_row(cols, cluster, part_, threads, vec):
-    # blocks of 256 threads (four per SM) where a cluster of 8 of them holds the row, else of 512
-    # (two per SM), else of 1024; the parts keep the row's own vector width (an odd row's start
-    # is not 16-byte aligned)
+    # one block up to 1024 threads x 40 values; then blocks of 256 threads (four per SM) where a
+    # cluster of 8 of them holds the row, else of 512 (two per SM), else of 1024; the parts keep
+    # the row's own vector width (an odd row's start is not 16-byte aligned)
     plan = row_plan(2, cols, "f16", clusters=True)
     assert (plan.cluster, plan.part, plan.lanes, plan.vec) == (cluster, part_, threads, vec)
-    assert plan.reps * plan.vec <= 32
+    assert plan.reps * plan.vec <= 40
     assert plan.occupancy * plan.threads * 64 <= 65536
     if cluster > 1:
         assert plan.reps * plan.vec * plan.lanes >= plan.part and plan.rows == 1
 
 
+def test_f32_rows_keep_32_values_a_thread():
+    # LayerNorm's f32 intermediates leave no room for 40 f32 values a thread
+    assert row_plan(2, 32768, "f32").reps * 4 == 32
+    assert row_plan(2, 40000, "f32", clusters=True).cluster > 1
+
+
 def test_without_clusters_a_long_row_says_where_it_fits():
     with pytest.raises(ValueError, match="arch='sm_90a'"):
-        fs.recipes.rmsnorm(2, 40000, arch="sm_80")
+        fs.recipes.rmsnorm(2, 41000, arch="sm_80")
     with pytest.raises(ValueError, match="nor of a cluster of 8 blocks"):
-        fs.recipes.rmsnorm(2, 262145, arch="sm_90a")
+        fs.recipes.rmsnorm(2, 327681, arch="sm_90a")
 
 
 def _check(sched, seed=0):
@@ -47,7 +54,7 @@ def _check(sched, seed=0):
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
-@pytest.mark.parametrize("rows, cols", [(2, 40000), (1, 65537)])
+@pytest.mark.parametrize("rows, cols", [(2, 50000), (1, 65537)])
 def test_recipes_on_clusters_equal_their_spec(op, rows, cols):
     sched = getattr(fs.recipes, op)(rows, cols, arch="sm_90a")
     assert "cluster=" in repr(sched.strategies[0])
@@ -60,8 +67,8 @@ def test_the_longest_rows(op):
 
 
 def test_causal_softmax_masks_by_the_whole_row_position():
-    # the second block of the cluster starts at column 20000: its mask must use global columns
-    _check(fs.recipes.softmax(3, 40000, arch="sm_90a", causal=True, diagonal=20003), seed=3)
+    # the blocks of the cluster start at multiples of 6,250 columns: the mask must use global ones
+    _check(fs.recipes.softmax(3, 50000, arch="sm_90a", causal=True, diagonal=20003), seed=3)
 
 
 def _norm(R, C):

@@ -79,10 +79,10 @@ def check_args(what: str, rows, cols, dtype, arch) -> None:
                          f"for the GPU present")
 
 
-def plan_rows(rows: int, cols: int, dtype: str, arch) -> _rows.RowPlan:
+def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
-    where the target has them (sm_90a)."""
-    return _rows.row_plan(rows, cols, dtype, clusters=get_target(arch).has_clusters)
+    where the target has them (sm_90a); ``max_values`` as there."""
+    return _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters)
 
 
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
@@ -137,7 +137,8 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
     registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
     check_args("add_rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch)
+    # the sum, its square and the normalised row live beside each other: 40 values a thread spill
+    plan = plan_rows(rows, cols, dtype, arch, max_values=32)
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
