@@ -26,6 +26,7 @@ aims at three things, in this order —
       1,024         128     8     1        1          128
       4,096         256     8     2        1          256
       32,768       1024     8     4        1         1024
+      40,960       1024     8     5        1         1024
       65,536        256     8     4        1          256 x a cluster of 8, 4 per SM
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
