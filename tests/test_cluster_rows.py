@@ -85,6 +85,17 @@ def test_hand_written_cluster_split_divides_the_mean_by_the_whole_row(C, parts):
     _check(sched)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min"])
+def test_a_plain_reduce_split_over_a_cluster_is_one_launch(op):
+    # without cluster= the same tiling takes two launches (a workspace of partial results)
+    spec = fs.Reduce.kernel(op, {"r": 3, "c": 1000}, ("c",))
+    chain = (tile(c=256), tile(c=8) >> to_threads(), done())
+    sched = spec.schedule(tile(r=1, c=250) >> to_blocks(cluster=4), *chain)
+    assert len(sched.lower("sm_90a").kernels) == 1
+    assert len(spec.schedule(tile(r=1, c=250) >> to_blocks(), *chain).lower("sm_90a").kernels) == 2
+    _check(sched)
+
+
 def test_a_fused_reduction_split_over_blocks_needs_a_cluster():
     spec = _norm(4, 512)
     with pytest.raises(ScheduleError, match="cannot combine their parts without a cluster") as e:

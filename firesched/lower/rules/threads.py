@@ -17,9 +17,12 @@ Units mapped over the reduced dims hold partial results of the same elements (``
 accumulator's layout); its store combines them: butterfly shuffles among the lanes of a warp, then
 shared memory among warps, and the first replica stores::
 
-    lanes:  acc = op(acc, shfl.bfly(acc, 16)); ... ; acc = op(acc, shfl.bfly(acc, 1))
-    warps:  lane 0 of each warp -> smem[warp]; barrier; replica 0 folds the other warps; barrier
-    store:  if every replica index is 0: Y[...] = cvt(ops(acc))
+    lanes:    acc = op(acc, shfl.bfly(acc, 16)); ... ; acc = op(acc, shfl.bfly(acc, 1))
+    warps:    lane 0 of each warp -> smem[warp]; barrier; replica 0 folds the other warps; barrier
+    cluster:  (the blocks of a cluster split the reduced dim) replica 0 -> its block's part;
+              barrier.cluster; fold every block's part, ranks in order (ld.shared::cluster)
+    store:    if every replica index is 0 (and, to global memory, in the cluster's first block):
+              Y[...] = cvt(ops(acc))
 """
 
 from __future__ import annotations
@@ -389,13 +392,15 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.Re
     """Combine the block results of a reduction whose reduced dim the blocks of a thread-block
     cluster split (``to_blocks(cluster=C)``), through distributed shared memory::
 
-        block q:  if first replica: part[q] = acc           (own shared memory)
+        block q:  if first replica: part = acc              (its own shared memory)
                   barrier.cluster                             (every block's part is visible)
-                  acc = part[0] op part[1] op ... part[C-1]   (ld.shared::cluster, ranks in order)
-                  barrier.cluster                             (no block reuses or leaves its part early)
+                  acc = part@0 op part@1 op ... part@C-1      (ld.shared::cluster, ranks in order)
+                  ...
+                  barrier.cluster at the end of the kernel    (no block leaves while others read)
 
     Every block folds the same parts in the same order, so every block (and, into a register
-    local, every thread) holds bitwise the same result."""
+    local, every thread) holds bitwise the same result.  A persistent block, which refills its
+    part buffers tile after tile, waits for the others' reads right after each combine instead."""
     spec = node.spec
     dst = spec.dst
     C = ctx.cluster.size
