@@ -30,7 +30,7 @@ import functools
 import attrs
 
 from ..hardware.atoms.base import WGMMA, Atom
-from ..ir.expr import IntExpr, evaluate
+from ..ir.expr import IntExpr
 from ..layout import Swizzle
 from ..schedule import Node
 from ..spec import MatMul
@@ -114,12 +114,26 @@ class RFLayout(_SequentialTiles):
     def owner(self, coord: tuple[int, int]) -> tuple[int, int]:
         """(lane, register offset) holding the element at integer ``coord`` (relative to the unit's
         part of the tensor)."""
+        return self.owner_fn()(coord)
+
+    def owner_fn(self):
+        """``owner`` with the layout's tables looked up once, for asking about many coordinates
+        (``seq_offset`` evaluated on integers: the same value without building an expression)."""
         f0, f1 = self.frag
-        r, c = coord
         inv = inverse(self.tv)
-        lane, v = inv[r % f0, c % f1]
-        origin = {self.dims[0]: r - r % f0, self.dims[1]: c - c % f1}
-        return int(lane), int(evaluate(self.offset(origin), {})) + int(v)
+        d0, d1 = self.dims
+        seq = tuple(zip(self.seq, self.strides()))
+
+        def owner(coord):
+            r, c = coord
+            lane, v = inv[r % f0, c % f1]
+            origin = {d0: r - r % f0, d1: c - c % f1}
+            off = 0
+            for (d, count, step), stride in seq:
+                off += ((origin[d] // step) % count) * stride
+            return int(lane), off + int(v)
+
+        return owner
 
     def unit_part(self) -> dict[str, int]:
         """Extent along each dim of the part one unit (warp / warpgroup) holds."""

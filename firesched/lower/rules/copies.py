@@ -186,6 +186,7 @@ def ldmatrix_fits(atom: Atom, lay: RFLayout, src, rdim: str, cdim: str) -> str |
             return f"its {ar}x{ac} tile does not divide the warp's {part[rdim]}x{part[cdim]} part"
     tv = atom.operand("dst").tv
     cs = coords(tv)
+    owner = lay.owner_fn()
     for i0 in range(0, part[rdim], ar):
         for i1 in range(0, part[cdim], ac):
             base = None
@@ -193,7 +194,7 @@ def ldmatrix_fits(atom: Atom, lay: RFLayout, src, rdim: str, cdim: str) -> str |
                 for v in range(tv.num_values):
                     r, c = cs[lane][v]
                     logical = {rdim: i0 + r, cdim: i1 + c}
-                    own_lane, off = lay.owner((logical[lay.dims[0]], logical[lay.dims[1]]))
+                    own_lane, off = owner((logical[lay.dims[0]], logical[lay.dims[1]]))
                     if own_lane != lane:
                         return (f"lane {lane} would receive element {logical} that the consumer expects "
                                 f"in lane {own_lane}")
