@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES, time_ms, write_results  # noqa: E402
+from bench.membound import plot  # noqa: E402  (bandwidth against cols, a panel per op and dtype)
 
 SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), (16384, 1024), (16384, 4096),
           (16384, 16384), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384), (32768, 32768),
@@ -62,8 +63,6 @@ def _causal(torch, x):
 
 
 _MASKS: dict = {}
-COPY_TBS = 2.97
-QUACK_TBS = 3.0
 
 
 def _peer(torch, op: str, cols: int):
@@ -182,35 +181,6 @@ def cpu_smoke(op: str, dtype: str) -> dict:
     assert all(np.isfinite(o).all() for o in out)
     print(f"{op:14s} {dtype:5s} compiled (spills {k.spills}); interpreted 5x100")
     return dict(op=op, dtype=dtype, spills=k.spills, timing="skipped: no GPU")
-
-
-def plot(rows: list, path: str):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    ops = [o for o in OPS if any(r["op"] == o for r in rows)]
-    fig, axes = plt.subplots(1, len(ops), figsize=(5.5 * len(ops), 4.2), squeeze=False)
-    for ax, op in zip(axes[0], ops):
-        for i, (dt, nrows) in enumerate(sorted({(r["dtype"], r["rows"]) for r in rows if r["op"] == op})):
-            sel = sorted((r for r in rows if r["op"] == op and r["dtype"] == dt and r["rows"] == nrows),
-                         key=lambda r: r["cols"])
-            c = f"C{i % 10}"
-            ax.plot([r["cols"] for r in sel], [r["ours_tbs"] for r in sel], "-o", color=c, label=f"ours {dt} {nrows} rows")
-            ax.plot([r["cols"] for r in sel], [r["peer_tbs"] for r in sel], "--x", color=c, label=f"torch {dt} {nrows} rows")
-        ax.axhline(COPY_TBS, color="grey", lw=0.8, ls=":", label=f"D2D copy {COPY_TBS} TB/s")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("cols")
-        ax.set_ylabel("TB/s (bytes read + written / time)")
-        ax.set_title(op)
-        ax.legend(fontsize=5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
 
 
 def main(argv=None) -> list:

@@ -143,14 +143,13 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         for b in (batch if isinstance(batch, tuple) else (batch,) if batch else ()):
             count *= b
         model = tiles.default_params(M, N, K, tgt, batch=count)
-        try:
-            if not model:
-                raise ScheduleError("no model tile", field="M", value=M)
-            return gemm(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, epilogue_ops=epilogue_ops,
-                        producer_regs=producer_regs, batch=batch, a_batched=a_batched, b_batched=b_batched,
-                        check=check, **model)
-        except ScheduleError:
-            pass          # the model's tile does not suit this problem (a layout, a size): the family's defaults
+        if model:
+            try:
+                return gemm(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, epilogue_ops=epilogue_ops,
+                            producer_regs=producer_regs, batch=batch, a_batched=a_batched, b_batched=b_batched,
+                            check=check, **model)
+            except ScheduleError:
+                pass      # the model's tile does not suit this problem (a layout, a size): the family's defaults
     if params is not None:
         if not isinstance(params, GemmParams):
             raise ScheduleError("params is a GemmParams value", field="params", value=params,
