@@ -63,9 +63,17 @@ def test_random_row_shapes(seed):
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
-@pytest.mark.parametrize("rows, cols", [(3, 32769), (5, 65536), (2, 100003), (4, 262144), (1, 262143)])
+@pytest.mark.parametrize("rows, cols", [(3, 40961), (5, 65536), (2, 100003), (4, 262144), (1, 262143)])
 def test_long_rows_on_clusters(op, rows, cols):
+    # one block holds up to 40,960 values of a 16-bit row (40 a thread); beyond, clusters
     assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True).cluster > 1
+    _run(op, rows, cols, "bf16")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(3, 32769), (5, 40960), (2, 40000)])
+def test_long_rows_on_one_block(op, rows, cols):
+    assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True).cluster == 1 or op == "add_rmsnorm"
     _run(op, rows, cols, "bf16")
 
 
