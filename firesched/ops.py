@@ -49,6 +49,12 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("max", 2, lambda x, y: f"fmaxf({x}, {y})", np.maximum),
         ScalarOp("min", 2, lambda x, y: f"fminf({x}, {y})", np.minimum),
         ScalarOp("exp", 1, lambda x: f"expf({x})", np.exp),
+        ScalarOp("exp2", 1, lambda x: f"exp2f({x})", np.exp2),
+        ScalarOp("log2", 1, lambda x: f"log2f({x})", np.log2),
+        # exp2(x - m) of an online softmax, where a running max m of -inf (a row that has seen
+        # only masked keys so far) counts as 0, so that -inf - -inf never makes a NaN
+        ScalarOp("exp2_sub", 2, lambda x, m: f"exp2f({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m}))",
+                 lambda x, m: np.exp2(x - np.where(np.isneginf(m), 0.0, m))),
         ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
         ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
         ScalarOp("gelu_tanh", 1,
@@ -254,6 +260,44 @@ class CausalMask(EpilogueOp):
 
     def __repr__(self):
         return f"ops.causal({self.diagonal!r}, row={self.row!r}, col={self.col!r})"
+
+
+@attrs.frozen(repr=False)
+class EdgeMask(EpilogueOp):
+    """``value`` where the element lies at or past the edge of the kernel's tensors along ``dim``
+    (a key position past ``seq_kv`` in the last, partial key tile of attention); the value
+    elsewhere.  Registers hold whole tiles, so what lies past the edge is what the producer left
+    there (zeros from a zero-filling copy); the mask makes it the identity of what follows
+    (``-inf`` before a max and an exp)::
+
+        kv:   ... 998  999 | 1000 1001 ... 1023      seq_kv = 1000, tiles of 64
+              ...  x    x  | -inf -inf ... -inf
+
+    A *positional* op, like ``CausalMask``."""
+
+    dim: str = "c"
+    value: float = float("-inf")
+
+    positional = True
+
+    def scalar(self):
+        from .errors import ScheduleError
+
+        raise ScheduleError(f"{self} is positional (it reads the element's coordinate); only element-wise "
+                            "leaves apply it", field="ops", value=str(self))
+
+    def __str__(self):
+        return f"edge({self.dim}, {self.value})"
+
+    def __repr__(self):
+        return f"ops.edge({self.dim!r}, {self.value!r})"
+
+
+def edge(dim: str = "c", value: float = float("-inf")) -> EdgeMask:
+    """``value`` past the tensors' edge along ``dim`` (see ``EdgeMask``)."""
+    if not isinstance(dim, str) or not dim.isidentifier():
+        raise ValueError(f"edge(dim={dim!r}): a dim name")
+    return EdgeMask(dim, float(value))
 
 
 def causal(diagonal: int = 0, *, row: str = "r", col: str = "c") -> CausalMask:

@@ -26,7 +26,7 @@ from . import spec as _spec
 from .errors import InternalError, ScheduleError
 from .hardware.target import target as get_target
 from .hardware.target import target_names
-from .spec import Fused, MatMul, Move, Pointwise, Reduce
+from .spec import Attention, Fused, MatMul, Move, Pointwise, Reduce
 from .strategy import Strategy
 from .tensor import Level
 
@@ -117,7 +117,7 @@ class Node:
 def _refines(parent: Node, child: Node) -> bool:
     """Whether ``child`` is ``parent``'s spec on a smaller tile or another level (the chain of
     refinement the focus follows), rather than a move or an init a strategy added beside it."""
-    return type(child.spec) is type(parent.spec)
+    return type(child.spec) is type(parent.spec) or type(child.spec).__name__ in getattr(parent.spec, "REFINED_BY", ())
 
 
 @attrs.frozen(repr=False, eq=False)
@@ -130,9 +130,9 @@ class Schedule:
     @classmethod
     def of(cls, spec) -> "Schedule":
         """The unrefined schedule of a kernel-level ``spec`` (its root is the focus)."""
-        if not isinstance(spec, (MatMul, Move, Pointwise, Reduce, Fused)):
+        if not isinstance(spec, (MatMul, Move, Pointwise, Reduce, Fused, Attention)):
             raise ScheduleError("not a spec", field="spec", value=spec,
-                                allowed="MatMul, Move, Pointwise, Reduce, Fused (e.g. firesched.MatMul.kernel(...))")
+                                allowed="MatMul, Move, Pointwise, Reduce, Fused, Attention (e.g. firesched.MatMul.kernel(...))")
         if spec.level != Level.KERNEL:
             raise ScheduleError("a schedule starts from a kernel-level spec", spec=spec, field="level",
                                 value=str(spec.level), allowed="kernel",

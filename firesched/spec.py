@@ -8,7 +8,9 @@
 * ``Init(dst, value, level)`` — fill a tile (the accumulator before a reduction loop);
 * ``Pointwise(op, inputs, out, level)`` — an n-ary element-wise op with broadcasting;
 * ``Reduce(op, src, dst, axes, level)`` — sum / max / mean of ``src`` over the dimensions ``axes``;
-* ``Fused(body)`` — a spec whose meaning is its body of specs (FMHA, MLP, LSTM cells).
+* ``Fused(body)`` — a spec whose meaning is its body of specs (FMHA, MLP, LSTM cells);
+* ``Attention(q, k, v, outs, level, scale, causal)`` — ``softmax(scale Q Kᵀ + mask) V``, which
+  ``online_softmax`` decomposes into a loop over key tiles whose body is a ``Fused`` spec.
 
 Every operand is a ``Tile`` of a named ``Tensor``, and every spec names its dimensions: the
 dimensions of a spec are the union of its operands' (``dims``), their sizes its ``extents``, and
@@ -465,6 +467,108 @@ class Fused(SpecBase):
         return f"Fused<{self.level}>[{'; '.join(map(str, self.body))}]{res}"
 
 
+ATTENTION_DIMS = ("b", "hk", "g", "q", "kv", "d")
+
+
+@attrs.frozen(repr=False)
+class Attention(SpecBase):
+    """``O = softmax(scale * Q Kᵀ + mask) V`` over the key/value positions ``kv``, per batch ``b``
+    and head; with ``lse``, also the row log-sum-exp ``LSE = log(sum(exp(scale * Q Kᵀ + mask)))``
+    that a backward pass needs.
+
+    Dims (every operand names them): ``b`` batch, ``hk`` key/value heads, ``g`` query heads per
+    key/value head (grouped-query attention: query head ``h = hk * g_count + g``, so a torch
+    ``(B, H, S, D)`` tensor is ``(b, hk, g, q, d)`` without a copy; ``g`` = 1 is multi-head
+    attention), ``q`` query positions, ``kv`` key/value positions, ``d`` head dim::
+
+        Q (b, hk, g, q, d)   K (b, hk, kv, d)   V (b, hk, kv, d)
+        O (b, hk, g, q, d)   LSE (b, hk, g, q) f32
+
+    ``causal`` masks key ``j`` from query ``i`` where ``j > i`` (``torch``'s ``is_causal``: the
+    mask is aligned to the top-left corner when ``seq_q != seq_kv``).  The statistics are f32.
+    """
+
+    _TILES = ("q", "k", "v", "outs")
+    REFINED_BY = ("Fused",)        # online_softmax's key loop: its body, a fused spec, is the focus
+
+    q: Tile
+    k: Tile
+    v: Tile
+    outs: tuple[Tile, ...]
+    level: Level
+    scale: float
+    causal: bool = False
+
+    def __attrs_post_init__(self):
+        if not self.outs or len(self.outs) > 2:
+            raise ValueError("Attention: outs is (O,) or (O, LSE)")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"Attention: causal is a bool, got {self.causal!r}")
+
+    @property
+    def o(self) -> Tile:
+        return self.outs[0]
+
+    @property
+    def lse(self) -> Tile | None:
+        return self.outs[1] if len(self.outs) > 1 else None
+
+    @property
+    def outputs(self) -> tuple[Tile, ...]:
+        return self.outs
+
+    @property
+    def inputs(self) -> tuple[Tile, ...]:
+        return (self.q, self.k, self.v)
+
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        return ("kv",)
+
+    @classmethod
+    def kernel(cls, batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtype="f16",
+               kv_heads: int | None = None, causal: bool = False, scale: float | None = None,
+               lse: bool = False) -> "Attention":
+        """Kernel-level attention over torch-layout tensors: Q and O ``(batch, heads, seq_q, head_dim)``,
+        K and V ``(batch, kv_heads, seq_kv, head_dim)`` (``kv_heads`` divides ``heads``; default
+        ``heads``), ``scale`` default ``1 / sqrt(head_dim)``."""
+        for name, v in (("batch", batch), ("heads", heads), ("seq_q", seq_q), ("seq_kv", seq_kv),
+                        ("head_dim", head_dim)):
+            _positive("Attention.kernel", name, v)
+        kvh = heads if kv_heads is None else _positive("Attention.kernel", "kv_heads", kv_heads)
+        if heads % kvh:
+            raise ValueError(f"Attention.kernel: kv_heads={kvh} must divide heads={heads} (grouped-query attention "
+                             "shares each key/value head among heads / kv_heads query heads)")
+        if not isinstance(causal, bool) or not isinstance(lse, bool):
+            raise ValueError("Attention.kernel: causal and lse are bools")
+        scale = 1.0 / head_dim ** 0.5 if scale is None else float(scale)
+        g = heads // kvh
+        qd = ("b", "hk", "g", "q", "d")
+        kd = ("b", "hk", "kv", "d")
+
+        def t(name, dt, dims, shape, major):
+            x = Tensor(name, dt, GL, dims, shape, major)
+            return Tile(x, shape)
+
+        q = t("Q", dtype, qd, (batch, kvh, g, seq_q, head_dim), "d")
+        k = t("K", dtype, kd, (batch, kvh, seq_kv, head_dim), "d")
+        v = t("V", dtype, kd, (batch, kvh, seq_kv, head_dim), "d")
+        o = t("O", dtype, qd, (batch, kvh, g, seq_q, head_dim), "d")
+        outs = (o,)
+        if lse:
+            outs += (t("LSE", "f32", qd[:-1], (batch, kvh, g, seq_q), "q"),)
+        return cls(q, k, v, outs, KERNEL, scale, causal)
+
+    def __repr__(self):
+        return (f"Attention({self.q!r}, {self.k!r}, {self.v!r}, {self.outs!r}, {self.level!r}, {self.scale!r}, "
+                f"{self.causal!r})")
+
+    def __str__(self):
+        extra = (", causal" if self.causal else "") + f", scale={self.scale:.6g}"
+        return (f"Attention<{self.level}>({self.q}, {self.k}, {self.v} -> {', '.join(map(str, self.outs))}"
+                f"{extra})")
+
+
 def _shape(what: str, shape) -> tuple[tuple[str, ...], tuple[int, ...]]:
     if not isinstance(shape, dict) or not shape:
         raise ValueError(f"{what}: shape is a dict of dim name -> extent, e.g. {{'r': 4096, 'c': 1024}}")
@@ -475,4 +579,4 @@ def _shape(what: str, shape) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return tuple(shape), tuple(shape.values())
 
 
-Spec = MatMul | Move | Init | Pointwise | Reduce | Fused
+Spec = MatMul | Move | Init | Pointwise | Reduce | Fused | Attention

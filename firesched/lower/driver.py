@@ -28,6 +28,7 @@ from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
 from . import checks
 from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
+from .fragments import fragment_layouts
 from .layouts import SmemLayout, plain_smem_layout, register_layouts, thread_layouts
 from .lowerer import Lowerer
 from .program import KernelBuilder, ProgramBuilder
@@ -133,8 +134,10 @@ def block_threads(block: Node) -> int:
     others to skip it, and its barriers to count fewer threads)."""
     for m in block.walk():
         if isinstance(m.spec, Fused) and len(m.body) > 1:
+            # (a part with no loop mapped onto units — element-wise work on fragments — runs on
+            # the threads that hold them)
             counts = [_threads(c) for c in m.body]
-            if len(set(counts)) > 1:
+            if len(set(counts) - {0}) > 1:
                 raise err(m, "the parts of a fused spec map different numbers of threads: "
                              + ", ".join(f"part {i}: {c}" for i, c in enumerate(counts)),
                           fix="map every part onto the same warps (e.g. to_warps(2, 2) in each)")
@@ -243,7 +246,9 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     tgt = pb.target
     kb = KernelBuilder(pb, _name(pb, chain_node.spec))
     smem, staged = shared_layouts(block)
-    lw = Lowerer(pb, kb, tgt, rf={**thread_layouts(block), **register_layouts(block)}, smem=smem)
+    rf = {**thread_layouts(block), **register_layouts(block)}
+    rf.update(fragment_layouts(block, rf))
+    lw = Lowerer(pb, kb, tgt, rf=rf, smem=smem)
     order = block_order(block_loops, block, tgt)
     kb.grid = order.grid
     spec_loop = ws.specialized_loop(block)

@@ -33,7 +33,7 @@ from ..hardware.atoms.base import WGMMA, Atom
 from ..ir.expr import IntExpr
 from ..layout import Swizzle
 from ..schedule import Node
-from ..spec import MatMul
+from ..spec import Fused, MatMul
 from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
 from .context import err
 
@@ -178,8 +178,17 @@ def _frame_start(k, path: list) -> int:
     onto threads — are the first that iterate over the tensor's life)."""
     for i, n in enumerate(path):
         if any(t.tensor == k for t in n.spec.operands):
+            if i and isinstance(n.spec, Fused) and _walks(path[i - 1], k):
+                # a fused body's own tensor (the scores of one key tile) lives inside one
+                # iteration of the loop around the body, which walks its dims tile by tile
+                return i
             return max(i - 1, 0)
     return 0
+
+
+def _walks(n: Node, k) -> bool:
+    """Whether ``n`` has a sequential loop over one of register tensor ``k``'s dims."""
+    return any(lp.unit is None and any(d in k.dims for d, _ in lp.steps) for lp in n.loops)
 
 
 def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
@@ -188,6 +197,13 @@ def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
     if len(dims) != 2:
         raise err(path[-1], f"register tensor {tile.name} has dims {dims}; an MMA fragment is 2-D",
                   fix="tile the other dimensions to 1 before staging the operand")
+    mm = path[-1].spec
+    m_, n_, k_ = mm.roles
+    want = {"a": (m_, k_), "b": (k_, n_), "c": (m_, n_)}[which]
+    if set(dims) == set(want):
+        # the fragment's rows and columns are the atom's (B is k x n, however the tensor names
+        # its dims: attention's K is (kv, d), read as d x kv)
+        dims = want
     seq, par, rep = [], [], []
     for n in path[start:]:
         for lp in n.loops:
@@ -211,7 +227,7 @@ def _derive(k, tile, which: str, atom: Atom, path: list) -> RFLayout:
             raise err(path[-1], f"the tiles of register tensor {tile.name} along {d} do not nest "
                                 f"({s} does not divide {last[d]})", fix="use power-of-two tile sizes")
         last[d] = s
-    lay = RFLayout(k, dims, tuple(tile.tensor.shape), atom, matmul_operand_name(atom, which), tuple(seq),
+    lay = RFLayout(k, dims, tuple(tile.tensor.extent(d) for d in dims), atom, matmul_operand_name(atom, which), tuple(seq),
                    tuple(par), tuple(rep))
     f0, f1 = lay.frag
     for d, f in zip(dims, (f0, f1)):
@@ -289,7 +305,8 @@ def thread_layouts(block: Node) -> dict:
 
     def go(n: Node, path: list):
         here = path + [n]
-        if n.atom is None and n.strategy is not None and not n.children and not n.loops:
+        if n.atom is None and n.strategy is not None and not n.children and not n.loops and \
+                not getattr(n.strategy, "fragments", False):
             for t in n.spec.operands:
                 k = t.tensor
                 if t.memory != RF:

@@ -30,6 +30,7 @@ Rule = Callable[["Lowerer", Node, Ctx], list]
 
 _ATOM_RULES: dict[str, Rule] = {}
 _LEAF_RULES: dict[type, Rule] = {}
+_FRAGMENT_RULES: dict[type, Rule] = {}
 _SPEC_RULES: dict[tuple, Rule] = {}
 _DECOMPOSITION: list[Rule] = []
 _LOOP_RULES: list[tuple[Callable, Callable]] = []     # (matches(lw, node, loop), lower(lw, node, ctx, loop, rest))
@@ -62,6 +63,17 @@ def is_leaf(node: Node) -> bool:
     """A node ``done()`` declared a thread's element-wise work (no atom, no decomposition)."""
     return (node.atom is None and node.strategy is not None and not node.loops and not node.pre
             and not node.body and not node.post)
+
+
+def fragment_rule(kind: type):
+    """Register the rule lowering an ``on_fragments()`` leaf of ``kind``: element-wise work on the
+    register fragments threads hold."""
+
+    def deco(fn: Rule) -> Rule:
+        _FRAGMENT_RULES[kind] = fn
+        return fn
+
+    return deco
 
 
 def spec_rule(kind: type, *memories: str, via: str | None = None):
@@ -217,6 +229,8 @@ class Lowerer:
             return rule(self, node, ctx)
         if is_refined(node):
             return _DECOMPOSITION[0](self, node, ctx)
+        if is_leaf(node) and getattr(node.strategy, "fragments", False):
+            return _FRAGMENT_RULES[type(node.spec)](self, node, ctx)
         if is_leaf(node):
             rule = _LEAF_RULES.get(type(node.spec))
             if rule is None:  # pragma: no cover - done() accepts only kinds with a leaf rule

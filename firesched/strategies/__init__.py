@@ -1,7 +1,8 @@
 """Strategies: frozen values that refine the focus of a schedule; ``a >> b`` chains them."""
 
+from .attention import online_softmax
 from .base import Chain, Strategy
-from .done import done
+from .done import done, on_fragments
 from .fused import part, place
 from .fusion import epilogue, prologue
 from .mapping import to, to_blocks, to_threads, to_warpgroups, to_warps
@@ -13,4 +14,4 @@ from .tile import tile
 
 __all__ = ["Strategy", "Chain", "tile", "to", "to_blocks", "to_warps", "to_threads", "to_warpgroups",
            "split_k", "move_to_smem", "move_to_regs", "pipeline", "warp_specialize", "epilogue", "prologue", "done",
-           "auto_swizzle", "part", "place"]
+           "auto_swizzle", "part", "place", "on_fragments", "online_softmax"]

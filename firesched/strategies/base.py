@@ -5,11 +5,13 @@ The ``Strategy`` base and ``>>`` chains live in ``firesched.strategy`` (re-expor
 
 from __future__ import annotations
 
+import attrs
+
 from ..errors import ScheduleError
 from ..schedule import Node, Schedule
 from ..strategy import Chain, Strategy
 
-__all__ = ["Strategy", "Chain", "positive_int", "fresh_var", "record"]
+__all__ = ["Strategy", "Chain", "positive_int", "fresh_var", "record", "with_operand_in_parts"]
 
 
 def positive_int(strategy, spec, field: str, value, *, allowed: str = "a positive int") -> int:
@@ -33,3 +35,14 @@ def record(node: Node, strategy) -> object:
     if node.strategy is None:
         return strategy
     return node.strategy >> strategy
+
+
+def with_operand_in_parts(parts: tuple, name: str, tile) -> tuple:
+    """The unrefined parts of a fused node (those a strategy created with the fused spec) with
+    operand ``name`` replaced by ``tile``, as in the fused spec."""
+    out = []
+    for p in parts:
+        if name in {t.name for t in p.spec.operands}:
+            p = attrs.evolve(p, spec=p.spec.with_operand(name, tile))
+        out.append(p)
+    return tuple(out)

@@ -14,7 +14,7 @@ import attrs
 from ..errors import ScheduleError
 from ..hardware.atoms.base import GROUP_THREADS, Atom
 from ..spec import MatMul, Move, Pointwise, Reduce
-from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
+from ..tensor import BLOCK, RF, SH, THREAD, WARP, WARPGROUP
 from .base import Strategy
 
 _GROUP_LEVEL = {"warp": WARP, "quadpair": WARP, "warpgroup": WARPGROUP}
@@ -135,6 +135,49 @@ class done(Strategy):
 
     def __repr__(self):
         return "done()" if self.atom is None else f"done({self.atom!r})"
+
+    __str__ = __repr__
+
+
+@attrs.frozen(repr=False)
+class on_fragments(Strategy):
+    """Declare a ``Pointwise``, ``Move`` or ``Reduce`` over register fragments atomic: every
+    thread applies it to the elements it holds, where the MMA that produces or consumes the
+    fragments put them (no loads, no stores between registers)::
+
+        Pointwise<block>(mul: O:RF f32[128x128], alpha:RF f32[128] -> O:RF f32[128x128])
+          on_fragments()      # lane l scales its rows l/4 and l/4 + 8 of each m16n8 tile
+
+        Reduce<block>(max over kv: S:RF f32[128x64] -> mx:RF f32[128])
+          on_fragments()      # fold the thread's values of a row, then shfl.bfly 1 and 2
+
+    The spec may be at the block or warp level and must cover its register tensors whole.  Its
+    operands' layouts come from the MMA atoms that read or write them (a row vector takes the
+    rows of the fragment it is combined with); a reduction over a dim whose fragment spans
+    lanes is finished with butterfly shuffles among those lanes.  Positional ops (``ops.causal``,
+    ``ops.edge``) read each element's coordinates in the kernel's tensors.
+    """
+
+    fragments = True
+
+    def apply(self, sched):
+        node = sched.open_focus(self)
+        spec = node.spec
+        if not isinstance(spec, (Pointwise, Move, Reduce)):
+            raise ScheduleError("on_fragments() applies an element-wise op or a reduction to register fragments",
+                                strategy=self, spec=spec, allowed="Pointwise, Move, Reduce",
+                                fix="refine a MatMul down to an MMA atom with done(<atom>)")
+        if spec.level not in (BLOCK, WARP, WARPGROUP):
+            raise ScheduleError("fragments belong to warps: apply on_fragments() at the block, warpgroup or warp "
+                                "level", strategy=self, spec=spec, field="level", value=str(spec.level),
+                                allowed="block, warpgroup, warp")
+        if not any(t.memory == RF for t in spec.operands):
+            raise ScheduleError("on_fragments() needs an operand in registers", strategy=self, spec=spec,
+                                fix="for tensors in memory, tile(...) >> to_threads() and done()")
+        return sched.replace_focus(attrs.evolve(node, strategy=self))
+
+    def __repr__(self):
+        return "on_fragments()"
 
     __str__ = __repr__
 

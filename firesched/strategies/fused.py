@@ -22,7 +22,7 @@ from ..schedule import Node, Schedule
 from ..spec import Fused, Reduce
 from ..strategy import Strategy
 from ..tensor import BLOCK, RF, SH, Memory
-from .base import record
+from .base import record, with_operand_in_parts
 from .moves import auto_swizzle
 
 
@@ -64,9 +64,10 @@ class part(Strategy):
         path, node = _fused_focus(self, sched)
         spec: Fused = node.spec
         i = self.index
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(spec.body):
+        if isinstance(i, bool) or not isinstance(i, int) or not -len(spec.body) <= i < len(spec.body):
             raise ScheduleError("no such part of the fused spec", strategy=self, spec=spec, field="index", value=i,
-                                allowed=f"0..{len(spec.body) - 1}")
+                                allowed=f"0..{len(spec.body) - 1} (or -1 for the last)")
+        i %= len(spec.body)
         if node.loops or (node.body and len(node.body) != len(spec.body)):
             raise ScheduleError("the fused focus is already tiled here: give part(...) after the tiling that "
                                 "places it (e.g. tile(m=...) >> to_blocks())", strategy=self, spec=spec)
@@ -152,7 +153,7 @@ class place(Strategy):
     def apply(self, sched):
         path, node = _fused_focus(self, sched)
         spec: Fused = node.spec
-        if node.body:
+        if any(self.name in {t.name for t in p.spec.operands} and (p.loops or p.children) for p in node.body):
             raise ScheduleError("place(...) comes before part(...): the parts are refined with the places they read",
                                 strategy=self, spec=spec)
         local = {t.name: t for t in spec.locals}
@@ -174,7 +175,8 @@ class place(Strategy):
         else:
             sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits)
             on = t.on_chip(SH, keep=keep, swizzle=sw)
-        new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self))
+        new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self),
+                           body=with_operand_in_parts(node.body, self.name, on))
         return sched.replace_path(path, new)
 
     def __repr__(self):

@@ -21,9 +21,9 @@ from ..errors import ScheduleError
 from ..hardware.atoms.base import Atom
 from ..layout import Swizzle
 from ..schedule import Node
-from ..spec import Move
+from ..spec import Fused, Move
 from ..tensor import BLOCK, GL, RF, SH, WARP, Tile
-from .base import Strategy
+from .base import Strategy, with_operand_in_parts
 
 _NO_SWIZZLE = Swizzle(0, 0, 0)
 # A 16-byte chunk is the unit of cp.async and ldmatrix rows; a swizzle must keep it whole.
@@ -148,8 +148,26 @@ class move_to_smem(Strategy):
             raise ScheduleError("give one copy atom", strategy=self, spec=spec, field="via", value=self.via)
         sh = t.on_chip(SH, keep=_roles(spec), swizzle=sw)
         move = Node(Move(t, sh, BLOCK), via=tuple(via))
+        if isinstance(spec, Fused):
+            return self._into_fused(sched, node, t, sh, move)
         new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, sh))))
         return sched.replace_focus(new)
+
+    def _into_fused(self, sched, node, t, sh, move):
+        """A fused focus runs its parts in order in one node: the copy goes before it, in the loop
+        around it (the key loop of ``online_softmax``), and every part reads the shared tile."""
+        path = sched.focus_path()
+        if len(path) < 2:
+            raise ScheduleError("a fused spec's input is staged in the loop around it; this one has none",
+                                strategy=self, spec=node.spec, fix="tile the fused spec onto blocks first")
+        if any(t.name in {x.name for x in p.spec.operands} and (p.loops or p.children) for p in node.body):
+            raise ScheduleError(f"move_to_smem({t.name!r}) comes before the part(...) that reads {t.name}",
+                                strategy=self, spec=node.spec)
+        fused = attrs.evolve(node, spec=node.spec.with_operand(t.name, sh),
+                             body=with_operand_in_parts(node.body, t.name, sh))
+        parent = path[-2]
+        parent = attrs.evolve(parent, body=parent.body[:-1] + (move, fused))
+        return sched.replace_path(path[:-1], parent)
 
     def __repr__(self):
         args = [repr(self.operand)]

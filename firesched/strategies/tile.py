@@ -88,7 +88,10 @@ class tile(Strategy):
         # blocks (to_blocks() then makes them partial results that a second launch combines)
         # (a reduction into a register local that ``place(name, RF)`` made — the output of the
         # schedule's root, a part of a fused spec — needs one too: the local holds the result)
-        placed = out is not None and out.memory == RF and any(out.tensor == t.tensor for t in sched.root.spec.outputs)
+        # (a MatMul into registers accumulates there: C (+)= A B, the scores and the output of an
+        # attention's key loop)
+        placed = (isinstance(spec, Reduce) and out is not None and out.memory == RF
+                  and any(out.tensor == t.tensor for t in sched.root.spec.outputs))
         needs_acc = bool(reduced) and out is not None and (out.memory != RF or placed) and spec.level != KERNEL
         if needs_acc and len(reduced) != len(sizes):
             raise ScheduleError(f"tiling {reduced[0]} while the output is still in global memory creates the "

@@ -85,7 +85,7 @@ def _grid(loops, node) -> BlockOrder:
     grid = [1, 1, 1]
     bind = {}
     grouped = [lp for lp in loops if lp.group > 1]
-    if len(loops) - max(len(grouped) - 1, 0) > 3:
+    if grouped and len(loops) - max(len(grouped) - 1, 0) > 3:
         raise err(node, f"{len(loops)} loops mapped to blocks; the grid has 3 dimensions",
                   fix="tile some dimensions inside the block instead, or use group= to share grid x")
     if grouped:
@@ -99,9 +99,22 @@ def _grid(loops, node) -> BlockOrder:
             grid[axis] = lp.count
             bind[lp.var] = ir.bid(axis, lp.count)
     else:
-        for axis, lp in enumerate(reversed(loops)):
+        # loops of one tile take no grid dimension; beyond three, the outer ones share grid z
+        # (row-major: batch and heads of attention, with the query tiles on x)
+        for lp in loops:
+            if lp.count == 1:
+                bind[lp.var] = 0
+        live = [lp for lp in loops if lp.count > 1]
+        inner, outer = live[-2:] if len(live) > 3 else live, live[:-2] if len(live) > 3 else []
+        for axis, lp in enumerate(reversed(inner)):
             grid[axis] = lp.count
             bind[lp.var] = ir.bid(axis, lp.count)
+        if outer:
+            z = 1
+            for lp in outer:
+                z *= lp.count
+            grid[2] = z
+            bind.update(_linear_tiles(outer, ir.bid(2, z)))
     return BlockOrder(tuple(grid), bind)
 
 
