@@ -3,9 +3,11 @@
 from . import rows, tiles
 from .bmm import bmm
 from .copies import cast, transpose
+from .fmha import FmhaParams, fmha
+from .fmha import plan as fmha_plan
 from .gemm import EPILOGUES, GemmParams, gemm, gemm_sm90, gemm_space
 from .norms import add_rmsnorm, layernorm, rmsnorm
 from .softmax import softmax
 
 __all__ = ["gemm", "gemm_sm90", "gemm_space", "bmm", "tiles", "GemmParams", "EPILOGUES", "transpose", "cast",
-           "rows", "rmsnorm", "layernorm", "add_rmsnorm", "softmax"]
+           "rows", "rmsnorm", "layernorm", "add_rmsnorm", "softmax", "fmha", "FmhaParams", "fmha_plan"]

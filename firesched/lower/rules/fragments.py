@@ -91,7 +91,7 @@ def _global(ctx, node: Node, t: FragTable, i: int) -> dict:
         src = _origin_of(ctx, d)
         if src is None:
             raise err(node, f"a positional op reads the {d} coordinate, which no global tensor of the kernel has",
-                      fix=f"mask along a dim of the kernel's tensors")
+                      fix="mask along a dim of the kernel's tensors")
         c = src[d] + local[d]
         for pd, _c, s, var in t.par:
             if pd == d and var not in entered:

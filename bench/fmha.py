@@ -1,0 +1,170 @@
+"""Attention forward benchmark: ``recipes.fmha`` next to torch's scaled_dot_product_attention with
+the cuDNN backend and with the flash (FlashAttention-2) backend, in one process, same inputs.
+
+    PYTHONPATH=. python bench/fmha.py                       # the ANCHORS.md shapes, fp16 and bf16
+    PYTHONPATH=. python bench/fmha.py --shapes 4x16x4096x128 --causal both --dtypes f16
+    PYTHONPATH=. python bench/fmha.py --smoke               # CPU: a tiny instance, interpreted
+
+Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s of ours, cuDNN and
+flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
+Timing is interleaved (ours, cuDNN, flash, ours, ... ; median of rounds, each round ``reps``
+launches between two CUDA events), inputs random and rotated between copies that together
+exceed L2.  Before timing, ours is checked against the float32 math backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+import firesched as fs  # noqa: E402
+from bench.gemm import L2_BYTES, write_results  # noqa: E402
+from bench.membound import driver_version  # noqa: E402
+
+SHAPES = [(4, 16, 4096, 128), (16, 16, 1024, 128), (32, 16, 384, 64), (8, 16, 2048, 64)]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
+    return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
+
+
+def flops(b, h, s, d, causal) -> float:
+    f = 4.0 * b * h * s * s * d
+    return f / 2 if causal else f
+
+
+def _time_interleaved(torch, fns: dict, reps: int, rounds: int) -> dict:
+    """Median ms per call of each of ``fns`` (name -> fn(i)), timed in turn every round."""
+    for fn in fns.values():
+        for i in range(3):
+            fn(i)
+    torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    i = 0
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(reps):
+                fn(i)
+                i += 1
+            e1.record()
+            torch.cuda.synchronize()
+            times[name].append(e0.elapsed_time(e1) / reps)
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
+    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, causal=causal, params=params)
+    k = fs.compile(sched, arch="sm_90a")
+    per_set = 4 * b * h * s * d * 2
+    nsets = max(1, min(8, math.ceil(2 * L2_BYTES / per_set)))
+    sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=tdt) for _ in range(3)) for _ in range(nsets)]
+    outs = [torch.empty(b, h, s, d, device="cuda", dtype=tdt) for _ in range(nsets)]
+
+    def view(x):
+        return x.view(b, h, 1, s, d)
+
+    q, kk, v = sets[0]
+    k(view(q), kk, v, view(outs[0]))
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = sdpa(q.float(), kk.float(), v.float(), is_causal=causal)
+    err = (outs[0].float() - ref).abs().max().item()
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        err_cudnn = (sdpa(q, kk, v, is_causal=causal).float() - ref).abs().max().item()
+
+    def ours(i):
+        q, kk, v = sets[i % nsets]
+        k(view(q), kk, v, view(outs[i % nsets]))
+
+    def peer(backend):
+        def fn(i):
+            q, kk, v = sets[i % nsets]
+            with sdpa_kernel(backend):
+                sdpa(q, kk, v, is_causal=causal)
+        return fn
+
+    f = flops(b, h, s, d, causal)
+    reps = max(3, min(200, int(2e12 / f)))
+    t = _time_interleaved(torch, {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION),
+                                  "flash": peer(SDPBackend.FLASH_ATTENTION)}, reps, rounds)
+    res = k.resources
+    row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal,
+               params=str(fs.recipes.fmha_plan(b, h, s, s, d) if params is None else params),
+               max_abs_err=err, cudnn_max_abs_err=err_cudnn,
+               registers=max(r.registers for r in res.values()), spills=k.spills)
+    for n, ms in t.items():
+        row[f"{n}_ms"] = ms
+        row[f"{n}_tflops"] = f / ms / 1e9
+    row["ratio_cudnn"] = t["cudnn"] / t["ours"]
+    row["ratio_flash"] = t["flash"] / t["ours"]
+    return row
+
+
+def smoke() -> dict:
+    """A tiny causal, grouped-query instance through the interpreter against numpy."""
+    b, h, kvh, s, d = 1, 2, 1, 37, 64
+    sched = fs.recipes.fmha(b, h, s, s, d, kv_heads=kvh, causal=True)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((b, kvh, h // kvh, s, d))
+    k = rng.standard_normal((b, kvh, s, d))
+    v = rng.standard_normal((b, kvh, s, d))
+    o = fs.interpret(sched, q, k, v)
+    r = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    sc = np.einsum("bhgqd,bhkd->bhgqk", r(q), r(k)) / math.sqrt(d)
+    sc = np.where(np.arange(s)[None, :] > np.arange(s)[:, None], -np.inf, sc)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = np.einsum("bhgqk,bhkd->bhgqd", p / p.sum(-1, keepdims=True), r(v))
+    err = float(np.abs(o - ref).max())
+    if not err < 2e-2:
+        raise SystemExit(f"smoke: interpreter result differs from numpy by {err}")
+    return dict(shape=(b, h, kvh, s, d), max_abs_err=err)
+
+
+def main(argv=None) -> list:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--causal", default="both", choices=("no", "yes", "both"))
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="CPU only: one tiny instance through the interpreter")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
+    args = ap.parse_args(argv)
+    if args.smoke:
+        row = smoke()
+        print(row)
+        return [row]
+    import torch
+
+    causal = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
+    rows = []
+    print(f"{'shape':>18} {'dt':>4} {'causal':>6} {'ours':>7} {'cudnn':>7} {'flash':>7} {'/cudnn':>7} {'/flash':>7}  regs  err")
+    for shp in parse_shapes(args.shapes):
+        for dt in args.dtypes.split(","):
+            for c in causal:
+                row = gpu_row(torch, *shp, dt, c, args.rounds)
+                rows.append(row)
+                print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
+                      f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
+                      f"{row['ratio_flash']:7.2f}  {row['registers']:4d}  {row['max_abs_err']:.1e}", flush=True)
+    meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
+                torch=torch.__version__, python=platform.python_version(), command=" ".join(sys.argv))
+    write_results(args.out, meta, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

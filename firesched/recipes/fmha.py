@@ -1,0 +1,145 @@
+"""Fused multi-head attention, forward: the FlashAttention-2 design as a schedule.
+
+``recipes.fmha(batch, heads, seq_q, seq_kv, head_dim)`` returns the schedule of
+``O = softmax(scale · Q Kᵀ + mask) V`` (``firesched.Attention``) for ``arch="sm_80"`` — which
+also runs on the H100 — built from strategies only::
+
+    Attention<kernel>(Q, K, V -> O)
+      tile(b=1, hk=1, g=1, q=128) >> to_blocks()      one block per 128 queries of one head
+      move_to_smem("Q")                                the query tile, loaded once
+      online_softmax(kv=64)                            the key loop: S = Q Kᵀ, running max/sum,
+                                                       O += P V (strategies/attention.py)
+      move_to_smem("K"), move_to_smem("V")             the key and value tiles of each step ...
+      pipeline(stages=2)                               ... double-buffered with cp.async
+      place("S", RF), place("P", RF)                   scores and probabilities never leave registers
+      part(SCORES, tile(q=16) >> to_warps(), ...)      S = Q Kᵀ: 16 query rows per warp, mma.sync
+      part(VALUES, tile(q=16) >> to_warps(), ...)      O += P V: the A operand is P, the same lanes'
+                                                       registers the first MMA's accumulator left
+
+Every query row of a warp stays in that warp, so the softmax's row max and sum are a fold of
+the thread's registers and two butterfly shuffles (lanes of a quad).  ``check()`` proves that P's
+registers — the accumulator of ``m16n8k16`` — are where the A operand of the second
+``m16n8k16`` expects them, lane by lane (``lower.fragments.register_map``).
+
+``plan`` picks the tiles per shape (``FmhaParams``); ``params=`` overrides them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ScheduleError
+from ..hardware import sm80
+from ..schedule import Schedule
+from ..spec import Attention
+from ..strategies import (
+    done,
+    move_to_regs,
+    move_to_smem,
+    online_softmax,
+    part,
+    pipeline,
+    place,
+    tile,
+    to_blocks,
+    to_warps,
+)
+from ..strategies.attention import SCORES, VALUES
+from ..tensor import RF
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
+SM_COUNT_H100 = 132
+
+
+@attrs.frozen
+class FmhaParams:
+    """The tiles of the FlashAttention-2 schedule.
+
+    * ``block_q``: queries per block (a multiple of 16 x ``warps``);
+    * ``block_kv``: keys per step of the key loop (a multiple of 16);
+    * ``warps``: warps per block, each holding ``block_q / warps`` query rows;
+    * ``stages``: shared buffers of the K and V tiles (2: double buffering).
+    """
+
+    block_q: int = 128
+    block_kv: int = 64
+    warps: int = 8
+    stages: int = 2
+
+    def __attrs_post_init__(self):
+        for f in ("block_q", "block_kv", "warps", "stages"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
+        if self.block_q % (16 * self.warps):
+            raise ValueError(f"FmhaParams: block_q={self.block_q} must be a multiple of 16 x warps "
+                             f"({16 * self.warps}): each warp holds whole m16 tiles of queries")
+        if self.block_kv % 16:
+            raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
+
+
+def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int) -> FmhaParams:
+    """The tiles for a shape: 128 queries a block on 8 warps (16 rows each keeps the scores, 16 x
+    ``block_kv`` / 32 registers, and the output, 16 x ``head_dim`` / 32, well inside 255
+    registers), keys 64 at a time at head dim 128 (128 at 64 and below, 32 at 256), and 64
+    queries a block where 128 would leave most SMs idle."""
+    block_kv = 128 if head_dim <= 64 else 64 if head_dim <= 128 else 32
+    block_q = 128
+    tiles = batch * heads * -(-seq_q // block_q)
+    if tiles < SM_COUNT_H100 or seq_q <= 64:
+        block_q = 64
+    return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=2)
+
+
+def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
+    """The FlashAttention-2 schedule of ``spec`` with tiles ``p`` (see the module docstring)."""
+    mma = sm80.mma_m16n8k16_f16_f32 if spec.q.dtype.name == "f16" else sm80.mma_m16n8k16_bf16_f32
+    rows = p.block_q // p.warps
+    d = spec.o.extent("d")
+    return spec.schedule(
+        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(),
+        move_to_smem("Q"),
+        online_softmax(kv=p.block_kv),
+        move_to_smem("K"), move_to_smem("V"),
+        pipeline(stages=p.stages, prefetch=False),
+        # P stays in registers: the probabilities are the scores' accumulator, converted in place,
+        # and the second MMA reads them as its A operand
+        place("S", RF), place("P", RF),
+        part(SCORES, tile(q=rows) >> to_warps(), tile(d=16), move_to_regs("Q"), move_to_regs("K"),
+             tile(q=16, kv=8, d=16) >> done(mma)),
+        part(VALUES, tile(q=rows) >> to_warps(), tile(kv=16), tile(d=min(d, 128)), move_to_regs("V"),
+             tile(q=16, d=8, kv=16) >> done(mma)),
+    )
+
+
+def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtype: str = "f16",
+         arch: str = "sm_80", causal: bool = False, kv_heads: int | None = None, scale: float | None = None,
+         lse: bool = False, params: FmhaParams | None = None) -> Schedule:
+    """The schedule of attention's forward pass: Q, O ``(batch, heads, seq_q, head_dim)``, K, V
+    ``(batch, kv_heads, seq_kv, head_dim)`` (kv_heads divides heads: grouped-query attention),
+    fp16 or bf16, f32 softmax statistics; ``lse=True`` also returns the row log-sum-exp
+    ``(batch, heads, seq_q)`` in f32.  ``causal`` masks keys past the query's position
+    (torch's ``is_causal``); ``scale`` defaults to ``1/sqrt(head_dim)``.
+
+    The kernel's operands are 5-D views without copies: Q and O as ``(batch, kv_heads,
+    heads // kv_heads, seq, head_dim)``, LSE as ``(batch, kv_heads, heads // kv_heads, seq)``.
+    ``arch`` is where it runs: the schedule is the sm_80 one (mma.sync, ldmatrix, cp.async),
+    which runs on sm_90a too.
+    """
+    if dtype not in ("f16", "bf16"):
+        raise ValueError(f"fmha: dtype={dtype!r}; allowed 'f16', 'bf16'")
+    if arch not in ARCHS:
+        raise ValueError(f"fmha: arch={arch!r}; allowed {', '.join(ARCHS)}")
+    if head_dim not in HEAD_DIMS:
+        raise ValueError(f"fmha: head_dim={head_dim}; allowed {', '.join(map(str, HEAD_DIMS))}")
+    spec = Attention.kernel(batch, heads, seq_q, seq_kv, head_dim, dtype=dtype, kv_heads=kv_heads,
+                            causal=causal, scale=scale, lse=lse)
+    if params is not None and not isinstance(params, FmhaParams):
+        raise ScheduleError("params is an FmhaParams", field="params", value=params,
+                            fix="fs.recipes.FmhaParams(block_q=128, block_kv=64, warps=8)")
+    p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim)
+    return fmha_schedule(spec, p)
+
+
+__all__ = ["fmha", "fmha_schedule", "plan", "FmhaParams", "HEAD_DIMS"]

@@ -1,0 +1,83 @@
+"""``recipes.fmha`` on the GPU against torch's float32 attention: odd sequence lengths (1, 17,
+1000, 4097), grouped-query heads, causal with seq_q != seq_kv, the row log-sum-exp, every head
+dim, large-magnitude inputs (no NaN), and random shapes with random tiles."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+import firesched as fs
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _reference(q, k, v, causal, scale):
+    """float32 attention (torch's is_causal: key j is masked from query i where j > i), and the
+    row log-sum-exp."""
+    h, hk = q.shape[1], k.shape[1]
+    k = k.float().repeat_interleave(h // hk, dim=1)
+    v = v.float().repeat_interleave(h // hk, dim=1)
+    s = q.float() @ k.transpose(-1, -2) * scale
+    if causal:
+        sq, skv = s.shape[-2:]
+        s = s.masked_fill(torch.ones(sq, skv, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
+
+
+def _run(b, h, sq, skv, d, dtype="f16", causal=False, kv_heads=None, magnitude=1.0, params=None):
+    kvh = kv_heads or h
+    sched = fs.recipes.fmha(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, lse=True, params=params)
+    k = fs.compile(sched, arch="sm_90a")
+    dt = TDT[dtype]
+    q = (torch.randn(b, h, sq, d, device="cuda") * magnitude).to(dt)
+    kk = (torch.randn(b, kvh, skv, d, device="cuda") * magnitude).to(dt)
+    v = torch.randn(b, kvh, skv, d, device="cuda").to(dt)
+    o = torch.full((b, h, sq, d), float("nan"), device="cuda", dtype=dt)
+    lse = torch.full((b, h, sq), float("nan"), device="cuda", dtype=torch.float32)
+    g = h // kvh
+    k(q.view(b, kvh, g, sq, d), kk, v, o.view(b, kvh, g, sq, d), lse.view(b, kvh, g, sq))
+    torch.cuda.synchronize()
+    ro, rl = _reference(q, kk, v, causal, 1 / math.sqrt(d))
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    tol = 2e-2 if dtype == "f16" else 4e-2
+    assert (o.float() - ro).abs().max().item() <= tol * max(1.0, ro.abs().max().item())
+    assert (lse - rl).abs().max().item() <= 1e-3 * max(1.0, rl.abs().max().item())
+
+
+@pytest.mark.parametrize("sq, skv", [(1, 1), (17, 17), (1000, 1000), (4097, 300), (300, 4097), (17, 1000)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_odd_lengths(sq, skv, causal):
+    _run(1, 2, sq, skv, 64, causal=causal)
+
+
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_head_dims(d, dtype):
+    _run(2, 3, 333, 333, d, dtype=dtype, causal=d % 64 == 0)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_grouped_query_heads(kv_heads):
+    _run(2, 8, 257, 513, 128, kv_heads=kv_heads, causal=True)
+
+
+def test_large_magnitudes_make_no_nan():
+    _run(1, 2, 512, 512, 64, magnitude=60.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_shapes_and_tiles(seed):
+    rnd = random.Random(seed)
+    d = rnd.choice([64, 128])
+    warps = rnd.choice([2, 4, 8])
+    rows = rnd.choice([16, 32]) if d == 64 else 16
+    p = fs.recipes.FmhaParams(block_q=warps * rows, block_kv=rnd.choice([32, 64]), warps=warps,
+                              stages=rnd.choice([1, 2, 3]))
+    _run(rnd.randint(1, 3), rnd.choice([1, 2, 4]), rnd.randint(1, 700), rnd.randint(1, 700), d,
+         dtype=rnd.choice(["f16", "bf16"]), causal=rnd.random() < 0.5, params=p)
