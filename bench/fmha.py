@@ -114,6 +114,33 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
     return row
 
 
+def plot(rows: list, path: str) -> str | None:
+    """TFLOP/s against sequence length, ours, cuDNN and flash, one panel per (head dim, causal);
+    None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    groups = sorted({(r["head_dim"], r["causal"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+    for ax, (d, c, dt) in zip(axes[0], groups):
+        sel = sorted((r for r in rows if (r["head_dim"], r["causal"], r["dtype"]) == (d, c, dt)),
+                     key=lambda r: r["seq"])
+        for name in ("ours", "cudnn", "flash"):
+            ax.plot([r["seq"] for r in sel], [r[f"{name}_tflops"] for r in sel], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"head dim {d}, {dt}{', causal' if c else ''}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def smoke() -> dict:
     """A tiny causal, grouped-query instance through the interpreter against numpy."""
     b, h, kvh, s, d = 1, 2, 1, 37, 64
@@ -141,6 +168,8 @@ def main(argv=None) -> list:
     ap.add_argument("--causal", default="both", choices=("no", "yes", "both"))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--smoke", action="store_true", help="CPU only: one tiny instance through the interpreter")
+    ap.add_argument("--sweep", action="store_true",
+                    help="sequence lengths 512..16384 at 16k tokens a batch (the plot), instead of --shapes")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -152,7 +181,11 @@ def main(argv=None) -> list:
     causal = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     rows = []
     print(f"{'shape':>18} {'dt':>4} {'causal':>6} {'ours':>7} {'cudnn':>7} {'flash':>7} {'/cudnn':>7} {'/flash':>7}  regs  err")
-    for shp in parse_shapes(args.shapes):
+    shapes = parse_shapes(args.shapes)
+    if args.sweep:
+        d = shapes[0][3] if shapes else 128
+        shapes = [(max(1, 16384 // s), 16, s, d) for s in (512, 1024, 2048, 4096, 8192, 16384)]
+    for shp in shapes:
         for dt in args.dtypes.split(","):
             for c in causal:
                 row = gpu_row(torch, *shp, dt, c, args.rounds)
@@ -163,6 +196,9 @@ def main(argv=None) -> list:
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
                 torch=torch.__version__, python=platform.python_version(), command=" ".join(sys.argv))
     write_results(args.out, meta, rows)
+    png = plot(rows, args.out.replace(".json", ".png"))
+    if png:
+        print(f"wrote {png}")
     return rows
 
 

@@ -1,0 +1,200 @@
+"""Attention: the ``Attention`` spec, ``online_softmax`` and ``on_fragments()``, and
+``recipes.fmha`` — interpreted against numpy on odd sequence lengths, causal masks (also with
+seq_q != seq_kv), grouped-query heads and the log-sum-exp; planted hazards found; user errors
+refused at ``check()``; every recipe variant compiled by NVRTC without spills; hypothesis over
+shapes and tiles."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import ir
+from firesched.errors import HazardError, ScheduleError
+from firesched.hardware import sm80
+from firesched.lower.fragments import project, table_of
+from firesched.simulate.interp import run_program
+from firesched.strategies import done, move_to_regs, move_to_smem, on_fragments, online_softmax, part, pipeline, place, \
+    tile, to_blocks, to_warps
+from firesched.tensor import RF
+
+P = fs.recipes.FmhaParams
+
+
+def reference(q, k, v, causal=False, scale=None):
+    """numpy attention on the rounded f16 inputs: q (b, hk, g, sq, d), k and v (b, hk, skv, d);
+    returns O and the row log-sum-exp."""
+    r = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    q, k, v = r(q), r(k), r(v)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhgqd,bhkd->bhgqk", q, k) * scale
+    if causal:
+        sq, skv = s.shape[-2:]
+        s = np.where(np.arange(skv)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    lsum = p.sum(-1, keepdims=True)
+    return np.einsum("bhgqk,bhkd->bhgqd", p / lsum, v), (np.log(lsum) + m)[..., 0]
+
+
+def inputs(b, h, kvh, sq, skv, d, seed=0, magnitude=1.0):
+    rng = np.random.default_rng(seed)
+    g = h // kvh
+    return (rng.standard_normal((b, kvh, g, sq, d)) * magnitude, rng.standard_normal((b, kvh, skv, d)) * magnitude,
+            rng.standard_normal((b, kvh, skv, d)))
+
+
+def check(b, h, sq, skv, d, *, kvh=None, causal=False, params=None, seed=0, magnitude=1.0):
+    kvh = kvh or h
+    sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, params=params)
+    q, k, v = inputs(b, h, kvh, sq, skv, d, seed, magnitude)
+    o, lse = fs.interpret(sched, q, k, v)
+    ro, rl = reference(q, k, v, causal)
+    assert np.isfinite(o).all() and np.isfinite(lse).all()
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+    assert np.abs(lse - rl).max() <= 1e-4 * max(1.0, np.abs(rl).max())
+
+
+@pytest.mark.parametrize("sq, skv", [(1, 1), (17, 17), (100, 90), (1, 37), (37, 1), (130, 200)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_odd_lengths_match_numpy(sq, skv, causal):
+    check(1, 2, sq, skv, 64, causal=causal, params=P(block_q=64, block_kv=32, warps=4))
+
+
+@pytest.mark.parametrize("kvh", [1, 2])
+def test_grouped_query_heads(kvh):
+    check(2, 4, 33, 70, 64, kvh=kvh, causal=True, params=P(block_q=32, block_kv=32, warps=2))
+
+
+@pytest.mark.parametrize("d", [32, 96, 128, 256])
+def test_head_dims(d):
+    check(1, 1, 40, 50, d, causal=True, params=P(block_q=32, block_kv=16 if d == 256 else 32, warps=2))
+
+
+def test_large_magnitudes_stay_finite():
+    check(1, 1, 64, 64, 64, magnitude=40.0, params=P(block_q=64, block_kv=32, warps=4))
+
+
+def test_default_plan_interprets():
+    check(1, 2, 130, 70, 64, causal=True)
+
+
+def test_p_stays_in_registers():
+    """Neither S nor P has a buffer in memory: the kernel's only shared tiles are Q, K and V."""
+    prog = fs.recipes.fmha(1, 2, 100, 90, 64).lower("sm_80")
+    k = prog.kernels[0]
+    assert [b.name for b in k.shared] == ["Q_smem", "K_smem", "V_smem"]
+    assert [b.name for b in prog.inputs] == ["Q", "K", "V"]
+    assert {"S_acc", "P_frag", "O_acc"} <= {r.name for r in k.regs}
+
+
+def test_the_accumulator_is_the_next_a_operand_lane_by_lane():
+    """The m16n8k16 accumulator and A operand hold the same elements per lane: projecting the
+    scores' rows gives two rows a lane, replicated over the lanes of a quad."""
+    sched = fs.recipes.fmha(1, 1, 64, 64, 64, params=P(block_q=64, block_kv=32, warps=4))
+    from firesched.lower.layouts import register_layouts
+    block = next(n for n in sched.nodes() if n.spec.level == fs.BLOCK)
+    lays = register_layouts(block)
+    s = next(v for k, v in lays.items() if k.name == "S")
+    t = project(table_of(s), attrs.evolve(s.key, name="mx", dims=("q",), shape=(64,), major="q"), ("q",), block)
+    assert t.masks == (1, 2) and t.size == 2
+
+
+def _planted(pred):
+    sched = fs.recipes.fmha(1, 1, 40, 100, 64, params=P(block_q=32, block_kv=32, warps=2))
+    prog = sched.lower("sm_80")
+    k = prog.kernels[0]
+
+    def drop(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(drop(c) for c in s.body if not pred(c)))
+        if isinstance(s, (ir.For,)):
+            return attrs.evolve(s, body=drop(s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=drop(s.then))
+        return s
+
+    q, kk, v = inputs(1, 1, 1, 40, 100, 64)
+    feed = {"Q": q, "K": kk, "V": v}
+    return prog, attrs.evolve(prog, kernels=(attrs.evolve(k, body=drop(k.body)),)), feed
+
+
+@pytest.mark.parametrize("what, pred", [
+    ("barrier", lambda s: isinstance(s, ir.Barrier)),
+    ("cp.async wait", lambda s: isinstance(s, ir.AsyncWait)),
+])
+def test_planted_hazards_are_found(what, pred):
+    good, bad, feed = _planted(pred)
+    run_program(good, feed)
+    with pytest.raises(HazardError):
+        run_program(bad, feed)
+
+
+def _user(**kw):
+    spec = fs.Attention.kernel(1, 1, 64, 64, 64)
+    return spec.schedule(tile(b=1, hk=1, g=1, q=64) >> to_blocks(), move_to_smem("Q"), online_softmax(**kw))
+
+
+def test_refusals():
+    with pytest.raises(ScheduleError, match="multiple of 16"):
+        _user(kv=24)
+    with pytest.raises(ScheduleError, match="decomposes an Attention"):
+        fs.Reduce.kernel("sum", {"r": 4, "c": 8}, "c").schedule(online_softmax())
+    with pytest.raises(ScheduleError, match="map the queries onto blocks"):
+        fs.Attention.kernel(1, 1, 64, 64, 64).schedule(online_softmax())
+    with pytest.raises(ScheduleError, match="needs an operand in registers"):
+        fs.Pointwise.kernel("add", {"r": 4}).schedule(tile(r=4) >> to_blocks(), on_fragments())
+    with pytest.raises(ValueError, match="must divide heads"):
+        fs.Attention.kernel(1, 6, 8, 8, 64, kv_heads=4)
+    with pytest.raises(ValueError, match="head_dim"):
+        fs.recipes.fmha(1, 1, 8, 8, 80)
+
+
+def test_scores_mapped_on_other_warps_than_the_output_are_refused():
+    mma = sm80.mma_m16n8k16_f16_f32
+    sched = _user(kv=32).apply(
+        move_to_smem("K"), move_to_smem("V"), pipeline(stages=2, prefetch=False), place("S", RF), place("P", RF),
+        part(1, tile(q=16) >> to_warps(), tile(d=16), move_to_regs("Q"), move_to_regs("K"),
+             tile(q=16, kv=8, d=16) >> done(mma)),
+        part(-1, tile(q=32) >> to_warps(), tile(kv=16), move_to_regs("V"), tile(q=16, d=8, kv=16) >> done(mma)))
+    with pytest.raises(ScheduleError):
+        sched.check("sm_80")
+
+
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_variant_compiles_without_spills(d, dtype, causal):
+    k = fs.compile(fs.recipes.fmha(2, 8, 1000, 1000, d, dtype=dtype, causal=causal, lse=causal), arch="sm_90a")
+    assert k.spills == 0
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
+       st.sampled_from([32, 64]), st.sampled_from([(1, 16), (2, 16), (2, 32), (4, 16)]), st.sampled_from([16, 32, 64]),
+       st.integers(1, 3), st.booleans())
+def test_hypothesis_shapes_and_tiles(b, heads, sq, skv, d, warps_rows, bkv, stages, causal):
+    h, kvh = heads
+    warps, rows = warps_rows
+    try:
+        p = P(block_q=warps * rows, block_kv=bkv, warps=warps, stages=stages)
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, params=p)
+        sched.check("sm_80")
+    except ScheduleError:
+        return
+    q, k, v = inputs(b, h, kvh, sq, skv, d)
+    o = fs.interpret(sched, q, k, v)
+    ro, _ = reference(q, k, v, causal)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+
+
+def test_bench_smoke():
+    from bench import fmha
+
+    assert fmha.main(["--smoke"])[0]["max_abs_err"] < 2e-2
