@@ -20,8 +20,19 @@ from firesched.errors import HazardError, ScheduleError
 from firesched.hardware import sm80
 from firesched.lower.fragments import project, table_of
 from firesched.simulate.interp import run_program
-from firesched.strategies import done, move_to_regs, move_to_smem, on_fragments, online_softmax, part, pipeline, place, \
-    tile, to_blocks, to_warps
+from firesched.strategies import (
+    done,
+    move_to_regs,
+    move_to_smem,
+    on_fragments,
+    online_softmax,
+    part,
+    pipeline,
+    place,
+    tile,
+    to_blocks,
+    to_warps,
+)
 from firesched.tensor import RF
 
 P = fs.recipes.FmhaParams
