@@ -1,0 +1,40 @@
+"""Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
+heads, the log-sum-exp, every head dim), for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
+    compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
+    compute-sanitizer --tool synccheck python bench/sanitize_fmha.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import firesched as fs  # noqa: E402
+
+CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
+    (1, 2, 1, 17, 1000, 64, True), (2, 4, 2, 130, 77, 128, False), (1, 1, 1, 1, 1, 64, False),
+    (1, 2, 2, 300, 300, 32, True), (1, 2, 1, 65, 129, 256, True), (1, 3, 3, 100, 90, 96, False),
+]
+
+
+def main() -> None:
+    import torch
+
+    for b, h, kvh, sq, skv, d, causal in CASES:
+        k = fs.compile(fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True), arch="sm_90a")
+        g = h // kvh
+        q = torch.randn(b, kvh, g, sq, d, device="cuda", dtype=torch.float16)
+        kk = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.float16)
+        v = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.float16)
+        o, lse = k(q, kk, v)
+        torch.cuda.synchronize()
+        print(f"{b}x{h}({kvh})x{sq}x{skv}x{d} causal={causal}: ok, finite={bool(torch.isfinite(o).all())}")
+
+
+if __name__ == "__main__":
+    main()
