@@ -123,13 +123,21 @@ def test_persistent_blocks_cover_every_tile_once_on_any_target(sms):
     assert np.abs(C - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
-def test_a_grid_of_more_than_three_mapped_loops_is_refused():
-    spec = fs.MatMul.kernel(64, 64, 64, batch=(2, 2, 2))
-    sched = spec.schedule(tile(b0=1, b1=1, b2=1, m=64, n=64) >> to_blocks(), tile(k=32), move_to_smem("A"),
+@pytest.mark.parametrize("batch, grid", [((2, 2, 2), (2, 2, 4)), ((2, 3, 2), (2, 2, 12))])
+def test_more_than_three_mapped_loops_share_grid_z(batch, grid):
+    """Loops of one tile take no grid dimension; beyond three, the outer loops share grid z."""
+    import numpy as np
+
+    M = 64 if batch == (2, 2, 2) else 128
+    spec = fs.MatMul.kernel(M, 64, 64, batch=batch)
+    sched = spec.schedule(tile(b0=1, b1=1, b2=1, m=64, n=32) >> to_blocks(), tile(k=32), move_to_smem("A"),
                           move_to_smem("B"), tile(m=32, n=32) >> to_warps(), tile(k=16), move_to_regs("A"),
                           move_to_regs("B"), tile(m=16, n=8, k=16) >> done(MMA))
-    with pytest.raises(ScheduleError, match="the grid has 3 dimensions"):
-        sched.check("sm_80")
+    assert sched.lower("sm_80").kernels[0].grid == grid
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((*batch, M, 64)), rng.standard_normal((*batch, 64, 64))
+    r = lambda x: x.astype(np.float16).astype(np.float64)  # noqa: E731
+    assert np.abs(fs.interpret(sched, a, b) - r(a) @ r(b)).max() < 0.1
 
 
 # --------------------------------------------------------------------------- index algebra

@@ -101,10 +101,12 @@ def _grid(loops, node) -> BlockOrder:
     else:
         # loops of one tile take no grid dimension; beyond three, the outer ones share grid z
         # (row-major: batch and heads of attention, with the query tiles on x)
-        for lp in loops:
-            if lp.count == 1:
-                bind[lp.var] = 0
-        live = [lp for lp in loops if lp.count > 1]
+        live = list(loops)
+        if len(loops) > 3:
+            for lp in loops:
+                if lp.count == 1:
+                    bind[lp.var] = 0
+            live = [lp for lp in loops if lp.count > 1]
         inner, outer = live[-2:] if len(live) > 3 else live, live[:-2] if len(live) > 3 else []
         for axis, lp in enumerate(reversed(inner)):
             grid[axis] = lp.count
