@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from ... import ir
 from ... import ops as fops
-from ...dtypes import f32, i32
-from ...hardware.atoms import catalog, sm70
+from ...dtypes import f32
+from ...hardware.atoms import catalog
 from ...ir.expr import ge, land, lt
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
@@ -36,6 +36,7 @@ from ..context import err, key
 from ..fragments import FragTable, register_map, table_of
 from ..lowerer import Lowerer, fragment_rule
 from .smem import gl_offset
+from .threads import butterfly
 
 COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min"}
 IDENTITY = {"add": 0.0, "max": float("-inf"), "min": float("inf")}
@@ -297,17 +298,7 @@ def reduce_fragments(lw: Lowerer, node: Node, ctx) -> list:
             if inside != 1:
                 fold = ir.If(inside, fold)
             stmts.append(fold)
-    if td.masks:
-        tmp = lw.kb.reg("shfl", f32, 1)
-        mask = lw.kb.reg("lane_mask", i32, 1)
-        for m in td.masks:
-            stmts.append(ir.RegFill(ir.RegRef(mask, 0), 1, float(m)))
-            for j in range(td.size):
-                r = ir.RegRef(acc, j)
-                stmts.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(tmp, 0)), ("src", r),
-                                                                  ("lane_mask", ir.RegRef(mask, 0))),
-                                         comment=f"lanes ^ {m}"))
-                stmts.append(ir.Pointwise(op, r, (r, ir.RegRef(tmp, 0))))
+    stmts += butterfly(lw, acc, td.size, td.masks, op)
     ops_ = tuple(sp.ops)
     if sp.op == "mean":
         n = 1

@@ -295,6 +295,24 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
 
 # --------------------------------------------------------------------------- combine and store
 
+def butterfly(lw: Lowerer, acc: ir.RegBuffer, size: int, masks, op: str) -> list:
+    """``acc[v] = op(acc[v], acc[v] of lane ^ m)`` for each lane mask ``m`` in turn, for every
+    register ``v < size``: after the last, every lane of a group holds the group's result."""
+    if not masks:
+        return []
+    tmp = lw.kb.reg("shfl", f32, 1)
+    mask = lw.kb.reg("lane_mask", i32, 1)
+    out: list = []
+    for m in masks:
+        out.append(ir.RegFill(ir.RegRef(mask, 0), 1, float(m)))
+        for v in range(size):
+            r = ir.RegRef(acc, v)
+            out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(tmp, 0)), ("src", r),
+                                                            ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
+            out.append(ir.Pointwise(op, r, (r, ir.RegRef(tmp, 0))))
+    return out
+
+
 def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.RegBuffer,
                              reduce_vars) -> list:
     """Combine the replicas of a thread-held accumulator (see the module docstring) and store it,
@@ -327,15 +345,7 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         raise err(node, f"the partial results of {dst.name} are combined across lanes with warp shuffles, which need "
                         f"whole warps; the block has {ctx.scope.threads} threads", field="threads",
                   value=ctx.scope.threads, allowed=">= 32", fix="map at least 32 threads per block")
-    tmp = lw.kb.reg("shfl", f32, 1) if lane_masks else None
-    mask = lw.kb.reg("lane_mask", i32, 1) if lane_masks else None
-    for m in sorted(lane_masks, reverse=True):
-        out.append(ir.RegFill(ir.RegRef(mask, 0), 1, float(m)))
-        for v in range(lay.size):
-            r = ir.RegRef(acc, v)
-            out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(tmp, 0)), ("src", r),
-                                                            ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
-            out.append(ir.Pointwise(op, r, (r, ir.RegRef(tmp, 0))))
+    out += butterfly(lw, acc, lay.size, sorted(lane_masks, reverse=True), op)
     tid = ctx.scope.tid
     if warp_parts:
         W = ctx.scope.threads // 32
