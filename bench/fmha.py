@@ -68,7 +68,7 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
-    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, causal=causal, params=params)
+    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch="sm_90a", causal=causal, params=params)
     k = fs.compile(sched, arch="sm_90a")
     per_set = 4 * b * h * s * d * 2
     nsets = max(1, min(8, math.ceil(2 * L2_BYTES / per_set)))

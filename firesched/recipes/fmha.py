@@ -30,6 +30,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..hardware import sm80
+from ..hardware.target import target as get_target
 from ..schedule import Schedule
 from ..spec import Attention
 from ..strategies import (
@@ -49,7 +50,6 @@ from ..tensor import RF
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
-SM_COUNT_H100 = 132
 
 
 @attrs.frozen
@@ -79,15 +79,15 @@ class FmhaParams:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
 
 
-def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int) -> FmhaParams:
+def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms: int = 132) -> FmhaParams:
     """The tiles for a shape: 128 queries a block on 8 warps (16 rows each keeps the scores, 16 x
     ``block_kv`` / 32 registers, and the output, 16 x ``head_dim`` / 32, well inside 255
     registers), keys 64 at a time at head dim 128 (128 at 64 and below, 32 at 256), and 64
-    queries a block where 128 would leave most SMs idle."""
+    queries a block where 128 would leave SMs idle (``sms``: the GPU's SM count, 132 on an H100)."""
     block_kv = 128 if head_dim <= 64 else 64 if head_dim <= 128 else 32
     block_q = 128
     tiles = batch * heads * -(-seq_q // block_q)
-    if tiles < SM_COUNT_H100 or seq_q <= 64:
+    if tiles < sms or seq_q <= 64:
         block_q = 64
     return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=2)
 
@@ -138,7 +138,8 @@ def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtyp
     if params is not None and not isinstance(params, FmhaParams):
         raise ScheduleError("params is an FmhaParams", field="params", value=params,
                             fix="fs.recipes.FmhaParams(block_q=128, block_kv=64, warps=8)")
-    p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim)
+    p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim,
+                                                sms=get_target(arch).sm_count)
     return fmha_schedule(spec, p)
 
 

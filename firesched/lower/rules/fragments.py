@@ -36,7 +36,7 @@ from ..context import err, key
 from ..fragments import FragTable, register_map, table_of
 from ..lowerer import Lowerer, fragment_rule
 from .smem import gl_offset
-from .threads import butterfly
+from .threads import butterfly, scalar_steps
 
 COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min"}
 IDENTITY = {"add": 0.0, "max": float("-inf"), "min": float("inf")}
@@ -115,20 +115,6 @@ def _extent_of(lw: Lowerer, d: str) -> int | None:
     return None
 
 
-def _steps(node: Node, ops_) -> list:
-    steps = []
-    for op in ops_:
-        if getattr(op, "positional", False):
-            steps.append(("mask", op))
-            continue
-        for name, args in op.scalar():
-            if any(isinstance(a, fops.Extra) for a in args):
-                raise err(node, f"{op} reads an extra tensor; ops on fragments take constants only", field="ops",
-                          value=str(op), fix="add the tensor as an input of the Pointwise instead")
-            steps.append((name, args))
-    return steps
-
-
 def _masked(lw: Lowerer, node: Node, ctx, op, t: FragTable, i: int, coord=None):
     """The predicate under which ``op`` masks register ``i`` (1: never, an expression otherwise)."""
     if isinstance(op, fops.CausalMask):
@@ -178,14 +164,15 @@ def _compute(lw, node, ctx, t: FragTable, i: int, op: str, args: tuple, steps, d
     coord = None
     for name, a in steps:
         if name == "mask":
-            if coord is None and not isinstance(a, fops.EdgeMask):
+            op_ = a[0]
+            if coord is None and not isinstance(op_, fops.EdgeMask):
                 coord = _global(ctx, node, t, i)
-            cond = _masked(lw, node, ctx, a, t, i, coord)
-            if isinstance(cond, int):
-                out += [ir.RegFill(w, 1, float(a.value if isinstance(a, fops.EdgeMask) else "-inf"))] if cond else []
-            else:
-                fill = a.value if isinstance(a, fops.EdgeMask) else float("-inf")
-                out.append(ir.If(cond, ir.RegFill(w, 1, float(fill))))
+            cond = _masked(lw, node, ctx, op_, t, i, coord)
+            fill = ir.RegFill(w, 1, op_.value if isinstance(op_, fops.EdgeMask) else float("-inf"))
+            if not isinstance(cond, int):
+                out.append(ir.If(cond, fill))
+            elif cond:
+                out.append(fill)
             continue
         out.append(ir.Pointwise(name, w, (w, *a)))
     if not wide:
@@ -194,7 +181,7 @@ def _compute(lw, node, ctx, t: FragTable, i: int, op: str, args: tuple, steps, d
 
 
 def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> list:
-    steps = _steps(node, ops_)
+    steps = scalar_steps(ops_)
     if out.memory == GL:
         return _store(lw, node, ctx, op, inputs, out, steps)
     if out.memory != RF:
@@ -305,12 +292,12 @@ def reduce_fragments(lw: Lowerer, node: Node, ctx) -> list:
         for d in sp.axes:
             n *= src.extent(d)
         ops_ = (fops.scale(1.0 / n),) + ops_
-    steps = _steps(node, ops_)
+    steps = scalar_steps(ops_)
     for j in range(td.size):
         r = ir.RegRef(acc, j)
         for name, a in steps:
             if name == "mask":
-                raise err(node, "a reduction's ops take no masks; mask its input", field="ops", value=str(a))
+                raise err(node, "a reduction's ops take no masks; mask its input", field="ops", value=str(a[0]))
             stmts.append(ir.Pointwise(name, r, (r, *a)))
     return stmts
 

@@ -174,8 +174,9 @@ def _count(tile) -> int:
     return n
 
 
-def _ops(ops_) -> list[tuple[str, tuple]]:
-    """The scalar steps of ``ops_``; a positional op (a mask) is one ``("mask", (op,))`` step."""
+def scalar_steps(ops_) -> list[tuple[str, tuple]]:
+    """The scalar steps of ``ops_``; a positional op (a mask) is one ``("mask", (op,))`` step.
+    Ops that read an extra tensor are refused: element-wise leaves take it as an input."""
     steps = []
     for op in ops_:
         if getattr(op, "positional", False):
@@ -192,7 +193,7 @@ def _ops(ops_) -> list[tuple[str, tuple]]:
 def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> list:
     stmts: list = []
     srcs = [_operand_regs(lw, ctx, t, stmts, "x") for t in inputs]
-    steps = _ops(ops_)
+    steps = scalar_steps(ops_)
     # a plain move rounds each element once from its source (a bit copy between equal dtypes)
     direct = op == "copy" and not steps
     work = None if direct else lw.kb.reg("w", f32, 1)
@@ -450,7 +451,7 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.Reg
     """Every element this thread holds: ops in f32, convert, store (predicated)."""
     spec = node.spec
     dst = spec.dst
-    steps = _ops(getattr(spec, "ops", ()) or ())
+    steps = scalar_steps(getattr(spec, "ops", ()) or ())
     work = lw.kb.reg("w", f32, 1)
     vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
     origin = lay.unit_origin(vars_, ctx.vars)
