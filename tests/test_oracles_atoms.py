@@ -188,7 +188,7 @@ def _matrix_row(lane, num):
 @pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in LDSM])
 def test_ldmatrix_follows_the_isa(atom):
     num = int(atom.name.split("_x")[1][0])
-    trans = atom.name.endswith("_trans")
+    trans = atom.trans
     f16 = dt.f16
     smem_g = _gbuf("smem_in", f16, (ROWS * PITCH,))
     out = _gbuf("out", f16, (32, 2 * num), "out")
@@ -227,7 +227,7 @@ def test_stmatrix_follows_the_isa(atom):
     """stmatrix: register i of lane l holds elements (l // 4, 2 * (l % 4) + e) of matrix i (with
     .trans (2 * (l % 4) + e, l // 4)); row r of matrix i goes to the address of lane 8i + r."""
     num = int(atom.name.split("_x")[1][0])
-    trans = atom.name.endswith("_trans")
+    trans = atom.trans
     f16 = dt.f16
     vals_g = _gbuf("vals", f16, (32, 2 * num))
     out = _gbuf("out", f16, (ROWS * PITCH,), "out")

@@ -410,7 +410,7 @@ def test_tma_templates_put_the_column_first(atom):
                                   for a in (*[x for x in catalog.ALL_ATOMS if x.family == "ldmatrix"],
                                             *sm90a.STMATRIX_ATOMS)])
 def test_ldmatrix_and_stmatrix_templates(atom):
-    m = re.fullmatch(r"(ldmatrix|stmatrix)_x(\d)(_trans)?", atom.name)
+    m = re.fullmatch(r"(ldmatrix|stmatrix)_x(\d)(_trans)?(_cols)?", atom.name)
     kind, num, trans = m.group(1), int(m.group(2)), bool(m.group(3))
     (instr,) = _instructions(atom.ptx)
     want = f"{kind}.sync.aligned.m8n8.x{num}" + (".trans" if trans else "") + ".shared.b16"

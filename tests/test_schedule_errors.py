@@ -202,8 +202,8 @@ CASES = [
                  id="check-atom-sm70"),
     pytest.param(lambda: gemm(M=128, N=256, K=64, block_m=128, block_n=256, warps_m=1, warps_n=1, stages=1,
                               block_k=16, arch="sm_80"),
-                 ["on spec MatMul<block>", "registers over budget: about 1163 per thread", "C_acc: 1024",
-                  "registers = 1163", "allowed: <= 255", "fix: use smaller warp tiles"],
+                 ["on spec MatMul<block>", "registers over budget: about 1160 per thread at the peak", "C_acc: 1024",
+                  "registers = 1160", "allowed: <= 255", "fix: use smaller warp tiles"],
                  id="registers-one-warp-for-128x256"),
     # ---------------------------------------------------------------- recipe parameters
     pytest.param(lambda: gemm(warps_m=3, arch="sm_80"),

@@ -34,11 +34,11 @@ from firesched.strategies import (
 )
 
 
-def _mma_chain(atom, layout="RR", wm=64, wn=64, a_atom=None, **dtypes):
+def _mma_chain(atom, layout="RR", wm=64, wn=64, a_atom=None, b_atom=None, **dtypes):
     spec = fs.MatMul.kernel(M=256, N=256, K=256, layout=layout, **dtypes)
     return spec.schedule(tile(m=2 * wm, n=2 * wn) >> to_blocks(), tile(k=32), move_to_smem("A"), move_to_smem("B"),
                          pipeline(stages=2), tile(m=wm, n=wn) >> to_warps(2, 2), tile(k=atom.shape[2]),
-                         move_to_regs("A", atom=a_atom), move_to_regs("B"),
+                         move_to_regs("A", atom=a_atom), move_to_regs("B", atom=b_atom),
                          tile(m=16, n=8, k=atom.shape[2]) >> done(atom))
 
 
@@ -54,7 +54,8 @@ SCHEDULES = {
     "gemm-bf16": (lambda: fs.recipes.gemm(256, 256, 256, dtype="bf16", arch="sm_80"), "sm_80"),
     "gemm-f16-acc": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f16, acc="f16"), "sm_80"),
     "gemm-RR-16x8": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, wm=16, wn=8), "sm_80"),      # x2.trans
-    "gemm-CC": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, layout="CC", wm=16, wn=16), "sm_80"),  # x1, x1.trans
+    "gemm-CC": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, layout="CC", wm=16, wn=16), "sm_80"),  # x4[.trans]_cols
+    "gemm-CC-16x8": (lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, layout="CC", wm=16, wn=8), "sm_80"),  # x2_cols
     "move-cp-async-8": (lambda: _staged_move(36, "f16"), "sm_80"),
     "move-cp-async-4": (lambda: _staged_move(34, "f16"), "sm_80"),
     "gemm-sm90a": (lambda: fs.recipes.gemm(256, 256, 256, dtype="f16", arch="sm_90a"), "sm_90a"),
@@ -65,11 +66,13 @@ SCHEDULES = {
 }
 
 #: Schedules whose atom the strategies accept but no target lowers (tf32 fragments cannot come
-#: through ldmatrix; ldmatrix_x2 is never the variant the fragments derive): refused on sm_70 all
-#: the same, by the atom they name.
+#: through ldmatrix; ldmatrix_x2 and x1 are never the variants the fragments derive, a wider one
+#: always fits first): refused on sm_70 all the same, by the atom they name.
 NAMED_ONLY = {
     "gemm-tf32": lambda: _mma_chain(sm80.mma_m16n8k8_tf32_f32, a="tf32", b="tf32", c="f32"),
     "ldmatrix-x2": lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, a_atom=sm80.ldmatrix_x2),
+    "ldmatrix-x1": lambda: _mma_chain(sm80.mma_m16n8k16_f16_f32, a_atom=sm80.ldmatrix_x1,
+                                      b_atom=sm80.ldmatrix_x1_trans),
 }
 
 

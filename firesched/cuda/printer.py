@@ -582,8 +582,14 @@ class _KernelPrinter:
             raise InternalError(
                 f"{self._where()}: loop over {var.name} has extent {node.extent} but its variable "
                 f"ranges over {var.extent}")
+        bound = str(int(node.extent))
+        if node.stop is not None:
+            if node.unroll:
+                raise InternalError(f"{self._where()}: loop over {var.name} is unrolled but stops early")
+            # the early stop is the same for every thread of the block (loop-invariant)
+            bound = f"min({bound}, {self.c(node.stop)})"
         self.emit("#pragma unroll" if node.unroll else "#pragma unroll 1")
-        self.emit(f"for (int {var.name} = 0; {var.name} < {int(node.extent)}; ++{var.name}) {{")
+        self.emit(f"for (int {var.name} = 0; {var.name} < {bound}; ++{var.name}) {{")
         self.loop_vars[var.name] = var
         if node.unroll:
             self.unrolled.add(var.name)

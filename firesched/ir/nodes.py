@@ -259,12 +259,18 @@ class Seq:
 @attrs.frozen
 class For:
     """``for var in range(extent)``; ``unroll`` loops are fully unrolled (their variable may index
-    registers).  ``var.extent`` equals ``extent``."""
+    registers).  ``var.extent`` equals ``extent``.
+
+    ``stop`` (not with ``unroll``) ends the loop early: iterations ``var < min(extent, stop)``
+    run.  It must be the same for every thread that runs the loop (barriers sit inside it); the
+    causal key loop of attention stops at the diagonal this way.  ``extent`` stays the bound
+    expressions are simplified under."""
 
     var: Var
     extent: int
     body: object
     unroll: bool = False
+    stop: IntExpr | None = None
 
 
 @attrs.frozen

@@ -90,7 +90,7 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
         if isinstance(s, Seq):
             return Seq(tuple(go(x) for x in s.body))
         if isinstance(s, For):
-            return For(s.var, s.extent, go(s.body), s.unroll)
+            return For(s.var, s.extent, go(s.body), s.unroll, None if s.stop is None else expr(s.stop))
         if isinstance(s, If):
             return If(expr(s.cond), go(s.then))
         if isinstance(s, Roles):
@@ -123,6 +123,8 @@ def expand(loop: For) -> Seq:
 
     The same program; each iteration's operands become constant offsets of one base."""
     v: Var = loop.var
+    if loop.stop is not None:
+        raise ValueError(f"expand: the loop over {v.name} stops early at run time; only fixed loops expand")
     return Seq(tuple(Seq((Comment(f"{v.name} = {i}"), substitute_stmt(loop.body, {v: i})))
                      for i in range(loop.extent)))
 

@@ -26,7 +26,7 @@ from ..hardware.target import target as get_target
 from ..schedule import Node, Schedule
 from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP
-from . import checks
+from . import checks, liveness
 from .context import CONSUMER, PRODUCER, Ctx, Hoists, Scope, enter_global, err
 from .fragments import fragment_layouts
 from .layouts import SmemLayout, plain_smem_layout, register_layouts, thread_layouts
@@ -299,7 +299,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         body = [*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end]
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
-    check_resources(lw, block)
+    check_resources(lw, block, body)
     pb.kernels.append(kb.build(ir.Seq(tuple(body)), header=str(pb.sched)))
 
 
@@ -356,8 +356,9 @@ def _check_early(lw: Lowerer, block: Node, threads: int) -> None:
                   allowed=f"<= {tgt.max_threads_per_block}")
 
 
-def check_resources(lw: Lowerer, block: Node) -> None:
-    """What the launch asked for, against the target's limits."""
+def check_resources(lw: Lowerer, block: Node, body) -> None:
+    """What the launch asked for (``body``: the kernel's statements, whose register lifetimes
+    give its register peak), against the target's limits."""
     kb, tgt = lw.kb, lw.target
     smem = sum(b.nbytes for b in kb.shared.values()) + 128 * len(kb.shared)
     limit = tgt.smem_per_block_optin
@@ -366,11 +367,13 @@ def check_resources(lw: Lowerer, block: Node) -> None:
         raise err(block, f"shared memory over the target's limit: {smem} bytes ({parts})",
                   field="shared memory", value=smem, allowed=f"<= {limit} bytes on {tgt.name}",
                   fix="use fewer pipeline stages or smaller block / K tiles")
-    words = sum(-(-b.size * b.dtype.bits // 32) for b in kb.regs.values())
+    # the most register words live at once (buffers that live at different times share registers)
+    peak = liveness.pressure(body, kb.regs)
+    words = peak.words
     if words + REG_OVERHEAD > tgt.regs_per_thread:
-        parts = ", ".join(f"{b.name}: {-(-b.size * b.dtype.bits // 32)}" for b in kb.regs.values())
-        raise err(block, f"registers over budget: about {words + REG_OVERHEAD} per thread ({parts}, "
-                         f"+{REG_OVERHEAD} for addressing)", field="registers",
+        parts = ", ".join(f"{name}: {w}" for name, w in peak.live)
+        raise err(block, f"registers over budget: about {words + REG_OVERHEAD} per thread at the peak ({parts} "
+                         f"live at once, +{REG_OVERHEAD} for addressing)", field="registers",
                   value=words + REG_OVERHEAD, allowed=f"<= {tgt.regs_per_thread}",
                   fix="use smaller warp tiles (more warps per block) or a smaller block tile")
     if kb.threads > tgt.max_threads_per_block:

@@ -30,7 +30,8 @@ import functools
 import attrs
 
 from ..hardware.atoms.base import WGMMA, Atom
-from ..ir.expr import IntExpr
+from ..ir import nodes as ir_nodes
+from ..ir.expr import IntExpr, Sum, bounds, free_vars
 from ..layout import Swizzle
 from ..schedule import Node
 from ..spec import Fused, MatMul
@@ -433,13 +434,71 @@ class SmemLayout:
         lin = self.linear(r, c)
         if self.swizzle is not None and self.swizzle.bits:
             if self.box_cols == self.cols:
-                lin = self.swizzle(lin)
+                lin = swizzle_split(self.swizzle, lin)
             else:
                 box = self.rows * self.box_cols
                 lin = (lin // box) * box + self.swizzle(lin % box)
         if self.stages > 1:
             lin = stage * self.stage_elems + lin
         return lin
+
+
+def swizzle_split(sw: Swizzle, x: IntExpr) -> IntExpr:
+    """``sw(x)``, written as ``sw(a) ^ sw(b)`` where ``x = a + b`` splits into the terms that
+    depend on the thread index (``a``) and the rest (``b``: unrolled loop indices, constants)
+    and the two parts never set the same bit.
+
+    Then ``a + b = a ^ b``, and a swizzle is linear over XOR (it XORs some bits of its argument
+    into others), so ``sw(a + b) = sw(a) ^ sw(b)``.  The per-thread part is computed once and
+    shared by every unrolled copy; ``sw(b)`` folds to a constant in each::
+
+        Q row tid % 16, 16-element step d0:   sw(tid%16*128 + d0*16)
+                                            = sw(tid%16*128) ^ sw(d0*16)
+            bits:  tid%16*128 -> 7..10,  d0*16 -> 4..6   (disjoint: no carry between them)
+
+    Anything else (overlapping bits, unknown ranges, negative terms) is swizzled whole."""
+    if not isinstance(x, Sum):
+        return sw(x)
+    thread, rest = [], []
+    for t, c in x.terms:
+        names = {v.name for v in free_vars(t)}
+        (thread if names & _THREAD_INDEX else rest).append((t, c))
+    if not thread or (not rest and x.const == 0):
+        return sw(x)
+    a = sum((t * c for t, c in thread), 0)
+    b = sum((t * c for t, c in rest), x.const)
+    ma, mb = _bit_mask(thread, 0), _bit_mask(rest, x.const)
+    if ma is None or mb is None or ma & mb:
+        return sw(x)
+    return sw(a) ^ sw(b)
+
+
+_THREAD_INDEX = frozenset((ir_nodes.TID_NAME, ir_nodes.ROLE_TID_NAME))
+
+
+def _bit_mask(terms, const: int) -> int | None:
+    """Every bit ``sum(c * t) + const`` may set (terms ``(t, c)``, each ``t >= 0`` bounded), or
+    None when unknown.  Terms whose own bits are disjoint add without carries: their masks OR;
+    otherwise the mask spans the sum's range."""
+    masks = [const] if const else []
+    if const < 0:
+        return None
+    for t, c in terms:
+        lo, hi = bounds(t)
+        if lo is None or hi is None or lo < 0 or c <= 0:
+            return None
+        low = (c & -c).bit_length() - 1            # c * t is a multiple of 2**low
+        masks.append(((1 << (c * hi).bit_length()) - 1) & ~((1 << low) - 1))
+    union = 0
+    for m in masks:
+        if union & m:
+            break
+        union |= m
+    else:
+        return union
+    hi = const + sum(c * bounds(t)[1] for t, c in terms)
+    low = min((m & -m).bit_length() - 1 for m in masks if m)
+    return ((1 << hi.bit_length()) - 1) & ~((1 << low) - 1)
 
 
 def plain_smem_layout(tensor, stages: int | None = None) -> SmemLayout:

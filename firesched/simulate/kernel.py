@@ -260,15 +260,45 @@ class KernelRun:
         saved = ctx.env.get(name)
         ctx.loops.append((name, 0))
         slot = len(ctx.loops) - 1
-        for i in range(int(s.extent)):
-            ctx.env[name] = i
-            ctx.loops[slot] = (name, i)
-            self.exec(s.body)
+        stop = None if s.stop is None else self.loop_stop(s)
+        saved_mask = (ctx.mask, ctx.full)
+        try:
+            for i in range(int(s.extent)):
+                if stop is not None:
+                    if np.ndim(stop) == 0:
+                        if i >= stop:
+                            break
+                    else:
+                        # blocks of a batch stop at different iterations: the others run on
+                        run = saved_mask[0] & (stop > i)
+                        if not run.any():
+                            break
+                        ctx.mask, ctx.full = run, bool(run.all())
+                ctx.env[name] = i
+                ctx.loops[slot] = (name, i)
+                self.exec(s.body)
+        finally:
+            ctx.mask, ctx.full = saved_mask
         ctx.loops.pop()
         if saved is None:
             ctx.env.pop(name, None)
         else:
             ctx.env[name] = saved
+
+    def loop_stop(self, s):
+        """The early stop of loop ``s`` (``For.stop``): a constant, or one value per thread that
+        every active thread of a block shares (barriers sit inside the loop)."""
+        ctx = self.ctx
+        ctx.stmt = s
+        stop = ctx.ev(s.stop)
+        if np.ndim(stop) == 0:
+            return int(stop)
+        stop = np.broadcast_to(np.asarray(stop), (ctx.T,))
+        for row, act in zip(stop.reshape(ctx.C, ctx.Tc), ctx.mask.reshape(ctx.C, ctx.Tc)):
+            if act.any() and np.unique(row[act]).size > 1:
+                ctx.hazard(f"the loop over {s.var.name} stops at different iterations for threads of one block "
+                           f"({sorted(set(row[act].tolist()))[:4]}): its bound must be block-uniform")
+        return stop
 
     def x_if(self, s):
         ctx = self.ctx

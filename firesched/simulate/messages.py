@@ -36,7 +36,8 @@ def describe(stmt) -> str:
         srcs = ", ".join(ref_str(s) if isinstance(s, ir.RegRef) else repr(s) for s in stmt.srcs)
         return f"Pointwise({ref_str(stmt.dst)} = {stmt.op}({srcs}))"
     if isinstance(stmt, ir.For):
-        return f"For({stmt.var} < {stmt.extent})"
+        stop = "" if stmt.stop is None else f", stop {stmt.stop}"
+        return f"For({stmt.var} < {stmt.extent}{stop})"
     if isinstance(stmt, ir.If):
         return f"If({stmt.cond})"
     return type(stmt).__name__

@@ -81,7 +81,8 @@ def nest_of(s: ir.For) -> Nest | None:
     if any(not isinstance(ref, ir.RegRef) for _, ref in body.args):
         return None
     names = [loop.var.name for loop in loops]
-    if len(set(names)) != len(names) or any(type(loop.extent) is not int or loop.extent < 1 for loop in loops):
+    if len(set(names)) != len(names) or any(type(loop.extent) is not int or loop.extent < 1 or loop.stop is not None
+                                          for loop in loops):
         return None
     if np.prod([int(loop.extent) for loop in loops]) < 2:
         return None

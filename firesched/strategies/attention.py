@@ -7,7 +7,7 @@ rescales what it accumulated whenever the max grows, so each key tile is read on
     Attention<block>(Q:SH f16[128x128], K:GL f16[1x1x4096x128], V:GL ... -> O:GL ...)
       online_softmax(kv=64)
       Init<block>(O:RF f32[128x128] = 0); Init<block>(m:RF f32[128] = -inf); Init<block>(l:RF f32[128] = 0)
-      for kv0 in seq(64):
+      for kv0 in seq(64) [until the diagonal of q, when causal]:
         Fused<block>[
           0  Init(S = 0)
           1  MatMul(Q, K -> S:GL f32[128x64])              S = Q Kᵀ  (place("S", RF) keeps it in registers)
@@ -65,9 +65,13 @@ class online_softmax(Strategy):
 
     * ``kv``: keys per tile, a multiple of 16 (the k of the second MMA); a last partial tile is
       masked (``ops.edge``).
+    * ``diagonal``: on a causal spec, the key loop of a block stops after the tile that holds
+      the diagonal of its last query (``Loop.diagonal``): the tiles past it are masked whole,
+      so they would add nothing.  ``diagonal=False`` visits (and masks) every tile.
     """
 
     kv: int = 64
+    diagonal: bool = True
 
     def apply(self, sched):
         node = sched.open_focus(self)
@@ -131,13 +135,18 @@ class online_softmax(Strategy):
             lg = reg("lg", ("q",), (bq,))
             post += [Node(Pointwise("log2", (l,), lg, BLOCK), strategy=leaf),
                      Node(Pointwise("add", (m, lg), spec.lse, BLOCK, (fops.scale(LN2),)), strategy=leaf)]
-        loop = Loop(fresh_var(sched, "kv"), -(-skv // tk), (("kv", tk),))
+        if not isinstance(self.diagonal, bool):
+            raise ScheduleError("diagonal is a bool", strategy=self, spec=spec, field="diagonal",
+                                value=self.diagonal, allowed="True, False")
+        loop = Loop(fresh_var(sched, "kv"), -(-skv // tk), (("kv", tk),),
+                    diagonal=("q", 0) if spec.causal and self.diagonal else ())
         new = attrs.evolve(node, strategy=self, loops=(loop,),
                            pre=(Node(Init(o, 0.0, BLOCK)), Node(Init(m, -math.inf, BLOCK)), Node(Init(l, 0.0, BLOCK))),
                            body=(Node(fused, body=parts),), post=tuple(post))
         return sched.replace_focus(new)
 
     def __repr__(self):
-        return f"online_softmax(kv={self.kv!r})"
+        extra = "" if self.diagonal is True else f", diagonal={self.diagonal!r}"
+        return f"online_softmax(kv={self.kv!r}{extra})"
 
     __str__ = __repr__

@@ -218,20 +218,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 4; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16], src = &A[bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024]
+        //   dst = &A_smem[tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c0 * 1024 ^ (c0 * 1024 & 896) / 16)], src = &A[bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c0 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"(A + (bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024)), "r"(16)
+            : "r"(A_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c0 * 1024 ^ (c0 * 1024 & 896) / 16)) * 2)), "l"(A + (bid_y * 128 + c0 * 8192 + tid % 16 * 8 + tid / 16 * 1024)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
     for (int c1 = 0; c1 < 4; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &B[bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024]
+        //   dst = &B_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 192) / 8)], src = &B[bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c1 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(B + (bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024)), "r"(16)
+            : "r"(B_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 192) / 8)) * 2)), "l"(B + (bid_x * 131072 + c1 * 32768 + tid % 4 * 8 + tid / 4 * 1024)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -243,20 +243,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 4096], src = &A[bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768]
+        //   dst = &A_smem[(tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c2 * 1024 ^ (c2 * 1024 & 896) / 16)) + 4096], src = &A[bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c2 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 8192)), "l"(A + (bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768)), "r"(16)
+            : "r"(A_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c2 * 1024 ^ (c2 * 1024 & 896) / 16)) * 2 + 8192)), "l"(A + (bid_y * 128 + c2 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
     for (int c3 = 0; c3 < 4; ++c3) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 4096], src = &B[bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32]
+        //   dst = &B_smem[(tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 192) / 8)) + 4096], src = &B[bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c3 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 8192)), "l"(B + (bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32)), "r"(16)
+            : "r"(B_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 192) / 8)) * 2 + 8192)), "l"(B + (bid_x * 131072 + c3 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -268,20 +268,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c4 = 0; c4 < 4; ++c4) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &A[bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
+        //   dst = &A_smem[(tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c4 * 1024 ^ (c4 * 1024 & 896) / 16)) + 8192], src = &A[bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c4 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"(A + (bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
+            : "r"(A_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c4 * 1024 ^ (c4 * 1024 & 896) / 16)) * 2 + 16384)), "l"(A + (bid_y * 128 + c4 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
     #pragma unroll
     for (int c5 = 0; c5 < 4; ++c5) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 8192], src = &B[bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64]
+        //   dst = &B_smem[(tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c5 * 1024 ^ (c5 * 1024 & 192) / 8)) + 8192], src = &B[bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c5 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 16384)), "l"(B + (bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64)), "r"(16)
+            : "r"(B_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c5 * 1024 ^ (c5 * 1024 & 192) / 8)) * 2 + 16384)), "l"(B + (bid_x * 131072 + c5 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -303,20 +303,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             #pragma unroll
             for (int c6 = 0; c6 < 4; ++c6) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &A[bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304]
+                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c6 * 1024 ^ (c6 * 1024 & 896) / 16))], src = &A[bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c6 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c6 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? A + (bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304) : A), "r"((c6 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c6 * 1024 ^ (c6 * 1024 & 896) / 16)) * 2)), "l"(A + (bid_y * 128 + c6 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304)), "r"(16)
                     : "memory");
             }
             // Move<block>(B:GL bf16[32x128] -> B:SH bf16[32x128] Sw<2,3,3> x4 stages): 512 chunks of 8 x bf16 over 128 threads
             #pragma unroll
             for (int c7 = 0; c7 < 4; ++c7) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &B[bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96]
+                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c7 * 1024 ^ (c7 * 1024 & 192) / 8))], src = &B[bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c7 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? B + (bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96) : B), "r"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c7 * 1024 ^ (c7 * 1024 & 192) / 8)) * 2)), "l"(B + (bid_x * 131072 + c7 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96)), "r"(16)
                     : "memory");
             }
         }
@@ -327,199 +327,55 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "memory");
         #pragma unroll
         for (int k1 = 0; k1 < 2; ++k1) {
-            // Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x4 stages -> A:RF bf16[64x16]): ldmatrix_x1_trans
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[0 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 & 896) / 16) * 2))
+            // Move<warp>(A:SH bf16[64x16] Sw<3,3,4> x4 stages -> A:RF bf16[64x16]): ldmatrix_x4_trans_cols
+            // sm80.ldmatrix_x4_trans_cols: A fragments for mma_m16n8k16_bf16_f32
+            //   dst = A_frag[0 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 ^ (k1 * 2048 & 896) / 16))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 ^ (k1 * 2048 & 896) / 16)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[2 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[2]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 8 & 896) / 16) * 2))
+            // sm80.ldmatrix_x4_trans_cols: A fragments for mma_m16n8k16_bf16_f32
+            //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 16 ^ (k1 * 2048 + 16 & 896) / 16))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 16 ^ (k1 * 2048 + 16 & 896) / 16)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[8 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 16 & 896) / 16) * 2))
+            // sm80.ldmatrix_x4_trans_cols: A fragments for mma_m16n8k16_bf16_f32
+            //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 32 ^ (k1 * 2048 + 32 & 896) / 16))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 32 ^ (k1 * 2048 + 32 & 896) / 16)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[10 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[10]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 24 & 896) / 16) * 2))
+            // sm80.ldmatrix_x4_trans_cols: A fragments for mma_m16n8k16_bf16_f32
+            //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 48 ^ (k1 * 2048 + 48 & 896) / 16))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
+                : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 1024 + tid % 8 * 128 + tid / 64 * 64 + tid / 8 % 2 * 8 & 896) / 16 ^ (k1 * 2048 + 48 ^ (k1 * 2048 + 48 & 896) / 16)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[16 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 32 & 896) / 16) * 2))
+            // Move<warp>(B:SH bf16[16x64] Sw<2,3,3> x4 stages -> B:RF bf16[16x64]): ldmatrix_x4_cols
+            // sm80.ldmatrix_x4_cols: B fragments for mma_m16n8k16_bf16_f32
+            //   dst = B_frag[0 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 ^ (k1 * 16 & 192) / 8))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 ^ (k1 * 16 & 192) / 8)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[18 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[18]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 40 & 896) / 16) * 2))
+            // sm80.ldmatrix_x4_cols: B fragments for mma_m16n8k16_bf16_f32
+            //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 512 ^ (k1 * 16 + 512 & 192) / 8))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 512 ^ (k1 * 16 + 512 & 192) / 8)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[24 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 48 & 896) / 16) * 2))
+            // sm80.ldmatrix_x4_cols: B fragments for mma_m16n8k16_bf16_f32
+            //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 1024 ^ (k1 * 16 + 1024 & 192) / 8))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 1024 ^ (k1 * 16 + 1024 & 192) / 8)) * 2))
                 : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[26 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[26]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 56 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[4 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[4]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1024 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[6 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1032 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[12 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[12]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1040 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[14 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1048 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[20 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[20]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1056 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[22 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1064 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[28 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[28]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1072 & 896) / 16) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1_trans: A fragments for mma_m16n8k16_bf16_f32
-            //   dst = A_frag[30 .. +2], src = &A_smem[k0 % 4 * 4096 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-                : "r"(A_smem_base + (k0 % 4 * 8192 + (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 ^ (k1 * 2048 + tid % 8 * 128 + tid / 64 * 64 + 1080 & 896) / 16) * 2))
-                : "memory");
-            // Move<warp>(B:SH bf16[16x64] Sw<2,3,3> x4 stages -> B:RF bf16[16x64]): ldmatrix_x1
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[0 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[2 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[2]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 8 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[4 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[4]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 256 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[6 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 264 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[8 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 512 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[10 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[10]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 520 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[12 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[12]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 768 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[14 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 776 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[16 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1024 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[18 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[18]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1032 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[20 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[20]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1280 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[22 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1288 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[24 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1536 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[26 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[26]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1544 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[28 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[28]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1792 & 192) / 8) * 2))
-                : "memory");
-            // sm80.ldmatrix_x1: B fragments for mma_m16n8k16_bf16_f32
-            //   dst = B_frag[30 .. +2], src = &B_smem[k0 % 4 * 4096 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 & 192) / 8)]
-            asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-                : "r"(B_smem_base + (k0 % 4 * 8192 + (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 ^ (k1 * 16 + tid % 8 * 32 + tid / 32 % 2 * 2048 + 1800 & 192) / 8) * 2))
+            // sm80.ldmatrix_x4_cols: B fragments for mma_m16n8k16_bf16_f32
+            //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 1536 ^ (k1 * 16 + 1536 & 192) / 8))]
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
+                : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 ^ (tid % 32 / 16 * 256 + tid % 8 * 32 + tid / 32 % 2 * 2048 + tid / 8 % 2 * 8 & 192) / 8 ^ (k1 * 16 + 1536 ^ (k1 * 16 + 1536 & 192) / 8)) * 2))
                 : "memory");
             #pragma unroll
             for (int m2 = 0; m2 < 4; ++m2) {

@@ -221,20 +221,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 2; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_y * 32768 + c0 * 16384 + tid % 4 * 8 + tid / 4 * 512]
+        //   dst = &A_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)], src = &A[bid_y * 32768 + c0 * 16384 + tid % 4 * 8 + tid / 4 * 512]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(A + (bid_y * 32768 + c0 * 16384 + tid % 4 * 8 + tid / 4 * 512)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 32768 + c0 * 16384 + tid % 4 * 8 + tid / 4 * 512)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL bf16[32x64] -> B:SH bf16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x bf16 over 128 threads
     #pragma unroll
     for (int c1 = 0; c1 < 2; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &B[bid_x * 64 + c1 * 12288 + tid % 8 * 8 + tid / 8 * 768]
+        //   dst = &B_smem[tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)], src = &B[bid_x * 64 + c1 * 12288 + tid % 8 * 8 + tid / 8 * 768]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"(B + (bid_x * 64 + c1 * 12288 + tid % 8 * 8 + tid / 8 * 768)), "r"(16)
+            : "r"(B_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + c1 * 12288 + tid % 8 * 8 + tid / 8 * 768)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -257,10 +257,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
         : "memory");
     // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_bf16_f32
-    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8]
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512) * 2))
         : "memory");
     // Move<warp>(B:SH bf16[16x32] Sw<3,3,3> x2 stages -> B:RF bf16[16x32]): ldmatrix_x4_trans
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
@@ -270,10 +270,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
         : "memory");
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
-    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8]
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16) * 2))
         : "memory");
     #pragma unroll 1
     for (int k0 = 0; k0 < 16; ++k0) {
@@ -282,20 +282,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             #pragma unroll
             for (int c2 = 0; c2 < 2; ++c2) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &A[bid_y * 32768 + c2 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512 + 32]
+                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8))], src = &A[bid_y * 32768 + c2 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512 + 32]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((k0 * 32 + tid % 4 * 8 + 32 < 512) ? A + (bid_y * 32768 + c2 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512 + 32) : A), "r"((k0 * 32 + tid % 4 * 8 + 32 < 512) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 32768 + c2 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512 + 32)), "r"(16)
                     : "memory");
             }
             // Move<block>(B:GL bf16[32x64] -> B:SH bf16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x bf16 over 128 threads
             #pragma unroll
             for (int c3 = 0; c3 < 2; ++c3) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8)], src = &B[bid_x * 64 + c3 * 12288 + k0 * 24576 + tid % 8 * 8 + tid / 8 * 768 + 24576]
+                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 448) / 8))], src = &B[bid_x * 64 + c3 * 12288 + k0 * 24576 + tid % 8 * 8 + tid / 8 * 768 + 24576]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((c3 * 16 + k0 * 32 + tid / 8 + 32 < 512) ? B + (bid_x * 64 + c3 * 12288 + k0 * 24576 + tid % 8 * 8 + tid / 8 * 768 + 24576) : B), "r"((c3 * 16 + k0 * 32 + tid / 8 + 32 < 512) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + c3 * 12288 + k0 * 24576 + tid % 8 * 8 + tid / 8 * 768 + 24576)), "r"(16)
                     : "memory");
             }
         }
@@ -306,29 +306,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "memory");
         // Move<warp>(A:SH bf16[32x16] Sw<2,3,3> x2 stages -> A:RF bf16[32x16]): ldmatrix_x4
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_bf16_f32
-        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8)]
+        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_bf16_f32
-        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8)]
+        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 528)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 528) * 2))
             : "memory");
         // Move<warp>(B:SH bf16[16x32] Sw<3,3,3> x2 stages -> B:RF bf16[16x32]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
-        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8)]
+        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1024)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8) * 2))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1024) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
-        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8)]
+        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1040)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8) * 2))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1040) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 2; ++m2) {
@@ -359,10 +359,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_bf16_f32
-        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8)]
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512) * 2))
             : "memory");
         // Move<warp>(B:SH bf16[16x32] Sw<3,3,3> x2 stages -> B:RF bf16[16x32]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
@@ -372,10 +372,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_bf16_f32
-        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8)]
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 2; ++m2) {

@@ -217,20 +217,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 8; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c0 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 65536 + tid % 8 * 8 + tid / 8 * 4096]
+        //   dst = &A_smem[tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 448) / 8)], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 65536 + tid % 8 * 8 + tid / 8 * 4096]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c0 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 16 + tid / 8 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 65536 + tid % 8 * 8 + tid / 8 * 4096) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 16 + tid / 8 < 4096) ? 16 : 0)
+            : "r"(A_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 448) / 8)) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 16 + tid / 8 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c0 * 65536 + tid % 8 * 8 + tid / 8 * 4096) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c0 * 16 + tid / 8 < 4096) ? 16 : 0)
             : "memory");
     }
     // Move<block>(B:GL f16[64x128] -> B:SH f16[64x128] Sw<3,3,4> x3 stages): 1024 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c1 = 0; c1 < 8; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096]
+        //   dst = &B_smem[tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c1 * 1024 ^ (c1 * 1024 & 896) / 16)], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+            : "r"(B_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c1 * 1024 ^ (c1 * 1024 & 896) / 16)) * 2)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c1 * 32768 + tid % 16 * 8 + tid / 16 * 4096) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -242,20 +242,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c2 = 0; c2 < 8; ++c2) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c2 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c2 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) + 8192], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 65536 + tid % 8 * 8 + tid / 8 * 4096 + 64]
+        //   dst = &A_smem[(tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 448) / 8)) + 8192], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 65536 + tid % 8 * 8 + tid / 8 * 4096 + 64]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c2 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c2 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2 + 16384)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 16 + tid / 8 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 65536 + tid % 8 * 8 + tid / 8 * 4096 + 64) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 16 + tid / 8 < 4096) ? 16 : 0)
+            : "r"(A_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 448) / 8)) * 2 + 16384)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 16 + tid / 8 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c2 * 65536 + tid % 8 * 8 + tid / 8 * 4096 + 64) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c2 * 16 + tid / 8 < 4096) ? 16 : 0)
             : "memory");
     }
     // Move<block>(B:GL f16[64x128] -> B:SH f16[64x128] Sw<3,3,4> x3 stages): 1024 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c3 = 0; c3 < 8; ++c3) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144]
+        //   dst = &B_smem[(tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c3 * 1024 ^ (c3 * 1024 & 896) / 16)) + 8192], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+            : "r"(B_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c3 * 1024 ^ (c3 * 1024 & 896) / 16)) * 2 + 16384)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c3 * 32768 + tid % 16 * 8 + tid / 16 * 4096 + 262144) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -277,20 +277,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             #pragma unroll
             for (int c4 = 0; c4 < 8; ++c4) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 2) % 3 * 8192 + (c4 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c4 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8)], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 65536 + k0 * 64 + tid % 8 * 8 + tid / 8 * 4096 + 128]
+                //   dst = &A_smem[(k0 + 2) % 3 * 8192 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c4 * 1024 ^ (c4 * 1024 & 448) / 8))], src = &A[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 65536 + k0 * 64 + tid % 8 * 8 + tid / 8 * 4096 + 128]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 2) % 3 * 16384 + (c4 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c4 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 16 + tid / 8 < 4096 && k0 * 64 + tid % 8 * 8 + 128 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 65536 + k0 * 64 + tid % 8 * 8 + tid / 8 * 4096 + 128) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 16 + tid / 8 < 4096 && k0 * 64 + tid % 8 * 8 + 128 < 4096) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 2) % 3 * 16384 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c4 * 1024 ^ (c4 * 1024 & 448) / 8)) * 2)), "l"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 16 + tid / 8 < 4096) ? A + (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x / 256 * 4194304 + c4 * 65536 + k0 * 64 + tid % 8 * 8 + tid / 8 * 4096 + 128) : A), "r"((bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + c4 * 16 + tid / 8 < 4096) ? 16 : 0)
                     : "memory");
             }
             // Move<block>(B:GL f16[64x128] -> B:SH f16[64x128] Sw<3,3,4> x3 stages): 1024 chunks of 8 x f16 over 128 threads
             #pragma unroll
             for (int c5 = 0; c5 < 8; ++c5) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 2) % 3 * 8192 + (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + k0 * 262144 + tid % 16 * 8 + tid / 16 * 4096 + 524288]
+                //   dst = &B_smem[(k0 + 2) % 3 * 8192 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c5 * 1024 ^ (c5 * 1024 & 896) / 16))], src = &B[bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + k0 * 262144 + tid % 16 * 8 + tid / 16 * 4096 + 524288]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 2) % 3 * 16384 + (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c5 * 8 + k0 * 64 + tid / 16 + 128 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + k0 * 262144 + tid % 16 * 8 + tid / 16 * 4096 + 524288) : B), "r"((c5 * 8 + k0 * 64 + tid / 16 + 128 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 2) % 3 * 16384 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c5 * 1024 ^ (c5 * 1024 & 896) / 16)) * 2)), "l"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? B + (bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + c5 * 32768 + k0 * 262144 + tid % 16 * 8 + tid / 16 * 4096 + 524288) : B), "r"((bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + tid % 16 * 8 < 4096) ? 16 : 0)
                     : "memory");
             }
         }
@@ -303,53 +303,53 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int k1 = 0; k1 < 4; ++k1) {
             // Move<warp>(A:SH f16[64x16] Sw<3,3,3> x3 stages -> A:RF f16[64x16]): ldmatrix_x4
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[0 .. +8], src = &A_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8)]
+            //   dst = A_frag[0 .. +8], src = &A_smem[k0 % 3 * 8192 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 ^ (k1 * 16 & 448) / 8))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8) * 2))
+                : "r"(A_smem_base + (k0 % 3 * 16384 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 ^ (k1 * 16 & 448) / 8)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 1024 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 1024 & 448) / 8)]
+            //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 3 * 8192 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 1024 ^ (k1 * 16 + 1024 & 448) / 8))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 1024 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 1024 & 448) / 8) * 2))
+                : "r"(A_smem_base + (k0 % 3 * 16384 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 1024 ^ (k1 * 16 + 1024 & 448) / 8)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 2048 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 2048 & 448) / 8)]
+            //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 3 * 8192 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 2048 ^ (k1 * 16 + 2048 & 448) / 8))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 2048 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 2048 & 448) / 8) * 2))
+                : "r"(A_smem_base + (k0 % 3 * 16384 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 2048 ^ (k1 * 16 + 2048 & 448) / 8)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 3 * 8192 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 3072 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 3072 & 448) / 8)]
+            //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 3 * 8192 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 3072 ^ (k1 * 16 + 3072 & 448) / 8))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-                : "r"(A_smem_base + (k0 % 3 * 16384 + (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 3072 ^ (k1 * 16 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 + 3072 & 448) / 8) * 2))
+                : "r"(A_smem_base + (k0 % 3 * 16384 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 64 * 4096 & 448) / 8 ^ (k1 * 16 + 3072 ^ (k1 * 16 + 3072 & 448) / 8)) * 2))
                 : "memory");
             // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x3 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[0 .. +8], src = &B_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16)]
+            //   dst = B_frag[0 .. +8], src = &B_smem[k0 % 3 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 ^ (k1 * 2048 & 896) / 16))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
+                : "r"(B_smem_base + (k0 % 3 * 16384 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 ^ (k1 * 2048 & 896) / 16)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16)]
+            //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 3 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 16 ^ (k1 * 2048 + 16 & 896) / 16))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+                : "r"(B_smem_base + (k0 % 3 * 16384 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 16 ^ (k1 * 2048 + 16 & 896) / 16)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16)]
+            //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 3 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 32 ^ (k1 * 2048 + 32 & 896) / 16))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+                : "r"(B_smem_base + (k0 % 3 * 16384 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 32 ^ (k1 * 2048 + 32 & 896) / 16)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 3 * 8192 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16)]
+            //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 3 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 48 ^ (k1 * 2048 + 48 & 896) / 16))]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-                : "r"(B_smem_base + (k0 % 3 * 16384 + (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (k1 * 2048 + tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+                : "r"(B_smem_base + (k0 % 3 * 16384 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ (k1 * 2048 + 48 ^ (k1 * 2048 + 48 & 896) / 16)) * 2))
                 : "memory");
             #pragma unroll
             for (int m2 = 0; m2 < 4; ++m2) {

@@ -221,20 +221,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 4; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_y * 131072 + c0 * 32768 + tid % 4 * 8 + tid / 4 * 1024]
+        //   dst = &A_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)], src = &A[bid_y * 131072 + c0 * 32768 + tid % 4 * 8 + tid / 4 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(A + (bid_y * 131072 + c0 * 32768 + tid % 4 * 8 + tid / 4 * 1024)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 131072 + c0 * 32768 + tid % 4 * 8 + tid / 4 * 1024)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c1 = 0; c1 < 4; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16], src = &B[bid_x * 128 + c1 * 8192 + tid % 16 * 8 + tid / 16 * 1024]
+        //   dst = &B_smem[tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c1 * 1024 ^ (c1 * 1024 & 896) / 16)], src = &B[bid_x * 128 + c1 * 8192 + tid % 16 * 8 + tid / 16 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c1 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"(B + (bid_x * 128 + c1 * 8192 + tid % 16 * 8 + tid / 16 * 1024)), "r"(16)
+            : "r"(B_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c1 * 1024 ^ (c1 * 1024 & 896) / 16)) * 2)), "l"(B + (bid_x * 128 + c1 * 8192 + tid % 16 * 8 + tid / 16 * 1024)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -246,20 +246,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c2 = 0; c2 < 4; ++c2) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 4096], src = &A[bid_y * 131072 + c2 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32]
+        //   dst = &A_smem[(tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8)) + 4096], src = &A[bid_y * 131072 + c2 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 8192)), "l"(A + (bid_y * 131072 + c2 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8)) * 2 + 8192)), "l"(A + (bid_y * 131072 + c2 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 32)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c3 = 0; c3 < 4; ++c3) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 4096], src = &B[bid_x * 128 + c3 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768]
+        //   dst = &B_smem[(tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c3 * 1024 ^ (c3 * 1024 & 896) / 16)) + 4096], src = &B[bid_x * 128 + c3 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c3 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 8192)), "l"(B + (bid_x * 128 + c3 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768)), "r"(16)
+            : "r"(B_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c3 * 1024 ^ (c3 * 1024 & 896) / 16)) * 2 + 8192)), "l"(B + (bid_x * 128 + c3 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 32768)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -271,20 +271,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c4 = 0; c4 < 4; ++c4) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[(c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) + 8192], src = &A[bid_y * 131072 + c4 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64]
+        //   dst = &A_smem[(tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c4 * 1024 ^ (c4 * 1024 & 192) / 8)) + 8192], src = &A[bid_y * 131072 + c4 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c4 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2 + 16384)), "l"(A + (bid_y * 131072 + c4 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c4 * 1024 ^ (c4 * 1024 & 192) / 8)) * 2 + 16384)), "l"(A + (bid_y * 131072 + c4 * 32768 + tid % 4 * 8 + tid / 4 * 1024 + 64)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c5 = 0; c5 < 4; ++c5) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[(c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) + 8192], src = &B[bid_x * 128 + c5 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
+        //   dst = &B_smem[(tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c5 * 1024 ^ (c5 * 1024 & 896) / 16)) + 8192], src = &B[bid_x * 128 + c5 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c5 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2 + 16384)), "l"(B + (bid_x * 128 + c5 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
+            : "r"(B_smem_base + ((tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c5 * 1024 ^ (c5 * 1024 & 896) / 16)) * 2 + 16384)), "l"(B + (bid_x * 128 + c5 * 8192 + tid % 16 * 8 + tid / 16 * 1024 + 65536)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -307,22 +307,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8) * 2))
         : "memory");
     // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8]
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 512]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8) * 2))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 512) * 2))
         : "memory");
     // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-    //   dst = A_frag[16 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8]
+    //   dst = A_frag[16 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1024]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8) * 2))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1024) * 2))
         : "memory");
     // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-    //   dst = A_frag[24 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8]
+    //   dst = A_frag[24 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1536]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8) * 2))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1536) * 2))
         : "memory");
     // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -332,22 +332,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
         : "memory");
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16]
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16) * 2))
         : "memory");
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-    //   dst = B_frag[16 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16]
+    //   dst = B_frag[16 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32) * 2))
         : "memory");
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-    //   dst = B_frag[24 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16]
+    //   dst = B_frag[24 .. +8], src = &B_smem[tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+        : "r"(B_smem_base + ((tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48) * 2))
         : "memory");
     #pragma unroll 1
     for (int k0 = 0; k0 < 32; ++k0) {
@@ -356,20 +356,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             #pragma unroll
             for (int c6 = 0; c6 < 4; ++c6) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &A[bid_y * 131072 + c6 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96]
+                //   dst = &A_smem[(k0 + 3) % 4 * 4096 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c6 * 1024 ^ (c6 * 1024 & 192) / 8))], src = &A[bid_y * 131072 + c6 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c6 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? A + (bid_y * 131072 + c6 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96) : A), "r"((k0 * 32 + tid % 4 * 8 + 96 < 1024) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 3) % 4 * 8192 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c6 * 1024 ^ (c6 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 131072 + c6 * 32768 + k0 * 32 + tid % 4 * 8 + tid / 4 * 1024 + 96)), "r"(16)
                     : "memory");
             }
             // Move<block>(B:GL f16[32x128] -> B:SH f16[32x128] Sw<3,3,4> x4 stages): 512 chunks of 8 x f16 over 128 threads
             #pragma unroll
             for (int c7 = 0; c7 < 4; ++c7) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16)], src = &B[bid_x * 128 + c7 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304]
+                //   dst = &B_smem[(k0 + 3) % 4 * 4096 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c7 * 1024 ^ (c7 * 1024 & 896) / 16))], src = &B[bid_x * 128 + c7 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 ^ (c7 * 1024 + tid % 16 * 8 + tid / 16 * 128 & 896) / 16) * 2)), "l"((c7 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? B + (bid_x * 128 + c7 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304) : B), "r"((c7 * 8 + k0 * 32 + tid / 16 + 96 < 1024) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 3) % 4 * 8192 + (tid % 16 * 8 + tid / 16 * 128 ^ (tid % 16 * 8 + tid / 16 * 128 & 896) / 16 ^ (c7 * 1024 ^ (c7 * 1024 & 896) / 16)) * 2)), "l"(B + (bid_x * 128 + c7 * 8192 + k0 * 32768 + tid % 16 * 8 + tid / 16 * 1024 + 98304)), "r"(16)
                     : "memory");
             }
         }
@@ -380,53 +380,53 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "memory");
         // Move<warp>(A:SH f16[64x16] Sw<2,3,3> x4 stages -> A:RF f16[64x16]): ldmatrix_x4
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[32 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 & 192) / 8)]
+        //   dst = A_frag[32 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[38]))
-            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 16 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[40 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 & 192) / 8)]
+        //   dst = A_frag[40 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 528)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[46]))
-            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 528 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 528) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[48 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 & 192) / 8)]
+        //   dst = A_frag[48 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1040)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[54]))
-            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1040 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1040) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[56 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 & 192) / 8)]
+        //   dst = A_frag[56 .. +8], src = &A_smem[k0 % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1552)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[62]))
-            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1552 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1552) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[32 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 & 896) / 16)]
+        //   dst = B_frag[32 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2048)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[32])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[34])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[36])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[38]))
-            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2048 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2048) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[40 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 & 896) / 16)]
+        //   dst = B_frag[40 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2064)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[40])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[42])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[44])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[46]))
-            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2064 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2064) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[48 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 & 896) / 16)]
+        //   dst = B_frag[48 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2080)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[48])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[50])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[52])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[54]))
-            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2080 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2080) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[56 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 & 896) / 16)]
+        //   dst = B_frag[56 .. +8], src = &B_smem[k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2096)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[56])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[58])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[60])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[62]))
-            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 2096 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 2096) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 4; ++m2) {
@@ -457,22 +457,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8)]
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 512)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 512 & 192) / 8) * 2))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 512) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[16 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8)]
+        //   dst = A_frag[16 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1024)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1024 & 192) / 8) * 2))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1024) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[24 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8)]
+        //   dst = A_frag[24 .. +8], src = &A_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1536)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 + 1536 & 192) / 8) * 2))
+            : "r"(A_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 2048 & 192) / 8 ^ 1536) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -482,22 +482,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16)]
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[16 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16)]
+        //   dst = B_frag[16 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[24 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16)]
+        //   dst = B_frag[24 .. +8], src = &B_smem[(k0 + 1) % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+            : "r"(B_smem_base + ((k0 + 1) % 4 * 8192 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 4; ++m2) {

@@ -223,20 +223,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 2; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_y * 524288 + bid_z * 2048 + c0 * 262144 + tid % 4 * 8 + tid / 4 * 8192]
+        //   dst = &A_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)], src = &A[bid_y * 524288 + bid_z * 2048 + c0 * 262144 + tid % 4 * 8 + tid / 4 * 8192]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(A + (bid_y * 524288 + bid_z * 2048 + c0 * 262144 + tid % 4 * 8 + tid / 4 * 8192)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 524288 + bid_z * 2048 + c0 * 262144 + tid % 4 * 8 + tid / 4 * 8192)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL f16[32x64] -> B:SH f16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x f16 over 128 threads
     #pragma unroll
     for (int c1 = 0; c1 < 2; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &B[bid_x * 64 + bid_z * 1048576 + c1 * 8192 + tid % 8 * 8 + tid / 8 * 512]
+        //   dst = &B_smem[tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)], src = &B[bid_x * 64 + bid_z * 1048576 + c1 * 8192 + tid % 8 * 8 + tid / 8 * 512]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"(B + (bid_x * 64 + bid_z * 1048576 + c1 * 8192 + tid % 8 * 8 + tid / 8 * 512)), "r"(16)
+            : "r"(B_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + bid_z * 1048576 + c1 * 8192 + tid % 8 * 8 + tid / 8 * 512)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -259,10 +259,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
         : "memory");
     // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8]
+    //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+        : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512) * 2))
         : "memory");
     // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -272,10 +272,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
         : "memory");
     // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8]
+    //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16]
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
         : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+        : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16) * 2))
         : "memory");
     #pragma unroll 1
     for (int k0 = 0; k0 < 64; ++k0) {
@@ -284,20 +284,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             #pragma unroll
             for (int c2 = 0; c2 < 2; ++c2) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &A[bid_y * 524288 + bid_z * 2048 + c2 * 262144 + k0 * 32 + tid % 4 * 8 + tid / 4 * 8192 + 32]
+                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8))], src = &A[bid_y * 524288 + bid_z * 2048 + c2 * 262144 + k0 * 32 + tid % 4 * 8 + tid / 4 * 8192 + 32]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((bid_z * 2048 + k0 * 32 + tid % 4 * 8 + 32 < 8192) ? A + (bid_y * 524288 + bid_z * 2048 + c2 * 262144 + k0 * 32 + tid % 4 * 8 + tid / 4 * 8192 + 32) : A), "r"((bid_z * 2048 + k0 * 32 + tid % 4 * 8 + 32 < 8192) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 1024 ^ (c2 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 524288 + bid_z * 2048 + c2 * 262144 + k0 * 32 + tid % 4 * 8 + tid / 4 * 8192 + 32)), "r"(16)
                     : "memory");
             }
             // Move<block>(B:GL f16[32x64] -> B:SH f16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x f16 over 128 threads
             #pragma unroll
             for (int c3 = 0; c3 < 2; ++c3) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8)], src = &B[bid_x * 64 + bid_z * 1048576 + c3 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512 + 16384]
+                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 448) / 8))], src = &B[bid_x * 64 + bid_z * 1048576 + c3 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512 + 16384]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((bid_z * 2048 + c3 * 16 + k0 * 32 + tid / 8 + 32 < 8192) ? B + (bid_x * 64 + bid_z * 1048576 + c3 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512 + 16384) : B), "r"((bid_z * 2048 + c3 * 16 + k0 * 32 + tid / 8 + 32 < 8192) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 1024 ^ (c3 * 1024 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + bid_z * 1048576 + c3 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512 + 16384)), "r"(16)
                     : "memory");
             }
         }
@@ -308,29 +308,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "memory");
         // Move<warp>(A:SH f16[32x16] Sw<2,3,3> x2 stages -> A:RF f16[32x16]): ldmatrix_x4
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8)]
+        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 16 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8)]
+        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 528)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 528 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 528) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8)]
+        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1024)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1024 & 448) / 8) * 2))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1024) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8)]
+        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1040)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 1040 & 448) / 8) * 2))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 1040) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 2; ++m2) {
@@ -361,10 +361,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8)]
+        //   dst = A_frag[8 .. +8], src = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+            : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ 512) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -374,10 +374,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8)]
+        //   dst = B_frag[8 .. +8], src = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+            : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ 16) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 2; ++m2) {

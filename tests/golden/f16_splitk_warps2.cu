@@ -222,20 +222,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     #pragma unroll
     for (int c0 = 0; c0 < 1; ++c0) {
         // sm80.cp_async_16: A tile -> shared
-        //   dst = &A_smem[c0 * 2048 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 2048 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_y * 131072 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 2048]
+        //   dst = &A_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 2048 ^ (c0 * 2048 & 192) / 8)], src = &A[bid_y * 131072 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 2048]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(A_smem_base + ((c0 * 2048 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 2048 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(A + (bid_y * 131072 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 2048)), "r"(16)
+            : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 2048 ^ (c0 * 2048 & 192) / 8)) * 2)), "l"(A + (bid_y * 131072 + c0 * 131072 + tid % 4 * 8 + tid / 4 * 2048)), "r"(16)
             : "memory");
     }
     // Move<block>(B:GL f16[32x64] -> B:SH f16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x f16 over 256 threads
     #pragma unroll
     for (int c1 = 0; c1 < 1; ++c1) {
         // sm80.cp_async_16: B tile -> shared
-        //   dst = &B_smem[c1 * 2048 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 2048 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &B[bid_x * 64 + c1 * 32768 + tid % 8 * 8 + tid / 8 * 1024]
+        //   dst = &B_smem[tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 2048 ^ (c1 * 2048 & 448) / 8)], src = &B[bid_x * 64 + c1 * 32768 + tid % 8 * 8 + tid / 8 * 1024]
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
             :
-            : "r"(B_smem_base + ((c1 * 2048 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 2048 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"(B + (bid_x * 64 + c1 * 32768 + tid % 8 * 8 + tid / 8 * 1024)), "r"(16)
+            : "r"(B_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 2048 ^ (c1 * 2048 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + c1 * 32768 + tid % 8 * 8 + tid / 8 * 1024)), "r"(16)
             : "memory");
     }
     // sm80.cp_async_commit
@@ -257,20 +257,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
             #pragma unroll
             for (int c2 = 0; c2 < 1; ++c2) {
                 // sm80.cp_async_16: A tile -> shared
-                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (c2 * 2048 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 2048 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8)], src = &A[bid_y * 131072 + c2 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 2048 + 32]
+                //   dst = &A_smem[(k0 + 1) % 2 * 2048 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 2048 ^ (c2 * 2048 & 192) / 8))], src = &A[bid_y * 131072 + c2 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 2048 + 32]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (c2 * 2048 + tid % 4 * 8 + tid / 4 * 32 ^ (c2 * 2048 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"((k0 * 32 + tid % 4 * 8 + 32 < 2048) ? A + (bid_y * 131072 + c2 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 2048 + 32) : A), "r"((k0 * 32 + tid % 4 * 8 + 32 < 2048) ? 16 : 0)
+                    : "r"(A_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c2 * 2048 ^ (c2 * 2048 & 192) / 8)) * 2)), "l"(A + (bid_y * 131072 + c2 * 131072 + k0 * 32 + tid % 4 * 8 + tid / 4 * 2048 + 32)), "r"(16)
                     : "memory");
             }
             // Move<block>(B:GL f16[32x64] -> B:SH f16[32x64] Sw<3,3,3> x2 stages): 256 chunks of 8 x f16 over 256 threads
             #pragma unroll
             for (int c3 = 0; c3 < 1; ++c3) {
                 // sm80.cp_async_16: B tile -> shared
-                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (c3 * 2048 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 2048 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8)], src = &B[bid_x * 64 + c3 * 32768 + k0 * 32768 + tid % 8 * 8 + tid / 8 * 1024 + 32768]
+                //   dst = &B_smem[(k0 + 1) % 2 * 2048 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 2048 ^ (c3 * 2048 & 448) / 8))], src = &B[bid_x * 64 + c3 * 32768 + k0 * 32768 + tid % 8 * 8 + tid / 8 * 1024 + 32768]
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                     :
-                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (c3 * 2048 + tid % 8 * 8 + tid / 8 * 64 ^ (c3 * 2048 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"((c3 * 32 + k0 * 32 + tid / 8 + 32 < 2048) ? B + (bid_x * 64 + c3 * 32768 + k0 * 32768 + tid % 8 * 8 + tid / 8 * 1024 + 32768) : B), "r"((c3 * 32 + k0 * 32 + tid / 8 + 32 < 2048) ? 16 : 0)
+                    : "r"(B_smem_base + ((k0 + 1) % 2 * 4096 + (tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c3 * 2048 ^ (c3 * 2048 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + c3 * 32768 + k0 * 32768 + tid % 8 * 8 + tid / 8 * 1024 + 32768)), "r"(16)
                     : "memory");
             }
         }
@@ -287,10 +287,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
             : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 & 192) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 + 512 & 192) / 8)]
+        //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 2 * 2048 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 & 192) / 8 ^ 512)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 + 512 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 + 512 & 192) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 2 * 4096 + (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 128 * 16 + tid / 64 % 2 * 1024 & 192) / 8 ^ 512) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x32] Sw<3,3,3> x2 stages -> B:RF f16[16x32]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -300,10 +300,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
             : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 & 448) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 + 16 & 448) / 8)]
+        //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 2 * 2048 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 & 448) / 8 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 + 16 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+            : "r"(B_smem_base + (k0 % 2 * 4096 + (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 128 * 1024 + tid / 32 % 2 * 32 & 448) / 8 ^ 16) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 2; ++m2) {

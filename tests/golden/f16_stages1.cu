@@ -222,20 +222,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         #pragma unroll
         for (int c0 = 0; c0 < 2; ++c0) {
             // sm80.cp_async_16: A tile -> shared
-            //   dst = &A_smem[c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8], src = &A[bid_y * 32768 + c0 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512]
+            //   dst = &A_smem[tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)], src = &A[bid_y * 32768 + c0 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512]
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                 :
-                : "r"(A_smem_base + ((c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 ^ (c0 * 1024 + tid % 4 * 8 + tid / 4 * 32 & 192) / 8) * 2)), "l"(A + (bid_y * 32768 + c0 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512)), "r"(16)
+                : "r"(A_smem_base + ((tid % 4 * 8 + tid / 4 * 32 ^ (tid % 4 * 8 + tid / 4 * 32 & 192) / 8 ^ (c0 * 1024 ^ (c0 * 1024 & 192) / 8)) * 2)), "l"(A + (bid_y * 32768 + c0 * 16384 + k0 * 32 + tid % 4 * 8 + tid / 4 * 512)), "r"(16)
                 : "memory");
         }
         // Move<block>(B:GL f16[32x64] -> B:SH f16[32x64] Sw<3,3,3>): 256 chunks of 8 x f16 over 128 threads
         #pragma unroll
         for (int c1 = 0; c1 < 2; ++c1) {
             // sm80.cp_async_16: B tile -> shared
-            //   dst = &B_smem[c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8], src = &B[bid_x * 64 + c1 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512]
+            //   dst = &B_smem[tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)], src = &B[bid_x * 64 + c1 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512]
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                 :
-                : "r"(B_smem_base + ((c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 ^ (c1 * 1024 + tid % 8 * 8 + tid / 8 * 64 & 448) / 8) * 2)), "l"(B + (bid_x * 64 + c1 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512)), "r"(16)
+                : "r"(B_smem_base + ((tid % 8 * 8 + tid / 8 * 64 ^ (tid % 8 * 8 + tid / 8 * 64 & 448) / 8 ^ (c1 * 1024 ^ (c1 * 1024 & 448) / 8)) * 2)), "l"(B + (bid_x * 64 + c1 * 8192 + k0 * 16384 + tid % 8 * 8 + tid / 8 * 512)), "r"(16)
                 : "memory");
         }
         // sm80.cp_async_commit
@@ -254,29 +254,29 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int k1 = 0; k1 < 2; ++k1) {
             // Move<warp>(A:SH f16[32x16] Sw<2,3,3> -> A:RF f16[32x16]): ldmatrix_x4
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[0 .. +8], src = &A_smem[k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8]
+            //   dst = A_frag[0 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ (k1 * 16 ^ (k1 * 16 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[6]))
-                : "r"(A_smem_base + ((k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8) * 2))
+                : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ (k1 * 16 ^ (k1 * 16 & 192) / 8)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-            //   dst = A_frag[8 .. +8], src = &A_smem[k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8]
+            //   dst = A_frag[8 .. +8], src = &A_smem[tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ (k1 * 16 + 512 ^ (k1 * 16 + 512 & 192) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-                : "r"(A_smem_base + ((k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (k1 * 16 + tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 192) / 8) * 2))
+                : "r"(A_smem_base + ((tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 32 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 192) / 8 ^ (k1 * 16 + 512 ^ (k1 * 16 + 512 & 192) / 8)) * 2))
                 : "memory");
             // Move<warp>(B:SH f16[16x32] Sw<3,3,3> -> B:RF f16[16x32]): ldmatrix_x4_trans
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[0 .. +8], src = &B_smem[k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8]
+            //   dst = B_frag[0 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ (k1 * 1024 ^ (k1 * 1024 & 448) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[0])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[2])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[4])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[6]))
-                : "r"(B_smem_base + ((k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8) * 2))
+                : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ (k1 * 1024 ^ (k1 * 1024 & 448) / 8)) * 2))
                 : "memory");
             // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-            //   dst = B_frag[8 .. +8], src = &B_smem[k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8]
+            //   dst = B_frag[8 .. +8], src = &B_smem[tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ (k1 * 1024 + 16 ^ (k1 * 1024 + 16 & 448) / 8)]
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                 : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-                : "r"(B_smem_base + ((k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 ^ (k1 * 1024 + tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 + 16 & 448) / 8) * 2))
+                : "r"(B_smem_base + ((tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 ^ (tid % 16 * 64 + tid % 32 / 16 * 8 + tid / 32 % 2 * 32 & 448) / 8 ^ (k1 * 1024 + 16 ^ (k1 * 1024 + 16 & 448) / 8)) * 2))
                 : "memory");
             #pragma unroll
             for (int m2 = 0; m2 < 2; ++m2) {

@@ -226,10 +226,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             A_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &A_smem[c0 * 128 + tid % 16 + tid / 16 * 16 ^ (c0 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8], src = A_stage_tmp[0 .. +1]
+        //   dst = &A_smem[tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c0 * 128 ^ (c0 * 128 & 64) / 8)], src = A_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(A_smem_base + ((c0 * 128 + tid % 16 + tid / 16 * 16 ^ (c0 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) * 2)), "h"(A_stage_tmp[0])
+            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c0 * 128 ^ (c0 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[0])
             : "memory");
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
@@ -246,10 +246,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             B_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &B_smem[c1 * 128 + tid ^ (c1 * 128 + tid & 896) / 16], src = B_stage_tmp[0 .. +1]
+        //   dst = &B_smem[tid ^ (tid & 896) / 16 ^ (c1 * 128 ^ (c1 * 128 & 896) / 16)], src = B_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(B_smem_base + ((c1 * 128 + tid ^ (c1 * 128 + tid & 896) / 16) * 2)), "h"(B_stage_tmp[0])
+            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c1 * 128 ^ (c1 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[0])
             : "memory");
     }
     // sm80.cp_async_commit
@@ -271,10 +271,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             A_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &A_smem[(c2 * 128 + tid % 16 + tid / 16 * 16 ^ (c2 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) + 2048], src = A_stage_tmp[0 .. +1]
+        //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c2 * 128 ^ (c2 * 128 & 64) / 8)) + 2048], src = A_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(A_smem_base + ((c2 * 128 + tid % 16 + tid / 16 * 16 ^ (c2 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) * 2 + 4096)), "h"(A_stage_tmp[0])
+            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c2 * 128 ^ (c2 * 128 & 64) / 8)) * 2 + 4096)), "h"(A_stage_tmp[0])
             : "memory");
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
@@ -291,10 +291,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             B_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &B_smem[(c3 * 128 + tid ^ (c3 * 128 + tid & 896) / 16) + 2048], src = B_stage_tmp[0 .. +1]
+        //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c3 * 128 ^ (c3 * 128 & 896) / 16)) + 2048], src = B_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(B_smem_base + ((c3 * 128 + tid ^ (c3 * 128 + tid & 896) / 16) * 2 + 4096)), "h"(B_stage_tmp[0])
+            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c3 * 128 ^ (c3 * 128 & 896) / 16)) * 2 + 4096)), "h"(B_stage_tmp[0])
             : "memory");
     }
     // sm80.cp_async_commit
@@ -316,10 +316,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             A_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &A_smem[(c4 * 128 + tid % 16 + tid / 16 * 16 ^ (c4 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) + 4096], src = A_stage_tmp[0 .. +1]
+        //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c4 * 128 ^ (c4 * 128 & 64) / 8)) + 4096], src = A_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(A_smem_base + ((c4 * 128 + tid % 16 + tid / 16 * 16 ^ (c4 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) * 2 + 8192)), "h"(A_stage_tmp[0])
+            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c4 * 128 ^ (c4 * 128 & 64) / 8)) * 2 + 8192)), "h"(A_stage_tmp[0])
             : "memory");
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
@@ -336,10 +336,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             B_stage_tmp[0] = 0;
         }
         // sm70.st_shared_2
-        //   dst = &B_smem[(c5 * 128 + tid ^ (c5 * 128 + tid & 896) / 16) + 4096], src = B_stage_tmp[0 .. +1]
+        //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c5 * 128 ^ (c5 * 128 & 896) / 16)) + 4096], src = B_stage_tmp[0 .. +1]
         asm volatile("st.shared.b16 [%0], %1;"
             :
-            : "r"(B_smem_base + ((c5 * 128 + tid ^ (c5 * 128 + tid & 896) / 16) * 2 + 8192)), "h"(B_stage_tmp[0])
+            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c5 * 128 ^ (c5 * 128 & 896) / 16)) * 2 + 8192)), "h"(B_stage_tmp[0])
             : "memory");
     }
     // sm80.cp_async_commit
@@ -371,10 +371,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
                     A_stage_tmp[0] = 0;
                 }
                 // sm70.st_shared_2
-                //   dst = &A_smem[(k0 + 3) % 4 * 2048 + (c6 * 128 + tid % 16 + tid / 16 * 16 ^ (c6 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8)], src = A_stage_tmp[0 .. +1]
+                //   dst = &A_smem[(k0 + 3) % 4 * 2048 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c6 * 128 ^ (c6 * 128 & 64) / 8))], src = A_stage_tmp[0 .. +1]
                 asm volatile("st.shared.b16 [%0], %1;"
                     :
-                    : "r"(A_smem_base + ((k0 + 3) % 4 * 4096 + (c6 * 128 + tid % 16 + tid / 16 * 16 ^ (c6 * 128 + tid % 16 + tid / 16 * 16 & 64) / 8) * 2)), "h"(A_stage_tmp[0])
+                    : "r"(A_smem_base + ((k0 + 3) % 4 * 4096 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c6 * 128 ^ (c6 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[0])
                     : "memory");
             }
             // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
@@ -391,10 +391,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
                     B_stage_tmp[0] = 0;
                 }
                 // sm70.st_shared_2
-                //   dst = &B_smem[(k0 + 3) % 4 * 2048 + (c7 * 128 + tid ^ (c7 * 128 + tid & 896) / 16)], src = B_stage_tmp[0 .. +1]
+                //   dst = &B_smem[(k0 + 3) % 4 * 2048 + (tid ^ (tid & 896) / 16 ^ (c7 * 128 ^ (c7 * 128 & 896) / 16))], src = B_stage_tmp[0 .. +1]
                 asm volatile("st.shared.b16 [%0], %1;"
                     :
-                    : "r"(B_smem_base + ((k0 + 3) % 4 * 4096 + (c7 * 128 + tid ^ (c7 * 128 + tid & 896) / 16) * 2)), "h"(B_stage_tmp[0])
+                    : "r"(B_smem_base + ((k0 + 3) % 4 * 4096 + (tid ^ (tid & 896) / 16 ^ (c7 * 128 ^ (c7 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[0])
                     : "memory");
             }
         }
@@ -411,22 +411,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 256 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 256 & 64) / 8)]
+        //   dst = A_frag[8 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 256)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[14]))
-            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 256 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 256 & 64) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 256) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 64) / 8)]
+        //   dst = A_frag[16 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 512)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[22]))
-            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 512 & 64) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 512) * 2))
             : "memory");
         // sm80.ldmatrix_x4: A fragments for mma_m16n8k16_f16_f32
-        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 768 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 768 & 64) / 8)]
+        //   dst = A_frag[24 .. +8], src = &A_smem[k0 % 4 * 2048 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 768)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&A_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&A_frag[30]))
-            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 768 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 + 768 & 64) / 8) * 2))
+            : "r"(A_smem_base + (k0 % 4 * 4096 + (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 ^ (tid % 16 * 16 + tid % 32 / 16 * 8 + tid / 64 * 1024 & 64) / 8 ^ 768) * 2))
             : "memory");
         // Move<warp>(B:SH f16[16x64] Sw<3,3,4> x4 stages -> B:RF f16[16x64]): ldmatrix_x4_trans
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
@@ -436,22 +436,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16)]
+        //   dst = B_frag[8 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[8])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[10])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[12])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[14]))
-            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 16 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 16) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16)]
+        //   dst = B_frag[16 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[16])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[18])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[20])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[22]))
-            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 32 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 32) * 2))
             : "memory");
         // sm80.ldmatrix_x4_trans: B fragments for mma_m16n8k16_f16_f32
-        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16)]
+        //   dst = B_frag[24 .. +8], src = &B_smem[k0 % 4 * 2048 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48)]
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
             : "=r"(*reinterpret_cast<unsigned*>(&B_frag[24])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[26])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[28])), "=r"(*reinterpret_cast<unsigned*>(&B_frag[30]))
-            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 + 48 & 896) / 16) * 2))
+            : "r"(B_smem_base + (k0 % 4 * 4096 + (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 ^ (tid % 16 * 128 + tid % 32 / 16 * 8 + tid / 32 % 2 * 64 & 896) / 16 ^ 48) * 2))
             : "memory");
         #pragma unroll
         for (int m2 = 0; m2 < 4; ++m2) {

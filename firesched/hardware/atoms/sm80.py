@@ -5,7 +5,10 @@ Families (``Atom.family``) and records:
 * ``mma`` — ``mma_m16n8k16_f16_f32``, ``mma_m16n8k16_bf16_f32``, ``mma_m16n8k16_f16_f16``,
   ``mma_m16n8k8_tf32_f32`` (``mma.sync.aligned``, issued by a warp, operands in registers);
 * ``ldmatrix`` — ``ldmatrix_x1/x2/x4`` and ``ldmatrix_x1/x2/x4_trans`` (shared -> register
-  fragments of 8x8 16-bit matrices, one 16-byte row address per thread);
+  fragments of 8x8 16-bit matrices, one 16-byte row address per thread), and
+  ``ldmatrix_x2_cols``, ``ldmatrix_x4_cols``, ``ldmatrix_x4_trans_cols``, whose lanes address the
+  matrices along the tile's columns first (x2 with .trans that way would make 8x16 fragments of
+  k = 8, which no 16-bit MMA of the table reads);
 * ``cp_async`` — ``cp_async_4``, ``cp_async_8``, ``cp_async_16`` (global -> shared, asynchronous;
   16 bytes bypass L1 with ``.cg``);
 * ``sync`` — ``cp_async_commit``, ``cp_async_wait`` (``cp.async.commit_group``,
@@ -107,37 +110,54 @@ mma_m16n8k8_tf32_f32 = Atom(
 # The value index is (element within the register) + 2*(register), so for x4 without .trans the
 # destination is exactly an m16n8k16 A fragment, and with .trans registers {0,1} and {2,3} are
 # the B fragments of n-columns 0-7 and 8-15 of a row-major (k, n) tile.
+#
+# Which lanes address which matrix is the program's choice, not the instruction's: the ``_cols``
+# variants put the matrices along the columns first.
+#   x2_cols: matrix i at cols 8i of 8x16;  x4_cols: rows 8*(i//2), cols 8*(i%2) of 16x16.
+#
+#      x4                     x4_cols
+#      +------+------+        +------+------+
+#      |  m0  |  m2  |        |  m0  |  m1  |      x4_cols without .trans: registers {0,1} and
+#      +------+------+        +------+------+      {2,3} are the B fragments of n-rows 0-7 and
+#      |  m1  |  m3  |        |  m2  |  m3  |      8-15 of an n-major (n, k) tile (attention's K,
+#      +------+------+        +------+------+      a column-major B); with .trans, an A fragment
+#                                                  of a k-major (k, m) tile (a column-major A).
 
-_LDSM_TILE = {1: (8, 8), 2: (16, 8), 4: (16, 16)}
-_LDSM_ADDR = {1: Layout(8, 1), 2: Layout(16, 1), 4: Layout((16, 2), (1, 128))}
-_LDSM_TV = {
-    (1, False): Layout(((4, 8), 2), ((16, 1), 8)),
-    (2, False): Layout(((4, 8), (2, 2)), ((32, 1), (16, 8))),
-    (4, False): Layout(((4, 8), (2, 2, 2)), ((32, 1), (16, 8, 128))),
-    (1, True): Layout(((4, 8), 2), ((2, 8), 1)),
-    (2, True): Layout(((4, 8), (2, 2)), ((2, 16), (1, 8))),
-    (4, True): Layout(((4, 8), (2, 2, 2)), ((2, 16), (1, 8, 128))),
+_LDSM_TILE = {(1, False): (8, 8), (2, False): (16, 8), (4, False): (16, 16), (2, True): (8, 16), (4, True): (16, 16)}
+_LDSM_ADDR = {(1, False): Layout(8, 1), (2, False): Layout(16, 1), (4, False): Layout((16, 2), (1, 128)),
+              (2, True): Layout((8, 2), (1, 64)), (4, True): Layout((8, 2, 2), (1, 128, 8))}
+_LDSM_TV = {   # (num, trans, cols)
+    (1, False, False): Layout(((4, 8), 2), ((16, 1), 8)),
+    (2, False, False): Layout(((4, 8), (2, 2)), ((32, 1), (16, 8))),
+    (4, False, False): Layout(((4, 8), (2, 2, 2)), ((32, 1), (16, 8, 128))),
+    (1, True, False): Layout(((4, 8), 2), ((2, 8), 1)),
+    (2, True, False): Layout(((4, 8), (2, 2)), ((2, 16), (1, 8))),
+    (4, True, False): Layout(((4, 8), (2, 2, 2)), ((2, 16), (1, 8, 128))),
+    (2, False, True): Layout(((4, 8), (2, 2)), ((16, 1), (8, 64))),
+    (4, False, True): Layout(((4, 8), (2, 2, 2)), ((32, 1), (16, 128, 8))),
+    (4, True, True): Layout(((4, 8), (2, 2, 2)), ((2, 16), (1, 128, 8))),
 }
 
 
-def _ldmatrix(num: int, trans: bool) -> Atom:
-    tile = _LDSM_TILE[num]
+def _ldmatrix(num: int, trans: bool, cols: bool = False) -> Atom:
+    tile = _LDSM_TILE[num, cols]
     suffix = f"x{num}" + (".trans" if trans else "")
     dst = "{$dst}" if num == 1 else "$dst"     # a one-register vector still needs its braces
     what = "transposed " if trans else ""
+    order = ", matrices along the columns first" if cols else ""
     return Atom(
-        name=f"ldmatrix_x{num}" + ("_trans" if trans else ""),
+        name=f"ldmatrix_x{num}" + ("_trans" if trans else "") + ("_cols" if cols else ""),
         family=LDMATRIX, group=WARP, kind="Move", shape=tile,
         dtypes=(("dst", dt.f16), ("src", dt.f16)),
         operands=(
-            Operand("dst", "out", "RF", regs=num, values=2 * num, tv=TVLayout(_LDSM_TV[num, trans], tile)),
-            Operand("src", "in", "SH", values=8, addr=_LDSM_ADDR[num]),
+            Operand("dst", "out", "RF", regs=num, values=2 * num, tv=TVLayout(_LDSM_TV[num, trans, cols], tile)),
+            Operand("src", "in", "SH", values=8, addr=_LDSM_ADDR[num, cols]),
         ),
         ptx=f"ldmatrix.sync.aligned.m8n8.{suffix}.shared.b16 {dst}, [$src];",
         min_target="sm_80", alignment=16, src_memory="SH", dst_memory="RF", trans=trans,
         semantics=identity, catalog=CATALOG,
         doc=f"Warp load of {num} {what}8x8 matrices of any 16-bit type (f16 nominal) from shared "
-            f"memory into a {tile[0]}x{tile[1]} register fragment.",
+            f"memory into a {tile[0]}x{tile[1]} register fragment{order}.",
     )
 
 
@@ -147,6 +167,9 @@ ldmatrix_x4 = _ldmatrix(4, False)
 ldmatrix_x1_trans = _ldmatrix(1, True)
 ldmatrix_x2_trans = _ldmatrix(2, True)
 ldmatrix_x4_trans = _ldmatrix(4, True)
+ldmatrix_x2_cols = _ldmatrix(2, False, cols=True)
+ldmatrix_x4_cols = _ldmatrix(4, False, cols=True)
+ldmatrix_x4_trans_cols = _ldmatrix(4, True, cols=True)
 
 
 # --------------------------------------------------------------------------- cp.async
@@ -190,5 +213,6 @@ cp_async_wait = Atom(
 ATOMS: tuple[Atom, ...] = (
     mma_m16n8k16_f16_f32, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f16, mma_m16n8k8_tf32_f32,
     ldmatrix_x1, ldmatrix_x2, ldmatrix_x4, ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans,
+    ldmatrix_x2_cols, ldmatrix_x4_cols, ldmatrix_x4_trans_cols,
     cp_async_4, cp_async_8, cp_async_16, cp_async_commit, cp_async_wait,
 )

@@ -26,8 +26,10 @@ from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset, sh_offset, shared_buffer
 
 COPY_WIDTHS = (16, 8, 4)     # cp.async widths, widest first
-LDMATRIX_ATOMS = (sm80.ldmatrix_x4, sm80.ldmatrix_x4_trans, sm80.ldmatrix_x2, sm80.ldmatrix_x2_trans,
-            sm80.ldmatrix_x1, sm80.ldmatrix_x1_trans)
+# widest first; of one width, the matrix orders the consumer's registers may take
+LDMATRIX_ATOMS = (sm80.ldmatrix_x4, sm80.ldmatrix_x4_trans, sm80.ldmatrix_x4_cols, sm80.ldmatrix_x4_trans_cols,
+                  sm80.ldmatrix_x2, sm80.ldmatrix_x2_trans, sm80.ldmatrix_x2_cols,
+                  sm80.ldmatrix_x1, sm80.ldmatrix_x1_trans)
 
 
 class SyncCopy:

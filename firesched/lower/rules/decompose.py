@@ -23,7 +23,7 @@ import attrs
 from ... import ir
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
-from ...ir.expr import IntExpr, Var, minimum
+from ...ir.expr import IntExpr, Var, floordiv, minimum
 from ...schedule import Loop, Node
 from ...spec import Fused
 from ...tensor import GL, RF, SH, WARPGROUP
@@ -119,7 +119,12 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     # below the block level, and wherever the loop walks registers that threads hold (a row kept in
     # registers by a fused part), the loop is unrolled: its variable indexes registers
     regs = any(t.memory == RF and any(d in t.tensor.dims for d, _ in lp.steps) for t in node.spec.operands)
-    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP or regs)
+    stop = loop_stop(node, ctx, lp)
+    if stop is not None and (node.spec.level >= WARPGROUP or regs):
+        raise err(node, f"the loop {lp} stops at a diagonal, which needs a loop that runs at run time; this one "
+                        "is unrolled (it walks registers or runs below the block)", strategy=node.strategy,
+                  fix="stop at the diagonal on a block-level loop over tiles in memory")
+    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP or regs, stop=stop)
     if loop.unroll and _async_issues(inner):
         # A loop of wgmma issues (the K steps of one tile) is written out here: NVRTC's own
         # unrolling of the volatile asm left the descriptor arithmetic of each step in the loop
@@ -183,6 +188,43 @@ def advance(ctx, node: Node, lp: Loop, var: IntExpr):
     return ctx
 
 
+def loop_stop(node: Node, ctx, lp: Loop) -> IntExpr | None:
+    """How many steps of ``lp`` run when it stops at a diagonal (``Loop.diagonal = (row,
+    offset)``), or None for a loop that runs them all.
+
+    The tile's last row ``r0 + rows - 1`` sees columns up to ``r0 + rows - 1 + offset``; step
+    ``t`` starts at column ``c0 + t * step``; the steps that start past that are masked whole::
+
+        rows r0 .. r0+rows-1       columns:  c0 | step 0 | step 1 | ... | step t |  (skipped)
+                                                          the diagonal ^ lies in step t
+
+    so ``stop = (r0 + rows + offset - c0 - 1) // step + 1`` (at most the loop's count: the
+    printer and the interpreter take the minimum).  ``r0``, ``c0`` are the origins of a global
+    operand of the node with the row (column) dim; the bound is the same for every thread of a
+    block."""
+    if not lp.diagonal:
+        return None
+    row, offset = lp.diagonal
+    col, step = lp.dim, lp.step(lp.dim)
+    r = c = None
+    for t in node.spec.operands:
+        if t.memory == GL and key(t) in ctx.origin:
+            if r is None and row in t.tensor.dims:
+                r = (ctx.origin[key(t)][row], t.extent(row))
+            if c is None and col in t.tensor.dims:
+                c = ctx.origin[key(t)][col]
+    if r is None or c is None:
+        raise err(node, f"the loop {lp} stops at the diagonal of {row} and {col}, but no global operand of "
+                        f"{node.spec} carries {row if r is None else col}", strategy=node.strategy,
+                  fix="stop at a diagonal only in a loop over the columns of a tensor whose rows the node holds")
+    (r0, rows), c0 = r, c
+    if not isinstance(offset, int) or offset < 0:
+        raise err(node, f"the loop {lp} stops at diagonal offset {offset!r}", strategy=node.strategy,
+                  field="diagonal", value=offset, allowed="an int >= 0 (below the main diagonal rows may see no "
+                                                          "column at all)")
+    return floordiv(r0 + rows + offset - c0 - 1, step) + 1
+
+
 def _extent(node: Node, name: str, dim: str) -> int | None:
     """Extent along ``dim`` of global tensor ``name`` in the spec ``node`` tiles (or its child)."""
     specs = [node.spec] + ([node.body[-1].spec] if node.body else [])
@@ -199,4 +241,4 @@ def _min(a: IntExpr, b: IntExpr) -> IntExpr:
     return minimum(a, b)
 
 
-__all__ = ["decomposition", "body", "loops", "advance", "check_divides", "key"]
+__all__ = ["decomposition", "body", "loops", "advance", "check_divides", "key", "loop_stop"]

@@ -38,7 +38,7 @@ import attrs
 from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import LDMATRIX, MMA, TMA, WGMMA
-from ...ir.expr import IntExpr, Var, ge, land, lt, substitute
+from ...ir.expr import IntExpr, Var, bounds, ge, land, lt, minimum, substitute
 from ...ir.rewrite import flat, map_operand, map_stmt
 from ...ir.rewrite import walk as walk_ir
 from ...schedule import Node
@@ -46,7 +46,7 @@ from ...spec import Move
 from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, PRODUCER, Scope, err
 from ..lowerer import Lowerer, loop_rule
-from ..rules.decompose import advance
+from ..rules.decompose import advance, loop_stop
 
 
 def staged_moves(node: Node) -> list[Node]:
@@ -241,6 +241,15 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                       fix="apply pipeline(...) after every move_to_smem of the loop")
     n = lp.count
     S = ring.stages
+    # a loop that stops at a diagonal runs N = min(n, stop) tiles: the prologue and the look-ahead
+    # issue only tiles below N, so the copies of the skipped tiles never start
+    stop = loop_stop(node, ctx, lp)
+    if stop is not None and (ctx.part is not None or ctx.tile_index != 0):
+        raise err(node, f"the loop {lp} stops at a diagonal inside "
+                        + ("warp-specialized roles" if ctx.part is not None else "a persistent block's tile loop")
+                        + ": their rings count a fixed number of tiles per block tile", strategy=node.strategy,
+                  fix="stop at the diagonal in a non-persistent kernel without warp_specialize()")
+    N = n if stop is None else minimum(n, stop)
 
     def issue(kt: IntExpr, stage: IntExpr) -> list:
         c = advance(ctx, node, lp, kt)
@@ -290,7 +299,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         loop = [ir.Barrier("the previous tile's readers are done"), *issue(kt, 0), *ring.commit(),
                 ir.AsyncWait(0), ir.Barrier("the tile is in shared memory"), *body]
         return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage cp.async pipeline"),
-                ir.For(kt, n, ir.Seq(tuple(loop)))]
+                ir.For(kt, n, ir.Seq(tuple(loop)), stop=stop)]
     what = "cp.async pipeline" if isinstance(ring, CpAsyncRing) else "TMA + mbarrier ring"
     out: list = [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage {what}")]
     if ctx.repeated:
@@ -308,11 +317,18 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     for s in range(S - 1):
         ld = issue(s, (it_base + s) % S)
         ld = ld if s < n else []
+        gate = stop is not None and (bounds(N)[0] or 0) <= s      # tile s may lie past the diagonal
+        if ld and gate and ring.commit_always:
+            ld = [ir.If(lt(s, N), ir.Seq(tuple(ld)))]
         if ring.commit_always:
             out += ld + ring.commit()
         elif ld:
-            out.append(guard(ld))
-    issue_ahead = issue(ahead, (it + S - 1) % S)
+            out.append(guard(ld, lt(s, N)) if gate else guard(ld))
+    # the look-ahead copy runs only where kt + S - 1 < n: there kt is below n - S + 1, and a
+    # variable of that extent (the same name, so the same value) lets the copies' bounds checks
+    # see that the tile they fetch is inside the loop's range
+    kt_ahead = Var(lp.var, n - (S - 1)) if n > S - 1 else kt
+    issue_ahead = issue(kt_ahead + (S - 1), (it_base + kt_ahead + S - 1) % S)
     if is_async:
         body = [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit),
                 _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
@@ -329,15 +345,15 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             nxt = kt + 1
             next_body, _ = compute(nxt, (it + 1) % S)
             split_next = split_ksteps(next_body)
-            return out + prefetch_fragments(lw, ring, kt, n, S, ir.If(lt(ahead, n), ir.Seq(tuple(issue_ahead))),
-                                            *split, split_next[1])
+            return out + prefetch_fragments(lw, ring, kt, n, S, ir.If(lt(ahead, N), ir.Seq(tuple(issue_ahead))),
+                                            *split, split_next[1], stop=stop)
     loop = [*ring.wait(it), ir.Barrier("tile kt landed; stage (kt-1) % S is free")]
     if ring.commit_always:
-        loop += [ir.If(lt(ahead, n), ir.Seq(tuple(issue_ahead))), *ring.commit()]
+        loop += [ir.If(lt(ahead, N), ir.Seq(tuple(issue_ahead))), *ring.commit()]
     else:
-        loop.append(guard(issue_ahead, lt(ahead, n)))
+        loop.append(guard(issue_ahead, lt(ahead, N)))
     loop += body
-    out.append(ir.For(kt, n, ir.Seq(tuple(loop))))
+    out.append(ir.For(kt, n, ir.Seq(tuple(loop)), stop=stop))
     out += ring.drain()
     return out
 
@@ -410,7 +426,7 @@ def rewrite(st, env: dict, doubled: dict, parity: int):
 
 
 def prefetch_fragments(lw: Lowerer, ring, kt: Var, n: int, S: int, issue, kvar: Var, frag_loads: list,
-                       math: list, next_loads: list) -> list:
+                       math: list, next_loads: list, stop: IntExpr | None = None) -> list:
     """The K loop with register fragments double-buffered one warp K-step ahead.
 
     Fragments of step ks+1 load while the MMAs of step ks run; the first step of tile kt+1 loads
@@ -449,7 +465,7 @@ def prefetch_fragments(lw: Lowerer, ring, kt: Var, n: int, S: int, issue, kvar: 
             body += [*ring.wait(kt + 1), ir.Barrier("tile kt+1 landed; stage kt-1 is no longer read"),
                      *part(next_loads, kt, 0, 0)]
         body += part(math, kt, ks, ks % 2)
-    return [*pro, ir.For(kt, n, ir.Seq(tuple(body))), *ring.drain()]
+    return [*pro, ir.For(kt, n, ir.Seq(tuple(body)), stop=stop), *ring.drain()]
 
 
 def _call(atom, comment="", pred=1, **args):
