@@ -7,13 +7,14 @@ also runs on the H100 — built from strategies only::
     Attention<kernel>(Q, K, V -> O)
       tile(b=1, hk=1, g=1, q=128) >> to_blocks()      one block per 128 queries of one head
       move_to_smem("Q")                                the query tile, loaded once
-      online_softmax(kv=64)                            the key loop: S = Q Kᵀ, running max/sum,
-                                                       O += P V (strategies/attention.py)
+      online_softmax(kv=32)                            the key loop: S = Q Kᵀ, running max/sum,
+                                                       O += P V (strategies/attention.py); causal:
+                                                       it stops at the block's diagonal
       move_to_smem("K"), move_to_smem("V")             the key and value tiles of each step ...
       pipeline(stages=2)                               ... double-buffered with cp.async
       place("S", RF), place("P", RF)                   scores and probabilities never leave registers
-      part(SCORES, tile(q=16) >> to_warps(), ...)      S = Q Kᵀ: 16 query rows per warp, mma.sync
-      part(VALUES, tile(q=16) >> to_warps(), ...)      O += P V: the A operand is P, the same lanes'
+      part(SCORES, tile(q=32) >> to_warps(), ...)      S = Q Kᵀ: 32 query rows per warp, mma.sync
+      part(VALUES, tile(q=32) >> to_warps(), ...)      O += P V: the A operand is P, the same lanes'
                                                        registers the first MMA's accumulator left
 
 Every query row of a warp stays in that warp, so the softmax's row max and sum are a fold of
@@ -79,17 +80,26 @@ class FmhaParams:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
 
 
-def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms: int = 132) -> FmhaParams:
-    """The tiles for a shape: 128 queries a block on 8 warps (16 rows each keeps the scores, 16 x
-    ``block_kv`` / 32 registers, and the output, 16 x ``head_dim`` / 32, well inside 255
-    registers), keys 64 at a time at head dim 128 (128 at 64 and below, 32 at 256), and 64
-    queries a block where 128 would leave SMs idle (``sms``: the GPU's SM count, 132 on an H100)."""
-    block_kv = 128 if head_dim <= 64 else 64 if head_dim <= 128 else 32
+def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms: int = 132,
+         causal: bool = False) -> FmhaParams:
+    """The tiles for a shape (measured on an H100, bench/README.md):
+
+    * 32 query rows a warp up to head dim 128, as FlashAttention-2 does: every K and V fragment
+      a warp loads from shared memory feeds two MMAs.  Its registers hold the output (32 x
+      ``head_dim`` / 32 a thread), the scores (32 x ``block_kv`` / 32) and P, so the key tile is
+      64 at head dim 64 and below and 32 at 96 and 128 (64 there spills);
+    * 16 rows a warp at head dim 256 (the output alone is 128 registers a thread), keys 32 at a time,
+      and above head dim 64 when a causal mask meets a partial last key tile (the two masks'
+      predicates take the last registers 32 rows leave: 8 bytes spill at head dim 128);
+    * 128 queries a block (4 warps; 8 at head dim 256), or 64 where 128 would leave SMs idle
+      (``sms``: the GPU's SM count, 132 on an H100)."""
+    rows = 16 if head_dim > 128 or (causal and head_dim > 64 and seq_kv % 32) else 32
+    block_kv = 64 if head_dim <= 64 else 32
     block_q = 128
     tiles = batch * heads * -(-seq_q // block_q)
     if tiles < sms or seq_q <= 64:
         block_q = 64
-    return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=2)
+    return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // rows, stages=2)
 
 
 def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
@@ -106,7 +116,9 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
         # P stays in registers: the probabilities are the scores' accumulator, converted in place,
         # and the second MMA reads them as its A operand
         place("S", RF), place("P", RF),
-        part(SCORES, tile(q=rows) >> to_warps(), tile(d=16), move_to_regs("Q"), move_to_regs("K"),
+        # a warp's query fragments of one 16-wide slice of d stay while its key fragments come
+        # 16 keys at a time (one ldmatrix x4 each): few registers live next to S and O
+        part(SCORES, tile(q=rows) >> to_warps(), tile(d=16), move_to_regs("Q"), tile(kv=16), move_to_regs("K"),
              tile(q=16, kv=8, d=16) >> done(mma)),
         part(VALUES, tile(q=rows) >> to_warps(), tile(kv=16), tile(d=min(d, 128)), move_to_regs("V"),
              tile(q=16, d=8, kv=16) >> done(mma)),
@@ -139,7 +151,7 @@ def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtyp
         raise ScheduleError("params is an FmhaParams", field="params", value=params,
                             fix="fs.recipes.FmhaParams(block_q=128, block_kv=64, warps=8)")
     p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim,
-                                                sms=get_target(arch).sm_count)
+                                                sms=get_target(arch).sm_count, causal=causal)
     return fmha_schedule(spec, p)
 
 
