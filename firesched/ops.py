@@ -30,6 +30,11 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
+def _ftz(y):
+    """Positive results below the smallest normal f32 flushed to 0, as ``ex2.approx.ftz`` does."""
+    return np.where(np.abs(y) < 2.0 ** -126, 0.0, y)
+
+
 @attrs.frozen
 class ScalarOp:
     name: str
@@ -49,12 +54,13 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("max", 2, lambda x, y: f"fmaxf({x}, {y})", np.maximum),
         ScalarOp("min", 2, lambda x, y: f"fminf({x}, {y})", np.minimum),
         ScalarOp("exp", 1, lambda x: f"expf({x})", np.exp),
-        ScalarOp("exp2", 1, lambda x: f"exp2f({x})", np.exp2),
+        # 2^x as ex2.approx.ftz (the prelude's fs_ex2): results below 2^-126 are 0
+        ScalarOp("exp2", 1, lambda x: f"fs_ex2({x})", lambda x: _ftz(np.exp2(x))),
         ScalarOp("log2", 1, lambda x: f"log2f({x})", np.log2),
         # exp2(x - m) of an online softmax, where a running max m of -inf (a row that has seen
         # only masked keys so far) counts as 0, so that -inf - -inf never makes a NaN
-        ScalarOp("exp2_sub", 2, lambda x, m: f"exp2f({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m}))",
-                 lambda x, m: np.exp2(x - np.where(np.isneginf(m), 0.0, m))),
+        ScalarOp("exp2_sub", 2, lambda x, m: f"fs_ex2({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m}))",
+                 lambda x, m: _ftz(np.exp2(x - np.where(np.isneginf(m), 0.0, m)))),
         ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
         ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
         ScalarOp("gelu_tanh", 1,

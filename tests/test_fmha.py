@@ -186,6 +186,14 @@ def test_every_variant_compiles_without_spills(d, dtype, causal):
     assert k.spills == 0
 
 
+@pytest.mark.parametrize("shape", [(4, 16, 4096, 128), (16, 16, 1024, 128), (32, 16, 384, 64), (8, 16, 2048, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_planned_kernels_of_the_bench_shapes_do_not_spill(shape, causal):
+    b, h, s, d = shape
+    k = fs.compile(fs.recipes.fmha(b, h, s, s, d, causal=causal), arch="sm_90a")
+    assert k.spills == 0
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
        st.sampled_from([32, 64]), st.sampled_from([(1, 16), (2, 16), (2, 32), (4, 16)]), st.sampled_from([16, 32, 64]),

@@ -88,14 +88,18 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms:
       a warp loads from shared memory feeds two MMAs.  Its registers hold the output (32 x
       ``head_dim`` / 32 a thread), the scores (32 x ``block_kv`` / 32) and P, so the key tile is
       64 at head dim 64 and below and 32 at 96 and 128 (64 there spills);
-    * 16 rows a warp at head dim 256 (the output alone is 128 registers a thread), keys 32 at a time,
-      and above head dim 64 when a causal mask meets a partial last key tile (the two masks'
-      predicates take the last registers 32 rows leave: 8 bytes spill at head dim 128);
-    * 128 queries a block (4 warps; 8 at head dim 256), or 64 where 128 would leave SMs idle
-      (``sms``: the GPU's SM count, 132 on an H100)."""
-    rows = 16 if head_dim > 128 or (causal and head_dim > 64 and seq_kv % 32) else 32
-    block_kv = 64 if head_dim <= 64 else 32
-    block_q = 128
+    * 16 rows a warp at head dim 256 (the output alone is 128 registers a thread), keys 32 at a
+      time; and with a causal mask above head dim 64 (its predicates take the registers 32 rows
+      leave: 16 bytes spill at head dim 128), there as 64 queries on 4 warps with 64 keys a step,
+      within 2% of the spilling 32-row kernel;
+    * 128 queries a block, or 64 where 128 would leave SMs idle (``sms``: the GPU's SM count,
+      132 on an H100)."""
+    if head_dim > 128:
+        rows, block_kv, block_q = 16, 32, 128
+    elif causal and head_dim > 64:
+        rows, block_kv, block_q = 16, 64, 64
+    else:
+        rows, block_kv, block_q = 32, 64 if head_dim <= 64 else 32, 128
     tiles = batch * heads * -(-seq_q // block_q)
     if tiles < sms or seq_q <= 64:
         block_q = 64

@@ -2,6 +2,15 @@
 #ifndef FIRESCHED_PRELUDE
 #define FIRESCHED_PRELUDE
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: 2 ulp; results below 2^-126 flush to 0). exp2f would
+// also scale subnormal results, three more instructions an element of a softmax.
+static __device__ __forceinline__ float fs_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // f16 <-> f32 (round to nearest even)
 static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
 {
@@ -431,6 +440,15 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
 // ---- firesched prelude: raw storage types, conversions in PTX or integer code ----
 #ifndef FIRESCHED_PRELUDE
 #define FIRESCHED_PRELUDE
+
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: 2 ulp; results below 2^-126 flush to 0). exp2f would
+// also scale subnormal results, three more instructions an element of a softmax.
+static __device__ __forceinline__ float fs_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // f16 <-> f32 (round to nearest even)
 static __device__ __forceinline__ float fs_f16_to_f32(unsigned short x)
