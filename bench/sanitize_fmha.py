@@ -1,5 +1,5 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
-heads, the log-sum-exp, every head dim), for compute-sanitizer:
+heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
@@ -26,15 +26,17 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 def main() -> None:
     import torch
 
-    for b, h, kvh, sq, skv, d, causal in CASES:
-        k = fs.compile(fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True), arch="sm_90a")
+    for (b, h, kvh, sq, skv, d, causal), design in [(c, a) for a in ("sm_80", "sm_90a") for c in CASES]:
+        # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, arch=design)
+        k = fs.compile(sched, arch="sm_90a")
         g = h // kvh
         q = torch.randn(b, kvh, g, sq, d, device="cuda", dtype=torch.float16)
         kk = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.float16)
         v = torch.randn(b, kvh, skv, d, device="cuda", dtype=torch.float16)
         o, lse = k(q, kk, v)
         torch.cuda.synchronize()
-        print(f"{b}x{h}({kvh})x{sq}x{skv}x{d} causal={causal}: ok, finite={bool(torch.isfinite(o).all())}")
+        print(f"{design} {b}x{h}({kvh})x{sq}x{skv}x{d} causal={causal}: ok, finite={bool(torch.isfinite(o).all())}")
 
 
 if __name__ == "__main__":

@@ -72,33 +72,49 @@ def check(b, h, sq, skv, d, *, kvh=None, causal=False, params=None, seed=0, magn
     assert np.abs(lse - rl).max() <= 1e-4 * max(1.0, np.abs(rl).max())
 
 
+#: the two designs: mma.sync warps (FlashAttention-2, sm_80 on) and wgmma warpgroups (sm_90a)
+DESIGNS = [pytest.param("mma_sync", id="mma_sync"), pytest.param("wgmma", id="wgmma")]
+
+
+def tiles(mma, block_kv=32, block_q=None, warps=None):
+    """Small tiles of each design: 64 queries on 4 warps (one warpgroup), or what is given."""
+    if mma == "wgmma":
+        return P(block_q=64, block_kv=block_kv, warps=4, mma="wgmma")
+    return P(block_q=block_q or 64, block_kv=block_kv, warps=warps or 4)
+
+
 @pytest.mark.parametrize("sq, skv", [(1, 1), (17, 17), (100, 90), (1, 37), (37, 1), (130, 200)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_odd_lengths_match_numpy(sq, skv, causal):
-    check(1, 2, sq, skv, 64, causal=causal, params=P(block_q=64, block_kv=32, warps=4))
+@pytest.mark.parametrize("mma", DESIGNS)
+def test_odd_lengths_match_numpy(sq, skv, causal, mma):
+    check(1, 2, sq, skv, 64, causal=causal, params=tiles(mma))
 
 
 @pytest.mark.parametrize("kvh", [1, 2])
-def test_grouped_query_heads(kvh):
-    check(2, 4, 33, 70, 64, kvh=kvh, causal=True, params=P(block_q=32, block_kv=32, warps=2))
+@pytest.mark.parametrize("mma", DESIGNS)
+def test_grouped_query_heads(kvh, mma):
+    check(2, 4, 33, 70, 64, kvh=kvh, causal=True, params=tiles(mma, block_q=32, warps=2))
 
 
 @pytest.mark.parametrize("d", [32, 96, 128, 256])
-def test_head_dims(d):
-    check(1, 1, 40, 50, d, causal=True, params=P(block_q=32, block_kv=16 if d == 256 else 32, warps=2))
+@pytest.mark.parametrize("mma", DESIGNS)
+def test_head_dims(d, mma):
+    check(1, 1, 40, 50, d, causal=True, params=tiles(mma, 16 if d == 256 else 32, block_q=32, warps=2))
 
 
-def test_large_magnitudes_stay_finite():
-    check(1, 1, 64, 64, 64, magnitude=40.0, params=P(block_q=64, block_kv=32, warps=4))
+@pytest.mark.parametrize("mma", DESIGNS)
+def test_large_magnitudes_stay_finite(mma):
+    check(1, 1, 64, 64, 64, magnitude=40.0, params=tiles(mma))
 
 
 def test_default_plan_interprets():
     check(1, 2, 130, 70, 64, causal=True)
 
 
-def test_p_stays_in_registers():
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_p_stays_in_registers(arch):
     """Neither S nor P has a buffer in memory: the kernel's only shared tiles are Q, K and V."""
-    prog = fs.recipes.fmha(1, 2, 100, 90, 64).lower("sm_80")
+    prog = fs.recipes.fmha(1, 2, 100, 90, 64, arch=arch).lower(arch)
     k = prog.kernels[0]
     assert [b.name for b in k.shared] == ["Q_smem", "K_smem", "V_smem"]
     assert [b.name for b in prog.inputs] == ["Q", "K", "V"]
@@ -117,9 +133,9 @@ def test_the_accumulator_is_the_next_a_operand_lane_by_lane():
     assert t.masks == (1, 2) and t.size == 2
 
 
-def _planted(pred):
-    sched = fs.recipes.fmha(1, 1, 40, 100, 64, params=P(block_q=32, block_kv=32, warps=2))
-    prog = sched.lower("sm_80")
+def _planted(pred, mma="mma_sync"):
+    sched = fs.recipes.fmha(1, 1, 40, 100, 64, params=tiles(mma, block_q=32, warps=2))
+    prog = sched.lower("sm_90a")
     k = prog.kernels[0]
 
     def drop(s):
@@ -136,12 +152,23 @@ def _planted(pred):
     return prog, attrs.evolve(prog, kernels=(attrs.evolve(k, body=drop(k.body)),)), feed
 
 
-@pytest.mark.parametrize("what, pred", [
-    ("barrier", lambda s: isinstance(s, ir.Barrier)),
-    ("cp.async wait", lambda s: isinstance(s, ir.AsyncWait)),
+def _atom(name):
+    return lambda s: isinstance(s, ir.AtomCall) and s.atom.name == name
+
+
+@pytest.mark.parametrize("what, pred, mma", [
+    ("barrier", lambda s: isinstance(s, ir.Barrier), "mma_sync"),
+    ("cp.async wait", lambda s: isinstance(s, ir.AsyncWait), "mma_sync"),
+    ("barrier", lambda s: isinstance(s, ir.Barrier), "wgmma"),
+    ("cp.async wait", lambda s: isinstance(s, ir.AsyncWait), "wgmma"),
+    # the copies reach wgmma (the async proxy) only through the writers' proxy fence
+    ("proxy fence", _atom("fence_proxy_async"), "wgmma"),
+    # the softmax reads S before the first wgmma group is retired
+    ("wgmma wait", _atom("wgmma_wait"), "wgmma"),
+    ("wgmma fence", _atom("wgmma_fence"), "wgmma"),
 ])
-def test_planted_hazards_are_found(what, pred):
-    good, bad, feed = _planted(pred)
+def test_planted_hazards_are_found(what, pred, mma):
+    good, bad, feed = _planted(pred, mma)
     run_program(good, feed)
     with pytest.raises(HazardError):
         run_program(bad, feed)
@@ -211,6 +238,31 @@ def test_hypothesis_shapes_and_tiles(b, heads, sq, skv, d, warps_rows, bkv, stag
     o = fs.interpret(sched, q, k, v)
     ro, _ = reference(q, k, v, causal)
     assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
+       st.sampled_from([32, 64, 96]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 48, 64]),
+       st.integers(1, 3), st.booleans())
+def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal):
+    h, kvh = heads
+    p = P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma")
+    try:
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, params=p, arch="sm_90a")
+        sched.check("sm_90a")
+    except ScheduleError:
+        return
+    q, k, v = inputs(b, h, kvh, sq, skv, d)
+    o = fs.interpret(sched, q, k, v)
+    ro, _ = reference(q, k, v, causal)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+
+
+def test_wgmma_needs_sm90a():
+    with pytest.raises(ScheduleError, match="wgmma needs sm_90a"):
+        fs.recipes.fmha(1, 1, 64, 64, 64, arch="sm_80", params=tiles("wgmma"))
+    with pytest.raises(ValueError, match="a warpgroup holds 64 query rows"):
+        P(block_q=96, block_kv=64, warps=6, mma="wgmma")
 
 
 def test_bench_smoke():

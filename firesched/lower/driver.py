@@ -216,6 +216,10 @@ def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
     (TMA boxes, or per-thread copies), or row-major for one a strategy placed there (a fused
     intermediate) —, and the tiles of those a move fills, in tree order."""
     out, tiles = {}, []
+    # tiles a wgmma reads through a matrix descriptor: per-thread copies fill them in the
+    # canonical layout TMA would leave (swizzle-span boxes), the one a descriptor can describe
+    by_wgmma = {t.name for n in block.walk() if n.atom is not None and n.atom.family == WGMMA
+                for t in n.spec.operands if t.memory == SH}
 
     def go(n: Node):
         sp = n.spec
@@ -223,6 +227,8 @@ def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
             t = sp.dst.tensor
             if n.via and n.via[0].family == TMA:
                 out[t.name] = tma_smem_layout(n, t, max(t.stages, 2))
+            elif t.name in by_wgmma:
+                out[t.name] = tma_smem_layout(n, t, t.stages)
             else:
                 out[t.name] = plain_smem_layout(t)
             tiles.append(sp.dst)

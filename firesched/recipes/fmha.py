@@ -32,6 +32,7 @@ import attrs
 from ..errors import ScheduleError
 from ..hardware import sm80
 from ..hardware.target import target as get_target
+from ..layout import Swizzle
 from ..schedule import Schedule
 from ..spec import Attention
 from ..strategies import (
@@ -44,6 +45,7 @@ from ..strategies import (
     place,
     tile,
     to_blocks,
+    to_warpgroups,
     to_warps,
 )
 from ..strategies.attention import SCORES, VALUES
@@ -53,47 +55,76 @@ HEAD_DIMS = (32, 64, 96, 128, 256)
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 
 
+MMAS = ("mma_sync", "wgmma")
+
+
 @attrs.frozen
 class FmhaParams:
-    """The tiles of the FlashAttention-2 schedule.
+    """The tiles of the attention schedule.
 
     * ``block_q``: queries per block (a multiple of 16 x ``warps``);
     * ``block_kv``: keys per step of the key loop (a multiple of 16);
     * ``warps``: warps per block, each holding ``block_q / warps`` query rows;
-    * ``stages``: shared buffers of the K and V tiles (2: double buffering).
+    * ``stages``: shared buffers of the K and V tiles (2: double buffering);
+    * ``mma``: ``"mma_sync"`` (the FlashAttention-2 design, sm_80 and later) or ``"wgmma"``
+      (sm_90a: a warpgroup of 4 warps per 64 query rows, S = Q Kᵀ from shared memory, O += P V
+      with P from registers); with wgmma ``warps`` is ``4 * block_q / 64`` and ``block_kv`` at
+      most 256 (wgmma's N).
     """
 
     block_q: int = 128
     block_kv: int = 64
     warps: int = 8
     stages: int = 2
+    mma: str = "mma_sync"
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
+        if self.mma not in MMAS:
+            raise ValueError(f"FmhaParams: mma={self.mma!r}; allowed {', '.join(map(repr, MMAS))}")
         if self.block_q % (16 * self.warps):
             raise ValueError(f"FmhaParams: block_q={self.block_q} must be a multiple of 16 x warps "
                              f"({16 * self.warps}): each warp holds whole m16 tiles of queries")
         if self.block_kv % 16:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
+        if self.mma == "wgmma" and (self.block_q % 64 or self.warps != self.block_q // 16 or self.block_kv > 256):
+            raise ValueError(f"FmhaParams: with mma='wgmma' a warpgroup holds 64 query rows and the key tile is "
+                             f"wgmma's N: block_q a multiple of 64 (got {self.block_q}), warps = block_q // 16 "
+                             f"(got {self.warps}, want {self.block_q // 16}), block_kv <= 256 (got {self.block_kv})")
 
 
-def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms: int = 132,
-         causal: bool = False) -> FmhaParams:
-    """The tiles for a shape (measured on an H100, bench/README.md):
+def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch: str | None = None,
+         sms: int | None = None, causal: bool = False) -> FmhaParams:
+    """The schedule and tiles for a shape on ``arch`` (measured on an H100, bench/README.md).
 
-    * 32 query rows a warp up to head dim 128, as FlashAttention-2 does: every K and V fragment
-      a warp loads from shared memory feeds two MMAs.  Its registers hold the output (32 x
-      ``head_dim`` / 32 a thread), the scores (32 x ``block_kv`` / 32) and P, so the key tile is
-      64 at head dim 64 and below and 32 at 96 and 128 (64 there spills);
+    On sm_90a, warpgroup MMAs (``mma="wgmma"``): 128 queries a block on two warpgroups with
+    128-key tiles at head dim 96-128 (3 stages without a mask, 2 with the causal one), 64 queries
+    on one warpgroup at head dim 64 and below, 64-key tiles at 256.
+
+    Elsewhere, FlashAttention-2's mma.sync design:
+
+    * 32 query rows a warp up to head dim 128: every K and V fragment a warp loads from shared
+      memory feeds two MMAs.  Its registers hold the output (32 x ``head_dim`` / 32 a thread),
+      the scores (32 x ``block_kv`` / 32) and P, so the key tile is 64 at head dim 64 and below
+      and 32 at 96 and 128 (64 there spills);
     * 16 rows a warp at head dim 256 (the output alone is 128 registers a thread), keys 32 at a
       time; and with a causal mask above head dim 64 (its predicates take the registers 32 rows
       leave: 16 bytes spill at head dim 128), there as 64 queries on 4 warps with 64 keys a step,
-      within 2% of the spilling 32-row kernel;
-    * 128 queries a block, or 64 where 128 would leave SMs idle (``sms``: the GPU's SM count,
-      132 on an H100)."""
+      within 2% of the spilling 32-row kernel.
+
+    Either way 64 queries a block where 128 would leave SMs idle (``sms``: the GPU's SM count,
+    the target's by default, 132 on an H100)."""
+    tgt = get_target(arch)
+    sms = tgt.sm_count if sms is None else sms
+    if tgt.has_wgmma:
+        if head_dim <= 64:
+            return FmhaParams(block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma")
+        block_kv, stages = (64, 2) if head_dim > 128 else (128, 2 if causal else 3)
+        block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
+        return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma")
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
@@ -107,7 +138,10 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, sms:
 
 
 def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
-    """The FlashAttention-2 schedule of ``spec`` with tiles ``p`` (see the module docstring)."""
+    """The schedule of ``spec`` with tiles ``p``: FlashAttention-2's (see the module docstring),
+    or with ``p.mma == "wgmma"`` Hopper's warpgroup MMAs (``fmha_schedule_wgmma``)."""
+    if p.mma == "wgmma":
+        return fmha_schedule_wgmma(spec, p)
     mma = sm80.mma_m16n8k16_f16_f32 if spec.q.dtype.name == "f16" else sm80.mma_m16n8k16_bf16_f32
     rows = p.block_q // p.warps
     d = spec.o.extent("d")
@@ -129,8 +163,43 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
     )
 
 
+def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
+    """Attention on sm_90a's warpgroup MMAs, one warpgroup per 64 query rows::
+
+        move_to_smem("Q"), online_softmax(kv), move_to_smem("K"), move_to_smem("V"), pipeline(...)
+        place("S", RF), place("P", RF)
+        part(SCORES, tile(q=64) >> to_warpgroups(), tile(d=16) >> done(wgmma m64n{kv}k16, A and B
+             from shared memory: Q and K, both K-major))
+        part(VALUES, tile(q=64) >> to_warpgroups(), tile(kv=16) >> done(wgmma m64n{d}k16 with A from
+             registers — P, the first wgmma's accumulator converted in place — and B = V read MN-major))
+
+    The copies are cp.async into the canonical swizzled layout wgmma's descriptors describe
+    (fenced into the async proxy before the barrier that hands a stage over); each MatMul's
+    wgmma group is committed and waited for before the softmax reads its accumulator."""
+    from ..hardware.atoms import sm90a
+
+    dt = spec.q.dtype.name
+    d = spec.o.extent("d")
+    # the widest wgmma swizzle span (128, 64 or 32 bytes: 64, 32, 16 elements) that tiles a row of
+    # head_dim elements: rows are cut into boxes one span wide
+    bits = next(b for b in (3, 2, 1) if d % (8 << b) == 0)
+    sw = Swizzle(bits, 3, 3)
+    return spec.schedule(
+        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(),
+        move_to_smem("Q", swizzle=sw),
+        online_softmax(kv=p.block_kv),
+        move_to_smem("K", swizzle=sw), move_to_smem("V", swizzle=sw),
+        pipeline(stages=p.stages),
+        # P stays in registers: the second wgmma reads its A operand from them
+        place("S", RF), place("P", RF),
+        part(SCORES, tile(q=64) >> to_warpgroups(), tile(d=16) >> done(sm90a.wgmma_atom(p.block_kv, dt))),
+        part(VALUES, tile(q=64) >> to_warpgroups(),
+             tile(kv=16) >> done(sm90a.wgmma_atom(d, dt, a_in_registers=True, b_mn_major=True))),
+    )
+
+
 def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtype: str = "f16",
-         arch: str = "sm_80", causal: bool = False, kv_heads: int | None = None, scale: float | None = None,
+         arch: str | None = None, causal: bool = False, kv_heads: int | None = None, scale: float | None = None,
          lse: bool = False, params: FmhaParams | None = None) -> Schedule:
     """The schedule of attention's forward pass: Q, O ``(batch, heads, seq_q, head_dim)``, K, V
     ``(batch, kv_heads, seq_kv, head_dim)`` (kv_heads divides heads: grouped-query attention),
@@ -140,11 +209,13 @@ def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtyp
 
     The kernel's operands are 5-D views without copies: Q and O as ``(batch, kv_heads,
     heads // kv_heads, seq, head_dim)``, LSE as ``(batch, kv_heads, heads // kv_heads, seq)``.
-    ``arch`` is where it runs: the schedule is the sm_80 one (mma.sync, ldmatrix, cp.async),
-    which runs on sm_90a too.
+    ``arch`` is where it runs (None: the GPU present, else sm_90a): on sm_90a the schedule uses
+    warpgroup MMAs (``fmha_schedule_wgmma``), elsewhere FlashAttention-2's mma.sync design (which
+    ``params=FmhaParams(..., mma="mma_sync")`` also picks on sm_90a).
     """
     if dtype not in ("f16", "bf16"):
         raise ValueError(f"fmha: dtype={dtype!r}; allowed 'f16', 'bf16'")
+    arch = get_target(arch).name if arch is None else arch
     if arch not in ARCHS:
         raise ValueError(f"fmha: arch={arch!r}; allowed {', '.join(ARCHS)}")
     if head_dim not in HEAD_DIMS:
@@ -154,9 +225,11 @@ def fmha(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, dtyp
     if params is not None and not isinstance(params, FmhaParams):
         raise ScheduleError("params is an FmhaParams", field="params", value=params,
                             fix="fs.recipes.FmhaParams(block_q=128, block_kv=64, warps=8)")
-    p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim,
-                                                sms=get_target(arch).sm_count, causal=causal)
+    p = params if params is not None else plan(batch, heads, seq_q, seq_kv, head_dim, arch=arch, causal=causal)
+    if p.mma == "wgmma" and not get_target(arch).has_wgmma:
+        raise ScheduleError(f"wgmma needs sm_90a; the target is {arch}", field="mma", value=p.mma,
+                            allowed="'mma_sync'", fix="FmhaParams(..., mma='mma_sync') or arch='sm_90a'")
     return fmha_schedule(spec, p)
 
 
-__all__ = ["fmha", "fmha_schedule", "plan", "FmhaParams", "HEAD_DIMS"]
+__all__ = ["fmha", "fmha_schedule", "fmha_schedule_wgmma", "plan", "FmhaParams", "HEAD_DIMS", "MMAS"]

@@ -30,9 +30,10 @@ def _reference(q, k, v, causal, scale):
     return torch.softmax(s, dim=-1) @ v, torch.logsumexp(s, dim=-1)
 
 
-def _run(b, h, sq, skv, d, dtype="f16", causal=False, kv_heads=None, magnitude=1.0, params=None):
+def _run(b, h, sq, skv, d, dtype="f16", causal=False, kv_heads=None, magnitude=1.0, params=None, arch="sm_90a"):
     kvh = kv_heads or h
-    sched = fs.recipes.fmha(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, lse=True, params=params)
+    sched = fs.recipes.fmha(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, lse=True, params=params,
+                            arch=arch)
     k = fs.compile(sched, arch="sm_90a")
     dt = TDT[dtype]
     q = (torch.randn(b, h, sq, d, device="cuda") * magnitude).to(dt)
@@ -50,25 +51,33 @@ def _run(b, h, sq, skv, d, dtype="f16", causal=False, kv_heads=None, magnitude=1
     assert (lse - rl).abs().max().item() <= 1e-3 * max(1.0, rl.abs().max().item())
 
 
+#: the schedule each target gets by default: mma.sync warps on sm_80, wgmma warpgroups on sm_90a
+ARCHS = ["sm_80", "sm_90a"]
+
+
 @pytest.mark.parametrize("sq, skv", [(1, 1), (17, 17), (1000, 1000), (4097, 300), (300, 4097), (17, 1000)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_odd_lengths(sq, skv, causal):
-    _run(1, 2, sq, skv, 64, causal=causal)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_odd_lengths(sq, skv, causal, arch):
+    _run(1, 2, sq, skv, 64, causal=causal, arch=arch)
 
 
 @pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_head_dims(d, dtype):
-    _run(2, 3, 333, 333, d, dtype=dtype, causal=d % 64 == 0)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_head_dims(d, dtype, arch):
+    _run(2, 3, 333, 333, d, dtype=dtype, causal=d % 64 == 0, arch=arch)
 
 
 @pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_grouped_query_heads(kv_heads):
-    _run(2, 8, 257, 513, 128, kv_heads=kv_heads, causal=True)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_grouped_query_heads(kv_heads, arch):
+    _run(2, 8, 257, 513, 128, kv_heads=kv_heads, causal=True, arch=arch)
 
 
-def test_large_magnitudes_make_no_nan():
-    _run(1, 2, 512, 512, 64, magnitude=60.0)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_large_magnitudes_make_no_nan(arch):
+    _run(1, 2, 512, 512, 64, magnitude=60.0, arch=arch)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -80,4 +89,14 @@ def test_random_shapes_and_tiles(seed):
     p = fs.recipes.FmhaParams(block_q=warps * rows, block_kv=rnd.choice([32, 64]), warps=warps,
                               stages=rnd.choice([1, 2, 3]))
     _run(rnd.randint(1, 3), rnd.choice([1, 2, 4]), rnd.randint(1, 700), rnd.randint(1, 700), d,
+         dtype=rnd.choice(["f16", "bf16"]), causal=rnd.random() < 0.5, params=p)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_wgmma_shapes_and_tiles(seed):
+    rnd = random.Random(100 + seed)
+    bq = rnd.choice([64, 128])
+    p = fs.recipes.FmhaParams(block_q=bq, block_kv=rnd.choice([32, 64, 128]), warps=bq // 16,
+                              stages=rnd.choice([1, 2, 3]), mma="wgmma")
+    _run(rnd.randint(1, 3), rnd.choice([1, 2, 4]), rnd.randint(1, 700), rnd.randint(1, 700), rnd.choice([64, 96, 128]),
          dtype=rnd.choice(["f16", "bf16"]), causal=rnd.random() < 0.5, params=p)

@@ -14,7 +14,7 @@ around it.
 from __future__ import annotations
 
 from ... import ir
-from ...hardware.atoms import catalog, sm80
+from ...hardware.atoms import catalog, sm80, sm90a
 from ...hardware.atoms.base import CP_ASYNC, LDMATRIX, Atom
 from ...ir.expr import IntExpr, Var, land, lt
 from ...schedule import Node
@@ -106,6 +106,9 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
     # no ring fills this tile: the copy is synchronous — the tile's previous readers are done
     # before it, and the tile has landed (for every thread) after it
     sync = [ir.AsyncCommit(), ir.AsyncWait(0)] if atom.family == CP_ASYNC else []
+    if lay.span:
+        # a wgmma reads this tile through the async proxy: the writers fence their copies first
+        sync.append(ir.AtomCall(sm90a.fence_proxy_async, (), comment=f"{dst.name}_smem is visible to wgmma"))
     return [ir.Barrier(f"the previous readers of {dst.name}_smem are done"), *out, *sync,
             ir.Barrier(f"{dst.name}_smem is filled")]
 

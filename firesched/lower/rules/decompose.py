@@ -21,11 +21,12 @@ from __future__ import annotations
 import attrs
 
 from ... import ir
+from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
 from ...ir.expr import IntExpr, Var, floordiv, minimum
 from ...schedule import Loop, Node
-from ...spec import Fused
+from ...spec import Fused, MatMul
 from ...tensor import GL, RF, SH, WARPGROUP
 from ..context import err, frames, key
 from ..layouts import ThreadLayout
@@ -34,6 +35,17 @@ from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wan
 
 @decomposition_rule
 def decomposition(lw: Lowerer, node: Node, ctx) -> list:
+    if (isinstance(node.spec, MatMul) and node.spec.level == WARPGROUP and not ctx.async_mma
+            and any(n.atom is not None and n.atom.family == WGMMA for n in node.walk())):
+        # a warpgroup's wgmma no pipeline retires (a MatMul among the parts of a fused body):
+        # its k steps issue as one group, fenced before (the accumulator was just written by
+        # other instructions) and waited for after (the next part reads it)
+        inner = decomposition(lw, node, attrs.evolve(ctx, async_mma=True))
+        if not any(isinstance(s, ir.AtomCall) and s.atom.family == WGMMA for s in ir_rewrite.walk(inner)):
+            return inner            # a part that issues none here (a pipeline's producer side)
+        return [ir.AtomCall(sm90a.wgmma_fence, ()), *inner, ir.AtomCall(sm90a.wgmma_commit, ()),
+                ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=0), (),
+                            comment="the group is done: its accumulator is read next")]
     ctx = frames(ctx, [node.spec] + [p.spec for p in node.pre])
     hoists = ctx.hoists if ctx.hoist_node is node else None
     if hoists is not None:

@@ -91,9 +91,10 @@ def descriptor(lw: Lowerer, node: Node, ctx, tile, k_dim: str, which: str) -> ir
         want = "the _tnspb variant" if b_mn else "the plain _ss variant"
         raise err(node, f"B is {'row' if b_mn else 'column'}-major, so wgmma reads it "
                         f"{'MN' if b_mn else 'K'}-major", field="atom", value=atom, fix=f"use {want}")
-    if k_major and lay.cols * eb != span:
+    if k_major and lay.box_cols * eb != span:
+        # a K tile wider than the span is boxes of one span each; a k step of 16 stays in one box
         raise err(node, f"{tile.name}'s shared swizzle spans {span} bytes but its K tile is {lay.cols * eb} bytes: "
-                        f"wgmma reads a K-major tile one swizzle span deep", field="swizzle",
+                        f"wgmma reads a K-major tile in boxes one swizzle span deep", field="swizzle",
                   value=tile.tensor.swizzle,
                   allowed=f"a {lay.cols * eb}-byte span ({', '.join(f'{w} B: tile(k={w // eb})' for w in MODES)})",
                   fix="drop swizzle= to let move_to_smem choose, or change tile(k=...)")

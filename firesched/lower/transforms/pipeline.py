@@ -42,7 +42,7 @@ from ...ir.expr import IntExpr, Var, bounds, ge, land, lt, minimum, substitute
 from ...ir.rewrite import flat, map_operand, map_stmt
 from ...ir.rewrite import walk as walk_ir
 from ...schedule import Node
-from ...spec import Move
+from ...spec import Fused, Move
 from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, PRODUCER, Scope, err
 from ..lowerer import Lowerer, loop_rule
@@ -94,6 +94,9 @@ class CpAsyncRing:
 
     stages: int
     elected: bool = False
+    # a stage a wgmma reads (through the async proxy) is fenced by the threads that copied into
+    # it, once their copies landed and before the barrier that hands it over
+    proxy_fence: bool = False
 
     def init(self) -> list:
         return []
@@ -107,7 +110,10 @@ class CpAsyncRing:
     commit_always = True       # a group per iteration, empty or not, keeps the wait count uniform
 
     def wait(self, it: IntExpr) -> list:
-        return [ir.AsyncWait(max(self.stages - 2, 0))]
+        return [ir.AsyncWait(max(self.stages - 2, 0)), *self.fence()]
+
+    def fence(self) -> list:
+        return [_call(sm90a.fence_proxy_async, comment="the copies are visible to wgmma")] if self.proxy_fence else []
 
     def drain(self) -> list:
         return [ir.AsyncWait(0)]
@@ -200,7 +206,7 @@ def ring_for(lw: Lowerer, node: Node, lp, ctx):
     kind = ring_kind(node)
     S = ring_stages(lp, kind)
     if kind == "cp_async":
-        return CpAsyncRing(S)
+        return CpAsyncRing(S, proxy_fence=any(lw.smem_layout(m.spec.dst).span for m in staged_moves(node)))
     rings = lw.notes.setdefault("rings", {})
     if id(lp) not in rings:
         ring = MbarrierRing.create(lw, S, stage_bytes(node))
@@ -260,11 +266,16 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                          stage={**ctx.stage, **{s: stage for s in staged}})
         return ring.before_issue(stage) + lw.loops(node, c, rest)
 
+    # a body of MatMuls only leaves its wgmma groups to the loop to retire (one in flight across
+    # iterations); a fused body (attention's) reads an accumulator between its MatMuls, so each
+    # MatMul retires its own group
+    fused_body = any(isinstance(c.spec, Fused) for c in node.body)
+
     def compute(kt: IntExpr, stage: IntExpr) -> tuple[list, bool]:
-        c = attrs.evolve(advance(ctx, node, lp, kt), part=CONSUMER, staged=staged, ring=ring, async_mma=True,
-                         stage={**ctx.stage, **{s: stage for s in staged}})
+        c = attrs.evolve(advance(ctx, node, lp, kt), part=CONSUMER, staged=staged, ring=ring,
+                         async_mma=not fused_body, stage={**ctx.stage, **{s: stage for s in staged}})
         body = lw.loops(node, c, rest)
-        return body, _has_async_mma(body)
+        return body, not fused_body and _has_async_mma(body)
 
     it_base = ctx.tile_index * n
 
@@ -297,7 +308,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         kt = Var(lp.var, n)
         body, _ = compute(kt, 0)
         loop = [ir.Barrier("the previous tile's readers are done"), *issue(kt, 0), *ring.commit(),
-                ir.AsyncWait(0), ir.Barrier("the tile is in shared memory"), *body]
+                ir.AsyncWait(0), *ring.fence(), ir.Barrier("the tile is in shared memory"), *body]
         return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage cp.async pipeline"),
                 ir.For(kt, n, ir.Seq(tuple(loop)), stop=stop)]
     what = "cp.async pipeline" if isinstance(ring, CpAsyncRing) else "TMA + mbarrier ring"
