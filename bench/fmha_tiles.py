@@ -27,7 +27,8 @@ CANDIDATES = {
 
 
 WGMMA = [P(128, 128, 8, 2, "wgmma"), P(128, 64, 8, 2, "wgmma"), P(128, 128, 8, 3, "wgmma"), P(192, 128, 12, 2, "wgmma"),
-         P(64, 128, 4, 2, "wgmma"), P(128, 176, 8, 2, "wgmma")]
+         P(64, 128, 4, 2, "wgmma"), P(128, 176, 8, 2, "wgmma"), P(64, 64, 4, 2, "wgmma"), P(64, 64, 4, 3, "wgmma"),
+         P(64, 96, 4, 2, "wgmma"), P(192, 64, 12, 3, "wgmma"), P(128, 96, 8, 3, "wgmma")]
 
 
 def main(argv=None) -> list:

@@ -1,8 +1,10 @@
-"""Fused multi-head attention, forward: the FlashAttention-2 design as a schedule.
+"""Fused multi-head attention, forward, as a schedule: two designs built from strategies only.
 
 ``recipes.fmha(batch, heads, seq_q, seq_kv, head_dim)`` returns the schedule of
-``O = softmax(scale · Q Kᵀ + mask) V`` (``firesched.Attention``) for ``arch="sm_80"`` — which
-also runs on the H100 — built from strategies only::
+``O = softmax(scale · Q Kᵀ + mask) V`` (``firesched.Attention``).  On sm_90a it is
+``fmha_schedule_wgmma`` (warpgroup MMAs: one warpgroup per 64 queries, S from shared-memory
+operands, P from registers); elsewhere — and with ``FmhaParams(mma="mma_sync")`` on sm_90a too —
+it is the FlashAttention-2 design::
 
     Attention<kernel>(Q, K, V -> O)
       tile(b=1, hk=1, g=1, q=128) >> to_blocks()      one block per 128 queries of one head
