@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+# six blocks of 64 threads, a row of x and y per thread (the batched-blocks tests' kernel frame)
+from test_interp_batch import BX, ROW, SMEM, TID, R, T, X, Y, call
+
 import firesched as fs
 from firesched import dtypes as dt
 from firesched import ir
@@ -18,19 +21,7 @@ from firesched.ir.expr import Var, minimum
 from firesched.recipes.fmha import FmhaParams
 from firesched.simulate.interp import run_program
 
-T = 64
-TID = ir.tid(T)
-BX = ir.bid(0, 6)
-X = ir.GlobalBuffer("x", dt.f32, (6 * T, 4), (4, 1), "in")
-Y = ir.GlobalBuffer("y", dt.f32, (6 * T, 4), (4, 1), "out")
-SMEM = ir.SharedBuffer("A_smem", dt.f32, T * 4)
-R = ir.RegBuffer("r", dt.f32, 4)
 ACC = ir.RegBuffer("acc", dt.f32, 4)
-ROW = BX * T + TID
-
-
-def call(atom, **args):
-    return ir.AtomCall(atom, tuple(args.items()))
 
 
 def program(stop):
