@@ -23,9 +23,23 @@ import numpy as np
 import pytest
 
 from firesched import dtypes as dt
-from firesched.hardware import SM70, SM80, SM86, SM89, SM90A, TARGETS, Target, catalog, sm70, sm80, target
+from firesched.hardware import (
+    SM70,
+    SM80,
+    SM86,
+    SM89,
+    SM90A,
+    TARGETS,
+    Target,
+    catalog,
+    convert,
+    sm70,
+    sm80,
+    target,
+)
 from firesched.hardware.atoms.base import (
     BLOCK,
+    CONVERT,
     COPY,
     CP_ASYNC,
     GROUP_THREADS,
@@ -41,7 +55,7 @@ from firesched.hardware.atoms.base import (
 from firesched.hardware.target import ORDER
 
 ALL = catalog.ALL_ATOMS
-MODULES = {"sm70": sm70, "sm80": sm80}
+MODULES = {"sm70": sm70, "sm80": sm80, "convert": convert}
 
 
 def _params(atoms):
@@ -86,12 +100,18 @@ def test_record_is_well_formed(atom):
             assert o.role == "in", "address operands are inputs even for stores"
     if atom.kind == "Move":
         assert atom.src_memory in ("RF", "SH", "GL") and atom.dst_memory in ("RF", "SH", "GL")
-        assert atom.alignment > 0 and atom.alignment & (atom.alignment - 1) == 0
+        if (atom.src_memory, atom.dst_memory) == ("RF", "RF"):
+            assert atom.alignment == 0, "a register to register move has no address to align"
+        else:
+            assert atom.alignment > 0 and atom.alignment & (atom.alignment - 1) == 0
     if atom.family == MMA:
         assert atom.kind == "MatMul" and len(atom.shape) == 3
         assert [o.name for o in atom.operands] == ["d", "a", "b", "c"]
-    if atom.family in (MMA, COPY, CP_ASYNC, LDMATRIX, SHUFFLE):
+    if atom.family in (MMA, COPY, CP_ASYNC, LDMATRIX, SHUFFLE, CONVERT):
         assert callable(atom.semantics)
+    if atom.family == CONVERT:
+        assert all(o.memory == "RF" and o.reg_bits == 32 for o in atom.operands)
+        assert [o.role for o in atom.operands].count("out") == 1
     if atom.family == SYNC:
         assert atom.operands == () and atom.semantics is None
 
@@ -102,7 +122,7 @@ def test_every_record_of_a_table_is_listed():
         assert records == set(module.ATOMS), name
         assert all(a.catalog == name for a in module.ATOMS)
     assert len({a.name for a in ALL}) == len(ALL)
-    assert set(ALL) == set(sm70.ATOMS) | set(sm80.ATOMS)
+    assert set(ALL) == set(sm70.ATOMS) | set(sm80.ATOMS) | set(convert.ATOMS)
 
 
 # =========================================================================== layouts
@@ -131,7 +151,7 @@ def test_register_tv_layouts_are_bijective(atom):
         assert tv.is_bijective(), f"{atom.name}.{o.name}: {tv} does not cover its tile exactly once"
 
 
-@pytest.mark.parametrize("atom", _params(_of(MMA, COPY, LDMATRIX, SHUFFLE)))
+@pytest.mark.parametrize("atom", _params(_of(MMA, COPY, LDMATRIX, SHUFFLE, CONVERT)))
 def test_register_bits_hold_the_values(atom):
     for o in atom.operands:
         if o.memory != "RF":
@@ -378,6 +398,9 @@ def _semantics_inputs(atom: Atom, rng) -> tuple:
     """One issue's random inputs to ``atom.semantics``, by family."""
     if atom.family == SHUFFLE:
         return rng.standard_normal(32).astype(np.float32), rng.integers(0, 64, 32)
+    if atom.family == CONVERT:     # register words, one array per input operand
+        return tuple(rng.integers(0, 2 ** 32, size=o.regs, dtype=np.uint64).astype(np.uint32)
+                     for o in atom.operands if o.role == "in")
     if atom.kind == "MatMul":
         m, n, k = atom.shape[:3]
         acc = atom.dtype_of("c" if "c" in dict(atom.dtypes) else "d")      # wgmma: D accumulates

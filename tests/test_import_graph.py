@@ -28,7 +28,7 @@ LAYERS = [
     "ir",
     "hardware",
     "tensor",
-    {"ops", "layout"},
+    {"ops", "layout", "quant"},
     "draw",
     "dtypes",
     "errors",

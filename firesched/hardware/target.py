@@ -29,7 +29,7 @@ import os
 
 import attrs
 
-from .atoms.base import COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SM90A_FAMILIES, SYNC
+from .atoms.base import CONVERT, COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SM90A_FAMILIES, SYNC
 
 #: Generation order of the targets' names; an atom runs on every target at or after its min_target.
 ORDER: tuple[str, ...] = ("sm_70", "sm_80", "sm_86", "sm_89", "sm_90a")
@@ -90,7 +90,7 @@ class Target:
 
 
 _BASE_FAMILIES = (MMA, COPY, SHUFFLE, SYNC)
-_AMPERE_FAMILIES = _BASE_FAMILIES + (LDMATRIX, CP_ASYNC)
+_AMPERE_FAMILIES = _BASE_FAMILIES + (LDMATRIX, CP_ASYNC, CONVERT)
 
 SM70 = Target(
     name="sm_70", arch="sm_70", sm_count=80, capability=(7, 0), compiles=False,

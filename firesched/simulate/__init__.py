@@ -38,6 +38,9 @@ Semantics decided here, beyond what ``ir`` states:
   without reading (or bounds-checking) its source, a disabled CP_ASYNC zero-fills its
   destination (still in flight until waited for), a disabled store does nothing; MMA,
   LDMATRIX and SHUFFLE run for whole thread groups or not at all;
+* CONVERT atoms (int4 dequantisation, f16x2 / bf16x2 scales) run per enabled thread on the bits
+  its registers would hold (elements packed into 32-bit words, element 0 lowest), through the
+  atom's bit-exact semantics; a disabled thread's destination is left as it was;
 * moves (COPY, CP_ASYNC, LDMATRIX) move bits: buffers of equal width but different dtypes are
   reinterpreted; ``Pointwise`` computes in float64 and rounds once to the destination dtype
   (integers: to nearest, saturated), ``cvt`` likewise;
@@ -111,7 +114,7 @@ The package, one concern a module (each module's docstring says what it models):
 * ``mbarriers``: mbarrier arrivals, transaction bytes and phases;
 * ``asyncs``: cp.async groups, TMA operations and wgmma groups in flight;
 * ``families``: one executor per atom family (``copies``, ``collectives``, ``wgmma``, ``tma``,
-  ``barriers``), sharing ``operands``;
+  ``barriers``, ``conversions``), sharing ``operands``;
 * ``roles``: warp specialization, roles run as coroutines;
 * ``stacked``: loop nests of register-only MMAs, run a few iterations per numpy call;
 * ``exprs``, ``tables``, ``convert``, ``messages``: compiled index expressions, per-atom index

@@ -25,6 +25,11 @@ Data shapes, by family:
 * MMA: ``a`` ``[G, m, k]``, ``b`` ``[G, k, n]``, ``c`` ``[G, m, n]`` and ``out`` ``[G, m, n]``,
   one slice per thread group (``G`` = 1 for warp atoms, 4 for quad-pair atoms).
 * SHUFFLE: ``src`` ``[32]`` values and ``lane`` ``[32]`` per-lane operands; ``out`` ``[32]``.
+* CONVERT: one ``[32, values]`` input per register operand, named as the operand (``src`` of a
+  dequantisation: eight 4-bit weights a thread; ``q``, ``s``, ``z`` of a scale: two halves), and
+  ``out`` ``[32, values]``, the destination's values in value order (``dst`` register ``v // 2``,
+  half ``v % 2``).  Each thread loads its row with one ``ld.global``, issues the atom once and
+  stores its destination with one ``st.global``.
 
 The sm_90a atoms get one-warpgroup programs (``wgmma_program``, ``tma_load_program``,
 ``tma_store_program``, their rank-3 versions ``tma_load_3d_program`` and ``tma_store_3d_program``
@@ -45,6 +50,7 @@ from .. import dtypes as dt
 from .. import ir
 from ..hardware.atoms import base as atoms
 from ..hardware.atoms import catalog, sm90a
+from ..hardware.atoms import convert as cv
 from ..hardware.tma import tma_coordinate_problems
 from ..ir import expr as ex
 from ..ir.expr import Var
@@ -124,6 +130,8 @@ def _plan(atom: atoms.Atom, dtype) -> _Plan:
         return _mma_plan(atom, d)
     if fam == atoms.SHUFFLE:
         return _shuffle_plan(atom, d)
+    if fam == atoms.CONVERT:
+        return _convert_plan(atom, d)
     if fam == atoms.SYNC:
         if "commit" in atom.name:
             return _cp_async_plan(_copy_atom("cp_async", 16), d, commit=atom)
@@ -134,8 +142,8 @@ def _plan(atom: atoms.Atom, dtype) -> _Plan:
         if atom.group == atoms.BLOCK and "bar" in atom.name:
             return _copy_plan(_copy_atom("ld_shared", 16), d, barrier=atom)
     raise ValueError(f"atom_program: no one-atom kernel for {atom!r} (family {fam!r}); "
-                     f"supported: mma, ldmatrix, copy, cp_async, shuffle atoms, bar_sync and the cp.async "
-                     f"commit and wait")
+                     f"supported: mma, ldmatrix, copy, cp_async, shuffle, convert atoms, bar_sync and the "
+                     f"cp.async commit and wait")
 
 
 def _row_major(shape) -> tuple[int, ...]:
@@ -382,6 +390,38 @@ def _shuffle_plan(atom, d) -> _Plan:
         return np.asarray(atom.semantics(np.asarray(inputs["src"]).astype(d.np),
                                          np.asarray(inputs["lane"]).astype(np.int64))).astype(d.np)
     return _Plan(_program(atom, (src, lane), out, body, regs=(rv, rl, ro)), expected, lanes=("lane",))
+
+
+# --------------------------------------------------------------------------- CONVERT
+
+def _convert_plan(atom, d) -> _Plan:
+    if d is not None:
+        raise ValueError(f"atom_program: {atom.name} has fixed operand dtypes; pass dtype=None")
+    ins = [o for o in atom.operands if o.role == "in"]
+    dst = next(o for o in atom.operands if o.role == "out")
+    t = _TID
+    gins, regs, body, args = [], [], [], {}
+    for o in ins:
+        od = atom.dtype_of(o.name)
+        g = _gbuf(o.name, od, (WARP_THREADS, o.values))
+        r = ir.RegBuffer(f"r_{o.name}", od, o.values)
+        gins.append(g)
+        regs.append(r)
+        body.append(_call(_copy_atom("ld_global", _width(od, o.values)), src=ir.MemRef(g, t * o.values),
+                          dst=ir.RegRef(r, 0)))
+        args[o.name] = ir.RegRef(r, 0)
+    dd = atom.dtype_of(dst.name)
+    out = _gbuf("out", dd, (WARP_THREADS, dst.values), "out")
+    r_dst = ir.RegBuffer(f"r_{dst.name}", dd, dst.values)
+    regs.append(r_dst)
+    body.append(_call(atom, comment=UNDER_TEST, **{dst.name: ir.RegRef(r_dst, 0)}, **args))
+    body.append(_call(_copy_atom("st_global", _width(dd, dst.values)), dst=ir.MemRef(out, t * dst.values),
+                      src=ir.RegRef(r_dst, 0)))
+
+    def expected(inputs):
+        words = [cv.to_words(np.asarray(inputs[o.name]), atom.dtype_of(o.name)) for o in ins]
+        return cv.from_words(np.asarray(atom.semantics(*words), dtype=np.uint32), dd)
+    return _Plan(_program(atom, tuple(gins), out, body, regs=tuple(regs)), expected)
 
 
 # --------------------------------------------------------------------------- sm_90a

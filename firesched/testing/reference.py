@@ -12,6 +12,10 @@ element-wise ops its strategies added — an ``epilogue(...)`` on the store of t
 ``prologue(...)`` on the loads of an operand — with the arrays in the order ``firesched.interpret``
 takes them (the spec's inputs, then the extra tensors the ops read: a bias, a residual).
 
+``w4a16_reference(a, q, scales, zeros, group_size)`` is the meaning of a weight-only int4 GEMM:
+``a (M, K) @ dequantize_int4(q, scales, zeros, group_size) (K, N)``, the weights dequantised in
+float32 (``firesched.quant``) and the product summed in float64, returned as float32.
+
 The formulas are the op values' own (``EpilogueOp.reference``, ``ops.SCALAR_OPS``): this checks a
 schedule against its spec, not the ops' definitions (the project's own tests check those against
 formulas written independently, ``tests/oracles.py``).
@@ -24,11 +28,12 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import ScheduleError
 from ..ops import SCALAR_OPS
+from ..quant import dequantize_int4
 from ..schedule import Schedule
 from ..spec import Fused, MatMul, Move, Pointwise, Reduce
 from ..tensor import GL
 
-__all__ = ["reference", "schedule_reference", "input_tiles", "extra_inputs", "rounded"]
+__all__ = ["reference", "schedule_reference", "input_tiles", "extra_inputs", "rounded", "w4a16_reference"]
 
 
 def rounded(x, dtype) -> np.ndarray:
@@ -223,3 +228,18 @@ def _widened(spec):
     for t in spec.outputs:
         spec = spec.with_operand(t.name, widen(t))
     return spec
+
+
+# --------------------------------------------------------------------------- weight-only int4
+
+def w4a16_reference(a, q, scales, zeros=None, group_size: int | None = 128) -> np.ndarray:
+    """``C (M, N) = a (M, K) @ W`` with ``W = dequantize_int4(q, scales, zeros, group_size)``
+    (``(K, N)``, float32): the activations as given (f16 / bf16 / f32 values), the weights
+    dequantised in float32, the products summed in float64 and the result returned as float32.
+    ``q``, ``scales``, ``zeros`` are what ``firesched.quant.quantize_int4`` returns."""
+    w = dequantize_int4(q, scales, zeros, group_size)
+    x = np.asarray(a)
+    if x.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"w4a16_reference: a has shape {x.shape}; it must be (M, K) with K = {w.shape[0]}, "
+                         f"the rows of q")
+    return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)

@@ -8,6 +8,8 @@
   ``.trans``), ``cp_async`` (4/8/16 bytes) and its ``sync`` (commit, wait);
 * ``sm90a`` — ``wgmma``, ``wgmma_sync``, ``tma``, ``mbarrier``, ``fence``, ``setmaxnreg``,
   ``stmatrix``, ``cluster``;
+* ``convert`` — ``convert``: a thread's register -> register int4 dequantisation (``lop3`` magic
+  numbers into f16x2 / bf16x2) and group scaling (``mul`` / ``fma`` on f16x2 / bf16x2);
 * ``catalog`` — every record, and the look-ups by name, target, dtypes and width.
 
 ``done(atom)`` takes a record of these tables; ``firesched.hardware.sm80`` etc. are the same

@@ -9,10 +9,12 @@ so an atom that prints right and interprets wrong cannot hide.
 
 Templates name operand groups with ``$name`` (``$d``, ``$a``, ``[$src]``): PTX's own braces
 ``{...}`` stay literal and never collide with a formatting language.  ``$name`` expands to ``%i``
-for one register or ``{%i, %j, ...}`` for a vector.
+for one register or ``{%i, %j, ...}`` for a vector; ``$name[r]`` is register ``r`` of the group
+alone (multi-instruction templates that write a vector's registers one by one).
 
 Families (``Atom.family``, the constants below): ``mma``, ``ldmatrix``, ``copy``, ``cp_async``,
-``shuffle``, ``sync`` (sm_70 / sm_80 tables); ``wgmma``, ``wgmma_sync``, ``tma``, ``mbarrier``,
+``shuffle``, ``sync`` (sm_70 / sm_80 tables); ``convert`` (the ``convert`` table: register to
+register dequantisation and scaling); ``wgmma``, ``wgmma_sync``, ``tma``, ``mbarrier``,
 ``fence``, ``setmaxnreg``, ``stmatrix``, ``cluster`` (the sm_90a table).
 """
 
@@ -37,6 +39,7 @@ COPY = "copy"            # a thread moves `vector` contiguous elements between m
 CP_ASYNC = "cp_async"    # asynchronous global -> shared copy (completes at cp.async.wait_group)
 SHUFFLE = "shuffle"      # shfl.sync
 SYNC = "sync"            # barriers, async-group commit/wait
+CONVERT = "convert"      # a thread's register -> register conversion (int4 dequantisation, scaling)
 # Hopper (sm_90a) families, see ``atoms.sm90a``.
 WGMMA = "wgmma"            # warpgroup MMA, asynchronous (completes at wgmma.wait_group)
 WGMMA_SYNC = "wgmma_sync"  # wgmma.fence / commit_group / wait_group
@@ -108,6 +111,9 @@ class Atom:
     #   LDMATRIX, COPY, CP_ASYNC: semantics(tile) -> tile      (the data each thread receives is
     #              then given by the destination operand's TV layout, in memory coordinates)
     #   SHUFFLE:   semantics(values[32], src_lane[32]) -> values[32]
+    #   CONVERT:   semantics(*words) -> words: one uint32 array [..., regs] per input register
+    #              operand, in operand order, the output operand's [..., regs] words back (the
+    #              bits the instructions compute; ``atoms.convert.to_words`` packs values)
     #   SYNC:      None
     # Every semantics also takes a stack of operands along leading axes (a[..., m, k], values[..., 32])
     # and returns the stack of results: the interpreter executes all issuing groups of a statement
@@ -172,7 +178,7 @@ class Asm:
         return s + ");"
 
 
-_GROUP = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_GROUP = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d+)\])?")
 
 
 def asm_node(atom: Atom, bindings: dict[str, list[str]], *, clobbers: tuple[str, ...] = (),
@@ -214,6 +220,11 @@ def asm_node(atom: Atom, bindings: dict[str, list[str]], *, clobbers: tuple[str,
         if name not in index:
             raise KeyError(f"atom {atom.name}: template names ${name}, which is no operand")
         ids = index[name]
+        if m.group(2) is not None:
+            r = int(m.group(2))
+            if r >= len(ids):
+                raise KeyError(f"atom {atom.name}: template names ${name}[{r}]; the group has {len(ids)} registers")
+            return f"%{ids[r]}"
         return f"%{ids[0]}" if len(ids) == 1 else "{" + ", ".join(f"%{i}" for i in ids) + "}"
 
     return Asm(_GROUP.sub(expand, atom.ptx), tuple(outs), tuple(ins), clobbers, comment)

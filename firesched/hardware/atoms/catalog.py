@@ -1,7 +1,8 @@
 """Every atom of every table, and the look-ups the strategies use to pick one.
 
-``ALL_ATOMS`` lists the records of ``sm70`` and ``sm80`` in table order: the warp-level
-generation every strategy so far is built on.  The Hopper records of ``sm90a`` (wgmma, TMA,
+``ALL_ATOMS`` lists the records of ``sm70``, ``sm80`` and ``convert`` (thread-level register
+conversions: int4 dequantisation and group scales, sm_80 instructions) in table order: the
+warp-level generation every strategy so far is built on.  The Hopper records of ``sm90a`` (wgmma, TMA,
 mbarrier, stmatrix, ...) are ``SM90A_ATOMS``, and ``EVERY_ATOM`` is both; they are kept out of
 ``ALL_ATOMS`` so that the generic look-ups below and the tables' tests keep meaning "the
 mma.sync/ldmatrix/cp.async generation" until strategies use the new families.  Names are unique
@@ -23,10 +24,10 @@ import attrs
 from ...dtypes import DType, dtype
 from ..target import Target
 from ..target import target as _target
-from . import sm70, sm80, sm90a
+from . import convert, sm70, sm80, sm90a
 from .base import COPY, CP_ASYNC, MMA, Atom
 
-ALL_ATOMS: tuple[Atom, ...] = sm70.ATOMS + sm80.ATOMS
+ALL_ATOMS: tuple[Atom, ...] = sm70.ATOMS + sm80.ATOMS + convert.ATOMS
 SM90A_ATOMS: tuple[Atom, ...] = sm90a.ATOMS
 EVERY_ATOM: tuple[Atom, ...] = ALL_ATOMS + SM90A_ATOMS
 

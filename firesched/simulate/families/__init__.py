@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...hardware.atoms import base as atoms
 from ...hardware.atoms import sm90a
-from . import barriers, collectives, copies, tma, wgmma
+from . import barriers, collectives, conversions, copies, tma, wgmma
 
 EXECUTORS = {
     atoms.COPY: copies.copy,
@@ -20,6 +20,7 @@ EXECUTORS = {
     atoms.MMA: collectives.mma,
     atoms.SHUFFLE: collectives.shuffle,
     atoms.SYNC: barriers.sync,
+    atoms.CONVERT: conversions.convert,
     sm90a.WGMMA: wgmma.wgmma,
     sm90a.WGMMA_SYNC: wgmma.wgmma_sync,
     sm90a.TMA: tma.tma,
