@@ -73,13 +73,15 @@ def check(b, h, sq, skv, d, *, kvh=None, causal=False, params=None, seed=0, magn
 
 
 #: the two designs: mma.sync warps (FlashAttention-2, sm_80 on) and wgmma warpgroups (sm_90a)
-DESIGNS = [pytest.param("mma_sync", id="mma_sync"), pytest.param("wgmma", id="wgmma")]
+DESIGNS = [pytest.param("mma_sync", id="mma_sync"), pytest.param("wgmma", id="wgmma"),
+           pytest.param("wgmma+tma", id="wgmma+tma")]
 
 
 def tiles(mma, block_kv=32, block_q=None, warps=None):
-    """Small tiles of each design: 64 queries on 4 warps (one warpgroup), or what is given."""
-    if mma == "wgmma":
-        return P(block_q=64, block_kv=block_kv, warps=4, mma="wgmma")
+    """Small tiles of each design: 64 queries on 4 warps (one warpgroup), or what is given;
+    ``"wgmma+tma"`` loads K and V by TMA."""
+    if mma.startswith("wgmma"):
+        return P(block_q=64, block_kv=block_kv, warps=4, mma="wgmma", tma=mma.endswith("tma"))
     return P(block_q=block_q or 64, block_kv=block_kv, warps=warps or 4)
 
 
@@ -116,7 +118,7 @@ def test_p_stays_in_registers(arch):
     """Neither S nor P has a buffer in memory: the kernel's only shared tiles are Q, K and V."""
     prog = fs.recipes.fmha(1, 2, 100, 90, 64, arch=arch).lower(arch)
     k = prog.kernels[0]
-    assert [b.name for b in k.shared] == ["Q_smem", "K_smem", "V_smem"]
+    assert [b.name for b in k.shared if not isinstance(b, ir.MBarrier)] == ["Q_smem", "K_smem", "V_smem"]
     assert [b.name for b in prog.inputs] == ["Q", "K", "V"]
     assert {"S_acc", "P_frag", "O_acc"} <= {r.name for r in k.regs}
 
@@ -166,6 +168,8 @@ def _atom(name):
     # the softmax reads S before the first wgmma group is retired
     ("wgmma wait", _atom("wgmma_wait"), "wgmma"),
     ("wgmma fence", _atom("wgmma_fence"), "wgmma"),
+    # K and V by TMA: the consumers wait on the stage's mbarrier before reading it
+    ("mbarrier wait", _atom("mbarrier_try_wait"), "wgmma+tma"),
 ])
 def test_planted_hazards_are_found(what, pred, mma):
     good, bad, feed = _planted(pred, mma)
@@ -248,10 +252,10 @@ def _refused_or_right(b, heads, sq, skv, d, causal, arch, params):
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
        st.sampled_from([32, 64, 96]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 48, 64]),
-       st.integers(1, 3), st.booleans())
-def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal):
+       st.integers(1, 3), st.booleans(), st.booleans())
+def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, tma):
     _refused_or_right(b, heads, sq, skv, d, causal, "sm_90a",
-                      lambda: P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma"))
+                      lambda: P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma", tma=tma))
 
 
 def test_wgmma_needs_sm90a():

@@ -71,7 +71,9 @@ class FmhaParams:
     * ``mma``: ``"mma_sync"`` (the FlashAttention-2 design, sm_80 and later) or ``"wgmma"``
       (sm_90a: a warpgroup of 4 warps per 64 query rows, S = Q Kᵀ from shared memory, O += P V
       with P from registers); with wgmma ``warps`` is ``4 * block_q / 64`` and ``block_kv`` at
-      most 256 (wgmma's N).
+      most 256 (wgmma's N);
+    * ``tma``: with wgmma, K and V arrive by TMA (one thread issues a tile's copy; it completes on
+      an mbarrier) instead of every thread's cp.async.
     """
 
     block_q: int = 128
@@ -79,6 +81,7 @@ class FmhaParams:
     warps: int = 8
     stages: int = 2
     mma: str = "mma_sync"
+    tma: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages"):
@@ -92,6 +95,8 @@ class FmhaParams:
                              f"({16 * self.warps}): each warp holds whole m16 tiles of queries")
         if self.block_kv % 16:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
+        if not isinstance(self.tma, bool) or (self.tma and self.mma != "wgmma"):
+            raise ValueError(f"FmhaParams: tma={self.tma!r}; TMA loads are part of the wgmma design (mma='wgmma')")
         if self.mma == "wgmma" and (self.block_q % 64 or self.warps != self.block_q // 16 or self.block_kv > 256):
             raise ValueError(f"FmhaParams: with mma='wgmma' a warpgroup holds 64 query rows and the key tile is "
                              f"wgmma's N: block_q a multiple of 64 (got {self.block_q}), warps = block_q // 16 "
@@ -102,9 +107,9 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
          sms: int | None = None, causal: bool = False) -> FmhaParams:
     """The schedule and tiles for a shape on ``arch`` (measured on an H100, bench/README.md).
 
-    On sm_90a, warpgroup MMAs (``mma="wgmma"``): 128 queries a block on two warpgroups with
-    128-key tiles at head dim 96-128 (3 stages without a mask, 2 with the causal one), 64 queries
-    on one warpgroup at head dim 64 and below, 64-key tiles at 256.
+    On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: 128 queries a block on two
+    warpgroups with 128-key tiles at head dim 96-128, 64 queries on one warpgroup at head dim 64
+    and below, 64-key tiles at 256; two stages.
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -123,10 +128,10 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     sms = tgt.sm_count if sms is None else sms
     if tgt.has_wgmma:
         if head_dim <= 64:
-            return FmhaParams(block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma")
-        block_kv, stages = (64, 2) if head_dim > 128 else (128, 2 if causal else 3)
+            return FmhaParams(block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma", tma=True)
+        block_kv = 64 if head_dim > 128 else 128
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
-        return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma")
+        return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=2, mma="wgmma", tma=True)
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
@@ -175,9 +180,11 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         part(VALUES, tile(q=64) >> to_warpgroups(), tile(kv=16) >> done(wgmma m64n{d}k16 with A from
              registers — P, the first wgmma's accumulator converted in place — and B = V read MN-major))
 
-    The copies are cp.async into the canonical swizzled layout wgmma's descriptors describe
-    (fenced into the async proxy before the barrier that hands a stage over); each MatMul's
-    wgmma group is committed and waited for before the softmax reads its accumulator."""
+    K and V arrive by TMA (``p.tma``; one thread issues a tile, it completes on an mbarrier) or
+    by every thread's cp.async, Q by cp.async; either way in the canonical swizzled layout
+    wgmma's descriptors describe (cp.async copies are fenced into the async proxy before the
+    barrier that hands a stage over).  Each MatMul's wgmma group is committed and waited for
+    before the softmax reads its accumulator."""
     from ..hardware.atoms import sm90a
 
     dt = spec.q.dtype.name
@@ -186,11 +193,12 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
     # head_dim elements: rows are cut into boxes one span wide
     bits = next(b for b in (3, 2, 1) if d % (8 << b) == 0)
     sw = Swizzle(bits, 3, 3)
+    via = (sm90a.tma_load_2d,) if p.tma else ()      # the TMA family: the rule picks the map's rank
     return spec.schedule(
         tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(),
         move_to_smem("Q", swizzle=sw),
         online_softmax(kv=p.block_kv),
-        move_to_smem("K", swizzle=sw), move_to_smem("V", swizzle=sw),
+        move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
         pipeline(stages=p.stages),
         # P stays in registers: the second wgmma reads its A operand from them
         place("S", RF), place("P", RF),

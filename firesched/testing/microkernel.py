@@ -57,7 +57,7 @@ from ..ir.expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
            "tma_wgmma_program", "cluster_multicast_program",
-           "tma_store_program", "tma_load_3d_program", "tma_store_3d_program", "stmatrix_program",
+           "tma_store_program", "tma_load_3d_program", "tma_load_nd_program", "tma_store_3d_program", "stmatrix_program",
            "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
@@ -821,18 +821,18 @@ def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16,
     return program, _Plan(program, expected).random(0), expected
 
 
-def _check_box_3d(what: str, d: dt.DType, shape, box, coords, store: bool = False):
-    """The (batch, rows, cols) shape and box and the (column, row, batch) coordinates of a rank-3
-    TMA microkernel, as ints, refused (``ValueError``) where a GPU would fault or the kernel's
-    copy loop does not fit."""
+def _check_box_3d(what: str, d: dt.DType, shape, box, coords, store: bool = False, rank: int = 3):
+    """The (batch..., rows, cols) shape and box and the (column, row, batch...) coordinates of a
+    rank-``rank`` TMA microkernel, as ints, refused (``ValueError``) where a GPU would fault or the
+    kernel's copy loop does not fit."""
     shape, box, coords = tuple(int(x) for x in shape), tuple(int(x) for x in box), tuple(coords)
-    if len(shape) != 3 or len(box) != 3 or len(coords) != 3:
-        raise ValueError(f"{what}: shape {shape} and box {box} must be (batch, rows, cols) and coords "
-                         f"{coords} (column, row, batch)")
-    problems = tma_coordinate_problems(d.bits // 8, coords, store=store, rank=3)
+    if len(shape) != rank or len(box) != rank or len(coords) != rank:
+        raise ValueError(f"{what}: shape {shape} and box {box} must be ({'batch, ' * (rank - 2)}rows, cols) and "
+                         f"coords {coords} (column, row{', batch' * (rank - 2)})")
+    problems = tma_coordinate_problems(d.bits // 8, coords, store=store, rank=rank)
     if problems:
         raise ValueError(f"{what}: " + "; ".join(problems))
-    n = box[0] * box[1] * box[2]
+    n = int(np.prod(box))
     if n % WARPGROUP_THREADS:
         raise ValueError(f"{what}: the box has {n} elements, not a multiple of 128")
     return shape, box, tuple(int(c) for c in coords), n
@@ -851,8 +851,21 @@ def tma_load_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box
     box hangs over the bottom and right edges of matrix 1 and must not read matrix 2's first rows
     (which a 2-D view of (batch * rows) x cols would); a batch coordinate outside 0..batch-1 gives
     a box of zeros.  Coordinates a GPU faults on are refused (``ValueError``)."""
+    return tma_load_nd_program(dtype, shape=shape, box=box, coords=coords, swizzle=swizzle)
+
+
+def tma_load_nd_program(dtype: dt.DType | str = "f16", *, shape=(2, 3, 40, 72), box=(1, 1, 16, 64),
+                        coords=(16, 32, 1, 1), swizzle: int = 128
+                        ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """``tma_load_3d_program`` for a tensor map of rank 3, 4 or 5 (``len(shape)``): the box of
+    ``x`` [(batch..., rows, cols)] at ``coords`` = (column, row, batch...; innermost first) by one
+    ``tma_load_{rank}d``; elements outside ``x`` in any dimension are zeros."""
     d = dt.dtype(dtype)
-    shape, box, coords, n = _check_box_3d("tma_load_3d_program", d, shape, box, coords)
+    rank = len(tuple(shape))
+    if rank not in sm90a.TMA_LOADS or rank < 3:
+        raise ValueError(f"tma_load_nd_program: a rank-{rank} shape {tuple(shape)}; ranks 3 to 5")
+    shape, box, coords, n = _check_box_3d(f"tma_load_{rank}d_program", d, shape, box, coords, rank=rank)
+    load = sm90a.TMA_LOADS[rank]
     eb = d.bits // 8
     x = _gbuf("x", d, shape)
     out = _gbuf("out", d, box, "out")
@@ -861,7 +874,7 @@ def tma_load_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box
     bar = ir.MBarrier("bar", 1)
     reg = ir.RegBuffer("r", d, 1)
     t = _WG_TID
-    c0, c1, c2 = coords
+    c0, c1 = coords[:2]
     body = [
         ir.If(_eq(t, 0), ir.Seq([
             _call(sm90a.mbarrier_init, bar=ir.MemRef(bar, 0), count=ir.Scalar(1)),
@@ -870,14 +883,14 @@ def tma_load_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box
         ir.Barrier("barrier initialised"),
         ir.If(_eq(t, 0), ir.Seq([
             _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(bar, 0), bytes=ir.Scalar(tmap.box_bytes)),
-            _call(sm90a.tma_load_3d, comment=UNDER_TEST, dst=ir.MemRef(sm, 0), tmap=tmap,
-                  c0=ir.Scalar(c0), c1=ir.Scalar(c1), c2=ir.Scalar(c2), mbar=ir.MemRef(bar, 0)),
+            _call(load, comment=UNDER_TEST, dst=ir.MemRef(sm, 0), tmap=tmap,
+                  **{f"c{i}": ir.Scalar(c) for i, c in enumerate(coords)}, mbar=ir.MemRef(bar, 0)),
         ])),
         _call(sm90a.mbarrier_try_wait, bar=ir.MemRef(bar, 0), parity=ir.Scalar(0)),
     ]
     # element e of the box (row-major over it) sits at byte e * eb before the swizzle: the rows of
     # every outer index follow each other, as in a 2-D box
-    s_byte = _box_io(d, shape[1:], box[1:], swizzle)
+    s_byte = _box_io(d, shape[-2:], box[-2:], swizzle)
     i = Var("i_out", n // WARPGROUP_THREADS)
     e = t + WARPGROUP_THREADS * i
     body.append(ir.For(i, n // WARPGROUP_THREADS, ir.Seq([
@@ -888,15 +901,17 @@ def tma_load_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box
     def expected(inputs):
         xs = np.asarray(inputs["x"]).astype(d.np)
         want = np.zeros(box, dtype=d.np)
-        for b in range(box[0]):
-            if 0 <= c2 + b < shape[0]:
-                want[b] = _box_expected(xs[c2 + b], box[1:], (c0, c1))
+        outer = coords[2:][::-1]                  # the batch coordinates, outermost first
+        for idx in np.ndindex(*box[:-2]):
+            g = tuple(c + j for c, j in zip(outer, idx))
+            if all(0 <= x < e for x, e in zip(g, shape[:-2])):
+                want[idx] = _box_expected(xs[g], box[-2:], (c0, c1))
         return want
 
-    kernel = ir.Kernel(name="micro_tma_load_3d", params=(tmap, out), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
+    kernel = ir.Kernel(name=f"micro_tma_load_{rank}d", params=(tmap, out), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
                        shared=(sm, bar), regs=(reg,), body=ir.Seq(body),
                        header=f"TMA load of a {'x'.join(map(str, box))} box of x{list(shape)} at (column, row, "
-                              f"batch) {coords}, swizzle {swizzle}")
+                              f"batch...) {coords}, swizzle {swizzle}")
     program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
     return program, _Plan(program, expected).random(0), expected
 
@@ -1010,6 +1025,11 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
             return tma_load_program(d or dt.f16)
         if atom is sm90a.tma_load_3d:
             return tma_load_3d_program(d or dt.f16)
+        if atom in (sm90a.tma_load_4d, sm90a.tma_load_5d):
+            rank = 4 if atom is sm90a.tma_load_4d else 5
+            # a box hanging over the edges of an inner matrix of a (2, 3, [2,] 40, 72) tensor
+            return tma_load_nd_program(d or dt.f16, shape=(2, 3) + (2,) * (rank - 4) + (40, 72),
+                                       box=(1,) * (rank - 2) + (16, 64), coords=(16, 32) + (1,) * (rank - 2))
         if atom is sm90a.tma_store_3d:
             return tma_store_3d_program(d or dt.f16)
         return tma_store_program(d or dt.f16, wait="all" if atom is sm90a.tma_wait else "read")

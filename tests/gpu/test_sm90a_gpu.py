@@ -295,6 +295,22 @@ def test_tma_load_3d_other_dtypes(dtype, shape, box, swizzle, coords):
                    lambda inputs: _box_of(np.asarray(inputs["x"]).astype(npd), box, coords))
 
 
+# rank 4 and 5 (attention's (batch, heads, keys, head dim) K and V): an inner matrix's box hanging
+# over its far edges, a box of two matrices of the second dim, and one past the outermost dim
+@pytest.mark.parametrize("shape, box, coords", [((2, 3, 40, 72), (1, 1, 16, 64), (16, 32, 2, 1)),
+                                                ((2, 3, 40, 72), (1, 2, 8, 64), (8, 36, 1, 0)),
+                                                ((2, 3, 40, 72), (1, 1, 16, 64), (0, 0, 0, 2)),
+                                                ((2, 2, 3, 40, 72), (1, 1, 2, 8, 64), (8, 36, 1, 1, 1))])
+def test_tma_load_rank_4_and_5(shape, box, coords):
+    from firesched.ir.rewrite import walk
+
+    rank = len(shape)
+    prog, inputs, expected = mk.tma_load_nd_program(shape=shape, box=box, coords=coords)
+    assert any(isinstance(st, ir.AtomCall) and st.atom.name == f"tma_load_{rank}d"
+               for st in walk([prog.kernels[0].body]))
+    np.testing.assert_array_equal(run_gpu(prog, inputs), expected(inputs))
+
+
 # stores at non-negative coordinates only (negative ones fault in 2-D: see tma_edges.py); a box
 # wholly past the last matrix is not here, it runs in its own process below
 @pytest.mark.parametrize("coords", [(0, 0, 0), (16, 32, 1), (56, 30, 2), (8, 39, 0)])

@@ -15,7 +15,7 @@ Families (``Atom.family``):
   ``smem_descriptor``), ``a`` (``_rs``: four b32 registers holding 8 elements), ``scale_d``
   (a 32-bit value: 0 computes ``D = A @ B``, anything else ``D = A @ B + D``).
 * ``wgmma_sync`` — ``wgmma.fence``, ``wgmma.commit_group``, ``wgmma.wait_group $n``.
-* ``tma`` — 2-D and 3-D ``cp.async.bulk.tensor`` loads (global -> shared, completing on an
+* ``tma`` — 2-D to 5-D ``cp.async.bulk.tensor`` loads (global -> shared, completing on an
   mbarrier) and stores (shared -> global, in a bulk async-group), ``cp.async.bulk.commit_group``
   and ``cp.async.bulk.wait_group[.read] $n``.  Issued by one thread.  ``$tmap`` is the 64-bit
   generic address of a ``const __grid_constant__ CUtensorMap`` kernel parameter of the same rank
@@ -287,8 +287,31 @@ tma_store_3d = Atom(
         "issuing thread's bulk async-group.",
 )
 
+def _tma_load_nd(rank: int) -> Atom:
+    """The TMA load of a rank-``rank`` tensor map's box (rank 4 and 5: tensors with several batch
+    dims, attention's (batch, heads, keys, head dim) K and V)."""
+    cs = tuple(f"c{i}" for i in range(rank))
+    return Atom(
+        name=f"tma_load_{rank}d", family=TMA, group=THREAD, kind="Move", shape=(),
+        dtypes=(("dst", dt.u8), ("src", dt.u8)),
+        operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), *(_scalar(c) for c in cs),
+                  Operand("mbar", "in", "SH")),
+        ptx=f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[$dst], [$tmap, {{{', '.join('$' + c for c in cs)}}}], [$mbar];",
+        min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
+        semantics=identity, catalog=CATALOG,
+        doc=f"TMA load of the rank-{rank} tensor map's box at coordinates $c0 (column), $c1 (row), "
+            f"{', '.join('$' + c for c in cs[2:])} (outer indices, innermost first) into shared memory at "
+            f"$dst, row-major over the box (out-of-bounds elements are zeros); its bytes complete a "
+            f"transaction on mbarrier $mbar.",
+    )
+
+
+tma_load_4d = _tma_load_nd(4)
+tma_load_5d = _tma_load_nd(5)
+
 #: The tensor-map loads and stores by rank (their coordinates are ``c0`` .. ``c{rank-1}``).
-TMA_LOADS = {2: tma_load_2d, 3: tma_load_3d}
+TMA_LOADS = {2: tma_load_2d, 3: tma_load_3d, 4: tma_load_4d, 5: tma_load_5d}
 TMA_STORES = {2: tma_store_2d, 3: tma_store_3d}
 
 tma_commit = _sync(
@@ -427,7 +450,8 @@ STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stma
 
 ATOMS: tuple[Atom, ...] = (
     *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
-    tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_commit, tma_wait_read,
+    tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_load_4d, tma_load_5d,
+    tma_commit, tma_wait_read,
     tma_wait,
     mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_arrive_cluster,
     fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,

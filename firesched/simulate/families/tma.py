@@ -31,7 +31,7 @@ from .operands import bar_ids, scalar
 def tma(k, s):
     """TMA: a load, a multicast load, a store, a bulk commit_group or a bulk wait_group."""
     name = s.atom.name
-    if name in ("tma_load_2d", "tma_load_3d", "tma_load_2d_multicast"):
+    if name in ("tma_load_2d", "tma_load_3d", "tma_load_4d", "tma_load_5d", "tma_load_2d_multicast"):
         _copy(k, s, load=True)
     elif name in ("tma_store_2d", "tma_store_3d"):
         _copy(k, s, load=False)
