@@ -30,7 +30,10 @@ WGMMA = [P(128, 128, 8, 2, "wgmma"), P(128, 64, 8, 2, "wgmma"), P(128, 128, 8, 3
          P(64, 128, 4, 2, "wgmma"), P(128, 176, 8, 2, "wgmma"), P(64, 64, 4, 2, "wgmma"), P(64, 64, 4, 3, "wgmma"),
          P(64, 96, 4, 2, "wgmma"), P(192, 64, 12, 3, "wgmma"), P(128, 96, 8, 3, "wgmma"),
          P(128, 128, 8, 2, "wgmma", True), P(128, 128, 8, 3, "wgmma", True), P(64, 128, 4, 2, "wgmma", True),
-         P(128, 64, 8, 3, "wgmma", True), P(64, 64, 4, 3, "wgmma", True), P(192, 128, 12, 2, "wgmma", True)]
+         P(128, 64, 8, 3, "wgmma", True), P(64, 64, 4, 3, "wgmma", True), P(192, 128, 12, 2, "wgmma", True),
+         P(128, 128, 8, 2, "wgmma", True, True), P(128, 128, 8, 3, "wgmma", True, True),
+         P(64, 128, 4, 2, "wgmma", True, True), P(64, 128, 4, 3, "wgmma", True, True),
+         P(128, 64, 8, 4, "wgmma", True, True)]
 
 
 def main(argv=None) -> list:
@@ -40,13 +43,15 @@ def main(argv=None) -> list:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--wgmma", action="store_true", help="the sm_90a wgmma candidates instead")
     ap.add_argument("--only-tma", action="store_true", help="with --wgmma: the TMA candidates only")
+    ap.add_argument("--only-ws", action="store_true", help="with --wgmma: the warp-specialized candidates only")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fmha-tiles.json"))
     args = ap.parse_args(argv)
     import torch
 
     rows = []
     for b, h, s, d in parse_shapes(args.shapes):
-        cands = [p for p in WGMMA if p.tma or not args.only_tma] if args.wgmma else CANDIDATES.get(d, CANDIDATES[128])
+        cands = ([p for p in WGMMA if (p.tma or not args.only_tma) and (p.warp_specialized or not args.only_ws)]
+                 if args.wgmma else CANDIDATES.get(d, CANDIDATES[128]))
         for p in cands:
             try:
                 row = gpu_row(torch, b, h, s, d, "f16", args.causal, args.rounds, params=p)

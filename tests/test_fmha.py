@@ -74,14 +74,14 @@ def check(b, h, sq, skv, d, *, kvh=None, causal=False, params=None, seed=0, magn
 
 #: the two designs: mma.sync warps (FlashAttention-2, sm_80 on) and wgmma warpgroups (sm_90a)
 DESIGNS = [pytest.param("mma_sync", id="mma_sync"), pytest.param("wgmma", id="wgmma"),
-           pytest.param("wgmma+tma", id="wgmma+tma")]
+           pytest.param("wgmma+tma", id="wgmma+tma"), pytest.param("wgmma+tma+ws", id="wgmma+tma+ws")]
 
 
 def tiles(mma, block_kv=32, block_q=None, warps=None):
     """Small tiles of each design: 64 queries on 4 warps (one warpgroup), or what is given;
     ``"wgmma+tma"`` loads K and V by TMA."""
     if mma.startswith("wgmma"):
-        return P(block_q=64, block_kv=block_kv, warps=4, mma="wgmma", tma=mma.endswith("tma"))
+        return P(block_q=64, block_kv=block_kv, warps=4, mma="wgmma", tma="tma" in mma, warp_specialized="ws" in mma)
     return P(block_q=block_q or 64, block_kv=block_kv, warps=warps or 4)
 
 
@@ -147,6 +147,8 @@ def _planted(pred, mma="mma_sync"):
             return attrs.evolve(s, body=drop(s.body))
         if isinstance(s, ir.If):
             return attrs.evolve(s, then=drop(s.then))
+        if isinstance(s, ir.Roles):
+            return ir.Roles(tuple(attrs.evolve(r, body=drop(r.body)) for r in s.roles))
         return s
 
     q, kk, v = inputs(1, 1, 1, 40, 100, 64)
@@ -170,9 +172,14 @@ def _atom(name):
     ("wgmma fence", _atom("wgmma_fence"), "wgmma"),
     # K and V by TMA: the consumers wait on the stage's mbarrier before reading it
     ("mbarrier wait", _atom("mbarrier_try_wait"), "wgmma+tma"),
+    # warp-specialized: the consumers wait for a full stage, the producer for an empty one
+    ("mbarrier wait", _atom("mbarrier_try_wait"), "wgmma+tma+ws"),
+    # the consumers' named barrier around staging Q (a block barrier would wait for the producer)
+    ("named barrier", lambda s: isinstance(s, ir.Barrier) and s.threads, "wgmma+tma+ws"),
 ])
 def test_planted_hazards_are_found(what, pred, mma):
     good, bad, feed = _planted(pred, mma)
+    assert bad != good, f"no {what} to drop"
     run_program(good, feed)
     with pytest.raises(HazardError):
         run_program(bad, feed)
@@ -252,10 +259,12 @@ def _refused_or_right(b, heads, sq, skv, d, causal, arch, params):
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
        st.sampled_from([32, 64, 96]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 48, 64]),
-       st.integers(1, 3), st.booleans(), st.booleans())
-def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, tma):
+       st.integers(1, 3), st.booleans(), st.sampled_from([(False, False), (True, False), (True, True)]))
+def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, loads):
+    tma, ws = loads
     _refused_or_right(b, heads, sq, skv, d, causal, "sm_90a",
-                      lambda: P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma", tma=tma))
+                      lambda: P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma", tma=tma,
+                                warp_specialized=ws))
 
 
 def test_wgmma_needs_sm90a():

@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import attrs
 
+from .. import ir
 from ..errors import ScheduleError
 from ..ir.expr import IntExpr
 from ..tensor import GL, RF
 
 PRODUCER, CONSUMER = "producer", "consumer"
+#: the named barrier a warp-specialized role synchronises its own threads with (the consumers
+#: staging a tile no ring fills): __syncthreads would wait for the other role too
+ROLE_BARRIER = 15
 
 
 @attrs.frozen
@@ -107,6 +111,14 @@ def frames(ctx: Ctx, specs) -> Ctx:
                 if t.memory == RF:
                     ctx = ctx.with_limit(k, {d: t.tensor.extent(d) for d in t.tensor.dims})
     return ctx
+
+
+def scope_barrier(ctx: "Ctx", comment: str) -> ir.Barrier:
+    """A barrier over the threads that run this code: the block's ``__syncthreads``, or inside a
+    role of a warp-specialized kernel a named barrier over the role's threads."""
+    if ctx.specialized and ctx.scope is not None:
+        return ir.Barrier(comment, bar_id=ROLE_BARRIER, threads=ctx.scope.threads)
+    return ir.Barrier(comment)
 
 
 def err(node_or_spec, msg: str, **kw) -> ScheduleError:

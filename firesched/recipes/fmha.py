@@ -49,6 +49,7 @@ from ..strategies import (
     to_blocks,
     to_warpgroups,
     to_warps,
+    warp_specialize,
 )
 from ..strategies.attention import SCORES, VALUES
 from ..tensor import RF
@@ -73,7 +74,10 @@ class FmhaParams:
       with P from registers); with wgmma ``warps`` is ``4 * block_q / 64`` and ``block_kv`` at
       most 256 (wgmma's N);
     * ``tma``: with wgmma, K and V arrive by TMA (one thread issues a tile's copy; it completes on
-      an mbarrier) instead of every thread's cp.async.
+      an mbarrier) instead of every thread's cp.async;
+    * ``warp_specialized``: with TMA, a producer warpgroup issues the copies (``warp_specialize``)
+      and the consumer warpgroups release each stage on an mbarrier instead of meeting at a
+      block-wide barrier every key tile.
     """
 
     block_q: int = 128
@@ -82,6 +86,7 @@ class FmhaParams:
     stages: int = 2
     mma: str = "mma_sync"
     tma: bool = False
+    warp_specialized: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages"):
@@ -97,6 +102,9 @@ class FmhaParams:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
         if not isinstance(self.tma, bool) or (self.tma and self.mma != "wgmma"):
             raise ValueError(f"FmhaParams: tma={self.tma!r}; TMA loads are part of the wgmma design (mma='wgmma')")
+        if not isinstance(self.warp_specialized, bool) or (self.warp_specialized and not self.tma):
+            raise ValueError(f"FmhaParams: warp_specialized={self.warp_specialized!r}; a producer warpgroup issues "
+                             f"TMA copies: it needs tma=True (and mma='wgmma')")
         if self.mma == "wgmma" and (self.block_q % 64 or self.warps != self.block_q // 16 or self.block_kv > 256):
             raise ValueError(f"FmhaParams: with mma='wgmma' a warpgroup holds 64 query rows and the key tile is "
                              f"wgmma's N: block_q a multiple of 64 (got {self.block_q}), warps = block_q // 16 "
@@ -107,9 +115,10 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
          sms: int | None = None, causal: bool = False) -> FmhaParams:
     """The schedule and tiles for a shape on ``arch`` (measured on an H100, bench/README.md).
 
-    On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: 128 queries a block on two
-    warpgroups with 128-key tiles at head dim 96-128, 64 queries on one warpgroup at head dim 64
-    and below, 64-key tiles at 256; two stages.
+    On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: above head dim 64 a producer
+    warpgroup and two consumer warpgroups of 64 queries each (128-key tiles and 3 stages up to
+    head dim 128, 64-key tiles and 2 stages at 256); at head dim 64 and below 64 queries on one
+    warpgroup, 128 keys a step, without a producer (faster there).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -129,9 +138,10 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     if tgt.has_wgmma:
         if head_dim <= 64:
             return FmhaParams(block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma", tma=True)
-        block_kv = 64 if head_dim > 128 else 128
+        block_kv, stages = (64, 2) if head_dim > 128 else (128, 3)
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
-        return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=2, mma="wgmma", tma=True)
+        return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
+                          tma=True, warp_specialized=True)
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
@@ -170,6 +180,16 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
     )
 
 
+#: registers a thread of the producer warpgroup keeps (it only issues TMA copies)
+PRODUCER_REGS = 40
+
+
+def consumer_regs(warpgroups: int) -> int:
+    """The registers each consumer thread may take (``setmaxnreg``): what the SM's 64K leave
+    after the producer warpgroup, shared by ``warpgroups`` consumers, a multiple of 8, at most 240."""
+    return min(240, (65536 // 128 - PRODUCER_REGS) // warpgroups // 8 * 8)
+
+
 def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
     """Attention on sm_90a's warpgroup MMAs, one warpgroup per 64 query rows::
 
@@ -200,6 +220,8 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
         pipeline(stages=p.stages),
+        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64))]
+          if p.warp_specialized else []),
         # P stays in registers: the second wgmma reads its A operand from them
         place("S", RF), place("P", RF),
         part(SCORES, tile(q=64) >> to_warpgroups(), tile(d=16) >> done(sm90a.wgmma_atom(p.block_kv, dt))),

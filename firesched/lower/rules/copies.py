@@ -20,7 +20,7 @@ from ...ir.expr import IntExpr, Var, land, lt
 from ...schedule import Node
 from ...spec import Move
 from ...tensor import WARP
-from ..context import err, key
+from ..context import err, key, scope_barrier
 from ..layouts import RFLayout, coords
 from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset, sh_offset, shared_buffer
@@ -109,8 +109,8 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
     if lay.span:
         # a wgmma reads this tile through the async proxy: the writers fence their copies first
         sync.append(ir.AtomCall(sm90a.fence_proxy_async, (), comment=f"{dst.name}_smem is visible to wgmma"))
-    return [ir.Barrier(f"the previous readers of {dst.name}_smem are done"), *out, *sync,
-            ir.Barrier(f"{dst.name}_smem is filled")]
+    return [scope_barrier(ctx, f"the previous readers of {dst.name}_smem are done"), *out, *sync,
+            scope_barrier(ctx, f"{dst.name}_smem is filled")]
 
 
 def _rows_to_coords(lay, tensor, r: IntExpr) -> dict[str, IntExpr]:
