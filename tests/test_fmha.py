@@ -262,6 +262,7 @@ def _refused_or_right(b, heads, sq, skv, d, causal, arch, params):
        st.integers(1, 3), st.booleans(), st.sampled_from([(False, False), (True, False), (True, True)]))
 def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, loads):
     tma, ws = loads
+    stages = max(stages, 2) if ws else stages
     _refused_or_right(b, heads, sq, skv, d, causal, "sm_90a",
                       lambda: P(block_q=bq, block_kv=bkv, warps=bq // 16, stages=stages, mma="wgmma", tma=tma,
                                 warp_specialized=ws))
@@ -272,6 +273,10 @@ def test_wgmma_needs_sm90a():
         fs.recipes.fmha(1, 1, 64, 64, 64, arch="sm_80", params=tiles("wgmma"))
     with pytest.raises(ValueError, match="a warpgroup holds 64 query rows"):
         P(block_q=96, block_kv=64, warps=6, mma="wgmma")
+    with pytest.raises(ValueError, match="stages >= 2"):
+        P(block_q=128, block_kv=64, warps=8, stages=1, mma="wgmma", tma=True, warp_specialized=True)
+    with pytest.raises(ValueError, match="needs tma=True"):
+        P(block_q=128, block_kv=64, warps=8, mma="wgmma", warp_specialized=True)
 
 
 def test_bench_smoke():

@@ -105,6 +105,9 @@ class FmhaParams:
         if not isinstance(self.warp_specialized, bool) or (self.warp_specialized and not self.tma):
             raise ValueError(f"FmhaParams: warp_specialized={self.warp_specialized!r}; a producer warpgroup issues "
                              f"TMA copies: it needs tma=True (and mma='wgmma')")
+        if self.warp_specialized and self.stages < 2:
+            raise ValueError(f"FmhaParams: warp_specialized=True with stages={self.stages}; the producer fills one "
+                             f"stage while the consumers read another: stages >= 2")
         if self.mma == "wgmma" and (self.block_q % 64 or self.warps != self.block_q // 16 or self.block_kv > 256):
             raise ValueError(f"FmhaParams: with mma='wgmma' a warpgroup holds 64 query rows and the key tile is "
                              f"wgmma's N: block_q a multiple of 64 (got {self.block_q}), warps = block_q // 16 "
