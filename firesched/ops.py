@@ -85,7 +85,8 @@ class Extra:
     """An extra tensor an op reads: a vector along one axis of C, or a full matrix like C."""
 
     name: str
-    kind: str        # "vector_m" | "vector_n" | "matrix"
+    kind: str        # "vector_m" | "vector_n" | "matrix" | "groups"
+    group: int = 0   # "groups": rows of the operand (its k) per row of the tensor ((k // group, n))
 
 
 class EpilogueOp:
@@ -118,6 +119,9 @@ def extras_at(a, extras: dict[str, np.ndarray], shape) -> np.ndarray | float:
         return v.reshape(1, -1)
     if a.kind == "vector_m":
         return v.reshape(-1, 1)
+    if a.kind == "groups":
+        # one row of scales per group of ``group`` rows of the operand (a partial last group too)
+        return np.repeat(v, a.group, axis=0)[:shape[0]]
     return v
 
 
@@ -158,6 +162,39 @@ class Residual(EpilogueOp):
 
     def __repr__(self):
         return f"ops.residual({self.name!r})"
+
+
+@attrs.frozen(repr=False)
+class GroupScale(EpilogueOp):
+    """``(x - zero) * scale[k // group_size, n]``: int4 codes to weights, one scale per group of
+    ``group_size`` rows of a column (``None``: the whole column).  A prologue op of an int4
+    operand (``prologue("B", ops.group_scale("S", 128))``); the scales are an extra input of
+    shape ``(ceil(K / group_size), N)`` in the dequantised type, and ``zero`` is the codes'
+    zero point (0 for i4, 0 or 8 for u4: ``firesched.quant``)."""
+
+    name: str = "scales"
+    group_size: int | None = 128
+    zero: int = 0
+
+    def extras(self):
+        return (Extra(self.name, "groups", self.group_size or 0),)
+
+    def scalar(self):
+        sub = (("sub", (float(self.zero),)),) if self.zero else ()
+        return sub + (("mul", (self.extras()[0],)),)
+
+    def reference(self, x, extras):
+        if not self.group_size:       # one group: every row of a column shares its scale
+            e = Extra(self.name, "groups", x.shape[0])
+            return (x - float(self.zero)) * extras_at(e, extras, x.shape)
+        return super().reference(x, extras)
+
+    def __str__(self):
+        z = f", zero={self.zero}" if self.zero else ""
+        return f"group_scale({self.name}[k/{self.group_size or 'K'}, n]{z})"
+
+    def __repr__(self):
+        return f"ops.group_scale({self.name!r}, {self.group_size!r}, zero={self.zero!r})"
 
 
 @attrs.frozen(repr=False)
@@ -319,6 +356,19 @@ def bias(name: str = "bias", axis: str = "n") -> Bias:
     if axis not in ("m", "n"):
         raise ValueError(f"bias(axis={axis!r}): allowed axes are 'm' and 'n'")
     return Bias(name, axis)
+
+
+def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 0) -> GroupScale:
+    """Dequantise int4 codes with group scales: ``(code - zero) * name[k // group_size, n]``
+    (``GroupScale``); ``group_size`` 32, 64, 128 or None (one group per column)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"group_scale(name={name!r}): the scales' tensor name, an identifier")
+    if group_size is not None and (isinstance(group_size, bool) or group_size not in (32, 64, 128)):
+        raise ValueError(f"group_scale(group_size={group_size!r}): allowed 32, 64, 128 or None (whole columns)")
+    if isinstance(zero, bool) or not isinstance(zero, int) or not 0 <= zero <= 15:
+        raise ValueError(f"group_scale(zero={zero!r}): the codes' zero point, an int in 0..15 (8 for offset-binary "
+                         f"uint4, 0 for int4)")
+    return GroupScale(name, group_size, zero)
 
 
 def residual(name: str = "residual") -> Residual:

@@ -18,6 +18,7 @@ import attrs
 
 from .dtypes import DType, dtype
 from .layout import Swizzle
+from .packing import Packing
 
 
 class Memory(enum.Enum):
@@ -64,6 +65,8 @@ class Tensor:
     ``swizzle`` applies to shared-memory tensors (element offsets); ``stages`` > 1 for the
     multi-buffered shared tensors a pipeline creates.  ``workspace`` marks a global tensor the
     program allocates itself (split-K partial sums, padded copies): it is no kernel argument.
+    ``packing`` permutes the elements inside aligned blocks of the major dim (``Packing``: int4
+    weights stored in the order their register fragments want them); copies on chip keep it.
 
     Any number of dimensions; they are stored from the first to the last with ``major`` moved
     last (``storage_dims``): a row-major ``(b, m, k)`` A is ``major="k"``, a column-major one
@@ -79,6 +82,7 @@ class Tensor:
     swizzle: Swizzle | None = None
     stages: int = 1
     workspace: bool = False
+    packing: Packing | None = None
 
     def __attrs_post_init__(self):
         if len(self.dims) != len(self.shape) or len(set(self.dims)) != len(self.dims):
@@ -86,6 +90,8 @@ class Tensor:
                              "entry per dimension, with distinct names")
         if self.major not in self.dims:
             raise ValueError(f"Tensor {self.name!r}: major={self.major!r} is not one of its dims {self.dims!r}")
+        if self.packing is not None and not isinstance(self.packing, Packing):
+            raise ValueError(f"Tensor {self.name!r}: packing must be a Packing or None, not {self.packing!r}")
 
     @property
     def storage_dims(self) -> tuple[str, ...]:
@@ -98,8 +104,9 @@ class Tensor:
 
     def __repr__(self):
         ws = ", workspace=True" if self.workspace else ""
+        pk = f", packing={self.packing!r}" if self.packing is not None else ""
         return (f"Tensor({self.name!r}, {self.dtype!r}, {self.memory!r}, {self.dims!r}, "
-                f"{self.shape!r}, {self.major!r}, swizzle={self.swizzle!r}, stages={self.stages}{ws})")
+                f"{self.shape!r}, {self.major!r}, swizzle={self.swizzle!r}, stages={self.stages}{ws}{pk})")
 
     def __str__(self):
         return f"{self.name}:{self.memory} {self.dtype}[{'x'.join(map(str, self.shape))}]"
@@ -135,14 +142,18 @@ class Tile:
         shape = tuple(ext.get(d, s) for d, s in zip(self.tensor.dims, self.shape))
         return attrs.evolve(self, shape=shape)
 
-    def on_chip(self, memory: Memory, *, keep: tuple[str, ...] = (), swizzle: Swizzle | None = None) -> "Tile":
+    def on_chip(self, memory: Memory, *, keep: tuple[str, ...] = (), swizzle: Swizzle | None = None,
+                dtype: DType | str | None = None) -> "Tile":
         """This tile staged in ``memory`` (SH or RF): a new tensor of the tile's shape, without the
         dimensions of extent 1 that are not named in ``keep`` (a batch index inside a block), so
-        that an on-chip tile is as small as its data."""
+        that an on-chip tile is as small as its data.  A shared copy keeps the tensor's packing;
+        ``dtype`` converts on the way (int4 weights dequantised into registers), which unpacks."""
         t = self.tensor
         dims = [d for d, s in zip(t.dims, self.shape) if s != 1 or d in keep or d == t.major]
         shape = tuple(self.extent(d) for d in dims)
-        tensor = Tensor(t.name, t.dtype, memory, tuple(dims), shape, t.major, swizzle=swizzle)
+        dt = t.dtype if dtype is None else dtype
+        packing = t.packing if memory == SH and dtype is None else None
+        tensor = Tensor(t.name, dt, memory, tuple(dims), shape, t.major, swizzle=swizzle, packing=packing)
         return Tile(tensor, shape)
 
     def __repr__(self):
@@ -152,4 +163,5 @@ class Tile:
         t = self.tensor
         sw = f" {t.swizzle}" if t.swizzle is not None and t.swizzle.bits else ""
         st = f" x{t.stages} stages" if t.stages > 1 else ""
-        return f"{t.name}:{t.memory} {t.dtype}[{'x'.join(map(str, self.shape))}]{sw}{st}"
+        pk = " packed" if t.packing is not None else ""
+        return f"{t.name}:{t.memory} {t.dtype}[{'x'.join(map(str, self.shape))}]{sw}{st}{pk}"

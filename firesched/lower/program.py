@@ -92,7 +92,20 @@ class ProgramBuilder:
 
     def extra_buf(self, e: fops.Extra) -> ir.GlobalBuffer:
         """An epilogue's extra tensor (bias, residual): in the output's stored dtype, a vector
-        along one output dim or a tensor of the output's shape."""
+        along one output dim or a tensor of the output's shape.  A prologue's group scales
+        (``ops.group_scale``): ``(ceil(K / group), N)`` of the operand it dequantises, in the
+        type it dequantises to."""
+        if e.name not in self.gl and e.kind == "groups":
+            for n in self.sched.nodes():
+                sp = n.spec
+                if any(x == e for op in getattr(sp, "ops", ()) or () for x in op.extras()):
+                    src = next(t.tensor for t in self.spec.operands if t.name == sp.src.name)
+                    k = src.extent(src.major)
+                    rows = 1 if not e.group else -(-k // e.group)
+                    cols = [d for d in src.dims if d != src.major]
+                    shape = (rows, src.extent(cols[-1]))
+                    self.gl[e.name] = ir.GlobalBuffer(e.name, sp.dst.dtype, shape, _row_major_strides(shape), "in")
+                    break
         if e.name not in self.gl:
             out = self.output.tensor
             shape = tuple(out.extent(d) for d in self.extra_dims(e))

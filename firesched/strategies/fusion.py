@@ -16,7 +16,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import ScheduleError
-from ..ops import Cast, EpilogueOp
+from ..ops import Cast, EpilogueOp, GroupScale
 from ..schedule import find_store
 from ..spec import Move
 from ..tensor import RF, SH
@@ -29,6 +29,12 @@ def _check_ops(strategy, spec, ops, *, allow_extras: bool):
         if not isinstance(op, EpilogueOp):
             raise ScheduleError("not an element-wise op", strategy=strategy, spec=spec, field="op", value=op,
                                 allowed="firesched.ops.bias/residual/relu/gelu/sigmoid/tanh/scale/cast")
+        if isinstance(op, GroupScale):
+            if allow_extras:
+                raise ScheduleError("group_scale dequantises an int4 operand as it is loaded: it is a prologue op",
+                                    strategy=strategy, spec=spec, field="op", value=op,
+                                    fix='prologue("B", ops.group_scale("scales", 128))')
+            continue
         if op.extras() and not allow_extras:
             raise ScheduleError("a prologue op cannot read extra tensors", strategy=strategy, spec=spec,
                                 field="op", value=op, allowed="relu, gelu, sigmoid, tanh, scale")
@@ -152,6 +158,7 @@ class prologue(Strategy):
             raise ScheduleError(f"no register move of {self.operand} to fuse into", strategy=self, spec=root,
                                 fix=f"apply move_to_regs({self.operand!r}) before prologue(...)")
 
+        _check_dequant(self, root, hits)
         hit_specs = [h.spec for h in hits]
 
         def fix(node):
@@ -164,5 +171,34 @@ class prologue(Strategy):
     def __repr__(self):
         return f"prologue({self.operand!r}, " + ", ".join(map(repr, self.ops)) + ")"
 
+
     def __str__(self):
         return f"prologue({self.operand}, " + ", ".join(map(str, self.ops)) + ")"
+
+
+def _check_dequant(strategy, root, hits) -> None:
+    """A ``group_scale`` comes first, once, on an int4 operand's dequantising move, with a zero
+    point the dequantisation atoms subtract exactly; its scales' name is new."""
+    scales = [op for op in strategy.ops if isinstance(op, GroupScale)]
+    quantised = hits[0].spec.src.dtype.name in ("u4", "i4")
+    if not scales:
+        return
+    if not quantised:
+        raise ScheduleError(f"group_scale dequantises int4 codes; {strategy.operand} is {hits[0].spec.src.dtype}",
+                            strategy=strategy, spec=root, field="op", value=scales[0],
+                            allowed="relu, gelu, sigmoid, tanh, scale")
+    if len(scales) > 1 or strategy.ops[0] is not scales[0] or any(
+            isinstance(op, GroupScale) for h in hits for op in h.spec.ops):
+        raise ScheduleError("one group_scale, first among the operand's prologue ops", strategy=strategy,
+                            spec=root, field="ops", value=strategy.ops)
+    op = scales[0]
+    allowed = (0, 8) if hits[0].spec.src.dtype.name == "u4" else (0,)
+    if op.zero not in allowed:
+        raise ScheduleError(f"{hits[0].spec.src.dtype} codes are dequantised with zero point "
+                            f"{' or '.join(map(str, allowed))}", strategy=strategy, spec=root, field="zero",
+                            value=op.zero, allowed=", ".join(map(str, allowed)),
+                            fix="quantise with firesched.quant.quantize_int4 (zero_point=False)")
+    names = {t.name for t in root.operands}
+    if op.name in names:
+        raise ScheduleError(f"the scales' name {op.name!r} is already used", strategy=strategy, spec=root,
+                            field="name", value=op.name, allowed=f"a name other than {sorted(names)}")

@@ -28,6 +28,9 @@ from .base import Strategy, with_operand_in_parts
 _NO_SWIZZLE = Swizzle(0, 0, 0)
 # A 16-byte chunk is the unit of cp.async and ldmatrix rows; a swizzle must keep it whole.
 CHUNK_BYTES = 16
+#: the 4-bit code types a register move dequantises, and the types it dequantises them to
+QUANTISED = ("u4", "i4")
+DEQUANT_TO = ("f16", "bf16")
 BANK_LINE_BYTES = 128
 
 
@@ -190,13 +193,26 @@ class move_to_regs(Strategy):
           Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32])
           MatMul<warp>(A:RF f16[64x32], B:SH f16[32x64] Sw<3,3,4>, C:RF f32[64x64]) acc f32   <- focus
 
+    An int4 operand (``u4``/``i4`` weights) is *dequantised* on the way: the registers hold
+    ``dtype`` values (f16 or bf16; by default the type of the focus's other input), converted
+    eight at a time by a ``convert`` atom, with the group scales a ``prologue(operand,
+    ops.group_scale(...))`` adds::
+
+        MatMul<warp>(A:RF f16[16x64], B:SH u4[64x64] packed, C:RF f32[16x64]) acc f32   <- focus
+          move_to_regs('B')
+          Move<warp>(B:SH u4[64x64] packed -> B:RF f16[64x64])
+          MatMul<warp>(A:RF f16[16x64], B:RF f16[64x64], C:RF f32[16x64]) acc f32   <- focus
+
     * ``operand``: the name of an input of the focus in shared memory (``move_to_smem`` first).
     * ``atom``: an ``ldmatrix`` atom (``sm80.ldmatrix_x1/x2/x4``, ``_trans``), or None to derive the
       variant whose fragments are exactly the ones the consuming atom reads.
+    * ``dtype``: the register type of a dequantised int4 operand (``"f16"``, ``"bf16"``); other
+      operands keep their type.
     """
 
     operand: str
     atom: Atom | None = None
+    dtype: str | None = None
 
     def apply(self, sched):
         node = sched.open_focus(self)
@@ -220,13 +236,37 @@ class move_to_regs(Strategy):
             raise ScheduleError("move_to_regs takes an ldmatrix atom", strategy=self, spec=spec,
                                 field="atom", value=self.atom,
                                 allowed="sm80.ldmatrix_x1/x2/x4 with or without _trans, or None (automatic)")
-        rf = t.on_chip(RF, keep=_roles(spec))
+        rf = t.on_chip(RF, keep=_roles(spec), dtype=self._register_dtype(spec, t))
         move = Node(Move(t, rf, spec.level), atom=self.atom)
         new = attrs.evolve(node, strategy=self, body=(move, Node(spec.with_operand(t.name, rf))))
         return sched.replace_focus(new)
 
+    def _register_dtype(self, spec, t: Tile):
+        """The registers' type: ``dtype`` for an int4 operand (by default the float type of the
+        spec's other inputs), else None (the operand's own)."""
+        quantised = t.dtype.name in QUANTISED
+        if self.dtype is None:
+            if not quantised:
+                return None
+            floats = sorted({x.dtype.name for x in spec.inputs if x.name != t.name and x.dtype.is_float})
+            if len(floats) != 1 or floats[0] not in DEQUANT_TO:
+                raise ScheduleError(f"{t.name} holds {t.dtype} codes: say which type to dequantise them to",
+                                    strategy=self, spec=spec, field="dtype", value=None,
+                                    allowed=", ".join(map(repr, DEQUANT_TO)),
+                                    fix=f"move_to_regs({t.name!r}, dtype='f16')")
+            return floats[0]
+        if not quantised:
+            raise ScheduleError(f"{t.name} is {t.dtype}; only int4 operands (u4, i4) change type on the way "
+                                f"into registers", strategy=self, spec=spec, field="dtype", value=self.dtype,
+                                allowed="None", fix=f"move_to_regs({t.name!r})")
+        if self.dtype not in DEQUANT_TO:
+            raise ScheduleError("int4 codes dequantise to a 16-bit float", strategy=self, spec=spec, field="dtype",
+                                value=self.dtype, allowed=", ".join(map(repr, DEQUANT_TO)))
+        return self.dtype
+
     def __repr__(self):
         a = f", atom={self.atom!r}" if self.atom is not None else ""
-        return f"move_to_regs({self.operand!r}{a})"
+        d = f", dtype={self.dtype!r}" if self.dtype is not None else ""
+        return f"move_to_regs({self.operand!r}{a}{d})"
 
     __str__ = __repr__

@@ -23,7 +23,10 @@ from ...tensor import WARP
 from ..context import err, key, scope_barrier
 from ..layouts import RFLayout, coords
 from ..lowerer import Lowerer, spec_rule
+from .dequant import dequant_to_registers
 from .smem import gl_offset, sh_offset, shared_buffer
+
+QUANTISED = ("u4", "i4")     # codes the SH -> RF move dequantises
 
 COPY_WIDTHS = (16, 8, 4)     # cp.async widths, widest first
 # widest first; of one width, the matrix orders the consumer's registers may take
@@ -156,6 +159,8 @@ def copy_atom(node: Node, cols: int, ld: int, eb: int):
 def shared_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     spec: Move = node.spec
     src, dst = spec.src, spec.dst
+    if src.dtype.name in QUANTISED:
+        return dequant_to_registers(lw, node, ctx)
     lay = lw.reg_layout(dst, node)
     if spec.level != WARP:
         raise err(node, "register fragments are loaded per warp: apply move_to_regs after to_warps()",

@@ -1,0 +1,203 @@
+"""``Move SH -> RF`` of int4 codes into a float operand fragment: the dequantising move.
+
+A warp loads its part of a packed int4 tile one 32-bit word (eight codes) at a time, converts
+each word with a ``convert`` atom into four f16x2 (bf16x2) registers and multiplies them by the
+group's scale (``ops.group_scale``, a prologue op), so the fragment an MMA reads is dequantised
+weights — the codes never exist as floats in memory::
+
+    ld.shared.b32  w, [B_smem + word of this lane]        8 codes: k of one lane's 2 k16 steps
+    dequant_u4z8   (q0 q1 q2 q3) <- w                     lop3 magic numbers, q = code - 8
+    ld.global.b16  s, [scales + (k / group) * N + n]      one scale per (group, column)
+    scale_f16x2    q_i <- q_i * (s, s)                     the fragment registers of the MMA
+
+Which word a lane reads is not chosen here: the tensor's ``Packing`` says where each logical k
+is stored, and the rule checks — lane by lane, value by value, as the ldmatrix rule does — that
+every word holds eight values of one lane's fragment, in the convert atom's order, at register
+offsets every lane shares.  A packing that does not fit (one written by hand, or derived for
+another consumer) is a ``ScheduleError`` naming both; ``lower.synthesis.packing_for`` derives
+the one that fits.
+"""
+
+from __future__ import annotations
+
+from ... import ir
+from ...hardware.atoms import catalog
+from ...hardware.atoms.convert import source_index
+from ...ir.expr import IntExpr, land, lt, to_c
+from ...ops import GroupScale
+from ...schedule import Node
+from ...tensor import WARP
+from ..context import err, key
+from ..lowerer import Lowerer
+from .smem import sh_offset, shared_buffer
+
+WORD_CODES = 8          # codes in one 32-bit word
+
+
+def _lane_expr(table: list[int], lane: IntExpr, node: Node, what: str) -> IntExpr:
+    """``table[lane]`` (``table[0] == 0``) as an expression of ``lane``: a sum over runs of lane
+    bits, each a contiguous bit field times a stride (``(lane // 4) % 8 * 1``), which holds when
+    ``table`` is linear over the bits of the lane — as every MMA fragment's is.  Raises otherwise."""
+    coef = [table[1 << b] for b in range(5)]
+    for lane_v in range(32):
+        if sum(c for b, c in enumerate(coef) if lane_v >> b & 1) != table[lane_v]:
+            raise err(node, f"the lanes' {what} is not a sum over lane bits ({table}); this fragment has no "
+                            f"per-lane address the dequantising move can form", field="packing")
+    out: IntExpr = 0
+    b = 0
+    while b < 5:
+        if coef[b] == 0:
+            b += 1
+            continue
+        e = b
+        while e + 1 < 5 and coef[e + 1] == 2 * coef[e]:
+            e += 1
+        out = out + ((lane // (1 << b)) % (1 << (e - b + 1))) * coef[b]
+        b = e + 1
+    return out
+
+
+def _words(lw: Lowerer, node: Node, lay, src, kdim: str, ndim: str):
+    """The words each lane reads, as ``[(n, storage k, {nibble: register offset})]`` for lane 0
+    and the per-lane offsets ``(dn[lane], dk[lane])`` added to every word's coordinates."""
+    pk = src.tensor.packing
+    part = lay.unit_part()
+    kp, np_ = part[kdim], part[ndim]
+    if kp % pk.block:
+        raise err(node, f"a warp's part of {src.name} spans {kp} k; its packing stores blocks of {pk.block}",
+                  field="tile", value=kp, allowed=f"a multiple of {pk.block}",
+                  fix=f"tile(k=...) to a multiple of {pk.block} per warp")
+    owner = lay.owner_fn()
+    pos = pk.storage_of
+    table: dict[int, dict[tuple[int, int], dict[int, int]]] = {}
+    for k in range(kp):
+        s = k - k % pk.block + int(pos[k % pk.block])
+        for n in range(np_):
+            lane, off = owner((k, n) if lay.dims[0] == kdim else (n, k))
+            table.setdefault(lane, {}).setdefault((n, s // WORD_CODES), {})[s % WORD_CODES] = off
+    if sorted(table) != list(range(32)):
+        raise err(node, f"{lay.atom.name}'s {lay.operand} fragment is not spread over the 32 lanes of a warp")
+
+    def ordered(lane):
+        return sorted(table[lane].items(), key=lambda kv: min(kv[1].values()))
+
+    first = ordered(0)
+    dn, dk = [], []
+    for lane in range(32):
+        mine = ordered(lane)
+        shifts = set()
+        for (w0, m0), (w1, m1) in zip(first, mine):
+            if len(mine) != len(first) or m0 != m1:
+                raise err(node, f"the packing of {src.name} does not deliver {lay.atom.name}'s {lay.operand} fragment: "
+                                f"lane {lane}'s word at column {w1[0]}, word {w1[1]} holds values at register offsets "
+                                f"{[m1[p] for p in sorted(m1)]} where lane 0's holds {[m0[p] for p in sorted(m0)]}",
+                          field="packing", value=src.tensor.packing,
+                          fix=f"pack {src.name} with lower.synthesis.packing_for({lay.atom.name}, "
+                              f"{lay.operand!r}, <convert atom>) (recipes.gemm_w4a16 does)")
+            shifts.add((w1[0] - w0[0], WORD_CODES * (w1[1] - w0[1])))
+        if len(shifts) != 1:
+            raise err(node, f"lane {lane} reads words of {src.name} at offsets from lane 0's that differ word to word",
+                      field="packing", value=src.tensor.packing)
+        a, b = shifts.pop()
+        dn.append(a)
+        dk.append(b)
+    return [(w[0], WORD_CODES * w[1], m) for w, m in first], dn, dk
+
+
+def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
+    """The rule of a ``Move SH -> RF`` whose source holds int4 codes (see the module docstring)."""
+    spec = node.spec
+    src, dst = spec.src, spec.dst
+    lay = lw.reg_layout(dst, node)
+    if spec.level != WARP:
+        raise err(node, "register fragments are loaded per warp: apply move_to_regs after to_warps()",
+                  field="level", value=str(spec.level), allowed="warp")
+    if node.atom is not None:
+        raise err(node, f"{src.name} holds {src.dtype} codes: the dequantising move reads words, not ldmatrix tiles",
+                  field="atom", value=node.atom, allowed="None", fix=f"move_to_regs({src.name!r})")
+    if src.tensor.packing is None:
+        raise err(node, f"{src.name} holds {src.dtype} codes in logical order; a word of codes must hold one lane's "
+                        f"fragment values", field="packing", value=None,
+                  fix=f"give {src.name}'s tensor packing=lower.synthesis.packing_for({lay.atom.name}, "
+                      f"{lay.operand!r}, <convert atom>) (recipes.gemm_w4a16 does)")
+    ops = tuple(spec.ops or ())
+    scale = ops[0] if ops and isinstance(ops[0], GroupScale) else None
+    if ops[1 if scale else 0:]:
+        raise err(node, f"{ops[1 if scale else 0]} on dequantised weights is not lowered; only group_scale is",
+                  field="op", value=ops[1 if scale else 0], allowed="ops.group_scale(...)")
+    zero = scale.zero if scale else 0
+    form = "i4" if src.dtype.name == "i4" else ("u4z8" if zero == 8 else "u4")
+    conv = catalog.by_name(f"dequant_{form}_{dst.dtype.name}")
+    mul = catalog.by_name(f"scale_{dst.dtype.name}x2")
+    for a in (conv, mul):
+        if not lw.target.supports(a):
+            raise err(node, f"{lw.target.name} cannot issue {a.name}", field="target", value=lw.target.name,
+                      allowed="sm_80 and later")
+    kdim = src.tensor.major
+    ndim = next(d for d in lay.dims if d != kdim)
+    words, dn, dk = _words(lw, node, lay, src, kdim, ndim)
+
+    lane = ctx.scope.tid % 32
+    ln = _lane_expr(dn, lane, node, "column")
+    lk = _lane_expr(dk, lane, node, "word")
+    so = ctx.origin[key(src)]
+    sbuf = shared_buffer(lw, src)
+    rbuf = lw.kb.reg(f"{dst.name}_frag", dst.dtype, lay.size)
+    wbuf = lw.kb.reg(f"{src.name}_codes", src.dtype, WORD_CODES * len(words))
+    src_of = source_index(conv)
+    ld = catalog.copy_atom("SH", "RF", 4)
+    stmts: list = [ir.Comment(f"{spec}: {len(words)} words of {WORD_CODES} codes a lane, {conv.name}")]
+    for i, (n, s, _m) in enumerate(words):
+        at = sh_offset(lw, src, ctx, {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln})
+        stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
+                                 comment=f"{src.name} codes"))
+    scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
+    for i, (n, s, m) in enumerate(words):
+        offs = [m[int(src_of[v])] for v in range(WORD_CODES)]
+        direct = offs == list(range(offs[0], offs[0] + WORD_CODES)) and offs[0] % 2 == 0
+        out = rbuf if direct else lw.kb.reg(f"{dst.name}_deq", dst.dtype, WORD_CODES)
+        base = offs[0] if direct else 0
+        stmts.append(ir.AtomCall(conv, (("dst", ir.RegRef(out, base)), ("src", ir.RegRef(wbuf, WORD_CODES * i)))))
+        if scales is not None:
+            sreg = ir.RegRef(scales[0], scales[1][i])
+            for r in range(WORD_CODES // 2):
+                q = ir.RegRef(out, base + 2 * r)
+                stmts.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", sreg))))
+        if not direct:
+            stmts += [ir.Pointwise("copy", ir.RegRef(rbuf, offs[v]), (ir.RegRef(out, v),)) for v in range(WORD_CODES)]
+    return stmts
+
+
+def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, ndim, stmts) -> tuple:
+    """Load each distinct (group, column) scale of the lane's words into both halves of a
+    register; returns (the register buffer, each word's offset in it)."""
+    sbuf_g = lw.kb.extra_buf(scale.extras()[0])
+    rows, cols = sbuf_g.shape
+    gl = ctx.origin.get((src.name, "GL"))
+    if gl is None:
+        raise err(node, f"the group scales of {src.name} are indexed by its global k and n; no global tile of "
+                        f"{src.name} encloses this move", field="op", value=scale)
+    pk = src.tensor.packing
+    where: dict[str, int] = {}
+    loads = []
+    per_word = []
+    for n, s, _m in words:
+        k0 = gl[kdim] + (s - s % pk.block)          # the word's block (global origins are absolute): one group
+        g = 0 if not scale.group_size else k0 // scale.group_size
+        col = gl[ndim] + n + ln
+        tag = f"{g if isinstance(g, int) else to_c(g)}|{n}"
+        if tag not in where:
+            where[tag] = len(loads)
+            loads.append((g, col))
+        per_word.append(2 * where[tag])
+    reg = lw.kb.reg(f"{scale.name}_pair", dst.dtype, 2 * len(loads))
+    ld = catalog.copy_atom("GL", "RF", dst.dtype.bits // 8)
+    for j, (g, col) in enumerate(loads):
+        ok = land(lt(col, cols), lt(g, rows)) if not isinstance(g, int) else lt(col, cols)
+        stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
+                                 ok, comment=f"{scale.name}[k / {scale.group_size or 'K'}, n]"))
+        stmts.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
+    return reg, per_word
+
+
+__all__ = ["dequant_to_registers"]

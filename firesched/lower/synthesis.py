@@ -1,0 +1,71 @@
+"""Layout synthesis for dequantising moves: the packing of an int4 operand, derived from atoms.
+
+An int4 weight reaches an MMA through a register move that reads one 32-bit word of eight
+codes and a ``convert`` atom that turns it into four f16x2 (bf16x2) registers.  For the word to
+feed the MMA directly, its eight codes must be eight values of *one* lane's operand fragment,
+in the order the convert atom leaves them.  Given the consumer's TV layout and the convert
+atom's value order (``convert.source_index``), this module derives the storage order of the
+operand (a ``Packing`` of its k dim) that makes it so — the user never writes it::
+
+    consumer: mma.m16n8k16 B (k16 x n8), lane l holds column n = l // 4 and
+              k = 2t, 2t+1, 2t+8, 2t+9 (t = l % 4), 4 values a k16 step
+    word:     8 values = one lane's values over 2 k16 steps -> a block of 32 k per column
+    lanes:    the 4 lanes of a column take words 0..3 of the block, in lane order
+    order:    nibble p of word w holds the k of the lane's value v with source_index[v] = p
+
+``packing_for(consumer, operand, convert)`` returns it; ``lower.rules.dequant`` reads words
+through it and checks, lane by lane, that a tensor's packing delivers the consumer's values.
+"""
+
+from __future__ import annotations
+
+from ..hardware.atoms.base import Atom
+from ..hardware.atoms.convert import source_index
+from ..packing import Packing
+from .layouts import coords
+
+#: which axis of the operand's TV tile is the reduction dim k
+K_AXIS = {"a": 1, "b": 0}
+
+
+def packing_for(consumer: Atom, operand: str, convert: Atom) -> Packing:
+    """The packing of the k dim of ``consumer``'s ``operand`` (``"a"`` or ``"b"``) under which
+    each 32-bit word of codes is one lane's next ``convert``-many fragment values, in the order
+    ``convert`` leaves them (see the module docstring).  ``ValueError`` names what does not fit:
+    a lane whose values span several columns, or words that do not tile the k extent."""
+    if operand not in K_AXIS:
+        raise ValueError(f"packing_for: operand={operand!r}; allowed 'a', 'b' (the operand read from registers)")
+    tv = consumer.operand(operand).tv
+    ka = K_AXIS[operand]
+    tile_k = tv.tile[ka]
+    cs = coords(tv)
+    per_word = convert.operand("src").values
+    # a lane's values on one line (one row of the operand's other dim), in value order
+    runs: dict[tuple[int, int], list[int]] = {}
+    for lane, vals in enumerate(cs):
+        for v, c in enumerate(vals):
+            runs.setdefault((c[1 - ka], lane), []).append(v)
+    per_run = {len(r) for r in runs.values()}
+    if len(per_run) != 1 or per_word % next(iter(per_run)):
+        raise ValueError(f"packing_for: a word of {per_word} codes cannot hold whole runs of {consumer.name}'s "
+                         f"{operand} (a lane holds {sorted(per_run)} values on a line)")
+    per_line = per_run.pop()
+    reps = per_word // per_line              # k steps of the atom one word covers
+    block = reps * tile_k
+    lines: dict[int, list[int]] = {}
+    for line, lane in runs:
+        lines.setdefault(line, []).append(lane)
+    order = [-1] * block
+    src_of = source_index(convert)
+    for line, lanes in lines.items():
+        if len(lanes) * per_word != block:
+            raise ValueError(f"packing_for: {len(lanes)} lanes share a line of {consumer.name}'s {operand}; "
+                             f"their words do not make a block of {block} k")
+        for w, lane in enumerate(sorted(lanes)):
+            ks = [r * tile_k + cs[lane][v][ka] for r in range(reps) for v in runs[(line, lane)]]
+            for v, k in enumerate(ks):
+                order[8 * w + int(src_of[v])] = k
+    return Packing(block, tuple(order))
+
+
+__all__ = ["packing_for", "K_AXIS"]
