@@ -47,6 +47,14 @@ def _logical(buf: ir.GlobalBuffer, prog: ir.Program, sched: Schedule):
     return buf.shape, buf.strides, None
 
 
+def _packing(buf: ir.GlobalBuffer, sched: Schedule):
+    """The ``Packing`` of the kernel tensor stored in ``buf`` (int4 weights), or None."""
+    for t in sched.spec.operands:
+        if t.name == buf.name:
+            return t.tensor.packing
+    return None
+
+
 def _require_schedule(schedule, what: str) -> None:
     """A ScheduleError, with the fix, when ``schedule`` is not a ``Schedule`` (a spec not yet
     scheduled, most often)."""
@@ -84,6 +92,10 @@ def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
         if tuple(arr.shape) != tuple(shape):
             raise ValueError(f"interpret: {buf.name} has shape {arr.shape}, the schedule expects {shape}")
         feed[buf.name] = np.ascontiguousarray(np.transpose(arr, perm)) if perm else arr
+        pk = _packing(buf, schedule)
+        if pk is not None:
+            # the kernel reads the codes in the packing's order along the major (last stored) dim
+            feed[buf.name] = pk.pack(feed[buf.name], axis=-1)
     got = _interp.run_program(prog, feed)
     results = []
     for buf in prog.outputs:
@@ -248,8 +260,17 @@ class CompiledProgram:
         outs = self.program.outputs
         for buf in list(self.program.inputs) + list(outs):
             shape, strides, _ = _logical(buf, self.program, self.schedule)
-            specs.append(runtime.ArgSpec(buf.name, shape, buf.dtype.name, strides, 16,
-                                         writable=buf in outs))
+            dt = buf.dtype.name
+            if buf.dtype.is_subbyte:
+                # 4-bit codes are passed as their storage bytes, two a byte along the stored last
+                # dim (quant.pack_int4's form): (N, K / 2) uint8 for a K-contiguous (K, N) weight
+                if buf.shape[-1] % 2:
+                    raise ValueError(f"{buf.name}: {buf.shape[-1]} 4-bit codes along its contiguous dim do not "
+                                     f"fill whole bytes; pad it to an even length")
+                shape = buf.shape[:-1] + (buf.shape[-1] // 2,)
+                strides = tuple(st // 2 for st in buf.strides[:-1]) + (1,)
+                dt = "u8"
+            specs.append(runtime.ArgSpec(buf.name, shape, dt, strides, 16, writable=buf in outs))
         return specs
 
     def _load(self, device: int):
@@ -297,7 +318,7 @@ class CompiledProgram:
         if torch is None or self._torch_specs is False:
             return None
         if self._torch_specs is None:
-            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "u8": torch.uint8}
             try:
                 self._torch_specs = [(tdt[s.dtype], torch.Size(s.shape), tuple(s.strides)) for s in self._arg_specs]
             except KeyError:

@@ -25,6 +25,10 @@ saturate.  A group of zeros gets scale 0 and the zero-point code, and dequantise
 
 ``dequantize_int4(q, scales, zeros, group_size)`` is the reference inverse, in float32.  torch
 tensors are accepted anywhere an array is (they are copied to host numpy arrays first).
+
+``pack_int4(q, packing)`` is the device form a kernel reads: ``(N, K / 2)`` bytes, each column's
+codes in the ``Packing``'s order along K (the order a schedule's register fragments want them,
+``lower.synthesis.packing_for``), two a byte, low nibble first; ``unpack_int4`` inverts it.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes as dt
+from .packing import Packing
 
-__all__ = ["GROUP_SIZES", "SCALE_DTYPES", "quantize_int4", "dequantize_int4", "num_groups"]
+__all__ = ["GROUP_SIZES", "SCALE_DTYPES", "quantize_int4", "dequantize_int4", "num_groups", "pack_int4",
+           "unpack_int4"]
 
 #: The group sizes along K that quantisation offers (``None``: one group per column).
 GROUP_SIZES = (32, 64, 128, None)
@@ -166,3 +172,30 @@ def dequantize_int4(q, scales, zeros=None, group_size: int | None = 128) -> np.n
     rows = np.arange(K) // (K if group_size is None else group_size)
     codes = q.astype(np.int64).astype(np.float64)
     return ((codes - z[rows]).astype(np.float32) * s.astype(np.float32)[rows]).astype(np.float32)
+
+
+def pack_int4(q, packing: Packing) -> np.ndarray:
+    """The ``(K, N)`` int4 / uint4 codes ``q`` as a kernel reads them: ``(N, K / 2)`` uint8, row
+    ``n`` holding column ``n``'s codes in ``packing``'s order along K, two a byte, low nibble
+    first (``dtypes.pack``).  K must be a multiple of ``packing.block``."""
+    q = _host(q, "q")
+    _check_weight(q, "pack_int4")
+    if q.dtype not in (dt.i4.np, dt.u4.np):
+        raise ValueError(f"pack_int4: q has dtype {q.dtype}; pass int4 / uint4 codes as quantize_int4 returns them")
+    if not isinstance(packing, Packing):
+        raise ValueError(f"pack_int4: packing={packing!r}; pass a Packing (a W4A16 schedule's B packing)")
+    if q.shape[0] % packing.block:
+        raise ValueError(f"pack_int4: K={q.shape[0]} is not a multiple of the packing's block ({packing.block}); "
+                         f"pad the weight with zero-point codes (and the activations with zeros)")
+    code = dt.i4 if q.dtype == dt.i4.np else dt.u4
+    return dt.pack(code, packing.pack(np.ascontiguousarray(q.T), axis=-1))
+
+
+def unpack_int4(raw, packing: Packing, signed: bool) -> np.ndarray:
+    """The inverse of ``pack_int4``: ``(K, N)`` int4 (``signed``) or uint4 codes."""
+    raw = _host(raw, "raw")
+    if raw.ndim != 2 or raw.dtype != np.uint8:
+        raise ValueError(f"unpack_int4: raw has shape {raw.shape} and dtype {raw.dtype}; pass the (N, K / 2) uint8 "
+                         f"array pack_int4 returns")
+    codes = dt.unpack(dt.i4 if signed else dt.u4, raw)
+    return np.ascontiguousarray(packing.unpack(codes, axis=-1).T)

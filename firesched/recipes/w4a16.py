@@ -1,0 +1,175 @@
+"""Weight-only int4 GEMM (W4A16): ``C (M, N) = A (M, K) @ dequant(B)``, the weights int4 codes
+with a scale per group of ``group_size`` rows of a column, dequantised in registers.
+
+Built only from strategies; the one thing particular to int4 is the register move of B, which
+dequantises (``move_to_regs`` of a u4/i4 operand, ``lower.rules.dequant``) with the group scales
+a prologue op adds::
+
+    split_k(s, across=BLOCK)                       # small M: K parts over blocks, then a reduction
+    tile(m=BM, n=BN) >> to_blocks()
+    tile(k=BK)
+    move_to_smem("A"), move_to_smem("B")           # B: packed codes, 16-byte cp.async chunks
+    pipeline(stages=S)                             # S K tiles of weights in flight per block
+    tile(m=WM, n=WN) >> to_warps(...)
+    tile(k=WK)
+    move_to_regs("A")                              # ldmatrix
+    move_to_regs("B")                              # one 32-bit word of 8 codes per 2 MMAs of a lane,
+    prologue("B", ops.group_scale("S", group_size, zero=8))   # dequantised and scaled in registers
+    tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
+
+B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
+and *packed*: inside each block of 32 k of a column the codes are in the order the MMA's B
+fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
+convert atom's value order).  ``pack_weights`` produces that from ``quant.quantize_int4``'s codes.
+The scales are ``(ceil(K / group_size), N)`` in the activations' type.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from .. import ops as fops
+from ..errors import ScheduleError
+from ..hardware.atoms import convert as cv
+from ..hardware.atoms import sm80
+from ..hardware.target import target as get_target
+from ..lower.synthesis import packing_for
+from ..packing import Packing
+from ..quant import GROUP_SIZES, pack_int4
+from ..schedule import Schedule
+from ..spec import MatMul
+from ..strategies import done, move_to_regs, move_to_smem, pipeline, prologue, split_k, tile, to_blocks, to_warps
+from ..tensor import BLOCK
+
+_MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
+#: K elements of one packed block (a 16-byte chunk of a column): K must be a multiple
+PACK_K = 32
+#: K per split-K part: split_k across blocks cuts K in multiples of 64
+SPLIT_UNIT = 64
+
+
+@attrs.frozen
+class W4A16Params:
+    """The tiles of the W4A16 schedule.
+
+    * ``block_m``, ``block_n``, ``block_k``: a block's tile (``block_k`` a multiple of 32);
+    * ``warps_m`` x ``warps_n``: warps of a block, each with ``block_m / warps_m`` rows (a
+      multiple of 16) and ``block_n / warps_n`` columns (a multiple of 8);
+    * ``warp_k``: K per fragment load (a multiple of 32: one word of codes covers 32 k);
+    * ``stages``: K tiles in flight (the cp.async ring);
+    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch).
+    """
+
+    block_m: int = 16
+    block_n: int = 128
+    block_k: int = 128
+    warps_m: int = 1
+    warps_n: int = 4
+    warp_k: int = 32
+    stages: int = 4
+    split_k: int = 1
+
+    def __attrs_post_init__(self):
+        for f in attrs.fields(type(self)):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"W4A16Params: {f.name} must be a positive int, got {v!r}")
+        if self.block_m % (16 * self.warps_m) or self.block_n % (8 * self.warps_n):
+            raise ValueError(f"W4A16Params: block_m={self.block_m} must be a multiple of 16 x warps_m "
+                             f"({16 * self.warps_m}) and block_n={self.block_n} of 8 x warps_n ({8 * self.warps_n})")
+        if self.block_k % PACK_K or self.warp_k % PACK_K or self.block_k % self.warp_k:
+            raise ValueError(f"W4A16Params: block_k={self.block_k} and warp_k={self.warp_k} must be multiples of "
+                             f"{PACK_K} (a word of codes covers {PACK_K} k), warp_k dividing block_k")
+
+
+def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
+    """The tiles for a shape.  At small M the kernel streams the weights: 16 rows (one m16 MMA
+    tile) a block, 128 columns on 4 warps, 128 k a stage, 4 stages in flight, and K split over
+    blocks until the grid covers the SMs twice (the reduction of the f32 parts is small next to
+    the weights).  Larger M takes 64 rows a block."""
+    bm = 16 if M <= 16 else (32 if M <= 32 else 64)
+    wm = bm // 16 if bm <= 32 else 2
+    bn, bk, wn = 128, 128, 4
+    tiles = -(-M // bm) * -(-N // bn)
+    split = 1
+    while tiles * split * 2 <= 2 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
+        split *= 2
+    return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=32,
+                       stages=4, split_k=split)
+
+
+def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False) -> MatMul:
+    """The kernel spec: A ``(M, K)`` row-major ``dtype``, B ``(K, N)`` int4 codes stored ``(N, K)``
+    packed for ``mma.m16n8k16``'s B fragments, C ``(M, N)`` ``dtype``."""
+    spec = MatMul.kernel(M, N, K, a=dtype, b="i4" if signed else "u4", c=dtype, layout="RC")
+    pk = weight_packing(dtype, signed)
+    return spec.with_operand("B", attrs.evolve(spec.b, tensor=attrs.evolve(spec.b.tensor, packing=pk)))
+
+
+def weight_packing(dtype: str = "f16", signed: bool = False) -> Packing:
+    """The packing of B's k that the schedule's dequantising move reads (``packing_for`` the
+    m16n8k16 B operand and the dequantisation atom)."""
+    conv = getattr(cv, f"dequant_{'i4' if signed else 'u4z8'}_{dtype}")
+    return packing_for(_MMA[dtype], "b", conv)
+
+
+def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: str = "f16",
+               arch: str | None = None, signed: bool = False, params: W4A16Params | None = None,
+               check: bool = True) -> Schedule:
+    """The schedule of ``C = A @ dequant(B)`` (module docstring): ``A (M, K)`` and ``C (M, N)`` in
+    ``dtype`` (f16 / bf16), B int4 codes with one scale per ``group_size`` rows of a column (32,
+    64, 128, or None for whole columns), unsigned with zero point 8 (``signed=False``, as
+    ``quant.quantize_int4(signed=False)``) or two's complement (``signed=True``).  The kernel takes
+    ``A``, ``B`` (``pack_weights(codes)``) and ``S`` (scales, ``(ceil(K / group_size), N)``).
+    ``params`` overrides the tiles ``plan`` picks; ``arch`` None is the GPU present (sm_80 and
+    later run it)."""
+    if dtype not in _MMA:
+        raise ValueError(f"gemm_w4a16: dtype={dtype!r}; allowed 'f16', 'bf16'")
+    if group_size is not None and (isinstance(group_size, bool) or group_size not in GROUP_SIZES):
+        raise ValueError(f"gemm_w4a16: group_size={group_size!r}; allowed 32, 64, 128 or None (whole columns)")
+    if not isinstance(signed, bool):
+        raise ValueError(f"gemm_w4a16: signed={signed!r}; allowed True (int4 codes) or False (uint4, zero point 8)")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"gemm_w4a16: {name}={v!r} must be a positive int")
+    if K % PACK_K:
+        raise ValueError(f"gemm_w4a16: K={K} must be a multiple of {PACK_K}: the weights are packed in blocks of "
+                         f"{PACK_K} k (pad K with zero activations and zero-point codes)")
+    tgt = get_target(arch)
+    p = params if params is not None else plan(M, N, K, sms=tgt.sm_count)
+    if not isinstance(p, W4A16Params):
+        raise ScheduleError("params is a W4A16Params", field="params", value=p,
+                            fix="fs.recipes.W4A16Params(block_m=16, block_n=128, block_k=128)")
+    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed)
+    chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain += [
+        tile(m=p.block_m, n=p.block_n) >> to_blocks(),
+        tile(k=p.block_k),
+        move_to_smem("A"), move_to_smem("B"),
+        pipeline(stages=p.stages),
+        tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
+        tile(k=p.warp_k),
+        move_to_regs("A"), move_to_regs("B"),
+        prologue("B", fops.group_scale("S", group_size, zero=0 if signed else 8)),
+        tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
+    ]
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(tgt)
+    return sched
+
+
+def pack_weights(codes, schedule_or_packing) -> np.ndarray:
+    """The device form of ``codes`` (``(K, N)`` int4 / uint4 codes, ``quant.quantize_int4``'s
+    ``q``) for a W4A16 schedule (or a ``Packing``): ``(N, K / 2)`` uint8, each column's k packed
+    in the schedule's order, two codes a byte, low nibble first."""
+    pk = schedule_or_packing
+    if isinstance(pk, Schedule):
+        pk = pk.spec.operand("B").tensor.packing
+    if not isinstance(pk, Packing):
+        raise ValueError("pack_weights: pass the gemm_w4a16 schedule or its B packing")
+    return pack_int4(codes, pk)
+
+
+__all__ = ["gemm_w4a16", "W4A16Params", "plan", "w4a16_spec", "weight_packing", "pack_weights", "PACK_K"]
