@@ -85,12 +85,14 @@ class W4A16Params:
 
 def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     """The tiles for a shape.  At small M the kernel streams the weights: 16 rows (one m16 MMA
-    tile) a block, 128 columns on 4 warps, 128 k a stage, 4 stages in flight, and K split over
+    tile) a block, 128 columns on 8 warps, 128 k a stage, 4 stages in flight, and K split over
     blocks until the grid covers the SMs twice (the reduction of the f32 parts is small next to
     the weights).  Larger M takes 64 rows a block."""
     bm = 16 if M <= 16 else (32 if M <= 32 else 64)
     wm = bm // 16 if bm <= 32 else 2
-    bn, bk, wn = 128, 128, 4
+    # 8 warps of 16 columns at small M: the K loop's partial-tile predicates and the scales of
+    # 32 columns a warp take a 4-warp kernel past 255 registers at edge shapes (N = 1000)
+    bn, bk, wn = 128, 128, 8 if bm <= 32 else 4
     tiles = -(-M // bm) * -(-N // bn)
     split = 1
     while tiles * split * 2 <= 2 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:

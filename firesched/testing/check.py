@@ -48,11 +48,22 @@ def tolerance(dtype) -> Tolerance:
 def random_arrays(schedule: Schedule, seed: int = 0, *, scale: float = 1.0) -> tuple:
     """Inputs for ``interpret(schedule, *arrays)``: standard normal values times ``scale`` (float64,
     the interpreter rounds them to the schedule's types) from ``numpy.random.default_rng(seed)``,
-    for the spec's inputs and then the extra tensors its ops read."""
+    for the spec's inputs and then the extra tensors its ops read; 4-bit inputs get uniform codes
+    of their type (int4 weights)."""
     rng = np.random.default_rng(seed)
-    shapes = [tuple(t.tensor.extent(d) for d in t.tensor.dims) for t in input_tiles(schedule.spec)]
+    tiles = input_tiles(schedule.spec)
+    shapes = [tuple(t.tensor.extent(d) for d in t.tensor.dims) for t in tiles]
+    kinds = [t.tensor.dtype for t in tiles] + [None] * len(extra_inputs(schedule))
     shapes += [shape for _, shape in extra_inputs(schedule)]
-    return tuple(rng.standard_normal(s) * scale for s in shapes)
+    out = []
+    for s, d in zip(shapes, kinds):
+        if d is not None and d.is_subbyte:
+            # 4-bit codes: every code of the type, uniformly (int4 weights)
+            lo, hi = (-8, 7) if d.kind == "int" else (0, 15)
+            out.append(rng.integers(lo, hi + 1, size=s).astype(np.float64))
+        else:
+            out.append(rng.standard_normal(s) * scale)
+    return tuple(out)
 
 
 def compare(got, want, tol: Tolerance, *, what: str = "result") -> str | None:

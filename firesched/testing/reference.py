@@ -23,6 +23,7 @@ formulas written independently, ``tests/oracles.py``).
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from .. import dtypes as dt
@@ -156,6 +157,18 @@ def _added_ops(schedule: Schedule):
     return pro, epi
 
 
+def _loaded_dtypes(schedule: Schedule) -> dict:
+    """The register type each input is loaded into where a move changes it (int4 codes
+    dequantised to f16 / bf16): what its prologue ops' results are rounded to."""
+    inputs = {t.name for t in input_tiles(schedule.spec)}
+    out = {}
+    for node in schedule.root.walk():
+        sp = node.spec
+        if isinstance(sp, Move) and sp.src.name in inputs and sp.dst.dtype != sp.src.dtype and sp.src.memory != GL:
+            out.setdefault(sp.src.name, sp.dst.dtype)
+    return out
+
+
 def extra_inputs(schedule: Schedule) -> tuple:
     """``(name, shape)`` of the extra tensors the ops of ``schedule`` read, in the order
     ``interpret`` takes them after the spec's inputs (a bias along n has shape ``(N,)``)."""
@@ -177,7 +190,11 @@ def extra_inputs(schedule: Schedule) -> tuple:
                 if e.name in seen:
                     continue
                 seen.add(e.name)
-                shape = {"vector_n": (n,), "vector_m": (m,), "matrix": (m, n)}[e.kind]
+                if e.kind == "groups":
+                    k = spec.k if isinstance(spec, MatMul) else 1
+                    shape = (1 if not e.group else -(-k // e.group), n)
+                else:
+                    shape = {"vector_n": (n,), "vector_m": (m,), "matrix": (m, n)}[e.kind]
                 res.append((e.name, shape))
     return tuple(res)
 
@@ -195,11 +212,17 @@ def schedule_reference(schedule: Schedule, *arrays):
                          f"got {len(arrays)}")
     extras = dict(zip(names, arrays[len(tiles):]))
     pro, epi = _added_ops(schedule)
+    loaded = _loaded_dtypes(schedule)
     ins = []
     for t, a in zip(tiles, arrays):
         x = rounded(a, t.tensor.dtype)
+        into = loaded.get(t.name, t.tensor.dtype)
         for op in pro.get(t.name, ()):
-            x = rounded(_apply_ops(x, (op,), extras, t.tensor.dtype), t.tensor.dtype)
+            x = rounded(_apply_ops(x, (op,), extras, into), into)
+        if into != t.tensor.dtype:
+            # the operand is computed with as the type it was loaded into (dequantised weights)
+            spec = spec.with_operand(t.name, attrs.evolve(spec.operand(t.name), tensor=attrs.evolve(
+                spec.operand(t.name).tensor, dtype=into, packing=None)))
         ins.append(x)
     if not epi:
         return reference(spec, *ins, extras=extras)
@@ -216,8 +239,6 @@ def schedule_reference(schedule: Schedule, *arrays):
 
 def _widened(spec):
     """``spec`` with its results stored in f64 (the epilogue rounds them afterwards)."""
-    import attrs
-
     def widen(tile):
         return attrs.evolve(tile, tensor=attrs.evolve(tile.tensor, dtype=dt.dtype("f64")))
 

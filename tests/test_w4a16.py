@@ -1,0 +1,301 @@
+"""Weight-only int4 GEMM (W4A16): packings derived from atoms, the dequantising register move,
+``ops.group_scale``, ``recipes.gemm_w4a16`` and the host packing, interpreted against numpy.
+
+The dequantised weights are checked bit-exactly (one-hot activation rows select single weight
+rows: the product with 1.0 is exact, so C holds the kernel's dequantised f16/bf16 weights) and
+the products within the output type's tolerance, on odd shapes, every group size, signed and
+unsigned codes, f16 and bf16; hand-written chains drawn by hypothesis are refused at ``check()``
+or right.
+"""
+
+from __future__ import annotations
+
+import attrs
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import ops
+from firesched.errors import ScheduleError
+from firesched.hardware.atoms import convert as cv
+from firesched.hardware.atoms import sm80
+from firesched.lower.layouts import coords
+from firesched.lower.synthesis import packing_for
+from firesched.packing import Packing
+from firesched.quant import dequantize_int4, pack_int4, quantize_int4, unpack_int4
+from firesched.recipes.w4a16 import W4A16Params, gemm_w4a16, pack_weights, plan, w4a16_spec, weight_packing
+from firesched.strategies import (
+    done,
+    move_to_regs,
+    move_to_smem,
+    pipeline,
+    prologue,
+    split_k,
+    tile,
+    to_blocks,
+    to_warps,
+)
+from firesched.tensor import BLOCK
+from firesched.testing.check import assert_schedule_correct
+from firesched.testing.reference import schedule_reference, w4a16_reference
+
+MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
+NP = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def _weights(K, N, group_size, signed, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((K, N))
+    return quantize_int4(w, group_size, signed=signed, scale_dtype=dtype)
+
+
+# --------------------------------------------------------------------------- packing synthesis
+
+@pytest.mark.parametrize("conv", cv.DEQUANT_ATOMS, ids=lambda a: a.name)
+def test_packing_puts_each_lanes_fragment_in_one_word(conv):
+    """Under the derived packing, word w of a 32-k block of a column holds, in the convert atom's
+    output order, exactly the k of one lane's B fragment values over two k16 steps — read off the
+    MMA's TV layout independently of how packing_for computes it."""
+    mma = MMA[str(conv.dtype_of("dst"))]
+    pk = packing_for(mma, "b", conv)
+    assert pk.block == 32
+    tv = mma.operand("b").tv
+    src_of = cv.source_index(conv)
+    for lane in range(32):
+        ks = [16 * r + coords(tv)[lane][v][0] for r in range(2) for v in range(4)]
+        n = {coords(tv)[lane][v][1] for v in range(4)}
+        assert len(n) == 1
+        word = lane % 4            # the lanes of a column, in order
+        got = [pk.order[8 * word + int(src_of[v])] for v in range(8)]
+        assert got == ks
+
+
+def test_packing_pack_unpack_round_trip_and_errors():
+    pk = weight_packing("f16")
+    x = np.arange(3 * 64).reshape(3, 64)
+    assert np.array_equal(pk.unpack(pk.pack(x)), x)
+    assert pk.position(1) == 4 and pk.position(33) == 36
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pk.pack(np.zeros((2, 48)))
+    with pytest.raises(ValueError, match="permutation"):
+        Packing(4, (0, 1, 1, 2))
+    assert eval(repr(pk), {"Packing": Packing}) == pk
+
+
+def test_packing_for_refuses_what_cannot_be_one_word():
+    with pytest.raises(ValueError, match="allowed 'a', 'b'"):
+        packing_for(MMA["f16"], "c", cv.dequant_u4_f16)
+    # A's lanes hold two rows; a word holds one lane's run on one row: still derivable
+    assert packing_for(MMA["f16"], "a", cv.dequant_u4_f16).block == 32
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_pack_int4_round_trip(signed):
+    q, _, _ = _weights(96, 10, 32, signed, "f16")
+    pk = weight_packing("f16", signed)
+    raw = pack_int4(q, pk)
+    assert raw.shape == (10, 48) and raw.dtype == np.uint8
+    back = unpack_int4(raw, pk, signed)
+    assert np.array_equal(back.astype(np.int64), np.asarray(q).astype(np.int64))
+    # storage byte 0 of column 0: codes k=0 (low nibble) and k=8 (high nibble)
+    codes = np.asarray(q).astype(np.int64) & 0xF
+    assert raw[0, 0] == codes[0, 0] | (codes[8, 0] << 4)
+
+
+def test_pack_int4_errors():
+    pk = weight_packing("f16")
+    with pytest.raises(ValueError, match="int4 / uint4 codes"):
+        pack_int4(np.zeros((32, 4)), pk)
+    q, _, _ = _weights(64, 4, 32, False, "f16")
+    with pytest.raises(ValueError, match="multiple of the packing"):
+        pack_int4(q[:48], pk)
+    with pytest.raises(ValueError, match="pass a Packing"):
+        pack_int4(q, None)
+
+
+# --------------------------------------------------------------------------- the recipe
+
+SHAPES = [(1, 8, 32, 32), (5, 72, 96, 32), (16, 136, 256, 128), (17, 64, 192, 64), (3, 40, 128, None),
+          (33, 24, 64, 64)]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("M,N,K,gs", SHAPES)
+def test_recipe_matches_the_reference(M, N, K, gs, signed, dtype):
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_80")
+    q, s, _ = _weights(K, N, gs, signed, dtype, seed=M + N)
+    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_80").astype(np.float64)
+    want = w4a16_reference(a, q, s, None, gs)
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    assert np.abs(got - want).max() <= tol * (1 + np.abs(want).max())
+    # the schedule's own meaning (dequantised weights rounded to the register type) agrees too
+    ref = schedule_reference(sched, a, q.astype(np.float64), s.astype(np.float32))
+    assert np.abs(got - ref).max() <= tol * (1 + np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("signed,gs", [(False, 32), (True, 64), (False, None)])
+def test_dequantised_weights_are_bit_exact(dtype, signed, gs):
+    """One-hot rows of A select weight rows: C = W exactly as the registers held it, which must be
+    the f16/bf16 rounding of (code - zero) * scale (one rounding, as the atoms compute it)."""
+    K, N = 64, 24
+    q, s, _ = _weights(K, N, gs, signed, dtype, seed=3)
+    sched = gemm_w4a16(K, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_80",
+                       params=W4A16Params(block_m=16, block_n=32, block_k=64, warps_n=2, warp_k=32, stages=2))
+    a = np.eye(K, dtype=np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_80")
+    zero = 0 if signed else 8
+    codes = np.asarray(q).astype(np.int64) - zero
+    g = np.arange(K) // (gs or K)
+    exact = (codes * s.astype(np.float64)[g]).astype(NP[dtype])       # one rounding of an exact product
+    assert np.array_equal(got.astype(NP[dtype]).view(np.uint16), exact.view(np.uint16))
+    assert np.allclose(dequantize_int4(q, s, None, gs), exact.astype(np.float32), atol=0.6 * np.abs(s).max())
+
+
+def test_pack_weights_reads_the_schedules_packing():
+    sched = gemm_w4a16(16, 64, 128, arch="sm_80")
+    q, _, _ = _weights(128, 64, 128, False, "f16")
+    assert np.array_equal(pack_weights(q, sched), pack_int4(q, sched.spec.operand("B").tensor.packing))
+    with pytest.raises(ValueError, match="gemm_w4a16 schedule"):
+        pack_weights(q, "B")
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 8192, 8192), (64, 4096, 4096), (4096, 8192, 8192),
+                                   (1, 11008, 4096)])
+def test_plan_fills_the_gpu(M, N, K):
+    p = plan(M, N, K)
+    tiles = -(-M // p.block_m) * -(-N // p.block_n) * p.split_k
+    assert tiles >= 64
+    assert p.split_k == 1 or (K // p.split_k) % 64 == 0
+
+
+@pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),
+                                                  (64, 4096, 4096, 64, True, "bf16"), (4096, 4096, 4096, 32, False, "f16"),
+                                                  (7, 1000, 4128, None, False, "bf16")])
+def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a")
+    k = fs.compile(sched, "sm_90a")
+    assert k.spills == 0
+    assert "lop3.b32" in k.source and "mma.sync" in k.source
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_recipe_argument_errors():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        gemm_w4a16(16, 64, 100, arch="sm_80")
+    with pytest.raises(ValueError, match="group_size"):
+        gemm_w4a16(16, 64, 128, group_size=16, arch="sm_80")
+    with pytest.raises(ValueError, match="dtype"):
+        gemm_w4a16(16, 64, 128, dtype="f32", arch="sm_80")
+    with pytest.raises(ValueError, match="warp_k"):
+        W4A16Params(warp_k=16)
+    with pytest.raises(ScheduleError, match="W4A16Params"):
+        gemm_w4a16(16, 64, 128, arch="sm_80", params={"block_n": 64})
+
+
+def _chain(spec, *, scale=True, zero=8, regs=None, pro_on="B"):
+    return [tile(m=16, n=32) >> to_blocks(), tile(k=64), move_to_smem("A"), move_to_smem("B"),
+            tile(m=16, n=16) >> to_warps(1, 2), move_to_regs("A"), regs or move_to_regs("B"),
+            *([prologue(pro_on, ops.group_scale("S", 32, zero=zero))] if scale else []),
+            tile(m=16, n=8, k=16) >> done(MMA["f16"])]
+
+
+def test_a_dequantising_move_needs_a_packing():
+    spec = MatMul_u4(16, 32, 64, packing=None)
+    sched = spec.schedule(*_chain(spec))
+    with pytest.raises(ScheduleError, match="packing"):
+        sched.check("sm_80")
+
+
+def test_a_packing_for_another_consumer_is_refused_naming_both():
+    wrong = Packing(32, tuple(range(32)))         # logical order: a word holds k 0..7 of a column
+    spec = MatMul_u4(16, 32, 64, packing=wrong)
+    sched = spec.schedule(*_chain(spec))
+    with pytest.raises(ScheduleError, match=r"does not deliver mma_m16n8k16_f16_f32's b fragment") as e:
+        sched.check("sm_80")
+    assert "packing_for" in str(e.value)
+
+
+def test_group_scale_errors():
+    spec = MatMul_u4(16, 32, 64)
+    with pytest.raises(ScheduleError, match="zero point"):
+        spec.schedule(*_chain(spec, zero=3))
+    with pytest.raises(ScheduleError, match="dequantises int4 codes"):
+        spec.schedule(*_chain(spec, pro_on="A"))
+    f16 = fs.MatMul.kernel(16, 32, 64)
+    with pytest.raises(ScheduleError, match="prologue op"):
+        f16.schedule(tile(m=16, n=32) >> to_blocks(), tile(k=32), fs.strategies.epilogue(ops.group_scale("S")))
+    with pytest.raises(ValueError, match="group_size"):
+        ops.group_scale("S", 48)
+    with pytest.raises(ValueError, match="zero"):
+        ops.group_scale("S", 32, zero=16)
+
+
+def test_move_to_regs_dtype_errors():
+    spec = MatMul_u4(16, 32, 64)
+    with pytest.raises(ScheduleError, match="dequantise to a 16-bit float"):
+        spec.schedule(*_chain(spec, regs=move_to_regs("B", dtype="f32")))
+    f16 = fs.MatMul.kernel(16, 32, 64)
+    with pytest.raises(ScheduleError, match="only int4 operands"):
+        f16.schedule(*_chain(f16, scale=False, regs=move_to_regs("B", dtype="bf16")))
+    assert repr(move_to_regs("B", dtype="bf16")) == "move_to_regs('B', dtype='bf16')"
+
+
+def test_codes_without_scales_are_numbers():
+    """No group_scale: the MMA multiplies by the codes' values (u4: 0..15)."""
+    spec = MatMul_u4(16, 32, 64)
+    sched = spec.schedule(*_chain(spec, scale=False))
+    assert_schedule_correct(sched, examples=1)
+
+
+def MatMul_u4(M, N, K, *, packing="derive", signed=False):
+    spec = w4a16_spec(M, N, K, signed=signed)
+    if packing != "derive":
+        spec = spec.with_operand("B", attrs.evolve(spec.b, tensor=attrs.evolve(spec.b.tensor, packing=packing)))
+    return spec
+
+
+# --------------------------------------------------------------------------- hand-written chains
+
+@st.composite
+def chains(draw):
+    M = draw(st.integers(1, 40))
+    N = draw(st.integers(1, 72))
+    K = 32 * draw(st.integers(1, 5))
+    gs = draw(st.sampled_from([32, 64, 128, None]))
+    signed = draw(st.booleans())
+    dtype = draw(st.sampled_from(["f16", "bf16"]))
+    bm = draw(st.sampled_from([16, 32]))
+    bn = draw(st.sampled_from([8, 16, 32, 64]))
+    bk = draw(st.sampled_from([32, 64, 128]))
+    wm = draw(st.sampled_from([w for w in (1, 2) if bm % (16 * w) == 0]))
+    wn = draw(st.sampled_from([w for w in (1, 2, 4) if bn % (8 * w) == 0]))
+    wk = draw(st.sampled_from([k for k in (32, 64, 128) if bk % k == 0]))
+    stages = draw(st.sampled_from([1, 2, 3]))
+    split = draw(st.sampled_from([1, 2]))
+    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed)
+    chain = [split_k(split, across=BLOCK)] if split > 1 else []
+    chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("A"), move_to_smem("B")]
+    chain += [pipeline(stages=stages)] if stages > 1 else []
+    chain += [tile(m=bm // wm, n=bn // wn) >> to_warps(wm, wn), tile(k=wk), move_to_regs("A"), move_to_regs("B"),
+              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)),
+              tile(m=16, n=8, k=16) >> done(MMA[dtype])]
+    return spec, chain
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_hand_written_chains_are_refused_or_right(case):
+    spec, chain = case
+    try:
+        sched = spec.schedule(*chain)
+        sched.check("sm_80")
+    except ScheduleError:
+        return
+    assert_schedule_correct(sched, examples=1)
