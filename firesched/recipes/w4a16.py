@@ -39,7 +39,17 @@ from ..packing import Packing
 from ..quant import GROUP_SIZES, pack_int4
 from ..schedule import Schedule
 from ..spec import MatMul
-from ..strategies import done, move_to_regs, move_to_smem, pipeline, prologue, split_k, tile, to_blocks, to_warps
+from ..strategies import (
+    done,
+    move_to_regs,
+    move_to_smem,
+    pipeline,
+    prologue,
+    split_k,
+    tile,
+    to_blocks,
+    to_warps,
+)
 from ..tensor import BLOCK
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}

@@ -152,7 +152,7 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
         stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
                                  comment=f"{src.name} codes"))
     scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
-    for i, (n, s, m) in enumerate(words):
+    for i, (_n, _s, m) in enumerate(words):
         offs = [m[int(src_of[v])] for v in range(WORD_CODES)]
         direct = offs == list(range(offs[0], offs[0] + WORD_CODES)) and offs[0] % 2 == 0
         out = rbuf if direct else lw.kb.reg(f"{dst.name}_deq", dst.dtype, WORD_CODES)
