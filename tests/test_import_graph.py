@@ -29,6 +29,7 @@ LAYERS = [
     "hardware",
     "tensor",
     {"ops", "layout", "quant"},
+    "packing",
     "draw",
     "dtypes",
     "errors",
