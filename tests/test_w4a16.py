@@ -54,23 +54,26 @@ def _weights(K, N, group_size, signed, dtype, seed=0):
 
 # --------------------------------------------------------------------------- packing synthesis
 
+@pytest.mark.parametrize("words", [1, 2, 4])
 @pytest.mark.parametrize("conv", cv.DEQUANT_ATOMS, ids=lambda a: a.name)
-def test_packing_puts_each_lanes_fragment_in_one_word(conv):
-    """Under the derived packing, word w of a 32-k block of a column holds, in the convert atom's
+def test_packing_puts_each_lanes_fragment_in_one_word(conv, words):
+    """Under the derived packing, word w of a 32-k step of a column holds, in the convert atom's
     output order, exactly the k of one lane's B fragment values over two k16 steps — read off the
-    MMA's TV layout independently of how packing_for computes it."""
+    MMA's TV layout independently of how packing_for computes it — and a lane's ``words`` words
+    are adjacent (one vector load)."""
     mma = MMA[str(conv.dtype_of("dst"))]
-    pk = packing_for(mma, "b", conv)
-    assert pk.block == 32
+    pk = packing_for(mma, "b", conv, words)
+    assert pk.block == 32 * words
     tv = mma.operand("b").tv
     src_of = cv.source_index(conv)
     for lane in range(32):
-        ks = [16 * r + coords(tv)[lane][v][0] for r in range(2) for v in range(4)]
         n = {coords(tv)[lane][v][1] for v in range(4)}
         assert len(n) == 1
-        word = lane % 4            # the lanes of a column, in order
-        got = [pk.order[8 * word + int(src_of[v])] for v in range(8)]
-        assert got == ks
+        for j in range(words):
+            ks = [32 * j + 16 * r + coords(tv)[lane][v][0] for r in range(2) for v in range(4)]
+            word = words * (lane % 4) + j          # the lanes of a column in order, each its words
+            got = [pk.order[8 * word + int(src_of[v])] for v in range(8)]
+            assert got == ks
 
 
 def test_packing_pack_unpack_round_trip_and_errors():
@@ -155,6 +158,18 @@ def test_dequantised_weights_are_bit_exact(dtype, signed, gs):
     exact = (codes * s.astype(np.float64)[g]).astype(NP[dtype])       # one rounding of an exact product
     assert np.array_equal(got.astype(NP[dtype]).view(np.uint16), exact.view(np.uint16))
     assert np.allclose(dequantize_int4(q, s, None, gs), exact.astype(np.float32), atol=0.6 * np.abs(s).max())
+
+
+def test_sixteen_byte_loads_where_k_allows():
+    """K a multiple of 128 and a warp's K step of 128: a lane's four words of a block are one
+    16-byte shared load, and the result is still right; otherwise one word a load."""
+    wide = gemm_w4a16(16, 64, 256, arch="sm_80")
+    assert wide.spec.operand("B").tensor.packing.block == 128
+    src = fs.compile(wide, "sm_80").source
+    assert "ld.shared.v4.b32" in src and "ld.shared.b32" not in src
+    assert_schedule_correct(wide, examples=1)
+    narrow = gemm_w4a16(16, 64, 96, arch="sm_80")
+    assert narrow.spec.operand("B").tensor.packing.block == 32
 
 
 def test_pack_weights_reads_the_schedules_packing():

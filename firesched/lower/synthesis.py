@@ -28,13 +28,20 @@ from .layouts import coords
 K_AXIS = {"a": 1, "b": 0}
 
 
-def packing_for(consumer: Atom, operand: str, convert: Atom) -> Packing:
+def packing_for(consumer: Atom, operand: str, convert: Atom, words: int = 1) -> Packing:
     """The packing of the k dim of ``consumer``'s ``operand`` (``"a"`` or ``"b"``) under which
     each 32-bit word of codes is one lane's next ``convert``-many fragment values, in the order
-    ``convert`` leaves them (see the module docstring).  ``ValueError`` names what does not fit:
-    a lane whose values span several columns, or words that do not tile the k extent."""
+    ``convert`` leaves them (see the module docstring), and each lane's ``words`` consecutive
+    words (its values over ``words`` times as many k steps) are adjacent, so that one vector
+    load (``words=4``: 16 bytes) reads them.  ``ValueError`` names what does not fit: a word
+    that cannot hold whole runs of a lane's values, or lanes whose words do not tile a block.
+
+    ``words=1``: blocks of 32 k (for ``mma.m16n8k16``), word ``w`` of a column's block is lane
+    ``w``'s; ``words=4``: blocks of 128 k, words ``4w .. 4w+3`` are lane ``w``'s four k32 steps."""
     if operand not in K_AXIS:
         raise ValueError(f"packing_for: operand={operand!r}; allowed 'a', 'b' (the operand read from registers)")
+    if words not in (1, 2, 4):
+        raise ValueError(f"packing_for: words={words!r}; allowed 1, 2, 4 (a 4-, 8- or 16-byte load a lane)")
     tv = consumer.operand(operand).tv
     ka = K_AXIS[operand]
     tile_k = tv.tile[ka]
@@ -51,20 +58,22 @@ def packing_for(consumer: Atom, operand: str, convert: Atom) -> Packing:
                          f"{operand} (a lane holds {sorted(per_run)} values on a line)")
     per_line = per_run.pop()
     reps = per_word // per_line              # k steps of the atom one word covers
-    block = reps * tile_k
+    step = reps * tile_k                     # k one word of every lane of a line covers
+    block = words * step
     lines: dict[int, list[int]] = {}
     for line, lane in runs:
         lines.setdefault(line, []).append(lane)
     order = [-1] * block
     src_of = source_index(convert)
     for line, lanes in lines.items():
-        if len(lanes) * per_word != block:
+        if len(lanes) * per_word != step:
             raise ValueError(f"packing_for: {len(lanes)} lanes share a line of {consumer.name}'s {operand}; "
-                             f"their words do not make a block of {block} k")
+                             f"their words do not make a block of {step} k")
         for w, lane in enumerate(sorted(lanes)):
-            ks = [r * tile_k + cs[lane][v][ka] for r in range(reps) for v in runs[(line, lane)]]
-            for v, k in enumerate(ks):
-                order[8 * w + int(src_of[v])] = k
+            for j in range(words):
+                ks = [j * step + r * tile_k + cs[lane][v][ka] for r in range(reps) for v in runs[(line, lane)]]
+                for v, k in enumerate(ks):
+                    order[8 * (w * words + j) + int(src_of[v])] = k
     return Packing(block, tuple(order))
 
 

@@ -18,8 +18,8 @@ a prologue op adds::
     tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
 
 B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
-and *packed*: inside each block of 32 k of a column the codes are in the order the MMA's B
-fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
+and *packed*: inside each block of 32 k of a column (128 k where a lane loads four words at
+once) the codes are in the order the MMA's B fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
 convert atom's value order).  ``pack_weights`` produces that from ``quant.quantize_int4``'s codes.
 The scales are ``(ceil(K / group_size), N)`` in the activations' type.
 """
@@ -95,7 +95,8 @@ class W4A16Params:
 
 def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     """The tiles for a shape.  At small M the kernel streams the weights: 16 rows (one m16 MMA
-    tile) a block, 128 columns on 8 warps, 128 k a stage, 4 stages in flight, and K split over
+    tile) a block, 128 columns on 8 warps, 128 k a stage (each warp dequantises all of it at
+    once), 4 stages in flight, and K split over
     blocks until the grid covers the SMs twice (the reduction of the f32 parts is small next to
     the weights).  Larger M takes 64 rows a block."""
     bm = 16 if M <= 16 else (32 if M <= 32 else 64)
@@ -107,23 +108,33 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     split = 1
     while tiles * split * 2 <= 2 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
         split *= 2
-    return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=32,
+    # small M: a warp dequantises a whole K tile at once (its 16 columns x 128 k are 32 registers),
+    # so each group scale is loaded once a tile and the kernel needs ~60 registers, not ~160
+    wk = bk if bm <= 32 else 32
+    return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
                        stages=4, split_k=split)
 
 
-def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False) -> MatMul:
+def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:
     """The kernel spec: A ``(M, K)`` row-major ``dtype``, B ``(K, N)`` int4 codes stored ``(N, K)``
-    packed for ``mma.m16n8k16``'s B fragments, C ``(M, N)`` ``dtype``."""
+    packed for ``mma.m16n8k16``'s B fragments (``words`` of them a load), C ``(M, N)`` ``dtype``."""
     spec = MatMul.kernel(M, N, K, a=dtype, b="i4" if signed else "u4", c=dtype, layout="RC")
-    pk = weight_packing(dtype, signed)
+    pk = weight_packing(dtype, signed, words)
     return spec.with_operand("B", attrs.evolve(spec.b, tensor=attrs.evolve(spec.b.tensor, packing=pk)))
 
 
-def weight_packing(dtype: str = "f16", signed: bool = False) -> Packing:
+def weight_packing(dtype: str = "f16", signed: bool = False, words: int = 1) -> Packing:
     """The packing of B's k that the schedule's dequantising move reads (``packing_for`` the
-    m16n8k16 B operand and the dequantisation atom)."""
+    m16n8k16 B operand and the dequantisation atom): ``words=4`` puts a lane's four words of a
+    128-k block side by side, so one 16-byte shared load reads them."""
     conv = getattr(cv, f"dequant_{'i4' if signed else 'u4z8'}_{dtype}")
-    return packing_for(_MMA[dtype], "b", conv)
+    return packing_for(_MMA[dtype], "b", conv, words)
+
+
+def load_words(K: int, p: W4A16Params) -> int:
+    """Words of codes a lane loads at once: 4 (16 bytes, blocks of 128 k) where K and a warp's K
+    step are multiples of 128, else 1 (blocks of 32 k)."""
+    return 4 if K % (4 * PACK_K) == 0 and p.warp_k % (4 * PACK_K) == 0 else 1
 
 
 def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: str = "f16",
@@ -153,7 +164,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     if not isinstance(p, W4A16Params):
         raise ScheduleError("params is a W4A16Params", field="params", value=p,
                             fix="fs.recipes.W4A16Params(block_m=16, block_n=128, block_k=128)")
-    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed)
+    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed, words=load_words(K, p))
     chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
     chain += [
         tile(m=p.block_m, n=p.block_n) >> to_blocks(),
@@ -184,4 +195,5 @@ def pack_weights(codes, schedule_or_packing) -> np.ndarray:
     return pack_int4(codes, pk)
 
 
-__all__ = ["gemm_w4a16", "W4A16Params", "plan", "w4a16_spec", "weight_packing", "pack_weights", "PACK_K"]
+__all__ = ["gemm_w4a16", "W4A16Params", "plan", "w4a16_spec", "weight_packing", "load_words", "pack_weights",
+           "PACK_K"]

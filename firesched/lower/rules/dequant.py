@@ -104,6 +104,25 @@ def _words(lw: Lowerer, node: Node, lay, src, kdim: str, ndim: str):
     return [(w[0], WORD_CODES * w[1], m) for w, m in first], dn, dk
 
 
+def _vector_runs(words, dk) -> list[tuple[int, int]]:
+    """``(first word, count)``: the lane's words read by one load each — up to 4 (16 bytes) that
+    are adjacent in storage (same column, consecutive storage positions) and aligned to the load's
+    width for every lane (the packing puts them so: ``packing_for(..., words=4)``)."""
+    out, i = [], 0
+    while i < len(words):
+        n, s, _ = words[i]
+        r = 1
+        for width in (4, 2):
+            span = WORD_CODES * width
+            if s % span == 0 and all(d % span == 0 for d in dk) and i + width <= len(words) and all(
+                    words[i + j][0] == n and words[i + j][1] == s + WORD_CODES * j for j in range(width)):
+                r = width
+                break
+        out.append((i, r))
+        i += r
+    return out
+
+
 def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     """The rule of a ``Move SH -> RF`` whose source holds int4 codes (see the module docstring)."""
     spec = node.spec
@@ -145,11 +164,12 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     rbuf = lw.kb.reg(f"{dst.name}_frag", dst.dtype, lay.size)
     wbuf = lw.kb.reg(f"{src.name}_codes", src.dtype, WORD_CODES * len(words))
     src_of = source_index(conv)
-    ld = catalog.copy_atom("SH", "RF", 4)
     stmts: list = [ir.Comment(f"{spec}: {len(words)} words of {WORD_CODES} codes a lane, {conv.name}")]
-    for i, (n, s, _m) in enumerate(words):
+    for i, r in _vector_runs(words, dk):
+        n, s, _m = words[i]
         at = sh_offset(lw, src, ctx, {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln})
-        stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
+        stmts.append(ir.AtomCall(catalog.copy_atom("SH", "RF", 4 * r),
+                                 (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
                                  comment=f"{src.name} codes"))
     scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
     for i, (_n, _s, m) in enumerate(words):
