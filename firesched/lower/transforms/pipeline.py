@@ -37,7 +37,7 @@ import attrs
 
 from ... import ir
 from ...hardware.atoms import catalog, sm90a
-from ...hardware.atoms.base import LDMATRIX, MMA, TMA, WGMMA
+from ...hardware.atoms.base import MMA, TMA, WGMMA
 from ...ir.expr import IntExpr, Var, bounds, ge, land, lt, minimum, substitute
 from ...ir.rewrite import flat, map_operand, map_stmt
 from ...ir.rewrite import walk as walk_ir
@@ -399,7 +399,10 @@ def _has_async_mma(stmts) -> bool:
 
 def split_ksteps(compute: list):
     """(k-step var, fragment loads, math) when the compute part of a K tile is one unrolled loop
-    over an even number of warp K steps whose body is ldmatrix issues followed by the mma."""
+    over an even number of warp K steps whose body is the fragments' loads (ldmatrix, or the
+    word loads, conversions and scaling of a dequantising move) followed by the mma.  Every read
+    of shared memory must be among the loads: the barrier that frees a stage sits before the
+    last step's math."""
     top = [st for st in flat(compute) if not isinstance(st, ir.Comment)]
     if len(top) != 1 or not isinstance(top[0], ir.For) or not top[0].unroll or top[0].extent % 2:
         return None
@@ -407,19 +410,40 @@ def split_ksteps(compute: list):
     body = flat([loop.body])
     loads, math, seen_math = [], [], False
     for st in body:
-        is_load = (isinstance(st, ir.AtomCall) and st.atom.family == LDMATRIX) or isinstance(st, ir.Pointwise)
-        if is_load and not seen_math:
-            loads.append(st)
-        elif isinstance(st, ir.Comment) and not seen_math:
+        if not seen_math and not _issues_mma(st) and isinstance(st, (ir.AtomCall, ir.Pointwise, ir.Comment, ir.If)):
             loads.append(st)
         else:
             seen_math = True
             math.append(st)
-    has_mma = any(isinstance(s, ir.AtomCall) and s.atom.family == MMA for s in walk_ir(math))
-    if not loads or not has_mma or any(isinstance(s, ir.AtomCall) and s.atom.family == LDMATRIX
-                                       for s in walk_ir(math)):
+    has_mma = any(_issues_mma(s) for s in math)
+    if not loads or not has_mma or _reads_shared(math):
         return None
     return loop.var, loads, math
+
+
+def _issues_mma(st) -> bool:
+    return any(isinstance(s, ir.AtomCall) and s.atom.family == MMA for s in walk_ir([st]))
+
+
+def _reads_shared(stmts) -> bool:
+    return any(isinstance(s, ir.AtomCall) and any(isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer)
+                                                  for _, a in s.args) for s in walk_ir(stmts))
+
+
+def _written_registers(stmts) -> dict:
+    """The register buffers ``stmts`` write (an atom's output operands, a pointwise's dst)."""
+    out = {}
+    for st in walk_ir(stmts):
+        refs = []
+        if isinstance(st, ir.AtomCall):
+            outs = {o.name for o in st.atom.operands if o.role in ("out", "inout")}
+            refs = [a for n, a in st.args if n in outs]
+        elif isinstance(st, ir.Pointwise):
+            refs = [st.dst]
+        for r in refs:
+            if isinstance(r, ir.RegRef):
+                out[r.buffer.name] = r.buffer
+    return out
 
 
 def rewrite(st, env: dict, doubled: dict, parity: int):
@@ -453,11 +477,7 @@ def prefetch_fragments(lw: Lowerer, ring, kt: Var, n: int, S: int, issue, kvar: 
                  step KS-1: wait; barrier; load frags(tile kt+1, step 0) -> buf 0;  mma(buf 1)
     """
     KS = kvar.extent
-    bufs = {}
-    for st in walk_ir(frag_loads):
-        if isinstance(st, ir.AtomCall) and st.atom.family == LDMATRIX:
-            b = st.arg("dst").buffer
-            bufs[b.name] = b
+    bufs = _written_registers(frag_loads)
     doubled = {}
     for name, b in bufs.items():
         d = ir.RegBuffer(b.name, b.dtype, 2 * b.size)
