@@ -5,10 +5,11 @@ each word with a ``convert`` atom into four f16x2 (bf16x2) registers and multipl
 group's scale (``ops.group_scale``, a prologue op), so the fragment an MMA reads is dequantised
 weights — the codes never exist as floats in memory::
 
+    ld.global.b16  s, [scales + (k / group) * N + n]      one scale per (group, column), first
     ld.shared.b32  w, [B_smem + word of this lane]        8 codes: k of one lane's 2 k16 steps
+                                                          (.v4: 4 words, where the packing allows)
     dequant_u4z8   (q0 q1 q2 q3) <- w                     lop3 magic numbers, q = code - 8
-    ld.global.b16  s, [scales + (k / group) * N + n]      one scale per (group, column)
-    scale_f16x2    q_i <- q_i * (s, s)                     the fragment registers of the MMA
+    scale_f16x2    q_i <- q_i * (s, s)                     last: the fragment registers of the MMA
 
 Which word a lane reads is not chosen here: the tensor's ``Packing`` says where each logical k
 is stored, and the rule checks — lane by lane, value by value, as the ldmatrix rule does — that
@@ -165,26 +166,35 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     wbuf = lw.kb.reg(f"{src.name}_codes", src.dtype, WORD_CODES * len(words))
     src_of = source_index(conv)
     stmts: list = [ir.Comment(f"{spec}: {len(words)} words of {WORD_CODES} codes a lane, {conv.name}")]
+    # the scales' global loads first, then the words' shared loads, all conversions, and the
+    # multiplies last: the loads' latency hides under the conversions
+    scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
     for i, r in _vector_runs(words, dk):
         n, s, _m = words[i]
         at = sh_offset(lw, src, ctx, {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln})
         stmts.append(ir.AtomCall(catalog.copy_atom("SH", "RF", 4 * r),
                                  (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
                                  comment=f"{src.name} codes"))
-    scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
+    muls: list = []
     for i, (_n, _s, m) in enumerate(words):
         offs = [m[int(src_of[v])] for v in range(WORD_CODES)]
         direct = offs == list(range(offs[0], offs[0] + WORD_CODES)) and offs[0] % 2 == 0
         out = rbuf if direct else lw.kb.reg(f"{dst.name}_deq", dst.dtype, WORD_CODES)
         base = offs[0] if direct else 0
         stmts.append(ir.AtomCall(conv, (("dst", ir.RegRef(out, base)), ("src", ir.RegRef(wbuf, WORD_CODES * i)))))
+        scaled = []
         if scales is not None:
             sreg = ir.RegRef(scales[0], scales[1][i])
             for r in range(WORD_CODES // 2):
                 q = ir.RegRef(out, base + 2 * r)
-                stmts.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", sreg))))
-        if not direct:
+                scaled.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", sreg))))
+        if direct:
+            muls += scaled          # in place in the fragment: after every conversion
+        else:
+            # through the one temporary: scaled and copied before the next word reuses it
+            stmts += scaled
             stmts += [ir.Pointwise("copy", ir.RegRef(rbuf, offs[v]), (ir.RegRef(out, v),)) for v in range(WORD_CODES)]
+    stmts += muls
     return stmts
 
 
