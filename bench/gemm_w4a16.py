@@ -1,0 +1,222 @@
+"""Weight-only int4 GEMM benchmark: ``recipes.gemm_w4a16`` next to cuBLAS on the unquantised fp16
+weights and next to torch's unpack + scale + matmul, in one process, same inputs.
+
+    PYTHONPATH=. python bench/gemm_w4a16.py                 # M = 1, 16, 64, 4096 at N = K = 4096, 8192
+    PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 8192 --dtypes f16,bf16
+    PYTHONPATH=. python bench/gemm_w4a16.py --smoke         # CPU: a small instance, interpreted
+
+For each shape: microseconds of ours (the recipe's default schedule, group size 128, unsigned codes
+with zero point 8), of ``torch.nn.functional.linear`` on the fp16/bf16 weights (cuBLAS), and of the
+eager torch path (unpack the nibbles of the plain two-per-byte weights, subtract 8, scale per group,
+matmul); the speedups over both; and the weight bandwidth (packed weights and scales read, divided
+by our time).  Timing: each candidate's ``reps`` launches are captured in a CUDA graph (so that
+host launch overhead, which exceeds these kernels' run time at small M, is not what is timed);
+the graphs replay interleaved (ours, cuBLAS, torch path, ours, ...), median of ``rounds``; the
+weights rotate between copies that together exceed L2, so every launch reads them from DRAM.
+Before timing, ours is checked against float32 math on the dequantised weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+import firesched as fs  # noqa: E402
+from bench.gemm import L2_BYTES, write_results  # noqa: E402
+from bench.membound import driver_version  # noqa: E402
+from firesched.quant import dequantize_int4, quantize_int4  # noqa: E402
+from firesched.testing.reference import w4a16_reference  # noqa: E402
+
+MS = (1, 16, 64, 4096)
+NKS = (4096, 8192)
+GROUP = 128
+
+
+def graphed(torch, fn, reps: int):
+    """A replay function of a CUDA graph holding ``reps`` calls ``fn(0) .. fn(reps - 1)``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(2):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(reps):
+            fn(i)
+    return g.replay
+
+
+def time_graphs(torch, fns: dict, reps: int, rounds: int) -> dict:
+    """Microseconds per call of each of ``fns`` (name -> fn(i)): each captured as a graph of
+    ``reps`` calls, the graphs replayed in turn every round; the median over rounds."""
+    replays = {n: graphed(torch, f, reps) for n, f in fns.items()}
+    for r in replays.values():
+        r()
+    torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    for _ in range(rounds):
+        for name, replay in replays.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            replay()
+            e1.record()
+            torch.cuda.synchronize()
+            times[name].append(e0.elapsed_time(e1) * 1e3 / reps)
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def torch_dequant_matmul(torch, a, plain, scales, group: int):
+    """The eager torch path: ``plain`` is ``(N, K / 2)`` bytes, code ``k`` of row ``n`` in the low
+    (even ``k``) or high (odd ``k``) nibble of byte ``k / 2``; weights ``(code - 8) * scale``."""
+    lo = (plain & 0xF).to(a.dtype)
+    hi = (plain >> 4).to(a.dtype)
+    codes = torch.stack((lo, hi), dim=-1).reshape(plain.shape[0], -1)          # (N, K)
+    w = (codes - 8) * scales.t().repeat_interleave(group, dim=1)[:, :codes.shape[1]]
+    return torch.nn.functional.linear(a, w)
+
+
+def plain_bytes(q) -> np.ndarray:
+    """``(N, K / 2)`` bytes of the ``(K, N)`` uint4 codes in logical order, two a byte."""
+    return fs.dtypes.pack(fs.dtypes.u4, np.ascontiguousarray(np.asarray(q).T))
+
+
+def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
+    rng = np.random.default_rng(M + N + K)
+    w = rng.standard_normal((K, N)).astype(np.float32) * 0.05
+    q, s, _ = quantize_int4(w, GROUP, signed=False, scale_dtype=dt_name)
+    sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
+    k = fs.compile(sched, arch="sm_90a")
+    k.prepare(torch.cuda.current_device())
+    wdq = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, GROUP)).cuda()      # (K, N) f32
+    packed = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
+    plain = torch.from_numpy(plain_bytes(q)).cuda()
+    S = torch.from_numpy(np.asarray(s).astype(np.float32)).to(tdt).cuda()
+    w16 = wdq.t().contiguous().to(tdt)                                                      # (N, K): nn.Linear
+    copies = max(2, math.ceil(2 * L2_BYTES / (N * K * 2)))          # the fp16 weights: the largest
+    packs = [packed] + [packed.clone() for _ in range(max(2, math.ceil(2 * L2_BYTES / (N * K // 2))) - 1)]
+    plains = [plain] + [plain.clone() for _ in range(len(packs) - 1)]
+    w16s = [w16] + [w16.clone() for _ in range(copies - 1)]
+    a = torch.randn(M, K, device="cuda", dtype=tdt)
+    c = torch.empty(M, N, device="cuda", dtype=tdt)
+
+    k(a, packed, S, C=c)
+    ref = a.float() @ wdq
+    err = (c.float() - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    if not err <= 2e-2 * (1 + scale):
+        raise SystemExit(f"gemm_w4a16 {M}x{N}x{K} {dt_name}: max error {err:.3g} against |ref| {scale:.3g}")
+    err_torch = (torch_dequant_matmul(torch, a, plain, S, GROUP).float() - ref).abs().max().item()
+
+    def ours(i):
+        k(a, packs[i % len(packs)], S, C=c)
+
+    def cublas(i):
+        torch.nn.functional.linear(a, w16s[i % len(w16s)])
+
+    def torch_path(i):
+        torch_dequant_matmul(torch, a, plains[i % len(plains)], S, GROUP)
+
+    reps = 20 if M <= 64 else 5
+    t = time_graphs(torch, {"ours": ours, "cublas": cublas, "torch": torch_path}, reps, rounds)
+    weight_bytes = N * K // 2 + S.numel() * S.element_size()
+    res = k.resources
+    p = fs.recipes.w4a16.plan(M, N, K) if params is None else params
+    return dict(M=M, N=N, K=K, dtype=dt_name, group_size=GROUP, params=str(p),
+                ours_us=t["ours"], cublas_us=t["cublas"], torch_us=t["torch"],
+                speedup_cublas=t["cublas"] / t["ours"], speedup_torch=t["torch"] / t["ours"],
+                weight_tbps=weight_bytes / t["ours"] / 1e6, tflops=2 * M * N * K / t["ours"] / 1e6,
+                max_abs_err=err, ref_max=scale, torch_path_max_abs_err=err_torch,
+                registers=max(r.registers for r in res.values()), spills=k.spills)
+
+
+def plot(rows: list, path: str) -> str | None:
+    """Speedup over cuBLAS fp16 against M, one line per (N = K, dtype); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for nk, dt in sorted({(r["N"], r["dtype"]) for r in rows}):
+        sel = sorted((r for r in rows if (r["N"], r["dtype"]) == (nk, dt)), key=lambda r: r["M"])
+        ax.plot([r["M"] for r in sel], [r["speedup_cublas"] for r in sel], marker="o", label=f"N = K = {nk}, {dt}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("speedup over cuBLAS on fp16 weights")
+    ax.set_title("gemm_w4a16, group size 128")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def smoke() -> dict:
+    """A small odd instance through the interpreter against the numpy reference."""
+    M, N, K = 5, 72, 256
+    sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, arch="sm_80")
+    rng = np.random.default_rng(0)
+    q, s, _ = quantize_int4(rng.standard_normal((K, N)), GROUP, signed=False, scale_dtype="f16")
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    got = fs.interpret(sched, a, q, s)
+    ref = w4a16_reference(a, q, s, None, GROUP)
+    err = float(np.abs(got.astype(np.float64) - ref).max())
+    if not err <= 1e-2 * (1 + np.abs(ref).max()):
+        raise SystemExit(f"smoke: interpreter result differs from numpy by {err}")
+    # the torch path's unpacking is checked against the codes where torch is installed
+    plain = plain_bytes(q)
+    assert plain.shape == (N, K // 2)
+    return dict(shape=(M, N, K), max_abs_err=err)
+
+
+def main(argv=None) -> list:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", default=",".join(map(str, MS)))
+    ap.add_argument("--nk", default=",".join(map(str, NKS)))
+    ap.add_argument("--dtypes", default="f16")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--smoke", action="store_true", help="CPU only: a small instance through the interpreter")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
+    args = ap.parse_args(argv)
+    if args.smoke:
+        row = smoke()
+        print(row)
+        return [row]
+    import torch
+
+    rows = []
+    print(f"{'M':>5} {'N=K':>5} {'dt':>4} {'ours us':>8} {'cuBLAS':>8} {'torch':>8} {'/cuBLAS':>8} {'/torch':>7} "
+          f"{'TB/s':>5} regs")
+    for nk in (int(x) for x in args.nk.split(",")):
+        for M in (int(x) for x in args.m.split(",")):
+            for dt in args.dtypes.split(","):
+                r = gpu_row(torch, M, nk, nk, dt, args.rounds)
+                rows.append(r)
+                print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
+                      f"{r['speedup_cublas']:8.2f} {r['speedup_torch']:7.1f} {r['weight_tbps']:5.2f} {r['registers']:4d}",
+                      flush=True)
+    meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
+                torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
+                command=" ".join(sys.argv), timing="CUDA graphs of reps launches, interleaved, median of rounds")
+    write_results(args.out, meta, rows)
+    png = plot(rows, args.out.replace(".json", ".png"))
+    if png:
+        print(f"wrote {png}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""``recipes.gemm_w4a16`` on the GPU against float32 math on the dequantised weights: odd M and
+N, every group size, signed and unsigned codes, f16 and bf16, with split-K, compiled for sm_80
+(mma.sync, which the H100 runs too) and sm_90a; and random tiles drawn with a seeded RNG."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import firesched as fs
+from firesched.quant import dequantize_int4, quantize_int4
+from firesched.recipes.w4a16 import W4A16Params
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _run(M, N, K, group_size=128, signed=False, dtype="f16", params=None, arch="sm_90a", seed=0):
+    """Run the recipe (its default tiles unless ``params``) on random weights and compare; the
+    default tiles must not spill (drawn ones may: they are still right)."""
+    sched = fs.recipes.gemm_w4a16(M, N, K, group_size=group_size, signed=signed, dtype=dtype, arch=arch,
+                                  params=params)
+    k = fs.compile(sched, arch=arch)
+    assert params is not None or k.spills == 0
+    rng = np.random.default_rng(seed)
+    q, s, _ = quantize_int4(rng.standard_normal((K, N)) * 0.1, group_size, signed=signed, scale_dtype=dtype)
+    w = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, group_size)).cuda()
+    a = torch.randn(M, K, device="cuda").to(TDT[dtype])
+    b = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
+    sc = torch.from_numpy(np.asarray(s).astype(np.float32)).to(TDT[dtype]).cuda()
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=TDT[dtype])
+    k(a, b, sc, C=c)
+    torch.cuda.synchronize()
+    ref = a.float() @ w
+    assert not torch.isnan(c).any()
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    err = (c.float() - ref).abs().max().item()
+    assert err <= tol * (1 + ref.abs().max().item()), (M, N, K, group_size, signed, dtype, params, err)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("M", [1, 3, 16, 17, 64, 130])
+@pytest.mark.parametrize("N,K", [(8, 32), (72, 96), (256, 1024), (1000, 4096)])
+def test_shapes(M, N, K, arch):
+    _run(M, N, K, group_size=32 if K < 128 else 128, arch=arch)
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128, None])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_groups_signs_dtypes(group_size, signed, dtype):
+    _run(16, 520, 2048, group_size=group_size, signed=signed, dtype=dtype)
+
+
+def test_llm_shapes():
+    for M, N, K in [(1, 4096, 4096), (16, 8192, 8192), (64, 11008, 4096), (4096, 4096, 4096)]:
+        _run(M, N, K)
+
+
+def test_random_tiles():
+    rnd = random.Random(7)
+    ran = 0
+    for i in range(40):
+        bm = rnd.choice([16, 32, 64])
+        wm = rnd.choice([w for w in (1, 2) if bm % (16 * w) == 0])
+        bn = rnd.choice([32, 64, 128, 256])
+        wn = rnd.choice([w for w in (2, 4, 8) if bn % (8 * w) == 0])
+        bk = rnd.choice([64, 128, 256])
+        wk = rnd.choice([w for w in (32, 64, 128) if bk % w == 0])
+        p = W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
+                        stages=rnd.choice([2, 3, 4, 6]), split_k=rnd.choice([1, 2, 4]))
+        M, N, K = rnd.choice([1, 5, 16, 40, 100]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
+        try:
+            _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
+                 dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i)
+        except fs.ScheduleError:
+            continue
+        ran += 1
+    assert ran >= 15
