@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 
+import numpy as np
 import pytest
 
 import firesched as fs
@@ -122,3 +123,16 @@ def test_rows_runs_small(tmp_path):
     got = rows_bench.main(["--dtypes", "bf16", "--shapes", "256x1000", "--rounds", "2", "--out", str(out)])
     assert {r["op"] for r in got} == set(rows_bench.OPS)
     assert all(r["spills"] == 0 for r in got)
+
+
+def test_gemm_w4a16_smoke_runs():
+    """bench/gemm_w4a16.py --smoke: its instance interpreted against numpy, and the plain byte
+    layout the torch path unpacks (code k of row n in byte k / 2, low nibble for even k)."""
+    from bench import gemm_w4a16 as b
+
+    rows = b.main(["--smoke"])
+    assert rows[0]["max_abs_err"] < 0.1
+    q = np.arange(64).reshape(8, 8) % 16        # (K, N) codes
+    plain = b.plain_bytes(q.astype(fs.dtypes.u4.np))
+    assert plain.shape == (8, 4)
+    assert plain[3, 1] == q[2, 3] | (q[3, 3] << 4)
