@@ -212,7 +212,13 @@ def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, nd
     loads = []
     per_word = []
     for n, s, _m in words:
-        k0 = gl[kdim] + (s - s % pk.block)          # the word's block (global origins are absolute): one group
+        # the logical k of the word's codes (global origins are absolute): a group holds them all
+        ks = [s - s % pk.block + pk.order[(s + p) % pk.block] for p in range(WORD_CODES)]
+        if scale.group_size and len({k // scale.group_size for k in ks}) != 1:
+            raise err(node, f"a word of {src.name}'s codes spans k {min(ks)}..{max(ks)}, across groups of "
+                            f"{scale.group_size}", field="group_size", value=scale.group_size,
+                      fix="a packing whose words hold k of one group (packing_for's are 32 k apart at most)")
+        k0 = gl[kdim] + min(ks)
         g = 0 if not scale.group_size else k0 // scale.group_size
         col = gl[ndim] + n + ln
         tag = f"{g if isinstance(g, int) else to_c(g)}|{n}"
