@@ -140,6 +140,87 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
                 registers=max(r.registers for r in res.values()), spills=k.spills)
 
 
+def sweep_candidates(M: int, N: int, K: int) -> list:
+    """Tile variants around the plan for ``--sweep``: block shapes, warp splits, K steps, stages
+    and K splits; invalid ones are dropped when the recipe refuses them."""
+    from firesched.recipes.w4a16 import W4A16Params, plan
+
+    out = [plan(M, N, K)]
+    for bm, wm in ((16, 1), (32, 1), (32, 2), (64, 1), (64, 2), (64, 4), (128, 2), (128, 4)):
+        if bm > max(16, 2 * M):
+            continue
+        for bn, wn in ((64, 4), (128, 4), (128, 8), (256, 4), (256, 8)):
+            for bk, wk in ((64, 32), (64, 64), (128, 32), (128, 64), (128, 128)):
+                for st in (3, 4):
+                    for sp in (1, 2, 4, 8):
+                        try:
+                            p = W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
+                                            stages=st, split_k=sp)
+                        except ValueError:
+                            continue
+                        tiles = -(-M // bm) * -(-N // bn) * sp
+                        if tiles < 100 or tiles > 2000 or (wm > 1 and wk == 128) or (bm // wm) * wk > 64 * 64:
+                            continue
+                        out.append(p)
+    # at most 120, drawn reproducibly: each compiles and runs in about a second
+    import random
+
+    return out[:1] + (random.Random(0).sample(out[1:], 120) if len(out) > 121 else out[1:])
+
+
+def _compile_one(args):
+    M, N, K, dt, p = args
+    try:
+        sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt, arch="sm_90a", params=p)
+        return fs.compile(sched, arch="sm_90a").spills
+    except fs.ScheduleError:
+        return -1
+
+
+def sweep(torch, M, N, K, dt_name, rounds) -> list:
+    """Every ``sweep_candidates`` variant that compiles without spills, timed against cuBLAS
+    (compiled in parallel processes first; NVRTC's cache then serves the timing loop)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    cands = sweep_candidates(M, N, K)
+    with ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 2)) as ex:
+        spills = list(ex.map(_compile_one, [(M, N, K, dt_name, p) for p in cands]))
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
+    rng = np.random.default_rng(0)
+    q, s, _ = quantize_int4(rng.standard_normal((K, N)).astype(np.float32) * 0.05, GROUP, signed=False,
+                            scale_dtype=dt_name)
+    wdq = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, GROUP)).cuda()
+    w16 = wdq.t().contiguous().to(tdt)
+    w16s = [w16] + [w16.clone() for _ in range(max(2, math.ceil(2 * L2_BYTES / (N * K * 2))) - 1)]
+    S = torch.from_numpy(np.asarray(s).astype(np.float32)).to(tdt).cuda()
+    a = torch.randn(M, K, device="cuda", dtype=tdt)
+    ref = a.float() @ wdq
+    packed: dict = {}
+    rows = []
+    for p, sp in zip(cands, spills):
+        if sp != 0:
+            continue
+        sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=p)
+        pk = sched.spec.operand("B").tensor.packing
+        if pk not in packed:
+            b = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
+            packed[pk] = [b] + [b.clone() for _ in range(max(2, math.ceil(2 * L2_BYTES / (N * K // 2))) - 1)]
+        bs = packed[pk]
+        k = fs.compile(sched, arch="sm_90a")
+        k.prepare(torch.cuda.current_device())
+        c = torch.empty(M, N, device="cuda", dtype=tdt)
+        k(a, bs[0], S, C=c)
+        if not (c.float() - ref).abs().max().item() <= 2e-2 * (1 + ref.abs().max().item()):
+            raise SystemExit(f"sweep: {p} is wrong at {M}x{N}x{K}")
+        t = time_graphs(torch, {"ours": lambda i, k=k, bs=bs, c=c: k(a, bs[i % len(bs)], S, C=c),
+                                "cublas": lambda i: torch.nn.functional.linear(a, w16s[i % len(w16s)])},
+                        20 if M <= 64 else 3, rounds)
+        rows.append(dict(M=M, N=N, K=K, dtype=dt_name, params=str(p), ours_us=t["ours"], cublas_us=t["cublas"],
+                         speedup_cublas=t["cublas"] / t["ours"]))
+    rows.sort(key=lambda r: r["ours_us"])
+    return rows
+
+
 def plot(rows: list, path: str) -> str | None:
     """Speedup over cuBLAS fp16 against M, one line per (N = K, dtype); None without matplotlib."""
     try:
@@ -189,6 +270,8 @@ def main(argv=None) -> list:
     ap.add_argument("--dtypes", default="f16")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--smoke", action="store_true", help="CPU only: a small instance through the interpreter")
+    ap.add_argument("--sweep", action="store_true",
+                    help="time the tile variants of sweep_candidates against cuBLAS instead (first dtype)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -197,6 +280,19 @@ def main(argv=None) -> list:
         return [row]
     import torch
 
+    if args.sweep:
+        rows = []
+        for nk in (int(x) for x in args.nk.split(",")):
+            for M in (int(x) for x in args.m.split(",")):
+                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds)
+                rows += best
+                print(f"M={M} N=K={nk}: {len(best)} variants; plan "
+                      f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, nk, nk))), 0):.1f} us")
+                for r in best[:5]:
+                    print(f"   {r['ours_us']:8.1f} us {r['speedup_cublas']:5.2f}x  {r['params']}", flush=True)
+        write_results(args.out.replace(".json", "-sweep.json"), dict(date=str(datetime.date.today()),
+                      device=torch.cuda.get_device_name(), command=" ".join(sys.argv)), rows)
+        return rows
     rows = []
     print(f"{'M':>5} {'N=K':>5} {'dt':>4} {'ours us':>8} {'cuBLAS':>8} {'torch':>8} {'/cuBLAS':>8} {'/torch':>7} "
           f"{'TB/s':>5} regs")
