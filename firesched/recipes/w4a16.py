@@ -94,25 +94,35 @@ class W4A16Params:
 
 
 def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
-    """The tiles for a shape.  At small M the kernel streams the weights: 16 rows (one m16 MMA
-    tile) a block, 128 columns on 8 warps, 128 k a stage (each warp dequantises all of it at
-    once), 4 stages in flight, and K split over
-    blocks until the grid covers the SMs twice (the reduction of the f32 parts is small next to
-    the weights).  Larger M takes 64 rows a block."""
-    bm = 16 if M <= 16 else (32 if M <= 32 else 64)
-    wm = bm // 16 if bm <= 32 else 2
-    # 8 warps of 16 columns at small M: the K loop's partial-tile predicates and the scales of
-    # 32 columns a warp take a 4-warp kernel past 255 registers at edge shapes (N = 1000)
-    bn, bk, wn = 128, 128, 8 if bm <= 32 else 4
+    """The tiles for a shape, from a sweep on an H100 (``bench/gemm_w4a16.py --sweep``,
+    bench/README.md).  Every warp holds all of its block's rows where it can, so a weight is
+    dequantised once per block, not once per warp row:
+
+    * M <= 16 (the kernel streams the weights): 16 rows a block (one m16 MMA tile), 128 columns on
+      8 warps, 128 k a stage that each warp dequantises at once (its 16 columns x 128 k are 32
+      registers: ~60 registers a thread, each group scale loaded once a tile), 4 stages;
+    * M <= 32: 32 rows, 128 columns on 4 warps, 128 k a step, 3 stages;
+    * M <= 128: 64 rows on one warp row, 64 columns (N <= 4096) or 128 on 4 warps, 64 k a stage
+      and a step, 3 stages;
+    * larger M: 64 x 256 blocks on 8 warps (64 x 32 each), 128 k a stage, 32 a step, 4 stages.
+      These run mma.sync, at about 0.4x cuBLAS's wgmma on fp16 weights.
+
+    K is split over blocks (``split_k``, a second launch adds the f32 parts) while the grid has
+    fewer tiles than SMs and each part keeps at least 4 K tiles."""
+    if M <= 16:
+        bm, wm, bn, wn, bk, wk, st = 16, 1, 128, 8, 128, 128, 4
+    elif M <= 32:
+        bm, wm, bn, wn, bk, wk, st = 32, 1, 128, 4, 128, 128, 3
+    elif M <= 128:
+        bm, wm, bn, wn, bk, wk, st = 64, 1, 64 if N <= 4096 else 128, 4, 64, 64, 3
+    else:
+        bm, wm, bn, wn, bk, wk, st = 64, 1, 256, 8, 128, 32, 4
     tiles = -(-M // bm) * -(-N // bn)
     split = 1
-    while tiles * split * 2 <= 2 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
+    while tiles * split <= sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
         split *= 2
-    # small M: a warp dequantises a whole K tile at once (its 16 columns x 128 k are 32 registers),
-    # so each group scale is loaded once a tile and the kernel needs ~60 registers, not ~160
-    wk = bk if bm <= 32 else 32
     return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
-                       stages=4, split_k=split)
+                       stages=st, split_k=split)
 
 
 def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:
