@@ -114,11 +114,17 @@ class _Launch:
     args: tuple          # indices into the call's pointer list
 
 
+def _stream_key(stream) -> int:
+    """A launch stream as the int handle workspaces are kept by (0: the default stream)."""
+    return runtime._stream_handle(stream)
+
+
 class CompiledProgram:
     """A compiled schedule: ``source`` (CUDA C++), per-kernel ``modules`` (cubin, PTX, resources),
     callable on GPU arrays as ``k(A, B, *extras, C)``, by name (``k(A=a, B=b, bias=v, C=c)``, or
     positional then named), with the outputs left out allocated (torch or CuPy inputs only).
-    Returns the output, or a tuple of them."""
+    Returns the output, or a tuple of them.  A program with a workspace (split-K partial sums)
+    keeps one per stream it is launched on, so launches on several streams at once are safe."""
 
     def __init__(self, schedule: Schedule, program: ir.Program, source: str, modules, arch: str,
                  compile_seconds: float):
@@ -242,18 +248,24 @@ class CompiledProgram:
                           f"only when every input is a torch tensor or every input a CuPy array (these are "
                           f"{', '.join(sorted(kinds))}); fix: pass {missing[0]}=<array>")
 
-    def prepare(self, device: int = 0) -> "CompiledProgram":
-        """Load the kernels on CUDA device ``device`` and allocate their workspaces now, rather
-        than at the first call: do it before capturing a CUDA graph, whose capture forbids
-        allocating (this is also allowed during a capture: allocations then go around it).
-        Returns self."""
+    def prepare(self, device: int = 0, stream=None) -> "CompiledProgram":
+        """Load the kernels on CUDA device ``device`` and allocate their workspaces for launches
+        on ``stream`` (None: the default stream) now, rather than at the first call: do it before
+        capturing a CUDA graph, whose capture forbids allocating (this is also allowed during a
+        capture: allocations then go around it).  Returns self."""
         with runtime.capture_relaxed():
             for ln in self._load(device):
                 for i in ln.args:
                     if isinstance(i, tuple) and i[0] in ("ws", "tmap_ws"):
                         buf = i[1]
-                        self._ws(buf.name, device, buf.size * buf.dtype.bits // 8)
+                        self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream)
         return self
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of workspace (split-K partial sums, padded copies) one launch needs; each stream
+        that launches this program gets its own (``prepare(device, stream)`` allocates it ahead)."""
+        return sum(max(b.size * b.dtype.bits // 8, 16) for b in self.program.workspaces)
 
     def _make_arg_specs(self):
         specs = []
@@ -299,12 +311,16 @@ class CompiledProgram:
         """The workspace buffer (the storage a launch needs) of that name."""
         return next(b for b in self.program.workspaces if b.name == name)
 
-    def _ws(self, name: str, device: int, nbytes: int) -> int:
-        key = (name, device)
+    def _ws(self, name: str, device: int, nbytes: int, stream=None) -> int:
+        """The workspace ``name`` of launches on ``stream`` of ``device``: one per stream, so that
+        launches on two streams at once never share partial sums (a stream runs its launches in
+        order, so one stream's launches may share it)."""
+        key = (name, device, _stream_key(stream))
         if key not in self._workspace:
             from cuda.bindings import driver
 
-            err, ptr = driver.cuMemAlloc(max(nbytes, 16))
+            with runtime.capture_relaxed():
+                err, ptr = driver.cuMemAlloc(max(nbytes, 16))
             if err != driver.CUresult.CUDA_SUCCESS:
                 raise runtime.LaunchError(f"cuMemAlloc({nbytes}) for the split-K workspace failed: {err}")
             self._workspace[key] = int(ptr)
@@ -365,11 +381,12 @@ class CompiledProgram:
                     args.append((self._tmap(i[2], ptrs[i[1]], device), None))
                 elif isinstance(i, tuple) and i[0] == "tmap_ws":
                     buf = i[1]
-                    ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8)
+                    ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream)
                     args.append((self._tmap(i[2], ptr, device), None))
                 elif isinstance(i, tuple):
                     buf = i[1]
-                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8), ctypes.c_void_p))
+                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream),
+                                 ctypes.c_void_p))
                 else:
                     args.append((ptrs[i], ctypes.c_void_p))
             ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
