@@ -612,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
     const int tid = threadIdx.x;
     const int bid_x = blockIdx.x;
     alignas(16) float epi[2] = {};  // f32 x 2
-    alignas(16) float part[2] = {};  // f32 x 2
+    alignas(16) float part[8] = {};  // f32 x 8
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
     // Reduce<kernel>(sum over kp: C_part:GL f32[4x512x512] -> C:GL f16[512x512])
@@ -626,32 +626,32 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
             : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
             : "l"(C_part + (bid_x * 256 + tid * 2))
             : "memory");
-        epi[0] = epi[0] + part[0];
-        epi[1] = epi[1] + part[1];
         // sm70.ld_global_8: partial sum 1
-        //   dst = part[0 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 262144]
+        //   dst = part[2 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 262144]
         asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
-            : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
+            : "=r"(*reinterpret_cast<unsigned*>(&part[2])), "=r"(*reinterpret_cast<unsigned*>(&part[3]))
             : "l"(C_part + (bid_x * 256 + tid * 2 + 262144))
             : "memory");
-        epi[0] = epi[0] + part[0];
-        epi[1] = epi[1] + part[1];
         // sm70.ld_global_8: partial sum 2
-        //   dst = part[0 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 524288]
+        //   dst = part[4 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 524288]
         asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
-            : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
+            : "=r"(*reinterpret_cast<unsigned*>(&part[4])), "=r"(*reinterpret_cast<unsigned*>(&part[5]))
             : "l"(C_part + (bid_x * 256 + tid * 2 + 524288))
             : "memory");
-        epi[0] = epi[0] + part[0];
-        epi[1] = epi[1] + part[1];
         // sm70.ld_global_8: partial sum 3
-        //   dst = part[0 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 786432]
+        //   dst = part[6 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 786432]
         asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
-            : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
+            : "=r"(*reinterpret_cast<unsigned*>(&part[6])), "=r"(*reinterpret_cast<unsigned*>(&part[7]))
             : "l"(C_part + (bid_x * 256 + tid * 2 + 786432))
             : "memory");
         epi[0] = epi[0] + part[0];
         epi[1] = epi[1] + part[1];
+        epi[0] = epi[0] + part[2];
+        epi[1] = epi[1] + part[3];
+        epi[0] = epi[0] + part[4];
+        epi[1] = epi[1] + part[5];
+        epi[0] = epi[0] + part[6];
+        epi[1] = epi[1] + part[7];
         out_f16[0] = fs_f32_to_f16(epi[0]);
         out_f16[1] = fs_f32_to_f16(epi[1]);
         // sm70.st_global_4: C

@@ -617,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
     const int tid = threadIdx.x;
     const int bid_x = blockIdx.x;
     alignas(16) float epi[2] = {};  // f32 x 2
-    alignas(16) float part[2] = {};  // f32 x 2
+    alignas(16) float part[4] = {};  // f32 x 4
     alignas(16) unsigned short x_bias[2] = {};  // f16 x 2
     alignas(16) float xf_bias[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
@@ -633,16 +633,16 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
             : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
             : "l"(C_part + (bid_x * 256 + tid * 2))
             : "memory");
-        epi[0] = epi[0] + part[0];
-        epi[1] = epi[1] + part[1];
         // sm70.ld_global_8: partial sum 1
-        //   dst = part[0 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 393216]
+        //   dst = part[2 .. +2], src = &C_part[bid_x * 256 + tid * 2 + 393216]
         asm volatile("ld.global.v2.b32 {%0, %1}, [%2];"
-            : "=r"(*reinterpret_cast<unsigned*>(&part[0])), "=r"(*reinterpret_cast<unsigned*>(&part[1]))
+            : "=r"(*reinterpret_cast<unsigned*>(&part[2])), "=r"(*reinterpret_cast<unsigned*>(&part[3]))
             : "l"(C_part + (bid_x * 256 + tid * 2 + 393216))
             : "memory");
         epi[0] = epi[0] + part[0];
         epi[1] = epi[1] + part[1];
+        epi[0] = epi[0] + part[2];
+        epi[1] = epi[1] + part[3];
         // sm70.ld_global_4: bias for the epilogue
         //   dst = x_bias[0 .. +2], src = &bias[(bid_x * 256 + tid * 2) % 512]
         asm volatile("ld.global.b32 %0, [%1];"

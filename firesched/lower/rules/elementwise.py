@@ -23,6 +23,7 @@ from ..program import KernelBuilder, ProgramBuilder
 from .accumulators import apply_ops, store_values
 
 REDUCE_THREADS = 128          # threads per block of the reduction launch
+LOADS_IN_FLIGHT = 8          # parts a thread loads before folding them
 FOLD = {"sum": ("add", 0.0), "max": ("max", float("-inf")), "min": ("min", float("inf"))}
 
 
@@ -66,15 +67,24 @@ def reduce_launch(pb: ProgramBuilder, node: Node, name: str) -> ir.Kernel:
     glim = {rdim: out_t.extent(rdim) if rdim in out_t.dims else 1, cdim: N}
     ctx = Ctx(origin={(out_t.name, "GL"): {d: coord[d] for d in dims if d not in (rdim, cdim)}})
     work = kb.reg("epi", f32, p)
-    tmp = kb.reg("part", f32, p)
+    # the parts' loads are issued before their folds (up to LOADS_IN_FLIGHT, each into registers
+    # of its own), so they are in flight together rather than one L2 round trip after another;
+    # the folds run in part order, the same order as ever: the result is bitwise reproducible
+    batch = min(parts, LOADS_IN_FLIGHT)
+    tmp = kb.reg("part", f32, p * batch)
     ld = catalog.copy_atom("GL", "RF", 4 * p)
     live = lt(idx, total_elems)
     stmts: list = [ir.RegFill(ir.RegRef(work, 0), p, start)]
-    for j in range(parts):
-        stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(tmp, 0)), ("src", ir.MemRef(ws, j * total_elems + idx))), live,
-                                 comment=f"partial {'sum' if spec.op == 'sum' else 'result'} {j}"))
-        for q in range(p):
-            stmts.append(ir.Pointwise(fold, ir.RegRef(work, q), (ir.RegRef(work, q), ir.RegRef(tmp, q))))
+    for j0 in range(0, parts, batch):
+        js = range(j0, min(parts, j0 + batch))
+        for j in js:
+            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(tmp, p * (j - j0))),
+                                          ("src", ir.MemRef(ws, j * total_elems + idx))),
+                                     live, comment=f"partial {'sum' if spec.op == 'sum' else 'result'} {j}"))
+        for j in js:
+            for q in range(p):
+                stmts.append(ir.Pointwise(fold, ir.RegRef(work, q),
+                                          (ir.RegRef(work, q), ir.RegRef(tmp, p * (j - j0) + q))))
     stmts += apply_ops(lw, ctx, spec.ops, work, p, row, col, glim)
     out = kb.gbuf(spec.dst, write=True)
     stmts += store_values(lw, work, p, spec.dst.dtype, out, idx, row, col, glim)
