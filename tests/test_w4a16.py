@@ -185,6 +185,20 @@ def test_prefetched_dequantised_fragments_in_the_steady_state(stages):
     assert_schedule_correct(sched, examples=1)
 
 
+@pytest.mark.parametrize("gs", [32, 128, None])
+def test_group_scales_ride_the_ring(gs):
+    """In a cp.async ring the group scales of each K tile are staged with the tile and read from
+    shared memory; where a row of scales cannot be copied in 4-byte chunks (odd N) they are read
+    from global memory.  Both are right, K long enough for the ring to wrap."""
+    staged = gemm_w4a16(16, 64, 1024, group_size=gs, arch="sm_80")
+    src = fs.compile(staged, "sm_80").source
+    assert "S rows of this K tile -> shared" in src and "ld.global.b16" not in src
+    assert_schedule_correct(staged, examples=1)
+    odd = gemm_w4a16(5, 71, 512, group_size=gs, arch="sm_80")
+    assert "ld.global.b16" in fs.compile(odd, "sm_80").source
+    assert_schedule_correct(odd, examples=1)
+
+
 def test_pack_weights_reads_the_schedules_packing():
     sched = gemm_w4a16(16, 64, 128, arch="sm_80")
     q, _, _ = _weights(128, 64, 128, False, "f16")

@@ -5,7 +5,9 @@ each word with a ``convert`` atom into four f16x2 (bf16x2) registers and multipl
 group's scale (``ops.group_scale``, a prologue op), so the fragment an MMA reads is dequantised
 weights — the codes never exist as floats in memory::
 
-    ld.global.b16  s, [scales + (k / group) * N + n]      one scale per (group, column), first
+    ld.global.b16  s, [scales + (k / group) * N + n]      one scale per (group, column), first (or
+                                                          ld.shared of the stage the K loop's ring
+                                                          filled: transforms.staged_scales)
     ld.shared.b32  w, [B_smem + word of this lane]        8 codes: k of one lane's 2 k16 steps
                                                           (.v4: 4 words, where the packing allows)
     dequant_u4z8   (q0 q1 q2 q3) <- w                     lop3 magic numbers, q = code - 8
@@ -208,6 +210,11 @@ def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, nd
         raise err(node, f"the group scales of {src.name} are indexed by its global k and n; no global tile of "
                         f"{src.name} encloses this move", field="op", value=scale)
     pk = src.tensor.packing
+    # the K loop's ring stages the scales (transforms.staged_scales): read its current stage
+    staged = lw.notes.get("staged_scales", {}).get(scale.name)
+    if staged is not None and (staged.src != src.name or src.name not in ctx.stage):
+        staged = None
+    so = ctx.origin[key(src)]
     where: dict[str, int] = {}
     loads = []
     per_word = []
@@ -218,20 +225,29 @@ def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, nd
             raise err(node, f"a word of {src.name}'s codes spans k {min(ks)}..{max(ks)}, across groups of "
                             f"{scale.group_size}", field="group_size", value=scale.group_size,
                       fix="a packing whose words hold k of one group (packing_for's are 32 k apart at most)")
-        k0 = gl[kdim] + min(ks)
-        g = 0 if not scale.group_size else k0 // scale.group_size
-        col = gl[ndim] + n + ln
+        if staged is not None:
+            g = staged.row(so[kdim] + min(ks))                   # the row of this K tile's scales
+            col = so[ndim] + n + ln                              # the block's column
+        else:
+            g = 0 if not scale.group_size else (gl[kdim] + min(ks)) // scale.group_size
+            col = gl[ndim] + n + ln
         tag = f"{g if isinstance(g, int) else to_c(g)}|{n}"
         if tag not in where:
             where[tag] = len(loads)
             loads.append((g, col))
         per_word.append(2 * where[tag])
     reg = lw.kb.reg(f"{scale.name}_pair", dst.dtype, 2 * len(loads))
-    ld = catalog.copy_atom("GL", "RF", dst.dtype.bits // 8)
+    what = f"{scale.name}[k / {scale.group_size or 'K'}, n]"
     for j, (g, col) in enumerate(loads):
-        ok = land(lt(col, cols), lt(g, rows)) if not isinstance(g, int) else lt(col, cols)
-        stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
-                                 ok, comment=f"{scale.name}[k / {scale.group_size or 'K'}, n]"))
+        if staged is not None:
+            ld = catalog.copy_atom("SH", "RF", dst.dtype.bits // 8)
+            at = ir.MemRef(staged.buf, staged.offset(ctx.stage[src.name], g, col))
+            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", at)), comment=f"{what}, staged"))
+        else:
+            ld = catalog.copy_atom("GL", "RF", dst.dtype.bits // 8)
+            ok = land(lt(col, cols), lt(g, rows)) if not isinstance(g, int) else lt(col, cols)
+            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
+                                     ok, comment=what))
         stmts.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
     return reg, per_word
 

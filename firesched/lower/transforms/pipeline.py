@@ -47,6 +47,7 @@ from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, PRODUCER, Scope, err
 from ..lowerer import Lowerer, loop_rule
 from ..rules.decompose import advance, loop_stop
+from .staged_scales import issue_scales, plan_scales
 
 
 def staged_moves(node: Node) -> list[Node]:
@@ -245,6 +246,8 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                          f"has {have} stage(s): move_to_smem({m.spec.dst.name!r}) came after pipeline(...)",
                       field="stages", value=have, allowed=str(want),
                       fix="apply pipeline(...) after every move_to_smem of the loop")
+    # a cp.async ring also stages the group scales its dequantising moves read (staged_scales)
+    scales = plan_scales(lw, node, moves, ring.stages) if isinstance(ring, CpAsyncRing) and ctx.part is None else []
     n = lp.count
     S = ring.stages
     # a loop that stops at a diagonal runs N = min(n, stop) tiles: the prologue and the look-ahead
@@ -263,7 +266,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             scope = attrs.evolve(scope, elected=True)
         c = attrs.evolve(c, part=PRODUCER, staged=staged, ring=ring, scope=scope,
                          stage={**ctx.stage, **{s: stage for s in staged}})
-        return ring.before_issue(stage) + lw.loops(node, c, rest)
+        return ring.before_issue(stage) + lw.loops(node, c, rest) + issue_scales(lw, c, scales, stage)
 
     # a body of MatMuls only leaves its wgmma groups to the loop to retire (one in flight across
     # iterations); a fused body (attention's) reads an accumulator between its MatMuls, so each
@@ -349,7 +352,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         # the next tile's fragments are read one iteration early, also in the last one: only from
         # the ring's stages (whose index wraps), never from a tile the ring does not fill (which
         # the last iteration would read past)
-        if split is not None and not _reads_only(split[1], {f"{s}_smem" for s in staged}):
+        if split is not None and not _reads_only(split[1], {f"{s}_smem" for s in staged} | {p.buf.name for p in scales}):
             split = None
         if split is not None:
             # the next tile's fragments come from stage (kt + 1) % S; lowered afresh rather than

@@ -1,0 +1,119 @@
+"""Group scales staged by a K loop's cp.async ring, beside the operand tiles they scale.
+
+A ``group_scale`` prologue op (``ops.group_scale``) reads one scale per (group, column) for every
+K tile of an int4 operand.  Loaded from global memory inside the K loop, those loads sit on each
+tile's critical path: an L2 round trip before the first multiply.  When the loop is a cp.async
+ring, the op asks the ring to stage them instead: each stage gets the scale rows of its K tile for
+the block's columns, copied with the tile's other chunks and waited for with them, and the
+dequantising move (``rules.dequant``) reads them from shared memory::
+
+    stage s:  B_smem[s]  (n x k codes)     S_smem[s]  (rows x n scales: rows = max(1, BK / group))
+              issued together, one commit group, one wait, one barrier
+
+``plan_scales`` finds the ops and lays out the buffers (none where a row of scales cannot be
+copied in 4-byte chunks, or the group and the K tile do not nest: those keep the global loads);
+``issue_scales`` is the producer's part for one tile.  The plans are handed to the dequantising
+move through ``Lowerer.notes["staged_scales"]``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ... import ir
+from ...hardware.atoms import catalog
+from ...ir.expr import IntExpr, Var, land, lt
+from ...ops import GroupScale
+from ...schedule import Node
+from ...spec import Move
+from ...tensor import SH
+from ..lowerer import Lowerer
+
+COPY_WIDTHS = (16, 8, 4)
+
+
+@attrs.frozen(eq=False)
+class StagedScales:
+    """The scales of ``op`` on operand ``src``: ``rows`` x ``cols`` a stage of ``buf``, copied
+    ``width`` bytes a chunk; ``k_dim``/``n_dim`` are the operand's dims."""
+
+    op: GroupScale
+    src: str
+    buf: ir.SharedBuffer
+    rows: int
+    cols: int
+    width: int
+    k_dim: str
+    n_dim: str
+
+    def row(self, k_in_tile: IntExpr) -> IntExpr:
+        """The stage's row holding the scale of k (relative to the K tile)."""
+        return 0 if self.rows == 1 else k_in_tile // self.op.group_size
+
+    def offset(self, stage: IntExpr, row: IntExpr, col: IntExpr) -> IntExpr:
+        return stage * (self.rows * self.cols) + row * self.cols + col
+
+
+def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int) -> list[StagedScales]:
+    """The group scales read in ``node``'s K loop by dequantising moves of the tiles ``moves``
+    stage, laid out ``stages`` deep in shared memory (registered for the dequantising move)."""
+    tiles = {m.spec.dst.name: m.spec.dst.tensor for m in moves}
+    plans: dict[str, StagedScales] = {}
+    for n in node.walk():
+        sp = n.spec
+        if not (isinstance(sp, Move) and sp.src.memory == SH and sp.src.name in tiles):
+            continue
+        for op in sp.ops or ():
+            if not isinstance(op, GroupScale) or op.name in plans:
+                continue
+            t = tiles[sp.src.name]
+            kd = t.major
+            nd = next((d for d in t.dims if d != kd), None)
+            if nd is None:
+                continue
+            bk, bn = t.extent(kd), t.extent(nd)
+            gs = op.group_size or 0
+            if gs and (gs % bk if gs >= bk else bk % gs):
+                continue
+            rows = 1 if not gs or gs >= bk else bk // gs
+            gbuf = lw.kb.extra_buf(op.extras()[0])
+            eb = gbuf.dtype.bits // 8
+            width = next((w for w in COPY_WIDTHS if (bn * eb) % w == 0 and (gbuf.shape[1] * eb) % w == 0), None)
+            if width is None:
+                continue
+            buf = lw.kb.shared_buf(f"{op.name}_smem", gbuf.dtype, stages * rows * bn, 16,
+                                   f"{stages} stage(s) x {rows}x{bn} {gbuf.dtype} group scales")
+            plans[op.name] = StagedScales(op, sp.src.name, buf, rows, bn, width, kd, nd)
+    lw.notes.setdefault("staged_scales", {}).update(plans)
+    return list(plans.values())
+
+
+def issue_scales(lw: Lowerer, ctx, plans: list[StagedScales], stage: IntExpr) -> list:
+    """The producer's copies of the scales of the K tile the operands' origins in ``ctx`` are at,
+    into ``stage``: every thread of the scope copies chunks; chunks past the tensor's rows or
+    columns are zero-filled (cp.async with 0 source bytes)."""
+    out: list = []
+    for p in plans:
+        gbuf = lw.kb.extra_buf(p.op.extras()[0])
+        G, N = gbuf.shape
+        o = ctx.origin[(p.src, "GL")]
+        g0 = 0 if not p.op.group_size else o[p.k_dim] // p.op.group_size
+        per = p.width // (gbuf.dtype.bits // 8)
+        cpr = p.cols // per
+        total = p.rows * cpr
+        T = ctx.scope.threads
+        iters = -(-total // T)
+        it = Var(f"c{lw.pb.tmp()}", iters)
+        chunk = it * T + ctx.scope.tid
+        r, cc = chunk // cpr, (chunk % cpr) * per
+        row, col = g0 + r, o[p.n_dim] + cc
+        call = ir.AtomCall(catalog.copy_atom("GL", "SH", p.width),
+                           (("dst", ir.MemRef(p.buf, p.offset(stage, r, cc))), ("src", ir.MemRef(gbuf, row * N + col))),
+                           land(lt(row, G), lt(col, N)), comment=f"{p.op.name} rows of this K tile -> shared")
+        body = call if total % T == 0 else ir.If(lt(chunk, total), call)
+        out += [ir.Comment(f"{p.op.name}: {total} chunks of {per} x {gbuf.dtype} over {T} threads"),
+                ir.For(it, iters, ir.Seq((body,)), unroll=True)]
+    return out
+
+
+__all__ = ["StagedScales", "plan_scales", "issue_scales"]
