@@ -162,12 +162,18 @@ def test_dequantised_weights_are_bit_exact(dtype, signed, gs):
 
 def test_sixteen_byte_loads_where_k_allows():
     """K a multiple of 128 and a warp's K step of 128: a lane's four words of a block are one
-    16-byte shared load, and the result is still right; otherwise one word a load."""
-    wide = gemm_w4a16(16, 64, 256, arch="sm_80")
+    16-byte shared load (of 64: two words, 8 bytes), and the result is still right; otherwise one
+    word a load."""
+    p = W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=128)
+    wide = gemm_w4a16(16, 64, 256, arch="sm_80", params=p)
     assert wide.spec.operand("B").tensor.packing.block == 128
     src = fs.compile(wide, "sm_80").source
     assert "ld.shared.v4.b32" in src and "ld.shared.b32" not in src
     assert_schedule_correct(wide, examples=1)
+    half = gemm_w4a16(16, 64, 192, arch="sm_80", params=attrs.evolve(p, block_k=64, warp_k=64))
+    assert half.spec.operand("B").tensor.packing.block == 64
+    assert "ld.shared.v2.b32" in fs.compile(half, "sm_80").source
+    assert_schedule_correct(half, examples=1)
     narrow = gemm_w4a16(16, 64, 96, arch="sm_80")
     assert narrow.spec.operand("B").tensor.packing.block == 32
 

@@ -98,9 +98,9 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     bench/README.md).  Every warp holds all of its block's rows where it can, so a weight is
     dequantised once per block, not once per warp row:
 
-    * M <= 16 (the kernel streams the weights): 16 rows a block (one m16 MMA tile), 128 columns on
-      8 warps, 128 k a stage that each warp dequantises at once (its 16 columns x 128 k are 32
-      registers: ~60 registers a thread, each group scale loaded once a tile), 4 stages;
+    * M <= 16 (the kernel streams the weights): 16 rows a block (one m16 MMA tile), 64 columns on
+      4 warps, 128 k a stage in two steps of 64 (a warp's 16 columns x 64 k are 16 registers), 4
+      stages, and K split until the grid holds about four blocks an SM;
     * M <= 32: 32 rows, 128 columns on 4 warps, 128 k a step, 3 stages;
     * M <= 128: 64 rows on one warp row, 64 columns (N <= 4096) or 128 on 4 warps, 64 k a stage
       and a step, 3 stages;
@@ -109,9 +109,9 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
       about 0.35-0.45x cuBLAS's wgmma on fp16 weights.
 
     K is split over blocks (``split_k``, a second launch adds the f32 parts) while the grid has
-    fewer tiles than SMs and each part keeps at least 4 K tiles."""
+    fewer blocks than SMs (four an SM at M <= 16) and each part keeps at least 4 K tiles."""
     if M <= 16:
-        bm, wm, bn, wn, bk, wk, st = 16, 1, 128, 8, 128, 128, 4
+        bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 4
     elif M <= 32:
         bm, wm, bn, wn, bk, wk, st = 32, 1, 128, 4, 128, 128, 3
     elif M <= 128:
@@ -119,8 +119,10 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     else:
         bm, wm, bn, wn, bk, wk, st = 64, 1, 256, 8, 64, 32, 4
     tiles = -(-M // bm) * -(-N // bn)
+    # small M streams the weights: about four blocks an SM keep the most bytes in flight
+    want = 4 * sms if M <= 16 else sms
     split = 1
-    while tiles * split <= sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
+    while tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
         split *= 2
     return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
                        stages=st, split_k=split)
@@ -137,15 +139,15 @@ def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = Fal
 def weight_packing(dtype: str = "f16", signed: bool = False, words: int = 1) -> Packing:
     """The packing of B's k that the schedule's dequantising move reads (``packing_for`` the
     m16n8k16 B operand and the dequantisation atom): ``words=4`` puts a lane's four words of a
-    128-k block side by side, so one 16-byte shared load reads them."""
+    128-k block side by side, so one 16-byte shared load reads them (``words=2``: 8 bytes)."""
     conv = getattr(cv, f"dequant_{'i4' if signed else 'u4z8'}_{dtype}")
     return packing_for(_MMA[dtype], "b", conv, words)
 
 
 def load_words(K: int, p: W4A16Params) -> int:
-    """Words of codes a lane loads at once: 4 (16 bytes, blocks of 128 k) where K and a warp's K
-    step are multiples of 128, else 1 (blocks of 32 k)."""
-    return 4 if K % (4 * PACK_K) == 0 and p.warp_k % (4 * PACK_K) == 0 else 1
+    """Words of codes a lane loads at once: 4 (16 bytes, blocks of 128 k), 2 (8 bytes, blocks of
+    64 k) or 1, the most for which K and a warp's K step are multiples of the block."""
+    return next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and p.warp_k % (w * PACK_K) == 0)
 
 
 def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: str = "f16",
