@@ -108,8 +108,8 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
       (128 k a stage is 10-20% faster but spills at some edge shapes).  These run mma.sync, at
       about 0.35-0.45x cuBLAS's wgmma on fp16 weights.
 
-    K is split over blocks (``split_k``, a second launch adds the f32 parts) while the grid has
-    fewer blocks than SMs (four an SM at M <= 16) and each part keeps at least 4 K tiles."""
+    K is split over blocks (``split_k``, a second launch adds the f32 parts) until the grid holds
+    one to two blocks an SM (two to four at M <= 16) while each part keeps at least 4 K tiles."""
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 4
     elif M <= 32:
@@ -120,7 +120,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
         bm, wm, bn, wn, bk, wk, st = 64, 1, 256, 8, 64, 32, 4
     tiles = -(-M // bm) * -(-N // bn)
     # small M streams the weights: about four blocks an SM keep the most bytes in flight
-    want = 4 * sms if M <= 16 else sms
+    want = 4 * sms if M <= 16 else 2 * sms
     split = 1
     while tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
         split *= 2
