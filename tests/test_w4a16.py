@@ -347,3 +347,49 @@ def test_hand_written_chains_are_refused_or_right(case):
     except ScheduleError:
         return
     assert_schedule_correct(sched, examples=1)
+
+
+# --------------------------------------------------------------------------- planted hazards
+
+def _planted(pred):
+    """The default schedule's program at a shape whose ring wraps, and the same program without
+    the statements ``pred`` picks; the feed in storage form (codes packed along K)."""
+    import attrs as _attrs
+
+    from firesched import ir
+
+    M, N, K = 16, 64, 1024
+    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_80")
+    prog = sched.lower("sm_80")
+    k = prog.kernels[0]
+
+    def drop(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(drop(c) for c in s.body if not pred(c)))
+        if isinstance(s, ir.For):
+            return _attrs.evolve(s, body=drop(s.body))
+        if isinstance(s, ir.If):
+            return _attrs.evolve(s, then=drop(s.then))
+        return s
+
+    q, s, _ = _weights(K, N, 64, False, "f16")
+    pk = sched.spec.operand("B").tensor.packing
+    a = np.random.default_rng(1).standard_normal((M, K))
+    feed = {"A": a, "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
+    return prog, _attrs.evolve(prog, kernels=(_attrs.evolve(k, body=drop(k.body)),) + prog.kernels[1:]), feed
+
+
+@pytest.mark.parametrize("what", ["barrier", "cp.async wait"])
+def test_planted_hazards_are_found(what):
+    """Without the ring's barrier (a stage refilled while read) or its cp.async wait (codes and
+    staged scales read in flight) the interpreter reports a hazard; with them it runs clean."""
+    from firesched import ir
+    from firesched.errors import HazardError
+    from firesched.simulate import run_program
+
+    pred = {"barrier": lambda s: isinstance(s, ir.Barrier), "cp.async wait": lambda s: isinstance(s, ir.AsyncWait)}[what]
+    good, bad, feed = _planted(pred)
+    assert bad != good, f"no {what} to drop"
+    run_program(good, dict(feed))
+    with pytest.raises(HazardError):
+        run_program(bad, dict(feed))

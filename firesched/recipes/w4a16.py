@@ -9,7 +9,8 @@ a prologue op adds::
     tile(m=BM, n=BN) >> to_blocks()
     tile(k=BK)
     move_to_smem("A"), move_to_smem("B")           # B: packed codes, 16-byte cp.async chunks
-    pipeline(stages=S)                             # S K tiles of weights in flight per block
+    pipeline(stages=S)                             # S K tiles of weights in flight per block; the
+                                                   # ring also stages each tile's group scales
     tile(m=WM, n=WN) >> to_warps(...)
     tile(k=WK)
     move_to_regs("A")                              # ldmatrix
