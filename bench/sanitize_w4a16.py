@@ -1,6 +1,6 @@
 """Run ``recipes.gemm_w4a16`` kernels once each (odd M and N, every group size, signed and
-unsigned codes, f16 and bf16, split-K, the 16-byte and the 4-byte word loads, a prefetched
-multi-step K tile), for compute-sanitizer:
+unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and the 4-byte word
+loads, a prefetched multi-step K tile), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -26,6 +26,7 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (64, 520, 2048, 64, False, "f16", None), (130, 256, 1024, None, True, "f16", None),
     (20, 40, 640, 64, False, "f16", W4A16Params(block_m=32, block_n=32, block_k=64, warps_m=2, warps_n=2,
                                                 warp_k=32, stages=3)),
+    (9, 264, 1024, 32, False, "f16", "zero_point"), (3, 72, 512, 128, True, "bf16", "zero_point"),
 ]
 
 
@@ -34,12 +35,16 @@ def main() -> None:
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
     for M, N, K, gs, signed, dt, p in CASES:
-        sched = fs.recipes.gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dt, arch="sm_90a", params=p)
+        zp = p == "zero_point"
+        sched = fs.recipes.gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dt, arch="sm_90a",
+                                      params=None if zp else p, zero_point=zp)
         k = fs.compile(sched, arch="sm_90a")
-        q, s, _ = quantize_int4(np.random.default_rng(0).standard_normal((K, N)), gs, signed=signed, scale_dtype=dt)
+        q, s, z = quantize_int4(np.random.default_rng(0).standard_normal((K, N)), gs, signed=signed, zero_point=zp,
+                                scale_dtype=dt)
         b = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
         sc = torch.from_numpy(np.asarray(s).astype(np.float32)).to(tdt[dt]).cuda()
-        c = k(torch.randn(M, K, device="cuda", dtype=tdt[dt]), b, sc)
+        zs = (torch.from_numpy(np.asarray(z).astype(np.float32)).to(tdt[dt]).cuda(),) if zp else ()
+        c = k(torch.randn(M, K, device="cuda", dtype=tdt[dt]), b, sc, *zs)
         torch.cuda.synchronize()
         print(f"{M}x{N}x{K} group {gs} signed={signed} {dt}: ok, finite={bool(torch.isfinite(c).all())}")
 

@@ -170,31 +170,42 @@ class GroupScale(EpilogueOp):
     ``group_size`` rows of a column (``None``: the whole column).  A prologue op of an int4
     operand (``prologue("B", ops.group_scale("S", 128))``); the scales are an extra input of
     shape ``(ceil(K / group_size), N)`` in the dequantised type, and ``zero`` is the codes'
-    zero point (0 for i4, 0 or 8 for u4: ``firesched.quant``)."""
+    zero point (0 for i4, 0 or 8 for u4: ``firesched.quant``).  With ``zeros`` (a name) the zero
+    point is per group instead: a second extra input of the scales' shape holding each group's
+    zero point as a number in the dequantised type (``quantize_int4(zero_point=True)``'s codes,
+    converted), and ``zero`` is 0."""
 
     name: str = "scales"
     group_size: int | None = 128
     zero: int = 0
+    zeros: str | None = None
 
     def extras(self):
-        return (Extra(self.name, "groups", self.group_size or 0),)
+        g = self.group_size or 0
+        return (Extra(self.name, "groups", g),) + ((Extra(self.zeros, "groups", g),) if self.zeros else ())
 
     def scalar(self):
-        sub = (("sub", (float(self.zero),)),) if self.zero else ()
+        if self.zeros:
+            sub = (("sub", (self.extras()[1],)),)
+        else:
+            sub = (("sub", (float(self.zero),)),) if self.zero else ()
         return sub + (("mul", (self.extras()[0],)),)
 
     def reference(self, x, extras):
         if not self.group_size:       # one group: every row of a column shares its scale
             e = Extra(self.name, "groups", x.shape[0])
-            return (x - float(self.zero)) * extras_at(e, extras, x.shape)
+            z = extras_at(Extra(self.zeros, "groups", x.shape[0]), extras, x.shape) if self.zeros else float(self.zero)
+            return (x - z) * extras_at(e, extras, x.shape)
         return super().reference(x, extras)
 
     def __str__(self):
         z = f", zero={self.zero}" if self.zero else ""
+        z += f", zeros={self.zeros}" if self.zeros else ""
         return f"group_scale({self.name}[k/{self.group_size or 'K'}, n]{z})"
 
     def __repr__(self):
-        return f"ops.group_scale({self.name!r}, {self.group_size!r}, zero={self.zero!r})"
+        z = f", zeros={self.zeros!r}" if self.zeros else ""
+        return f"ops.group_scale({self.name!r}, {self.group_size!r}, zero={self.zero!r}{z})"
 
 
 @attrs.frozen(repr=False)
@@ -358,9 +369,11 @@ def bias(name: str = "bias", axis: str = "n") -> Bias:
     return Bias(name, axis)
 
 
-def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 0) -> GroupScale:
+def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 0,
+                zeros: str | None = None) -> GroupScale:
     """Dequantise int4 codes with group scales: ``(code - zero) * name[k // group_size, n]``
-    (``GroupScale``); ``group_size`` 32, 64, 128 or None (one group per column)."""
+    (``GroupScale``); ``group_size`` 32, 64, 128 or None (one group per column); ``zeros``
+    names a tensor of per-group zero points instead of the one ``zero``."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"group_scale(name={name!r}): the scales' tensor name, an identifier")
     if group_size is not None and (isinstance(group_size, bool) or group_size not in (32, 64, 128)):
@@ -368,7 +381,10 @@ def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 
     if isinstance(zero, bool) or not isinstance(zero, int) or not 0 <= zero <= 15:
         raise ValueError(f"group_scale(zero={zero!r}): the codes' zero point, an int in 0..15 (8 for offset-binary "
                          f"uint4, 0 for int4)")
-    return GroupScale(name, group_size, zero)
+    if zeros is not None and (not isinstance(zeros, str) or not zeros.isidentifier() or zeros == name or zero):
+        raise ValueError(f"group_scale(zeros={zeros!r}, zero={zero!r}): zeros names the per-group zero points' "
+                         f"tensor (an identifier other than {name!r}), and then zero is 0")
+    return GroupScale(name, group_size, zero, zeros)
 
 
 def residual(name: str = "residual") -> Residual:

@@ -393,3 +393,47 @@ def test_planted_hazards_are_found(what):
     run_program(good, dict(feed))
     with pytest.raises(HazardError):
         run_program(bad, dict(feed))
+
+
+# --------------------------------------------------------------------------- per-group zero points
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("M,N,K,gs", [(5, 72, 256, 32), (17, 40, 512, 128), (3, 24, 1024, None), (9, 71, 96, 32)])
+def test_zero_points_per_group(M, N, K, gs, signed):
+    """quantize_int4(zero_point=True): codes, scales and zero points per group; the kernel takes
+    the zero points as numbers (input Z) and computes (q - z) * s, the difference exact."""
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, zero_point=True, arch="sm_80")
+    rng = np.random.default_rng(M + K)
+    q, s, z = quantize_int4(rng.standard_normal((K, N)) + 0.7, gs, signed=signed, zero_point=True,
+                            scale_dtype="f16")
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    got = fs.interpret(sched, a, q, s, z.astype(np.float64), target="sm_80").astype(np.float64)
+    want = w4a16_reference(a, q, s, z, gs)
+    assert np.abs(got - want).max() <= 1e-2 * (1 + np.abs(want).max())
+    assert_schedule_correct(sched, examples=1)
+
+
+def test_zero_point_weights_are_bit_exact():
+    K, N, gs = 64, 24, 32
+    q, s, z = quantize_int4(np.random.default_rng(5).standard_normal((K, N)) + 1.0, gs, signed=False,
+                            zero_point=True, scale_dtype="f16")
+    sched = gemm_w4a16(K, N, K, group_size=gs, zero_point=True, arch="sm_80",
+                       params=W4A16Params(block_m=16, block_n=32, block_k=64, warps_n=2, warp_k=32, stages=2))
+    got = fs.interpret(sched, np.eye(K, dtype=np.float32), q, s, z.astype(np.float64), target="sm_80")
+    g = np.arange(K) // gs
+    codes = np.asarray(q).astype(np.int64) - np.asarray(z).astype(np.int64)[g]
+    exact = (codes * s.astype(np.float64)[g]).astype(np.float16)
+    assert np.array_equal(got.astype(np.float16).view(np.uint16), exact.view(np.uint16))
+
+
+def test_zero_points_argument_errors():
+    with pytest.raises(ValueError, match="zeros names"):
+        ops.group_scale("S", 32, zero=8, zeros="Z")
+    with pytest.raises(ValueError, match="zeros names"):
+        ops.group_scale("S", 32, zeros="S")
+    with pytest.raises(ValueError, match="zero_point"):
+        gemm_w4a16(16, 64, 128, zero_point=1, arch="sm_80")
+    spec = MatMul_u4(16, 32, 64)
+    with pytest.raises(ScheduleError, match="already used"):
+        spec.schedule(*_chain(spec, scale=False), prologue("B", ops.group_scale("S", 32, zeros="A")))
+    assert repr(ops.group_scale("S", 64, zeros="Z")) == "ops.group_scale('S', 64, zero=0, zeros='Z')"

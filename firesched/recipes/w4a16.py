@@ -152,13 +152,16 @@ def load_words(K: int, p: W4A16Params) -> int:
 
 
 def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: str = "f16",
-               arch: str | None = None, signed: bool = False, params: W4A16Params | None = None,
-               check: bool = True) -> Schedule:
+               arch: str | None = None, signed: bool = False, zero_point: bool = False,
+               params: W4A16Params | None = None, check: bool = True) -> Schedule:
     """The schedule of ``C = A @ dequant(B)`` (module docstring): ``A (M, K)`` and ``C (M, N)`` in
     ``dtype`` (f16 / bf16), B int4 codes with one scale per ``group_size`` rows of a column (32,
     64, 128, or None for whole columns), unsigned with zero point 8 (``signed=False``, as
-    ``quant.quantize_int4(signed=False)``) or two's complement (``signed=True``).  The kernel takes
-    ``A``, ``B`` (``pack_weights(codes)``) and ``S`` (scales, ``(ceil(K / group_size), N)``).
+    ``quant.quantize_int4(signed=False)``) or two's complement (``signed=True``); with
+    ``zero_point=True`` each group has its own zero point instead (``quantize_int4(...,
+    zero_point=True)``).  The kernel takes ``A``, ``B`` (``pack_weights(codes)``), ``S`` (scales,
+    ``(ceil(K / group_size), N)``) and, with zero points, ``Z`` (the zero-point codes as numbers
+    in ``dtype``, the scales' shape).
     ``params`` overrides the tiles ``plan`` picks; ``arch`` None is the GPU present (sm_80 and
     later run it)."""
     if dtype not in _MMA:
@@ -167,6 +170,9 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         raise ValueError(f"gemm_w4a16: group_size={group_size!r}; allowed 32, 64, 128 or None (whole columns)")
     if not isinstance(signed, bool):
         raise ValueError(f"gemm_w4a16: signed={signed!r}; allowed True (int4 codes) or False (uint4, zero point 8)")
+    if not isinstance(zero_point, bool):
+        raise ValueError(f"gemm_w4a16: zero_point={zero_point!r}; allowed True (a zero point per group, input Z) "
+                         f"or False")
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"gemm_w4a16: {name}={v!r} must be a positive int")
@@ -188,7 +194,8 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
         tile(k=p.warp_k),
         move_to_regs("A"), move_to_regs("B"),
-        prologue("B", fops.group_scale("S", group_size, zero=0 if signed else 8)),
+        prologue("B", fops.group_scale("S", group_size, zeros="Z") if zero_point else
+                 fops.group_scale("S", group_size, zero=0 if signed else 8)),
         tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
     ]
     sched = spec.schedule(*chain)

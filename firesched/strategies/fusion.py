@@ -197,8 +197,10 @@ def _check_dequant(strategy, root, hits) -> None:
         raise ScheduleError(f"{hits[0].spec.src.dtype} codes are dequantised with zero point "
                             f"{' or '.join(map(str, allowed))}", strategy=strategy, spec=root, field="zero",
                             value=op.zero, allowed=", ".join(map(str, allowed)),
-                            fix="quantise with firesched.quant.quantize_int4 (zero_point=False)")
+                            fix="quantise with firesched.quant.quantize_int4 (zero_point=False), or pass "
+                                "per-group zero points: group_scale(..., zeros='Z')")
     names = {t.name for t in root.operands}
-    if op.name in names:
-        raise ScheduleError(f"the scales' name {op.name!r} is already used", strategy=strategy, spec=root,
-                            field="name", value=op.name, allowed=f"a name other than {sorted(names)}")
+    for e in op.extras():
+        if e.name in names:
+            raise ScheduleError(f"the name {e.name!r} of group_scale's extra input is already used", strategy=strategy,
+                                spec=root, field="name", value=e.name, allowed=f"a name other than {sorted(names)}")

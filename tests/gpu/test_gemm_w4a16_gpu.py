@@ -1,6 +1,7 @@
 """``recipes.gemm_w4a16`` on the GPU against float32 math on the dequantised weights: odd M and
-N, every group size, signed and unsigned codes, f16 and bf16, with split-K, compiled for sm_80
-(mma.sync, which the H100 runs too) and sm_90a; and random tiles drawn with a seeded RNG."""
+N, every group size, signed and unsigned codes, per-group zero points, f16 and bf16, with split-K,
+compiled for sm_80 (mma.sync, which the H100 runs too) and sm_90a; and random tiles drawn with a
+seeded RNG."""
 
 from __future__ import annotations
 
@@ -19,21 +20,23 @@ torch = pytest.importorskip("torch")
 TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _run(M, N, K, group_size=128, signed=False, dtype="f16", params=None, arch="sm_90a", seed=0):
+def _run(M, N, K, group_size=128, signed=False, dtype="f16", params=None, arch="sm_90a", seed=0, zero_point=False):
     """Run the recipe (its default tiles unless ``params``) on random weights and compare; the
     default tiles must not spill (drawn ones may: they are still right)."""
     sched = fs.recipes.gemm_w4a16(M, N, K, group_size=group_size, signed=signed, dtype=dtype, arch=arch,
-                                  params=params)
+                                  params=params, zero_point=zero_point)
     k = fs.compile(sched, arch=arch)
     assert params is not None or k.spills == 0
     rng = np.random.default_rng(seed)
-    q, s, _ = quantize_int4(rng.standard_normal((K, N)) * 0.1, group_size, signed=signed, scale_dtype=dtype)
-    w = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, group_size)).cuda()
+    q, s, z = quantize_int4(rng.standard_normal((K, N)) * 0.1 + (0.05 if zero_point else 0), group_size,
+                            signed=signed, zero_point=zero_point, scale_dtype=dtype)
+    w = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), z, group_size)).cuda()
     a = torch.randn(M, K, device="cuda").to(TDT[dtype])
     b = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
     sc = torch.from_numpy(np.asarray(s).astype(np.float32)).to(TDT[dtype]).cuda()
     c = torch.full((M, N), float("nan"), device="cuda", dtype=TDT[dtype])
-    k(a, b, sc, C=c)
+    extra = (torch.from_numpy(np.asarray(z).astype(np.float32)).to(TDT[dtype]).cuda(),) if zero_point else ()
+    k(a, b, sc, *extra, C=c)
     torch.cuda.synchronize()
     ref = a.float() @ w
     assert not torch.isnan(c).any()
@@ -54,6 +57,13 @@ def test_shapes(M, N, K, arch):
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_groups_signs_dtypes(group_size, signed, dtype):
     _run(16, 520, 2048, group_size=group_size, signed=signed, dtype=dtype)
+
+
+@pytest.mark.parametrize("group_size", [32, 128, None])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("M", [1, 16, 100])
+def test_zero_points(M, signed, group_size):
+    _run(M, 520, 2048, group_size=group_size, signed=signed, zero_point=True)
 
 
 def test_llm_shapes():

@@ -170,7 +170,17 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     stmts: list = [ir.Comment(f"{spec}: {len(words)} words of {WORD_CODES} codes a lane, {conv.name}")]
     # the scales' global loads first, then the words' shared loads, all conversions, and the
     # multiplies last: the loads' latency hides under the conversions
-    scales = _scale_loads(lw, node, ctx, scale, src, dst, words, ln, kdim, ndim, stmts) if scale else None
+    scales = _group_loads(lw, node, ctx, scale, 0, src, dst, words, ln, kdim, ndim, stmts) if scale else None
+    zeros = _group_loads(lw, node, ctx, scale, 1, src, dst, words, ln, kdim, ndim, stmts) \
+        if scale and scale.zeros else None
+    if zeros is not None:
+        # q - zero as q * 1 + (-zero): one rounding of an exact difference (|q - zero| <= 15)
+        one = lw.kb.reg("one_pair", dst.dtype, 2)
+        stmts.append(ir.RegFill(ir.RegRef(one, 0), 2, 1.0))
+        for j in range(zeros[0].size):
+            r = ir.RegRef(zeros[0], j)
+            stmts.append(ir.Pointwise("mul", r, (r, -1.0)))
+        add = catalog.by_name(f"scale_add_{dst.dtype.name}x2")
     for i, r in _vector_runs(words, dk):
         n, s, _m = words[i]
         at = sh_offset(lw, src, ctx, {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln})
@@ -189,6 +199,9 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
             sreg = ir.RegRef(scales[0], scales[1][i])
             for r in range(WORD_CODES // 2):
                 q = ir.RegRef(out, base + 2 * r)
+                if zeros is not None:
+                    scaled.append(ir.AtomCall(add, (("d", q), ("q", q), ("s", ir.RegRef(one, 0)),
+                                                    ("z", ir.RegRef(zeros[0], zeros[1][i])))))
                 scaled.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", sreg))))
         if direct:
             muls += scaled          # in place in the fragment: after every conversion
@@ -200,10 +213,12 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     return stmts
 
 
-def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, ndim, stmts) -> tuple:
-    """Load each distinct (group, column) scale of the lane's words into both halves of a
-    register; returns (the register buffer, each word's offset in it)."""
-    sbuf_g = lw.kb.extra_buf(scale.extras()[0])
+def _group_loads(lw, node, ctx, scale: GroupScale, which: int, src, dst, words, ln, kdim, ndim, stmts) -> tuple:
+    """Load each distinct (group, column) value of ``scale``'s extra input ``which`` (0: the
+    scales, 1: the zero points) for the lane's words into both halves of a register; returns
+    (the register buffer, each word's offset in it)."""
+    extra = scale.extras()[which]
+    sbuf_g = lw.kb.extra_buf(extra)
     rows, cols = sbuf_g.shape
     gl = ctx.origin.get((src.name, "GL"))
     if gl is None:
@@ -211,7 +226,7 @@ def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, nd
                         f"{src.name} encloses this move", field="op", value=scale)
     pk = src.tensor.packing
     # the K loop's ring stages the scales (transforms.staged_scales): read its current stage
-    staged = lw.notes.get("staged_scales", {}).get(scale.name)
+    staged = lw.notes.get("staged_scales", {}).get(extra.name)
     if staged is not None and (staged.src != src.name or src.name not in ctx.stage):
         staged = None
     so = ctx.origin[key(src)]
@@ -236,8 +251,8 @@ def _scale_loads(lw, node, ctx, scale: GroupScale, src, dst, words, ln, kdim, nd
             where[tag] = len(loads)
             loads.append((g, col))
         per_word.append(2 * where[tag])
-    reg = lw.kb.reg(f"{scale.name}_pair", dst.dtype, 2 * len(loads))
-    what = f"{scale.name}[k / {scale.group_size or 'K'}, n]"
+    reg = lw.kb.reg(f"{extra.name}_pair", dst.dtype, 2 * len(loads))
+    what = f"{extra.name}[k / {scale.group_size or 'K'}, n]"
     for j, (g, col) in enumerate(loads):
         if staged is not None:
             ld = catalog.copy_atom("SH", "RF", dst.dtype.bits // 8)

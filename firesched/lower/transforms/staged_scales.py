@@ -38,6 +38,7 @@ class StagedScales:
     ``width`` bytes a chunk; ``k_dim``/``n_dim`` are the operand's dims."""
 
     op: GroupScale
+    extra: object          # the op's extra tensor staged (its scales, or its zero points)
     src: str
     buf: ir.SharedBuffer
     rows: int
@@ -64,7 +65,7 @@ def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int) -> list[Stage
         if not (isinstance(sp, Move) and sp.src.memory == SH and sp.src.name in tiles):
             continue
         for op in sp.ops or ():
-            if not isinstance(op, GroupScale) or op.name in plans:
+            if not isinstance(op, GroupScale) or any(p.op == op for p in plans.values()):
                 continue
             t = tiles[sp.src.name]
             kd = t.major
@@ -76,14 +77,16 @@ def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int) -> list[Stage
             if gs and (gs % bk if gs >= bk else bk % gs):
                 continue
             rows = 1 if not gs or gs >= bk else bk // gs
-            gbuf = lw.kb.extra_buf(op.extras()[0])
-            eb = gbuf.dtype.bits // 8
-            width = next((w for w in COPY_WIDTHS if (bn * eb) % w == 0 and (gbuf.shape[1] * eb) % w == 0), None)
-            if width is None:
-                continue
-            buf = lw.kb.shared_buf(f"{op.name}_smem", gbuf.dtype, stages * rows * bn, 16,
-                                   f"{stages} stage(s) x {rows}x{bn} {gbuf.dtype} group scales")
-            plans[op.name] = StagedScales(op, sp.src.name, buf, rows, bn, width, kd, nd)
+            for e in op.extras():                      # the scales, and the zero points if any
+                gbuf = lw.kb.extra_buf(e)
+                eb = gbuf.dtype.bits // 8
+                width = next((w for w in COPY_WIDTHS if (bn * eb) % w == 0 and (gbuf.shape[1] * eb) % w == 0),
+                             None)
+                if width is None:
+                    continue
+                buf = lw.kb.shared_buf(f"{e.name}_smem", gbuf.dtype, stages * rows * bn, 16,
+                                       f"{stages} stage(s) x {rows}x{bn} {gbuf.dtype} group {e.name}")
+                plans[e.name] = StagedScales(op, e, sp.src.name, buf, rows, bn, width, kd, nd)
     lw.notes.setdefault("staged_scales", {}).update(plans)
     return list(plans.values())
 
@@ -94,7 +97,7 @@ def issue_scales(lw: Lowerer, ctx, plans: list[StagedScales], stage: IntExpr) ->
     columns are zero-filled (cp.async with 0 source bytes)."""
     out: list = []
     for p in plans:
-        gbuf = lw.kb.extra_buf(p.op.extras()[0])
+        gbuf = lw.kb.extra_buf(p.extra)
         G, N = gbuf.shape
         o = ctx.origin[(p.src, "GL")]
         g0 = 0 if not p.op.group_size else o[p.k_dim] // p.op.group_size
@@ -109,9 +112,9 @@ def issue_scales(lw: Lowerer, ctx, plans: list[StagedScales], stage: IntExpr) ->
         row, col = g0 + r, o[p.n_dim] + cc
         call = ir.AtomCall(catalog.copy_atom("GL", "SH", p.width),
                            (("dst", ir.MemRef(p.buf, p.offset(stage, r, cc))), ("src", ir.MemRef(gbuf, row * N + col))),
-                           land(lt(row, G), lt(col, N)), comment=f"{p.op.name} rows of this K tile -> shared")
+                           land(lt(row, G), lt(col, N)), comment=f"{p.extra.name} rows of this K tile -> shared")
         body = call if total % T == 0 else ir.If(lt(chunk, total), call)
-        out += [ir.Comment(f"{p.op.name}: {total} chunks of {per} x {gbuf.dtype} over {T} threads"),
+        out += [ir.Comment(f"{p.extra.name}: {total} chunks of {per} x {gbuf.dtype} over {T} threads"),
                 ir.For(it, iters, ir.Seq((body,)), unroll=True)]
     return out
 
