@@ -327,12 +327,14 @@ def chains(draw):
     wk = draw(st.sampled_from([k for k in (32, 64, 128) if bk % k == 0]))
     stages = draw(st.sampled_from([1, 2, 3]))
     split = draw(st.sampled_from([1, 2]))
+    zeros = draw(st.booleans())
     spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed)
     chain = [split_k(split, across=BLOCK)] if split > 1 else []
     chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("A"), move_to_smem("B")]
     chain += [pipeline(stages=stages)] if stages > 1 else []
     chain += [tile(m=bm // wm, n=bn // wn) >> to_warps(wm, wn), tile(k=wk), move_to_regs("A"), move_to_regs("B"),
-              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)),
+              prologue("B", ops.group_scale("S", gs, zeros="Z") if zeros else
+                       ops.group_scale("S", gs, zero=0 if signed else 8)),
               tile(m=16, n=8, k=16) >> done(MMA[dtype])]
     return spec, chain
 
