@@ -19,10 +19,11 @@ a prologue op adds::
     tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
 
 B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
-and *packed*: inside each block of 32 k of a column (128 k where a lane loads four words at
-once) the codes are in the order the MMA's B fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
+and *packed*: inside each block of 32 k of a column (64 or 128 k where a lane loads two or four
+words at once) the codes are in the order the MMA's B fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
 convert atom's value order).  ``pack_weights`` produces that from ``quant.quantize_int4``'s codes.
-The scales are ``(ceil(K / group_size), N)`` in the activations' type.
+The scales are ``(ceil(K / group_size), N)`` in the activations' type (and so are the zero points
+with ``zero_point=True``); the K loop's ring stages each tile's rows of them in shared memory.
 """
 
 from __future__ import annotations
