@@ -439,3 +439,43 @@ def test_zero_points_argument_errors():
     with pytest.raises(ScheduleError, match="already used"):
         spec.schedule(*_chain(spec, scale=False), prologue("B", ops.group_scale("S", 32, zeros="A")))
     assert repr(ops.group_scale("S", 64, zeros="Z")) == "ops.group_scale('S', 64, zero=0, zeros='Z')"
+
+
+# --------------------------------------------------------------------------- bank conflicts
+
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 8192, 8192), (17, 1000, 4096), (64, 4096, 4096),
+                                   (4096, 4096, 4096), (7, 1000, 4128)])
+def test_word_loads_are_free_of_bank_conflicts(M, N, K):
+    """The codes' shared tile is swizzled for the word loads that read it (swizzle_for_words): in
+    the lowered kernel every warp's word load takes as many wavefronts as its bytes need (128
+    bytes a wavefront), evaluated on the load's own address expression, lane by lane."""
+    from firesched import ir
+    from firesched.ir.expr import evaluate, free_vars
+    from firesched.ir.rewrite import walk
+    from firesched.lower.synthesis import wavefronts
+
+    prog = gemm_w4a16(M, N, K, arch="sm_90a").lower("sm_90a")
+    loads = [s for s in walk([prog.kernels[0].body]) if isinstance(s, ir.AtomCall)
+             and s.atom.name.startswith("ld_shared") and "codes" in (s.comment or "")]
+    assert loads
+    for load in loads:
+        src, w = load.arg("src"), load.atom.width
+        names = [v.name for v in free_vars(src.offset)]
+        for warp in range(2):
+            addrs = [int(evaluate(src.offset, {n: (32 * warp + lane if n == "tid" else 1) for n in names})) // 2
+                     for lane in range(32)]
+            assert wavefronts(addrs, w) == 32 * w // 128, (load.comment, w, addrs[:8])
+
+
+def test_swizzle_for_words_finds_the_conflicts_auto_leaves():
+    """64-byte rows read 8 bytes a lane: without a swizzle two rows of a phase share banks."""
+    from firesched.layout import Swizzle
+    from firesched.lower.synthesis import lane_reads, swizzle_for_words, wavefronts
+
+    mma = MMA["f16"]
+    reads = lane_reads(mma, "b", 2)
+    plain = [(r * 128 + k) // 2 for r, k in reads]
+    assert wavefronts(plain, 8) == 4
+    sw = swizzle_for_words(mma, "b", 2, 64, 128, 4)
+    assert sw != Swizzle(0, 0, 0)
+    assert wavefronts([sw(r * 128 + k) // 2 for r, k in reads], 8) == 2

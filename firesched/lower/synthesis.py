@@ -77,4 +77,70 @@ def packing_for(consumer: Atom, operand: str, convert: Atom, words: int = 1) -> 
     return Packing(block, tuple(order))
 
 
-__all__ = ["packing_for", "K_AXIS"]
+def lane_reads(consumer: Atom, operand: str, words: int) -> list[tuple[int, int]]:
+    """``(row, storage k)`` of each lane's first word of a block under ``packing_for(consumer,
+    operand, ..., words)``: the row is the lane's line of the operand's other dim, the k where its
+    ``words`` words start (the lanes of a line take their words in lane order)."""
+    tv = consumer.operand(operand).tv
+    ka = K_AXIS[operand]
+    cs = coords(tv)
+    lines: dict[int, list[int]] = {}
+    for lane, vals in enumerate(cs):
+        lines.setdefault(vals[0][1 - ka], []).append(lane)
+    out = [(0, 0)] * len(cs)
+    for line, lanes in lines.items():
+        for w, lane in enumerate(sorted(lanes)):
+            out[lane] = (line, 8 * words * w)
+    return out
+
+
+def wavefronts(byte_addrs, width: int) -> int:
+    """Shared-memory wavefronts a warp's ``width``-byte loads at ``byte_addrs`` take: per phase
+    (the lanes whose loads fill 128 bytes), the most distinct 4-byte words one bank serves."""
+    per = max(1, 128 // width)
+    total = 0
+    for p in range(0, len(byte_addrs), per):
+        banks: dict[int, set] = {}
+        for a in byte_addrs[p:p + per]:
+            for word in range(a // 4, (a + width) // 4):
+                banks.setdefault(word % 32, set()).add(word)
+        total += max(len(v) for v in banks.values())
+    return total
+
+
+def swizzle_for_words(consumer: Atom, operand: str, words: int, rows: int, row_elems: int, elem_bits: int):
+    """The swizzle of a ``rows`` x ``row_elems`` shared tile of ``elem_bits``-bit codes (K-major:
+    a row per line of the operand) under which a warp's word loads of ``packing_for(..., words)``
+    take the fewest wavefronts, found by trying every swizzle that keeps 16-byte chunks whole
+    (fewest bits first); ``Swizzle(0, 0, 0)`` when none does better than none.  The loads are
+    evaluated at every k block of a row and every group of lines a warp reads."""
+    from ..layout import Swizzle
+
+    reads = lane_reads(consumer, operand, words)
+    width = 4 * words
+    chunk = (16 * 8 // elem_bits).bit_length() - 1          # elements per 16 bytes, log2
+    span = max(r for r, _ in reads) + 1
+
+    def cost(sw: Swizzle) -> int:
+        total = 0
+        for r0 in range(0, rows - span + 1, span):
+            for k0 in range(0, row_elems, 8 * words * 4):
+                offs = [sw((r0 + r) * row_elems + k0 + k) for r, k in reads]
+                total += wavefronts([o * elem_bits // 8 for o in offs], width)
+        return total
+
+    best = Swizzle(0, 0, 0)
+    best_cost = cost(best)
+    for bits in (1, 2, 3):
+        for base in range(chunk, chunk + 3):
+            for shift in range(bits, 6):
+                if (1 << (base + shift + bits)) > rows * row_elems:
+                    continue
+                sw = Swizzle(bits, base, shift)
+                c = cost(sw)
+                if c < best_cost:
+                    best, best_cost = sw, c
+    return best
+
+
+__all__ = ["packing_for", "K_AXIS", "lane_reads", "wavefronts", "swizzle_for_words"]

@@ -8,7 +8,8 @@ a prologue op adds::
     split_k(s, across=BLOCK)                       # small M: K parts over blocks, then a reduction
     tile(m=BM, n=BN) >> to_blocks()
     tile(k=BK)
-    move_to_smem("A"), move_to_smem("B")           # B: packed codes, 16-byte cp.async chunks
+    move_to_smem("A"), move_to_smem("B", swizzle)  # B: packed codes, 16-byte cp.async chunks, in the
+                                                   # swizzle its word loads read without conflicts
     pipeline(stages=S)                             # S K tiles of weights in flight per block; the
                                                    # ring also stages each tile's group scales
     tile(m=WM, n=WN) >> to_warps(...)
@@ -36,7 +37,7 @@ from ..errors import ScheduleError
 from ..hardware.atoms import convert as cv
 from ..hardware.atoms import sm80
 from ..hardware.target import target as get_target
-from ..lower.synthesis import packing_for
+from ..lower.synthesis import packing_for, swizzle_for_words
 from ..packing import Packing
 from ..quant import GROUP_SIZES, pack_int4
 from ..schedule import Schedule
@@ -185,12 +186,15 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     if not isinstance(p, W4A16Params):
         raise ScheduleError("params is a W4A16Params", field="params", value=p,
                             fix="fs.recipes.W4A16Params(block_m=16, block_n=128, block_k=128)")
-    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed, words=load_words(K, p))
+    words = load_words(K, p)
+    spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed, words=words)
+    # the codes' shared tile is swizzled for the word loads that read it (derived, not chosen)
+    sw = swizzle_for_words(_MMA[dtype], "b", words, p.block_n, p.block_k, 4)
     chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
     chain += [
         tile(m=p.block_m, n=p.block_n) >> to_blocks(),
         tile(k=p.block_k),
-        move_to_smem("A"), move_to_smem("B"),
+        move_to_smem("A"), move_to_smem("B", swizzle=sw),
         pipeline(stages=p.stages),
         tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
         tile(k=p.warp_k),
