@@ -205,6 +205,21 @@ def test_group_scales_ride_the_ring(gs):
     assert_schedule_correct(odd, examples=1)
 
 
+def test_a_split_k_part_starting_inside_a_group_keeps_global_scales():
+    """K = 384 in two parts of 192 with 128-k tiles and groups of 128: part 1's first tile spans
+    groups 1 and 2, so its scales cannot be one staged row; the ring stages nothing and the
+    scales come from global memory, per word (found by the hypothesis test)."""
+    spec = w4a16_spec(1, 8, 384)
+    sched = spec.schedule(split_k(2, across=BLOCK), tile(m=16, n=8) >> to_blocks(), tile(k=128), move_to_smem("A"),
+                          move_to_smem("B"), tile(m=16, n=8) >> to_warps(1, 1), tile(k=32), move_to_regs("A"),
+                          move_to_regs("B"), prologue("B", ops.group_scale("S", 128, zero=8)),
+                          tile(m=16, n=8, k=16) >> done(MMA["f16"]))
+    assert "staged" not in fs.compile(sched, "sm_80").source
+    assert_schedule_correct(sched, examples=2)
+    for M, N, K in [(1, 4096, 4096), (16, 8192, 8192), (64, 4096, 4096)]:
+        assert "S rows of this K tile" in fs.compile(gemm_w4a16(M, N, K, arch="sm_90a"), "sm_90a").source
+
+
 def test_pack_weights_reads_the_schedules_packing():
     sched = gemm_w4a16(16, 64, 128, arch="sm_80")
     q, _, _ = _weights(128, 64, 128, False, "f16")

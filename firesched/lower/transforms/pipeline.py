@@ -247,7 +247,8 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                       field="stages", value=have, allowed=str(want),
                       fix="apply pipeline(...) after every move_to_smem of the loop")
     # a cp.async ring also stages the group scales its dequantising moves read (staged_scales)
-    scales = plan_scales(lw, node, moves, ring.stages) if isinstance(ring, CpAsyncRing) and ctx.part is None else []
+    scales = plan_scales(lw, node, moves, ring.stages, ctx, lp) \
+        if isinstance(ring, CpAsyncRing) and ctx.part is None else []
     n = lp.count
     S = ring.stages
     # a loop that stops at a diagonal runs N = min(n, stop) tiles: the prologue and the look-ahead

@@ -18,11 +18,13 @@ move through ``Lowerer.notes["staged_scales"]``.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ... import ir
 from ...hardware.atoms import catalog
-from ...ir.expr import IntExpr, Var, land, lt
+from ...ir.expr import IntExpr, Var, _as_sum, land, lt
 from ...ops import GroupScale
 from ...schedule import Node
 from ...spec import Move
@@ -55,9 +57,22 @@ class StagedScales:
         return stage * (self.rows * self.cols) + row * self.cols + col
 
 
-def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int) -> list[StagedScales]:
-    """The group scales read in ``node``'s K loop by dequantising moves of the tiles ``moves``
-    stage, laid out ``stages`` deep in shared memory (registered for the dequantising move)."""
+def _alignment(x: IntExpr, step: int) -> int:
+    """The largest power of two every value of ``x + i * step`` (any i) is a multiple of."""
+    terms, const = _as_sum(x) if not isinstance(x, int) else ({}, x)
+    g = step
+    for t, c in terms.items():
+        g = math.gcd(g, c if isinstance(t, Var) else 1)
+    g = math.gcd(g, const)
+    return g & -g if g else step
+
+
+def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int, ctx, lp) -> list[StagedScales]:
+    """The group scales read in ``node``'s K loop ``lp`` by dequantising moves of the tiles
+    ``moves`` stage, laid out ``stages`` deep in shared memory (registered for the dequantising
+    move).  A K tile must begin at a group's start or lie inside one group (its origins, from
+    ``ctx``, are multiples of the tile or of the group): a split-K part that starts inside a
+    group keeps the global loads."""
     tiles = {m.spec.dst.name: m.spec.dst.tensor for m in moves}
     plans: dict[str, StagedScales] = {}
     for n in node.walk():
@@ -75,6 +90,9 @@ def plan_scales(lw: Lowerer, node: Node, moves: list, stages: int) -> list[Stage
             bk, bn = t.extent(kd), t.extent(nd)
             gs = op.group_size or 0
             if gs and (gs % bk if gs >= bk else bk % gs):
+                continue
+            origin = ctx.origin.get((sp.src.name, "GL"), {}).get(kd)
+            if gs and (origin is None or _alignment(origin, dict(lp.steps).get(kd, bk)) % min(gs, bk)):
                 continue
             rows = 1 if not gs or gs >= bk else bk // gs
             for e in op.extras():                      # the scales, and the zero points if any
