@@ -77,7 +77,9 @@ def interpret(schedule: Schedule, *arrays, target=None) -> np.ndarray:
     results (``Fused.results``) returns a tuple of them, in that order.
 
     ``arrays`` are ``A, B`` and the epilogue's extra tensors, as numpy arrays of any float dtype
-    (values are rounded to the schedule's dtypes).  Races, reads of in-flight async copies and
+    (values are rounded to the schedule's dtypes); int4 codes (a W4A16 weight) in their logical
+    order, which the interpreter packs as the kernel reads them (on the GPU a kernel takes
+    ``recipes.pack_weights``'s bytes instead).  Races, reads of in-flight async copies and
     out-of-bounds accesses raise ``HazardError``.  ``target`` None is the default target.
     """
     _require_schedule(schedule, "interpret")
