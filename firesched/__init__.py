@@ -30,13 +30,13 @@ from .schedule import Schedule
 from .spec import Attention, Fused, Init, MatMul, Move, Pointwise, Reduce
 from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP, Level, Memory, Tensor, Tile
 from .torch_ops import matmul  # torch is imported on the first call, not here
-
-__version__ = "0.1.0"
+from .tuner import tune
+from .version import __version__
 
 __all__ = [
     "dtypes", "ops", "recipes", "ir", "lower", "cuda", "simulate", "runtime", "compile", "interpret", "CompiledProgram",
     "FireschedError", "ScheduleError", "CompileError", "HazardError", "LaunchError",
     "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "Fused", "Attention",
     "Level", "Memory", "Tensor", "Tile", "GL", "SH", "RF", "KERNEL", "CLUSTER", "BLOCK", "WARPGROUP", "WARP",
-    "THREAD", "matmul",
+    "THREAD", "matmul", "tune", "__version__",
 ]

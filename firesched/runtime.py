@@ -158,6 +158,7 @@ class DeviceInfo:
     compute_capability: tuple[int, int]
     max_shared_per_block_optin: int
     max_threads_per_block: int
+    sm_count: int = 0
 
 
 class _Device:
@@ -187,6 +188,7 @@ class _Device:
                                 get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
             max_shared_per_block_optin=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             max_threads_per_block=get(attr.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            sm_count=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         )
 
     def make_current(self) -> None:
@@ -224,6 +226,27 @@ def _device(index: int) -> _Device:
 def device_info(index: int = 0) -> DeviceInfo:
     """Name, compute capability and limits of CUDA device ``index``."""
     return _device(index).info
+
+
+_driver_version: list[int] = []
+
+
+def driver_version() -> int:
+    """The CUDA driver's version as ``cuDriverGetVersion`` gives it (13000 for 13.0); asked once."""
+    if not _driver_version:
+        _require_gpu()
+        _driver_version.append(int(_call("cuDriverGetVersion", _driver().cuDriverGetVersion)))
+    return _driver_version[0]
+
+
+def current_device() -> int:
+    """The device of the calling thread's current CUDA context (torch's current device when
+    torch made it current), 0 when no context is current."""
+    _require_gpu()
+    err, ctx = _driver().cuCtxGetCurrent()
+    if err or ctx is None or int(ctx) == 0:
+        return 0
+    return int(_call("cuCtxGetDevice", _driver().cuCtxGetDevice))
 
 
 # ---------------------------------------------------------------------------------------------

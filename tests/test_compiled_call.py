@@ -137,7 +137,9 @@ P = GemmParams(block_m=64, block_n=64, block_k=32, warps_m=2, warps_n=2, stages=
 
 
 def test_gemm_takes_params():
-    want = fs.recipes.gemm(128, 128, 64, "f16", "sm_80", atoms="sm80", **attrs.asdict(P, recurse=False))
+    want = fs.recipes.gemm(128, 128, 64, "f16", "sm_80", atoms="sm80", block_m=64, block_n=64, block_k=32,
+                           warps_m=2, warps_n=2, stages=2)
+    assert fs.recipes.gemm(128, 128, 64, "f16", "sm_80", **P) == want      # a mapping of its family's fields
     assert fs.recipes.gemm(128, 128, 64, "f16", "sm_80", params=P) == want
     assert fs.recipes.gemm(128, 128, 64, P, arch="sm_80") == want          # positional, after the sizes
     assert fs.recipes.gemm(128, 128, 64, "f16", P) == fs.recipes.gemm(128, 128, 64, "f16", params=P)

@@ -177,14 +177,14 @@ def test_gemm_space_entries_interpret_correctly(M, N, K):
                    split_k_warps=p.split_k_warps, swizzle=p.swizzle)
 
 
-def test_gemm_space_on_sm90a_enumerates_the_sm80_recipe():
-    """On sm_90a (where gemm() defaults to the Hopper recipe) the space still lists mma.sync
-    configurations, each of which builds with atoms='sm80'."""
-    entries = list(gemm_space(256, 256, 256, arch="sm_90a", limit=3))
-    assert len(entries) == 3
-    for p in entries:
-        fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm80", block_m=p.block_m, block_n=p.block_n,
-                        block_k=p.block_k, warps_m=p.warps_m, warps_n=p.warps_n, stages=p.stages)
+def test_gemm_space_on_sm90a_enumerates_both_families():
+    """On sm_90a the space lists wgmma and mma.sync configurations, each of which builds with
+    params= (its family named in the point)."""
+    entries = list(gemm_space(256, 256, 256, arch="sm_90a", limit=200))
+    assert {p.family for p in entries} == {"sm80", "sm90a"}
+    for p in entries[:3] + [p for p in entries if p.family == "sm80"][:3]:
+        s = fs.recipes.gemm(256, 256, 256, arch="sm_90a", params=p)
+        assert ("wgmma" in str(s)) == (p.family == "sm90a")
 
 
 # --------------------------------------------------------------------------- random schedules

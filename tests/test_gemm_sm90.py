@@ -76,7 +76,7 @@ def test_needs_sm90a():
 
 
 @pytest.mark.parametrize("kw, words", [
-    pytest.param(dict(split_k_blocks=2), "split_k_blocks", id="split-k"),
+    pytest.param(dict(split_k_warps=2), "split_k_warps", id="split-k-warps"),
     pytest.param(dict(prologue_ops=(ops.relu(),)), "prologue_ops", id="prologue"),
     pytest.param(dict(layout="CR"), "layout", id="column-major-A"),
     pytest.param(dict(block_n=96), "multiple of 64", id="block_n-not-64"),

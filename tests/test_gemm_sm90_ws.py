@@ -304,7 +304,7 @@ def test_sm90a_default_is_the_warp_specialized_persistent_gemm():
     assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_80"))
 
 
-@pytest.mark.parametrize("kw", [dict(warp_k=32), dict(warps_m=4), dict(split_k_blocks=2),
+@pytest.mark.parametrize("kw", [dict(warp_k=32), dict(warps_m=4), dict(split_k_warps=2),
                                 dict(prologue_ops=(ops.relu(),))])
 def test_sm80_parameters_with_hopper_atoms(kw):
     with pytest.raises(ScheduleError, match="sm_80-atom recipe") as e:

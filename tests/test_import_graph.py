@@ -16,9 +16,10 @@ grimp = pytest.importorskip("grimp")
 LAYERS = [
     "__main__",
     "cli",
-    "torch_ops",
+    {"torch_ops", "tuner"},
+    "timing",
     {"recipes", "testing"},
-    "api",
+    {"api", "tuned"},
     {"cuda", "simulate", "runtime"},
     "lower",
     "strategies",
@@ -33,6 +34,7 @@ LAYERS = [
     "draw",
     "dtypes",
     "errors",
+    "version",
 ]
 
 

@@ -51,9 +51,27 @@ from . import tiles
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 
 
+#: the fields of ``GemmParams`` each atom family reads (``GemmParams.keys``)
+SM80_FIELDS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks", "split_k_warps",
+               "swizzle", "warp_k", "group_m", "prefetch")
+SM90_FIELDS = ("block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks", "warp_specialized",
+               "persistent", "cluster")
+
+
 @attrs.frozen
 class GemmParams:
-    """One point of the recipe's parameter space."""
+    """One point of the recipe's parameter space, for either atom family.
+
+    ``atoms`` names the family (None: ``"sm80"``, as before the Hopper fields existed); the
+    sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
+    ``split_k_blocks``, ``warp_specialized``, ``persistent`` and ``cluster`` and leaves the rest
+    at their defaults.  A value is also a mapping of the fields its family reads, so both
+    ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule::
+
+        >>> p = GemmParams(atoms="sm90a", block_m=128, block_n=256, block_k=64, stages=4)
+        >>> sorted(p)[:3]
+        ['atoms', 'block_k', 'block_m']
+    """
 
     block_m: int = 128
     block_n: int = 128
@@ -67,6 +85,30 @@ class GemmParams:
     warp_k: int = 16                         # K per fragment load (registers hold one K step)
     group_m: int = 1                         # block order: groups of this many M tiles (L2)
     prefetch: bool | None = None             # fragments one K step ahead; None: where registers allow
+    atoms: str | None = None                 # "sm80" (None) or "sm90a"
+    warp_specialized: bool | None = None     # sm90a: a producer warpgroup (None: the recipe's default)
+    persistent: bool | None = None           # sm90a: one block per SM walking the tiles
+    cluster: int | None = None               # sm90a: blocks per cluster sharing B by multicast
+
+    @property
+    def family(self) -> str:
+        """The atom family this point belongs to: ``"sm80"`` or ``"sm90a"``."""
+        return self.atoms or "sm80"
+
+    def keys(self) -> tuple[str, ...]:
+        """The keyword arguments of ``recipes.gemm`` this point sets (its family's fields)."""
+        return ("atoms",) + (SM90_FIELDS if self.family == "sm90a" else SM80_FIELDS)
+
+    def __getitem__(self, name: str):
+        if name not in self.keys():
+            raise KeyError(name)
+        return self.family if name == "atoms" else getattr(self, name)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
 
     @property
     def warp_m(self) -> int:
@@ -86,7 +128,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
          consumer_regs: int | None = None, cluster: int | None = None, batch: int | tuple = (),
-         a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
+         a_batched: bool = True, b_batched: bool = True, check: bool = True, tuned: bool = False) -> Schedule:
     """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
 
     ``batch`` (an int, or a tuple for several batch dimensions) makes it a strided batched GEMM,
@@ -116,14 +158,40 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
       ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
       consecutive M tiles form thread-block clusters and share each B tile by TMA multicast, which
       needs warp specialization and a B tile each block of a pair can load half of: block_n a
-      multiple of 128, or of 16 with a column-major B; default 1).
+      multiple of 128, or of 16 with a column-major B; default 1), and ``split_k_blocks`` (the K
+      loop over that many blocks per tile, reduced by a second kernel in a fixed order).
     * ``"sm80"`` (the default for sm_70 to sm_89, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
       (on A's fragments, e.g. ``(ops.relu(),)``).
 
     Parameters left as None take the family's defaults.
+
+    ``tuned=True`` takes the parameters ``firesched.tune("gemm", M, N, K, ...)`` stored for this
+    problem on the current GPU (same driver, same library version); where there are none (or no
+    GPU to key them by) it warns (``PerformanceWarning``, with the call that tunes it) and takes
+    the tile model's choice.
     """
+    if tuned:
+        named_any = [n for n, v in dict(params=params, block_m=block_m, block_n=block_n, block_k=block_k,
+                                        warps_m=warps_m, warps_n=warps_n, stages=stages,
+                                        split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
+                                        swizzle=swizzle, warp_k=warp_k, group_m=group_m, prefetch=prefetch,
+                                        atoms=atoms, warp_specialized=warp_specialized, persistent=persistent,
+                                        cluster=cluster, consumer_regs=consumer_regs).items() if v is not None]
+        if named_any or prologue_ops:
+            field = named_any[0] if named_any else "prologue_ops"
+            raise ScheduleError("tuned=True takes the tuned parameters; a tile parameter given as well conflicts",
+                                field=field, value=locals().get(field), allowed="None with tuned=True",
+                                fix="drop tuned=True, or drop the parameter")
+        tgt = _target(arch)
+        found = tuned_params(M, N, K, dtype, tgt.name, out_dtype=out_dtype, layout=layout,
+                             epilogue_ops=epilogue_ops, batch=batch, a_batched=a_batched, b_batched=b_batched)
+        common = dict(out_dtype=out_dtype, layout=layout, epilogue_ops=epilogue_ops, producer_regs=producer_regs,
+                      batch=batch, a_batched=a_batched, b_batched=b_batched, check=check)
+        if isinstance(found, GemmParams):
+            return gemm(M, N, K, dtype, tgt.name, params=found, **common)
+        return gemm(M, N, K, dtype, tgt.name, **common)     # the default won the tuning, or nothing stored
     if isinstance(dtype, GemmParams) or isinstance(arch, GemmParams):
         given = dtype if isinstance(dtype, GemmParams) else arch
         if params is not None:
@@ -156,10 +224,15 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                 allowed="firesched.recipes.GemmParams(...)",
                                 fix="gemm(M, N, K, params=GemmParams(block_m=..., ...)), or pass the fields as "
                                     "keywords")
-        atoms = "sm80" if atoms is None else atoms
+        if atoms is not None and params.atoms is not None and atoms != params.atoms:
+            raise ScheduleError("atoms is given both in params and as a keyword, differently", field="atoms",
+                                value=(params.atoms, atoms), allowed="one of the two",
+                                fix="drop the atoms keyword, or attrs.evolve(params, atoms=...)")
+        atoms = params.family if atoms is None else atoms
         given = dict(block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
                      stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
-                     warp_k=warp_k, group_m=group_m, prefetch=prefetch)
+                     warp_k=warp_k, group_m=group_m, prefetch=prefetch, warp_specialized=warp_specialized,
+                     persistent=persistent, cluster=cluster)
         twice = [k for k, v in given.items() if v is not None]
         if twice:
             raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
@@ -167,23 +240,27 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                 fix=f"attrs.evolve(params, {twice[0]}=...) or drop the keyword")
         if atoms == "sm90a":
             defaults = GemmParams()
-            for name in ("warps_m", "warps_n", "split_k_blocks", "split_k_warps", "swizzle", "warp_k",
-                         "prefetch"):
+            for name in sorted(set(SM80_FIELDS) - set(SM90_FIELDS)):
                 if getattr(params, name) != getattr(defaults, name):
                     raise ScheduleError("this parameter belongs to the sm_80-atom recipe", field=f"params.{name}",
                                         value=getattr(params, name), allowed=f"{getattr(defaults, name)!r} with "
                                         "atoms='sm90a'", fix="pass atoms='sm80', or leave the field at its default")
             block_m, block_n, block_k = params.block_m, params.block_n, params.block_k
-            stages, group_m = params.stages, params.group_m
+            stages, group_m, split_k_blocks = params.stages, params.group_m, params.split_k_blocks
+            warp_specialized, persistent, cluster = params.warp_specialized, params.persistent, params.cluster
         else:
+            for name in ("warp_specialized", "persistent", "cluster"):
+                if getattr(params, name) not in (None, False, 1):
+                    raise ScheduleError("this parameter belongs to the sm_90a recipe", field=f"params.{name}",
+                                        value=getattr(params, name), allowed="None with atoms='sm80'",
+                                        fix="GemmParams(atoms='sm90a', ...), or leave the field at None")
             (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-             warp_k, group_m, prefetch) = attrs.astuple(params, recurse=False)
+             warp_k, group_m, prefetch) = (getattr(params, name) for name in SM80_FIELDS)
     if atoms is None:
         atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
         sm80_only = dict(warps_m=warps_m, warps_n=warps_n, warp_k=warp_k, swizzle=swizzle,
-                         prefetch=prefetch, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
-                         prologue_ops=prologue_ops or None)
+                         prefetch=prefetch, split_k_warps=split_k_warps, prologue_ops=prologue_ops or None)
         for name, v in sm80_only.items():
             if v is not None and v != 1:
                 raise ScheduleError("this parameter belongs to the sm_80-atom recipe", field=name, value=v,
@@ -202,7 +279,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                          stages=stages if stages is not None else _sm90_stages(bm, bn, ws, block_k or 64, arch),
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
-                         producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster, check=check)
+                         producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
+                         split_k_blocks=1 if split_k_blocks is None else split_k_blocks, check=check)
     if cluster not in (None, 1):
         raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
                             allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
@@ -270,6 +348,59 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
     return sched
 
 
+def tuning_problem(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", *, out_dtype=None,
+                   layout: str = "RR", epilogue_ops: tuple = (), batch: int | tuple = (), a_batched: bool = True,
+                   b_batched: bool = True) -> dict:
+    """The problem a tuned GEMM entry is keyed by (JSON values): every argument of ``gemm`` that
+    changes which parameters are fastest or valid, the epilogue ops by their ``repr``."""
+    dt = _input_dtype(dtype)
+    out = dt if out_dtype is None else _out_dtype(out_dtype)
+    return {"recipe": "gemm", "M": M, "N": N, "K": K, "dtype": dt.name, "out_dtype": out.name, "arch": arch,
+            "layout": layout, "epilogue": [repr(op) for op in epilogue_ops],
+            "batch": list(batch) if isinstance(batch, tuple) else ([batch] if batch else []),
+            "a_batched": a_batched, "b_batched": b_batched}
+
+
+def params_from_json(values: dict) -> GemmParams:
+    """A ``GemmParams`` from the JSON a tuned entry holds (its ``dict(params)``); a ``ValueError``
+    naming the field for anything else."""
+    fields = {f.name for f in attrs.fields(GemmParams)}
+    bad = sorted(set(values) - fields)
+    if bad or values.get("swizzle") is not None:
+        raise ValueError(f"tuned parameters: unknown or unstorable field {(bad or ['swizzle'])[0]!r}; "
+                         f"allowed: {', '.join(sorted(fields - {'swizzle'}))}")
+    return GemmParams(**values)
+
+
+def tuned_params(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", **problem):
+    """The parameters ``firesched.tune`` stored for this GEMM on the current GPU: a
+    ``GemmParams``, ``"default"`` where the recipe's default parameters won the tuning, or None
+    (with a ``PerformanceWarning`` saying how to tune it) when nothing is stored or there is no
+    GPU to key it by.  ``problem`` takes ``tuning_problem``'s keywords."""
+    import warnings
+
+    from .. import runtime, tuned
+    from ..errors import PerformanceWarning
+
+    key = tuning_problem(M, N, K, dtype, arch, **problem)
+    why = runtime.gpu_unavailable_reason()
+    entry = None
+    if why is None:
+        entry = tuned.lookup(key, tuned.device_key())
+        if entry is not None:
+            if not entry["params"]:
+                return "default"
+            try:
+                return params_from_json(entry["params"])
+            except (TypeError, ValueError):
+                entry = None
+        why = "nothing is stored for it on this GPU, driver and library version"
+    warnings.warn(PerformanceWarning(
+        f"gemm {M}x{N}x{K} {key['dtype']} tuned=True: {why}; taking the tile model's parameters. Tune it with "
+        f"firesched.tune('gemm', {M}, {N}, {K}, dtype={key['dtype']!r}, arch={arch!r}) on the GPU"), stacklevel=3)
+    return None
+
+
 def _target(arch):
     """The target ``arch`` names (None: the default target), or a ScheduleError listing them."""
     try:
@@ -298,7 +429,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               layout: str = "RR", block_m: int = 128, block_n: int = 256, block_k: int | None = None,
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
-              producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1,
+              producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1, split_k_blocks: int = 1,
               batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
@@ -308,7 +439,10 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     launches one block per SM that walks the tiles in the grouped order.  ``consumer_regs``
     defaults to the most registers the block's register file leaves each consumer thread.
     ``cluster=2`` (which needs warp specialization) pairs blocks on consecutive M tiles into
-    thread-block clusters that share each B tile through TMA multicast."""
+    thread-block clusters that share each B tile through TMA multicast.  ``split_k_blocks=p``
+    splits the K loop over ``p`` blocks per output tile (``split_k(p, across=BLOCK)``, the same
+    strategy the sm_80 family uses): each writes its f32 partial tile to a workspace and a second
+    kernel adds the parts in a fixed order, so results are bitwise the same run to run."""
     from ..hardware.atoms import sm90a
 
     dt = _input_dtype(dtype)
@@ -325,7 +459,11 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
         atom = sm90a.wgmma_atom(block_n, dt, b_mn_major=layout[1] == "R")
     except ValueError as e:
         raise ScheduleError(str(e), field="block_n", value=block_n, allowed="multiples of 8 up to 256") from None
-    chain = [
+    if isinstance(split_k_blocks, bool) or not isinstance(split_k_blocks, int) or split_k_blocks < 1:
+        raise ScheduleError("split_k_blocks is a positive int", field="split_k_blocks", value=split_k_blocks,
+                            allowed="1 (no split), 2, 3, ...")
+    chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
+    chain += [
         tile(**_batch_tiles(spec), m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent,
                                                                      cluster=cluster),
         tile(k=bk),
@@ -386,18 +524,18 @@ def _out_dtype(name):
 
 
 def _check_params(p: GemmParams, M: int, N: int, K: int):
-    for f in attrs.fields(GemmParams):
-        v = getattr(p, f.name)
-        if f.name == "swizzle":
+    for name in SM80_FIELDS:
+        v = getattr(p, name)
+        if name == "swizzle":
             continue
-        if f.name == "prefetch":
+        if name == "prefetch":
             if v is not None and not isinstance(v, bool):
                 raise ScheduleError("prefetch is a bool or None", field="prefetch", value=v,
                                     allowed="True, False, None (automatic)")
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ScheduleError("recipe parameters are positive ints", field=f.name, value=v,
-                                allowed="a positive int", fix=f"pass gemm(..., {f.name}=<int>)")
+            raise ScheduleError("recipe parameters are positive ints", field=name, value=v,
+                                allowed="a positive int", fix=f"pass gemm(..., {name}=<int>)")
     if p.block_m % p.warps_m or p.block_n % p.warps_n:
         raise ScheduleError("the warp arrangement does not divide the block tile", field="warps_m x warps_n",
                             value=f"{p.warps_m}x{p.warps_n}", allowed=f"divisors of {p.block_m}x{p.block_n}",
@@ -429,27 +567,121 @@ def _group(p: GemmParams, M: int, N: int) -> int:
     return p.group_m if 1 < p.group_m < mt and N > p.block_n else 1
 
 
-def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, limit: int | None = None):
-    """Yield ``GemmParams`` of the sm_80-atom recipe (``atoms="sm80"``, on any target from sm_80)
-    whose schedule checks for this problem and target (None: the default target); each one
-    builds its schedule as ``gemm(M, N, K, dtype, arch, params=p)``.
+#: block tiles each family's space draws from (16-row tiles are the sm_80 family's small-M shape)
+SPACE_BLOCKS_SM80 = ((256, 128), (128, 256), (128, 128), (64, 128), (128, 64), (64, 64), (32, 64), (64, 32),
+                     (32, 32), (16, 64), (16, 128), (16, 32))
+SPACE_WARPS_SM80 = ((4, 2), (2, 4), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1), (1, 1))
+SPACE_BM_SM90 = (64, 128, 192, 256)
+SPACE_BN_SM90 = (64, 128, 192, 256)
+SPLITS = (1, 2, 3, 4, 6, 8)
 
-    Ordered roughly from the configurations that suit large problems to small ones.
-    """
-    blocks = [(128, 256), (256, 128), (128, 128), (64, 128), (128, 64), (64, 64), (32, 64), (64, 32), (32, 32)]
-    warp_layouts = [(2, 4), (4, 2), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1), (1, 1)]
-    arch = _target(arch).name
-    count = 0
-    for (bm, bn), (wm, wn), bk, st, skw, skb in itertools.product(
-            blocks, warp_layouts, (32, 64), (4, 3, 2, 1), (1, 2), (1, 2, 4)):
-        if bm > M or bn > N or bk > K:
+
+def _covering(sizes, extent: int):
+    """``sizes`` up to the smallest that covers ``extent`` in one tile (larger ones only add
+    padding): O(1) pruning before any schedule is built."""
+    cover = [b for b in sizes if b >= extent]
+    top = min(cover) if cover else max(sizes)
+    return [b for b in sizes if b <= top]
+
+
+def _splits(M: int, N: int, K: int, bm: int, bn: int, bk: int, batch: int, sms: int):
+    """Split-K factors worth trying: only where the tiles leave SMs idle, each part keeping at
+    least two K tiles, and not past two waves of parts."""
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    if tiles >= sms:
+        return [1]
+    return [s for s in SPLITS if s == 1 or (K >= 2 * bk * s and tiles * s <= 2 * sms)]
+
+
+def _space_sm90(M, N, K, tgt, dt, layout, batch):
+    """The sm_90a family's points, pruned by O(1) rules (tile coverage, accumulator registers
+    under the launch's register limit, shared memory through ``_sm90_stages``)."""
+    if layout[0] != "R":
+        return
+    eb = dt.bits // 8
+    for bm, bn, bk in itertools.product(_covering(SPACE_BM_SM90, M), _covering(SPACE_BN_SM90, N),
+                                        (128 // eb, 64 // eb)):
+        if bk > 128 // eb or (bk < 128 // eb and K >= 1024):
+            continue                    # the narrower swizzle only where K is short
+        mt = -(-M // bm)
+        for ws, per in ((True, True), (True, False), (False, False)):
+            warpgroups = bm // 64 + (1 if ws else 0)
+            limit = min(255, tgt.regs_per_sm // (128 * warpgroups) // 8 * 8)
+            if (ws and bm > 192) or bn // 2 + 26 > limit:
+                continue                # four consumers refused; accumulators over ptxas's limit
+            stages = _sm90_stages(bm, bn, ws, bk, tgt.name)
+            for split in _splits(M, N, K, bm, bn, bk, batch, tgt.sm_count):
+                clusters = (1, 2) if ws and bn % 128 == 0 and mt >= 2 and split == 1 else (1,)
+                for cl in clusters:
+                    yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
+                                     group_m=8 if M >= 4 * bm else 1, split_k_blocks=split,
+                                     atoms="sm90a", warp_specialized=ws, persistent=per, cluster=cl)
+
+
+def _space_sm80(M, N, K, tgt, dt, batch):
+    """The sm_80 family's points, pruned by O(1) rules (tile coverage, warp tiles of whole
+    fragments and at most 64 x 64 accumulators, shared memory, split-K where SMs idle)."""
+    bms = _covering(sorted({b[0] for b in SPACE_BLOCKS_SM80}), M)
+    bns = _covering(sorted({b[1] for b in SPACE_BLOCKS_SM80}), N)
+    ks = _covering((32, 64, 128), K)
+    for (bm, bn), (wm, wn), bk, st in itertools.product(SPACE_BLOCKS_SM80, SPACE_WARPS_SM80, ks, (4, 3, 2)):
+        if bm not in bms or bn not in bns:
             continue
+        wtm, wtn = bm // wm, bn // wn
+        if bm % wm or bn % wn or wtm % 16 or wtn % 16 or wtm * wtn > 64 * 64:
+            continue
+        if st * (bm + bn) * bk * dt.bits // 8 > tgt.smem_per_block_optin - 1024:
+            continue
+        for skw in (1, 2):
+            if skw > 1 and (bk // skw < 32 or wm * wn * skw > 8):
+                continue
+            for skb in _splits(M, N, K, bm, bn, bk, batch, tgt.sm_count):
+                yield GemmParams(bm, bn, bk, wm, wn, st, skb, skw, warp_k=16 if bk // skw <= 64 else 32,
+                                 group_m=8 if M >= 4 * bm else 1, atoms="sm80")
+
+
+def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, atoms: str | None = None,
+               layout: str = "RR", epilogue_ops: tuple = (), batch: int = 1, limit: int | None = None):
+    """Yield ``GemmParams`` whose schedule checks for this problem and target (None: the default
+    target), the most promising first; each builds as ``gemm(M, N, K, dtype, arch, params=p)``
+    or ``gemm(M, N, K, dtype, arch, **p)``.
+
+    ``atoms`` restricts it to one family (``"sm80"`` or ``"sm90a"``); by default every family
+    the target has, both on sm_90a.  The space is each family's block tiles, warp layouts, K
+    tiles, stages, split-K factors (where the tiles leave SMs idle), and on sm_90a warp
+    specialization, persistence and clusters.  O(1) rules prune it first (tiles larger than the
+    problem needs, accumulators over the register limit, shared memory); the survivors are
+    ordered by the tile model's time (``tiles.modelled_time``) and only then built and checked,
+    so the first ``limit`` points cost ``limit`` checks and a few more.  ``layout``,
+    ``epilogue_ops`` and ``batch`` are checked with each point as ``gemm`` takes them.
+    """
+    tgt = _target(arch)
+    dt = _input_dtype(dtype)
+    families = ("sm90a", "sm80") if tgt.has_wgmma else ("sm80",)
+    if atoms is not None:
+        if atoms not in ("sm80", "sm90a") or (atoms == "sm90a" and not tgt.has_wgmma):
+            raise ScheduleError("no such atom family on this target", field="atoms", value=atoms,
+                                allowed=", ".join(repr(f) for f in families))
+        families = (atoms,)
+    points = []
+    for fam in families:
+        points += _space_sm90(M, N, K, tgt, dt, layout, batch) if fam == "sm90a" else \
+            _space_sm80(M, N, K, tgt, dt, batch)
+
+    def cost(p):
+        return tiles.modelled_time(M, N, K, p.family, p.block_m, p.block_n, p.split_k_blocks, batch=batch,
+                                   sms=tgt.sm_count, specialized=p.warp_specialized is not False,
+                                   persistent=p.persistent is not False)
+
+    points.sort(key=cost)
+    count = 0
+    for p in points:
         try:
-            gemm(M, N, K, dtype, arch, block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, stages=st,
-                 split_k_warps=skw, split_k_blocks=skb, atoms="sm80")
+            gemm(M, N, K, dtype, tgt.name, params=p, layout=layout, epilogue_ops=tuple(epilogue_ops),
+                 batch=batch if batch > 1 else ())
         except ScheduleError:
             continue
-        yield GemmParams(bm, bn, bk, wm, wn, st, skb, skw)
+        yield p
         count += 1
         if limit is not None and count >= limit:
             return

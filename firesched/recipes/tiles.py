@@ -70,6 +70,64 @@ def params_sm90(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> di
                 warp_specialized=True, persistent=True, cluster=1)
 
 
+#: the sm_80 family's best block reaches about half the sm_90a family's throughput on an H100
+#: (about 370 against 740 TFLOP/s at 8192^3, ``bench/README.md``)
+SM80_RELATIVE = 0.5
+#: an H100's MMA throughput over its memory bandwidth (about 740 TFLOP/s against 3 TB/s): what a
+#: byte of split-K workspace traffic costs in multiply-adds
+FLOP_PER_BYTE = 250
+#: L2's bandwidth over DRAM's on an H100 (about 4): a tile's operands mostly come from L2
+L2_OVER_DRAM = 4
+
+
+#: the most a tile outside the measured tables is credited with (an unmeasured tile is a guess)
+UNMEASURED = 0.85
+
+
+def efficiency(family: str, bm: int, bn: int) -> float:
+    """Relative throughput of one ``bm x bn`` block of ``family`` when the GPU is full (1.0: the
+    sm_90a family's 128x256 tile): from the measured tables above, and for other tiles a smooth
+    guess that falls with the tile's area (less reuse of each loaded element)."""
+    table = {(t[0], t[1]): t[-1] for t in TILES_SM90} if family == "sm90a" else \
+        {(t[0], t[1]): t[-1] for t in TILES_SM80}
+    scale = 1.0 if family == "sm90a" else SM80_RELATIVE
+    if (bm, bn) in table:
+        return table[bm, bn] * scale
+    return scale * min(UNMEASURED, (bm * bn / (128 * 256)) ** 0.35)
+
+
+#: relative throughput of an sm_90a block without a producer warpgroup, and of a non-persistent
+#: grid, against the warp-specialized persistent kernel (``bench/README.md`` sweeps)
+UNSPECIALIZED = 0.9
+NON_PERSISTENT = 0.97
+
+
+def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: int = 1, *, batch: int = 1,
+                  sms: int = 132, specialized: bool = True, persistent: bool = True) -> float:
+    """Relative time of one configuration (only comparisons between configurations mean
+    anything): waves of ``split`` x tiles over ``sms``, each tile the larger of its multiply-adds
+    ``bm x bn x K / split`` at the tile's ``efficiency`` and its operand bytes at the SM's share
+    of L2 bandwidth, at least the problem's bytes through DRAM (what bounds a small M), plus the
+    split-K reduction's traffic.
+    ``gemm_space`` orders its points by it, so that the first ones are those the model expects
+    to be fast."""
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    waves = -(-(tiles * split) // sms)
+    eff = efficiency(family, bm, bn)
+    if family == "sm90a":
+        eff *= (1.0 if specialized else UNSPECIALIZED) * (1.0 if persistent else NON_PERSISTENT)
+    k = -(-K // split)
+    # per SM, in multiply-adds at the SM's peak: the tile's MMAs, its operands through L2, and the
+    # problem's unique bytes through DRAM shared by all SMs (the floor a small M sits on)
+    tile = max(bm * bn * k / eff, (bm + bn) * k * 2 * FLOP_PER_BYTE / (2 * L2_OVER_DRAM))
+    dram = (M * K + K * N + M * N) * 2 * batch * FLOP_PER_BYTE / (2 * sms)
+    t = max(waves * tile, dram)
+    if split > 1:
+        # f32 parts written and read back: time in the same units (multiply-adds per SM / 2)
+        t += 4 * 2 * split * M * N * batch * FLOP_PER_BYTE / (2 * sms)
+    return t
+
+
 def default_params(M: int, N: int, K: int, target, *, batch: int = 1) -> dict:
     """What ``recipes.gemm`` takes when the caller names no tile parameter: on a target with
     wgmma, ``params_small_m`` for ``M`` <= 16, ``params_sm90`` from 128 rows (none of its tiles

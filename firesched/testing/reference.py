@@ -148,6 +148,10 @@ def _added_ops(schedule: Schedule):
     epi: dict = {}
     for node in schedule.root.walk():
         sp = node.spec
+        if isinstance(sp, Reduce) and isinstance(schedule.spec, MatMul) and sp.ops and sp.dst.name in outputs:
+            # split-K: the kernel that adds a MatMul's parts applies its epilogue
+            epi.setdefault(sp.dst.name, tuple(sp.ops))
+            continue
         if not isinstance(sp, Move) or not sp.ops or sp.level == schedule.spec.level:
             continue
         if sp.dst.name in outputs and sp.dst.memory == GL:
@@ -264,3 +268,23 @@ def w4a16_reference(a, q, scales, zeros=None, group_size: int | None = 128) -> n
         raise ValueError(f"w4a16_reference: a has shape {x.shape}; it must be (M, K) with K = {w.shape[0]}, "
                          f"the rows of q")
     return (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
+
+
+def epilogue_reference(schedule: Schedule, product, *extras) -> np.ndarray:
+    """The result of a one-output ``schedule`` (a GEMM with an epilogue) given its unrounded
+    product ``product``, computed elsewhere (in float32 on a GPU where numpy would take
+    minutes): the epilogue ops its strategies added, then the rounding to the result's type.
+    ``extras`` are the tensors the ops read, in ``extra_inputs`` order.  A schedule with
+    prologue ops has no such shortcut (``ValueError``: use ``schedule_reference``)."""
+    names = [e for e, _ in extra_inputs(schedule)]
+    if len(extras) != len(names):
+        raise ValueError(f"epilogue_reference: the schedule's ops read {len(names)} tensors ({', '.join(names)}), "
+                         f"got {len(extras)}")
+    pro, epi = _added_ops(schedule)
+    if pro:
+        raise ValueError(f"epilogue_reference: the schedule has prologue ops on {', '.join(pro)}; "
+                         "use schedule_reference(schedule, *arrays)")
+    out = schedule.spec.outputs[0]
+    y = _apply_ops(np.asarray(product, dtype=np.float64), epi.get(out.name, ()) + tuple(getattr(schedule.spec, "ops", ())),
+                   dict(zip(names, extras)), out.tensor.dtype)
+    return rounded(y, out.tensor.dtype)
