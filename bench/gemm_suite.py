@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
 from firesched import ops, timing  # noqa: E402
+from firesched.hardware.target import target as get_target  # noqa: E402
 from firesched.tuner import compile_jobs  # noqa: E402
 
 #: (M, N, K, what the shape stands for)
@@ -113,7 +114,7 @@ def gpu_row(torch, M, N, K, what, dt, args) -> dict:
     row = dict(M=M, N=N, K=K, what=what, dtype=dt, fused=args.fused, rel_err=err, spills=k.spills,
                ours_us=us["ours"], peer_us=us["peer"], ours_tflops=flops / us["ours"] / 1e6,
                peer_tflops=flops / us["peer"] / 1e6, ratio=us["peer"] / us["ours"],
-               default=str(fs.recipes.tiles.default_params(M, N, K, fs.hardware.target.target(ARCH))))
+               default=str(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH))))
     if tuned is not None:
         row.update(tuned_us=us["tuned"], tuned_ratio=us["peer"] / us["tuned"], tuned_params=str(tuned.params),
                    tune_seconds=tuned.seconds, tune_from_cache=tuned.from_cache,
