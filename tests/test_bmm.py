@@ -115,7 +115,7 @@ def test_bmm_sm90a_matches_numpy(batch, M, N, K, a_b, b_b, kw):
 
 
 def test_batched_operands_take_rank3_tensor_maps():
-    prog = fs.recipes.bmm(4, 256, 256, 64, arch="sm_90a").lower()
+    prog = fs.recipes.bmm(4, 256, 256, 64, arch="sm_90a", block_m=128, block_n=256, stages=4).lower()
     maps = {p.name: p for p in prog.kernels[-1].params if isinstance(p, fs.ir.TensorMapParam)}
     assert maps["tmap_A"].box == (1, 128, 64) and maps["tmap_B"].box[0] == 1
     assert maps["tmap_C"].box == (1, 64, 64)          # the TMA-store epilogue, one batch at a time

@@ -269,9 +269,10 @@ def test_accumulators_that_do_not_fit_the_launch_are_refused():
 
 def test_small_m_takes_the_mma_sync_schedule_by_default():
     # M <= 16: 16-row mma.sync tiles streaming B (recipes.tiles.params_small_m), split over two
-    # blocks on a long K where the N tiles alone leave SMs idle
+    # blocks on a long K where the N tiles alone leave half the SMs idle
     text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a"))
-    assert "mma_m16n8k16" in text and "wgmma" not in text and "split_k(2, across=block)" in text
+    assert "mma_m16n8k16" in text and "wgmma" not in text and "split_k" not in text
+    assert "split_k(2, across=block)" in str(fs.recipes.gemm(8, 4096, 14336, arch="sm_90a"))
     assert "split_k" not in str(fs.recipes.gemm(1, 4096, 4096, arch="sm_90a"))
     # from 17 rows on, wgmma
     assert "wgmma" in str(fs.recipes.gemm(17, 4096, 4096, arch="sm_90a"))
@@ -295,10 +296,13 @@ def test_strategy_values_print_and_compare():
 
 
 def test_sm90a_default_is_the_warp_specialized_persistent_gemm():
-    sched = fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a")
+    sched = fs.recipes.gemm(4096, 4096, 1024, arch="sm_90a")
     text = str(sched)
     assert "wgmma" in text and "persistent" in text and "warp-specialized" in text
     assert "mma_m16n8k16" not in text
+    # one wave of tiles: no persistent loop to walk
+    text = str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a"))
+    assert "wgmma" in text and "warp-specialized" in text and "persistent" not in text
     # the sm_80 recipe stays available on sm_90a, and is still the default for sm_80
     assert "mma" in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_90a", atoms="sm80"))
     assert "wgmma" not in str(fs.recipes.gemm(1024, 1024, 1024, arch="sm_80"))

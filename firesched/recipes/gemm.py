@@ -573,7 +573,6 @@ SPACE_BLOCKS_SM80 = ((256, 128), (128, 256), (128, 128), (64, 128), (128, 64), (
 SPACE_WARPS_SM80 = ((4, 2), (2, 4), (2, 2), (1, 4), (4, 1), (1, 2), (2, 1), (1, 1))
 SPACE_BM_SM90 = (64, 128, 192, 256)
 SPACE_BN_SM90 = (64, 128, 192, 256)
-SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 def _covering(sizes, extent: int):
@@ -585,12 +584,7 @@ def _covering(sizes, extent: int):
 
 
 def _splits(M: int, N: int, K: int, bm: int, bn: int, bk: int, batch: int, sms: int):
-    """Split-K factors worth trying: only where the tiles leave SMs idle, each part keeping at
-    least two K tiles, and not past two waves of parts."""
-    tiles = -(-M // bm) * -(-N // bn) * batch
-    if tiles >= sms:
-        return [1]
-    return [s for s in SPLITS if s == 1 or (K >= 2 * bk * s and tiles * s <= 2 * sms)]
+    return tiles.split_factors(M, N, K, bm, bn, bk, batch=batch, sms=sms)
 
 
 def _space_sm90(M, N, K, tgt, dt, layout, batch):

@@ -11,8 +11,14 @@ from __future__ import annotations
 #: sm_80 atoms: (block_m, block_n, warps_m, warps_n, relative throughput of one block)
 TILES_SM80 = ((256, 128, 4, 2, 1.0), (128, 128, 2, 2, 0.9), (64, 128, 2, 2, 0.7), (64, 64, 2, 2, 0.5))
 #: sm_90a atoms: (block_m, block_n, stages, relative throughput of one block); 128x256: 741 TFLOP/s
-#: at 8192^3, 192x128: 719, 128x128: 558 on an H100; 128x64 an estimate
-TILES_SM90 = ((128, 256, 4, 1.0), (192, 128, 4, 0.96), (128, 128, 6, 0.75), (128, 64, 6, 0.55))
+#: at 8192^3, 192x128: 719, 128x128: 558 on an H100; 128x64 an estimate; the 64-row tiles (one
+#: consumer warpgroup) fitted to ``firesched.tune``'s winners on the 34 shapes of
+#: ``bench/gemm_suite.py`` (the model then picks the tuned block tile and split on 17 of the 25
+#: shapes from 17 rows, and a tile within a few per cent on the rest)
+TILES_SM90 = ((128, 256, 4, 1.0), (192, 128, 4, 0.96), (128, 128, 6, 0.75), (128, 64, 6, 0.55),
+              (64, 256, 5, 0.8), (64, 128, 6, 0.65), (64, 64, 6, 0.5))
+#: split-K factors the model and ``gemm_space`` consider
+SPLITS = (1, 2, 3, 4, 6, 8)
 
 
 def _waves(M: int, N: int, bm: int, bn: int, batch: int, sms: int) -> int:
@@ -41,33 +47,46 @@ def params_sm80(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> di
                 group_m=(16 if few_waves else 8) if M >= 4 * bm else 1)
 
 
+def split_factors(M: int, N: int, K: int, bm: int, bn: int, bk: int, *, batch: int = 1, sms: int = 132):
+    """Split-K factors worth considering for ``bm x bn`` tiles: more than one only where the
+    tiles leave SMs idle, each part keeping at least two K tiles, and not past two waves."""
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    if tiles >= sms:
+        return [1]
+    return [s for s in SPLITS if s == 1 or (K >= 2 * bk * s and tiles * s <= 2 * sms)]
+
+
 def params_small_m(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> dict:
     """Parameters for ``M`` <= 16 (a matrix-vector product in all but name): the time is reading
     B once, so mma.sync tiles of 16 x 64 (a 64-row wgmma would compute 4-64x more than it keeps)
-    stream B through a 4-deep pipeline of 128-wide K tiles, and the K loop is split over two
-    blocks where the N tiles alone would leave SMs idle on a long K.  Measured on an H100 against
-    ``torch.matmul`` (f16, interleaved, ``bench/sweep_gemm.py --atoms small``): 1.02x at
-    16x8192x8192, 0.98x at 1x8192x8192 and 1x4096x4096, where the wgmma recipe's 128x64 tile was
-    0.82x, 0.80x and 0.54x."""
+    over four warps of 16 x 16 stream B through a 4-deep pipeline of 128-wide K tiles, and the K
+    loop is split over two blocks where the N tiles alone leave half the SMs idle on a long K.
+    Measured on an H100 against ``torch.matmul`` (f16, interleaved, ``bench/gemm_suite.py``,
+    where ``firesched.tune`` chose these): 0.98-1.02x at M = 1, 8 and 16 with N = K = 8192."""
     tiles = -(-N // 64) * batch
-    split = 2 if tiles < sms and K >= 8192 else 1
-    return dict(atoms="sm80", block_m=16, block_n=64, block_k=128, warps_m=1, warps_n=2, stages=4,
+    split = 2 if 2 * tiles < sms and K >= 8192 else 1
+    return dict(atoms="sm80", block_m=16, block_n=64, block_k=128, warps_m=1, warps_n=4, warp_k=32, stages=4,
                 split_k_blocks=split, group_m=1)
 
 
 def params_sm90(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> dict:
-    """``recipes.gemm(..., atoms="sm90a")`` parameters: warp-specialized, persistent, grouped, the
-    block tile of least modelled time; single blocks (clusters of two measured on par, not faster,
-    timed interleaved on an H100)."""
-
-    def cost(t):
-        bm, bn, _, eff = t
-        return _waves(M, N, bm, bn, batch, sms) * bm * bn / eff
-
-    fits = [t for t in TILES_SM90 if t[0] <= M and t[1] <= N] or [TILES_SM90[-1]]
-    bm, bn, stages, _ = min(fits, key=cost)
+    """``recipes.gemm(..., atoms="sm90a")`` parameters: warp-specialized, grouped, the block tile
+    and split-K factor of least ``modelled_time`` (64-row tiles and split-K for problems of few
+    tiles, 128 x 256 or 192 x 128 for large ones); persistent blocks where there is more than one
+    wave of work; single blocks (clusters of two measured on par, not faster, timed interleaved
+    on an H100)."""
+    best = None
+    for bm, bn, stages, _ in TILES_SM90:
+        if bm > max(64, M) or bn > max(64, N):
+            continue
+        for split in split_factors(M, N, K, bm, bn, 64, batch=batch, sms=sms):
+            t = modelled_time(M, N, K, "sm90a", bm, bn, split, batch=batch, sms=sms)
+            if best is None or t < best[0]:
+                best = (t, bm, bn, stages, split)
+    _, bm, bn, stages, split = best
+    parts = -(-M // bm) * -(-N // bn) * batch * split
     return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
-                warp_specialized=True, persistent=True, cluster=1)
+                split_k_blocks=split, warp_specialized=True, persistent=parts > sms, cluster=1)
 
 
 #: the sm_80 family's best block reaches about half the sm_90a family's throughput on an H100
@@ -130,14 +149,10 @@ def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: 
 
 def default_params(M: int, N: int, K: int, target, *, batch: int = 1) -> dict:
     """What ``recipes.gemm`` takes when the caller names no tile parameter: on a target with
-    wgmma, ``params_small_m`` for ``M`` <= 16, ``params_sm90`` from 128 rows (none of its tiles
-    is shorter), and between the two nothing (the recipe's own 64-row wgmma tiles); else
-    ``params_sm80``."""
+    wgmma, ``params_small_m`` for ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
     sms = target.sm_count
     if target.has_wgmma:
         if M <= 16:
             return params_small_m(M, N, K, batch=batch, sms=sms)
-        if M < 128:
-            return {}
         return params_sm90(M, N, K, batch=batch, sms=sms)
     return params_sm80(M, N, K, batch=batch, sms=sms)
