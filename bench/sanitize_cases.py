@@ -7,7 +7,8 @@ so the sanitizer sees real launches of: a pipelined GEMM with partial tiles, the
 (synchronous copy) path, split-K across warps (shared-memory reduction), split-K across blocks
 (workspace + reduction kernel), a fused bias+GELU epilogue with f32 output, and column-major
 operands (transposed ldmatrix); and the Hopper path: plain, warp-specialized + persistent with a
-fused epilogue and TMA stores, and with direct stores (C rows not a multiple of 16 bytes).
+fused epilogue and TMA stores, with direct stores (C rows not a multiple of 16 bytes), clusters,
+and split-K across blocks.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ CASES = {
     "hopper-cluster-persistent-bias-relu": dict(M=300, N=520, K=200, kw=dict(
         atoms="sm90a", block_m=64, block_n=128, stages=3, group_m=4, warp_specialized=True, persistent=True,
         cluster=2, epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    # split-K across blocks on the Hopper path: f32 parts in a workspace, a second kernel adds them
+    # in a fixed order and applies the epilogue; K = 1000 leaves the last part a partial K tile
+    "hopper-splitk-ws-persistent-bias-relu": dict(M=200, N=136, K=1000, kw=dict(
+        atoms="sm90a", block_m=128, block_n=64, stages=4, split_k_blocks=3, warp_specialized=True,
+        persistent=True, epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "hopper-splitk-64-rows": dict(M=100, N=192, K=2048, kw=dict(
+        atoms="sm90a", block_m=64, block_n=64, stages=6, split_k_blocks=8, warp_specialized=True,
+        persistent=False)),
 }
 
 
