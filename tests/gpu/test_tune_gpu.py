@@ -97,3 +97,22 @@ def test_points_of_the_space_compute_correctly(M, N, K):
         torch.cuda.synchronize()
         assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2, p
     assert seen
+
+
+def test_the_tuners_check_finds_a_wrong_element():
+    from firesched.testing.check import tolerance
+    from firesched.tuner import _compare_on_gpu
+
+    want = torch.randn(300, 200, device="cuda")
+    got = want.half()
+    assert _compare_on_gpu(torch, got, want, tolerance("f16")) is None
+    got[17, 33] += 1.0
+    why = _compare_on_gpu(torch, got, want, tolerance("f16"))
+    assert why.startswith("1 of 60000 elements differ; worst at (17, 33)")
+    got[0, 0] = float("nan")
+    assert "non-finite" in _compare_on_gpu(torch, got, want, tolerance("f16"))
+
+
+def test_tuning_a_large_problem_takes_under_a_minute(cache):
+    res = fs.tune("gemm", 16384, 16384, 256, dtype="f16", arch="sm_90a", progress=False)
+    assert res.seconds < 60 and not res.wrong, (res.seconds, res.wrong)
