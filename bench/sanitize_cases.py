@@ -8,7 +8,7 @@ so the sanitizer sees real launches of: a pipelined GEMM with partial tiles, the
 (workspace + reduction kernel), a fused bias+GELU epilogue with f32 output, and column-major
 operands (transposed ldmatrix); and the Hopper path: plain, warp-specialized + persistent with a
 fused epilogue and TMA stores, with direct stores (C rows not a multiple of 16 bytes), clusters,
-and split-K across blocks.
+split-K across blocks, and rings deeper than eight stages.
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ CASES = {
     "hopper-splitk-64-rows": dict(M=100, N=192, K=2048, kw=dict(
         atoms="sm90a", block_m=64, block_n=64, stages=6, split_k_blocks=8, warp_specialized=True,
         persistent=False)),
+    # a ring deeper than eight stages (mbarrier phases wrap several times per block) and one of
+    # cp.async groups twelve deep
+    "hopper-deep-ring-cluster": dict(M=128, N=256, K=1000, kw=dict(
+        atoms="sm90a", block_m=64, block_n=64, stages=13, warp_specialized=True, cluster=2)),
+    "deep-cp-async-ring": dict(M=100, N=72, K=1000, kw=dict(SMALL, stages=12)),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import firesched as fs
 
-SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check"]
+SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -136,3 +136,18 @@ def test_gemm_w4a16_smoke_runs():
     plain = b.plain_bytes(q.astype(fs.dtypes.u4.np))
     assert plain.shape == (8, 4)
     assert plain[3, 1] == q[2, 3] | (q[3, 3] << 4)
+
+
+def test_gemm_variants_smoke_and_vary():
+    """bench/gemm_variants.py: the model's point and each combination of --vary over it; a
+    combination that does not check is left out, and a bad field is a one-line exit."""
+    from bench import gemm_variants as b
+
+    rows = b.main(["--smoke"])
+    assert rows[0]["variant"] == "model" and len(rows) >= 3
+    assert all(r["spills"] == 0 for r in rows)
+    assert b.parse_vary(["stages=6,8", "persistent=True,False"]) == {"stages": [6, 8], "persistent": [True, False]}
+    with pytest.raises(SystemExit, match="FIELD"):
+        b.parse_vary(["colour=1"])
+    labels = [label for label, _ in b.variants(127, 4096, 4096, {"stages": [6, 8]})]
+    assert labels == ["model", "stages=6"]          # the model's 64x64 ring is 8 deep already

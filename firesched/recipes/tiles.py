@@ -14,9 +14,11 @@ TILES_SM80 = ((256, 128, 4, 2, 1.0), (128, 128, 2, 2, 0.9), (64, 128, 2, 2, 0.7)
 #: at 8192^3, 192x128: 719, 128x128: 558 on an H100; 128x64 an estimate; the 64-row tiles (one
 #: consumer warpgroup) fitted to ``firesched.tune``'s winners on the 34 shapes of
 #: ``bench/gemm_suite.py`` (the model then picks the tuned block tile and split on 17 of the 25
-#: shapes from 17 rows, and a tile within a few per cent on the rest)
+#: shapes, and a tile within a few per cent on the rest); 64x64 runs 8 stages deep (128 KB in
+#: flight: 127x4096x4096 went from 0.88 to 0.92x cuBLAS, 64x4096x4096 from 0.92 to 1.00x; deeper
+#: rings measured no better at M = 127)
 TILES_SM90 = ((128, 256, 4, 1.0), (192, 128, 4, 0.96), (128, 128, 6, 0.75), (128, 64, 6, 0.55),
-              (64, 256, 5, 0.8), (64, 128, 6, 0.65), (64, 64, 6, 0.5))
+              (64, 256, 5, 0.8), (64, 128, 6, 0.65), (64, 64, 8, 0.5))
 #: split-K factors the model and ``gemm_space`` consider
 SPLITS = (1, 2, 3, 4, 6, 8)
 
@@ -89,6 +91,11 @@ def params_sm90(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> di
     # two or four block rows over many block columns: B is most of the traffic, and pairs of
     # blocks sharing each B tile by multicast measured 0.85 -> 0.99x cuBLAS at 256x16384x4096
     cluster = 2 if mt in (2, 4) and nt >= 16 and bn % 128 == 0 and split == 1 else 1
+    # a partial last K tile (K not a multiple of 64) over an even number of block rows: pairs
+    # measured 0.80 -> 0.92x at 1000^3 and 1-4 % faster at 4095x4097x1023, 3001x2999x1531 and
+    # 2047x8191x4093; on whole K tiles pairs measured slower (1024x1024x256: 1.08 -> 0.77x)
+    if K % 64 and K >= 512 and mt % 2 == 0 and split == 1:
+        cluster = 2
     return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
                 split_k_blocks=split, warp_specialized=True, persistent=parts > sms, cluster=cluster)
 
@@ -101,6 +108,13 @@ SM80_RELATIVE = 0.5
 FLOP_PER_BYTE = 250
 #: L2's bandwidth over DRAM's on an H100 (about 4): a tile's operands mostly come from L2
 L2_OVER_DRAM = 4
+#: K tiles of pipeline fill and drain each block tile pays on top of its own K tiles
+FILL_TILES = 2
+#: what the split-K reduction's launch costs, in the model's units (multiply-adds per SM at peak:
+#: about 2.8e6 a microsecond on an H100), about 0.7 us
+REDUCE_LAUNCH = 2e6
+#: split-K parts up to this many bytes are taken to stay in L2 (an H100 has 50 MB)
+L2_PARTS = 32 * 2**20
 
 
 #: the most a tile outside the measured tables is credited with (an unmeasured tile is a guess)
@@ -141,13 +155,23 @@ def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: 
         eff *= (1.0 if specialized else UNSPECIALIZED) * (1.0 if persistent else NON_PERSISTENT)
     k = -(-K // split)
     # per SM, in multiply-adds at the SM's peak: the tile's MMAs, its operands through L2, and the
-    # problem's unique bytes through DRAM shared by all SMs (the floor a small M sits on)
-    tile = max(bm * bn * k / eff, (bm + bn) * k * 2 * FLOP_PER_BYTE / (2 * L2_OVER_DRAM))
+    # problem's unique bytes through DRAM shared by all SMs (the floor a small M sits on); every
+    # tile also pays about FILL_TILES K tiles of pipeline fill and drain, so that splitting a short
+    # K is not free (1009x2048x2048 measured 0.60x cuBLAS on 128x256 tiles split two ways, 0.94x
+    # on whole-K 64x256 tiles)
+    k_tiles = -(-k // 64)
+    tile = max(bm * bn * k / eff, (bm + bn) * k * 2 * FLOP_PER_BYTE / (2 * L2_OVER_DRAM)) * (k_tiles + FILL_TILES) / k_tiles
     dram = (M * K + K * N + M * N) * 2 * batch * FLOP_PER_BYTE / (2 * sms)
     t = max(waves * tile, dram)
     if split > 1:
-        # f32 parts written and read back: time in the same units (multiply-adds per SM / 2)
-        t += 4 * 2 * split * M * N * batch * FLOP_PER_BYTE / (2 * sms)
+        # f32 parts written and read back: time in the same units (multiply-adds per SM / 2); parts
+        # that fit in L2 stay there (measured: 257x1024x4096 runs 64x256 tiles split six ways at
+        # 0.94x cuBLAS, the 64x128 tiles split three ways that DRAM-priced parts chose at 0.86x)
+        parts = 4 * split * M * N * batch
+        t += 2 * parts * FLOP_PER_BYTE / (2 * sms) / (L2_OVER_DRAM if parts <= L2_PARTS else 1)
+        # and the reduction is a second launch (64x4096x4096: 64x128 tiles split two ways measured
+        # 0.88x cuBLAS, whole-K 64x64 tiles 1.00x)
+        t += REDUCE_LAUNCH
     return t
 
 

@@ -19,7 +19,9 @@ from ..spec import Move
 from ..tensor import GL, SH
 from .base import Strategy
 
-MAX_STAGES = 8
+#: deep enough for a 64 x 64 tile's ring to fill an H100's 227 KB of shared memory (14 stages of
+#: 16 KB): small-M problems are latency-bound and want every tile in flight they can hold
+MAX_STAGES = 16
 
 
 @attrs.frozen(repr=False)
@@ -37,7 +39,7 @@ class pipeline(Strategy):
     ``done``).  With ``cp.async`` moves the ring is kept with commit/wait groups; with TMA moves
     (``via=(sm90a.tma_load_2d,)``) with full/empty mbarriers.
 
-    * ``stages``: shared buffers per staged operand, 1..8 (1: no overlap, 2: double buffering).
+    * ``stages``: shared buffers per staged operand, 1..16 (1: no overlap, 2: double buffering).
     * ``prefetch``: also load the register fragments of the next warp K step while the current one
       computes (double-buffered fragments, where a warp's K tile has more than one step).
     """
@@ -49,7 +51,7 @@ class pipeline(Strategy):
         path = sched.focus_path()
         spec = path[-1].spec
         if isinstance(self.stages, bool) or not isinstance(self.stages, int) or not 1 <= self.stages <= MAX_STAGES:
-            raise ScheduleError("stages must be an int", strategy=self, spec=spec, field="stages",
+            raise ScheduleError(f"stages must be an int from 1 to {MAX_STAGES}", strategy=self, spec=spec, field="stages",
                                 value=self.stages, allowed=f"1..{MAX_STAGES}")
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
