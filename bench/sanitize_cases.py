@@ -8,7 +8,7 @@ so the sanitizer sees real launches of: a pipelined GEMM with partial tiles, the
 (workspace + reduction kernel), a fused bias+GELU epilogue with f32 output, and column-major
 operands (transposed ldmatrix); and the Hopper path: plain, warp-specialized + persistent with a
 fused epilogue and TMA stores, with direct stores (C rows not a multiple of 16 bytes), clusters,
-split-K across blocks, and rings deeper than eight stages.
+split-K across blocks, rings deeper than eight stages, and four consumer warpgroups.
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ CASES = {
     "hopper-deep-ring-cluster": dict(M=128, N=256, K=1000, kw=dict(
         atoms="sm90a", block_m=64, block_n=64, stages=13, warp_specialized=True, cluster=2)),
     "deep-cp-async-ring": dict(M=100, N=72, K=1000, kw=dict(SMALL, stages=12)),
+    # four consumer warpgroups and the producer: 640 threads, setmaxnreg to 104 / 40
+    "hopper-four-consumers": dict(M=600, N=520, K=264, kw=dict(
+        atoms="sm90a", block_m=256, block_n=128, warp_specialized=True, persistent=True)),
 }
 
 

@@ -252,9 +252,18 @@ def test_only_blocks_are_persistent():
         spec.schedule(tile(m=128, n=128) >> to_blocks(), tile(m=64, n=64) >> fs.strategies.to(fs.WARP, persistent=True))
 
 
-def test_four_consumer_warpgroups_are_refused():
-    with pytest.raises(ScheduleError, match="consumer warpgroups"):
-        fs.recipes.gemm(512, 256, 256, arch="sm_90a", block_m=256, block_n=128, **WS)
+def test_four_consumer_warpgroups_run_within_the_launch_registers():
+    """256-row blocks: four consumer warpgroups at 104 registers (640 threads launched with 96),
+    interpreted against numpy on partial tiles; a 64 x 256 accumulator per warpgroup does not fit."""
+    M, N, K = 300, 200, 136
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", block_m=256, block_n=128, **WS)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = fs.interpret(sched, a, b)
+    np.testing.assert_allclose(c.astype(np.float32), a.astype(np.float32) @ b.astype(np.float32), atol=0.05, rtol=0.01)
+    with pytest.raises(ScheduleError, match="block_n"):
+        fs.recipes.gemm(512, 256, 256, arch="sm_90a", block_m=256, block_n=256, **WS)
 
 
 def test_accumulators_that_do_not_fit_the_launch_are_refused():

@@ -151,8 +151,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
 
     * ``"sm90a"`` (the default for ``arch="sm_90a"``; ``gemm_sm90``): TMA copies into an mbarrier
       ring, wgmma from shared memory, a warp-specialized producer warpgroup, persistent blocks
-      walking the tiles in grouped order, and a TMA-store epilogue.  It takes ``block_m`` (64, 128
-      or 192), ``block_n`` (a multiple of 64 up to 256), ``block_k`` (64, 32 or 16 for 16-bit
+      walking the tiles in grouped order, and a TMA-store epilogue.  It takes ``block_m`` (64, 128,
+      192 or 256: one consumer warpgroup per 64 rows), ``block_n`` (a multiple of 64 up to 256), ``block_k`` (64, 32 or 16 for 16-bit
       types: the 128-, 64- or 32-byte swizzle mode), ``stages``, ``group_m``, the epilogue,
       ``warp_specialized`` / ``persistent`` (both on by default), ``producer_regs`` /
       ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
@@ -473,9 +473,11 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     ]
     if warp_specialized:
         if consumer_regs is None:
-            # 64K registers per SM: the producer warpgroup keeps producer_regs, the rest is shared
-            per = (65536 // 128 - producer_regs) // max(block_m // 64, 1)
-            consumer_regs = max(24, min(CONSUMER_REGS_MAX, per // 8 * 8))
+            # what the launch gives the block, less the producer's, shared by the consumers
+            from ..lower.transforms.specialize import consumer_regs_for
+
+            consumer_regs = consumer_regs_for(get_target(arch), max(block_m // 64, 1), producer_regs,
+                                              cap=CONSUMER_REGS_MAX)
         chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
     chain += [
         tile(m=64) >> to_warpgroups(),
@@ -601,8 +603,8 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
         for ws, per in ((True, True), (True, False), (False, False)):
             warpgroups = bm // 64 + (1 if ws else 0)
             limit = min(255, tgt.regs_per_sm // (128 * warpgroups) // 8 * 8)
-            if (ws and bm > 192) or bn // 2 + 26 > limit:
-                continue                # four consumers refused; accumulators over ptxas's limit
+            if bn // 2 + 26 > limit:
+                continue                # accumulators over ptxas's limit
             stages = _sm90_stages(bm, bn, ws, bk, tgt.name)
             for split in _splits(M, N, K, bm, bn, bk, batch, tgt.sm_count):
                 clusters = (1, 2) if ws and bn % 128 == 0 and mt >= 2 and split == 1 else (1,)

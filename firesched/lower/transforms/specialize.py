@@ -26,7 +26,27 @@ from ...spec import MatMul
 from ...tensor import RF, WARPGROUP
 from ..context import err
 
-MAX_CONSUMER_WARPGROUPS = 3   # 4 consumer warpgroups (640 threads) hung on an H100
+
+def launch_regs(target, threads: int) -> int:
+    """The registers a thread of a ``threads``-thread block is compiled to (and launched with)
+    when the kernel uses ``setmaxnreg``: ptxas takes the whole file over the block's threads,
+    in units of 8 (a warp's allocation granularity), at most 255."""
+    return min(255, target.regs_per_sm // threads // 8 * 8)
+
+
+def consumer_regs_for(target, consumer_warpgroups: int, producer_regs: int, cap: int = 240) -> int:
+    """The most registers the consumers may ``setmaxnreg.inc`` to: what the launch gave all the
+    block's threads, less what the producer keeps, over the consumer threads (in units of 8)::
+
+        640 threads (4 consumer warpgroups): launched with 96 each = 61,440
+        producer keeps 128 x 40                                     =  5,120
+        consumers: (61,440 - 5,120) / 512 = 110  ->  104
+
+    Asking for more than that pool holds blocks ``setmaxnreg.inc`` for ever: the hang that four
+    consumer warpgroups with 112 registers each showed on an H100."""
+    threads = 128 * (consumer_warpgroups + 1)
+    pool = threads * launch_regs(target, threads)
+    return max(24, min(cap, (pool - 128 * producer_regs) // (128 * consumer_warpgroups) // 8 * 8))
 
 
 def specialized_loop(block: Node):
@@ -65,25 +85,21 @@ def accumulator_regs(node: Node) -> int:
 
 
 def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: int, consumer_regs: int) -> None:
-    """Refuse a warp-specialized block whose registers cannot work out: more consumer warpgroups
-    than measured safe, a ``setmaxnreg`` split over the SM's register file, or accumulators that
-    do not fit the registers ptxas may give a thread of the launch (the whole file over its
-    threads, at most 255 — ``setmaxnreg`` moves registers between warpgroups at run time, but
-    the code is compiled to that limit)."""
-    if consumer_warpgroups > MAX_CONSUMER_WARPGROUPS:
-        raise err(node, f"{consumer_warpgroups} consumer warpgroups with warp specialization (with 4, an H100 hung "
-                        "in our tests)", field="consumer warpgroups", value=consumer_warpgroups,
-                  allowed=f"<= {MAX_CONSUMER_WARPGROUPS}",
-                  fix=f"block_m <= {64 * MAX_CONSUMER_WARPGROUPS} with warp_specialize(), or no warp_specialize() "
-                      "for block_m=256")
-    regs = 128 * (producer_regs + consumer_warpgroups * consumer_regs)
-    if regs > target.regs_per_sm:
-        raise err(node, f"setmaxnreg budget: 128 x {producer_regs} producer + {consumer_warpgroups} x 128 x "
-                        f"{consumer_regs} consumer registers = {regs}", field="consumer_regs",
-                  value=consumer_regs, allowed=f"a total <= {target.regs_per_sm}",
-                  fix="lower consumer_regs (e.g. 232 for 2 consumer warpgroups, 152 for 3)")
+    """Refuse a warp-specialized block whose registers cannot work out: a ``setmaxnreg`` split
+    over the registers the launch gives the block (``consumer_regs_for``: asking for more blocks
+    ``setmaxnreg.inc`` for ever), or accumulators that do not fit the registers ptxas may give a
+    thread of the launch (the whole file over its threads, at most 255 — ``setmaxnreg`` moves
+    registers between warpgroups at run time, but the code is compiled to that limit)."""
     threads = 128 * (consumer_warpgroups + 1)
-    limit = min(255, target.regs_per_sm // threads // 8 * 8)
+    limit = launch_regs(target, threads)
+    most = consumer_regs_for(target, consumer_warpgroups, producer_regs, cap=255)
+    if consumer_regs > most:
+        raise err(node, f"setmaxnreg budget: {threads} threads are launched with {limit} registers each "
+                        f"({threads * limit} in all); the producer keeps 128 x {producer_regs}, which leaves "
+                        f"{consumer_warpgroups} x 128 consumer threads at most {most} each, not {consumer_regs} "
+                        "(setmaxnreg.inc would wait for registers that never come)", field="consumer_regs",
+                  value=consumer_regs, allowed=f"<= {most}",
+                  fix=f"consumer_regs={most}, or leave it to the recipe")
     acc = accumulator_regs(node)
     if acc and acc + WGMMA_OVERHEAD_REGS > limit:
         most_n = (limit - WGMMA_OVERHEAD_REGS) * 2 // 64 * 64      # whole 64-element TMA boxes
