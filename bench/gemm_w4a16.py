@@ -28,6 +28,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import attrs  # noqa: E402
 import numpy as np  # noqa: E402
 
 import firesched as fs  # noqa: E402
@@ -140,12 +141,21 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
                 registers=max(r.registers for r in res.values()), spills=k.spills)
 
 
-def sweep_candidates(M: int, N: int, K: int) -> list:
+def sweep_candidates(M: int, N: int, K: int, deep: bool = False) -> list:
     """Tile variants around the plan for ``--sweep``: block shapes, warp splits, K steps, stages
-    and K splits; invalid ones are dropped when the recipe refuses them."""
+    and K splits; invalid ones are dropped when the recipe refuses them.  ``deep``: only the plan's
+    tiles with deeper rings (4 to 16 stages) and each K split, to see whether more weights in
+    flight per block beat more blocks."""
     from firesched.recipes.w4a16 import W4A16Params, plan
 
     out = [plan(M, N, K)]
+    if deep:
+        for st in (4, 6, 8, 12, 16):
+            for sp in (1, 2, 4, 8):
+                p = attrs.evolve(out[0], stages=st, split_k=sp)
+                if p != out[0]:
+                    out.append(p)
+        return out
     for bm, wm in ((16, 1), (32, 1), (32, 2), (64, 1), (64, 2), (64, 4), (128, 2), (128, 4)):
         if bm > max(16, 2 * M):
             continue
@@ -177,12 +187,12 @@ def _compile_one(args):
         return -1
 
 
-def sweep(torch, M, N, K, dt_name, rounds) -> list:
+def sweep(torch, M, N, K, dt_name, rounds, deep: bool = False) -> list:
     """Every ``sweep_candidates`` variant that compiles without spills, timed against cuBLAS
     (compiled in parallel processes first; NVRTC's cache then serves the timing loop)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    cands = sweep_candidates(M, N, K)
+    cands = sweep_candidates(M, N, K, deep)
     with ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 2)) as ex:
         spills = list(ex.map(_compile_one, [(M, N, K, dt_name, p) for p in cands]))
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
@@ -272,6 +282,7 @@ def main(argv=None) -> list:
     ap.add_argument("--smoke", action="store_true", help="CPU only: a small instance through the interpreter")
     ap.add_argument("--sweep", action="store_true",
                     help="time the tile variants of sweep_candidates against cuBLAS instead (first dtype)")
+    ap.add_argument("--deep", action="store_true", help="with --sweep: the plan's tiles at 4-16 stages and each K split")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -284,7 +295,7 @@ def main(argv=None) -> list:
         rows = []
         for nk in (int(x) for x in args.nk.split(",")):
             for M in (int(x) for x in args.m.split(",")):
-                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds)
+                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds, args.deep)
                 rows += best
                 print(f"M={M} N=K={nk}: {len(best)} variants; plan "
                       f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, nk, nk))), 0):.1f} us")

@@ -287,6 +287,22 @@ def test_small_m_takes_the_mma_sync_schedule_by_default():
     assert "wgmma" in str(fs.recipes.gemm(17, 4096, 4096, arch="sm_90a"))
 
 
+@pytest.mark.parametrize("M, N, K, want", [
+    (127, 4096, 4096, dict(block_m=64, block_n=64, stages=8, split_k_blocks=1, cluster=1)),    # deep ring
+    (257, 1024, 4096, dict(block_m=64, block_n=256, split_k_blocks=6)),    # parts in L2: split six ways
+    (1009, 2048, 2048, dict(block_m=64, block_n=256, split_k_blocks=1)),   # a short K is not split
+    (1000, 1000, 1000, dict(block_m=64, block_n=128, cluster=2)),          # partial last K tile: pairs
+    (1024, 1024, 256, dict(block_m=64, block_n=128, cluster=1)),           # whole K tiles: no pairs
+    (8192, 8192, 8192, dict(block_m=128, block_n=256, persistent=True)),
+])
+def test_the_tile_models_choices(M, N, K, want):
+    """What ``recipes.tiles.params_sm90`` picks on shapes of the suite (each measured on an H100,
+    ``bench/README.md``), and the kernel it builds checks."""
+    got = fs.recipes.tiles.params_sm90(M, N, K)
+    assert {k: got[k] for k in want} == want
+    fs.recipes.gemm(M, N, K, arch="sm_90a")
+
+
 def test_sm80_recipe_refuses_warp_specialization():
     with pytest.raises(ScheduleError, match="Hopper"):
         fs.recipes.gemm(256, 256, 256, arch="sm_90a", atoms="sm80", warp_specialized=True)

@@ -102,28 +102,31 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
     dequantised once per block, not once per warp row:
 
     * M <= 16 (the kernel streams the weights): 16 rows a block (one m16 MMA tile), 64 columns on
-      4 warps, 128 k a stage in two steps of 64 (a warp's 16 columns x 64 k are 16 registers), 4
-      stages, and K split until the grid holds about four blocks an SM;
+      4 warps, 128 k a stage in two steps of 64 (a warp's 16 columns x 64 k are 16 registers), 6
+      stages from K = 8192 (4 below: equal at 4096), and K split until the grid holds about two
+      blocks an SM (a deeper ring on fewer blocks: 2.58 -> 2.69x cuBLAS at M = 1, N = K = 8192;
+      ``--sweep --deep``);
     * M <= 32: 32 rows, 128 columns on 4 warps, 128 k a step, 3 stages;
     * M <= 128: 64 rows on one warp row, 64 columns (N <= 4096) or 128 on 4 warps, 64 k a stage
-      and a step, 3 stages;
+      and a step, 4 stages (1.43 -> 1.51x at M = 64, N = K = 8192);
     * larger M: 64 x 256 blocks on 8 warps (64 x 32 each), 64 k a stage, 32 a step, 4 stages
       (128 k a stage is 10-20% faster but spills at some edge shapes).  These run mma.sync, at
       about 0.35-0.45x cuBLAS's wgmma on fp16 weights.
 
     K is split over blocks (``split_k``, a second launch adds the f32 parts) until the grid holds
-    one to two blocks an SM (two to four at M <= 16) while each part keeps at least 4 K tiles."""
+    one to two blocks an SM while each part keeps at least 4 K tiles."""
     if M <= 16:
-        bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 4
+        bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
     elif M <= 32:
         bm, wm, bn, wn, bk, wk, st = 32, 1, 128, 4, 128, 128, 3
     elif M <= 128:
-        bm, wm, bn, wn, bk, wk, st = 64, 1, 64 if N <= 4096 else 128, 4, 64, 64, 3
+        bm, wm, bn, wn, bk, wk, st = 64, 1, 64 if N <= 4096 else 128, 4, 64, 64, 4
     else:
         bm, wm, bn, wn, bk, wk, st = 64, 1, 256, 8, 64, 32, 4
     tiles = -(-M // bm) * -(-N // bn)
-    # small M streams the weights: about four blocks an SM keep the most bytes in flight
-    want = 4 * sms if M <= 16 else 2 * sms
+    # small M streams the weights: the ring keeps them in flight, a second wave of parts only
+    # adds reduction traffic
+    want = 2 * sms
     split = 1
     while tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
         split *= 2
