@@ -7,9 +7,9 @@ the cuDNN backend and with the flash (FlashAttention-2) backend, in one process,
 
 Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s of ours, cuDNN and
 flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
-Timing is interleaved (ours, cuDNN, flash, ours, ... ; median of rounds, each round ``reps``
-launches between two CUDA events), inputs random and rotated between copies that together
-exceed L2.  Before timing, ours is checked against the float32 math backend.
+Timing is ``firesched.timing.interleaved``: each callable's ``reps`` launches captured in a CUDA
+graph, the graphs replayed in turn (ours, cuDNN, flash, ours, ...), median of rounds; inputs
+random and rotated between copies that together exceed L2.  Before timing, ours is checked against the float32 math backend.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES, write_results  # noqa: E402
 from bench.membound import driver_version  # noqa: E402
+from firesched import timing  # noqa: E402
 
 SHAPES = [(4, 16, 4096, 128), (16, 16, 1024, 128), (32, 16, 384, 64), (8, 16, 2048, 64)]
 
@@ -40,27 +41,6 @@ def parse_shapes(text: str) -> list[tuple[int, int, int, int]]:
 def flops(b, h, s, d, causal) -> float:
     f = 4.0 * b * h * s * s * d
     return f / 2 if causal else f
-
-
-def _time_interleaved(torch, fns: dict, reps: int, rounds: int) -> dict:
-    """Median ms per call of each of ``fns`` (name -> fn(i)), timed in turn every round."""
-    for fn in fns.values():
-        for i in range(3):
-            fn(i)
-    torch.cuda.synchronize()
-    times = {n: [] for n in fns}
-    i = 0
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(reps):
-                fn(i)
-                i += 1
-            e1.record()
-            torch.cuda.synchronize()
-            times[name].append(e0.elapsed_time(e1) / reps)
-    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
 def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
@@ -99,8 +79,9 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
 
     f = flops(b, h, s, d, causal)
     reps = max(3, min(200, int(2e12 / f)))
-    t = _time_interleaved(torch, {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION),
-                                  "flash": peer(SDPBackend.FLASH_ATTENTION)}, reps, rounds)
+    us = timing.interleaved({"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION),
+                             "flash": peer(SDPBackend.FLASH_ATTENTION)}, reps=reps, rounds=rounds)
+    t = {n: v / 1e3 for n, v in us.items()}                 # milliseconds
     res = k.resources
     row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal,
                params=str(fs.recipes.fmha_plan(b, h, s, s, d, arch="sm_90a", causal=causal) if params is None else params),

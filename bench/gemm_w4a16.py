@@ -34,46 +34,13 @@ import numpy as np  # noqa: E402
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES, write_results  # noqa: E402
 from bench.membound import driver_version  # noqa: E402
+from firesched import timing  # noqa: E402
 from firesched.quant import dequantize_int4, quantize_int4  # noqa: E402
 from firesched.testing.reference import w4a16_reference  # noqa: E402
 
 MS = (1, 16, 64, 4096)
 NKS = (4096, 8192)
 GROUP = 128
-
-
-def graphed(torch, fn, reps: int):
-    """A replay function of a CUDA graph holding ``reps`` calls ``fn(0) .. fn(reps - 1)``."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(2):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(reps):
-            fn(i)
-    return g.replay
-
-
-def time_graphs(torch, fns: dict, reps: int, rounds: int) -> dict:
-    """Microseconds per call of each of ``fns`` (name -> fn(i)): each captured as a graph of
-    ``reps`` calls, the graphs replayed in turn every round; the median over rounds."""
-    replays = {n: graphed(torch, f, reps) for n, f in fns.items()}
-    for r in replays.values():
-        r()
-    torch.cuda.synchronize()
-    times = {n: [] for n in fns}
-    for _ in range(rounds):
-        for name, replay in replays.items():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            replay()
-            e1.record()
-            torch.cuda.synchronize()
-            times[name].append(e0.elapsed_time(e1) * 1e3 / reps)
-    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
 def torch_dequant_matmul(torch, a, plain, scales, group: int):
@@ -129,7 +96,7 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
         torch_dequant_matmul(torch, a, plains[i % len(plains)], S, GROUP)
 
     reps = 20 if M <= 64 else 5
-    t = time_graphs(torch, {"ours": ours, "cublas": cublas, "torch": torch_path}, reps, rounds)
+    t = timing.interleaved({"ours": ours, "cublas": cublas, "torch": torch_path}, reps=reps, rounds=rounds)
     weight_bytes = N * K // 2 + S.numel() * S.element_size()
     res = k.resources
     p = fs.recipes.w4a16.plan(M, N, K) if params is None else params
@@ -222,9 +189,9 @@ def sweep(torch, M, N, K, dt_name, rounds, deep: bool = False) -> list:
         k(a, bs[0], S, C=c)
         if not (c.float() - ref).abs().max().item() <= 2e-2 * (1 + ref.abs().max().item()):
             raise SystemExit(f"sweep: {p} is wrong at {M}x{N}x{K}")
-        t = time_graphs(torch, {"ours": lambda i, k=k, bs=bs, c=c: k(a, bs[i % len(bs)], S, C=c),
+        t = timing.interleaved({"ours": lambda i, k=k, bs=bs, c=c: k(a, bs[i % len(bs)], S, C=c),
                                 "cublas": lambda i: torch.nn.functional.linear(a, w16s[i % len(w16s)])},
-                        20 if M <= 64 else 3, rounds)
+                               reps=20 if M <= 64 else 3, rounds=rounds)
         rows.append(dict(M=M, N=N, K=K, dtype=dt_name, params=str(p), ours_us=t["ours"], cublas_us=t["cublas"],
                          speedup_cublas=t["cublas"] / t["ours"]))
     rows.sort(key=lambda r: r["ours_us"])
