@@ -24,6 +24,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import attrs  # noqa: E402
 import numpy as np  # noqa: E402
 
 import firesched as fs  # noqa: E402
@@ -122,6 +123,41 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
+def variants(b, h, s, d, causal, vary: dict) -> list:
+    """The plan's parameters (None) and each combination of ``vary`` (``FmhaParams`` field ->
+    values) over them that builds a schedule; with wgmma, ``warps`` follows ``block_q``."""
+    import itertools
+
+    base = fs.recipes.fmha_plan(b, h, s, s, d, arch="sm_90a", causal=causal)
+    out = [None]
+    for combo in itertools.product(*vary.values()):
+        over = dict(zip(vary, combo))
+        if base.mma == "wgmma" and "block_q" in over and "warps" not in over:
+            over["warps"] = 4 * over["block_q"] // 64
+        try:
+            p = attrs.evolve(base, **over)
+            if p == base:
+                continue
+            fs.recipes.fmha(b, h, s, s, d, arch="sm_90a", causal=causal, params=p).check("sm_90a")
+        except (ValueError, fs.ScheduleError) as e:
+            print(f"{b}x{h}x{s}x{d} {over}: refused ({str(e).splitlines()[0][:90]})")
+            continue
+        out.append(p)
+    return out
+
+
+def parse_vary(items) -> dict:
+    """``["block_q=64,128", "warp_specialized=True,False"]`` -> field -> values."""
+    fields = {f.name for f in attrs.fields(fs.recipes.FmhaParams)}
+    out = {}
+    for item in items:
+        name, _, values = item.partition("=")
+        if name not in fields or not values:
+            raise SystemExit(f"--vary {item!r}: give FIELD=V1,V2 with FIELD one of {', '.join(sorted(fields))}")
+        out[name] = [{"True": True, "False": False}.get(v, int(v) if v.isdigit() else v) for v in values.split(",")]
+    return out
+
+
 def smoke() -> dict:
     """A tiny causal, grouped-query instance through the interpreter against numpy."""
     b, h, kvh, s, d = 1, 2, 1, 37, 64
@@ -151,6 +187,8 @@ def main(argv=None) -> list:
     ap.add_argument("--smoke", action="store_true", help="CPU only: one tiny instance through the interpreter")
     ap.add_argument("--sweep", action="store_true",
                     help="sequence lengths 512..16384 at 16k tokens a batch (the plot), instead of --shapes")
+    ap.add_argument("--vary", action="append", default=[],
+                    help="FIELD=V1,V2: also time the plan with these FmhaParams values (repeatable)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -166,14 +204,17 @@ def main(argv=None) -> list:
     if args.sweep:
         d = shapes[0][3] if shapes else 128
         shapes = [(max(1, 16384 // s), 16, s, d) for s in (512, 1024, 2048, 4096, 8192, 16384)]
+    vary = parse_vary(args.vary)
     for shp in shapes:
         for dt in args.dtypes.split(","):
             for c in causal:
-                row = gpu_row(torch, *shp, dt, c, args.rounds)
-                rows.append(row)
-                print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
-                      f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
-                      f"{row['ratio_flash']:7.2f}  {row['registers']:4d}  {row['max_abs_err']:.1e}", flush=True)
+                for params in (variants(*shp, c, vary) if vary else [None]):
+                    row = gpu_row(torch, *shp, dt, c, args.rounds, params)
+                    rows.append(row)
+                    print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
+                          f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
+                          f"{row['ratio_flash']:7.2f}  {row['registers']:4d}  {row['max_abs_err']:.1e}"
+                          + (f"  {params}" if params is not None else "  plan"), flush=True)
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
                 torch=torch.__version__, python=platform.python_version(), command=" ".join(sys.argv))
     write_results(args.out, meta, rows)

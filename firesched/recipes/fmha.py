@@ -121,7 +121,9 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: above head dim 64 a producer
     warpgroup and two consumer warpgroups of 64 queries each (128-key tiles and 3 stages up to
     head dim 128, 64-key tiles and 2 stages at 256); at head dim 64 and below 64 queries on one
-    warpgroup, 128 keys a step, without a producer (faster there).
+    warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
+    0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
+    ``bench/fmha.py --vary``, timed through CUDA graphs).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -140,7 +142,7 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     sms = tgt.sm_count if sms is None else sms
     if tgt.has_wgmma:
         if head_dim <= 64:
-            return FmhaParams(block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma", tma=True)
+            return FmhaParams(block_q=64, block_kv=64, warps=4, stages=2, mma="wgmma", tma=True)
         block_kv, stages = (64, 2) if head_dim > 128 else (128, 3)
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
