@@ -151,3 +151,16 @@ def test_gemm_variants_smoke_and_vary():
         b.parse_vary(["colour=1"])
     labels = [label for label, _ in b.variants(127, 4096, 4096, {"stages": [6, 8]})]
     assert labels == ["model", "stages=6"]          # the model's 64x64 ring is 8 deep already
+
+
+def test_fmha_variants_build_and_bad_fields_exit():
+    """bench/fmha.py --vary: the plan (None) first, then each combination that builds and
+    checks; with wgmma, warps follow block_q; a field FmhaParams lacks is a one-line exit."""
+    from bench import fmha as b
+
+    vary = b.parse_vary(["block_kv=64,128", "warp_specialized=True,False"])
+    assert vary == {"block_kv": [64, 128], "warp_specialized": [True, False]}
+    got = b.variants(1, 2, 100, 64, False, b.parse_vary(["block_q=64,128"]))
+    assert got[0] is None and [p.warps for p in got[1:]] == [8]
+    with pytest.raises(SystemExit, match="FIELD"):
+        b.parse_vary(["colour=1"])
