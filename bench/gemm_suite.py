@@ -122,6 +122,17 @@ def gpu_row(torch, M, N, K, what, dt, args) -> dict:
     return row
 
 
+def cuda_torch(script: str):
+    """torch, where it is installed and sees a CUDA GPU; else a one-line exit naming ``script``."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise SystemExit(f"{script} needs a CUDA GPU and torch (or --smoke)")
+    return torch
+
+
 def geomean(xs) -> float:
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -176,10 +187,7 @@ def main(argv=None) -> list:
         rows = smoke()
         print(json.dumps(rows))
         return rows
-    import torch
-
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/gemm_suite.py needs a CUDA GPU and torch (or --smoke)")
+    torch = cuda_torch("bench/gemm_suite.py")
     shapes = [SHAPES[int(i)] for i in args.only.split(",")] if args.only else SHAPES
     dtypes = args.dtypes.split(",")
     res = compile_jobs(_jobs(shapes, dtypes, args.fused), progress=False)

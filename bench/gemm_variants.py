@@ -115,11 +115,9 @@ def main(argv=None) -> list:
         rows = smoke()
         print(json.dumps(rows))
         return rows
-    import torch
+    from bench.gemm_suite import SHAPES, cuda_torch
 
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/gemm_variants.py needs a CUDA GPU and torch (or --smoke)")
-    from bench.gemm_suite import SHAPES
+    torch = cuda_torch("bench/gemm_variants.py")
 
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes]
     if args.suite:
