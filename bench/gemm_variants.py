@@ -50,8 +50,6 @@ def variants(M: int, N: int, K: int, vary: dict) -> list[tuple[str, fs.recipes.G
     """The model's parameters for one shape, then each combination of ``vary`` over them (those
     that build a schedule), named by what differs."""
     base = dict(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH)))
-    if base["atoms"] == "sm90a":
-        base.setdefault("block_k", 64)            # what gemm_sm90 takes for 16-bit operands
     out = [("model", fs.recipes.GemmParams(**base))]
     names, values = list(vary), [vary[n] for n in vary]
     for combo in itertools.product(*values):

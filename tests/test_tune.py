@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import firesched as fs
 from firesched import runtime, tuned
 from firesched.errors import PerformanceWarning, ScheduleError
+from firesched.hardware.target import target as get_target
 from firesched.recipes.gemm import GemmParams, gemm_space, params_from_json, tuning_problem
 from firesched.testing.check import assert_schedule_correct
 from firesched.tuner import compile_jobs
@@ -231,3 +232,13 @@ def test_problem_keys_differ_by_what_changes_the_schedule():
     assert base != tuning_problem(512, 512, 512, "f16", "sm_90a", layout="RC")
     assert base != tuning_problem(512, 512, 512, "f16", "sm_90a", epilogue_ops=(fs.ops.relu(),))
     assert attrs.has(GemmParams)
+
+
+@pytest.mark.parametrize("M, N, K", [(4096, 4096, 4096), (127, 4096, 4096), (16, 8192, 8192)])
+def test_params_built_from_the_models_dict_are_the_default_kernel(M, N, K):
+    """A tile field left out (None) is what ``gemm`` takes when it is not given, so
+    ``GemmParams(**default_params(...))`` builds the very schedule ``gemm(M, N, K)`` does (the
+    sm_90a K tile is 64, not the sm_80 family's 32)."""
+    p = fs.recipes.tiles.default_params(M, N, K, get_target("sm_90a"))
+    assert str(fs.recipes.gemm(M, N, K, "f16", "sm_90a", params=GemmParams(**p))) == \
+        str(fs.recipes.gemm(M, N, K, "f16", "sm_90a"))

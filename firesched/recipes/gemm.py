@@ -66,24 +66,26 @@ class GemmParams:
     sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
     ``split_k_blocks``, ``warp_specialized``, ``persistent`` and ``cluster`` and leaves the rest
     at their defaults.  A value is also a mapping of the fields its family reads, so both
-    ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule::
+    ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule.  A tile field left at
+    None takes what ``gemm`` takes when it is not given (which depends on the family and the
+    shape), so ``GemmParams(**p)`` of a dict ``p`` builds the same kernel as ``gemm(**p)``::
 
         >>> p = GemmParams(atoms="sm90a", block_m=128, block_n=256, block_k=64, stages=4)
         >>> sorted(p)[:3]
         ['atoms', 'block_k', 'block_m']
     """
 
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 32
+    block_m: int | None = None               # None: the recipe's default for the family and shape
+    block_n: int | None = None
+    block_k: int | None = None               # None: sm_80 32; sm_90a one 128-byte swizzle span (64 f16)
     warps_m: int = 2
     warps_n: int = 2
-    stages: int = 3
+    stages: int | None = None                # None: sm_80 3; sm_90a as many as fit (``_sm90_stages``)
     split_k_blocks: int = 1
     split_k_warps: int = 1
     swizzle: Swizzle | None = None           # None: bank-conflict-free choice per operand
     warp_k: int = 16                         # K per fragment load (registers hold one K step)
-    group_m: int = 1                         # block order: groups of this many M tiles (L2)
+    group_m: int | None = None               # block order: groups of M tiles (L2); None: the recipe's
     prefetch: bool | None = None             # fragments one K step ahead; None: where registers allow
     atoms: str | None = None                 # "sm80" (None) or "sm90a"
     warp_specialized: bool | None = None     # sm90a: a producer warpgroup (None: the recipe's default)
