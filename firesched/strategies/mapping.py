@@ -68,6 +68,7 @@ class to(Strategy):
     persistent: bool = False
     cluster: int = 1
     occupancy: int = 1
+    reverse: bool = False
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -167,10 +168,14 @@ class to(Strategy):
             raise ScheduleError("occupancy is the number of blocks that must fit on one SM at once, a positive "
                                 "int given to to_blocks()", strategy=self, spec=spec, field="occupancy",
                                 value=self.occupancy, allowed=">= 1 with to_blocks(...), else 1")
+        if not isinstance(self.reverse, bool) or (self.reverse and (self.level != BLOCK or self.cluster > 1)):
+            raise ScheduleError("reverse walks the block tiles last to first: a bool given to to_blocks() "
+                                "without clusters", strategy=self, spec=spec, field="reverse", value=self.reverse,
+                                allowed="True or False with to_blocks(...), False with clusters or other units")
         grouped = loops[-2:] if self.group > 1 else []
         mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group if lp in grouped else 1,
                                     persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1,
-                                    occupancy=self.occupancy)
+                                    occupancy=self.occupancy, reverse=self.reverse)
                        if lp in loops else lp
                        for lp in parent.loops)
         new_spec = attrs.evolve(spec, level=self.level)
@@ -197,6 +202,8 @@ class to(Strategy):
             args.append(f"cluster={self.cluster!r}")
         if self.occupancy != 1:
             args.append(f"occupancy={self.occupancy!r}")
+        if self.reverse is not False:
+            args.append(f"reverse={self.reverse!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -315,7 +322,7 @@ def _fix_for(have: Level, want: Level) -> str:
 
 
 def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1,
-              occupancy: int = 1) -> to:
+              occupancy: int = 1, reverse: bool = False) -> to:
     """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse)::
 
         MatMul<kernel>(A:GL f16[256x512], B:GL f16[512x128], C:GL f16[256x128]) acc f32
@@ -326,7 +333,7 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
     * ``*arrangement``: blocks per mapped loop, checked against the tiling; none to take what the
       tile gives.
     * ``group``: M tiles per group of the block order (1: row-major); needs two mapped loops.
-    * ``persistent``, ``cluster``, ``occupancy``: below.
+    * ``persistent``, ``cluster``, ``occupancy``, ``reverse``: below.
 
     ``persistent=True`` launches one block per SM (at most one per tile) that walks the tiles in
     that order, ``tile = blockIdx.x + i * gridDim.x``; on sm_90a a warp-specialized block then
@@ -369,8 +376,15 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
     ``PerformanceWarning``::
 
         for r0 in block(4096) occupancy(2)        # 512-thread blocks, at most 64 registers each
+
+    ``reverse=True`` hands the tiles out last to first (each block-mapped loop's index counted
+    down; not with clusters).  The GPU starts blocks in about grid order, so where the last tiles
+    are the longest (the query tiles of causal attention, whose key loop stops at the diagonal)
+    they start first and the short ones fill the tail::
+
+        for b0 in block(8), hk0 in block(16), g0 in block(1), q0 in block(32) reversed
     """
-    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy)
+    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy, reverse)
 
 
 def to_warps(*arrangement: int) -> to:

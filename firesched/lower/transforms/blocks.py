@@ -12,6 +12,8 @@ The loops a schedule maps onto blocks (``to_blocks``) become the grid:
 
 * persistent (``persistent=True``): one block per SM, at most one per tile; block ``b`` walks
   tiles ``b, b + grid, b + 2*grid, ...`` in the same order, in a loop around the block's work;
+* reversed (``reverse=True``): each mapped loop's tile index counted down, so the last tiles
+  start first (causal attention's longest query tiles);
 * clusters (``cluster=C``): blocks ``C*i .. C*i + C-1`` form a thread-block cluster that takes C
   consecutive tiles of the clustered loop for one tile of the other (a MatMul: C row-tiles of
   one column of tiles, whose shared B tile is loaded once and multicast; a row reduction: the C
@@ -64,6 +66,13 @@ def block_order(block_loops, node, target) -> BlockOrder:
         order = _persistent(loops, target)
     else:
         order = _grid(loops, node)
+    if any(lp.reverse for lp in loops):
+        # to_blocks(reverse=True): the same walk, each tile index counted down
+        bind = dict(order.bindings)
+        for lp in loops:
+            if lp.reverse:
+                bind[lp.var] = (lp.count - 1) - bind[lp.var]
+        order = attrs.evolve(order, bindings=bind)
     for axis, limit in enumerate(GRID_LIMITS):
         if order.grid[axis] > limit:
             raise err(node, f"grid dimension {'xyz'[axis]} would be {order.grid[axis]} blocks",
