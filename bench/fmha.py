@@ -9,7 +9,8 @@ Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s o
 flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
 Timing is ``firesched.timing.interleaved``: each callable's ``reps`` launches captured in a CUDA
 graph, the graphs replayed in turn (ours, cuDNN, flash, ours, ...), median of rounds; inputs
-random and rotated between copies that together exceed L2.  Before timing, ours is checked against the float32 math backend.
+random and rotated between copies that together exceed L2.  Before timing, ours is checked
+against the float32 math backend.
 """
 
 from __future__ import annotations
@@ -147,15 +148,11 @@ def variants(b, h, s, d, causal, vary: dict) -> list:
 
 
 def parse_vary(items) -> dict:
-    """``["block_q=64,128", "warp_specialized=True,False"]`` -> field -> values."""
-    fields = {f.name for f in attrs.fields(fs.recipes.FmhaParams)}
-    out = {}
-    for item in items:
-        name, _, values = item.partition("=")
-        if name not in fields or not values:
-            raise SystemExit(f"--vary {item!r}: give FIELD=V1,V2 with FIELD one of {', '.join(sorted(fields))}")
-        out[name] = [{"True": True, "False": False}.get(v, int(v) if v.isdigit() else v) for v in values.split(",")]
-    return out
+    """``["block_q=64,128", "warp_specialized=True,False"]`` -> field -> values, over
+    ``FmhaParams``'s fields."""
+    from bench.gemm_variants import parse_vary as parse
+
+    return parse(items, fields=tuple(f.name for f in attrs.fields(fs.recipes.FmhaParams)))
 
 
 def smoke() -> dict:

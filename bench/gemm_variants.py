@@ -34,13 +34,15 @@ ARCH = "sm_90a"
 KW = dict(out_dtype=None, layout="RR", epilogue_ops=())
 
 
-def parse_vary(items) -> dict:
-    """``["stages=6,8", "cluster=1,2"]`` -> ``{"stages": [6, 8], "cluster": [1, 2]}``."""
+def parse_vary(items, fields=SM80_FIELDS + SM90_FIELDS) -> dict:
+    """``["stages=6,8", "cluster=1,2"]`` -> ``{"stages": [6, 8], "cluster": [1, 2]}``: ints, True
+    and False are converted, other values kept as strings; a name not in ``fields`` is a one-line
+    exit (``bench/fmha.py`` passes ``FmhaParams``'s fields)."""
     out = {}
     for item in items:
         name, _, values = item.partition("=")
-        if name not in SM80_FIELDS + SM90_FIELDS or not values:
-            raise SystemExit(f"--vary {item!r}: give FIELD=V1,V2 with FIELD one of {', '.join(SM90_FIELDS)}")
+        if name not in fields or not values:
+            raise SystemExit(f"--vary {item!r}: give FIELD=V1,V2 with FIELD one of {', '.join(sorted(set(fields)))}")
         out[name] = [{"True": True, "False": False}.get(v, v) if not v.lstrip("-").isdigit() else int(v)
                      for v in values.split(",")]
     return out

@@ -270,7 +270,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                     fix="pass atoms='sm80' to build the mma.sync recipe (it runs on sm_90a too)")
         bm = block_m if block_m is not None else (128 if M >= 128 else 64)
         bn = block_n if block_n is not None else (256 if N >= 256 else 128 if N >= 128 else 64)
-        # warp specialization by default where the lowering allows it (at most 3 consumer warpgroups)
+        # warp specialization by default up to 192 rows; 256 rows (four consumer warpgroups at 104
+        # registers) fit only block_n <= 128, so they specialize when asked
         ws = bm <= 192 if warp_specialized is None else warp_specialized
         per = ws if persistent is None else persistent
         # clusters are an option, not the default: pairs sharing B measured within -3 % .. +2 % of
@@ -594,6 +595,8 @@ def _splits(M: int, N: int, K: int, bm: int, bn: int, bk: int, batch: int, sms: 
 def _space_sm90(M, N, K, tgt, dt, layout, batch):
     """The sm_90a family's points, pruned by O(1) rules (tile coverage, accumulator registers
     under the launch's register limit, shared memory through ``_sm90_stages``)."""
+    from ..lower.transforms.specialize import WGMMA_OVERHEAD_REGS, launch_regs
+
     if layout[0] != "R":
         return
     eb = dt.bits // 8
@@ -603,10 +606,8 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
             continue                    # the narrower swizzle only where K is short
         mt = -(-M // bm)
         for ws, per in ((True, True), (True, False), (False, False)):
-            warpgroups = bm // 64 + (1 if ws else 0)
-            limit = min(255, tgt.regs_per_sm // (128 * warpgroups) // 8 * 8)
-            if bn // 2 + 26 > limit:
-                continue                # accumulators over ptxas's limit
+            if bn // 2 + WGMMA_OVERHEAD_REGS > launch_regs(tgt, 128 * (bm // 64 + (1 if ws else 0))):
+                continue                # accumulators over what ptxas may give a thread
             stages = _sm90_stages(bm, bn, ws, bk, tgt.name)
             for split in _splits(M, N, K, bm, bn, bk, batch, tgt.sm_count):
                 clusters = (1, 2) if ws and bn % 128 == 0 and mt >= 2 and split == 1 else (1,)
