@@ -1,5 +1,6 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
-heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules), for compute-sanitizer:
+heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
+the warp-specialized one with ping-pong consumers), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
@@ -14,6 +15,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import attrs  # noqa: E402
+
 import firesched as fs  # noqa: E402
 
 CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
@@ -26,9 +29,16 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 def main() -> None:
     import torch
 
-    for (b, h, kvh, sq, skv, d, causal), design in [(c, a) for a in ("sm_80", "sm_90a") for c in CASES]:
-        # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100
-        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, arch=design)
+    designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [(c, "pingpong") for c in CASES if c[5] > 64]
+    for (b, h, kvh, sq, skv, d, causal), design in designs:
+        # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
+        # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
+        params = None
+        if design == "pingpong":
+            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
+            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True)
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True,
+                                arch="sm_90a" if params else design, params=params)
         k = fs.compile(sched, arch="sm_90a")
         g = h // kvh
         q = torch.randn(b, kvh, g, sq, d, device="cuda", dtype=torch.float16)

@@ -49,8 +49,10 @@ class Loop:
     stages: int = 1
     group: int = 1
     prefetch: bool = False     # pipeline(prefetch=True): register fragments one K step ahead
+    overlap: bool = False      # pipeline(overlap=True): a step's first MMA issues with the last one's second
     persistent: bool = False   # to_blocks(persistent=True): one block per SM walks the tiles
-    specialize: tuple[int, ...] = ()   # warp_specialize(): (producer_regs, consumer_regs)
+    # warp_specialize(): (producer_regs, consumer_regs), and a third item 1 with pingpong=True
+    specialize: tuple[int, ...] = ()
     cluster: int = 1           # to_blocks(cluster=C): C consecutive M tiles form a thread-block cluster
     occupancy: int = 1         # to_blocks(occupancy=N): N blocks must fit on one SM at once
     reverse: bool = False      # to_blocks(reverse=True): blocks take the tiles last to first
@@ -71,6 +73,7 @@ class Loop:
 
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v, d in (("prefetch", self.prefetch, False),
+                                                       ("overlap", self.overlap, False),
                                                        ("persistent", self.persistent, False),
                                                        ("specialize", self.specialize, ()),
                                                        ("cluster", self.cluster, 1),
@@ -82,9 +85,10 @@ class Loop:
 
     def __str__(self):
         kind = "seq" if self.unit is None else str(self.unit)
-        pipe = f" pipelined({self.stages} stages)" if self.stages > 1 else ""
-        spec = (f" warp-specialized(producer {self.specialize[0]} regs, consumers {self.specialize[1]})"
-                if self.specialize else "")
+        pipe = (f" pipelined({self.stages} stages" + (", overlapped" if self.overlap else "") + ")"
+                if self.stages > 1 else "")
+        spec = (f" warp-specialized(producer {self.specialize[0]} regs, consumers {self.specialize[1]}"
+                + (", ping-pong" if self.specialize[2:] == (1,) else "") + ")" if self.specialize else "")
         grp = f" grouped({self.group})" if self.group > 1 else ""
         per = " persistent" if self.persistent else ""
         clu = f" clusters({self.cluster})" if self.cluster > 1 else ""

@@ -6,6 +6,7 @@ shapes and tiles."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -33,6 +34,8 @@ from firesched.strategies import (
     to_blocks,
     to_warps,
 )
+from firesched.strategies.attention import SCORES as SCORES_
+from firesched.strategies.attention import VALUES as VALUES_
 from firesched.tensor import RF
 
 P = fs.recipes.FmhaParams
@@ -283,3 +286,124 @@ def test_bench_smoke():
     from bench import fmha
 
     assert fmha.main(["--smoke"])[0]["max_abs_err"] < 2e-2
+
+
+def _turns(pingpong=True, overlap=True, persistent=False, block_kv=32):
+    """Two consumer warpgroups (128 queries) behind a producer, taking turns and/or overlapping."""
+    return P(block_q=128, block_kv=block_kv, warps=8, stages=2, mma="wgmma", tma=True, warp_specialized=True,
+             pingpong=pingpong, overlap=overlap, persistent=persistent)
+
+
+@pytest.mark.parametrize("sq, skv, causal, pingpong, overlap", [
+    (1, 1, False, True, True), (200, 77, False, True, False), (200, 77, False, False, True),
+    (130, 260, True, True, False), (130, 260, True, False, True), (300, 100, True, True, True)])
+def test_pingpong_and_overlap_match_numpy(sq, skv, causal, pingpong, overlap):
+    """Consumers taking turns to issue wgmma and the rotated key loop: odd lengths (a single key
+    step, a partial last one), causal with seq_q != seq_kv; the interpreter runs each consumer
+    warpgroup on its own, so their turns and every register in flight are checked."""
+    check(1, 2, sq, skv, 64, causal=causal, params=_turns(pingpong, overlap))
+
+
+def test_pingpong_and_overlap_with_grouped_heads_and_head_dim_128():
+    check(2, 4, 70, 140, 128, kvh=2, causal=True, params=_turns(block_kv=64))
+
+
+def test_persistent_blocks_walk_several_tiles():
+    """A persistent grid on a 2-SM target: each block walks several query tiles, the producer
+    filling the next tile's ring while the consumers finish the last."""
+    from firesched.hardware.target import target
+
+    tg = attrs.evolve(target("sm_90a"), sm_count=2)
+    sched = fs.recipes.fmha(1, 3, 300, 77, 64, params=_turns(persistent=True))
+    q, k, v = inputs(1, 3, 3, 300, 77, 64)
+    o = fs.interpret(sched, q, k, v, target=tg)
+    ro, _ = reference(q, k, v)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+
+
+def _drop_in_consumers(prog, pred, nth=0):
+    """``prog`` without the ``nth`` statement of its consumer role that ``pred`` selects."""
+    seen = [0]
+
+    def drop(s):
+        if isinstance(s, ir.Seq):
+            out = []
+            for c in s.body:
+                if pred(c):
+                    seen[0] += 1
+                    if seen[0] - 1 == nth:
+                        continue
+                out.append(drop(c))
+            return ir.Seq(tuple(out))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=drop(s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=drop(s.then))
+        if isinstance(s, ir.Roles):
+            return ir.Roles(tuple(attrs.evolve(r, body=drop(r.body)) if r.name == "consumers" else r
+                                  for r in s.roles))
+        return s
+
+    (k,) = prog.kernels
+    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=drop(k.body)),))
+
+
+@functools.cache
+def _turns_program():
+    """The ping-pong, overlapped kernel the planted hazards are taken from, run once as is."""
+    good = fs.recipes.fmha(1, 1, 200, 150, 64, params=_turns()).lower("sm_90a")
+    q, kk, v = inputs(1, 1, 1, 200, 150, 64)
+    feed = {"Q": q, "K": kk, "V": v}
+    run_program(good, feed)
+    return good, feed
+
+
+def _wait(n):
+    return lambda s: isinstance(s, ir.AtomCall) and s.atom.name == "wgmma_wait" and f"{n}" in s.atom.ptx
+
+
+@pytest.mark.parametrize("what, pred, nth, match", [
+    # the first turn is warpgroup 0's: without it every consumer waits for a turn nobody passes
+    ("first turn", lambda s: isinstance(s, ir.If) and isinstance(s.then, ir.Barrier) and s.then.arrive, 0,
+     "deadlock"),
+    # a turn not passed on: the other warpgroup waits for ever
+    ("pass the turn", lambda s: isinstance(s, ir.Barrier) and s.arrive, 1, "deadlock"),
+    # the rotated loop reads S before this step's first group is retired
+    ("wait 1", _wait(1), 0, "wgmma"),
+    # ... or rescales O while the previous step's O += P V still runs
+    ("wait 0 in the loop", _wait(0), 1, "wgmma"),
+])
+def test_planted_turn_and_overlap_hazards_are_found(what, pred, nth, match):
+    good, feed = _turns_program()
+    bad = _drop_in_consumers(good, pred, nth)
+    assert bad != good, f"no {what} to drop"
+    with pytest.raises(HazardError, match=match):
+        run_program(bad, feed)
+
+
+def test_turns_and_overlap_are_refused_where_they_cannot_work():
+    with pytest.raises(ValueError, match="pingpong=True"):
+        P(block_q=64, block_kv=64, warps=4, mma="wgmma", tma=True, warp_specialized=True, pingpong=True)
+    with pytest.raises(ValueError, match="overlap=True"):
+        P(block_q=64, block_kv=64, warps=4, mma="wgmma", tma=True, overlap=True)
+    spec = fs.Attention.kernel(1, 1, 64, 64, 64)
+    from firesched.hardware.atoms import sm90a
+    from firesched.strategies import to_warpgroups, warp_specialize
+    via = (sm90a.tma_load_2d,)
+
+    def user(block_q, ws, overlap):
+        return spec.schedule(
+            tile(b=1, hk=1, g=1, q=block_q) >> to_blocks(), move_to_smem("Q"), online_softmax(kv=64),
+            move_to_smem("K", via=via), move_to_smem("V", via=via), pipeline(stages=2, overlap=overlap),
+            *([ws] if ws else []), place("S", RF), place("P", RF),
+            part(SCORES_, tile(q=64) >> to_warpgroups(), tile(d=16) >> done(sm90a.wgmma_atom(64, "f16"))),
+            part(VALUES_, tile(q=64) >> to_warpgroups(),
+                 tile(kv=16) >> done(sm90a.wgmma_atom(64, "f16", a_in_registers=True, b_mn_major=True))))
+
+    with pytest.raises(ScheduleError, match="pingpong"):
+        user(64, warp_specialize(pingpong=True), False).check("sm_90a")
+    with pytest.raises(ScheduleError, match="overlap"):
+        user(64, None, True).check("sm_90a")
+    user(128, warp_specialize(consumer_regs=216, pingpong=True), True).check("sm_90a")
+    assert "ping-pong" in str(user(128, warp_specialize(pingpong=True), True))
+    assert "overlapped" in str(user(128, warp_specialize(pingpong=True), True))

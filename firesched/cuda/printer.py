@@ -653,9 +653,11 @@ class _KernelPrinter:
             raise InternalError(f"{self._where()}: named barrier {bid} with {n} threads: the id must be in "
                                 f"1..15 and the count a positive multiple of 32")
         # bar.sync id, count: only these threads wait for each other; the id may be computed (one
-        # barrier per warpgroup), the count is an immediate
+        # barrier per warpgroup), the count is an immediate.  bar.arrive counts the threads
+        # without waiting (a signal to those that bar.sync on the id)
         ident = ("n", str(bid)) if isinstance(bid, int) else ("r", self.c(bid))
-        self.emit_block(Asm("bar.sync %0, %1;", (), (ident, ("n", str(n))), ("memory",)).to_c())
+        op = "bar.arrive" if node.arrive else "bar.sync"
+        self.emit_block(Asm(op + " %0, %1;", (), (ident, ("n", str(n))), ("memory",)).to_c())
 
     def _emit_sync(self, name: str, immediates: dict[str, int], comment: str) -> None:
         from ..hardware.atoms import catalog

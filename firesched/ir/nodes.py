@@ -313,11 +313,16 @@ class Barrier:
     threads (whole warps) that execute it with the same ``bar_id`` (1..15; 0 is ``__syncthreads``)
     wait for each other, e.g. the 128 threads of one warpgroup inside a warp-specialized role.
     ``bar_id`` may be an index expression (``1 + warpgroup``: one barrier per warpgroup).
+
+    With ``arrive`` it is ``bar.arrive bar_id, threads``: the calling threads count towards the
+    barrier's ``threads`` without waiting for it (a signal to the threads that ``bar.sync`` on it:
+    consumer warpgroups passing the turn to issue their MMAs, ``warp_specialize(pingpong=True)``).
     """
 
     comment: str = ""
     bar_id: IntExpr = 0
     threads: int = 0
+    arrive: bool = False
     origin: Origin | None = _origin()
 
 
@@ -327,12 +332,16 @@ class Role:
 
     Inside ``body`` the variable ``role_tid(count)`` (``rtid``) is the thread's index within the
     role, ``tid - first``: index expressions over it stay provably non-negative, so they simplify.
+    ``groups`` > 1: the role's threads run ``body`` as that many equal groups that do not keep in
+    step with each other (consumer warpgroups taking turns through named barriers); the printed
+    code is the same, the interpreter runs each group as a role of its own.
     """
 
     name: str
     first: int
     count: int
     body: object
+    groups: int = 1
 
 
 @attrs.frozen

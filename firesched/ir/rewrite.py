@@ -94,7 +94,7 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
         if isinstance(s, If):
             return If(expr(s.cond), go(s.then))
         if isinstance(s, Roles):
-            return Roles(tuple(Role(r.name, r.first, r.count, go(r.body)) for r in s.roles))
+            return Roles(tuple(Role(r.name, r.first, r.count, go(r.body), r.groups) for r in s.roles))
         if isinstance(s, AtomCall):
             return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment,
                             origin=origin(s))
@@ -103,7 +103,7 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
         if isinstance(s, RegFill):
             return RegFill(operand(s.ref), s.count, s.value, origin=origin(s))
         if isinstance(s, Barrier):
-            return Barrier(s.comment, expr(s.bar_id), s.threads, origin=origin(s))
+            return Barrier(s.comment, expr(s.bar_id), s.threads, s.arrive, origin=origin(s))
         if isinstance(s, (AsyncCommit, AsyncWait)) and s.origin is not None:
             return attrs.evolve(s, origin=origin(s))
         return s

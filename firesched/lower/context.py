@@ -28,6 +28,9 @@ PRODUCER, CONSUMER = "producer", "consumer"
 #: the named barrier a warp-specialized role synchronises its own threads with (the consumers
 #: staging a tile no ring fills): __syncthreads would wait for the other role too
 ROLE_BARRIER = 15
+#: the named barriers of consumer warpgroups taking turns to issue their MMAs (``pingpong``):
+#: warpgroup w waits on PINGPONG_BARRIER + w (ids 8..11; the epilogue's are 1..4)
+PINGPONG_BARRIER = 8
 
 
 @attrs.frozen
@@ -66,6 +69,7 @@ class Ctx:
     hoist_node: object = None                    # the block-tile node whose lowering splices them
     specialized: bool = False                    # inside warp-specialized roles
     async_mma: bool = False                      # a pipeline fences, commits and retires async MMAs
+    pingpong: int = 0                            # consumer warpgroups taking turns to issue MMAs
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
     made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
     spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)

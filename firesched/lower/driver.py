@@ -32,7 +32,7 @@ from .fragments import fragment_layouts
 from .layouts import SmemLayout, plain_smem_layout, register_layouts, thread_layouts
 from .lowerer import Lowerer
 from .program import KernelBuilder, ProgramBuilder
-from .rules import decompose
+from .rules import decompose, turns
 from .rules.elementwise import reduce_launch
 from .rules.smem import shared_buffer
 from .rules.tma import tma_smem_layout
@@ -315,12 +315,19 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     kb = lw.kb
     if pipe.ring_kind(node) != "tma":  # pragma: no cover - warp_specialize() already requires TMA moves
         raise err(node, "warp specialization needs a TMA ring")
-    preg, creg = lp.specialize
+    preg, creg = lp.specialize[:2]
+    pingpong = lp.specialize[2:] == (1,)
     nwg = consumer_threads // 128
     if consumer_threads % 128:
         raise err(block, f"{consumer_threads} consumer threads: warp-specialized consumers are whole warpgroups",
                   fix="tile(m=64) >> to_warpgroups() below the pipeline")
     ws.check_budget(block, lw.target, nwg, preg, creg)
+    if pingpong and nwg < 2:
+        raise err(block, f"warp_specialize(pingpong=True) with {nwg} consumer warpgroup: ping-pong passes the turn "
+                         "to issue wgmma between consumer warpgroups", field="pingpong", value=True,
+                  allowed="False with one consumer warpgroup",
+                  fix="two or more consumer warpgroups (tile(m=64) >> to_warpgroups() under a 128-row tile), or "
+                      "pingpong=False")
     C = ctx.cluster.size if ctx.cluster is not None else 1
     kb.threads = 128 * (nwg + 1)
     tid = ir.tid(kb.threads)
@@ -339,8 +346,10 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     cscope = Scope(128 * nwg, ir.role_tid(128 * nwg), first=128)
     hoists = Hoists()
     cctx = _enter_scope(base, block, cscope, part=CONSUMER, hoists=hoists, hoist_node=block)
-    consumers = [*per_tile(lw.lower(block, cctx)), *hoists.scope_end]
-    body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg))
+    if pingpong:
+        cctx = attrs.evolve(cctx, pingpong=nwg)
+    consumers = [*turns.first_turn(cctx), *per_tile(lw.lower(block, cctx)), *hoists.scope_end]
+    body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg, groups=nwg if pingpong else 1))
     if C > 1:
         body.append(_call_cluster("no block leaves while the others may still arrive on its mbarriers"))
     ws.one_block_per_sm(kb)

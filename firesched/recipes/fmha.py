@@ -80,7 +80,13 @@ class FmhaParams:
       block-wide barrier every key tile;
     * ``reverse``: blocks take the query tiles last to first (``to_blocks(reverse=True)``); with a
       causal mask the last tiles have the longest key loops, so they start first and short ones
-      fill the tail.
+      fill the tail;
+    * ``pingpong``: with warp specialization and two or more consumer warpgroups, they take turns
+      to issue their wgmma (``warp_specialize(pingpong=True)``): one warpgroup's softmax runs
+      while the tensor cores work on the other's S = Q Kᵀ or O += P V;
+    * ``overlap``: with warp specialization, each key step's S = Q Kᵀ issues together with the
+      previous step's O += P V (``pipeline(overlap=True)``), so a warpgroup's softmax runs under
+      its own matrix products.
     """
 
     block_q: int = 128
@@ -91,6 +97,9 @@ class FmhaParams:
     tma: bool = False
     warp_specialized: bool = False
     reverse: bool = False
+    pingpong: bool = False
+    overlap: bool = False
+    persistent: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages"):
@@ -99,7 +108,7 @@ class FmhaParams:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
         if self.mma not in MMAS:
             raise ValueError(f"FmhaParams: mma={self.mma!r}; allowed {', '.join(map(repr, MMAS))}")
-        for f in ("tma", "warp_specialized", "reverse"):
+        for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"FmhaParams: {f} must be a bool, got {getattr(self, f)!r}")
         if self.block_q % (16 * self.warps):
@@ -112,6 +121,13 @@ class FmhaParams:
         if not isinstance(self.warp_specialized, bool) or (self.warp_specialized and not self.tma):
             raise ValueError(f"FmhaParams: warp_specialized={self.warp_specialized!r}; a producer warpgroup issues "
                              f"TMA copies: it needs tma=True (and mma='wgmma')")
+        if self.pingpong and (not self.warp_specialized or self.block_q < 128):
+            raise ValueError(f"FmhaParams: pingpong=True passes the turn to issue wgmma between consumer "
+                             f"warpgroups: it needs warp_specialized=True and block_q >= 128 (two warpgroups of 64 "
+                             f"queries); got warp_specialized={self.warp_specialized}, block_q={self.block_q}")
+        if self.overlap and not self.warp_specialized:
+            raise ValueError("FmhaParams: overlap=True rotates the warp-specialized consumers' key loop: it needs "
+                             "warp_specialized=True")
         if self.warp_specialized and self.stages < 2:
             raise ValueError(f"FmhaParams: warp_specialized=True with stages={self.stages}; the producer fills one "
                              f"stage while the consumers read another: stages >= 2")
@@ -127,7 +143,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
 
     On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: above head dim 64 a producer
     warpgroup and two consumer warpgroups of 64 queries each (128-key tiles and 3 stages up to
-    head dim 128, 64-key tiles and 2 stages at 256); at head dim 64 and below 64 queries on one
+    head dim 128, 64-key tiles and 2 stages at 256), taking turns to issue their wgmma, each
+    step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
     ``bench/fmha.py --vary``, timed through CUDA graphs).
@@ -153,9 +170,13 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         block_kv, stages = (64, 2) if head_dim > 128 else (128, 3)
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
         # causal: longest query tiles first (4x16x4096x128: 0.81 -> 0.84x cuDNN, 16x16x1024x128:
-        # 0.68 -> 0.72x; at head dim 64 the reversed indices cost registers and it measured slower)
+        # 0.68 -> 0.72x; at head dim 64 the reversed indices cost registers and it measured slower).
+        # Each step's S = Q Kᵀ issued with the previous step's O += P V (overlap), and the two
+        # consumer warpgroups taking turns (pingpong): 4x16x4096x128 0.82 -> 0.92-0.93x cuDNN,
+        # causal 0.83-0.84 -> 0.86-0.89x, 16x16x1024x128 0.70-0.75 -> 0.77-0.82x (causal 0.75x);
+        # either alone gains less, pingpong alone loses (bench/README.md, "overlap and ping-pong")
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
-                          tma=True, warp_specialized=True, reverse=causal)
+                          tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True)
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
@@ -230,13 +251,19 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
     sw = Swizzle(bits, 3, 3)
     via = (sm90a.tma_load_2d,) if p.tma else ()      # the TMA family: the rule picks the map's rank
     return spec.schedule(
-        # reverse: the last query tiles (causal: the longest key loops) start first
-        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse),
+        # reverse: the last query tiles (causal: the longest key loops) start first; persistent:
+        # one block per SM walks the tiles, its producer loading the next tile's keys while the
+        # consumers finish the last
+        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent),
         move_to_smem("Q", swizzle=sw),
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
-        pipeline(stages=p.stages),
-        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64))]
+        # overlap: each step's S = Q Kᵀ issues with the previous step's O += P V
+        pipeline(stages=p.stages, overlap=p.overlap),
+        # pingpong: the consumer warpgroups take turns to issue their wgmma, so that one's softmax
+        # runs under the other's matrix products
+        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64),
+                           pingpong=p.pingpong)]
           if p.warp_specialized else []),
         # P stays in registers: the second wgmma reads its A operand from them
         place("S", RF), place("P", RF),

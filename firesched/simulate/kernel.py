@@ -183,6 +183,7 @@ class KernelRun:
         self.regs = Registers(kernel, ctx, track_wgmma)
         self.memo: dict = {}                # executors' per-statement facts, by id (value: the statement)
         self.cp = CpAsyncGroups(ctx)
+        self.named: dict = {}
         self.tma = TmaOps(ctx, self.bars)
         self.wg = WgmmaGroups(ctx, self.regs)
         self.dispatch = {
@@ -222,6 +223,7 @@ class KernelRun:
         self.cp.reset()
         self.tma.reset()
         self.wg.reset()
+        self.named = {}                     # (block rank, id) -> a named barrier collecting arrivals
         self.exec(self.kernel.body)
         # what is still in flight when the block ends (the order of the checks decides which
         # hazard a block with several is reported with)

@@ -23,7 +23,7 @@ def describe(stmt) -> str:
         return f"AtomCall {stmt.atom!r}({args}){pred}{note}"
     if isinstance(stmt, ir.Barrier):
         named = f"({stmt.bar_id}, {stmt.threads} threads)" if stmt.threads else ""
-        return "Barrier" + named + (f"  // {stmt.comment}" if stmt.comment else "")
+        return ("BarrierArrive" if stmt.arrive else "Barrier") + named + (f"  // {stmt.comment}" if stmt.comment else "")
     if isinstance(stmt, ir.Roles):
         return "Roles(" + ", ".join(f"{r.name}: threads {r.first}..{r.first + r.count - 1}" for r in stmt.roles) + ")"
     if isinstance(stmt, ir.AsyncCommit):

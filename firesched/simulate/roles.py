@@ -10,7 +10,9 @@ as a deadlock with every role's wait.  The scheduling is deterministic, so a haz
 one interleaving is found again.
 
 A block-wide ``Barrier`` inside a role is a hazard (roles synchronise with named barriers and
-mbarriers); in a cluster, each block's roles run as roles of their own.
+mbarriers); in a cluster, each block's roles run as roles of their own, and a role of ``groups``
+> 1 runs as that many groups of its threads, each a role of its own (consumer warpgroups that
+take turns: a named barrier one of them waits on hands the baton over like an mbarrier wait).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ def run_roles(ctx: Lockstep, s: ir.Roles, execute):
         if lo % 32 or n % 32 or n <= 0 or lo < 0 or lo + n > ctx.Tc:
             ctx.hazard(f"role {r.name!r} covers threads {lo}..{lo + n - 1}: roles are whole warps of "
                        f"the block's {ctx.Tc} threads")
+        g = int(getattr(r, "groups", 1))
+        if g < 1 or n % g or (n // g) % 32:
+            ctx.hazard(f"role {r.name!r} of {n} threads in {g} groups: the groups are equal whole warps")
         if taken[lo:lo + n].any():
             ctx.hazard(f"role {r.name!r} overlaps another role at threads {listing(np.flatnonzero(taken[lo:lo + n]) + lo)}")
         taken[lo:lo + n] = True
@@ -70,15 +75,19 @@ class RoleScheduler:
         self.roles = []
         for group in ranks:             # block ranks whose roles run together
             for r in roles:
-                mask = np.zeros(ctx.T, dtype=bool)
-                for b in group:
-                    lo = b * threads + int(r.first)
-                    mask[lo:lo + int(r.count)] = True
-                env = dict(ctx.env)
-                env[ir.ROLE_TID_NAME] = ctx.ltid - int(r.first)
-                name = r.name if len(ranks) == 1 else f"{r.name} (block rank {group[0]})"
-                self.roles.append(dict(role=r, name=name, ctx=(mask, False, env, list(ctx.loops), None),
-                                       ready=None, why="", done=False, started=False))
+                parts = int(getattr(r, "groups", 1))
+                size = int(r.count) // parts
+                for j in range(parts):
+                    mask = np.zeros(ctx.T, dtype=bool)
+                    for b in group:
+                        lo = b * threads + int(r.first) + j * size
+                        mask[lo:lo + size] = True
+                    env = dict(ctx.env)
+                    env[ir.ROLE_TID_NAME] = ctx.ltid - int(r.first)
+                    name = r.name if parts == 1 else f"{r.name} (group {j} of {parts})"
+                    name = name if len(ranks) == 1 else f"{name} (block rank {group[0]})"
+                    self.roles.append(dict(role=r, name=name, ctx=(mask, False, env, list(ctx.loops), None),
+                                           ready=None, why="", done=False, started=False))
         self.turn = None
         self.error: BaseException | None = None
         self.finished = False
@@ -153,7 +162,7 @@ class RoleScheduler:
         lines = [f"  role {r['name']!r} waits: {r['why'] or '(not started)'}" for r in waiting]
         try:
             self.ctx.hazard("deadlock: every role of the warp-specialized block waits on an mbarrier phase "
-                            "that nothing left can complete\n" + "\n".join(lines))
+                            "or a named barrier that nothing left can complete\n" + "\n".join(lines))
         except HazardError as e:
             return e
 

@@ -42,10 +42,20 @@ class pipeline(Strategy):
     * ``stages``: shared buffers per staged operand, 1..16 (1: no overlap, 2: double buffering).
     * ``prefetch``: also load the register fragments of the next warp K step while the current one
       computes (double-buffered fragments, where a warp's K tile has more than one step).
+    * ``overlap``: in warp-specialized consumers whose loop body is a wgmma group, element-wise
+      work on its result, and a second wgmma group (attention: S = Q Kᵀ, softmax, O += P V), issue
+      each step's first group together with the previous step's second, so the work between them
+      runs while the tensor cores compute (``lower.transforms.overlap``; the loop prints
+      ``pipelined(3 stages, overlapped)``)::
+
+          step j:  issue S(j) = Q K(j)ᵀ and O += P(j-1) V(j-1); wait for S(j)
+                   softmax of S(j)                      <- under O += P(j-1) V(j-1)
+                   wait for O; rescale O; P(j) = S(j)
     """
 
     stages: int = 2
     prefetch: bool = True
+    overlap: bool = False
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -62,11 +72,12 @@ class pipeline(Strategy):
             if not moved:
                 raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
                                     spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
-            if not isinstance(self.prefetch, bool):
-                raise ScheduleError("prefetch is a bool", strategy=self, spec=spec, field="prefetch",
-                                    value=self.prefetch, allowed="True, False")
-            loops = tuple(attrs.evolve(lp, stages=self.stages, prefetch=self.prefetch) if lp is kloops[-1] else lp
-                          for lp in node.loops)
+            for f in ("prefetch", "overlap"):
+                if not isinstance(getattr(self, f), bool):
+                    raise ScheduleError(f"{f} is a bool", strategy=self, spec=spec, field=f,
+                                        value=getattr(self, f), allowed="True, False")
+            loops = tuple(attrs.evolve(lp, stages=self.stages, prefetch=self.prefetch, overlap=self.overlap)
+                          if lp is kloops[-1] else lp for lp in node.loops)
             sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
             return _restage(sched, moved, self.stages)
         raise ScheduleError("there is no sequential K loop to pipeline", strategy=self, spec=spec,
@@ -74,6 +85,7 @@ class pipeline(Strategy):
 
     def __repr__(self):
         pf = "" if self.prefetch else ", prefetch=False"
+        pf += ", overlap=True" if self.overlap else ""
         return f"pipeline(stages={self.stages}{pf})"
 
     __str__ = __repr__

@@ -44,10 +44,22 @@ class warp_specialize(Strategy):
       of 8.
     * ``consumer_regs``: registers per consumer thread after ``setmaxnreg.inc``, at least
       ``producer_regs``.
+    * ``pingpong``: the consumer warpgroups take turns to issue their wgmma groups (at least two
+      of them; FlashAttention-3's warpgroup scheduling).  Each waits for its turn on a named
+      barrier before ``wgmma.fence`` and passes the turn on (``bar.arrive``) after
+      ``wgmma.commit_group``, so the tensor cores run one warpgroup's MMAs while the other works
+      on what its last ones produced (attention's softmax)::
+
+          warpgroup 1:  [S=QK]  softmax  [O+=PV]  ...      [ ]: issued in its turn
+          warpgroup 2:       [S=QK]  softmax  [O+=PV] ...
+          tensor cores: S1 S2 PV1 PV2 S1 ...
+
+      The loop prints ``warp-specialized(producer 40 regs, consumers 232, ping-pong)``.
     """
 
     producer_regs: int = 40
     consumer_regs: int = 232
+    pingpong: bool = False
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -58,6 +70,9 @@ class warp_specialize(Strategy):
                 raise ScheduleError("setmaxnreg takes a register count per thread", strategy=self, spec=spec,
                                     field=name, value=v,
                                     allowed=f"{REG_MIN}..{REG_MAX}, a multiple of {REG_STEP}")
+        if not isinstance(self.pingpong, bool):
+            raise ScheduleError("pingpong turns the consumers' turns on or off", strategy=self, spec=spec,
+                                field="pingpong", value=self.pingpong, allowed="True, False")
         if self.producer_regs > self.consumer_regs:
             raise ScheduleError("the producer gives registers to the consumers, not the other way round",
                                 strategy=self, spec=spec, field="producer_regs", value=self.producer_regs,
@@ -75,7 +90,8 @@ class warp_specialize(Strategy):
                 raise ScheduleError(f"a producer warp issues TMA copies; {', '.join(no_tma)} move(s) without one",
                                     strategy=self, spec=node.spec, field="via", value=no_tma,
                                     fix="move_to_smem(name, via=(sm90a.tma_load_2d,)) for every staged operand")
-            loops = tuple(attrs.evolve(lp, specialize=(self.producer_regs, self.consumer_regs))
+            mark = (self.producer_regs, self.consumer_regs) + ((1,) if self.pingpong else ())
+            loops = tuple(attrs.evolve(lp, specialize=mark)
                           if lp is kl[-1] else lp for lp in node.loops)
             return sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
         raise ScheduleError("there is no pipelined K loop to specialize", strategy=self, spec=spec,
@@ -87,6 +103,8 @@ class warp_specialize(Strategy):
             args.append(f"producer_regs={self.producer_regs!r}")
         if self.consumer_regs != 232:
             args.append(f"consumer_regs={self.consumer_regs!r}")
+        if self.pingpong:
+            args.append("pingpong=True")
         return f"warp_specialize({', '.join(args)})"
 
     __str__ = __repr__

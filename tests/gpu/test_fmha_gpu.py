@@ -102,3 +102,17 @@ def test_random_wgmma_shapes_and_tiles(seed):
                               warp_specialized=ws)
     _run(rnd.randint(1, 3), rnd.choice([1, 2, 4]), rnd.randint(1, 700), rnd.randint(1, 700), rnd.choice([64, 96, 128]),
          dtype=rnd.choice(["f16", "bf16"]), causal=rnd.random() < 0.5, params=p)
+
+
+@pytest.mark.parametrize("sq, skv, d, causal, kvh", [(1, 1, 128, False, 2), (17, 1000, 128, True, 1),
+                                                     (1000, 1000, 128, True, 2), (4097, 300, 64, False, 2),
+                                                     (300, 4097, 96, True, 1), (129, 255, 256, False, 2)])
+@pytest.mark.parametrize("pingpong, overlap", [(True, False), (False, True), (True, True)])
+def test_pingpong_and_overlap(sq, skv, d, causal, kvh, pingpong, overlap):
+    """Two consumer warpgroups taking turns to issue their wgmma (``pingpong=True``), each step's
+    S = Q Kᵀ issued with the previous step's O += P V (``overlap=True``), and both: odd lengths,
+    causal with seq_q != seq_kv, grouped-query heads, every head-dim class."""
+    bkv, stages = (64, 2) if d > 128 else (128, 3)
+    p = fs.recipes.FmhaParams(block_q=128, block_kv=bkv, warps=8, stages=stages, mma="wgmma", tma=True,
+                              warp_specialized=True, pingpong=pingpong, overlap=overlap)
+    _run(2, 2, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)

@@ -2,8 +2,9 @@
 
 Importing this package registers them: the decomposition and loop rules (``decompose``), moves
 between memories (``copies``, ``tma``), accumulators and their epilogues (``accumulators``), the MMA
-atoms (``mma``), element-wise work on register fragments (``fragments``), and the launches of open kernel-level specs (``elementwise``)."""
+atoms (``mma``), element-wise work on register fragments (``fragments``), the launches of open kernel-level specs (``elementwise``), and consumer warpgroups' turns to issue wgmma
+(``turns``)."""
 
-from . import accumulators, copies, decompose, elementwise, fragments, mma, smem, threads, tma
+from . import accumulators, copies, decompose, elementwise, fragments, mma, smem, threads, tma, turns
 
-__all__ = ["accumulators", "copies", "decompose", "elementwise", "fragments", "mma", "smem", "threads", "tma"]
+__all__ = ["accumulators", "copies", "decompose", "elementwise", "fragments", "mma", "smem", "threads", "tma", "turns"]

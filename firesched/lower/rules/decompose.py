@@ -31,6 +31,7 @@ from ...tensor import GL, RF, SH, WARPGROUP
 from ..context import err, frames, key
 from ..layouts import ThreadLayout
 from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wants
+from .turns import take_turn
 
 
 @decomposition_rule
@@ -43,9 +44,9 @@ def decomposition(lw: Lowerer, node: Node, ctx) -> list:
         inner = decomposition(lw, node, attrs.evolve(ctx, async_mma=True))
         if not any(isinstance(s, ir.AtomCall) and s.atom.family == WGMMA for s in ir_rewrite.walk(inner)):
             return inner            # a part that issues none here (a pipeline's producer side)
-        return [ir.AtomCall(sm90a.wgmma_fence, ()), *inner, ir.AtomCall(sm90a.wgmma_commit, ()),
-                ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=0), (),
-                            comment="the group is done: its accumulator is read next")]
+        group = [ir.AtomCall(sm90a.wgmma_fence, ()), *inner, ir.AtomCall(sm90a.wgmma_commit, ())]
+        return [*take_turn(ctx, group), ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=0), (),
+                                                    comment="the group is done: its accumulator is read next")]
     ctx = frames(ctx, [node.spec] + [p.spec for p in node.pre])
     hoists = ctx.hoists if ctx.hoist_node is node else None
     if hoists is not None:

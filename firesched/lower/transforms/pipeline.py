@@ -47,6 +47,8 @@ from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, PRODUCER, Scope, err
 from ..lowerer import Lowerer, loop_rule
 from ..rules.decompose import advance, loop_stop
+from ..rules.turns import take_turn
+from .overlap import overlapped_loop
 from .staged_scales import issue_scales, plan_scales
 
 
@@ -288,12 +290,19 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S))), stop=stop)]
 
     if ctx.part == CONSUMER:
+        if lp.overlap:
+            if not fused_body:
+                raise err(node, f"pipeline(overlap=True) on {lp}: a body of MatMuls already keeps one wgmma group in "
+                                "flight across steps; overlap rotates a fused body (MMA, element-wise work, MMA)",
+                          strategy=node.strategy, field="overlap", value=True, allowed="False",
+                          fix="pipeline(stages=...) without overlap")
+            return overlapped_loop(node, ctx, lp, n, stop, it_base, S, ring, compute, lp.var + "_c")
         kc = Var(lp.var + "_c", n)
         it = it_base + kc
         body, is_async = compute(kc, it % S)
         lane = ctx.scope.tid % 128
         if is_async:
-            loop = [*ring.wait(it), _call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit),
+            loop = [*ring.wait(it), *take_turn(ctx, [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit)]),
                     _call(catalog.with_immediates(sm90a.wgmma_wait, n=1), comment="the previous K tile's wgmma are done"),
                     ir.If(land(ge(kc, 1), lt(lane, 1)), ring.release((it + S - 1) % S, "release the previous stage"))]
             last = (it_base + n - 1) % S
@@ -308,6 +317,11 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                            + ("one wgmma group in flight" if is_async else "synchronous MMAs")),
                 ir.For(kc, n, ir.Seq(tuple(loop)), stop=stop), *tail]
 
+    if lp.overlap:
+        raise err(node, f"pipeline(overlap=True) on {lp}: the rotated key loop is built for warp-specialized consumer "
+                        "warpgroups (a producer keeps the ring full while they compute)", strategy=node.strategy,
+                  field="overlap", value=True, allowed="False without warp_specialize()",
+                  fix="warp_specialize() after pipeline(...), or overlap=False")
     # one role: every thread issues (or one elected thread) and computes
     if isinstance(ring, CpAsyncRing) and S == 1:
         kt = Var(lp.var, n)

@@ -14,6 +14,10 @@ tile loop included — appear in both::
 ``setmaxnreg`` moves registers from the producer to the consumers, whose accumulators need them;
 its budget assumes one block per SM, so the block claims more than half of the SM's shared
 memory (a second resident block could leave a consumer waiting for registers forever).
+
+With ``pingpong`` the consumer warpgroups take turns to issue their wgmma groups
+(``rules.turns``); the interpreter then runs each consumer warpgroup as a group of its own
+(``ir.Role.groups``), since they no longer keep in step.
 """
 
 from __future__ import annotations
@@ -110,15 +114,17 @@ def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: in
                   fix=f"block_n <= {most_n}, or fewer consumer warpgroups (a smaller block_m)")
 
 
-def roles(producer_regs: int, consumer_regs: int, producer: list, consumers: list, consumer_threads: int) -> ir.Roles:
-    """The two roles, with their register budgets."""
+def roles(producer_regs: int, consumer_regs: int, producer: list, consumers: list, consumer_threads: int,
+          groups: int = 1) -> ir.Roles:
+    """The two roles, with their register budgets (``groups``: consumer warpgroups that do not
+    keep in step, taking turns)."""
     return ir.Roles((
         ir.Role("producer", 0, 128, ir.Seq((
             _call(catalog.with_immediates(sm90a.setmaxnreg_dec, n=producer_regs),
                   comment="the producer needs few registers"), *producer))),
         ir.Role("consumers", 128, consumer_threads, ir.Seq((
             _call(catalog.with_immediates(sm90a.setmaxnreg_inc, n=consumer_regs),
-                  comment="the accumulators need registers"), *consumers))),
+                  comment="the accumulators need registers"), *consumers)), groups),
     ))
 
 

@@ -47,26 +47,96 @@ def barrier(k, s):
 
 
 def _named(k, s, threads: int):
-    """``bar.sync id, threads``: the active threads with the same ``id`` (an int, or an index
-    expression such as one barrier per warpgroup) must be exactly ``threads`` whole warps (the
-    interpreter models a named barrier reached by one lockstep group at once)."""
+    """``bar.sync id, threads`` / ``bar.arrive id, threads``: the active threads with the same
+    ``id`` (an int, or an index expression such as one barrier per warpgroup) count towards the
+    barrier's ``threads``, whole warps at a time.  A group that brings all ``threads`` at once
+    synchronises on the spot; otherwise the barrier collects arrivals across groups (roles, or the
+    groups of a role that do not keep in step) and completes when they reach ``threads``: every
+    thread that synced then acquires what every arriving thread released, and a ``bar.sync``
+    group waits for that, letting the other roles run (in lockstep code, or when nothing left can
+    arrive, that wait is a deadlock).  A ``bar.arrive`` never waits; arrivals still pending when
+    the block ends are no hazard (the hardware resets its barriers per block: the last turn
+    ping-pong consumers pass on is never taken)."""
     ctx = k.ctx
     act = ctx.active()
+    arrive = bool(getattr(s, "arrive", False))
     ids = ctx.per_thread(getattr(s, "bar_id", 0))[act]
     if threads % 32 or not 0 < threads <= ctx.Tc:
         ctx.hazard(f"named barrier with {threads} threads: the thread count must be a multiple of 32, "
                    f"at most the block's {ctx.Tc}")
     ranks = ctx.rank[act]
+    waits = []
     for bid, r in sorted(set(zip(ids.tolist(), ranks.tolist()))):
         grp = act[(ids == bid) & (ranks == r)]
         if not 1 <= bid < 16:
             ctx.hazard(f"named barrier id {bid} (threads {listing(grp)}): ids are 1..15 (0 is the "
                        f"block-wide barrier)")
         warps = np.unique(grp // 32)
-        if grp.size != threads or warps.size * 32 != threads:
-            ctx.hazard(f"named barrier {bid} expects {threads} threads (whole warps) but threads "
-                       f"{listing(grp)} ({grp.size}, in {warps.size} warp(s)) reach it")
-        k.order.join(grp)
+        if warps.size * 32 != grp.size:
+            ctx.hazard(f"named barrier {bid} is reached by threads {listing(grp)} ({grp.size}, in {warps.size} "
+                       f"warp(s)): whole warps arrive at a named barrier")
+        state = k.named.get((r, bid))
+        if state is None and grp.size == threads and not arrive:
+            k.order.join(grp)           # the whole barrier at once: one lockstep group
+            continue
+        if state is None:
+            state = k.named[(r, bid)] = NamedBarrier(threads, k.order)
+        if state.threads != threads:
+            ctx.hazard(f"named barrier {bid} expects {state.threads} threads, and threads {listing(grp)} reach it "
+                       f"expecting {threads}")
+        if state.arrived + grp.size > threads:
+            ctx.hazard(f"named barrier {bid} expects {threads} threads, but threads {listing(grp)} bring its "
+                       f"arrivals to {state.arrived + grp.size}")
+        phase = state.phase
+        state.add(grp, wait=not arrive)
+        if state.phase == phase and not arrive:         # not complete yet: wait for this phase
+            waits.append((bid, state, phase, grp))
+    for bid, state, phase, grp in waits:
+        if state.phase > phase:
+            continue
+        why = (f"named barrier {bid} waits for {threads} threads; {state.arrived} have arrived "
+               f"(threads {listing(grp)} wait)")
+        if ctx.roles is None:
+            ctx.hazard(why + "; in lockstep execution nothing after this wait can arrive")
+        ctx.roles.block(lambda state=state, phase=phase: state.phase > phase, why)
+
+
+class NamedBarrier:
+    """A named barrier collecting arrivals across groups: how many have arrived in the current
+    phase, the join of their clocks (and observed mbarrier phases), and the threads waiting."""
+
+    def __init__(self, threads: int, order):
+        self.threads = threads
+        self.order = order
+        self.arrived = 0
+        self.phase = 0
+        self.acc = np.zeros(order.Tg, dtype=np.int64)
+        self.obs = None if order.obs is None else np.zeros(order.obs.shape[1], dtype=np.int64)
+        self.waiting: list = []
+
+    def add(self, grp: np.ndarray, wait: bool):
+        """Threads ``grp`` (one sync group) arrive: they release their clocks into the phase and
+        advance them; when the phase is complete every waiting thread acquires the join."""
+        o = self.order
+        g, lt = np.divmod(grp, o.Tg)
+        np.maximum(self.acc, o.vc[g, lt].max(axis=0), out=self.acc)
+        if self.obs is not None:
+            np.maximum(self.obs, o.obs[grp].max(axis=0), out=self.obs)
+        o.vc[g, lt, lt] += 1
+        o.clock[grp] += 1
+        self.arrived += grp.size
+        if wait:
+            self.waiting.append(grp)
+        if self.arrived == self.threads:
+            for w in self.waiting:
+                o.acquire(w, self.acc)
+                if self.obs is not None:
+                    o.obs[w] = np.maximum(o.obs[w], self.obs)
+            self.phase += 1
+            self.arrived = 0
+            self.acc = np.zeros_like(self.acc)
+            self.obs = None if self.obs is None else np.zeros_like(self.obs)
+            self.waiting = []
 
 
 def cluster(k, s):

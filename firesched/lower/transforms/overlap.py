@@ -1,0 +1,156 @@
+"""Overlap within a warpgroup (``pipeline(overlap=True)``): the MMA that opens a key-loop step
+issues before the previous step's closing MMA has retired, so the element-wise work between them
+runs while the tensor cores compute (FlashAttention-3's intra-warpgroup overlap).
+
+A consumer loop whose body is ``G1 = one wgmma group; X = work on its result; G2 = a wgmma group
+that reads what X made`` (attention: S = Q Kᵀ; softmax; O += P V) is rotated::
+
+    step 0:          wait full[0]; G1(0); wait 0; X(0)
+    step j = 1..N-1: wait full[j]; G1(j) + G2(j-1) issued as one turn; wait 1 (G1(j) is done)
+                     X_free(j)                  the work G2(j-1) cannot see: softmax of S(j)
+                     wait 0; release stage j-1  (G2(j-1) is done)
+                     X_after(j)                 the work that touches G2's registers: O *= alpha,
+                                                P = S, and what depends on it
+    after:           G2(N-1); wait 0; release stage N-1
+
+``X`` splits by dependence, in program order: a statement goes after the wait if it reads or
+writes a register buffer G2 uses (its accumulator, its A operand), or depends on (or overwrites
+what is read by) a statement already placed after.  The order of the rotated steps computes the
+same values: each statement still sees the values it saw, and G2(j-1) reads P(j-1) and adds into
+O before O is rescaled for step j.  The interpreter checks the registers in flight, as always.
+"""
+
+from __future__ import annotations
+
+from ... import ir
+from ...hardware.atoms import catalog, sm90a
+from ...hardware.atoms.base import WGMMA
+from ...ir.rewrite import flat
+from ...ir.rewrite import walk as walk_ir
+from ..context import err
+from ..rules.turns import take_turn
+
+
+def _is(st, name: str) -> bool:
+    return isinstance(st, ir.AtomCall) and st.atom.name == name
+
+
+def _turn(st) -> bool:
+    """A named barrier of ``take_turn`` (the turns are re-taken around the combined issue)."""
+    return isinstance(st, ir.Barrier) and bool(st.threads) and "turn" in st.comment
+
+
+def split_body(node, body: list):
+    """``body`` as ``(pre, g1, x, g2)``: the statements before the first wgmma group, the wgmma of
+    the first group (between its fence and commit), those between the groups, the wgmma of the
+    second; a ``ScheduleError`` when the body is not two groups with work between them."""
+    stmts = [s for s in flat(body) if not _turn(s)]
+    fences = [i for i, s in enumerate(stmts) if _is(s, "wgmma_fence")]
+    commits = [i for i, s in enumerate(stmts) if _is(s, "wgmma_commit")]
+    stray = [s for s in stmts if isinstance(s, (ir.For, ir.If))
+             and any(isinstance(x, ir.AtomCall) and x.atom.family == WGMMA for x in walk_ir([s]))]
+    if len(fences) != 2 or len(commits) != 2 or stray:
+        raise err(node, "pipeline(overlap=True) rotates a key loop whose body is two wgmma groups with work between "
+                        f"them (S = Q Kᵀ; softmax; O += P V); this body issues {len(fences)} group(s)",
+                  field="overlap", value=True, allowed="False here",
+                  fix="overlap=False, or a fused body of MatMul, element-wise parts, MatMul")
+    (f1, f2), (c1, c2) = fences, commits
+    w1 = c1 + 1
+    if not (f1 < c1 < w1 < f2 < c2) or not _is(stmts[w1], "wgmma_wait"):
+        raise err(node, "pipeline(overlap=True): the first wgmma group is not retired before the work that reads it",
+                  field="overlap", value=True, allowed="False here")
+    rest = [s for s in stmts[c2 + 1:] if not isinstance(s, ir.Comment)]
+    if len(rest) != 1 or not _is(rest[0], "wgmma_wait"):
+        raise err(node, "pipeline(overlap=True): the second wgmma group must close the loop's body",
+                  field="overlap", value=True, allowed="False here")
+    return stmts[:f1], stmts[f1 + 1:c1], stmts[w1 + 1:f2], stmts[f2 + 1:c2]
+
+
+def _regs(st) -> tuple[set, set]:
+    """The register buffers ``st`` (and what it nests) reads and writes, by name."""
+    reads: set = set()
+    writes: set = set()
+    for s in walk_ir([st]):
+        if isinstance(s, ir.AtomCall):
+            roles = {o.name: o.role for o in s.atom.operands}
+            for n, a in s.args:
+                if isinstance(a, ir.RegRef):
+                    role = roles.get(n, "in")
+                    if role in ("out", "inout"):
+                        writes.add(a.buffer.name)
+                    if role in ("in", "inout"):
+                        reads.add(a.buffer.name)
+        elif isinstance(s, ir.Pointwise):
+            if isinstance(s.dst, ir.RegRef):
+                writes.add(s.dst.buffer.name)
+            reads.update(r.buffer.name for r in s.srcs if isinstance(r, ir.RegRef))
+        elif isinstance(s, ir.RegFill) and isinstance(s.ref, ir.RegRef):
+            writes.add(s.ref.buffer.name)
+    return reads, writes
+
+
+def partition(x: list, g2: list) -> tuple[list, list]:
+    """``x`` as (free, after): ``after`` holds every statement that touches a register of ``g2``
+    or depends on one placed there (see the module docstring); both keep program order."""
+    busy: set = set()
+    for s in g2:
+        r, w = _regs(s)
+        busy |= r | w
+    free, after = [], []
+    after_reads: set = set()
+    after_writes: set = set()
+    for s in x:
+        r, w = _regs(s)
+        late = bool((r | w) & busy) or bool(r & after_writes) or bool(w & (after_reads | after_writes))
+        if late:
+            after.append(s)
+            after_reads |= r
+            after_writes |= w
+        else:
+            free.append(s)
+    return free, after
+
+
+def overlapped_loop(node, ctx, lp, n: int, stop, it_base, S: int, ring, compute, kc_name: str) -> list:
+    """The consumer loop of ``lp`` rotated (module docstring); ``compute(kt, stage)`` lowers the
+    body of step ``kt`` (an expression) reading ring stage ``stage``."""
+    from ...ir.expr import Var, minimum
+
+    N = n if stop is None else minimum(n, stop)
+    lane = ctx.scope.tid % 128
+
+    def parts(kt):
+        body, _ = compute(kt, (it_base + kt) % S)
+        return split_body(node, body)
+
+    def group(*inner):
+        out = [ir.AtomCall(sm90a.wgmma_fence, ())]
+        for g in inner:
+            out += [*g, ir.AtomCall(sm90a.wgmma_commit, ())]
+        return take_turn(ctx, out)
+
+    def wait(k, why):
+        return ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=k), (), comment=why)
+
+    def release(kt, why):
+        return ir.If(ir.expr.lt(lane, 1), ring.release((it_base + kt) % S, why))
+
+    pre0, g10, x0, _ = parts(0)
+    out = [ir.Comment(f"key loop over {n} tiles of {lp.step(lp.dim)}, rotated: each step's first wgmma group "
+                      "issues with the previous step's second"),
+           *ring.wait(it_base), *pre0, *group(g10), wait(0, "S of step 0 is done"), *x0]
+    if n > 1:
+        kc = Var(kc_name, n - 1)
+        kt = kc + 1
+        pre, g1, x, _ = parts(kt)
+        _, _, _, g2_prev = parts(kc)
+        free, after = partition(x, g2_prev)
+        body = [*ring.wait(it_base + kt), *pre, *group(g1, g2_prev),
+                wait(1, "this step's first group is done; the previous step's second may still run"),
+                *free, wait(0, "the previous step's second group is done"),
+                release(kc, "release the previous step's stage"), *after]
+        out.append(ir.For(kc, n - 1, ir.Seq(tuple(body)), stop=None if stop is None else N - 1))
+    last = N - 1
+    _, _, _, g2_last = parts(last)
+    out += [*group(g2_last), wait(0, "the last step's second group is done"), release(last, "release the last stage")]
+    return out
