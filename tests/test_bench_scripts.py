@@ -164,3 +164,12 @@ def test_fmha_variants_build_and_bad_fields_exit():
     assert got[0] is None and [p.warps for p in got[1:]] == [8]
     with pytest.raises(SystemExit, match="FIELD"):
         b.parse_vary(["colour=1"])
+
+
+def test_profile_fmha_smoke(capsys):
+    """bench/profile_fmha.py --smoke compiles the planned kernel (the persistent variant too)."""
+    from bench import profile_fmha
+
+    profile_fmha.main(["--shape", "2x2x256x64", "--smoke"])
+    profile_fmha.main(["--shape", "2x2x256x128", "--persistent", "--smoke"])
+    assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 2

@@ -20,6 +20,7 @@ Expected values are written here from the ISA / C; nothing is derived from the c
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -962,3 +963,23 @@ def test_disabled_loads_zero_every_register_they_would_write():
     assert m, "a predicated load has no else branch"
     zeroed = {z.strip() for z in re.findall(r"([^;{}]+?)\s*=\s*0\s*;", m.group(1))}
     assert set(outs) <= zeroed, (outs, zeroed)
+
+
+@functools.cache
+def _prelude90():
+    return cmini.Program(PRELUDE + PRELUDE_SM90, 900)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.integers(0, (228 * 1024) // 128 - 1), units=st.integers(0, 4095),
+       lbo=st.sampled_from([16, 128, 1024]), sbo=st.sampled_from([256, 512, 1024]), mode=st.integers(0, 3))
+def test_a_moved_descriptor_is_the_descriptor_of_the_moved_address(base, units, lbo, sbo, mode):
+    """``fs_desc_add(fs_smem_desc(base), units)`` (one add, what the printer binds) equals
+    ``fs_smem_desc(base + 16 * units)`` for every 128-byte-aligned buffer of the shared window and
+    every 16-byte-aligned start inside it."""
+    prog = _prelude90()
+    u = lambda v: cmini.u_val("unsigned", v)  # noqa: E731
+    addr = base * 128
+    units = min(units, (228 * 1024 - 16 - addr) // 16)
+    moved = prog.call("fs_desc_add", prog.call("fs_smem_desc", u(addr), u(lbo), u(sbo), u(mode)), u(units)).v
+    assert moved == prog.call("fs_smem_desc", u(addr + 16 * units), u(lbo), u(sbo), u(mode)).v

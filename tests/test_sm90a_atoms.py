@@ -643,8 +643,9 @@ def test_printer_binds_descriptors_scalars_and_tensor_maps():
     assert "const __grid_constant__ CUtensorMap tm_x," in text
     assert "unsigned long long* const bar = " in text
     assert '"l"(reinterpret_cast<unsigned long long>(&tm_x))' in text
-    assert '"l"(fs_smem_desc(sa_base + 32, 16u, 1024u, 1u))' in text
-    assert '"l"(fs_smem_desc(sa_base + 4096, 16u, 1024u, 1u))' in text
+    # the buffer's descriptor, moved by the start's offset in 16-byte units (16 and 2048 f16)
+    assert '"l"(fs_desc_add(fs_smem_desc(sa_base, 16u, 1024u, 1u), 2))' in text
+    assert '"l"(fs_desc_add(fs_smem_desc(sa_base, 16u, 1024u, 1u), 256))' in text
     assert '"r"((int)(tid / 32))' in text and '"r"((int)(0))' in text
     assert "fs_wait_0:" in text and "fs_wait_1:" in text and "fs_wait_2:" not in text
     assert "[%0], [%1, {%2, %3}], [%4];" in text

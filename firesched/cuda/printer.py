@@ -40,11 +40,11 @@ branched over.
 Hopper (sm_90a).  A unit that uses an sm_90a atom, a ``TensorMapParam`` or an ``MBarrier`` gets
 ``PRELUDE_SM90`` too: an ``#error`` unless it is compiled for sm_90a (so compiling it for sm_80
 fails with a clear message), ``struct CUtensorMap`` (128 opaque bytes, 64-byte aligned, since no
-header is included) and ``fs_smem_desc``, which builds a wgmma matrix descriptor from a shared
-address.  A ``TensorMapParam`` is declared ``const __grid_constant__ CUtensorMap name`` and binds
+header is included), ``fs_smem_desc``, which builds a wgmma matrix descriptor from a shared
+address, and ``fs_desc_add``, which moves a descriptor's start by 16-byte units.  A ``TensorMapParam`` is declared ``const __grid_constant__ CUtensorMap name`` and binds
 as ``reinterpret_cast<unsigned long long>(&name)``; an ``MBarrier`` is a shared buffer of
-``unsigned long long``; a ``DescRef`` operand binds ``fs_smem_desc(shared address, lbo, sbo,
-mode)`` and a ``Scalar`` operand ``(int)(expression)``.  The spin loop of
+``unsigned long long``; a ``DescRef`` operand binds ``fs_desc_add(fs_smem_desc(buffer base, lbo,
+sbo, mode), offset / 16 bytes)`` and a ``Scalar`` operand ``(int)(expression)``.  The spin loop of
 ``mbarrier.try_wait.parity`` gets labels numbered per call site (``$uid``; PTX braces scope them
 too, so an unrolled copy is legal).  Around wgmma, the accumulator (and A-fragment) registers
 are pinned with empty ``asm volatile`` register fences before each ``wgmma.fence`` and after each
@@ -264,6 +264,13 @@ static __device__ __forceinline__ unsigned long long fs_smem_desc(unsigned addr,
         | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
         | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32)
         | ((unsigned long long)(mode & 3u) << 62);
+}
+
+// The descriptor ``units`` x 16 bytes past ``desc``'s start: the start field (bits 0-13, the
+// address >> 4) takes the sum without a carry, a shared address being below 2^18.
+static __device__ __forceinline__ unsigned long long fs_desc_add(unsigned long long desc, unsigned units)
+{
+    return (desc & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)desc + units);
 }
 
 // Register fences: the compiler may not move accesses of the register across them.
@@ -964,9 +971,16 @@ class _KernelPrinter:
             if not sm90a.is_descriptor(o):
                 raise InternalError(f"{self._where()}: atom {atom.name} operand {o.name} is no matrix "
                                     f"descriptor; a DescRef cannot bind it")
-            addr, _ = self._address(ir.MemRef(ref.buffer, ref.offset), Operand(o.name, "in", "SH"), atom)
+            _, base = self._address(ir.MemRef(ref.buffer, ref.offset), Operand(o.name, "in", "SH"), atom)
             mode = DESCRIPTOR_MODE[ref.swizzle]
-            return ([f"fs_smem_desc({addr}, {ref.lbo}u, {ref.sbo}u, {mode}u)"],
+            # the buffer's descriptor (the same expression everywhere: computed once) plus the
+            # start's offset in 16-byte units (descriptor starts are 16-byte aligned): one add per
+            # wgmma operand instead of a mask, a shift and three ors
+            desc = f"fs_smem_desc({base}, {ref.lbo}u, {ref.sbo}u, {mode}u)"
+            units = ex.floordiv(ex.mul(ref.offset, ref.buffer.dtype.bits), 128)
+            if not (isinstance(units, int) and units == 0):
+                desc = f"fs_desc_add({desc}, {self.c(units, 10)})"
+            return ([desc],
                     f"desc(&{ref.buffer.name}[{self.c(ref.offset)}], swizzle {ref.swizzle}, lbo {ref.lbo}, "
                     f"sbo {ref.sbo})")
         if isinstance(ref, ir.Scalar):

@@ -378,6 +378,10 @@ def minimum(a, b) -> IntExpr:
     return binop("min", a, b)
 
 
+def maximum(a, b) -> IntExpr:
+    return binop("max", a, b)
+
+
 # --------------------------------------------------------------------------- substitution / evaluation
 
 def substitute(x: IntExpr, env: dict) -> IntExpr:

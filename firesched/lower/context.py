@@ -70,6 +70,9 @@ class Ctx:
     specialized: bool = False                    # inside warp-specialized roles
     async_mma: bool = False                      # a pipeline fences, commits and retires async MMAs
     pingpong: int = 0                            # consumer warpgroups taking turns to issue MMAs
+    # (row, col, diagonal) of causal masks this code needs not apply: a loop step wholly on the
+    # visible side of the diagonal (``decompose.loop_visible``)
+    unmasked: frozenset = frozenset()
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
     made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
     spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)

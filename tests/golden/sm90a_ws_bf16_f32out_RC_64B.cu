@@ -189,6 +189,13 @@ static __device__ __forceinline__ unsigned long long fs_smem_desc(unsigned addr,
         | ((unsigned long long)(mode & 3u) << 62);
 }
 
+// The descriptor ``units`` x 16 bytes past ``desc``'s start: the start field (bits 0-13, the
+// address >> 4) takes the sum without a carry, a shared address being below 2^18.
+static __device__ __forceinline__ unsigned long long fs_desc_add(unsigned long long desc, unsigned units)
+{
+    return (desc & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)desc + units);
+}
+
 // Register fences: the compiler may not move accesses of the register across them.
 static __device__ __forceinline__ void fs_fence_reg(float& r)
 {
@@ -441,14 +448,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 8 * 4096 + rtid / 128 * 2048], swizzle 64, lbo 16, sbo 512), desc_b = desc(&B_smem[k0_c % 8 * 4096], swizzle 64, lbo 16, sbo 512), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 0; }"
                         : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 8 * 8192 + rtid / 128 * 4096), 16u, 512u, 2u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 8 * 8192), 16u, 512u, 2u)), "r"((int)(1))
+                        : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + rtid / 128 * 256))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512))), "r"((int)(1))
                         : "memory");
                     // k1 = 1
                     // sm90a.wgmma_m64n128k16_bf16_f32_ss: MatMul<warpgroup>(A:SH bf16[64x16] Sw<2,3,3> x8 stages, B:SH bf16[16x128] Sw<2,3,3> x8 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 8 * 4096 + rtid / 128 * 2048 + 16], swizzle 64, lbo 16, sbo 512), desc_b = desc(&B_smem[k0_c % 8 * 4096 + 16], swizzle 64, lbo 16, sbo 512), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 0; }"
                         : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
-                        : "l"(fs_smem_desc(A_smem_base + (k0_c % 8 * 8192 + rtid / 128 * 4096 + 32), 16u, 512u, 2u)), "l"(fs_smem_desc(B_smem_base + (k0_c % 8 * 8192 + 32), 16u, 512u, 2u)), "r"((int)(1))
+                        : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + rtid / 128 * 256 + 2))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + 2))), "r"((int)(1))
                         : "memory");
                     // sm90a.wgmma_commit
                     asm volatile("wgmma.commit_group.sync.aligned;"

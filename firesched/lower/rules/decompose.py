@@ -24,7 +24,7 @@ from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
-from ...ir.expr import IntExpr, Var, floordiv, minimum
+from ...ir.expr import IntExpr, Var, floordiv, maximum, minimum
 from ...schedule import Loop, Node
 from ...spec import Fused, MatMul
 from ...tensor import GL, RF, SH, WARPGROUP
@@ -236,6 +236,28 @@ def loop_stop(node: Node, ctx, lp: Loop) -> IntExpr | None:
                   field="diagonal", value=offset, allowed="an int >= 0 (below the main diagonal rows may see no "
                                                           "column at all)")
     return floordiv(r0 + rows + offset - c0 - 1, step) + 1
+
+
+def loop_visible(node: Node, ctx, lp: Loop) -> IntExpr | None:
+    """How many leading steps of ``lp`` (a loop that stops at a diagonal, ``loop_stop``) lie wholly
+    on the visible side of it, for every row of the tile: step ``t`` ends at column
+    ``c0 + (t + 1) * step - 1``, which the tile's first row ``r0`` sees when it is at most
+    ``r0 + offset``, so ``visible = (r0 + offset - c0 + 1) // step`` (clamped to 0 .. the loop's
+    count; the caller takes the minimum with the stop).  Those steps need no causal mask."""
+    if not lp.diagonal:
+        return None
+    row, offset = lp.diagonal
+    col, step = lp.dim, lp.step(lp.dim)
+    r0 = c0 = None
+    for t in node.spec.operands:
+        if t.memory == GL and key(t) in ctx.origin:
+            if r0 is None and row in t.tensor.dims:
+                r0 = ctx.origin[key(t)][row]
+            if c0 is None and col in t.tensor.dims:
+                c0 = ctx.origin[key(t)][col]
+    if r0 is None or c0 is None:  # pragma: no cover - loop_stop refused this loop already
+        return None
+    return minimum(maximum(floordiv(r0 + offset - c0 + 1, step), 0), lp.count)
 
 
 def _extent(node: Node, name: str, dim: str) -> int | None:

@@ -118,6 +118,8 @@ def _extent_of(lw: Lowerer, d: str) -> int | None:
 def _masked(lw: Lowerer, node: Node, ctx, op, t: FragTable, i: int, coord=None):
     """The predicate under which ``op`` masks register ``i`` (1: never, an expression otherwise)."""
     if isinstance(op, fops.CausalMask):
+        if (op.row, op.col, op.diagonal) in ctx.unmasked:
+            return 0            # a loop step wholly on the visible side of the diagonal
         for d in (op.row, op.col):
             if d not in t.dims:
                 raise err(node, f"{op} names dim {d!r}, which {t.key.name} lacks (dims: {', '.join(t.dims)})",

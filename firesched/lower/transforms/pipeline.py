@@ -46,7 +46,7 @@ from ...spec import Fused, Move
 from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, PRODUCER, Scope, err
 from ..lowerer import Lowerer, loop_rule
-from ..rules.decompose import advance, loop_stop
+from ..rules.decompose import advance, loop_stop, loop_visible
 from ..rules.turns import take_turn
 from .overlap import overlapped_loop
 from .staged_scales import issue_scales, plan_scales
@@ -276,9 +276,12 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     # MatMul retires its own group
     fused_body = any(isinstance(c.spec, Fused) for c in node.body)
 
-    def compute(kt: IntExpr, stage: IntExpr) -> tuple[list, bool]:
+    def compute(kt: IntExpr, stage: IntExpr, unmasked: bool = False) -> tuple[list, bool]:
         c = attrs.evolve(advance(ctx, node, lp, kt), part=CONSUMER, staged=staged, ring=ring,
                          async_mma=not fused_body, stage={**ctx.stage, **{s: stage for s in staged}})
+        if unmasked:
+            # a step wholly on the visible side of the loop's diagonal: no causal mask to apply
+            c = attrs.evolve(c, unmasked=c.unmasked | {(lp.diagonal[0], lp.dim, lp.diagonal[1])})
         body = lw.loops(node, c, rest)
         return body, not fused_body and _has_async_mma(body)
 
@@ -296,7 +299,8 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                                 "flight across steps; overlap rotates a fused body (MMA, element-wise work, MMA)",
                           strategy=node.strategy, field="overlap", value=True, allowed="False",
                           fix="pipeline(stages=...) without overlap")
-            return overlapped_loop(node, ctx, lp, n, stop, it_base, S, ring, compute, lp.var + "_c")
+            return overlapped_loop(node, ctx, lp, n, stop, it_base, S, ring, compute, lp.var + "_c",
+                                   loop_visible(node, ctx, lp))
         kc = Var(lp.var + "_c", n)
         it = it_base + kc
         body, is_async = compute(kc, it % S)
@@ -338,6 +342,21 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         # round's last iterations read
         out.append(ir.Barrier("the previous round's readers are done with the ring"))
     guard = _elected_guard(ring, ctx)
+
+    def _one_role_steps(name: str, first, count_stop, unmasked: bool) -> ir.For:
+        """Steps ``first`` .. ``first + count_stop - 1`` of the one-role loop (wait, issue the tile
+        ``S - 1`` ahead, compute), the body lowered without the causal mask where ``unmasked``."""
+        kv = Var(name, n)
+        k_e = kv + first
+        body_e, _ = compute(k_e, (it_base + k_e) % S if S > 1 else 0, unmasked)
+        ahead_e = k_e + (S - 1)
+        issue_e = issue(ahead_e, (it_base + ahead_e) % S)
+        loop_e = [*ring.wait(it_base + k_e), ir.Barrier("tile kt landed; stage (kt-1) % S is free")]
+        if ring.commit_always:
+            loop_e += [ir.If(lt(ahead_e, N), ir.Seq(tuple(issue_e))), *ring.commit()]
+        else:
+            loop_e.append(guard(issue_e, lt(ahead_e, N)))
+        return ir.For(kv, n, ir.Seq(tuple(loop_e + body_e)), stop=count_stop)
     # the ring counts iterations across a persistent block's tiles: tile kt is ring iteration
     # it_base + kt, in stage (it_base + kt) % S
     kt = Var(lp.var, n)
@@ -377,6 +396,13 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             split_next = split_ksteps(next_body)
             return out + prefetch_fragments(lw, ring, kt, n, S, ir.If(lt(ahead, N), ir.Seq(tuple(issue_ahead))),
                                             *split, split_next[1], stop=stop)
+    visible = loop_visible(node, ctx, lp) if not is_async else None
+    if visible is not None:
+        # a loop that stops at a diagonal: the steps wholly left of it first, lowered without the
+        # causal mask, then those it crosses
+        V = minimum(visible, N)
+        out += [_one_role_steps(lp.var, 0, V, True), _one_role_steps(lp.var + "m", V, N - V, False)]
+        return out + ring.drain()
     loop = [*ring.wait(it), ir.Barrier("tile kt landed; stage (kt-1) % S is free")]
     if ring.commit_always:
         loop += [ir.If(lt(ahead, N), ir.Seq(tuple(issue_ahead))), *ring.commit()]
