@@ -217,6 +217,13 @@ def loop_stop(node: Node, ctx, lp: Loop) -> IntExpr | None:
     block."""
     if not lp.diagonal:
         return None
+    r0, rows, c0, offset, step = _diagonal_frame(node, ctx, lp)
+    return floordiv(r0 + rows + offset - c0 - 1, step) + 1
+
+
+def _diagonal_frame(node: Node, ctx, lp: Loop):
+    """``(r0, rows, c0, offset, step)`` of a loop that stops at a diagonal: the tile's first row
+    and its rows, the loop's first column, the diagonal's offset and the loop's step."""
     row, offset = lp.diagonal
     col, step = lp.dim, lp.step(lp.dim)
     r = c = None
@@ -230,12 +237,11 @@ def loop_stop(node: Node, ctx, lp: Loop) -> IntExpr | None:
         raise err(node, f"the loop {lp} stops at the diagonal of {row} and {col}, but no global operand of "
                         f"{node.spec} carries {row if r is None else col}", strategy=node.strategy,
                   fix="stop at a diagonal only in a loop over the columns of a tensor whose rows the node holds")
-    (r0, rows), c0 = r, c
     if not isinstance(offset, int) or offset < 0:
         raise err(node, f"the loop {lp} stops at diagonal offset {offset!r}", strategy=node.strategy,
                   field="diagonal", value=offset, allowed="an int >= 0 (below the main diagonal rows may see no "
                                                           "column at all)")
-    return floordiv(r0 + rows + offset - c0 - 1, step) + 1
+    return r[0], r[1], c, offset, step
 
 
 def loop_visible(node: Node, ctx, lp: Loop) -> IntExpr | None:
@@ -246,17 +252,7 @@ def loop_visible(node: Node, ctx, lp: Loop) -> IntExpr | None:
     count; the caller takes the minimum with the stop).  Those steps need no causal mask."""
     if not lp.diagonal:
         return None
-    row, offset = lp.diagonal
-    col, step = lp.dim, lp.step(lp.dim)
-    r0 = c0 = None
-    for t in node.spec.operands:
-        if t.memory == GL and key(t) in ctx.origin:
-            if r0 is None and row in t.tensor.dims:
-                r0 = ctx.origin[key(t)][row]
-            if c0 is None and col in t.tensor.dims:
-                c0 = ctx.origin[key(t)][col]
-    if r0 is None or c0 is None:  # pragma: no cover - loop_stop refused this loop already
-        return None
+    r0, _, c0, offset, step = _diagonal_frame(node, ctx, lp)
     return minimum(maximum(floordiv(r0 + offset - c0 + 1, step), 0), lp.count)
 
 
