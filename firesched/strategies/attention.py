@@ -7,16 +7,17 @@ rescales what it accumulated whenever the max grows, so each key tile is read on
     Attention<block>(Q:SH f16[128x128], K:GL f16[1x1x4096x128], V:GL ... -> O:GL ...)
       online_softmax(kv=64)
       Init<block>(O:RF f32[128x128] = 0); Init<block>(m:RF f32[128] = -inf); Init<block>(l:RF f32[128] = 0)
+      Init<block>(c:RF f32[128] = scale·log2(e))
       for kv0 in seq(64) [until the diagonal of q, when causal]:
         Fused<block>[
           0  Init(S = 0)
           1  MatMul(Q, K -> S:GL f32[128x64])              S = Q Kᵀ  (place("S", RF) keeps it in registers)
-          2  Pointwise(copy: S -> S) with scale, edge, causal   S *= scale·log2(e), masked keys -inf
+          2  Pointwise(copy: S -> S) with edge, causal       masked keys -inf
           3  Reduce(max over kv: S -> mx)                    the tile's row max
           4  Pointwise(max: m, mx -> mx)                     the new running max
-          5  Pointwise(exp2_sub: m, mx -> alpha)             alpha = 2^(m_old - m_new)
+          5  Pointwise(exp2_sub_scaled: m, mx, c -> alpha)   alpha = 2^((m_old - m_new)·c)
           6  Move(mx -> m)
-          7  Pointwise(exp2_sub: S, m -> S)                  S = 2^(S - m): unnormalised probabilities
+          7  Pointwise(exp2_sub_scaled: S, m, c -> S)        S = 2^(S·c - m·c): unnormalised probabilities
           8  Reduce(sum over kv: S -> rs)
           9  Pointwise(mul: l, alpha -> l);  10  Pointwise(add: l, rs -> l)      l = l·alpha + rowsum
          11  Pointwise(mul: O, alpha -> O)                   rescale what was accumulated
@@ -24,10 +25,13 @@ rescales what it accumulated whenever the max grows, so each key tile is read on
          13  MatMul(P, V -> O)                                O += P V
         ]
       Pointwise<block>(div: O, l -> O); Move<block>(O:RF -> O:GL)
-      [Pointwise<block>(log2: l -> lg); Pointwise<block>(add: m, lg -> LSE:GL) with scale(ln 2)]
+      [Pointwise<block>(log2: l -> lg); Pointwise<block>(mul: m, c -> m);
+       Pointwise<block>(add: m, lg -> LSE:GL) with scale(ln 2)]
 
-The scores are kept in the base-2 domain (``scale · log2(e)`` folded into one multiply), so every
-exponential is one ``ex2``.  The element-wise parts and the statistics are declared
+The scores stay unscaled and the exponentials are in the base 2: ``c = scale · log2(e)`` enters
+each as one fma, ``2^(S·c - m·c)``, so every probability costs an fma and an ``ex2`` (the max of
+unscaled scores is the same key for a positive scale; a negative one multiplies the scores by
+``c`` in part 2 instead, and uses ``exp2_sub``).  The element-wise parts and the statistics are declared
 ``on_fragments()``: they run on the registers where the MMAs leave them.  The two MatMuls
 (parts 1 and 13, or -1) are refined with ``part(i, ...)`` like any block-level MatMul, and K and
 V are staged with ``move_to_smem`` on the fused focus (the copies go into the key loop, which
@@ -107,18 +111,29 @@ class online_softmax(Strategy):
         s = reg("S", ("q", "kv"), (bq, tk), mem=GL)
         p = reg("P", ("q", "kv"), (bq, tk), dt, mem=GL)
         k, v = spec.k.with_extent(kv=tk), spec.v.with_extent(kv=tk)
-        masks = (fops.scale(spec.scale * LOG2E), fops.edge("kv"))
+        # a positive scale is folded into the exponentials (one fma an element instead of a
+        # multiply and a subtraction; the max of unscaled scores is the same key), so m holds
+        # unscaled maxima and c the scale; any other scale multiplies the scores first
+        fold = spec.scale > 0
+        c = reg("c", ("q",), (bq,))
+        masks = (() if fold else (fops.scale(spec.scale * LOG2E),)) + (fops.edge("kv"),)
         if spec.causal:
             masks += (fops.causal(row="q", col="kv"),)
+
+        def exp2_sub(x, mm, out):
+            if fold:
+                return Pointwise("exp2_sub_scaled", (x, mm, c), out, BLOCK)
+            return Pointwise("exp2_sub", (x, mm), out, BLOCK)
+
         body = (
             Init(s, 0.0, BLOCK),
             MatMul(spec.q, k, s, BLOCK, "f32", roles=("q", "kv", "d")),
             Pointwise("copy", (s,), s, BLOCK, masks),
             Reduce("max", s, mx, ("kv",), BLOCK),
             Pointwise("max", (m, mx), mx, BLOCK),
-            Pointwise("exp2_sub", (m, mx), alpha, BLOCK),
+            exp2_sub(m, mx, alpha),
             Move(mx, m, BLOCK),
-            Pointwise("exp2_sub", (s, m), s, BLOCK),
+            exp2_sub(s, m, s),
             Reduce("sum", s, rs, ("kv",), BLOCK),
             Pointwise("mul", (l, alpha), l, BLOCK),
             Pointwise("add", (l, rs), l, BLOCK),
@@ -133,15 +148,18 @@ class online_softmax(Strategy):
         post = [Node(Pointwise("div", (o, l), o, BLOCK), strategy=leaf), Node(Move(o, spec.o, BLOCK))]
         if spec.lse is not None:
             lg = reg("lg", ("q",), (bq,))
-            post += [Node(Pointwise("log2", (l,), lg, BLOCK), strategy=leaf),
-                     Node(Pointwise("add", (m, lg), spec.lse, BLOCK, (fops.scale(LN2),)), strategy=leaf)]
+            post += [Node(Pointwise("log2", (l,), lg, BLOCK), strategy=leaf)]
+            if fold:
+                post.append(Node(Pointwise("mul", (m, c), m, BLOCK), strategy=leaf))      # the scaled max
+            post.append(Node(Pointwise("add", (m, lg), spec.lse, BLOCK, (fops.scale(LN2),)), strategy=leaf))
         if not isinstance(self.diagonal, bool):
             raise ScheduleError("diagonal is a bool", strategy=self, spec=spec, field="diagonal",
                                 value=self.diagonal, allowed="True, False")
         loop = Loop(fresh_var(sched, "kv"), -(-skv // tk), (("kv", tk),),
                     diagonal=("q", 0) if spec.causal and self.diagonal else ())
         new = attrs.evolve(node, strategy=self, loops=(loop,),
-                           pre=(Node(Init(o, 0.0, BLOCK)), Node(Init(m, -math.inf, BLOCK)), Node(Init(l, 0.0, BLOCK))),
+                           pre=(Node(Init(o, 0.0, BLOCK)), Node(Init(m, -math.inf, BLOCK)), Node(Init(l, 0.0, BLOCK)),
+                                *([Node(Init(c, spec.scale * LOG2E, BLOCK))] if fold else [])),
                            body=(Node(fused, body=parts),), post=tuple(post))
         return sched.replace_focus(new)
 

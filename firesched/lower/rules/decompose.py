@@ -24,7 +24,7 @@ from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
-from ...ir.expr import IntExpr, Var, floordiv, maximum, minimum
+from ...ir.expr import IntExpr, Var, bounds, floordiv, maximum, minimum
 from ...schedule import Loop, Node
 from ...spec import Fused, MatMul
 from ...tensor import GL, RF, SH, WARPGROUP
@@ -248,12 +248,14 @@ def loop_visible(node: Node, ctx, lp: Loop) -> IntExpr | None:
     """How many leading steps of ``lp`` (a loop that stops at a diagonal, ``loop_stop``) lie wholly
     on the visible side of it, for every row of the tile: step ``t`` ends at column
     ``c0 + (t + 1) * step - 1``, which the tile's first row ``r0`` sees when it is at most
-    ``r0 + offset``, so ``visible = (r0 + offset - c0 + 1) // step`` (clamped to 0 .. the loop's
-    count; the caller takes the minimum with the stop).  Those steps need no causal mask."""
+    ``r0 + offset``, so ``visible = (r0 + offset - c0 + 1) // step`` (at least 0; the caller takes
+    the minimum with the stop).  Those steps need no causal mask."""
     if not lp.diagonal:
         return None
     r0, _, c0, offset, step = _diagonal_frame(node, ctx, lp)
-    return minimum(maximum(floordiv(r0 + offset - c0 + 1, step), 0), lp.count)
+    visible = floordiv(r0 + offset - c0 + 1, step)
+    lo, _ = bounds(visible)
+    return visible if lo is not None and lo >= 0 else maximum(visible, 0)
 
 
 def _extent(node: Node, name: str, dim: str) -> int | None:
