@@ -23,6 +23,15 @@ from ... import ir
 from ...ir.expr import floordiv, lt
 from ..context import PINGPONG_BARRIER
 
+#: the comments of the two barriers ``take_turn`` puts around a group (they name its turn barriers)
+TURN_WAIT = "wait for this warpgroup's turn to issue wgmma"
+TURN_PASS = "pass the turn to the next consumer warpgroup"
+
+
+def is_turn(st) -> bool:
+    """Whether ``st`` is one of the barriers ``take_turn`` puts around a wgmma group."""
+    return isinstance(st, ir.Barrier) and bool(st.threads) and st.comment in (TURN_WAIT, TURN_PASS)
+
 
 def first_turn(ctx) -> list:
     """Where the consumers start, with ``ctx.pingpong`` warpgroups taking turns: warpgroup 0
@@ -41,7 +50,7 @@ def take_turn(ctx, group: list) -> list:
     if W < 2:
         return group
     wg = floordiv(ctx.scope.tid, 128)
-    return [ir.Barrier("wait for this warpgroup's turn to issue wgmma", bar_id=PINGPONG_BARRIER + wg, threads=256),
+    return [ir.Barrier(TURN_WAIT, bar_id=PINGPONG_BARRIER + wg, threads=256),
             *group,
-            ir.Barrier("pass the turn to the next consumer warpgroup", bar_id=PINGPONG_BARRIER + (wg + 1) % W,
+            ir.Barrier(TURN_PASS, bar_id=PINGPONG_BARRIER + (wg + 1) % W,
                        threads=256, arrive=True)]

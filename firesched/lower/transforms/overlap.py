@@ -28,23 +28,18 @@ from ...hardware.atoms.base import WGMMA
 from ...ir.rewrite import flat
 from ...ir.rewrite import walk as walk_ir
 from ..context import err
-from ..rules.turns import take_turn
+from ..rules.turns import is_turn, take_turn
 
 
 def _is(st, name: str) -> bool:
     return isinstance(st, ir.AtomCall) and st.atom.name == name
 
 
-def _turn(st) -> bool:
-    """A named barrier of ``take_turn`` (the turns are re-taken around the combined issue)."""
-    return isinstance(st, ir.Barrier) and bool(st.threads) and "turn" in st.comment
-
-
 def split_body(node, body: list):
     """``body`` as ``(pre, g1, x, g2)``: the statements before the first wgmma group, the wgmma of
     the first group (between its fence and commit), those between the groups, the wgmma of the
     second; a ``ScheduleError`` when the body is not two groups with work between them."""
-    stmts = [s for s in flat(body) if not _turn(s)]
+    stmts = [s for s in flat(body) if not is_turn(s)]      # the turn is re-taken around the combined issue
     fences = [i for i, s in enumerate(stmts) if _is(s, "wgmma_fence")]
     commits = [i for i, s in enumerate(stmts) if _is(s, "wgmma_commit")]
     stray = [s for s in stmts if isinstance(s, (ir.For, ir.If))
