@@ -458,3 +458,8 @@ def test_the_scale_is_folded_into_the_exponentials_when_positive(scale):
     ro, rl = reference(q, k, v, True, scale)
     assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
     assert np.abs(lse - rl).max() <= 1e-4 * max(1.0, np.abs(rl).max())
+
+
+def test_persistent_needs_the_wgmma_design():
+    with pytest.raises(ValueError, match="persistent=True"):
+        P(block_q=64, block_kv=32, warps=4, persistent=True)

@@ -86,7 +86,10 @@ class FmhaParams:
       while the tensor cores work on the other's S = Q Kᵀ or O += P V;
     * ``overlap``: with warp specialization, each key step's S = Q Kᵀ issues together with the
       previous step's O += P V (``pipeline(overlap=True)``), so a warpgroup's softmax runs under
-      its own matrix products.
+      its own matrix products;
+    * ``persistent``: with wgmma, one block per SM walks the query tiles
+      (``to_blocks(persistent=True)``; not with a causal mask, whose key loops differ per tile).
+      Measured slower than the plain grid on an H100, so the plan leaves it off.
     """
 
     block_q: int = 128
@@ -125,6 +128,9 @@ class FmhaParams:
             raise ValueError(f"FmhaParams: pingpong=True passes the turn to issue wgmma between consumer "
                              f"warpgroups: it needs warp_specialized=True and block_q >= 128 (two warpgroups of 64 "
                              f"queries); got warp_specialized={self.warp_specialized}, block_q={self.block_q}")
+        if self.persistent and self.mma != "wgmma":
+            raise ValueError("FmhaParams: persistent=True walks the tiles with the wgmma design's blocks: it needs "
+                             "mma='wgmma'")
         if self.overlap and not self.warp_specialized:
             raise ValueError("FmhaParams: overlap=True rotates the warp-specialized consumers' key loop: it needs "
                              "warp_specialized=True")
@@ -172,9 +178,10 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # causal: longest query tiles first (4x16x4096x128: 0.81 -> 0.84x cuDNN, 16x16x1024x128:
         # 0.68 -> 0.72x; at head dim 64 the reversed indices cost registers and it measured slower).
         # Each step's S = Q Kᵀ issued with the previous step's O += P V (overlap), and the two
-        # consumer warpgroups taking turns (pingpong): 4x16x4096x128 0.82 -> 0.92-0.93x cuDNN,
-        # causal 0.83-0.84 -> 0.86-0.89x, 16x16x1024x128 0.70-0.75 -> 0.77-0.82x (causal 0.75x);
-        # either alone gains less, pingpong alone loses (bench/README.md, "overlap and ping-pong")
+        # consumer warpgroups taking turns (pingpong): when chosen, 4x16x4096x128 0.82 -> 0.92-0.93x
+        # cuDNN, causal 0.83-0.84 -> 0.86-0.89x, 16x16x1024x128 0.70-0.75 -> 0.77-0.82x; either
+        # alone gains less, pingpong alone loses (bench/README.md, "overlap and ping-pong"; with
+        # the later lowering changes the plan reads 0.98-1.01x at 4x16x4096x128)
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
                           tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True)
     if head_dim > 128:
