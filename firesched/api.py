@@ -260,7 +260,7 @@ class CompiledProgram:
                 for i in ln.args:
                     if isinstance(i, tuple) and i[0] in ("ws", "tmap_ws"):
                         buf = i[1]
-                        self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream)
+                        self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream, buf.zeroed)
         return self
 
     @property
@@ -313,7 +313,7 @@ class CompiledProgram:
         """The workspace buffer (the storage a launch needs) of that name."""
         return next(b for b in self.program.workspaces if b.name == name)
 
-    def _ws(self, name: str, device: int, nbytes: int, stream=None) -> int:
+    def _ws(self, name: str, device: int, nbytes: int, stream=None, zeroed: bool = False) -> int:
         """The workspace ``name`` of launches on ``stream`` of ``device``: one per stream, so that
         launches on two streams at once never share partial sums (a stream runs its launches in
         order, so one stream's launches may share it)."""
@@ -323,8 +323,13 @@ class CompiledProgram:
 
             with runtime.capture_relaxed():
                 err, ptr = driver.cuMemAlloc(max(nbytes, 16))
+            if err == driver.CUresult.CUDA_SUCCESS and zeroed:
+                # zero-filled, as the interpreter's (stream-K's flags start cleared; each launch leaves
+                # them cleared again), on the launch's stream: ordered before it, and part of a graph
+                # that stream may be capturing
+                (err,) = driver.cuMemsetD8Async(ptr, 0, max(nbytes, 16), _stream_key(stream))
             if err != driver.CUresult.CUDA_SUCCESS:
-                raise runtime.LaunchError(f"cuMemAlloc({nbytes}) for the split-K workspace failed: {err}")
+                raise runtime.LaunchError(f"cuMemAlloc / cuMemsetD8({nbytes}) for a workspace failed: {err}")
             self._workspace[key] = int(ptr)
         return self._workspace[key]
 
@@ -383,11 +388,11 @@ class CompiledProgram:
                     args.append((self._tmap(i[2], ptrs[i[1]], device), None))
                 elif isinstance(i, tuple) and i[0] == "tmap_ws":
                     buf = i[1]
-                    ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream)
+                    ptr = self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream, buf.zeroed)
                     args.append((self._tmap(i[2], ptr, device), None))
                 elif isinstance(i, tuple):
                     buf = i[1]
-                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream),
+                    args.append((self._ws(buf.name, device, buf.size * buf.dtype.bits // 8, stream, buf.zeroed),
                                  ctypes.c_void_p))
                 else:
                     args.append((ptrs[i], ctypes.c_void_p))

@@ -56,6 +56,9 @@ class Loop:
     cluster: int = 1           # to_blocks(cluster=C): C consecutive M tiles form a thread-block cluster
     occupancy: int = 1         # to_blocks(occupancy=N): N blocks must fit on one SM at once
     reverse: bool = False      # to_blocks(reverse=True): blocks take the tiles last to first
+    # stream_k(parts): the loop's K chunks and the block tiles form one iteration space that a
+    # persistent grid splits into equal contiguous ranges (partial tiles fixed up in the kernel)
+    stream: bool = False
     # (row, offset): a loop over columns that stops at the diagonal of a causal mask: the steps
     # whose every column lies past the tile's last row + offset are masked out entirely, so the
     # loop ends before them (online_softmax on a causal Attention)
@@ -79,6 +82,7 @@ class Loop:
                                                        ("cluster", self.cluster, 1),
                                                        ("occupancy", self.occupancy, 1),
                                                        ("reverse", self.reverse, False),
+                                                       ("stream", self.stream, False),
                                                        ("diagonal", self.diagonal, ())) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
@@ -94,6 +98,7 @@ class Loop:
         clu = f" clusters({self.cluster})" if self.cluster > 1 else ""
         occ = f" occupancy({self.occupancy})" if self.occupancy > 1 else ""
         occ += " reversed" if self.reverse else ""
+        occ += " stream-K" if self.stream else ""
         diag = (f" until the diagonal of {self.diagonal[0]}" + (f"{self.diagonal[1]:+d}" if self.diagonal[1] else "")
                 if self.diagonal else "")
         return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}{occ}{diag}"

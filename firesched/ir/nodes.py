@@ -63,6 +63,12 @@ class GlobalBuffer:
     strides: tuple[int, ...]          # elements
     role: str = "in"                  # "in" | "out" | "inout" | "workspace"
     align: int = 16                   # bytes the base pointer must be aligned to
+    # a workspace blocks hand to each other (stream-K's partial tiles): the interpreter checks that
+    # a block reads another's elements only after acquiring a flag that block released after them
+    exchange: bool = False
+    # a workspace that must hold zeros before the first launch (stream-K's flags; each launch
+    # leaves them zero again)
+    zeroed: bool = False
 
     @property
     def size(self) -> int:

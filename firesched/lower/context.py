@@ -74,6 +74,7 @@ class Ctx:
     # visible side of the diagonal (``decompose.loop_visible``)
     unmasked: frozenset = frozenset()
     cluster: object = None                       # the launch's cluster (size, rank, clamp), if any
+    stream: object = None                        # a stream-K launch's walk (``transforms.blocks.StreamK``)
     made_by: dict = attrs.field(factory=dict)    # dim -> the strategy whose tile set its extent
     spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)
     repeated: bool = False                       # inside a sequential loop (or a block's tile loop)

@@ -273,10 +273,17 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     for t in staged:            # the staged tiles first, in tree order: they hold the big, aligned buffers
         shared_buffer(lw, t)
 
+    stream = None
+    if order.stream is not None:
+        if not isinstance(block.spec, MatMul) or block.spec.c.memory != GL:
+            raise err(block, "stream_k splits a MatMul's K loop over blocks: the block's work must be the MatMul "
+                             "that stores C", fix="apply stream_k(...) to the kernel-level MatMul, then tile(m=..., "
+                                                  "n=...) >> to_blocks()")
+        stream = attrs.evolve(order.stream, acc=block.spec.c.name)
     # the block's tile: global tensors enter at 0 and move with the block loops
     ctx = Ctx(vars=dict(order.bindings), tile_index=order.tile_var if order.tile_var is not None else 0,
               repeated=order.tile_var is not None,
-              cluster=order.cluster)
+              cluster=order.cluster, stream=stream)
     owners = []
     for _, owner in block_loops:
         if owner not in owners:

@@ -39,6 +39,7 @@ from ..strategies import (
     pipeline,
     prologue,
     split_k,
+    stream_k,
     tile,
     to_blocks,
     to_warpgroups,
@@ -53,9 +54,9 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 
 #: the fields of ``GemmParams`` each atom family reads (``GemmParams.keys``)
 SM80_FIELDS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks", "split_k_warps",
-               "swizzle", "warp_k", "group_m", "prefetch")
+               "swizzle", "warp_k", "group_m", "prefetch", "stream_k_parts")
 SM90_FIELDS = ("block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks", "warp_specialized",
-               "persistent", "cluster")
+               "persistent", "cluster", "stream_k_parts")
 
 
 @attrs.frozen
@@ -64,8 +65,9 @@ class GemmParams:
 
     ``atoms`` names the family (None: ``"sm80"``, as before the Hopper fields existed); the
     sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
-    ``split_k_blocks``, ``warp_specialized``, ``persistent`` and ``cluster`` and leaves the rest
-    at their defaults.  A value is also a mapping of the fields its family reads, so both
+    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster`` and ``stream_k_parts``
+    and leaves the rest at their defaults; both families read ``stream_k_parts``.  A value is
+    also a mapping of the fields its family reads, so both
     ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule.  A tile field left at
     None takes what ``gemm`` takes when it is not given (which depends on the family and the
     shape), so ``GemmParams(**p)`` of a dict ``p`` builds the same kernel as ``gemm(**p)``::
@@ -91,6 +93,7 @@ class GemmParams:
     warp_specialized: bool | None = None     # sm90a: a producer warpgroup (None: the recipe's default)
     persistent: bool | None = None           # sm90a: one block per SM walking the tiles
     cluster: int | None = None               # sm90a: blocks per cluster sharing B by multicast
+    stream_k_parts: int = 1                  # stream_k(parts): K chunks of all tiles over a persistent grid
 
     @property
     def family(self) -> str:
@@ -129,8 +132,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
          warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
-         consumer_regs: int | None = None, cluster: int | None = None, batch: int | tuple = (),
-         a_batched: bool = True, b_batched: bool = True, check: bool = True, tuned: bool = False) -> Schedule:
+         consumer_regs: int | None = None, cluster: int | None = None, stream_k_parts: int | None = None,
+         batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True,
+         tuned: bool = False) -> Schedule:
     """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
 
     ``batch`` (an int, or a tuple for several batch dimensions) makes it a strided batched GEMM,
@@ -162,6 +166,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
       needs warp specialization and a B tile each block of a pair can load half of: block_n a
       multiple of 128, or of 16 with a column-major B; default 1), and ``split_k_blocks`` (the K
       loop over that many blocks per tile, reduced by a second kernel in a fixed order).
+    * Both families take ``stream_k_parts`` (``stream_k(p)``): each tile's K loop cut into ``p``
+      chunks, all chunks of all tiles spread evenly over a persistent grid, the partial tiles
+      added in the kernel in a fixed order (so no SM idles in a partial last wave).
     * ``"sm80"`` (the default for sm_70 to sm_89, and what runs on any target from sm_80): cp.async
       pipelines, ldmatrix and ``mma.sync``; it also takes ``block_k``, ``warps_m`` x ``warps_n``,
       ``warp_k``, ``swizzle``, ``prefetch``, split-K across blocks and warps and ``prologue_ops``
@@ -180,7 +187,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
                                         swizzle=swizzle, warp_k=warp_k, group_m=group_m, prefetch=prefetch,
                                         atoms=atoms, warp_specialized=warp_specialized, persistent=persistent,
-                                        cluster=cluster, consumer_regs=consumer_regs).items() if v is not None]
+                                        cluster=cluster, consumer_regs=consumer_regs,
+                                        stream_k_parts=stream_k_parts).items() if v is not None]
         if named_any or prologue_ops:
             field = named_any[0] if named_any else "prologue_ops"
             raise ScheduleError("tuned=True takes the tuned parameters; a tile parameter given as well conflicts",
@@ -205,7 +213,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
     tgt = _target(arch)
     arch = tgt.name
     named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
-             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs)
+             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs, stream_k_parts)
     sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))
     if params is None and not prologue_ops and sizes_ok and all(v is None for v in named):
         # no tile parameter named: the library's tile model (``recipes.tiles``) picks them per problem
@@ -234,7 +242,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         given = dict(block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
                      stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
                      warp_k=warp_k, group_m=group_m, prefetch=prefetch, warp_specialized=warp_specialized,
-                     persistent=persistent, cluster=cluster)
+                     persistent=persistent, cluster=cluster, stream_k_parts=stream_k_parts)
         twice = [k for k, v in given.items() if v is not None]
         if twice:
             raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
@@ -250,6 +258,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             block_m, block_n, block_k = params.block_m, params.block_n, params.block_k
             stages, group_m, split_k_blocks = params.stages, params.group_m, params.split_k_blocks
             warp_specialized, persistent, cluster = params.warp_specialized, params.persistent, params.cluster
+            stream_k_parts = params.stream_k_parts
         else:
             for name in ("warp_specialized", "persistent", "cluster"):
                 if getattr(params, name) not in (None, False, 1):
@@ -257,7 +266,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         value=getattr(params, name), allowed="None with atoms='sm80'",
                                         fix="GemmParams(atoms='sm90a', ...), or leave the field at None")
             (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-             warp_k, group_m, prefetch) = (getattr(params, name) for name in SM80_FIELDS)
+             warp_k, group_m, prefetch, stream_k_parts) = (getattr(params, name) for name in SM80_FIELDS)
     if atoms is None:
         atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
@@ -283,7 +292,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
                          producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
-                         split_k_blocks=1 if split_k_blocks is None else split_k_blocks, check=check)
+                         split_k_blocks=1 if split_k_blocks is None else split_k_blocks,
+                         stream_k_parts=1 if stream_k_parts is None else stream_k_parts, check=check)
     if cluster not in (None, 1):
         raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
                             allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
@@ -300,6 +310,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
     split_k_warps = 1 if split_k_warps is None else split_k_warps
     warp_k = 16 if warp_k is None else warp_k
     group_m = 1 if group_m is None else group_m
+    stream_k_parts = 1 if stream_k_parts is None else stream_k_parts
     if atoms != "sm80":
         raise ScheduleError("unknown atom family for the GEMM recipe", field="atoms", value=atoms,
                             allowed="'sm80' (mma.sync, cp.async, ldmatrix), 'sm90a' (wgmma, TMA)")
@@ -316,12 +327,18 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             raise ScheduleError(f"{name} is a tuple of firesched.ops values", field=name, value=v,
                                 allowed="e.g. (ops.bias('bias'), ops.relu())", fix=f"pass {name}=({v!r},)")
     p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-                   warp_k, group_m, prefetch)
+                   warp_k, group_m, prefetch, stream_k_parts=stream_k_parts)
     _check_params(p, M, N, K)
     spec = _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched)
     chain = []
     if p.split_k_blocks > 1:
         chain.append(split_k(p.split_k_blocks, across=BLOCK))
+    if p.stream_k_parts > 1:
+        if p.split_k_blocks > 1:
+            raise ScheduleError(f"stream_k_parts={p.stream_k_parts} with split_k_blocks: stream-K walks the K chunks "
+                                "over the grid itself", field="split_k_blocks", value=p.split_k_blocks,
+                                allowed="1 with stream_k_parts > 1", fix="drop split_k_blocks or stream_k_parts")
+        chain.append(stream_k(p.stream_k_parts))
     chain += [
         tile(**_batch_tiles(spec), m=p.block_m, n=p.block_n) >> to_blocks(group=_group(p, M, N)),
         tile(k=p.block_k),
@@ -433,6 +450,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
               producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1, split_k_blocks: int = 1,
+              stream_k_parts: int = 1,
               batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
@@ -445,7 +463,10 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     thread-block clusters that share each B tile through TMA multicast.  ``split_k_blocks=p``
     splits the K loop over ``p`` blocks per output tile (``split_k(p, across=BLOCK)``, the same
     strategy the sm_80 family uses): each writes its f32 partial tile to a workspace and a second
-    kernel adds the parts in a fixed order, so results are bitwise the same run to run."""
+    kernel adds the parts in a fixed order, so results are bitwise the same run to run.
+    ``stream_k_parts=p`` (``stream_k(p)``) cuts each tile's K loop into ``p`` chunks and spreads
+    all chunks evenly over a persistent grid; the block holding a tile's top chunk adds the other
+    blocks' partial tiles in the kernel, in a fixed order."""
     from ..hardware.atoms import sm90a
 
     dt = _input_dtype(dtype)
@@ -465,7 +486,16 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     if isinstance(split_k_blocks, bool) or not isinstance(split_k_blocks, int) or split_k_blocks < 1:
         raise ScheduleError("split_k_blocks is a positive int", field="split_k_blocks", value=split_k_blocks,
                             allowed="1 (no split), 2, 3, ...")
+    if isinstance(stream_k_parts, bool) or not isinstance(stream_k_parts, int) or stream_k_parts < 1:
+        raise ScheduleError("stream_k_parts is a positive int", field="stream_k_parts", value=stream_k_parts,
+                            allowed="1 (no stream-K), 2, 3, ...")
     chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
+    chain += [stream_k(stream_k_parts)] if stream_k_parts > 1 else []
+    if stream_k_parts > 1 and (split_k_blocks > 1 or cluster > 1):
+        other = "split_k_blocks" if split_k_blocks > 1 else "cluster"
+        raise ScheduleError(f"stream_k_parts={stream_k_parts} with {other}: stream-K walks the K chunks over "
+                            "the grid itself", field=other, value=split_k_blocks if split_k_blocks > 1 else cluster,
+                            allowed="1 with stream_k_parts > 1", fix=f"drop {other} or stream_k_parts")
     chain += [
         tile(**_batch_tiles(spec), m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent,
                                                                      cluster=cluster),

@@ -30,12 +30,14 @@ import numpy as np
 from .. import ir
 from ..errors import HazardError, InternalError
 from ..hardware.atoms import sm90a
+from ..hardware.atoms.base import FLAG
 from ..ops import SCALAR_OPS
 from .asyncs import CpAsyncGroups, TmaOps, WgmmaGroups
 from .convert import to_dtype
 from .families import EXECUTORS
 from .families.barriers import barrier
 from .families.copies import commit, wait
+from .families.flags import Exchange
 from .lockstep import Lockstep
 from .mbarriers import MBarriers
 from .memory import Memory, load_global, unload_global
@@ -125,7 +127,9 @@ def batchable(kernel: ir.Kernel) -> bool:
     """Whether the blocks of ``kernel`` may run in batches: no clusters, no cluster atoms."""
     if int(getattr(kernel, "cluster", 1) or 1) > 1:
         return False
-    return not (atoms_of(kernel.body) & _CLUSTER_ATOMS) and sm90a.DSMEM not in families_of(kernel.body)
+    fams = families_of(kernel.body)
+    # blocks that hand each other data through flags must run in order, one at a time
+    return not (atoms_of(kernel.body) & _CLUSTER_ATOMS) and sm90a.DSMEM not in fams and FLAG not in fams
 
 
 def families_of(body) -> set:
@@ -180,6 +184,10 @@ class KernelRun:
         self.order = Order(ctx.T, self.sm90, nbars * ctx.C, group=ctx.Tc if batch > 1 else 0)
         self.bars = MBarriers(kernel, ctx, self.order)
         self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
+        # flags and exchange workspaces live across the launch's blocks
+        self.xchg = Exchange(kernel, memory, self.order, ctx.T) if FLAG in families or any(
+            isinstance(p, ir.GlobalBuffer) and p.exchange for p in kernel.params) else None
+        self.mem.xchg = self.xchg
         self.regs = Registers(kernel, ctx, track_wgmma)
         self.memo: dict = {}                # executors' per-statement facts, by id (value: the statement)
         self.cp = CpAsyncGroups(ctx)
@@ -209,6 +217,8 @@ class KernelRun:
             raise InternalError(f"kernel {self.kernel.name!r}: {len(blocks)} blocks do not make batches of {B}")
         for i in range(0, len(blocks), B):
             self.run_block(blocks[i] if B == 1 else blocks[i:i + B])
+        if self.xchg is not None:
+            self.xchg.check_end(self.ctx)
 
     def run_block(self, bid):
         """Run block (cluster) ``bid``, or the batch of blocks ``bid`` (a list)."""
@@ -224,6 +234,8 @@ class KernelRun:
         self.tma.reset()
         self.wg.reset()
         self.named = {}                     # (block rank, id) -> a named barrier collecting arrivals
+        if self.xchg is not None:
+            self.xchg.start_block(bid)
         self.exec(self.kernel.body)
         # what is still in flight when the block ends (the order of the checks decides which
         # hazard a block with several is reported with)

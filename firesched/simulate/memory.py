@@ -271,6 +271,7 @@ class Memory:
         self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
         offsets = kernel.shared_offsets()
         self.shared = {b.name: Shared(b, offsets[b.name], sm90, ctx.C) for b in kernel.shared}
+        self.xchg = None                    # the launch's flags (``families.flags.Exchange``), if any
 
     def reset(self):
         for sh in self.shared.values():
@@ -347,6 +348,8 @@ class Memory:
         """Read memory at ``addr`` (``[k, n]``, bounds already checked) for threads ``thr`` (``[k]``)."""
         sh = self.target(ref)
         if sh is None:
+            if ref.buffer.exchange:
+                self.xchg.check_read(self.ctx, ref.buffer.name, addr, thr2d)
             return self.arrays[ref.buffer.name][addr]
         addr = self.in_block(sh, addr, thr2d)
         self.sh_read(sh, addr, thr2d)
@@ -357,6 +360,9 @@ class Memory:
         already checked) for threads ``thr`` (``[R]``)."""
         sh = self.target(ref)
         if sh is None:
+            if ref.buffer.exchange:
+                rows = first[:, None] + np.arange(per)
+                self.xchg.check_read(self.ctx, ref.buffer.name, rows, np.broadcast_to(thr[:, None], rows.shape))
             flat = self.arrays[ref.buffer.name]
             r = aligned_rows(first, per)
             if r is not None:
@@ -372,6 +378,8 @@ class Memory:
         sh = self.target(ref)
         if sh is None:
             self.arrays[ref.buffer.name][addr] = values
+            if ref.buffer.exchange:
+                self.xchg.wrote(ref.buffer.name, addr, thr2d)
             return
         self.sh_write(sh, self.in_block(sh, addr, thr2d), thr2d, values)
 

@@ -10,8 +10,9 @@ from .moves import auto_swizzle, move_to_regs, move_to_smem
 from .pipeline import pipeline
 from .specialize import warp_specialize
 from .split_k import split_k
+from .stream_k import stream_k
 from .tile import tile
 
 __all__ = ["Strategy", "Chain", "tile", "to", "to_blocks", "to_warps", "to_threads", "to_warpgroups",
-           "split_k", "move_to_smem", "move_to_regs", "pipeline", "warp_specialize", "epilogue", "prologue", "done",
+           "split_k", "stream_k", "move_to_smem", "move_to_regs", "pipeline", "warp_specialize", "epilogue", "prologue", "done",
            "auto_swizzle", "part", "place", "on_fragments", "online_softmax"]

@@ -40,6 +40,7 @@ CP_ASYNC = "cp_async"    # asynchronous global -> shared copy (completes at cp.a
 SHUFFLE = "shuffle"      # shfl.sync
 SYNC = "sync"            # barriers, async-group commit/wait
 CONVERT = "convert"      # a thread's register -> register conversion (int4 dequantisation, scaling)
+FLAG = "flag"            # a flag in global memory that one block releases and another acquires
 # Hopper (sm_90a) families, see ``atoms.sm90a``.
 WGMMA = "wgmma"            # warpgroup MMA, asynchronous (completes at wgmma.wait_group)
 WGMMA_SYNC = "wgmma_sync"  # wgmma.fence / commit_group / wait_group

@@ -8,7 +8,11 @@ Families (``Atom.family``) and records:
 * ``copy`` — ``ld_global_W``, ``st_global_W``, ``ld_shared_W``, ``st_shared_W`` for ``W`` = 1, 2,
   4, 8, 16 bytes per thread;
 * ``shuffle`` — ``shfl_sync_idx_b32``, ``shfl_sync_bfly_b32`` (the butterflies of reductions);
-* ``sync`` — ``bar_sync`` (``bar.sync 0``, the block barrier).
+* ``sync`` — ``bar_sync`` (``bar.sync 0``, the block barrier);
+* ``flag`` — ``flag_store`` (``st.release.gpu`` of a 32-bit flag in global memory) and
+  ``flag_wait`` (an ``ld.acquire.gpu`` spin loop until the flag is non-zero; its labels are
+  numbered per call site through ``$uid``): how one block hands data in global memory to another
+  (stream-K's partial tiles).
 
 mma.m8n8k4 is issued by a whole warp but computes four independent 8x8x4 products, one per
 quad-pair: quad-pair p is lanes 4p..4p+3 and 4p+16..4p+19.  Its TV layouts therefore range over
@@ -29,7 +33,7 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...layout import QUAD_PAIR, Layout, TVLayout
-from .base import BLOCK, COPY, MMA, QUADPAIR, SHUFFLE, SYNC, THREAD, WARP, Atom, Operand
+from .base import BLOCK, COPY, FLAG, MMA, QUADPAIR, SHUFFLE, SYNC, THREAD, WARP, Atom, Operand
 
 CATALOG = "sm70"
 
@@ -201,6 +205,29 @@ bar_sync = Atom(
 )
 
 
+# --------------------------------------------------------------------------- flags between blocks
+
+_FLAG = Operand("flag", "in", "GL", values=1, addr=Layout(1, 0))
+
+flag_store = Atom(
+    name="flag_store", family=FLAG, group=THREAD, kind="Sync", shape=(),
+    dtypes=(("flag", dt.i32), ("value", dt.i32)),
+    operands=(_FLAG, Operand("value", "in", "RF", regs=1, reg_bits=32, values=1)),
+    ptx="st.release.gpu.global.b32 [$flag], $value;", min_target="sm_70", alignment=4, catalog=CATALOG,
+    doc="Set the 32-bit flag at $flag to $value with release semantics at GPU scope: the caller's earlier "
+        "writes, and those of the threads a barrier ordered before it, are visible to a thread of any block "
+        "that acquires the flag (flag_wait).  A value of 0 resets the flag for the next launch.")
+
+flag_wait = Atom(
+    name="flag_wait", family=FLAG, group=THREAD, kind="Sync", shape=(), dtypes=(("flag", dt.i32),),
+    operands=(_FLAG,),
+    ptx="{ .reg .pred fs_p; .reg .b32 fs_v; fs_flag_$uid: ld.acquire.gpu.global.b32 fs_v, [$flag]; "
+        "setp.eq.u32 fs_p, fs_v, 0; @fs_p bra fs_flag_$uid; }",
+    min_target="sm_70", alignment=4, catalog=CATALOG,
+    doc="Spin until the 32-bit flag at $flag is non-zero, reading it with acquire semantics at GPU scope: "
+        "what the block that set it wrote before its flag_store is then visible to the caller.")
+
+
 ATOMS: tuple[Atom, ...] = (
     mma_m8n8k4_f16_f32, mma_m8n8k4_f16_f16,
     ld_global_1, ld_global_2, ld_global_4, ld_global_8, ld_global_16,
@@ -209,4 +236,5 @@ ATOMS: tuple[Atom, ...] = (
     st_shared_1, st_shared_2, st_shared_4, st_shared_8, st_shared_16,
     shfl_sync_idx_b32, shfl_sync_bfly_b32,
     bar_sync,
+    flag_store, flag_wait,
 )

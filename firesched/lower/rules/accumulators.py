@@ -32,11 +32,12 @@ from ...hardware.atoms.base import WGMMA
 from ...ir.expr import IntExpr, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Init, Move, Reduce
-from ...tensor import SH
+from ...tensor import GL, SH
 from ..context import err, key
 from ..layouts import RFLayout, ThreadLayout, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset, sh_offset, shared_buffer
+from .stream_fixup import fixup, starts_tile
 from .threads import store_thread_accumulator
 
 LONG_FRAGMENT_RUNS = 4       # fragments with more runs iterate their repeated blocks in a loop
@@ -49,7 +50,7 @@ EPILOGUE_BARRIER = 1         # named barrier id of consumer warpgroup 0 (warpgro
 def init_registers(lw: Lowerer, node: Node, ctx) -> list:
     lay = lw.reg_layout(node.spec.dst, node)
     buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, lay.size)
-    return [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(node.spec.value))]
+    return starts_tile(ctx, node.spec.dst.name, [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(node.spec.value))])
 
 
 @spec_rule(Move, "RF", "GL")
@@ -65,6 +66,16 @@ def combine_and_store(lw: Lowerer, node: Node, ctx) -> list:
 
 
 def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
+    out = _store_tile(lw, node, ctx, reduce_vars)
+    src, dst = node.spec.src, node.spec.dst
+    if ctx.stream is not None and src.name == ctx.stream.acc and dst.memory == GL:
+        lay = lw.reg_layout(src, node)
+        acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
+        return fixup(lw, node, ctx, acc, lay.size, out, reduce_vars)
+    return out
+
+
+def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
     spec = node.spec
     src, dst = spec.src, spec.dst
     lay = lw.reg_layout(src, node)

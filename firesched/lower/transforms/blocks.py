@@ -14,6 +14,9 @@ The loops a schedule maps onto blocks (``to_blocks``) become the grid:
   tiles ``b, b + grid, b + 2*grid, ...`` in the same order, in a loop around the block's work;
 * reversed (``reverse=True``): each mapped loop's tile index counted down, so the last tiles
   start first (causal attention's longest query tiles);
+* stream-K (a ``stream_k(parts)`` loop among them): the chunks (tile, kc), kc fastest, split into
+  one contiguous range per block of a persistent grid, each walked from the top down
+  (``StreamK``; ``strategies.stream_k`` draws it);
 * clusters (``cluster=C``): blocks ``C*i .. C*i + C-1`` form a thread-block cluster that takes C
   consecutive tiles of the clustered loop for one tile of the other (a MatMul: C row-tiles of
   one column of tiles, whose shared B tile is loaded once and multicast; a row reduction: the C
@@ -26,7 +29,7 @@ from __future__ import annotations
 import attrs
 
 from ... import ir
-from ...ir.expr import IntExpr, Var, binop, lt, minimum
+from ...ir.expr import IntExpr, Var, binop, floordiv, ge, lt, minimum, mod, select
 from ..context import err
 
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)
@@ -46,12 +49,84 @@ class ClusterInfo:
 
 
 @attrs.frozen
+class StreamK:
+    """A stream-K launch (``strategies.stream_k``) over ``blocks`` blocks, ``parts`` chunks per tile.
+
+    Data-parallel first, stream-K for the rest (CUTLASS's hybrid): all but the last full wave of
+    tiles are whole tiles, block ``bid`` taking tiles ``bid``, ``bid + blocks``, ... one chunk per
+    step (the first ``dp`` steps); the remaining tiles' ``total`` chunks are split into one
+    contiguous range per block, ``lo`` .. ``hi - 1`` (numbered from the first of those tiles),
+    which the block walks from the top down.  Blocks running at once so work on neighbouring
+    tiles, as in the plain persistent order (operands shared in L2).  Step ``unit`` is chunk
+    ``kc`` of tile ``tile``.  ``acc`` names the accumulator the chunks build (set by the driver).
+    """
+
+    parts: int
+    blocks: int
+    total: int
+    dp: int
+    bid: IntExpr
+    unit: Var
+    lo: IntExpr
+    hi: IntExpr
+    tile: IntExpr
+    kc: IntExpr
+    max_partners: int
+    acc: str = ""
+
+    @property
+    def in_dp(self) -> IntExpr:
+        return lt(self.unit, self.dp) if self.dp else 0
+
+    @property
+    def sk_chunk(self) -> IntExpr:
+        """The step's chunk in the stream-K range (meaningful past the data-parallel steps)."""
+        return self.hi - 1 - (self.unit - self.dp)
+
+    @property
+    def first(self) -> IntExpr:
+        """Whether this step starts the block's work on a tile (the accumulator starts at 0)."""
+        return _or(binop("==", self.unit, self.dp), binop("==", self.kc, self.parts - 1))
+
+    @property
+    def last(self) -> IntExpr:
+        """Whether this step ends the block's work on a tile (its partial or final tile is stored)."""
+        return _or(binop("==", self.unit, self.dp + self.hi - self.lo - 1), binop("==", self.kc, 0))
+
+    @property
+    def top(self) -> IntExpr:
+        """Whether this block holds the tile's top chunk: it stores the tile (else a partial)."""
+        return select(self.in_dp, 1, ge(self.hi, (floordiv(self.sk_chunk, self.parts) + 1) * self.parts))
+
+    @property
+    def partial(self) -> IntExpr:
+        """Whether this block's work on the tile is a partial tile for a higher block (not ``top``)."""
+        return select(self.in_dp, 0, lt(self.hi, (floordiv(self.sk_chunk, self.parts) + 1) * self.parts))
+
+    def block_of(self, g: IntExpr) -> IntExpr:
+        """The block whose stream-K range holds chunk ``g``."""
+        return floordiv((g + 1) * self.blocks - 1, self.total)
+
+    @property
+    def partners(self) -> IntExpr:
+        """How many lower-numbered blocks hold chunks of this step's tile (their partial sums are
+        added in, block ``bid - 1`` first)."""
+        first = floordiv(self.sk_chunk, self.parts) * self.parts
+        return select(self.in_dp, 0, self.bid - self.block_of(first))
+
+
+def _or(a: IntExpr, b: IntExpr) -> IntExpr:
+    return select(a, 1, b)
+
+
+@attrs.frozen
 class BlockOrder:
     grid: tuple[int, int, int]
     bindings: dict                          # loop var -> tile index expression
     tile_var: Var | None = None             # a persistent block's loop over its tiles
     tile_valid: IntExpr = 1
     cluster: ClusterInfo | None = None
+    stream: StreamK | None = None
 
 
 def block_order(block_loops, node, target) -> BlockOrder:
@@ -60,7 +135,9 @@ def block_order(block_loops, node, target) -> BlockOrder:
     loops = [lp for lp, _ in block_loops]
     persistent = any(lp.persistent for lp in loops)
     cluster = max((lp.cluster for lp in loops), default=1)
-    if cluster > 1:
+    if any(lp.stream for lp in loops):
+        order = _stream_k(loops, node, target, cluster)
+    elif cluster > 1:
         order = _clusters(loops, node, target, cluster, persistent)
     elif persistent:
         order = _persistent(loops, target)
@@ -141,6 +218,45 @@ def _persistent(loops, target) -> BlockOrder:
     bind = _linear_tiles(loops, t)
     valid = lt(t, tiles) if iters * blocks > tiles else 1
     return BlockOrder((blocks, 1, 1), bind, ti, valid)
+
+
+def _stream_k(loops, node, target, cluster: int) -> BlockOrder:
+    streams = [lp for lp in loops if lp.stream]
+    tiles_of = [lp for lp in loops if not lp.stream]
+    if len(streams) > 1:
+        raise err(node, "two stream_k loops over one launch", fix="apply stream_k(...) once")
+    if cluster > 1 or any(lp.reverse for lp in loops):
+        what = "clusters" if cluster > 1 else "reverse=True"
+        raise err(node, f"stream_k walks the grid in its own order; to_blocks({what}) cannot be combined with it",
+                  field="to_blocks", value=what, fix="drop cluster= / reverse= from to_blocks(), or drop stream_k")
+    sk = streams[0]
+    p = sk.count
+    tiles = 1
+    for lp in tiles_of:
+        tiles *= lp.count
+    blocks = min(tiles * p, target.sm_count * max(lp.occupancy for lp in loops))
+    # whole tiles for all but the last full wave; the rest (one to two waves) is stream-K's
+    dp_tiles = max(tiles // blocks - 1, 0)
+    total = (tiles - dp_tiles * blocks) * p
+    dp = dp_tiles * p
+    bid = ir.bid(0, blocks)
+    lo = floordiv(bid * total, blocks)
+    hi = floordiv((bid + 1) * total, blocks)
+    unit = Var("unit", dp + -(-total // blocks))
+    g = hi - 1 - (unit - dp)
+    if dp:
+        in_dp = lt(unit, dp)
+        tile = select(in_dp, bid + floordiv(unit, p) * blocks, dp_tiles * blocks + floordiv(g, p))
+        kc = select(in_dp, (p - 1) - mod(unit, p), mod(g, p))
+    else:
+        tile, kc = floordiv(g, p), mod(g, p)
+    bind = {sk.var: kc, **_linear_tiles(tiles_of, tile)}
+    valid = lt(unit, dp + hi - lo) if total % blocks else 1
+    # a tile's chunks span at most ceil((parts - 1) / shortest range) + 1 blocks
+    shortest = total // blocks
+    partners = min(blocks - 1, -(-(p - 1) // shortest) + 1)
+    info = StreamK(p, blocks, total, dp, bid, unit, lo, hi, tile, kc, partners)
+    return BlockOrder((blocks, 1, 1), bind, unit, valid, stream=info)
 
 
 def _linear_tiles(loops, t: IntExpr) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...hardware.atoms import base as atoms
 from ...hardware.atoms import sm90a
-from . import barriers, collectives, conversions, copies, tma, wgmma
+from . import barriers, collectives, conversions, copies, flags, tma, wgmma
 
 EXECUTORS = {
     atoms.COPY: copies.copy,
@@ -21,6 +21,7 @@ EXECUTORS = {
     atoms.SHUFFLE: collectives.shuffle,
     atoms.SYNC: barriers.sync,
     atoms.CONVERT: conversions.convert,
+    atoms.FLAG: flags.flag,
     sm90a.WGMMA: wgmma.wgmma,
     sm90a.WGMMA_SYNC: wgmma.wgmma_sync,
     sm90a.TMA: tma.tma,

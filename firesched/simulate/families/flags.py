@@ -1,0 +1,147 @@
+"""Flags between blocks (FLAG): one block releases data in global memory, a later one acquires it.
+
+The interpreter runs a launch's blocks one after another (``kernel``), so a block may only wait
+for a flag that an earlier block has set: on the GPU, blocks start in that order, and a wait on a
+later block could hang a grid larger than what runs at once.  ``Exchange`` keeps, for one launch,
+what the checks need:
+
+* each element of an exchange workspace (``GlobalBuffer.exchange``) remembers the block that wrote
+  it and how many flags that block had released before (``writer``, ``wcount``); a thread of
+  another block may read it only after acquiring a flag that block released later;
+* a release (``flag_store`` of a non-zero value) must come after every exchange write of its
+  block's threads in happens-before order (a barrier between them), or the data could arrive
+  after the flag;
+* a reset (``flag_store`` of 0, for the next launch) must come after every thread of its block
+  that waited on the flag (else a late waiter would spin forever), and no flag may be left set
+  when the launch ends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ir
+from ...errors import InternalError
+from ..messages import describe, listing
+from .operands import scalar
+
+
+class Exchange:
+    """The flags and exchange workspaces of one launch, across its blocks."""
+
+    def __init__(self, kernel: ir.Kernel, arrays: dict, order, T: int):
+        self.order = order
+        gx, gy, gz = (int(g) for g in kernel.grid)
+        self.grid = (gx, gy, gz)
+        self.blocks = gx * gy * gz
+        self.bufs = {p.name: p for p in kernel.params if isinstance(p, ir.GlobalBuffer) and p.exchange}
+        self.writer = {n: np.full(b.size, -1, dtype=np.int64) for n, b in self.bufs.items()}
+        self.wcount = {n: np.zeros(b.size, dtype=np.int64) for n, b in self.bufs.items()}
+        self.releases = np.zeros(self.blocks, dtype=np.int64)
+        self.source: dict = {}          # (buffer, offset) -> (block, release count) of the set flag
+        self.set: dict = {}             # (buffer, offset) -> block, flags set and not yet reset
+        self.T = T
+        self.block = 0
+
+    def start_block(self, bid) -> None:
+        """Block ``bid`` (x, y, z) starts: its threads have acquired nothing yet."""
+        gx, gy, _ = self.grid
+        self.block = int(bid[0]) + gx * (int(bid[1]) + gy * int(bid[2]))
+        self.acq = np.zeros((self.T, self.blocks), dtype=np.int64)
+        self.xw = np.full(self.T, -1, dtype=np.int64)     # own clock of a thread's last exchange write
+        self.pollers: dict = {}
+
+    # ----------------------------------------------------------------- exchange data
+
+    def wrote(self, name: str, addr: np.ndarray, thr: np.ndarray) -> None:
+        self.writer[name][addr] = self.block
+        self.wcount[name][addr] = self.releases[self.block]
+        t = np.unique(thr)
+        self.xw[t] = self.order.own(t)
+
+    def check_read(self, ctx, name: str, addr: np.ndarray, thr: np.ndarray) -> None:
+        w = self.writer[name][addr]
+        other = (w >= 0) & (w != self.block)
+        if not other.any():
+            return
+        a, t, wb = addr[other], thr[other], w[other]
+        bad = self.acq[t, wb] <= self.wcount[name][a]
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            ctx.hazard(f"block {self.block} reads {name}[{int(a[i])}], which block {int(wb[i])} wrote, without "
+                       f"having acquired a flag that block released after writing it (threads "
+                       f"{listing(np.unique(t[bad]))}): wait on the flag (flag_wait) before reading",
+                       thread=int(t[i]), on=f"GL buffer {name!r}")
+
+    # ----------------------------------------------------------------- the atoms
+
+    def store(self, ctx, key, t: int, value: int) -> None:
+        if value:
+            writers = np.flatnonzero(self.xw >= 0)
+            if writers.size:
+                ok = self.order.ordered(writers, self.xw[writers], np.full(writers.size, t))
+                if not ok.all():
+                    late = writers[~ok]
+                    ctx.hazard(f"flag {key[0]}[{key[1]}] is released by thread {t} before the exchange writes of "
+                               f"threads {listing(late)} are ordered before it: a barrier between the writes and "
+                               f"the flag is missing", thread=t, on=f"GL buffer {key[0]!r}")
+            self.releases[self.block] += 1
+            self.source[key] = (self.block, int(self.releases[self.block]))
+            self.set[key] = self.block
+            return
+        polls = self.pollers.get(key, [])
+        if polls:
+            thr = np.array([p[0] for p in polls], dtype=np.int64)
+            clk = np.array([p[1] for p in polls], dtype=np.int64)
+            ok = self.order.ordered(thr, clk, np.full(thr.size, t))
+            if not ok.all():
+                ctx.hazard(f"flag {key[0]}[{key[1]}] is reset by thread {t} while threads "
+                           f"{listing(np.unique(thr[~ok]))} that wait on it are not ordered before the reset: "
+                           f"they could spin forever (a barrier after the waits is missing)",
+                           thread=t, on=f"GL buffer {key[0]!r}")
+        self.set.pop(key, None)
+
+    def wait(self, ctx, key, thr: np.ndarray, value: int) -> None:
+        if value == 0:
+            ctx.hazard(f"block {self.block} waits on flag {key[0]}[{key[1]}], which no earlier block has set: on "
+                       f"the GPU it would wait for a block that starts after it, or forever",
+                       thread=int(thr[0]), on=f"GL buffer {key[0]!r}")
+        src = self.source.get(key)
+        if src is not None:
+            wb, count = src
+            self.acq[thr, wb] = np.maximum(self.acq[thr, wb], count)
+        self.pollers.setdefault(key, []).extend(zip(thr.tolist(), self.order.own(thr).tolist()))
+
+    def check_end(self, ctx) -> None:
+        """No flag may stay set: the next launch would take it for one of its own."""
+        if self.set:
+            key, block = next(iter(self.set.items()))
+            ctx.hazard(f"flag {key[0]}[{key[1]}] (set by block {block}) is still set when the launch ends: the next "
+                       f"launch would read a stale partial result; the block that consumes it must reset it")
+
+
+def flag(k, s):
+    """FLAG: ``flag_store`` (release a value) and ``flag_wait`` (acquire a non-zero value)."""
+    ctx, mem, xchg = k.ctx, k.mem, k.xchg
+    on, _ = ctx.enabled(s)
+    if on.size == 0:
+        return
+    ref = s.arg("flag")
+    if not isinstance(ref, ir.MemRef) or not isinstance(ref.buffer, ir.GlobalBuffer):
+        raise InternalError(f"{describe(s)}: a flag lives in global memory")
+    mem.target(ref)
+    off = ctx.per_thread(ref.offset)[on]
+    mem.check_bounds(ref, off[:, None], on, "flag access")
+    mem.check_align(s.atom, ref, off, on)
+    data = mem.arrays[ref.buffer.name]
+    if s.atom.name == "flag_store":
+        values = scalar(k, s, "value")[on]
+        for t, o, v in zip(on.tolist(), off.tolist(), values.tolist()):
+            xchg.store(ctx, (ref.buffer.name, o), t, int(v))
+            data[o] = v
+        return
+    if s.atom.name != "flag_wait":
+        raise InternalError(f"{describe(s)}: unknown flag atom {s.atom.name}")
+    for o in np.unique(off).tolist():
+        thr = on[off == o]
+        xchg.wait(ctx, (ref.buffer.name, o), thr, int(data[o]))
