@@ -58,6 +58,15 @@ CASES = {
     "hopper-deep-ring-cluster": dict(M=128, N=256, K=1000, kw=dict(
         atoms="sm90a", block_m=64, block_n=64, stages=13, warp_specialized=True, cluster=2)),
     "deep-cp-async-ring": dict(M=100, N=72, K=1000, kw=dict(SMALL, stages=12)),
+    # stream-K: 12 tiles x 3 chunks over the H100's 132 SMs (every tile shared by three blocks,
+    # partial tiles through the workspace and flags), and 1000^3 in 64 x 64 tiles (many steps a
+    # block, whole tiles first), the epilogue on the finished tiles
+    "hopper-stream-k-bias-relu": dict(M=300, N=520, K=1000, kw=dict(
+        atoms="sm90a", block_m=128, block_n=128, stages=4, stream_k_parts=3, warp_specialized=True,
+        epilogue_ops=(ops.bias("bias"), ops.relu()))),
+    "hopper-stream-k-many-steps": dict(M=1000, N=1000, K=1000, kw=dict(
+        atoms="sm90a", block_m=64, block_n=64, stages=6, stream_k_parts=4, warp_specialized=True)),
+    "stream-k-sm80-atoms": dict(M=1000, N=1000, K=1000, kw=dict(SMALL, stream_k_parts=3)),
     # four consumer warpgroups and the producer: 640 threads, setmaxnreg to 104 / 40
     "hopper-four-consumers": dict(M=600, N=520, K=264, kw=dict(
         atoms="sm90a", block_m=256, block_n=128, warp_specialized=True, persistent=True)),

@@ -42,6 +42,7 @@ from firesched.hardware.atoms.base import (
     CONVERT,
     COPY,
     CP_ASYNC,
+    FLAG,
     GROUP_THREADS,
     LDMATRIX,
     MMA,
@@ -72,7 +73,7 @@ SHUFFLES = _of(SHUFFLE)
 LOADS = [a for a in _of(COPY) if a.dst_memory == "RF"]
 
 # Template parameters PTX only takes as constants; the printer substitutes them as text.
-IMMEDIATES = {"cp_async_wait": {"n": 1}}
+IMMEDIATES = {"cp_async_wait": {"n": 1}, "flag_wait": {"uid": 0}}
 
 
 def _ready(atom: Atom) -> Atom:
@@ -114,6 +115,10 @@ def test_record_is_well_formed(atom):
         assert [o.role for o in atom.operands].count("out") == 1
     if atom.family == SYNC:
         assert atom.operands == () and atom.semantics is None
+    if atom.family == FLAG:
+        # one 32-bit flag in global memory, and for a store the value: no tile, no numpy meaning
+        assert atom.kind == "Sync" and atom.semantics is None and atom.alignment == 4
+        assert [o.memory for o in atom.operands][0] == "GL"
 
 
 def test_every_record_of_a_table_is_listed():
@@ -140,7 +145,7 @@ def test_register_tv_layouts_are_bijective(atom):
         if o.memory != "RF":
             assert o.tv is None
             continue
-        if atom.family == SHUFFLE:   # one value per lane, no tile
+        if atom.family in (SHUFFLE, FLAG):   # one value per lane, no tile
             assert o.tv is None
             continue
         tv = o.tv

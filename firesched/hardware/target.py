@@ -29,7 +29,7 @@ import os
 
 import attrs
 
-from .atoms.base import CONVERT, COPY, CP_ASYNC, LDMATRIX, MMA, SHUFFLE, SM90A_FAMILIES, SYNC
+from .atoms.base import CONVERT, COPY, CP_ASYNC, FLAG, LDMATRIX, MMA, SHUFFLE, SM90A_FAMILIES, SYNC
 
 #: Generation order of the targets' names; an atom runs on every target at or after its min_target.
 ORDER: tuple[str, ...] = ("sm_70", "sm_80", "sm_86", "sm_89", "sm_90a")
@@ -89,7 +89,7 @@ class Target:
         return self.name
 
 
-_BASE_FAMILIES = (MMA, COPY, SHUFFLE, SYNC)
+_BASE_FAMILIES = (MMA, COPY, SHUFFLE, SYNC, FLAG)
 _AMPERE_FAMILIES = _BASE_FAMILIES + (LDMATRIX, CP_ASYNC, CONVERT)
 
 SM70 = Target(

@@ -622,6 +622,20 @@ def _splits(M: int, N: int, K: int, bm: int, bn: int, bk: int, batch: int, sms: 
     return tiles.split_factors(M, N, K, bm, bn, bk, batch=batch, sms=sms)
 
 
+#: stream-K chunks per tile the space offers
+SPACE_STREAM_K = (2, 3, 4)
+
+
+def _stream_parts(M: int, N: int, K: int, bm: int, bn: int, batch: int, sms: int) -> list[int]:
+    """Stream-K chunk counts worth a try for ``bm x bn`` tiles: where the tiles fill at least one
+    wave and leave a partial last one (fewer tiles than SMs are split-K's case), with at least
+    two 64-wide K tiles a chunk."""
+    tiles = -(-M // bm) * -(-N // bn) * batch
+    if tiles < sms or tiles % sms == 0:
+        return []
+    return [p for p in SPACE_STREAM_K if K >= 2 * 64 * p]
+
+
 def _space_sm90(M, N, K, tgt, dt, layout, batch):
     """The sm_90a family's points, pruned by O(1) rules (tile coverage, accumulator registers
     under the launch's register limit, shared memory through ``_sm90_stages``)."""
@@ -645,6 +659,11 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
                     yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
                                      group_m=8 if M >= 4 * bm else 1, split_k_blocks=split,
                                      atoms="sm90a", warp_specialized=ws, persistent=per, cluster=cl)
+            if per or not ws:
+                for parts in _stream_parts(M, N, K, bm, bn, batch, tgt.sm_count):
+                    yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
+                                     group_m=8 if M >= 4 * bm else 1, atoms="sm90a", warp_specialized=ws,
+                                     persistent=per, cluster=1, stream_k_parts=parts)
 
 
 def _space_sm80(M, N, K, tgt, dt, batch):
@@ -667,6 +686,10 @@ def _space_sm80(M, N, K, tgt, dt, batch):
             for skb in _splits(M, N, K, bm, bn, bk, batch, tgt.sm_count):
                 yield GemmParams(bm, bn, bk, wm, wn, st, skb, skw, warp_k=16 if bk // skw <= 64 else 32,
                                  group_m=8 if M >= 4 * bm else 1, atoms="sm80")
+            if skw == 1:
+                for parts in _stream_parts(M, N, K, bm, bn, batch, tgt.sm_count):
+                    yield GemmParams(bm, bn, bk, wm, wn, st, 1, 1, warp_k=16 if bk <= 64 else 32,
+                                     group_m=8 if M >= 4 * bm else 1, atoms="sm80", stream_k_parts=parts)
 
 
 def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *, atoms: str | None = None,
@@ -677,8 +700,8 @@ def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = No
 
     ``atoms`` restricts it to one family (``"sm80"`` or ``"sm90a"``); by default every family
     the target has, both on sm_90a.  The space is each family's block tiles, warp layouts, K
-    tiles, stages, split-K factors (where the tiles leave SMs idle), and on sm_90a warp
-    specialization, persistence and clusters.  O(1) rules prune it first (tiles larger than the
+    tiles, stages, split-K factors (where the tiles leave SMs idle), stream-K chunks (where they
+    leave a partial last wave), and on sm_90a warp specialization, persistence and clusters.  O(1) rules prune it first (tiles larger than the
     problem needs, accumulators over the register limit, shared memory); the survivors are
     ordered by the tile model's time (``tiles.modelled_time``) and only then built and checked,
     so the first ``limit`` points cost ``limit`` checks and a few more.  ``layout``,
@@ -700,7 +723,8 @@ def gemm_space(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = No
     def cost(p):
         return tiles.modelled_time(M, N, K, p.family, p.block_m, p.block_n, p.split_k_blocks, batch=batch,
                                    sms=tgt.sm_count, specialized=p.warp_specialized is not False,
-                                   persistent=p.persistent is not False)
+                                   persistent=p.persistent is not False or p.stream_k_parts > 1,
+                                   stream=p.stream_k_parts)
 
     points.sort(key=cost)
     count = 0

@@ -117,6 +117,13 @@ REDUCE_LAUNCH = 2e6
 L2_PARTS = 32 * 2**20
 
 
+#: what a stream-K block's exchange of one partial tile costs (written by one block, read back
+#: by another: 2 x bm x bn x 4 bytes through L2, all blocks at once), over its price at L2 speed:
+#: fitted to 128 x 256 tiles on an H100 (``bench/results/gemm-stream-k-2026-11-26-h100.json``:
+#: 2048^3 in two chunks per tile 0.83x the whole tiles' speed, 3072^3 in four 1.17x)
+STREAM_K_EXCHANGE = 1.5
+
+
 #: the most a tile outside the measured tables is credited with (an unmeasured tile is a guess)
 UNMEASURED = 0.85
 
@@ -140,16 +147,23 @@ NON_PERSISTENT = 0.97
 
 
 def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: int = 1, *, batch: int = 1,
-                  sms: int = 132, specialized: bool = True, persistent: bool = True) -> float:
+                  sms: int = 132, specialized: bool = True, persistent: bool = True, stream: int = 1) -> float:
     """Relative time of one configuration (only comparisons between configurations mean
     anything): waves of ``split`` x tiles over ``sms``, each tile the larger of its multiply-adds
     ``bm x bn x K / split`` at the tile's ``efficiency`` and its operand bytes at the SM's share
     of L2 bandwidth, at least the problem's bytes through DRAM (what bounds a small M), plus the
-    split-K reduction's traffic.
+    split-K reduction's traffic.  With ``stream`` chunks a tile (``stream_k``) the waves are
+    fractional (the chunks are spread evenly: the busiest block's chunks over ``stream``), each
+    chunk pays the pipeline fill, and each block one exchange of a partial tile.
     ``gemm_space`` orders its points by it, so that the first ones are those the model expects
     to be fast."""
     tiles = -(-M // bm) * -(-N // bn) * batch
     waves = -(-(tiles * split) // sms)
+    if stream > 1:
+        # the chunks spread evenly: the busiest block takes ceil(chunks / blocks) of them
+        chunks = tiles * stream
+        waves = -(-chunks // min(chunks, sms)) / stream
+        split = 1
     eff = efficiency(family, bm, bn)
     if family == "sm90a":
         eff *= (1.0 if specialized else UNSPECIALIZED) * (1.0 if persistent else NON_PERSISTENT)
@@ -160,9 +174,14 @@ def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: 
     # K is not free (1009x2048x2048 measured 0.60x cuBLAS on 128x256 tiles split two ways, 0.94x
     # on whole-K 64x256 tiles)
     k_tiles = -(-k // 64)
+    if stream > 1:
+        k_tiles = -(-k_tiles // stream)
+        k = k_tiles * 64 * stream
     tile = max(bm * bn * k / eff, (bm + bn) * k * 2 * FLOP_PER_BYTE / (2 * L2_OVER_DRAM)) * (k_tiles + FILL_TILES) / k_tiles
     dram = (M * K + K * N + M * N) * 2 * batch * FLOP_PER_BYTE / (2 * sms)
     t = max(waves * tile, dram)
+    if stream > 1:
+        t += STREAM_K_EXCHANGE * 2 * bm * bn * 4 * FLOP_PER_BYTE / (2 * L2_OVER_DRAM)
     if split > 1:
         # f32 parts written and read back: time in the same units (multiply-adds per SM / 2); parts
         # that fit in L2 stay there (measured: 257x1024x4096 runs 64x256 tiles split six ways at

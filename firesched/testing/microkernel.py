@@ -94,10 +94,12 @@ def random_inputs(atom: atoms.Atom, seed: int = 0, dtype: dt.DType | str | None 
 # --------------------------------------------------------------------------- plans
 
 class _Plan:
-    def __init__(self, program: ir.Program, expected: Callable, lanes: tuple[str, ...] = ()):
+    def __init__(self, program: ir.Program, expected: Callable, lanes: tuple[str, ...] = (),
+                 nonzero: tuple[str, ...] = ()):
         self.program = program
         self.expected = expected
         self.lanes = lanes          # input names holding lane numbers
+        self.nonzero = nonzero      # input names holding set flags (1 .. 1000)
 
     def random(self, seed: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -105,6 +107,8 @@ class _Plan:
         for b in self.program.inputs:
             if b.name in self.lanes:
                 out[b.name] = rng.integers(0, WARP_THREADS, size=b.shape).astype(b.dtype.np)
+            elif b.name in self.nonzero:
+                out[b.name] = rng.integers(1, 1001, size=b.shape).astype(b.dtype.np)
             else:
                 out[b.name] = _random(rng, b.dtype, b.shape)
         return out
@@ -132,6 +136,8 @@ def _plan(atom: atoms.Atom, dtype) -> _Plan:
         return _shuffle_plan(atom, d)
     if fam == atoms.CONVERT:
         return _convert_plan(atom, d)
+    if fam == atoms.FLAG:
+        return _flag_plan(atom, d)
     if fam == atoms.SYNC:
         if "commit" in atom.name:
             return _cp_async_plan(_copy_atom("cp_async", 16), d, commit=atom)
@@ -142,8 +148,8 @@ def _plan(atom: atoms.Atom, dtype) -> _Plan:
         if atom.group == atoms.BLOCK and "bar" in atom.name:
             return _copy_plan(_copy_atom("ld_shared", 16), d, barrier=atom)
     raise ValueError(f"atom_program: no one-atom kernel for {atom!r} (family {fam!r}); "
-                     f"supported: mma, ldmatrix, copy, cp_async, shuffle, convert atoms, bar_sync and the "
-                     f"cp.async commit and wait")
+                     f"supported: mma, ldmatrix, copy, cp_async, shuffle, convert, flag atoms, bar_sync and "
+                     f"the cp.async commit and wait")
 
 
 def _row_major(shape) -> tuple[int, ...]:
@@ -390,6 +396,34 @@ def _shuffle_plan(atom, d) -> _Plan:
         return np.asarray(atom.semantics(np.asarray(inputs["src"]).astype(d.np),
                                          np.asarray(inputs["lane"]).astype(np.int64))).astype(d.np)
     return _Plan(_program(atom, (src, lane), out, body, regs=(rv, rl, ro)), expected, lanes=("lane",))
+
+
+# --------------------------------------------------------------------------- FLAG
+
+def _flag_plan(atom, d) -> _Plan:
+    """flag_store: thread t sets flag ``perm(t)`` of ``out`` to ``3t + 1``.  flag_wait: thread t
+    waits on flag ``perm(t)`` of ``flags`` (all set), then stores 7 to ``out[t]``."""
+    if d is not None:
+        raise ValueError(f"atom_program: {atom.name} moves 32-bit flags; pass dtype=None")
+    t = _TID
+    out = _gbuf("out", dt.i32, (WARP_THREADS,), "out")
+    if atom.name == "flag_store":
+        body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(out, perm(t)), value=ir.Scalar(t * 3 + 1))]
+
+        def expected(inputs):
+            got = np.zeros(WARP_THREADS, dtype=np.int32)
+            got[[perm(i) for i in range(WARP_THREADS)]] = np.arange(WARP_THREADS) * 3 + 1
+            return got
+        return _Plan(_program(atom, (), out, body, regs=()), expected)
+    flags = _gbuf("flags", dt.i32, (WARP_THREADS,))
+    r = ir.RegBuffer("r", dt.i32, 1)
+    body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(flags, perm(t))),
+            ir.RegFill(ir.RegRef(r, 0), 1, 7.0),
+            _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, t), src=ir.RegRef(r, 0))]
+
+    def expected_wait(inputs):
+        return np.full(WARP_THREADS, 7, dtype=np.int32)
+    return _Plan(_program(atom, (flags,), out, body, regs=(r,)), expected_wait, nonzero=("flags",))
 
 
 # --------------------------------------------------------------------------- CONVERT

@@ -12,8 +12,8 @@ what the checks need:
   block's threads in happens-before order (a barrier between them), or the data could arrive
   after the flag;
 * a reset (``flag_store`` of 0, for the next launch) must come after every thread of its block
-  that waited on the flag (else a late waiter would spin forever), and no flag may be left set
-  when the launch ends.
+  that waited on the flag (else a late waiter would spin forever), and no flag of a workspace
+  may be left set when the launch ends.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class Exchange:
         self.grid = (gx, gy, gz)
         self.blocks = gx * gy * gz
         self.bufs = {p.name: p for p in kernel.params if isinstance(p, ir.GlobalBuffer) and p.exchange}
+        # flags in a workspace must be cleared by the launch that set them (the next one reuses it)
+        self.workspaces = {p.name for p in kernel.params if isinstance(p, ir.GlobalBuffer) and p.role == "workspace"}
         self.writer = {n: np.full(b.size, -1, dtype=np.int64) for n, b in self.bufs.items()}
         self.wcount = {n: np.zeros(b.size, dtype=np.int64) for n, b in self.bufs.items()}
         self.releases = np.zeros(self.blocks, dtype=np.int64)
@@ -87,7 +89,8 @@ class Exchange:
                                f"the flag is missing", thread=t, on=f"GL buffer {key[0]!r}")
             self.releases[self.block] += 1
             self.source[key] = (self.block, int(self.releases[self.block]))
-            self.set[key] = self.block
+            if key[0] in self.workspaces:
+                self.set[key] = self.block
             return
         polls = self.pollers.get(key, [])
         if polls:
@@ -113,7 +116,7 @@ class Exchange:
         self.pollers.setdefault(key, []).extend(zip(thr.tolist(), self.order.own(thr).tolist()))
 
     def check_end(self, ctx) -> None:
-        """No flag may stay set: the next launch would take it for one of its own."""
+        """No flag of a workspace may stay set: the next launch would take it for one of its own."""
         if self.set:
             key, block = next(iter(self.set.items()))
             ctx.hazard(f"flag {key[0]}[{key[1]}] (set by block {block}) is still set when the launch ends: the next "
