@@ -500,6 +500,14 @@ def test_atom_microkernel_compiles(atom, dtype):
 
 # --------------------------------------------------------------------------- on a GPU
 
+def _nibbles(values: np.ndarray) -> np.ndarray:
+    """4-bit values packed two a byte, low nibble first."""
+    v = (values.astype(np.int64) & 0xF).astype(np.uint8)
+    if v.size % 2:
+        v = np.append(v, np.uint8(0))
+    return (v[0::2] | (v[1::2] << 4)).astype(np.uint8)
+
+
 class Device:
     """The first GPU through the driver API: runs a printed Program on numpy arrays."""
 
@@ -532,6 +540,9 @@ class Device:
                 h = np.zeros(b.size, dtype=b.dtype.np)
                 if name in arrays:
                     h[:] = np.asarray(arrays[name]).astype(b.dtype.np).reshape(-1)
+                # 4-bit elements live two a byte on the device, low nibble first (the printer's
+                # fs_u4_get / fs_i4_get and the dequantising atoms read them so)
+                h = _nibbles(h) if b.dtype.bits == 4 else h
                 host[name] = h
                 ptrs[name] = self.ok(cu.cuMemAlloc(max(h.nbytes, 16)))
                 self.ok(cu.cuMemcpyHtoD(ptrs[name], h.ctypes.data, h.nbytes))
