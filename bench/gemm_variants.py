@@ -4,6 +4,7 @@ interleaved): how the numbers in ``firesched/recipes/tiles.py`` are checked.
     PYTHONPATH=. python bench/gemm_variants.py 127x4096x4096 64x4096x4096 --vary stages=6,8,10,12
     PYTHONPATH=. python bench/gemm_variants.py --suite --vary cluster=1,2        # gemm_suite's M > 16
     PYTHONPATH=. python bench/gemm_variants.py --smoke                           # no GPU: build, compile
+    PYTHONPATH=. python bench/gemm_variants.py 16x8192x8192 --layout RC --vary swap_ab=True --vary block_m=16
 
 For each shape the model's parameters (``recipes.tiles.default_params``) are one variant, and
 every combination of the ``--vary`` values applied over them another (a combination that does
@@ -34,7 +35,7 @@ ARCH = "sm_90a"
 KW = dict(out_dtype=None, layout="RR", epilogue_ops=())
 
 
-def parse_vary(items, fields=SM80_FIELDS + SM90_FIELDS) -> dict:
+def parse_vary(items, fields=SM80_FIELDS + SM90_FIELDS + ("atoms",)) -> dict:
     """``["stages=6,8", "cluster=1,2"]`` -> ``{"stages": [6, 8], "cluster": [1, 2]}``: ints, True
     and False are converted, other values kept as strings; a name not in ``fields`` is a one-line
     exit (``bench/fmha.py`` passes ``FmhaParams``'s fields)."""
@@ -48,7 +49,7 @@ def parse_vary(items, fields=SM80_FIELDS + SM90_FIELDS) -> dict:
     return out
 
 
-def variants(M: int, N: int, K: int, vary: dict) -> list[tuple[str, fs.recipes.GemmParams]]:
+def variants(M: int, N: int, K: int, vary: dict, kw: dict = KW) -> list[tuple[str, fs.recipes.GemmParams]]:
     """The model's parameters for one shape, then each combination of ``vary`` over them (those
     that build a schedule), named by what differs."""
     base = dict(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH)))
@@ -61,7 +62,7 @@ def variants(M: int, N: int, K: int, vary: dict) -> list[tuple[str, fs.recipes.G
         p = fs.recipes.GemmParams(**{**base, **over})
         label = " ".join(f"{n}={v}" for n, v in over.items())
         try:
-            fs.recipes.gemm(M, N, K, "f16", ARCH, params=p, **KW)
+            fs.recipes.gemm(M, N, K, "f16", ARCH, params=p, **kw)
         except fs.ScheduleError as e:
             print(f"{M}x{N}x{K} {label}: refused ({str(e).splitlines()[0][:100]})")
             continue
@@ -78,15 +79,21 @@ def smoke() -> list:
     return rows
 
 
-def time_shape(torch, M, N, K, dt, cands, rounds) -> dict:
+def time_shape(torch, M, N, K, dt, cands, rounds, kw: dict = KW) -> dict:
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt]
     n = timing.copies((M * K + K * N + M * N) * 2)
-    sets = [(torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N, device="cuda").to(tdt)) for _ in range(n)]
+
+    def b_operand():
+        # layout "RC": B column-major (an N x K tensor seen as K x N), as nn.Linear keeps its weight
+        if kw["layout"][1] == "C":
+            return torch.randn(N, K, device="cuda").to(tdt).t()
+        return torch.randn(K, N, device="cuda").to(tdt)
+    sets = [(torch.randn(M, K, device="cuda").to(tdt), b_operand()) for _ in range(n)]
     C = torch.empty(M, N, device="cuda", dtype=tdt)
     want = sets[0][0].float() @ sets[0][1].float()
     fns = {}
     for label, p in cands:
-        k = fs.compile(fs.recipes.gemm(M, N, K, dt, ARCH, params=p, **KW), arch=ARCH)
+        k = fs.compile(fs.recipes.gemm(M, N, K, dt, ARCH, params=p, **kw), arch=ARCH)
         k.prepare(torch.cuda.current_device())
         C.fill_(float("nan"))
         k(*sets[0], C=C)
@@ -107,6 +114,7 @@ def main(argv=None) -> list:
     p.add_argument("--suite", action="store_true", help="bench/gemm_suite.py's shapes with M > 16")
     p.add_argument("--vary", action="append", default=[], help="FIELD=V1,V2,... (repeatable)")
     p.add_argument("--dtype", default="f16")
+    p.add_argument("--layout", default="RR", help="A's then B's majorness: RR (default) or RC")
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--smoke", action="store_true", help="build and compile a tiny shape's variants; no GPU")
     p.add_argument("--out", default=None)
@@ -125,11 +133,13 @@ def main(argv=None) -> list:
     if not shapes:
         raise SystemExit("give shapes (MxNxK) or --suite")
     vary = parse_vary(args.vary)
-    plan = [((M, N, K), variants(M, N, K, vary)) for (M, N, K) in shapes]
-    compile_jobs([((M, N, K, args.dtype, ARCH, KW), q) for (M, N, K), cands in plan for _, q in cands], progress=False)
+    kw = dict(KW, layout=args.layout)
+    plan = [((M, N, K), variants(M, N, K, vary, kw)) for (M, N, K) in shapes]
+    compile_jobs([((M, N, K, args.dtype, ARCH, kw), q) for (M, N, K), cands in plan for _, q in cands], progress=False)
     rows = []
     for (M, N, K), cands in plan:
-        r = time_shape(torch, M, N, K, args.dtype, cands, args.rounds)
+        r = time_shape(torch, M, N, K, args.dtype, cands, args.rounds, kw)
+        r["layout"] = args.layout
         rows.append(r)
         print(f"{M}x{N}x{K} ({r['peer_us']:.1f} us cuBLAS): "
               + " | ".join(f"{label} {v['ratio']:.3f}" for label, v in r["variants"].items()), flush=True)

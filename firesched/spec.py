@@ -176,6 +176,14 @@ class MatMul(SpecBase):
         return tuple(d for d in self.c.dims if d not in self.roles)
 
     @property
+    def inputs(self) -> tuple[Tile, ...]:
+        """``a`` and ``b`` in the order of ``c``'s dimensions: the operand that carries C's rows
+        first.  That is (a, b), unless the roles are swapped to compute ``Cᵀ = Bᵀ Aᵀ`` (a small M
+        on the MMA's N side), where it stays (A, B) as the caller passes them."""
+        rows = next((d for d in self.c.dims if d in self.roles[:2]), self.m_dim)
+        return (self.b, self.a) if rows in self.b.dims and rows not in self.a.dims else (self.a, self.b)
+
+    @property
     def dims(self) -> tuple[str, ...]:
         """Batch dimensions, then m, n, k (the order ``tile`` creates its loops in)."""
         return self.batch_dims + self.roles

@@ -46,7 +46,7 @@ from ..strategies import (
     to_warps,
     warp_specialize,
 )
-from ..tensor import BLOCK, WARP
+from ..tensor import BLOCK, GL, KERNEL, WARP, Tensor, Tile
 from . import tiles
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
@@ -56,7 +56,7 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 SM80_FIELDS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks", "split_k_warps",
                "swizzle", "warp_k", "group_m", "prefetch", "stream_k_parts")
 SM90_FIELDS = ("block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks", "warp_specialized",
-               "persistent", "cluster", "stream_k_parts")
+               "persistent", "cluster", "stream_k_parts", "swap_ab")
 
 
 @attrs.frozen
@@ -65,8 +65,8 @@ class GemmParams:
 
     ``atoms`` names the family (None: ``"sm80"``, as before the Hopper fields existed); the
     sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
-    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster`` and ``stream_k_parts``
-    and leaves the rest at their defaults; both families read ``stream_k_parts``.  A value is
+    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster``, ``stream_k_parts`` and
+    ``swap_ab`` and leaves the rest at their defaults; both families read ``stream_k_parts``.  A value is
     also a mapping of the fields its family reads, so both
     ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule.  A tile field left at
     None takes what ``gemm`` takes when it is not given (which depends on the family and the
@@ -94,6 +94,7 @@ class GemmParams:
     persistent: bool | None = None           # sm90a: one block per SM walking the tiles
     cluster: int | None = None               # sm90a: blocks per cluster sharing B by multicast
     stream_k_parts: int = 1                  # stream_k(parts): K chunks of all tiles over a persistent grid
+    swap_ab: bool | None = None              # sm90a: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (layout "RC")
 
     @property
     def family(self) -> str:
@@ -133,7 +134,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
          consumer_regs: int | None = None, cluster: int | None = None, stream_k_parts: int | None = None,
-         batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True,
+         swap_ab: bool | None = None, batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True,
          tuned: bool = False) -> Schedule:
     """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
 
@@ -188,7 +189,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         swizzle=swizzle, warp_k=warp_k, group_m=group_m, prefetch=prefetch,
                                         atoms=atoms, warp_specialized=warp_specialized, persistent=persistent,
                                         cluster=cluster, consumer_regs=consumer_regs,
-                                        stream_k_parts=stream_k_parts).items() if v is not None]
+                                        stream_k_parts=stream_k_parts, swap_ab=swap_ab).items() if v is not None]
         if named_any or prologue_ops:
             field = named_any[0] if named_any else "prologue_ops"
             raise ScheduleError("tuned=True takes the tuned parameters; a tile parameter given as well conflicts",
@@ -213,7 +214,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
     tgt = _target(arch)
     arch = tgt.name
     named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
-             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs, stream_k_parts)
+             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs, stream_k_parts, swap_ab)
     sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))
     if params is None and not prologue_ops and sizes_ok and all(v is None for v in named):
         # no tile parameter named: the library's tile model (``recipes.tiles``) picks them per problem
@@ -242,7 +243,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         given = dict(block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
                      stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
                      warp_k=warp_k, group_m=group_m, prefetch=prefetch, warp_specialized=warp_specialized,
-                     persistent=persistent, cluster=cluster, stream_k_parts=stream_k_parts)
+                     persistent=persistent, cluster=cluster, stream_k_parts=stream_k_parts, swap_ab=swap_ab)
         twice = [k for k, v in given.items() if v is not None]
         if twice:
             raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
@@ -258,9 +259,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             block_m, block_n, block_k = params.block_m, params.block_n, params.block_k
             stages, group_m, split_k_blocks = params.stages, params.group_m, params.split_k_blocks
             warp_specialized, persistent, cluster = params.warp_specialized, params.persistent, params.cluster
-            stream_k_parts = params.stream_k_parts
+            stream_k_parts, swap_ab = params.stream_k_parts, params.swap_ab
         else:
-            for name in ("warp_specialized", "persistent", "cluster"):
+            for name in ("warp_specialized", "persistent", "cluster", "swap_ab"):
                 if getattr(params, name) not in (None, False, 1):
                     raise ScheduleError("this parameter belongs to the sm_90a recipe", field=f"params.{name}",
                                         value=getattr(params, name), allowed="None with atoms='sm80'",
@@ -277,11 +278,17 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                 raise ScheduleError("this parameter belongs to the sm_80-atom recipe", field=name, value=v,
                                     allowed="None with atoms='sm90a'",
                                     fix="pass atoms='sm80' to build the mma.sync recipe (it runs on sm_90a too)")
-        bm = block_m if block_m is not None else (128 if M >= 128 else 64)
-        bn = block_n if block_n is not None else (256 if N >= 256 else 128 if N >= 128 else 64)
+        if swap_ab:
+            # M on the wgmma's N side: the smallest multiple of 8 that covers it; 128 columns of C
+            # (two consumer warpgroups) a block
+            bm = block_m if block_m is not None else min(256, -(-M // 8) * 8)
+            bn = block_n if block_n is not None else (128 if N >= 128 else 64)
+        else:
+            bm = block_m if block_m is not None else (128 if M >= 128 else 64)
+            bn = block_n if block_n is not None else (256 if N >= 256 else 128 if N >= 128 else 64)
         # warp specialization by default up to 192 rows; 256 rows (four consumer warpgroups at 104
         # registers) fit only block_n <= 128, so they specialize when asked
-        ws = bm <= 192 if warp_specialized is None else warp_specialized
+        ws = (bm <= 192 or bool(swap_ab)) if warp_specialized is None else warp_specialized
         per = ws if persistent is None else persistent
         # clusters are an option, not the default: pairs sharing B measured within -3 % .. +2 % of
         # single blocks at 4096^3 and 8192^3 on an H100, timed interleaved (bench/README.md)
@@ -293,10 +300,15 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
                          producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
                          split_k_blocks=1 if split_k_blocks is None else split_k_blocks,
-                         stream_k_parts=1 if stream_k_parts is None else stream_k_parts, check=check)
+                         stream_k_parts=1 if stream_k_parts is None else stream_k_parts, swap_ab=bool(swap_ab),
+                         check=check)
     if cluster not in (None, 1):
         raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
                             allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
+    if swap_ab:
+        raise ScheduleError("swap_ab is a schedule of the sm_90a family (wgmma's N side holds M)", field="swap_ab",
+                            value=swap_ab, allowed="None or False with atoms='sm80'",
+                            fix="gemm(..., atoms='sm90a', arch='sm_90a', layout='RC', swap_ab=True)")
     if warp_specialized or persistent:
         raise ScheduleError("warp specialization and persistent blocks are Hopper schedules", field="atoms",
                             value=atoms, allowed="'sm90a'", fix="gemm(..., atoms='sm90a', arch='sm_90a')")
@@ -450,7 +462,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
               producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1, split_k_blocks: int = 1,
-              stream_k_parts: int = 1,
+              stream_k_parts: int = 1, swap_ab: bool = False,
               batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
@@ -466,8 +478,23 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     kernel adds the parts in a fixed order, so results are bitwise the same run to run.
     ``stream_k_parts=p`` (``stream_k(p)``) cuts each tile's K loop into ``p`` chunks and spreads
     all chunks evenly over a persistent grid; the block holding a tile's top chunk adds the other
-    blocks' partial tiles in the kernel, in a fixed order."""
+    blocks' partial tiles in the kernel, in a fixed order.
+
+    ``swap_ab=True`` computes ``Cᵀ = Bᵀ Aᵀ`` for a small M: the wgmma's 64 rows run over N
+    (``block_n``, a multiple of 64: one consumer warpgroup per 64 columns of C) and M sits on the
+    wgmma's N side (``block_m``, a multiple of 8 from 8 to 256), so M = 1 .. 64 does not fill a
+    64-row MMA with padding.  It takes a column-major B (``layout="RC"``: B stored N x K, as
+    ``nn.Linear`` keeps its weight), whose tiles are the K-major A operand of the swapped
+    product; C is stored element by element down the accumulator's rows."""
     from ..hardware.atoms import sm90a
+
+    if swap_ab:
+        return _gemm_swapped(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, block_m=block_m,
+                             block_n=block_n, block_k=block_k, stages=stages, group_m=group_m,
+                             epilogue_ops=epilogue_ops, warp_specialized=warp_specialized, persistent=persistent,
+                             producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
+                             split_k_blocks=split_k_blocks, stream_k_parts=stream_k_parts, batch=batch,
+                             check=check)
 
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
@@ -518,6 +545,73 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     ]
     if epilogue_ops:
         chain.append(epilogue(*epilogue_ops))
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(get_target(arch))
+    return sched
+
+
+def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, block_k, stages, group_m,
+                  epilogue_ops, warp_specialized, persistent, producer_regs, consumer_regs, cluster, split_k_blocks,
+                  stream_k_parts, batch, check) -> Schedule:
+    """``gemm_sm90(..., swap_ab=True)``: the schedule of ``Cᵀ = Bᵀ Aᵀ`` (see ``gemm_sm90``)::
+
+        MatMul<kernel>(B:GL f16[KxN] (col-major), A:GL f16[MxK], C:GL f16[MxN]) roles (n, m, k)
+          tile(m=block_m, n=block_n) >> to_blocks()       C tiles, as without the swap
+          tile(k=64), move_to_smem("B"), move_to_smem("A"), pipeline(...)   TMA into the ring
+          tile(n=64) >> to_warpgroups()                   64 columns of C per consumer warpgroup
+          tile(k=16) >> done(wgmma m64 n<block_m> k16)    B's tile is the MMA's A, Aᵀ its B
+    """
+    from ..hardware.atoms import sm90a
+
+    dt = _input_dtype(dtype)
+    out = dt if out_dtype is None else _out_dtype(out_dtype)
+    if layout != "RC":
+        raise ScheduleError("swap_ab computes Cᵀ = Bᵀ Aᵀ with B's tiles as the MMA's K-major A operand: it takes a "
+                            "column-major B (stored N x K, as nn.Linear keeps its weight)", field="layout",
+                            value=layout, allowed="'RC' with swap_ab=True", fix="pass layout='RC' (B.t() of a "
+                                                                                 "row-major N x K tensor), or "
+                                                                                 "swap_ab=False")
+    if batch not in ((), 0, 1):
+        raise ScheduleError("swap_ab is a schedule of one GEMM", field="batch", value=batch, allowed="()",
+                            fix="drop swap_ab for a batched GEMM")
+    if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m % 8 or not 8 <= block_m <= 256:
+        raise ScheduleError("with swap_ab, block_m rows of C sit on the wgmma's N side", field="block_m",
+                            value=block_m, allowed="multiples of 8 from 8 to 256")
+    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n % 64 or not 64 <= block_n <= 256:
+        raise ScheduleError("with swap_ab, block_n columns of C are the wgmma's rows, one consumer warpgroup per 64",
+                            field="block_n", value=block_n, allowed="64, 128, 192, 256")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ScheduleError("problem sizes are positive ints", field=name, value=v, allowed="an int >= 1")
+    bk = 128 * 8 // dt.bits if block_k is None else block_k
+    ta = Tensor("A", dt, GL, ("m", "k"), (M, K), "k")
+    tb = Tensor("B", dt, GL, ("k", "n"), (K, N), "k")
+    tc = Tensor("C", out, GL, ("m", "n"), (M, N), "n")
+    spec = MatMul(Tile(tb, tb.shape), Tile(ta, ta.shape), Tile(tc, tc.shape), KERNEL, "f32", roles=("n", "m", "k"))
+    atom = sm90a.wgmma_atom(block_m, dt, b_mn_major=False)
+    # the epilogue's axes are the accumulator's: a bias over C's columns runs down its rows
+    epi = tuple(attrs.evolve(op, axis={"m": "n", "n": "m"}[op.axis]) if isinstance(op, fops.Bias) else op
+                for op in epilogue_ops)
+    p = GemmParams(block_m, block_n, bk, 1, 1, stages, group_m=group_m)
+    chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
+    chain += [stream_k(stream_k_parts)] if stream_k_parts > 1 else []
+    chain += [
+        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent, cluster=cluster),
+        tile(k=bk),
+        move_to_smem("B", via=(sm90a.tma_load_2d,)),
+        move_to_smem("A", via=(sm90a.tma_load_2d,)),
+        pipeline(stages=stages),
+    ]
+    if warp_specialized:
+        if consumer_regs is None:
+            from ..lower.transforms.specialize import consumer_regs_for
+
+            consumer_regs = consumer_regs_for(get_target(arch), block_n // 64, producer_regs, cap=CONSUMER_REGS_MAX)
+        chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
+    chain += [tile(n=64) >> to_warpgroups(), tile(k=16) >> done(atom)]
+    if epi:
+        chain.append(epilogue(*epi))
     sched = spec.schedule(*chain)
     if check:
         sched.check(get_target(arch))

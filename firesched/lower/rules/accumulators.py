@@ -94,10 +94,17 @@ def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
     if reduce_vars and rep:
         out += _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep)
     rdim, cdim = lay.dims
+    # a run of fragment values lies along the accumulator's columns; where those are not C's
+    # contiguous dim (Cᵀ = Bᵀ Aᵀ: the accumulator's rows are C's columns) each value goes alone
+    across = dst.tensor.major != cdim
     stmts = []
     for vs, coord, off in items:
         row = go[rdim] + coord[rdim]
         col = go[cdim] + coord[cdim]
+        if across:
+            for j in range(len(vs)):
+                stmts += epilogue_run(lw, ctx, node, ops_of(spec), acc, base + off + j, 1, dst, row, col + j, glim)
+            continue
         stmts += epilogue_run(lw, ctx, node, ops_of(spec), acc, base + off, len(vs), dst, row, col, glim)
     body = ir.Seq(tuple(stmts))
     if frag_loop is not None:
@@ -363,6 +370,8 @@ def _via_tma(lw, node, ctx, lay) -> bool:
     synchronise among themselves with named barriers, so staging costs no block-wide barrier)."""
     if not (ctx.specialized and lw.target.has_tma and lay.atom.family == WGMMA and not lay.replicas):
         return False
+    if node.spec.dst.tensor.major != lay.dims[1]:
+        return False            # the accumulator's columns are not C's rows (Cᵀ = Bᵀ Aᵀ)
     return staging(lw, node, lay) is not None
 
 
