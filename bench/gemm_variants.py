@@ -52,7 +52,7 @@ def parse_vary(items, fields=SM80_FIELDS + SM90_FIELDS + ("atoms",)) -> dict:
 def variants(M: int, N: int, K: int, vary: dict, kw: dict = KW) -> list[tuple[str, fs.recipes.GemmParams]]:
     """The model's parameters for one shape, then each combination of ``vary`` over them (those
     that build a schedule), named by what differs."""
-    base = dict(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH)))
+    base = dict(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH), layout=kw["layout"]))
     out = [("model", fs.recipes.GemmParams(**base))]
     names, values = list(vary), [vary[n] for n in vary]
     for combo in itertools.product(*values):

@@ -67,6 +67,10 @@ CASES = {
     "hopper-stream-k-many-steps": dict(M=1000, N=1000, K=1000, kw=dict(
         atoms="sm90a", block_m=64, block_n=64, stages=6, stream_k_parts=4, warp_specialized=True)),
     "stream-k-sm80-atoms": dict(M=1000, N=1000, K=1000, kw=dict(SMALL, stream_k_parts=3)),
+    # Cᵀ = Bᵀ Aᵀ for a small M (B column-major), the bias down the accumulator's rows
+    "hopper-swap-ab-bias-relu": dict(M=13, N=1000, K=999, kw=dict(
+        atoms="sm90a", swap_ab=True, block_m=16, block_n=128, stages=6, layout="RC",
+        epilogue_ops=(ops.bias("bias"), ops.relu()))),
     # four consumer warpgroups and the producer: 640 threads, setmaxnreg to 104 / 40
     "hopper-four-consumers": dict(M=600, N=520, K=264, kw=dict(
         atoms="sm90a", block_m=256, block_n=128, warp_specialized=True, persistent=True)),

@@ -221,7 +221,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         count = 1
         for b in (batch if isinstance(batch, tuple) else (batch,) if batch else ()):
             count *= b
-        model = tiles.default_params(M, N, K, tgt, batch=count)
+        model = tiles.default_params(M, N, K, tgt, batch=count, layout=layout)
         if model:
             try:
                 return gemm(M, N, K, dtype, arch, out_dtype=out_dtype, layout=layout, epilogue_ops=epilogue_ops,
@@ -575,6 +575,9 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
     if batch not in ((), 0, 1):
         raise ScheduleError("swap_ab is a schedule of one GEMM", field="batch", value=batch, allowed="()",
                             fix="drop swap_ab for a batched GEMM")
+    if cluster != 1:
+        raise ScheduleError("swap_ab with clusters: a small M has no pairs of M tiles to share B", field="cluster",
+                            value=cluster, allowed="1 with swap_ab=True", fix="drop cluster or swap_ab")
     if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m % 8 or not 8 <= block_m <= 256:
         raise ScheduleError("with swap_ab, block_m rows of C sit on the wgmma's N side", field="block_m",
                             value=block_m, allowed="multiples of 8 from 8 to 256")
@@ -753,6 +756,12 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
                     yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
                                      group_m=8 if M >= 4 * bm else 1, split_k_blocks=split,
                                      atoms="sm90a", warp_specialized=ws, persistent=per, cluster=cl)
+            if ws and not per and layout == "RC" and M <= 64 and batch == 1 and bn <= 128:
+                # Cᵀ = Bᵀ Aᵀ: M on the wgmma's N side, the block tile's N on its rows
+                for st in (12, 8):
+                    yield GemmParams(block_m=min(256, -(-M // 8) * 8), block_n=bn, block_k=bk, stages=st,
+                                     group_m=1, atoms="sm90a", warp_specialized=True, persistent=False,
+                                     cluster=1, swap_ab=True)
             if per or not ws:
                 for parts in _stream_parts(M, N, K, bm, bn, batch, tgt.sm_count):
                     yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,

@@ -149,3 +149,31 @@ def test_persistent_cluster_grid_is_resident_at_once():
     n = k.max_active_clusters(kern.grid, (kern.threads, 1, 1), kern.shared_bytes)
     print(f"max active clusters of 2: {n}; the grid has {kern.grid[0] // 2}")
     assert kern.grid[0] // 2 <= n
+
+
+@pytest.mark.parametrize("M, N, K, kw", [
+    pytest.param(1, 4096, 4096, dict(), id="1x4096x4096-default"),
+    pytest.param(16, 8192, 8192, dict(), id="16x8192x8192-default"),
+    pytest.param(64, 4096, 4096, dict(), id="64x4096x4096-default"),
+    pytest.param(13, 1000, 999, dict(swap_ab=True, block_m=16, block_n=128, stages=6), id="odd-two-warpgroups"),
+    pytest.param(40, 520, 264, dict(swap_ab=True, block_m=40, block_n=64, persistent=True), id="persistent"),
+    pytest.param(33, 300, 700, dict(swap_ab=True, block_m=40, block_n=64, split_k_blocks=2), id="split-k"),
+    pytest.param(64, 2048, 2048, dict(swap_ab=True, block_m=64, block_n=64, stream_k_parts=2), id="stream-k"),
+])
+def test_swapped_against_torch(M, N, K, kw):
+    """Cᵀ = Bᵀ Aᵀ (swap_ab, the default for M <= 64 with a column-major B) against torch, with a
+    bias over C's columns (the recipe turns it down the accumulator's rows)."""
+    from firesched import ops
+
+    sched = fs.recipes.gemm(M, N, K, dtype="f16", arch="sm_90a", layout="RC",
+                            epilogue_ops=(ops.bias("bias"), ops.relu()), **kw)
+    assert "roles=('n', 'm', 'k')" in repr(sched.root.spec)
+    k = fs.compile(sched, arch="sm_90a")
+    assert k.spills == 0
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    W = torch.randn(N, K, device="cuda", dtype=torch.float16)          # nn.Linear's weight
+    bias = torch.randn(N, device="cuda", dtype=torch.float16)
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, W.t(), bias, C)
+    ref = torch.relu(A.float() @ W.float().t() + bias.float())
+    assert (C.float() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item()
