@@ -578,6 +578,12 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
     if cluster != 1:
         raise ScheduleError("swap_ab with clusters: a small M has no pairs of M tiles to share B", field="cluster",
                             value=cluster, allowed="1 with swap_ab=True", fix="drop cluster or swap_ab")
+    if split_k_blocks != 1:
+        # the second launch that adds the parts reads its epilogue's axes off C, not off the
+        # swapped product (and split parts measured slower than whole K tiles here on an H100)
+        raise ScheduleError("swap_ab with split_k_blocks: the parts' reduction is a launch of its own over C",
+                            field="split_k_blocks", value=split_k_blocks, allowed="1 with swap_ab=True",
+                            fix="use stream_k_parts=... (the parts are added in the kernel), or drop swap_ab")
     if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m % 8 or not 8 <= block_m <= 256:
         raise ScheduleError("with swap_ab, block_m rows of C sit on the wgmma's N side", field="block_m",
                             value=block_m, allowed="multiples of 8 from 8 to 256")

@@ -157,7 +157,7 @@ def test_persistent_cluster_grid_is_resident_at_once():
     pytest.param(64, 4096, 4096, dict(), id="64x4096x4096-default"),
     pytest.param(13, 1000, 999, dict(swap_ab=True, block_m=16, block_n=128, stages=6), id="odd-two-warpgroups"),
     pytest.param(40, 520, 264, dict(swap_ab=True, block_m=40, block_n=64, persistent=True), id="persistent"),
-    pytest.param(33, 300, 700, dict(swap_ab=True, block_m=40, block_n=64, split_k_blocks=2), id="split-k"),
+    pytest.param(33, 300, 700, dict(swap_ab=True, block_m=40, block_n=64, stream_k_parts=3), id="stream-k-odd"),
     pytest.param(64, 2048, 2048, dict(swap_ab=True, block_m=64, block_n=64, stream_k_parts=2), id="stream-k"),
 ])
 def test_swapped_against_torch(M, N, K, kw):
