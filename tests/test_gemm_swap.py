@@ -1,5 +1,5 @@
 """``gemm_sm90(..., swap_ab=True)``: ``Cᵀ = Bᵀ Aᵀ`` for a small M, M on the wgmma's N side and
-N on its 64 rows, from a column-major B.  The interpreter against numpy over odd shapes and the
+N on its 64 rows, from B in either majorness.  The interpreter against numpy over odd shapes and the
 recipe's options (warp specialization, persistence, stream-K, epilogues), the tree, the
 errors, the default the tile model picks, and NVRTC."""
 
@@ -18,8 +18,8 @@ from firesched.errors import ScheduleError
 from firesched.hardware.target import SM90A
 
 
-def _run(M, N, K, *, epi=(), sms=132, seed=0, **kw):
-    sched = fs.recipes.gemm(M, N, K, "f16", "sm_90a", layout="RC", epilogue_ops=epi, **kw)
+def _run(M, N, K, *, epi=(), sms=132, seed=0, layout="RC", **kw):
+    sched = fs.recipes.gemm(M, N, K, "f16", "sm_90a", layout=layout, epilogue_ops=epi, **kw)
     rng = np.random.default_rng(seed)
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     names = [op.name for op in epi if type(op).__name__ in ("Bias", "Residual")]
@@ -36,7 +36,9 @@ def test_tree():
                             stages=4)
     text = str(sched)
     assert "MatMul<kernel>(B:GL f16[128x256], A:GL f16[16x128], C:GL f16[16x256])" in text
-    assert "wgmma_m64n16k16_f16_f32_ss" in text and "tnspb" not in text
+    assert "wgmma_m64n16k16_f16_f32_ss)" in text
+    rr = str(fs.recipes.gemm(16, 256, 128, "f16", "sm_90a", swap_ab=True, block_m=16, block_n=64, stages=4))
+    assert "wgmma_m64n16k16_f16_f32_ss_tnspa" in rr
     # the caller's order: A, then B
     assert [b.name for b in sched.lower("sm_90a").inputs] == ["A", "B"]
 
@@ -48,8 +50,10 @@ def test_tree():
     pytest.param(64, 256, 1000, dict(block_m=64, block_n=64, warp_specialized=False), id="one-role"),
     pytest.param(64, 384, 1000, dict(block_m=64, block_n=128, stream_k_parts=3), id="stream-k"),
 ])
-def test_against_numpy(M, N, K, kw):
-    _run(M, N, K, swap_ab=True, stages=4, sms=3, **kw)
+@pytest.mark.parametrize("layout", ["RC", "RR"])
+def test_against_numpy(M, N, K, kw, layout):
+    """A column-major B is the swapped product's K-major A; a row-major B its MN-major A."""
+    _run(M, N, K, swap_ab=True, stages=4, sms=3, layout=layout, **kw)
 
 
 @pytest.mark.parametrize("epi", [
@@ -72,8 +76,8 @@ def test_default_for_a_small_m_with_a_column_major_b():
 
 
 def test_errors():
-    with pytest.raises(ScheduleError, match="column-major B") as e:
-        fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", swap_ab=True, block_m=16, block_n=64)
+    with pytest.raises(ScheduleError, match="row-major A") as e:
+        fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", layout="CR", swap_ab=True, block_m=16, block_n=64)
     assert e.value.field == "layout"
     with pytest.raises(ScheduleError, match="block_m"):
         fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", layout="RC", swap_ab=True, block_m=12, block_n=64)
@@ -93,6 +97,7 @@ def test_errors():
 cases = st.fixed_dictionaries(dict(
     M=st.integers(1, 64), N=st.integers(1, 40).map(lambda n: 8 * n), K=st.integers(1, 40).map(lambda k: 8 * k),
     bn=st.sampled_from([64, 128]), ws=st.booleans(), per=st.booleans(), stages=st.integers(2, 6),
+    layout=st.sampled_from(["RC", "RR"]),
     sms=st.integers(1, 5), seed=st.integers(0, 2 ** 16)))
 
 
@@ -107,7 +112,8 @@ def test_random_swapped_schedules(case):
     bm = -(-M // 8) * 8
     try:
         _run(M, N, K, swap_ab=True, block_m=bm, block_n=bn, warp_specialized=case["ws"],
-             persistent=case["ws"] and case["per"], stages=case["stages"], sms=case["sms"], seed=case["seed"])
+             persistent=case["ws"] and case["per"], stages=case["stages"], sms=case["sms"], seed=case["seed"],
+             layout=case["layout"])
     except ScheduleError as e:
         assert "registers" in str(e) or "shared memory" in str(e), str(e)
 

@@ -295,15 +295,15 @@ def test_wgmma_template(atom):
     """m64nNk16, f32 accumulators, the types and transposes the name says; the operands in the
     ISA's order d, a, b-desc, scale-d, imm-scale-a, imm-scale-b[, imm-trans-a], imm-trans-b, with
     scale-d the predicate (scale_d != 0) and every immediate scale +1."""
-    m = re.fullmatch(r"wgmma_m64n(\d+)k16_(f16|bf16)_f32_(ss|rs)(_tnspb)?", atom.name)
-    n, ab, kind, tnsp = int(m.group(1)), m.group(2), m.group(3), bool(m.group(4))
+    m = re.fullmatch(r"wgmma_m64n(\d+)k16_(f16|bf16)_f32_(ss|rs)(_tnspa)?(_tnspb)?", atom.name)
+    n, ab, kind, tnsp_a, tnsp = int(m.group(1)), m.group(2), m.group(3), bool(m.group(4)), bool(m.group(5))
     instrs = _instructions(atom.ptx)
     setp, mma = instrs
     assert mma.split()[0] == f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}"
     ops_ = _operands(mma)
     assert ops_[0] == "$d" and ops_[1] == ("$a" if kind == "rs" else "$desc_a") and ops_[2] == "$desc_b"
     imms = ops_[4:]
-    assert imms == (["1", "1", str(int(tnsp))] if kind == "rs" else ["1", "1", "0", str(int(tnsp))])
+    assert imms == (["1", "1", str(int(tnsp))] if kind == "rs" else ["1", "1", str(int(tnsp_a)), str(int(tnsp))])
     # the scale-d predicate is true exactly when $scale_d is non-zero
     assert _run_setp(setp, {"$scale_d": 0}) == {ops_[3]: False}
     assert _run_setp(setp, {"$scale_d": 5}) == {ops_[3]: True}

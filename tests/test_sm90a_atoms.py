@@ -66,6 +66,8 @@ def test_record_is_well_formed(atom):
         assert names[0] == "d" and atom.operand("d").role == "inout"
         assert callable(atom.semantics)
         assert ("_tnspb" in atom.name) == atom.trans == (sm90a.b_major(atom) == "MN")
+        assert ("_tnspa" in atom.name) == atom.trans_a == (sm90a.a_major(atom) == "MN")
+        assert not (atom.trans_a and (atom.trans or any(o.name == "a" for o in atom.operands)))
 
 
 def test_table_is_complete_and_listed():
@@ -74,7 +76,7 @@ def test_table_is_complete_and_listed():
     assert catalog.SM90A_ATOMS == sm90a.ATOMS
     assert set(catalog.EVERY_ATOM) == set(catalog.ALL_ATOMS) | set(sm90a.ATOMS)
     assert not set(catalog.ALL_ATOMS) & set(sm90a.ATOMS)
-    assert len(WGMMAS) == 32 * 2 * 4
+    assert len(WGMMAS) == 32 * 2 * 5          # ss, rs, ss_tnspb, rs_tnspb, ss_tnspa
     assert len({a.name for a in catalog.EVERY_ATOM}) == len(catalog.EVERY_ATOM)
     for n in (8, 128, 256):
         for ab in ("f16", "bf16"):
@@ -83,6 +85,10 @@ def test_table_is_complete_and_listed():
                     a = sm90a.wgmma_atom(n, ab, a_in_registers=regs, b_mn_major=tb)
                     assert a.shape == (64, n, 16) and a.dtype_of("a") == dt.dtype(ab)
                     assert any(o.name == "a" for o in a.operands) == regs and a.trans == tb
+    a = sm90a.wgmma_atom(16, "bf16", a_mn_major=True)
+    assert a.trans_a and not a.trans and a.name == "wgmma_m64n16k16_bf16_f32_ss_tnspa"
+    with pytest.raises(ValueError, match="K-major B"):
+        sm90a.wgmma_atom(16, a_mn_major=True, b_mn_major=True)
     with pytest.raises(ValueError, match="N must be"):
         sm90a.wgmma_atom(12)
     with pytest.raises(ValueError, match="f16 or bf16"):

@@ -566,12 +566,10 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
 
     dt = _input_dtype(dtype)
     out = dt if out_dtype is None else _out_dtype(out_dtype)
-    if layout != "RC":
-        raise ScheduleError("swap_ab computes Cᵀ = Bᵀ Aᵀ with B's tiles as the MMA's K-major A operand: it takes a "
-                            "column-major B (stored N x K, as nn.Linear keeps its weight)", field="layout",
-                            value=layout, allowed="'RC' with swap_ab=True", fix="pass layout='RC' (B.t() of a "
-                                                                                 "row-major N x K tensor), or "
-                                                                                 "swap_ab=False")
+    if layout not in ("RC", "RR"):
+        raise ScheduleError("swap_ab computes Cᵀ = Bᵀ Aᵀ with Aᵀ as the MMA's K-major B operand: it takes a "
+                            "row-major A", field="layout", value=layout, allowed="'RR', 'RC' with swap_ab=True",
+                            fix="pass A row-major, or swap_ab=False")
     if batch not in ((), 0, 1):
         raise ScheduleError("swap_ab is a schedule of one GEMM", field="batch", value=batch, allowed="()",
                             fix="drop swap_ab for a batched GEMM")
@@ -595,10 +593,12 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
             raise ScheduleError("problem sizes are positive ints", field=name, value=v, allowed="an int >= 1")
     bk = 128 * 8 // dt.bits if block_k is None else block_k
     ta = Tensor("A", dt, GL, ("m", "k"), (M, K), "k")
-    tb = Tensor("B", dt, GL, ("k", "n"), (K, N), "k")
+    # a column-major B (N x K, an nn.Linear weight) is the K-major A of the swapped product; a
+    # row-major one its MN-major A (the _ss_tnspa records)
+    tb = Tensor("B", dt, GL, ("k", "n"), (K, N), "k" if layout == "RC" else "n")
     tc = Tensor("C", out, GL, ("m", "n"), (M, N), "n")
     spec = MatMul(Tile(tb, tb.shape), Tile(ta, ta.shape), Tile(tc, tc.shape), KERNEL, "f32", roles=("n", "m", "k"))
-    atom = sm90a.wgmma_atom(block_m, dt, b_mn_major=False)
+    atom = sm90a.wgmma_atom(block_m, dt, a_mn_major=layout == "RR")
     # the epilogue's axes are the accumulator's: a bias over C's columns runs down its rows
     epi = tuple(attrs.evolve(op, axis={"m": "n", "n": "m"}[op.axis]) if isinstance(op, fops.Bias) else op
                 for op in epilogue_ops)

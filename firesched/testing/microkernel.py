@@ -514,8 +514,8 @@ def wgmma_program(atom: atoms.Atom, *, swizzle: int = 128, scale_d: int = 1, fen
     """One warpgroup issues ``atom`` (a wgmma record) once: ``out = a @ b + c`` (``a @ b`` when
     ``scale_d`` is 0) with ``a`` [64, 16], ``b`` [16, N] and ``c``, ``out`` [64, N] f32.
 
-    A (``_ss``) and B sit in shared memory in the canonical layout of ``swizzle`` (0, 32, 64 or
-    128 bytes); ``_rs`` loads A's fragment from global memory.  ``fence=False`` leaves out the
+    A (``_ss``, K-major or with ``_tnspa`` MN-major) and B sit in shared memory in the canonical
+    layout of ``swizzle`` (0, 32, 64 or 128 bytes); ``_rs`` loads A's fragment from global memory.  ``fence=False`` leaves out the
     wgmma.fence, ``proxy_fence=False`` the fence.proxy.async after the shared stores,
     ``wait=False`` the wgmma.wait_group before the results are stored."""
     if atom.family != sm90a.WGMMA:
@@ -544,12 +544,13 @@ def wgmma_program(atom: atoms.Atom, *, swizzle: int = 128, scale_d: int = 1, fen
                        stage, "i_b"))
     desc_b = ir.DescRef(sb, 0, swizzle, b_lbo, b_sbo)
     if not rs:
-        a_lbo, a_sbo, a_bytes = _operand_layout(m, swizzle, "K")
-        sa = _smem("sA", ab, a_bytes, swizzle, f"A 64x16 K-major, swizzle {swizzle}")
+        a_major = sm90a.a_major(atom)
+        a_lbo, a_sbo, a_bytes = _operand_layout(m, swizzle, a_major)
+        sa = _smem("sA", ab, a_bytes, swizzle, f"A 64x16 {a_major}-major, swizzle {swizzle}")
         shared.insert(0, sa)
         body.insert(0, _stage(a_g, sa, m * k, lambda e: e,
                               lambda e: sm90a.SWIZZLES[swizzle](sm90a.canonical_offset(
-                                  e // k, e % k, a_lbo, a_sbo, swizzle, major="K", elem_bytes=eb)),
+                                  e // k, e % k, a_lbo, a_sbo, swizzle, major=a_major, elem_bytes=eb)),
                               stage, "i_a"))
         a_arg = {"desc_a": ir.DescRef(sa, 0, swizzle, a_lbo, a_sbo)}
     if proxy_fence:

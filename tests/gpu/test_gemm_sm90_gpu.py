@@ -160,12 +160,16 @@ def test_persistent_cluster_grid_is_resident_at_once():
     pytest.param(33, 300, 700, dict(swap_ab=True, block_m=40, block_n=64, stream_k_parts=3), id="stream-k-odd"),
     pytest.param(64, 2048, 2048, dict(swap_ab=True, block_m=64, block_n=64, stream_k_parts=2), id="stream-k"),
 ])
-def test_swapped_against_torch(M, N, K, kw):
-    """Cᵀ = Bᵀ Aᵀ (swap_ab, the default for M <= 64 with a column-major B) against torch, with a
-    bias over C's columns (the recipe turns it down the accumulator's rows)."""
+@pytest.mark.parametrize("layout", ["RC", "RR"])
+def test_swapped_against_torch(M, N, K, kw, layout):
+    """Cᵀ = Bᵀ Aᵀ (swap_ab, the default for M <= 64) against torch, with a bias over C's columns
+    (the recipe turns it down the accumulator's rows); a row-major B is the MN-major A of the
+    swapped product (the _ss_tnspa records)."""
     from firesched import ops
 
-    sched = fs.recipes.gemm(M, N, K, dtype="f16", arch="sm_90a", layout="RC",
+    if layout == "RR" and not kw:
+        kw = dict(swap_ab=True, block_m=-(-M // 8) * 8, block_n=64, stages=12)
+    sched = fs.recipes.gemm(M, N, K, dtype="f16", arch="sm_90a", layout=layout,
                             epilogue_ops=(ops.bias("bias"), ops.relu()), **kw)
     assert "roles=('n', 'm', 'k')" in repr(sched.root.spec)
     k = fs.compile(sched, arch="sm_90a")
@@ -174,6 +178,6 @@ def test_swapped_against_torch(M, N, K, kw):
     W = torch.randn(N, K, device="cuda", dtype=torch.float16)          # nn.Linear's weight
     bias = torch.randn(N, device="cuda", dtype=torch.float16)
     C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    k(A, W.t(), bias, C)
+    k(A, W.t() if layout == "RC" else W.t().contiguous(), bias, C)
     ref = torch.relu(A.float() @ W.float().t() + bias.float())
     assert (C.float() - ref).abs().max().item() <= 2e-2 * ref.abs().max().item()

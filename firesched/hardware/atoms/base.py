@@ -106,7 +106,8 @@ class Atom:
     src_memory: str | None = None             # Move atoms: where data comes from
     dst_memory: str | None = None             # Move atoms: where data goes
     width: int = 0                            # COPY / CP_ASYNC: contiguous bytes per thread per issue
-    trans: bool = False                       # LDMATRIX: fragments transposed
+    trans: bool = False                       # LDMATRIX: fragments transposed; WGMMA: B MN-major
+    trans_a: bool = False                     # WGMMA: A MN-major in shared memory (imm-trans-a)
     # numpy meaning, by family:
     #   MMA:       semantics(a[m,k], b[k,n], c[m,n]) -> d[m,n]   (tiles in the operands' dtypes)
     #   LDMATRIX, COPY, CP_ASYNC: semantics(tile) -> tile      (the data each thread receives is

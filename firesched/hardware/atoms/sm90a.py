@@ -9,8 +9,9 @@ Families (``Atom.family``):
   (128 threads, ``WARPGROUP``), for N = 8, 16, ..., 256.  Four variants per (N, type):
   ``_ss`` (A and B in shared memory, both K-major), ``_rs`` (A in registers, B K-major in shared
   memory), and ``_ss_tnspb`` / ``_rs_tnspb`` where B is MN-major (its N elements contiguous, PTX
-  ``imm-trans-b = 1``; ``Atom.trans`` is True).  A in shared memory is always K-major
-  (``imm-trans-a = 0``) and both scale immediates are 1.  Operands: ``d`` (inout, N/2 f32
+  ``imm-trans-b = 1``; ``Atom.trans`` is True); ``_ss_tnspa`` reads A MN-major (its M elements
+  contiguous, ``imm-trans-a = 1``; ``Atom.trans_a``) with a K-major B — the product
+  ``Cᵀ = Bᵀ Aᵀ`` of a row-major B.  Both scale immediates are 1.  Operands: ``d`` (inout, N/2 f32
   registers per thread), ``desc_a`` / ``desc_b`` (64-bit shared-memory matrix descriptors, see
   ``smem_descriptor``), ``a`` (``_rs``: four b32 registers holding 8 elements), ``scale_d``
   (a 32-bit value: 0 computes ``D = A @ B``, anything else ``D = A @ B + D``).
@@ -146,7 +147,7 @@ def d_coord(lane, pair):
 TV_A_RS = TVLayout(Layout(((4, 8, 4), (2, 2, 2)), ((128, 1, 16), (64, 8, 512))), (64, 16))
 
 
-def _wgmma(n: int, ab: dt.DType, a_regs: bool, tnsp_b: bool) -> Atom:
+def _wgmma(n: int, ab: dt.DType, a_regs: bool, tnsp_b: bool, tnsp_a: bool = False) -> Atom:
     tv = tv_d(n)
     d = Operand("d", "inout", "RF", regs=n // 2, values=n // 2, float_regs=True, tv=tv)
     if a_regs:
@@ -156,16 +157,16 @@ def _wgmma(n: int, ab: dt.DType, a_regs: bool, tnsp_b: bool) -> Atom:
         what_a = "A (64x16) in registers"
     else:
         operands = (d, _desc("desc_a"), _desc("desc_b"), _scalar("scale_d"))
-        srcs, imms = "$desc_a, $desc_b", f"1, 1, 0, {int(tnsp_b)}"
-        what_a = "A (64x16, K-major) from shared memory"
-    kind = ("rs" if a_regs else "ss") + ("_tnspb" if tnsp_b else "")
+        srcs, imms = "$desc_a, $desc_b", f"1, 1, {int(tnsp_a)}, {int(tnsp_b)}"
+        what_a = ("A (64x16, MN-major: M contiguous)" if tnsp_a else "A (64x16, K-major)") + " from shared memory"
+    kind = ("rs" if a_regs else "ss") + ("_tnspa" if tnsp_a else "") + ("_tnspb" if tnsp_b else "")
     b_major = "MN-major: N contiguous" if tnsp_b else "K-major: N rows of 16 contiguous k"
     ptx = (f"{{ .reg .pred fs_p; setp.ne.b32 fs_p, $scale_d, 0; "
            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} $d, {srcs}, fs_p, {imms}; }}")
     return Atom(
         name=f"wgmma_m64n{n}k16_{ab}_f32_{kind}", family=WGMMA, group=WARPGROUP, kind="MatMul",
         shape=(64, n, 16), dtypes=(("d", dt.f32), ("a", ab), ("b", ab), ("scale_d", dt.i32)),
-        operands=operands, ptx=ptx, min_target="sm_90a", trans=tnsp_b,
+        operands=operands, ptx=ptx, min_target="sm_90a", trans=tnsp_b, trans_a=tnsp_a,
         semantics=matmul_semantics(ab, ab, dt.f32), catalog=CATALOG,
         doc=f"Warpgroup MMA 64x{n}x16, asynchronous: {ab} {what_a} times B (16x{n}, {b_major}) "
             f"from shared memory through matrix descriptors, f32 accumulators "
@@ -178,6 +179,12 @@ def b_major(atom: Atom) -> str:
     return "MN" if atom.trans else "K"
 
 
+def a_major(atom: Atom) -> str:
+    """``"MN"`` for the ``_ss_tnspa`` wgmma variants (A read M-major from shared memory), ``"K"``
+    otherwise."""
+    return "MN" if atom.trans_a else "K"
+
+
 _WGMMA_ATOMS: list[Atom] = []
 for _ab in (dt.f16, dt.bf16):
     for _a_regs in (False, True):
@@ -186,19 +193,27 @@ for _ab in (dt.f16, dt.bf16):
                 _a = _wgmma(_n, _ab, _a_regs, _tnsp)
                 globals()[_a.name] = _a
                 _WGMMA_ATOMS.append(_a)
+    # A MN-major with a K-major B: C^T = B^T A^T of a row-major B (swap_ab)
+    for _n in WGMMA_N:
+        _a = _wgmma(_n, _ab, False, False, tnsp_a=True)
+        globals()[_a.name] = _a
+        _WGMMA_ATOMS.append(_a)
 del _ab, _a_regs, _tnsp, _n, _a
 
 WGMMA_ATOMS: tuple[Atom, ...] = tuple(_WGMMA_ATOMS)
 
 
 def wgmma_atom(n: int, ab: dt.DType | str = "f16", *, a_in_registers: bool = False,
-               b_mn_major: bool = False) -> Atom:
-    """The wgmma record for ``m64n{n}k16`` with ``ab`` inputs and f32 accumulators."""
+               b_mn_major: bool = False, a_mn_major: bool = False) -> Atom:
+    """The wgmma record for ``m64n{n}k16`` with ``ab`` inputs and f32 accumulators (an MN-major A
+    from shared memory with a K-major B: ``a_mn_major=True``)."""
     ab = dt.dtype(ab)
     if n not in WGMMA_N or ab not in (dt.f16, dt.bf16):
         raise ValueError(f"wgmma_atom: no m64n{n}k16 record for {ab}; N must be one of 8, 16, ..., 256 "
                          f"and the type f16 or bf16")
-    kind = ("rs" if a_in_registers else "ss") + ("_tnspb" if b_mn_major else "")
+    if a_mn_major and (a_in_registers or b_mn_major):
+        raise ValueError("wgmma_atom: the MN-major A records read A from shared memory with a K-major B")
+    kind = ("rs" if a_in_registers else "ss") + ("_tnspa" if a_mn_major else "") + ("_tnspb" if b_mn_major else "")
     return globals()[f"wgmma_m64n{n}k16_{ab}_f32_{kind}"]
 
 

@@ -83,9 +83,12 @@ def descriptor(lw: Lowerer, node: Node, ctx, tile, k_dim: str, which: str) -> ir
                         f"has none (it was not filled by TMA with a 32/64/128-byte swizzle)",
                   fix=f"move_to_smem({tile.name!r}, via=(sm90a.tma_load_2d,))")
     k_major = lay.col_dim == k_dim
-    if which == "A" and not k_major:
-        raise err(node, "the sm_90a GEMM lowering does not handle a column-major A (wgmma reads A from shared "
-                        "memory K-major)", fix="pass A row-major (layout='R?'), or load A into registers")
+    if which == "A" and (not k_major) != (sm90a.a_major(atom) == "MN"):
+        a_mn = not k_major
+        raise err(node, f"A is {'MN' if a_mn else 'K'}-major in shared memory, so wgmma reads it "
+                        f"{'MN' if a_mn else 'K'}-major", field="atom", value=atom,
+                  fix="use the _ss_tnspa variant (sm90a.wgmma_atom(n, dtype, a_mn_major=True))" if a_mn else
+                      "use a K-major A variant")
     if which == "B" and (not k_major) != (sm90a.b_major(atom) == "MN"):
         b_mn = not k_major
         want = "the _tnspb variant" if b_mn else "the plain _ss variant"

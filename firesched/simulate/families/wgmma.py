@@ -164,7 +164,7 @@ def wgmma(k, s):
             a_tile[tab.tv["a"].ravel()] = vals.ravel()
             a_tile = a_tile.reshape(kk, m).T
         else:
-            a_tile, rd = _operand(k, s, s.arg("desc_a"), m, "K", int(thr[0]), thr, ab)
+            a_tile, rd = _operand(k, s, s.arg("desc_a"), m, sm90a.a_major(atom), int(thr[0]), thr, ab)
             smem.append(rd)
         bt, rd = _operand(k, s, s.arg("desc_b"), n, sm90a.b_major(atom), int(thr[0]), thr, ab)
         smem.append(rd)
