@@ -66,12 +66,14 @@ def test_epilogues(epi):
     _run(24, 200, 160, epi=epi, swap_ab=True, block_m=24, block_n=64, stages=3)
 
 
-def test_default_for_a_small_m_with_a_column_major_b():
+def test_default_for_a_small_m():
     for M in (1, 16, 64):
         sched = fs.recipes.gemm(M, 4096, 4096, "f16", "sm_90a", layout="RC")
         assert "roles=('n', 'm', 'k')" in repr(sched.root.spec)
     assert "roles" not in repr(fs.recipes.gemm(65, 4096, 4096, "f16", "sm_90a", layout="RC").root.spec)
-    assert "roles" not in repr(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a").root.spec)     # row-major B
+    assert "tnspa" in str(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a"))        # a row-major B
+    assert "roles" not in repr(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a", layout="CR").root.spec)
+    assert "roles" not in repr(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a", batch=2).root.spec)
     _run(5, 300, 200)           # the default, interpreted
 
 

@@ -195,24 +195,25 @@ def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: 
 
 
 def params_swapped(M: int, N: int, K: int) -> dict:
-    """Parameters for ``M`` <= 64 with a column-major B (an ``nn.Linear`` weight): ``Cᵀ = Bᵀ Aᵀ``
-    (``swap_ab``), M on the wgmma's N side in the smallest multiple of 8 that covers it, 64 columns
-    of C (one consumer warpgroup) a block, a 12-deep ring of 64-wide K tiles.  Measured on an H100
-    against ``torch.matmul`` on the same column-major weight (``bench/gemm_variants.py --layout
-    RC``, ``bench/results/gemm-swap-ab-2026-11-26-h100.json``): 1.00-1.20x, where the
-    unswapped defaults read 0.96-1.13x (M = 1 to 64, N = K = 4096 and 8192); 128 columns, 8
-    stages and split-K over 2 or 4 blocks all measured slower."""
+    """Parameters for ``M`` <= 64 with a row-major A: ``Cᵀ = Bᵀ Aᵀ`` (``swap_ab``), M on the
+    wgmma's N side in the smallest multiple of 8 that covers it, 64 columns of C (one consumer
+    warpgroup) a block, a 12-deep ring of 64-wide K tiles.  Measured on an H100 against
+    ``torch.matmul`` (``bench/gemm_variants.py``, ``bench/results/gemm-swap-ab-*-2026-11-26-h100.json``),
+    M = 1 to 64 with N = K = 4096 and 8192: with a column-major B (an ``nn.Linear`` weight)
+    1.00-1.20x where the unswapped defaults read 0.96-1.13x; with a row-major B 1.01-1.23x
+    (geometric mean 1.045) where they read 0.98-1.15x (1.027); 128 columns, 8 stages and
+    split-K over 2 or 4 blocks all measured slower."""
     return dict(atoms="sm90a", swap_ab=True, block_m=min(256, -(-M // 8) * 8), block_n=64, block_k=64, stages=12,
                 group_m=1, split_k_blocks=1, warp_specialized=True, persistent=False, cluster=1)
 
 
 def default_params(M: int, N: int, K: int, target, *, batch: int = 1, layout: str = "RR") -> dict:
     """What ``recipes.gemm`` takes when the caller names no tile parameter: on a target with
-    wgmma, ``params_swapped`` for ``M`` <= 64 with a column-major B, ``params_small_m`` for other
-    ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
+    wgmma, ``params_swapped`` for ``M`` <= 64 with a row-major A (one GEMM), ``params_small_m``
+    for other ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
     sms = target.sm_count
     if target.has_wgmma:
-        if M <= 64 and layout == "RC" and batch == 1:
+        if M <= 64 and layout[0] == "R" and batch == 1:
             return params_swapped(M, N, K)
         if M <= 16:
             return params_small_m(M, N, K, batch=batch, sms=sms)
