@@ -523,12 +523,35 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
         raise ScheduleError(f"stream_k_parts={stream_k_parts} with {other}: stream-K walks the K chunks over "
                             "the grid itself", field=other, value=split_k_blocks if split_k_blocks > 1 else cluster,
                             allowed="1 with stream_k_parts > 1", fix=f"drop {other} or stream_k_parts")
+    chain += _ring(dict(_batch_tiles(spec), m=block_m, n=block_n), _group(p, M, N), persistent, cluster, bk, ("A", "B"),
+                   stages, warp_specialized, producer_regs, consumer_regs, max(block_m // 64, 1), arch)
     chain += [
-        tile(**_batch_tiles(spec), m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent,
-                                                                     cluster=cluster),
+        tile(m=64) >> to_warpgroups(),
+        tile(k=16) >> done(atom),
+    ]
+    return _scheduled(spec, chain, epilogue_ops, check, arch)
+
+
+def _scheduled(spec: MatMul, chain: list, epilogue_ops: tuple, check: bool, arch) -> Schedule:
+    """``spec`` refined by ``chain`` and the epilogue, checked against ``arch`` when ``check``."""
+    if epilogue_ops:
+        chain = chain + [epilogue(*epilogue_ops)]
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(get_target(arch))
+    return sched
+
+
+def _ring(block_tiles: dict, group: int, persistent: bool, cluster: int, bk: int, loads: tuple, stages: int,
+          warp_specialized: bool, producer_regs: int, consumer_regs, warpgroups: int, arch) -> list:
+    """The Hopper GEMM's block tiles, K tiles, TMA loads into an mbarrier ring and (optionally) a
+    producer warpgroup: what the plain and the swapped schedules share."""
+    from ..hardware.atoms import sm90a
+
+    chain = [
+        tile(**block_tiles) >> to_blocks(group=group, persistent=persistent, cluster=cluster),
         tile(k=bk),
-        move_to_smem("A", via=(sm90a.tma_load_2d,)),
-        move_to_smem("B", via=(sm90a.tma_load_2d,)),
+        *(move_to_smem(name, via=(sm90a.tma_load_2d,)) for name in loads),
         pipeline(stages=stages),
     ]
     if warp_specialized:
@@ -536,19 +559,9 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
             # what the launch gives the block, less the producer's, shared by the consumers
             from ..lower.transforms.specialize import consumer_regs_for
 
-            consumer_regs = consumer_regs_for(get_target(arch), max(block_m // 64, 1), producer_regs,
-                                              cap=CONSUMER_REGS_MAX)
+            consumer_regs = consumer_regs_for(get_target(arch), warpgroups, producer_regs, cap=CONSUMER_REGS_MAX)
         chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
-    chain += [
-        tile(m=64) >> to_warpgroups(),
-        tile(k=16) >> done(atom),
-    ]
-    if epilogue_ops:
-        chain.append(epilogue(*epilogue_ops))
-    sched = spec.schedule(*chain)
-    if check:
-        sched.check(get_target(arch))
-    return sched
+    return chain
 
 
 def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, block_k, stages, group_m,
@@ -605,26 +618,10 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
     p = GemmParams(block_m, block_n, bk, 1, 1, stages, group_m=group_m)
     chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
     chain += [stream_k(stream_k_parts)] if stream_k_parts > 1 else []
-    chain += [
-        tile(m=block_m, n=block_n) >> to_blocks(group=_group(p, M, N), persistent=persistent, cluster=cluster),
-        tile(k=bk),
-        move_to_smem("B", via=(sm90a.tma_load_2d,)),
-        move_to_smem("A", via=(sm90a.tma_load_2d,)),
-        pipeline(stages=stages),
-    ]
-    if warp_specialized:
-        if consumer_regs is None:
-            from ..lower.transforms.specialize import consumer_regs_for
-
-            consumer_regs = consumer_regs_for(get_target(arch), block_n // 64, producer_regs, cap=CONSUMER_REGS_MAX)
-        chain.append(warp_specialize(producer_regs=producer_regs, consumer_regs=consumer_regs))
+    chain += _ring(dict(m=block_m, n=block_n), _group(p, M, N), persistent, cluster, bk, ("B", "A"), stages,
+                   warp_specialized, producer_regs, consumer_regs, block_n // 64, arch)
     chain += [tile(n=64) >> to_warpgroups(), tile(k=16) >> done(atom)]
-    if epi:
-        chain.append(epilogue(*epi))
-    sched = spec.schedule(*chain)
-    if check:
-        sched.check(get_target(arch))
-    return sched
+    return _scheduled(spec, chain, epi, check, arch)
 
 
 def _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched) -> MatMul:
