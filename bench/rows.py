@@ -7,9 +7,12 @@ For each op, dtype and shape (rows x cols): the effective bandwidth of ours and 
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
 must read and write once (input, weights, outputs) divided by the time — and the ratio (ours /
 torch's time, > 1 is faster).  Both sides are checked against a float32 torch reference first.
-Timing: ours and the peer alternate (ours, peer, ours, peer ...), each round ``reps`` back-to-back
-launches between two CUDA events (``bench.gemm.time_ms``), the median of the rounds; the inputs
-rotate through enough copies to exceed twice the 50 MB L2.  Results go to JSON (device, driver,
+Timing (``--timing graphs``, the default): ``firesched.timing.interleaved``, each side's ``reps``
+launches captured in a CUDA graph and the graphs replayed in turn (ours, peer, ours, peer ...),
+each replay between two CUDA events, the median of the rounds, as the GEMM and attention benches
+time; ``--timing events`` launches them back to back instead (``bench.gemm.time_ms``, the
+method of the results before 2026-11-26), where each launch's CPU overhead can show on a short
+kernel.  The inputs rotate through enough copies to exceed twice the 50 MB L2.  Results go to JSON (device, driver,
 torch and NVRTC versions, command) and, with matplotlib, a PNG of bandwidth against cols.
 
 Without a GPU the script compiles every kernel and interprets the smallest shape (a smoke run).
@@ -33,6 +36,7 @@ import numpy as np  # noqa: E402
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES, time_ms, write_results  # noqa: E402
 from bench.membound import plot  # noqa: E402  (bandwidth against cols, a panel per op and dtype)
+from firesched import timing  # noqa: E402
 
 SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), (16384, 1024), (16384, 4096),
           (16384, 16384), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384), (32768, 32768),
@@ -121,7 +125,7 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
             "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
 
 
-def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
+def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs") -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     sched = _recipe(op)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a")
@@ -151,16 +155,21 @@ def gpu_row(torch, op, rows, cols, dtype, rounds) -> dict:
     def theirs(i):
         return peer(*sets[i % nsets][0])
 
-    ours_t, peer_t = [], []
-    for _ in range(rounds):                       # interleaved: ours, peer, ours, peer ...
-        ours_t.append(time_ms(torch, ours, reps, 1))
-        peer_t.append(time_ms(torch, theirs, reps, 1))
-    t_o, t_p = statistics.median(ours_t), statistics.median(peer_t)
+    if timing_mode == "graphs":
+        k.prepare(torch.cuda.current_device())
+        us = timing.interleaved({"ours": ours, "peer": theirs}, reps=reps, rounds=rounds)
+        t_o, t_p = us["ours"] / 1e3, us["peer"] / 1e3
+    else:
+        ours_t, peer_t = [], []
+        for _ in range(rounds):                       # interleaved: ours, peer, ours, peer ...
+            ours_t.append(time_ms(torch, ours, reps, 1))
+            peer_t.append(time_ms(torch, theirs, reps, 1))
+        t_o, t_p = statistics.median(ours_t), statistics.median(peer_t)
     res = list(k.resources.values())[0]
     row = dict(op=op, dtype=dtype, rows=rows, cols=cols, bytes=nbytes, ours_ms=t_o, peer_ms=t_p,
                ours_tbs=nbytes / t_o / 1e9, peer_tbs=nbytes / t_p / 1e9, ratio=t_p / t_o, max_err=err,
                peer_err=err_peer, registers=res.registers, spills=k.spills, threads=k.program.kernels[0].threads,
-               reps=reps, rounds=rounds, sets=nsets)
+               reps=reps, rounds=rounds, sets=nsets, timing=timing_mode)
     print(f"{op:14s} {dtype:5s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
           f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e})", flush=True)
     sets.clear()
@@ -189,6 +198,8 @@ def main(argv=None) -> list:
     p.add_argument("--dtypes", default="f16,bf16")
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES + LONG_SHAPES))
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--timing", choices=("graphs", "events"), default="graphs",
+                   help="CUDA-graph replays (default) or back-to-back launches between events")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     ops = [o for o in args.ops.split(",") if o]
@@ -205,7 +216,7 @@ def main(argv=None) -> list:
         torch, gpu = None, False
     if not gpu:
         return [cpu_smoke(op, dt) for op in ops for dt in dtypes]
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds) for op in ops for dt in dtypes for r, c in shapes]
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing) for op in ops for dt in dtypes for r, c in shapes]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
     from cuda.bindings import nvrtc
