@@ -94,7 +94,7 @@ class GemmParams:
     persistent: bool | None = None           # sm90a: one block per SM walking the tiles
     cluster: int | None = None               # sm90a: blocks per cluster sharing B by multicast
     stream_k_parts: int = 1                  # stream_k(parts): K chunks of all tiles over a persistent grid
-    swap_ab: bool | None = None              # sm90a: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (layout "RC")
+    swap_ab: bool | None = None              # sm90a: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (a row-major A)
 
     @property
     def family(self) -> str:
@@ -483,9 +483,10 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     ``swap_ab=True`` computes ``Cᵀ = Bᵀ Aᵀ`` for a small M: the wgmma's 64 rows run over N
     (``block_n``, a multiple of 64: one consumer warpgroup per 64 columns of C) and M sits on the
     wgmma's N side (``block_m``, a multiple of 8 from 8 to 256), so M = 1 .. 64 does not fill a
-    64-row MMA with padding.  It takes a column-major B (``layout="RC"``: B stored N x K, as
-    ``nn.Linear`` keeps its weight), whose tiles are the K-major A operand of the swapped
-    product; C is stored element by element down the accumulator's rows."""
+    64-row MMA with padding.  A column-major B (``layout="RC"``: B stored N x K, as
+    ``nn.Linear`` keeps its weight) is the swapped product's K-major A operand, a row-major B
+    its MN-major A (the ``_ss_tnspa`` wgmma records); A must be row-major.  C is stored element
+    by element down the accumulator's rows."""
     from ..hardware.atoms import sm90a
 
     if swap_ab:
@@ -569,7 +570,7 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
                   stream_k_parts, batch, check) -> Schedule:
     """``gemm_sm90(..., swap_ab=True)``: the schedule of ``Cᵀ = Bᵀ Aᵀ`` (see ``gemm_sm90``)::
 
-        MatMul<kernel>(B:GL f16[KxN] (col-major), A:GL f16[MxK], C:GL f16[MxN]) roles (n, m, k)
+        MatMul<kernel>(B:GL f16[KxN], A:GL f16[MxK], C:GL f16[MxN]) roles (n, m, k)
           tile(m=block_m, n=block_n) >> to_blocks()       C tiles, as without the swap
           tile(k=64), move_to_smem("B"), move_to_smem("A"), pipeline(...)   TMA into the ring
           tile(n=64) >> to_warpgroups()                   64 columns of C per consumer warpgroup
@@ -759,7 +760,7 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
                     yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
                                      group_m=8 if M >= 4 * bm else 1, split_k_blocks=split,
                                      atoms="sm90a", warp_specialized=ws, persistent=per, cluster=cl)
-            if ws and not per and layout == "RC" and M <= 64 and batch == 1 and bn <= 128:
+            if ws and not per and M <= 64 and batch == 1 and bn <= 128:
                 # Cᵀ = Bᵀ Aᵀ: M on the wgmma's N side, the block tile's N on its rows
                 for st in (12, 8):
                     yield GemmParams(block_m=min(256, -(-M // 8) * 8), block_n=bn, block_k=bk, stages=st,
