@@ -276,15 +276,18 @@ def test_accumulators_that_do_not_fit_the_launch_are_refused():
     fs.recipes.gemm(4096, 4096, 4096, arch="sm_90a", block_m=192, block_n=192, **WS)
 
 
-def test_small_m_takes_the_mma_sync_schedule_by_default():
-    # M <= 16: 16-row mma.sync tiles streaming B (recipes.tiles.params_small_m), split over two
-    # blocks on a long K where the N tiles alone leave half the SMs idle
+def test_small_m_defaults():
+    # M <= 64 with a row-major A: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (recipes.tiles.params_swapped)
     text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a"))
+    assert "wgmma_m64n16k16_f16_f32_ss_tnspa" in text and "split_k" not in text
+    assert "wgmma_m64n8k16" in str(fs.recipes.gemm(1, 4096, 4096, arch="sm_90a"))
+    # a column-major A keeps the 16-row mma.sync tiles streaming B (recipes.tiles.params_small_m),
+    # split over two blocks on a long K where the N tiles alone leave half the SMs idle
+    text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a", layout="CR"))
     assert "mma_m16n8k16" in text and "wgmma" not in text and "split_k" not in text
-    assert "split_k(2, across=block)" in str(fs.recipes.gemm(8, 4096, 14336, arch="sm_90a"))
-    assert "split_k" not in str(fs.recipes.gemm(1, 4096, 4096, arch="sm_90a"))
-    # from 17 rows on, wgmma
-    assert "wgmma" in str(fs.recipes.gemm(17, 4096, 4096, arch="sm_90a"))
+    assert "split_k(2, across=block)" in str(fs.recipes.gemm(8, 4096, 14336, arch="sm_90a", layout="CR"))
+    # from 65 rows on, 64-row wgmma tiles without the swap
+    assert "roles" not in repr(fs.recipes.gemm(65, 4096, 4096, arch="sm_90a").root.spec)
 
 
 @pytest.mark.parametrize("M, N, K, want", [
