@@ -92,6 +92,8 @@ def test_errors():
     with pytest.raises(ScheduleError, match="stream_k_parts"):
         fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", layout="RC", swap_ab=True, block_m=16, block_n=64,
                         split_k_blocks=2)
+    with pytest.raises(ScheduleError, match="swap_ab is a bool"):
+        fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", swap_ab="yes")
     with pytest.raises(ScheduleError, match="one GEMM"):
         fs.recipes.gemm(16, 256, 256, "f16", "sm_90a", layout="RC", swap_ab=True, block_m=16, block_n=64, batch=2)
 

@@ -213,6 +213,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         arch = None if isinstance(arch, GemmParams) else arch
     tgt = _target(arch)
     arch = tgt.name
+    if swap_ab not in (None, True, False):
+        raise ScheduleError("swap_ab is a bool", field="swap_ab", value=swap_ab, allowed="True, False, None (the "
+                                                                                         "tile model's choice)")
     named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
              group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs, stream_k_parts, swap_ab)
     sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))

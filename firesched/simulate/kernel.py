@@ -185,7 +185,7 @@ class KernelRun:
         self.bars = MBarriers(kernel, ctx, self.order)
         self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
         # flags and exchange workspaces live across the launch's blocks
-        self.xchg = Exchange(kernel, memory, self.order, ctx.T) if FLAG in families or any(
+        self.xchg = Exchange(kernel, self.order, ctx.T) if FLAG in families or any(
             isinstance(p, ir.GlobalBuffer) and p.exchange for p in kernel.params) else None
         self.mem.xchg = self.xchg
         self.regs = Registers(kernel, ctx, track_wgmma)

@@ -66,20 +66,18 @@ def combine_and_store(lw: Lowerer, node: Node, ctx) -> list:
 
 
 def _store(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
-    out = _store_tile(lw, node, ctx, reduce_vars)
     src, dst = node.spec.src, node.spec.dst
+    lay = lw.reg_layout(src, node)
+    acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
+    out = _store_tile(lw, node, ctx, reduce_vars, lay, acc)
     if ctx.stream is not None and src.name == ctx.stream.acc and dst.memory == GL:
-        lay = lw.reg_layout(src, node)
-        acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
         return fixup(lw, node, ctx, acc, lay.size, out, reduce_vars)
     return out
 
 
-def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars) -> list:
+def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars, lay, acc) -> list:
     spec = node.spec
-    src, dst = spec.src, spec.dst
-    lay = lw.reg_layout(src, node)
-    acc = lw.kb.reg(f"{src.name}_acc", src.dtype, lay.size)
+    dst = spec.dst
     if isinstance(lay, ThreadLayout):
         return store_thread_accumulator(lw, node, ctx, lay, acc, reduce_vars)
     if dst.memory == SH:

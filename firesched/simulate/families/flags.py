@@ -29,7 +29,7 @@ from .operands import scalar
 class Exchange:
     """The flags and exchange workspaces of one launch, across its blocks."""
 
-    def __init__(self, kernel: ir.Kernel, arrays: dict, order, T: int):
+    def __init__(self, kernel: ir.Kernel, order, T: int):
         self.order = order
         gx, gy, gz = (int(g) for g in kernel.grid)
         self.grid = (gx, gy, gz)
