@@ -8,7 +8,8 @@ so the sanitizer sees real launches of: a pipelined GEMM with partial tiles, the
 (workspace + reduction kernel), a fused bias+GELU epilogue with f32 output, and column-major
 operands (transposed ldmatrix); and the Hopper path: plain, warp-specialized + persistent with a
 fused epilogue and TMA stores, with direct stores (C rows not a multiple of 16 bytes), clusters,
-split-K across blocks, rings deeper than eight stages, and four consumer warpgroups.
+split-K across blocks, rings deeper than eight stages, four consumer warpgroups, the swapped
+mid-M default and clusters of four along N.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ CASES = {
         atoms="sm90a", swap_ab=True, block_m=16, block_n=128, stages=6, layout="RC",
         epilogue_ops=(ops.bias("bias"), ops.relu()))),
     # four consumer warpgroups and the producer: 640 threads, setmaxnreg to 104 / 40
+    # the mid-M default: M = 100 on the wgmma's N side in 104 (rows past A), a 10-deep ring
+    "hopper-swap-ab-mid-m": dict(M=100, N=520, K=1000, kw=dict(
+        atoms="sm90a", swap_ab=True, block_m=104, block_n=64, stages=10, warp_specialized=True,
+        persistent=False)),
+    # quads of blocks on consecutive N tiles multicasting A, the last quad partly past N
+    "hopper-cluster-along-n": dict(M=100, N=900, K=500, kw=dict(
+        atoms="sm90a", block_m=128, block_n=64, stages=4, warp_specialized=True, persistent=True, cluster=4,
+        cluster_along="n")),
     "hopper-four-consumers": dict(M=600, N=520, K=264, kw=dict(
         atoms="sm90a", block_m=256, block_n=128, warp_specialized=True, persistent=True)),
 }

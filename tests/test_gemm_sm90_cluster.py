@@ -1,5 +1,6 @@
 """Thread-block clusters on the CPU: ``to_blocks(cluster=2)`` pairs blocks on consecutive M tiles
-that share each B tile through TMA multicast.  The interpreter runs both blocks of a cluster
+that share each B tile through TMA multicast (``cluster=4``: quads; ``cluster_along="n"``: N tiles
+sharing A).  The interpreter runs both blocks of a cluster
 together (their roles as coroutines, shared memory and mbarriers per block, vector clocks
 across the cluster) and must match numpy; planted protocol errors must be reported; NVRTC
 compiles the kernels without spills; and the schedules the lowering cannot build are refused."""
@@ -51,6 +52,10 @@ CASES = [
     pytest.param(200, 100, 136, dict(block_m=128, block_n=128, layout="RC", persistent=True),
                  id="direct-store"),        # 200-byte rows of C: register stores, no TMA store
     pytest.param(330, 128, 64, dict(block_m=192, block_n=128, persistent=True), id="3-consumer-warpgroups"),
+    pytest.param(520, 256, 96, dict(block_m=64, block_n=128, layout="RC", cluster=4), id="quads-along-m"),
+    pytest.param(100, 300, 128, dict(block_m=128, block_n=32, cluster=4, cluster_along="n"), id="quads-along-n"),
+    pytest.param(130, 200, 96, dict(block_m=64, block_n=64, layout="RC", cluster_along="n", persistent=True),
+                 id="pairs-along-n-persistent"),
 ]
 
 
@@ -190,10 +195,36 @@ def test_clusters_need_rows_for_both_blocks():
         fs.recipes.gemm(512, 8, 256, arch="sm_90a", **CLUSTER, block_n=8, layout="RC")
 
 
-@pytest.mark.parametrize("cluster", [0, 3, 4, True, "2"])
+@pytest.mark.parametrize("cluster", [0, 3, 8, True, "2"])
 def test_cluster_sizes(cluster):
     with pytest.raises(ScheduleError, match="cluster"):
-        fs.MatMul.kernel(256, 256, 64).schedule(fs.strategies.tile(m=64, n=64) >> to_blocks(cluster=cluster))
+        fs.MatMul.kernel(512, 256, 64).schedule(fs.strategies.tile(m=64, n=64) >> to_blocks(cluster=cluster))
+
+
+def test_clusters_along_n_share_a():
+    """``cluster_along="n"``: the blocks of a cluster take consecutive N tiles of one M tile and
+    multicast A, each block loading 1/C of its rows; B is every block's own."""
+    sched = fs.recipes.gemm(128, 1024, 256, arch="sm_90a", **dict(CLUSTER, cluster=4), block_m=128, block_n=64,
+                            cluster_along="n")
+    src = fs.cuda.emit(sched.lower(SM90A))
+    assert "__cluster_dims__(4, 1, 1)" in src and "A rows rank * 32..+32, to every block" in src
+    assert "B rows rank" not in src and "B columns (" not in src
+    assert "n0 in block(16) persistent clusters(4)" in str(sched)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(cluster=2, cluster_along="k"), "along its m dim .* or its n dim"),
+    (dict(cluster=1, cluster_along="n"), "it needs cluster > 1"),
+])
+def test_cluster_along_errors(kw, words):
+    with pytest.raises(ScheduleError, match=words):
+        fs.MatMul.kernel(512, 256, 64).schedule(fs.strategies.tile(m=64, n=64) >> to_blocks(**kw))
+
+
+def test_cluster_along_is_for_a_matmul():
+    spec = fs.Reduce.kernel("sum", {"r": 4, "c": 4096}, "c")
+    with pytest.raises(ScheduleError, match="cluster_along names a MatMul's clustered dim"):
+        spec.schedule(fs.strategies.tile(r=1, c=2048) >> to_blocks(cluster=2, cluster_along="c"))
 
 
 def test_sm80_recipe_refuses_clusters():
@@ -221,6 +252,9 @@ def test_strategy_prints_and_round_trips():
     s = to_blocks(group=8, persistent=True, cluster=2)
     assert repr(s) == "to_blocks(group=8, persistent=True, cluster=2)"
     assert eval(repr(s), {"to_blocks": to_blocks}) == s
+    s = to_blocks(cluster=4, cluster_along="n")
+    assert repr(s) == "to_blocks(cluster=4, cluster_along='n')"
+    assert eval(repr(s), {"to_blocks": to_blocks}) == s
     from firesched.schedule import Loop
 
     lp = Loop("m0", 4, (("m", 128),), fs.BLOCK, 1, 8, persistent=True, cluster=2)
@@ -237,7 +271,9 @@ def cluster_cases(draw):
     bm = draw(st.sampled_from([64, 128]))
     bn = draw(st.sampled_from([128, 256]))
     bk = draw(st.sampled_from([16, 32, 64]))
-    return dict(
+    # along m the pair shares B; along n, pairs or quads share A (rows of a 64-row tile in four)
+    along = draw(st.sampled_from([None, "n"]))
+    return dict(cluster=2 if along is None else draw(st.sampled_from([2, 4])), cluster_along=along,
         M=draw(st.integers(1, 4 * bm)), N=draw(st.integers(1, 2 * bn)), K=draw(st.integers(1, 3 * bk)),
         dtype=draw(st.sampled_from(["f16", "bf16"])), layout=draw(st.sampled_from(["RR", "RC"])),
         block_m=bm, block_n=bn, block_k=bk, stages=draw(st.integers(2, 3)), group_m=draw(st.sampled_from([1, 2, 4])),
@@ -252,7 +288,7 @@ def cluster_cases(draw):
 def test_random_cluster_schedules_match_numpy(case):
     case = dict(case)
     M, N, K, seed, sms = (case.pop(k) for k in ("M", "N", "K", "seed", "sms"))
-    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **CLUSTER, **case)
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **dict(CLUSTER, **case))
     rng = np.random.default_rng(seed)
     A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
     epi = case["epilogue_ops"]

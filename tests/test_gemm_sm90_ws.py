@@ -277,7 +277,8 @@ def test_accumulators_that_do_not_fit_the_launch_are_refused():
 
 
 def test_small_m_defaults():
-    # M <= 64 with a row-major A: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (recipes.tiles.params_swapped)
+    # M <= 120 (and 128) with a row-major A: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side
+    # (recipes.tiles.params_swapped, recipes.tiles.swaps)
     text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a"))
     assert "wgmma_m64n16k16_f16_f32_ss_tnspa" in text and "split_k" not in text
     assert "wgmma_m64n8k16" in str(fs.recipes.gemm(1, 4096, 4096, arch="sm_90a"))
@@ -286,12 +287,12 @@ def test_small_m_defaults():
     text = str(fs.recipes.gemm(16, 8192, 8192, arch="sm_90a", layout="CR"))
     assert "mma_m16n8k16" in text and "wgmma" not in text and "split_k" not in text
     assert "split_k(2, across=block)" in str(fs.recipes.gemm(8, 4096, 14336, arch="sm_90a", layout="CR"))
-    # from 65 rows on, 64-row wgmma tiles without the swap
-    assert "roles" not in repr(fs.recipes.gemm(65, 4096, 4096, arch="sm_90a").root.spec)
+    # 121 to 127 rows: 64-row wgmma tiles without the swap
+    assert "roles" not in repr(fs.recipes.gemm(121, 4096, 4096, arch="sm_90a").root.spec)
 
 
 @pytest.mark.parametrize("M, N, K, want", [
-    (127, 4096, 4096, dict(block_m=64, block_n=64, stages=8, split_k_blocks=1, cluster=1)),    # deep ring
+    (127, 4096, 4096, dict(block_m=64, block_n=64, stages=12, split_k_blocks=1, cluster=2)),   # pairs, deep ring
     (257, 1024, 4096, dict(block_m=64, block_n=256, split_k_blocks=6)),    # parts in L2: split six ways
     (1009, 2048, 2048, dict(block_m=64, block_n=256, split_k_blocks=1)),   # a short K is not split
     (1000, 1000, 1000, dict(block_m=64, block_n=128, cluster=2)),          # partial last K tile: pairs

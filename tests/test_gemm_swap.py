@@ -67,14 +67,20 @@ def test_epilogues(epi):
 
 
 def test_default_for_a_small_m():
-    for M in (1, 16, 64):
+    for M in (1, 16, 64, 65, 100, 120, 128):
         sched = fs.recipes.gemm(M, 4096, 4096, "f16", "sm_90a", layout="RC")
-        assert "roles=('n', 'm', 'k')" in repr(sched.root.spec)
-    assert "roles" not in repr(fs.recipes.gemm(65, 4096, 4096, "f16", "sm_90a", layout="RC").root.spec)
+        assert "roles=('n', 'm', 'k')" in repr(sched.root.spec), M
+    for M in (121, 127, 129):
+        assert "roles" not in repr(fs.recipes.gemm(M, 4096, 4096, "f16", "sm_90a", layout="RC").root.spec), M
+    # M on the wgmma's N side in a multiple of 8; the ring as deep as shared memory holds, at most 12
+    p = fs.recipes.tiles.params_swapped(100, 4096, 4096)
+    assert (p["block_m"], p["stages"]) == (104, 10)
+    assert fs.recipes.tiles.params_swapped(16, 4096, 4096)["stages"] == 12
     assert "tnspa" in str(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a"))        # a row-major B
     assert "roles" not in repr(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a", layout="CR").root.spec)
     assert "roles" not in repr(fs.recipes.gemm(16, 4096, 4096, "f16", "sm_90a", batch=2).root.spec)
     _run(5, 300, 200)           # the default, interpreted
+    _run(100, 130, 96)
 
 
 def test_errors():

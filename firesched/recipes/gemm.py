@@ -56,7 +56,7 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 SM80_FIELDS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks", "split_k_warps",
                "swizzle", "warp_k", "group_m", "prefetch", "stream_k_parts")
 SM90_FIELDS = ("block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks", "warp_specialized",
-               "persistent", "cluster", "stream_k_parts", "swap_ab")
+               "persistent", "cluster", "cluster_along", "stream_k_parts", "swap_ab")
 
 
 @attrs.frozen
@@ -65,7 +65,7 @@ class GemmParams:
 
     ``atoms`` names the family (None: ``"sm80"``, as before the Hopper fields existed); the
     sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
-    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster``, ``stream_k_parts`` and
+    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster``, ``cluster_along``, ``stream_k_parts`` and
     ``swap_ab`` and leaves the rest at their defaults; both families read ``stream_k_parts``.  A value is
     also a mapping of the fields its family reads, so both
     ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule.  A tile field left at
@@ -92,7 +92,8 @@ class GemmParams:
     atoms: str | None = None                 # "sm80" (None) or "sm90a"
     warp_specialized: bool | None = None     # sm90a: a producer warpgroup (None: the recipe's default)
     persistent: bool | None = None           # sm90a: one block per SM walking the tiles
-    cluster: int | None = None               # sm90a: blocks per cluster sharing B by multicast
+    cluster: int | None = None               # sm90a: blocks per cluster sharing B (or A) by multicast
+    cluster_along: str | None = None         # sm90a: "m" (None; the cluster shares B) or "n" (it shares A)
     stream_k_parts: int = 1                  # stream_k(parts): K chunks of all tiles over a persistent grid
     swap_ab: bool | None = None              # sm90a: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (a row-major A)
 
@@ -133,7 +134,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
          warp_k: int | None = None, group_m: int | None = None, prefetch: bool | None = None,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
-         consumer_regs: int | None = None, cluster: int | None = None, stream_k_parts: int | None = None,
+         consumer_regs: int | None = None, cluster: int | None = None, cluster_along: str | None = None,
+         stream_k_parts: int | None = None,
          swap_ab: bool | None = None, batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True,
          tuned: bool = False) -> Schedule:
     """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
@@ -165,7 +167,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
       ``consumer_regs`` (the ``setmaxnreg`` counts) and ``cluster`` (2: pairs of blocks on
       consecutive M tiles form thread-block clusters and share each B tile by TMA multicast, which
       needs warp specialization and a B tile each block of a pair can load half of: block_n a
-      multiple of 128, or of 16 with a column-major B; default 1), and ``split_k_blocks`` (the K
+      multiple of 128, or of 16 with a column-major B; default 1; 4 for quads of blocks;
+      ``cluster_along="n"`` clusters consecutive N tiles instead, which share their A tile: a
+      short M over many N tiles), and ``split_k_blocks`` (the K
       loop over that many blocks per tile, reduced by a second kernel in a fixed order).
     * Both families take ``stream_k_parts`` (``stream_k(p)``): each tile's K loop cut into ``p``
       chunks, all chunks of all tiles spread evenly over a persistent grid, the partial tiles
@@ -188,7 +192,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         split_k_blocks=split_k_blocks, split_k_warps=split_k_warps,
                                         swizzle=swizzle, warp_k=warp_k, group_m=group_m, prefetch=prefetch,
                                         atoms=atoms, warp_specialized=warp_specialized, persistent=persistent,
-                                        cluster=cluster, consumer_regs=consumer_regs,
+                                        cluster=cluster, cluster_along=cluster_along, consumer_regs=consumer_regs,
                                         stream_k_parts=stream_k_parts, swap_ab=swap_ab).items() if v is not None]
         if named_any or prologue_ops:
             field = named_any[0] if named_any else "prologue_ops"
@@ -217,7 +221,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         raise ScheduleError("swap_ab is a bool", field="swap_ab", value=swap_ab, allowed="True, False, None (the "
                                                                                          "tile model's choice)")
     named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
-             group_m, prefetch, warp_specialized, persistent, cluster, atoms, consumer_regs, stream_k_parts, swap_ab)
+             group_m, prefetch, warp_specialized, persistent, cluster, cluster_along, atoms, consumer_regs,
+             stream_k_parts, swap_ab)
     sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))
     if params is None and not prologue_ops and sizes_ok and all(v is None for v in named):
         # no tile parameter named: the library's tile model (``recipes.tiles``) picks them per problem
@@ -246,7 +251,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         given = dict(block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
                      stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
                      warp_k=warp_k, group_m=group_m, prefetch=prefetch, warp_specialized=warp_specialized,
-                     persistent=persistent, cluster=cluster, stream_k_parts=stream_k_parts, swap_ab=swap_ab)
+                     persistent=persistent, cluster=cluster, cluster_along=cluster_along,
+                     stream_k_parts=stream_k_parts, swap_ab=swap_ab)
         twice = [k for k, v in given.items() if v is not None]
         if twice:
             raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
@@ -262,9 +268,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             block_m, block_n, block_k = params.block_m, params.block_n, params.block_k
             stages, group_m, split_k_blocks = params.stages, params.group_m, params.split_k_blocks
             warp_specialized, persistent, cluster = params.warp_specialized, params.persistent, params.cluster
-            stream_k_parts, swap_ab = params.stream_k_parts, params.swap_ab
+            stream_k_parts, swap_ab, cluster_along = params.stream_k_parts, params.swap_ab, params.cluster_along
         else:
-            for name in ("warp_specialized", "persistent", "cluster", "swap_ab"):
+            for name in ("warp_specialized", "persistent", "cluster", "cluster_along", "swap_ab"):
                 if getattr(params, name) not in (None, False, 1):
                     raise ScheduleError("this parameter belongs to the sm_90a recipe", field=f"params.{name}",
                                         value=getattr(params, name), allowed="None with atoms='sm80'",
@@ -302,11 +308,13 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                          group_m=group_m if group_m is not None else (8 if M >= 4 * bm else 1),
                          epilogue_ops=epilogue_ops, warp_specialized=ws, persistent=per,
                          producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
+                         cluster_along=cluster_along,
                          split_k_blocks=1 if split_k_blocks is None else split_k_blocks,
                          stream_k_parts=1 if stream_k_parts is None else stream_k_parts, swap_ab=bool(swap_ab),
                          check=check)
-    if cluster not in (None, 1):
-        raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster", value=cluster,
+    if cluster not in (None, 1) or cluster_along is not None:
+        raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster",
+                            value=cluster if cluster not in (None, 1) else cluster_along,
                             allowed="1 with atoms='sm80'", fix="use atoms='sm90a' (arch='sm_90a') for clusters")
     if swap_ab:
         raise ScheduleError("swap_ab is a schedule of the sm_90a family (wgmma's N side holds M)", field="swap_ab",
@@ -464,7 +472,8 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               layout: str = "RR", block_m: int = 128, block_n: int = 256, block_k: int | None = None,
               stages: int = 4, group_m: int = 1,
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
-              producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1, split_k_blocks: int = 1,
+              producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1,
+              cluster_along: str | None = None, split_k_blocks: int = 1,
               stream_k_parts: int = 1, swap_ab: bool = False,
               batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
@@ -475,7 +484,9 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     launches one block per SM that walks the tiles in the grouped order.  ``consumer_regs``
     defaults to the most registers the block's register file leaves each consumer thread.
     ``cluster=2`` (which needs warp specialization) pairs blocks on consecutive M tiles into
-    thread-block clusters that share each B tile through TMA multicast.  ``split_k_blocks=p``
+    thread-block clusters that share each B tile through TMA multicast (``cluster=4``: quads);
+    ``cluster_along="n"`` clusters consecutive N tiles instead, which share each A tile (one M
+    tile over many N tiles re-reads the same rows of A).  ``split_k_blocks=p``
     splits the K loop over ``p`` blocks per output tile (``split_k(p, across=BLOCK)``, the same
     strategy the sm_80 family uses): each writes its f32 partial tile to a workspace and a second
     kernel adds the parts in a fixed order, so results are bitwise the same run to run.
@@ -497,7 +508,8 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
                              block_n=block_n, block_k=block_k, stages=stages, group_m=group_m,
                              epilogue_ops=epilogue_ops, warp_specialized=warp_specialized, persistent=persistent,
                              producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
-                             split_k_blocks=split_k_blocks, stream_k_parts=stream_k_parts, batch=batch,
+                             cluster_along=cluster_along, split_k_blocks=split_k_blocks,
+                             stream_k_parts=stream_k_parts, batch=batch,
                              check=check)
 
     dt = _input_dtype(dtype)
@@ -528,7 +540,8 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
                             "the grid itself", field=other, value=split_k_blocks if split_k_blocks > 1 else cluster,
                             allowed="1 with stream_k_parts > 1", fix=f"drop {other} or stream_k_parts")
     chain += _ring(dict(_batch_tiles(spec), m=block_m, n=block_n), _group(p, M, N), persistent, cluster, bk, ("A", "B"),
-                   stages, warp_specialized, producer_regs, consumer_regs, max(block_m // 64, 1), arch)
+                   stages, warp_specialized, producer_regs, consumer_regs, max(block_m // 64, 1), arch,
+                   cluster_along=cluster_along)
     chain += [
         tile(m=64) >> to_warpgroups(),
         tile(k=16) >> done(atom),
@@ -547,13 +560,15 @@ def _scheduled(spec: MatMul, chain: list, epilogue_ops: tuple, check: bool, arch
 
 
 def _ring(block_tiles: dict, group: int, persistent: bool, cluster: int, bk: int, loads: tuple, stages: int,
-          warp_specialized: bool, producer_regs: int, consumer_regs, warpgroups: int, arch) -> list:
+          warp_specialized: bool, producer_regs: int, consumer_regs, warpgroups: int, arch,
+          cluster_along: str | None = None) -> list:
     """The Hopper GEMM's block tiles, K tiles, TMA loads into an mbarrier ring and (optionally) a
     producer warpgroup: what the plain and the swapped schedules share."""
     from ..hardware.atoms import sm90a
 
     chain = [
-        tile(**block_tiles) >> to_blocks(group=group, persistent=persistent, cluster=cluster),
+        tile(**block_tiles) >> to_blocks(group=group, persistent=persistent, cluster=cluster,
+                                         cluster_along=cluster_along),
         tile(k=bk),
         *(move_to_smem(name, via=(sm90a.tma_load_2d,)) for name in loads),
         pipeline(stages=stages),
@@ -569,8 +584,8 @@ def _ring(block_tiles: dict, group: int, persistent: bool, cluster: int, bk: int
 
 
 def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, block_k, stages, group_m,
-                  epilogue_ops, warp_specialized, persistent, producer_regs, consumer_regs, cluster, split_k_blocks,
-                  stream_k_parts, batch, check) -> Schedule:
+                  epilogue_ops, warp_specialized, persistent, producer_regs, consumer_regs, cluster, cluster_along,
+                  split_k_blocks, stream_k_parts, batch, check) -> Schedule:
     """``gemm_sm90(..., swap_ab=True)``: the schedule of ``Cᵀ = Bᵀ Aᵀ`` (see ``gemm_sm90``)::
 
         MatMul<kernel>(B:GL f16[KxN], A:GL f16[MxK], C:GL f16[MxN]) roles (n, m, k)
@@ -590,9 +605,10 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
     if batch not in ((), 0, 1):
         raise ScheduleError("swap_ab is a schedule of one GEMM", field="batch", value=batch, allowed="()",
                             fix="drop swap_ab for a batched GEMM")
-    if cluster != 1:
+    if cluster != 1 or cluster_along is not None:
         raise ScheduleError("swap_ab with clusters: a small M has no pairs of M tiles to share B", field="cluster",
-                            value=cluster, allowed="1 with swap_ab=True", fix="drop cluster or swap_ab")
+                            value=cluster, allowed="1 (and cluster_along None) with swap_ab=True",
+                            fix="drop cluster or swap_ab")
     if split_k_blocks != 1:
         # the second launch that adds the parts reads its epilogue's axes off C, not off the
         # swapped product (and split parts measured slower than whole K tiles here on an H100)
@@ -763,10 +779,13 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
                     yield GemmParams(block_m=bm, block_n=bn, block_k=bk, stages=stages,
                                      group_m=8 if M >= 4 * bm else 1, split_k_blocks=split,
                                      atoms="sm90a", warp_specialized=ws, persistent=per, cluster=cl)
-            if ws and not per and M <= 64 and batch == 1 and bn <= 128:
-                # Cᵀ = Bᵀ Aᵀ: M on the wgmma's N side, the block tile's N on its rows
-                for st in (12, 8):
-                    yield GemmParams(block_m=min(256, -(-M // 8) * 8), block_n=bn, block_k=bk, stages=st,
+            if ws and not per and M <= 128 and batch == 1 and bn <= 128:
+                # Cᵀ = Bᵀ Aᵀ: M on the wgmma's N side, the block tile's N on its rows; a ring as
+                # deep as shared memory holds (at most 12), and 8
+                sbm = min(256, -(-M // 8) * 8)
+                deepest = min(12, (tgt.smem_per_block_optin - 1024) // ((sbm + bn) * bk * eb))
+                for st in sorted({deepest, min(8, deepest)}, reverse=True):
+                    yield GemmParams(block_m=sbm, block_n=bn, block_k=bk, stages=st,
                                      group_m=1, atoms="sm90a", warp_specialized=True, persistent=False,
                                      cluster=1, swap_ab=True)
             if per or not ws:

@@ -96,6 +96,10 @@ def params_sm90(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> di
     # 2047x8191x4093; on whole K tiles pairs measured slower (1024x1024x256: 1.08 -> 0.77x)
     if K % 64 and K >= 512 and mt % 2 == 0 and split == 1:
         cluster = 2
+    # two 64 x 64 block rows (M = 121 .. 127, which stay unswapped: see ``swaps``): pairs sharing
+    # B over a 12-deep ring, as cuBLAS runs it (127x4096x4096: 0.86-0.91 -> 0.94x)
+    if (bm, bn) == (64, 64) and mt == 2 and split == 1:
+        cluster, stages = 2, 12
     return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
                 split_k_blocks=split, warp_specialized=True, persistent=parts > sms, cluster=cluster)
 
@@ -194,27 +198,45 @@ def modelled_time(M: int, N: int, K: int, family: str, bm: int, bn: int, split: 
     return t
 
 
-def params_swapped(M: int, N: int, K: int) -> dict:
-    """Parameters for ``M`` <= 64 with a row-major A: ``Cᵀ = Bᵀ Aᵀ`` (``swap_ab``), M on the
+def params_swapped(M: int, N: int, K: int, *, smem: int = 232448) -> dict:
+    """Parameters for a short M with a row-major A: ``Cᵀ = Bᵀ Aᵀ`` (``swap_ab``), M on the
     wgmma's N side in the smallest multiple of 8 that covers it, 64 columns of C (one consumer
-    warpgroup) a block, a 12-deep ring of 64-wide K tiles.  Measured on an H100 against
-    ``torch.matmul`` (``bench/gemm_variants.py``, ``bench/results/gemm-swap-ab-*-2026-11-26-h100.json``),
-    M = 1 to 64 with N = K = 4096 and 8192: with a column-major B (an ``nn.Linear`` weight)
-    1.00-1.20x where the unswapped defaults read 0.96-1.13x; with a row-major B 1.01-1.23x
-    (geometric mean 1.045) where they read 0.98-1.15x (1.027); 128 columns, 8 stages and
-    split-K over 2 or 4 blocks all measured slower."""
-    return dict(atoms="sm90a", swap_ab=True, block_m=min(256, -(-M // 8) * 8), block_n=64, block_k=64, stages=12,
+    warpgroup) a block, as deep a ring of 64-wide K tiles as ``smem`` bytes of shared memory hold,
+    at most 12.  Measured on an H100 against ``torch.matmul`` (``bench/gemm_variants.py``,
+    ``bench/results/gemm-swap-ab-*-2026-11-26-h100.json``), M = 1 to 64 with N = K = 4096 and
+    8192: with a column-major B (an ``nn.Linear`` weight) 1.00-1.20x where the unswapped defaults
+    read 0.96-1.13x; with a row-major B 1.01-1.23x (geometric mean 1.045) where they read
+    0.98-1.15x (1.027); 128 columns, 8 stages and split-K over 2 or 4 blocks all measured slower.
+    For 64 < M <= 128 see ``swaps``."""
+    bm = min(256, -(-M // 8) * 8)
+    stages = max(2, min(12, (smem - 1024) // ((bm + 64) * 64 * 2)))
+    return dict(atoms="sm90a", swap_ab=True, block_m=bm, block_n=64, block_k=64, stages=stages,
                 group_m=1, split_k_blocks=1, warp_specialized=True, persistent=False, cluster=1)
+
+
+def swaps(M: int) -> bool:
+    """Whether a GEMM of ``M`` rows (row-major A, one GEMM) takes ``params_swapped``: every
+    M <= 64, and above that where it measured faster than the unswapped tiles on an H100
+    (``bench/results/gemm-swap-mid-*-2026-11-26-h100.*``, N = K = 4096, ratio to cuBLAS):
+
+    * the unswapped 64 x 64 tiles pay for a last tile row that is mostly outside A (M = 65: 0.57,
+      72: 0.61, 80: 0.66, 100: 0.68) where the swapped tile covers M in a multiple of 8 (0.92,
+      0.96-1.01, 0.99, 0.88); M = 128: 0.98 against 0.89-0.95;
+    * M from 121 to 127 stays unswapped (0.86-0.93 against 0.61-0.86);
+    * a swapped tile whose last row alone lies outside A (M = 8j + 7) measured 0.61-0.73 for
+      reasons not understood; at M <= 120 that is still no worse than the unswapped tiles (71:
+      0.73 against 0.59, 103: 0.67 against 0.72), so the rule does not single it out."""
+    return M <= 120 or M == 128
 
 
 def default_params(M: int, N: int, K: int, target, *, batch: int = 1, layout: str = "RR") -> dict:
     """What ``recipes.gemm`` takes when the caller names no tile parameter: on a target with
-    wgmma, ``params_swapped`` for ``M`` <= 64 with a row-major A (one GEMM), ``params_small_m``
+    wgmma, ``params_swapped`` where ``swaps(M)`` with a row-major A (one GEMM), ``params_small_m``
     for other ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
     sms = target.sm_count
     if target.has_wgmma:
-        if M <= 64 and layout[0] == "R" and batch == 1:
-            return params_swapped(M, N, K)
+        if M <= 128 and swaps(M) and layout[0] == "R" and batch == 1:
+            return params_swapped(M, N, K, smem=target.smem_per_block_optin)
         if M <= 16:
             return params_small_m(M, N, K, batch=batch, sms=sms)
         return params_sm90(M, N, K, batch=batch, sms=sms)

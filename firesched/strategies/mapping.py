@@ -22,12 +22,13 @@ from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, THREAD, WARP, WARPGROUP, Level, Tensor, Tile
 from .base import Strategy, record
 
-#: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: a MatMul's pairs share
-#: B tiles through TMA multicast (larger GEMM clusters are not built yet); a reduction split over
+#: Blocks per thread-block cluster that ``to_blocks(cluster=...)`` accepts: a MatMul's clusters of 2
+#: or 4 share the operand that does not depend on the clustered dim through TMA multicast (B along
+#: m, A along n); a reduction split over
 #: a cluster's blocks combines their parts through distributed shared memory (8: the largest
 #: portable cluster).
 CLUSTER_SIZES = (1, 2, 4, 8)
-MATMUL_CLUSTER_SIZES = (1, 2)
+MATMUL_CLUSTER_SIZES = (1, 2, 4)
 
 # Which level a spec must be at for its loops to map onto units of ``to``.
 _FROM = {
@@ -58,8 +59,8 @@ class to(Strategy):
     * ``arrangement``: the unit counts per mapped loop, checked against the tiling (e.g. ``(2, 2)``:
       2 along m, 2 along n); empty to accept what the tile gives.  At most 32 warps and 1,024
       threads per block.
-    * ``group``, ``persistent``, ``cluster``, ``occupancy``: block order and launch options, for
-      ``Level.BLOCK`` only (see ``to_blocks``).
+    * ``group``, ``persistent``, ``cluster``, ``occupancy``, ``reverse``, ``cluster_along``: block
+      order and launch options, for ``Level.BLOCK`` only (see ``to_blocks``).
     """
 
     level: Level
@@ -69,6 +70,7 @@ class to(Strategy):
     cluster: int = 1
     occupancy: int = 1
     reverse: bool = False
+    cluster_along: str | None = None
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -204,6 +206,8 @@ class to(Strategy):
             args.append(f"occupancy={self.occupancy!r}")
         if self.reverse is not False:
             args.append(f"reverse={self.reverse!r}")
+        if self.cluster_along is not None:
+            args.append(f"cluster_along={self.cluster_along!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -226,17 +230,33 @@ def _cluster_dim(strategy, spec, loops, across) -> str | None:
     cluster's blocks (exactly C tiles: the cluster holds the whole reduction)."""
     C = strategy.cluster
     if C == 1:
+        if strategy.cluster_along is not None:
+            raise ScheduleError("cluster_along names the dim of the blocks' clusters: it needs cluster > 1",
+                                strategy=strategy, spec=spec, field="cluster_along", value=strategy.cluster_along,
+                                allowed="None with cluster=1", fix="to_blocks(cluster=2, cluster_along=...)")
         return None
     if strategy.level != BLOCK:
         raise ScheduleError("clusters group blocks: cluster= belongs to to_blocks()", strategy=strategy, spec=spec,
                             field="cluster", value=C, fix="to_blocks(cluster=...)")
+    along = strategy.cluster_along
     if isinstance(spec, MatMul):
-        if C not in MATMUL_CLUSTER_SIZES or spec.m_dim not in [lp.dim for lp in loops]:
-            raise ScheduleError("a MatMul's clusters are pairs of block tiles of its m loop mapped to blocks",
+        dims = (spec.m_dim, spec.n_dim)
+        if along is not None and along not in dims:
+            raise ScheduleError("a MatMul's clusters run along its m dim (the blocks share B) or its n dim (they "
+                                "share A)", strategy=strategy, spec=spec, field="cluster_along", value=along,
+                                allowed=f"None (= {spec.m_dim!r}), {spec.m_dim!r}, {spec.n_dim!r}")
+        cdim = along or spec.m_dim
+        if C not in MATMUL_CLUSTER_SIZES or cdim not in [lp.dim for lp in loops]:
+            raise ScheduleError(f"a MatMul's clusters are {', '.join(map(str, MATMUL_CLUSTER_SIZES[1:]))} "
+                                f"block tiles of its {cdim} loop mapped to blocks",
                                 strategy=strategy, spec=spec, field="cluster", value=C,
                                 allowed=", ".join(map(str, MATMUL_CLUSTER_SIZES)),
-                                fix="tile(m=..., n=...) >> to_blocks(cluster=2)")
-        return spec.m_dim
+                                fix=f"tile(m=..., n=...) >> to_blocks(cluster=2{'' if along is None else ', cluster_along=' + repr(along)})")
+        return cdim
+    if along is not None:
+        raise ScheduleError("cluster_along names a MatMul's clustered dim; a split reduction's clusters run along "
+                            "the reduced dim", strategy=strategy, spec=spec, field="cluster_along", value=along,
+                            allowed="None", fix="drop cluster_along")
     if not across:
         raise ScheduleError("clusters group the block tiles of a MatMul's m loop, or of a reduced dim split "
                             "over blocks; this tile maps neither", strategy=strategy, spec=spec, field="cluster",
@@ -322,7 +342,7 @@ def _fix_for(have: Level, want: Level) -> str:
 
 
 def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1,
-              occupancy: int = 1, reverse: bool = False) -> to:
+              occupancy: int = 1, reverse: bool = False, cluster_along: str | None = None) -> to:
     """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse)::
 
         MatMul<kernel>(A:GL f16[256x512], B:GL f16[512x128], C:GL f16[256x128]) acc f32
@@ -342,12 +362,15 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
         for m0 in block(32), n0 in block(16) grouped(8)     # 512 blocks, one tile each
         for m0 in block(32), n0 in block(16) grouped(8) persistent   # 132 blocks, ~3.9 tiles each
 
-    ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks.  For a MatMul (C = 2) they
-    take C consecutive M tiles of one N tile: the B tile they share is loaded once, each block
+    ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks.  For a MatMul (C = 2 or 4)
+    they take C consecutive M tiles of one N tile: the B tile they share is loaded once, each block
     fetching 1/C of it with a TMA multicast into the shared memory of every block of the cluster
-    (for a reduction split over blocks, see below)::
+    (for a reduction split over blocks, see below).  ``cluster_along="n"`` (the MatMul's n dim)
+    clusters C consecutive N tiles of one M tile instead, which share their A tile — what a
+    short, wide problem wants, where every N tile re-reads the same few rows of A::
 
         for m0 in block(32) clusters(2), n0 in block(16)    # block pairs (m0, m0+1) share B
+        for m0 in block(1), n0 in block(128) clusters(4)    # cluster_along="n": 4 N tiles share A
 
     A ``Reduce`` whose reduced dim is tiled onto blocks becomes two launches: each block reduces
     its part into a workspace of partial results, and a second launch folds the parts::
@@ -384,7 +407,7 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
 
         for b0 in block(8), hk0 in block(16), g0 in block(1), q0 in block(32) reversed
     """
-    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy, reverse)
+    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy, reverse, cluster_along)
 
 
 def to_warps(*arrangement: int) -> to:

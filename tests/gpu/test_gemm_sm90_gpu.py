@@ -136,6 +136,31 @@ def test_random_shapes_persistent(seed):
     assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, bn)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes_clusters_along_n(seed):
+    """Clusters of 2 or 4 blocks on consecutive N tiles sharing their A tile
+    (``cluster_along="n"``), random shapes (a last cluster part past N), persistent or not."""
+    import random
+
+    rnd = random.Random(300 + seed)
+    M, N, K = rnd.randint(1, 700), rnd.randint(1, 1600), rnd.randint(1, 1200)
+    layout = rnd.choice(["RR", "RC"])
+    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", block_m=rnd.choice([64, 128]),
+                            block_n=rnd.choice([32, 64, 128]), stages=rnd.choice([2, 4, 6]), layout=layout,
+                            warp_specialized=True, persistent=rnd.choice([False, True]),
+                            cluster=rnd.choice([2, 4]), cluster_along="n")
+    k = fs.compile(sched, arch="sm_90a")
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    Barg = B.t().contiguous().t() if layout == "RC" else B
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, Barg, C)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    assert not torch.isnan(C).any(), (M, N, K, layout)
+    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, layout)
+
+
 def test_persistent_cluster_grid_is_resident_at_once():
     """The persistent cluster kernel launches sm_count / 2 clusters of two blocks: all of them
     must fit on the GPU at once, or the last ones would run as a second wave."""
@@ -155,6 +180,9 @@ def test_persistent_cluster_grid_is_resident_at_once():
     pytest.param(1, 4096, 4096, dict(), id="1x4096x4096-default"),
     pytest.param(16, 8192, 8192, dict(), id="16x8192x8192-default"),
     pytest.param(64, 4096, 4096, dict(), id="64x4096x4096-default"),
+    pytest.param(100, 4096, 4096, dict(), id="100x4096x4096-default"),
+    pytest.param(128, 2048, 1024, dict(), id="128x2048x1024-default"),
+    pytest.param(71, 1000, 777, dict(swap_ab=True, block_m=72, block_n=64, stages=12), id="71-one-row-past-A"),
     pytest.param(13, 1000, 999, dict(swap_ab=True, block_m=16, block_n=128, stages=6), id="odd-two-warpgroups"),
     pytest.param(40, 520, 264, dict(swap_ab=True, block_m=40, block_n=64, persistent=True), id="persistent"),
     pytest.param(33, 300, 700, dict(swap_ab=True, block_m=40, block_n=64, stream_k_parts=3), id="stream-k-odd"),
@@ -162,13 +190,13 @@ def test_persistent_cluster_grid_is_resident_at_once():
 ])
 @pytest.mark.parametrize("layout", ["RC", "RR"])
 def test_swapped_against_torch(M, N, K, kw, layout):
-    """Cᵀ = Bᵀ Aᵀ (swap_ab, the default for M <= 64) against torch, with a bias over C's columns
+    """Cᵀ = Bᵀ Aᵀ (swap_ab, the default for M <= 120 and 128) against torch, with a bias over C's columns
     (the recipe turns it down the accumulator's rows); a row-major B is the MN-major A of the
     swapped product (the _ss_tnspa records)."""
     from firesched import ops
 
     if layout == "RR" and not kw:
-        kw = dict(swap_ab=True, block_m=-(-M // 8) * 8, block_n=64, stages=12)
+        kw = fs.recipes.tiles.params_swapped(M, N, K)
     sched = fs.recipes.gemm(M, N, K, dtype="f16", arch="sm_90a", layout=layout,
                             epilogue_ops=(ops.bias("bias"), ops.relu()), **kw)
     assert "roles=('n', 'm', 'k')" in repr(sched.root.spec)
