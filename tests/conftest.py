@@ -1,4 +1,5 @@
-"""Shared pytest configuration: hypothesis profiles, the gpu marker, --update-golden."""
+"""Shared pytest configuration: hypothesis profiles, the gpu marker, --update-golden, and how many
+processes ``pytest`` runs the tests in (pytest-xdist's ``-n auto``, set in ``pyproject.toml``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one process per CPU on a machine without a GPU (the CPU suite is NVRTC
+    compiles and interpreter runs, which share nothing); 0 (the tests in this process) where a GPU
+    is present, so that the GPU tests' timings and memory are not shared between processes.
+    ``$FIRESCHED_TEST_WORKERS`` overrides both."""
+    env = os.environ.get("FIRESCHED_TEST_WORKERS")
+    if env:
+        return int(env)
+    return 0 if _gpu_reason() is None else (os.cpu_count() or 1)
 
 
 def _gpu_reason() -> str | None:

@@ -149,8 +149,8 @@ def test_gemm_variants_smoke_and_vary():
     assert b.parse_vary(["stages=6,8", "persistent=True,False"]) == {"stages": [6, 8], "persistent": [True, False]}
     with pytest.raises(SystemExit, match="FIELD"):
         b.parse_vary(["colour=1"])
-    labels = [label for label, _ in b.variants(127, 4096, 4096, {"stages": [6, 8]})]
-    assert labels == ["model", "stages=6"]          # the model's 64x64 ring is 8 deep already
+    labels = [label for label, _ in b.variants(127, 4096, 4096, {"stages": [6, 12]})]
+    assert labels == ["model", "stages=6"]          # the model's 64x64 pairs' ring is 12 deep already
 
 
 def test_fmha_variants_build_and_bad_fields_exit():

@@ -90,15 +90,15 @@ def params_sm90(M: int, N: int, K: int, *, batch: int = 1, sms: int = 132) -> di
     parts = mt * nt * batch * split
     # two or four block rows over many block columns: B is most of the traffic, and pairs of
     # blocks sharing each B tile by multicast measured 0.85 -> 0.99x cuBLAS at 256x16384x4096
-    cluster = 2 if mt in (2, 4) and nt >= 16 and bn % 128 == 0 and split == 1 else 1
+    cluster = 2 if mt in (2, 4) and nt >= 16 and bn % 128 == 0 and split == 1 and batch == 1 else 1
     # a partial last K tile (K not a multiple of 64) over an even number of block rows: pairs
     # measured 0.80 -> 0.92x at 1000^3 and 1-4 % faster at 4095x4097x1023, 3001x2999x1531 and
     # 2047x8191x4093; on whole K tiles pairs measured slower (1024x1024x256: 1.08 -> 0.77x)
-    if K % 64 and K >= 512 and mt % 2 == 0 and split == 1:
+    if K % 64 and K >= 512 and mt % 2 == 0 and split == 1 and batch == 1:
         cluster = 2
     # two 64 x 64 block rows (M = 121 .. 127, which stay unswapped: see ``swaps``): pairs sharing
     # B over a 12-deep ring, as cuBLAS runs it (127x4096x4096: 0.86-0.91 -> 0.94x)
-    if (bm, bn) == (64, 64) and mt == 2 and split == 1:
+    if (bm, bn) == (64, 64) and mt == 2 and split == 1 and batch == 1:
         cluster, stages = 2, 12
     return dict(atoms="sm90a", block_m=bm, block_n=bn, stages=stages, group_m=8 if M >= 4 * bm else 1,
                 split_k_blocks=split, warp_specialized=True, persistent=parts > sms, cluster=cluster)

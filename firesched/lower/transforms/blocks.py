@@ -290,7 +290,9 @@ def _clusters(loops, node, target, C: int, persistent: bool) -> BlockOrder:
     Mg = -(-Mt // C)
     G = max(1, -(-lm.group // C))
     tiles = Mg * Nt
-    clusters = min(tiles, target.sm_count * max(lp.occupancy for lp in loops) // C) if persistent else tiles
+    # a persistent grid: as many clusters as the SMs hold at once, at least one (a target with fewer
+    # SMs than a cluster has blocks still runs them, several blocks to an SM)
+    clusters = min(tiles, max(1, target.sm_count * max(lp.occupancy for lp in loops) // C)) if persistent else tiles
     iters = -(-tiles // clusters)
     blocks = clusters * C
     bid = ir.bid(0, blocks)
