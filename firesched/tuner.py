@@ -169,7 +169,10 @@ def _inputs(torch, sched, layout: str, sets: int, seed: int):
     spec = sched.spec
     gen = torch.Generator(device="cuda").manual_seed(seed)
     a_dt = tdt[spec.operand("A").tensor.dtype.name]
-    M, N, K = spec.m, spec.n, spec.k
+    # by C's dim names, not the MatMul's roles: a swapped schedule (Cᵀ = Bᵀ Aᵀ) has n in the m role
+    ext = {d: e for name in ("A", "B") for d, e in zip(spec.operand(name).tensor.dims,
+                                                         spec.operand(name).tensor.shape)}
+    M, N, K = ext["m"], ext["n"], ext["k"]
     out = []
     for _ in range(sets):
         a = torch.randn((M, K) if layout[0] == "R" else (K, M), device="cuda", generator=gen).to(a_dt)

@@ -43,6 +43,16 @@ def test_tune_times_stores_and_reads_back(cache):
     assert (time.perf_counter() - t0) / 100 < 1e-3       # a cached lookup under 1 ms
 
 
+@pytest.mark.parametrize("M, layout", [(1, "RR"), (16, "RC"), (100, "RR")])
+def test_tuning_a_short_m_whose_default_is_swapped(cache, M, layout):
+    """The default of a short M computes Cᵀ = Bᵀ Aᵀ, whose MatMul has n in the m role: the tuner's
+    inputs still take A as M x K and B as K x N (by C's dim names)."""
+    assert "roles" in repr(fs.recipes.gemm(M, 1024, 512, "f16", "sm_90a", layout=layout).root.spec)
+    res = fs.tune("gemm", M, 1024, 512, dtype="f16", arch="sm_90a", layout=layout, limit=4, rounds=3,
+                  progress=False)
+    assert not res.wrong and res.time_us > 0 and sum(c.status == "timed" for c in res.candidates) >= 2
+
+
 def test_second_process_reuses_the_entry_and_a_corrupt_one_is_retuned(cache):
     fs.tune("gemm", 256, 512, 512, dtype="bf16", arch="sm_90a", limit=4, rounds=3, progress=False)
     code = ("import firesched as fs; r = fs.tune('gemm', 256, 512, 512, dtype='bf16', arch='sm_90a', limit=4, "
