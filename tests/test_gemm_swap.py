@@ -66,6 +66,16 @@ def test_epilogues(epi):
     _run(24, 200, 160, epi=epi, swap_ab=True, block_m=24, block_n=64, stages=3)
 
 
+def test_extra_inputs_of_a_swapped_schedule():
+    """A residual has C's shape; a bias over C's columns has N elements (the recipe turned its axis
+    down the swapped accumulator's rows)."""
+    from firesched.testing.reference import extra_inputs
+
+    sched = fs.recipes.gemm(24, 200, 160, "f16", "sm_90a", swap_ab=True, block_m=24, block_n=64, stages=3,
+                            epilogue_ops=(ops.bias("bias"), ops.residual("residual")))
+    assert dict(extra_inputs(sched)) == {"bias": (200,), "residual": (24, 200)}
+
+
 def test_default_for_a_small_m():
     for M in (1, 16, 64, 65, 100, 120, 128):
         sched = fs.recipes.gemm(M, 4096, 4096, "f16", "sm_90a", layout="RC")

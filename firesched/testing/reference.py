@@ -187,6 +187,9 @@ def extra_inputs(schedule: Schedule) -> tuple:
         m, n = ext[out.dims[-2]], ext[out.dims[-1]]
     elif out.dims:
         n = ext[out.dims[-1]]
+    # a matrix extra (a residual) has C's shape; a swapped MatMul (Cᵀ = Bᵀ Aᵀ) has its m role on
+    # C's columns, and its vectors are along the roles (the recipe turned their axes)
+    matrix = (ext[out.dims[-2]], ext[out.dims[-1]]) if len(out.dims) >= 2 else (m, n)
     seen, res = set(), []
     for ops in list(pro.values()) + list(epi.values()) + [getattr(spec, "ops", ())]:
         for op in ops:
@@ -198,7 +201,7 @@ def extra_inputs(schedule: Schedule) -> tuple:
                     k = spec.k if isinstance(spec, MatMul) else 1
                     shape = (1 if not e.group else -(-k // e.group), n)
                 else:
-                    shape = {"vector_n": (n,), "vector_m": (m,), "matrix": (m, n)}[e.kind]
+                    shape = {"vector_n": (n,), "vector_m": (m,), "matrix": matrix}[e.kind]
                 res.append((e.name, shape))
     return tuple(res)
 
