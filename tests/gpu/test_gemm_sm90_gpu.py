@@ -88,6 +88,21 @@ def test_epilogues(name, mode):
     assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+def _check_against_torch(sched, M, N, K, layout):
+    """Compile ``sched``, run it on random fp16 A and B (B column-major for ``layout="RC"``) into
+    a NaN-filled C, and compare with torch in float64."""
+    k = fs.compile(sched, arch="sm_90a")
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    Barg = B.t().contiguous().t() if layout == "RC" else B
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, Barg, C)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    assert not torch.isnan(C).any(), (M, N, K, layout)
+    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, layout)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_random_shapes_clusters(seed):
     """Random shapes on clusters of two blocks (odd M-tile counts leave a block of the last
@@ -101,16 +116,7 @@ def test_random_shapes_clusters(seed):
                             block_n=rnd.choice([128, 256]), stages=rnd.choice([2, 3, 4]),
                             group_m=rnd.choice([1, 4, 8]), layout=layout, warp_specialized=True,
                             persistent=rnd.choice([False, True]), cluster=2)
-    k = fs.compile(sched, arch="sm_90a")
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    Barg = B.t().contiguous().t() if layout == "RC" else B
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    k(A, Barg, C)
-    torch.cuda.synchronize()
-    ref = A.double() @ B.double()
-    assert not torch.isnan(C).any(), (M, N, K, layout)
-    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, layout)
+    _check_against_torch(sched, M, N, K, layout)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -149,16 +155,7 @@ def test_random_shapes_clusters_along_n(seed):
                             block_n=rnd.choice([32, 64, 128]), stages=rnd.choice([2, 4, 6]), layout=layout,
                             warp_specialized=True, persistent=rnd.choice([False, True]),
                             cluster=rnd.choice([2, 4]), cluster_along="n")
-    k = fs.compile(sched, arch="sm_90a")
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    Barg = B.t().contiguous().t() if layout == "RC" else B
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    k(A, Barg, C)
-    torch.cuda.synchronize()
-    ref = A.double() @ B.double()
-    assert not torch.isnan(C).any(), (M, N, K, layout)
-    assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K, layout)
+    _check_against_torch(sched, M, N, K, layout)
 
 
 def test_persistent_cluster_grid_is_resident_at_once():
