@@ -289,6 +289,16 @@ def test_small_m_defaults():
     assert "split_k(2, across=block)" in str(fs.recipes.gemm(8, 4096, 14336, arch="sm_90a", layout="CR"))
     # 121 to 127 rows: 64-row wgmma tiles without the swap
     assert "roles" not in repr(fs.recipes.gemm(121, 4096, 4096, arch="sm_90a").root.spec)
+    # a column-major A above 16 rows: mma.sync tiles (the wgmma family reads A K-major), not an error
+    for layout in ("CR", "CC"):
+        text = str(fs.recipes.gemm(100, 4096, 4096, arch="sm_90a", layout=layout))
+        assert "mma_m16n8k16" in text and "wgmma" not in text
+    sched = fs.recipes.gemm(40, 72, 48, arch="sm_90a", layout="CR")
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((40, 48)), rng.standard_normal((48, 72))
+    C = fs.interpret(sched, A, B).astype(np.float64)
+    ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("M, N, K, want", [

@@ -231,7 +231,8 @@ def swaps(M: int) -> bool:
 
 def default_params(M: int, N: int, K: int, target, *, batch: int = 1, layout: str = "RR") -> dict:
     """What ``recipes.gemm`` takes when the caller names no tile parameter: on a target with
-    wgmma, ``params_swapped`` where ``swaps(M)`` with a row-major A (one GEMM), ``params_small_m``
+    wgmma, ``params_swapped`` where ``swaps(M)`` with a row-major A (one GEMM), ``params_sm80`` for
+    a column-major A above 16 rows, ``params_small_m``
     for other ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
     sms = target.sm_count
     if target.has_wgmma:
@@ -239,5 +240,8 @@ def default_params(M: int, N: int, K: int, target, *, batch: int = 1, layout: st
             return params_swapped(M, N, K, smem=target.smem_per_block_optin)
         if M <= 16:
             return params_small_m(M, N, K, batch=batch, sms=sms)
+        if layout[0] != "R":
+            # the wgmma family reads A K-major from its TMA boxes: a column-major A runs mma.sync
+            return params_sm80(M, N, K, batch=batch, sms=sms)
         return params_sm90(M, N, K, batch=batch, sms=sms)
     return params_sm80(M, N, K, batch=batch, sms=sms)
