@@ -783,7 +783,7 @@ def _space_sm90(M, N, K, tgt, dt, layout, batch):
                 # Cᵀ = Bᵀ Aᵀ: M on the wgmma's N side, the block tile's N on its rows; a ring as
                 # deep as shared memory holds (at most 12), and 8
                 sbm = min(256, -(-M // 8) * 8)
-                deepest = min(12, (tgt.smem_per_block_optin - 1024) // ((sbm + bn) * bk * eb))
+                deepest = tiles.swapped_stages(sbm, bn, bk, eb, tgt.smem_per_block_optin)
                 for st in sorted({deepest, min(8, deepest)}, reverse=True):
                     yield GemmParams(block_m=sbm, block_n=bn, block_k=bk, stages=st,
                                      group_m=1, atoms="sm90a", warp_specialized=True, persistent=False,

@@ -209,9 +209,16 @@ def params_swapped(M: int, N: int, K: int, *, smem: int = 232448) -> dict:
     0.98-1.15x (1.027); 128 columns, 8 stages and split-K over 2 or 4 blocks all measured slower.
     For 64 < M <= 128 see ``swaps``."""
     bm = min(256, -(-M // 8) * 8)
-    stages = max(2, min(12, (smem - 1024) // ((bm + 64) * 64 * 2)))
-    return dict(atoms="sm90a", swap_ab=True, block_m=bm, block_n=64, block_k=64, stages=stages,
+    return dict(atoms="sm90a", swap_ab=True, block_m=bm, block_n=64, block_k=64,
+                stages=swapped_stages(bm, 64, 64, 2, smem),
                 group_m=1, split_k_blocks=1, warp_specialized=True, persistent=False, cluster=1)
+
+
+def swapped_stages(bm: int, bn: int, bk: int, elem_bytes: int, smem: int) -> int:
+    """The deepest ring of ``bk``-wide K tiles of a swapped ``bm x bn`` block (no TMA-store
+    staging: its C is stored from registers) that ``smem`` bytes hold, less 1 KiB for barriers
+    and alignment; 2 to 12 stages."""
+    return max(2, min(12, (smem - 1024) // ((bm + bn) * bk * elem_bytes)))
 
 
 def swaps(M: int) -> bool:
@@ -224,8 +231,8 @@ def swaps(M: int) -> bool:
       0.96-1.01, 0.99, 0.88); M = 128: 0.98 against 0.89-0.95;
     * M from 121 to 127 stays unswapped (0.86-0.93 against 0.61-0.86);
     * a swapped tile whose last row alone lies outside A (M = 8j + 7) measured 0.61-0.73 for
-      reasons not understood; at M <= 120 that is still no worse than the unswapped tiles (71:
-      0.73 against 0.59, 103: 0.67 against 0.72), so the rule does not single it out."""
+      reasons not understood; at M <= 120 it stays swapped, better than the unswapped tiles at
+      71 (0.73 against 0.59) and slightly worse at 103 (0.67 against 0.72)."""
     return M <= 120 or M == 128
 
 
@@ -236,7 +243,7 @@ def default_params(M: int, N: int, K: int, target, *, batch: int = 1, layout: st
     for other ``M`` <= 16 and ``params_sm90`` above; else ``params_sm80``."""
     sms = target.sm_count
     if target.has_wgmma:
-        if M <= 128 and swaps(M) and layout[0] == "R" and batch == 1:
+        if swaps(M) and layout[0] == "R" and batch == 1:
             return params_swapped(M, N, K, smem=target.smem_per_block_optin)
         if M <= 16:
             return params_small_m(M, N, K, batch=batch, sms=sms)
