@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 
 import attrs
+import numpy as np
 
 from ..hardware.atoms.base import WGMMA, Atom
 from ..ir import nodes as ir_nodes
@@ -518,26 +519,39 @@ def inverse(tv):
 
 
 @functools.lru_cache(maxsize=None)
+def coord_table(tv) -> np.ndarray:
+    """(row, col) of every (thread, value) of the tile, int64 of shape [threads, values, 2]."""
+    rows = tv.tile[0]
+    idx = tv._table()
+    if rows == 1:
+        return np.stack([np.zeros_like(idx), idx], axis=-1)
+    return np.stack([idx % rows, idx // rows], axis=-1)
+
+
+@functools.lru_cache(maxsize=None)
 def coords(tv):
     """``coords(tv)[thread][value]`` = (row, col) of the tile."""
-    return tuple(tuple(tuple(int(x) for x in tv.coord(t, v)) for v in range(tv.num_values))
-                 for t in range(tv.num_threads))
+    return tuple(tuple((int(r), int(c)) for r, c in lane) for lane in coord_table(tv).tolist())
 
 
-def value_runs(tv) -> list[tuple[int, ...]]:
+@functools.lru_cache(maxsize=None)
+def value_runs(tv) -> tuple[tuple[int, ...], ...]:
     """Group a fragment's values into runs adjacent along the tile's columns (same for every lane),
     at most two long (a vector store of two elements)."""
+    tab = coord_table(tv)
+    # next_to[v] : value v sits one column right of value v - 1 in the same row, for every lane
+    step = tab[:, 1:] - tab[:, :-1]
+    next_to = np.all((step[..., 0] == 0) & (step[..., 1] == 1), axis=0)
     runs, cur = [], [0]
     for v in range(1, tv.num_values):
-        ok = all(tv.coord(t, v) == (tv.coord(t, v - 1)[0], tv.coord(t, v - 1)[1] + 1) for t in range(tv.num_threads))
-        if ok and len(cur) < 2:
+        if next_to[v - 1] and len(cur) < 2:
             cur.append(v)
         else:
             runs.append(tuple(cur))
             cur = [v]
     runs.append(tuple(cur))
-    return runs
+    return tuple(runs)
 
 
 __all__ = ["RFLayout", "ThreadLayout", "SmemLayout", "register_layouts", "thread_layouts", "plain_smem_layout", "matmul_operand_name",
-           "inverse", "coords", "value_runs", "SH"]
+           "inverse", "coords", "coord_table", "value_runs", "SH"]
