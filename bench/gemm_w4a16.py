@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import math
 import os
 import platform
@@ -58,15 +59,21 @@ def plain_bytes(q) -> np.ndarray:
     return fs.dtypes.pack(fs.dtypes.u4, np.ascontiguousarray(np.asarray(q).T))
 
 
+@functools.lru_cache(maxsize=2)
+def _weights(N: int, K: int, dt_name: str):
+    """Random weights of one shape, quantised and dequantised once for every row that times it."""
+    w = np.random.default_rng(N + K).standard_normal((K, N)).astype(np.float32) * 0.05
+    q, s, _ = quantize_int4(w, GROUP, signed=False, scale_dtype=dt_name)
+    return q, s, dequantize_int4(q, s.astype(np.float32), None, GROUP)
+
+
 def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
-    rng = np.random.default_rng(M + N + K)
-    w = rng.standard_normal((K, N)).astype(np.float32) * 0.05
-    q, s, _ = quantize_int4(w, GROUP, signed=False, scale_dtype=dt_name)
+    q, s, deq = _weights(N, K, dt_name)
     sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
     k = fs.compile(sched, arch="sm_90a")
     k.prepare(torch.cuda.current_device())
-    wdq = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, GROUP)).cuda()      # (K, N) f32
+    wdq = torch.from_numpy(deq).cuda()                                                    # (K, N) f32
     packed = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
     plain = torch.from_numpy(plain_bytes(q)).cuda()
     S = torch.from_numpy(np.asarray(s).astype(np.float32)).to(tdt).cuda()
@@ -222,6 +229,25 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
+def parse_params(text: str) -> list:
+    """The parameter records of ``--params``: each the repr of a ``W4A16Params`` or a
+    ``W4A16WgmmaParams`` (their reprs round-trip), ``;``-separated."""
+    from firesched.recipes.w4a16 import W4A16Params, W4A16WgmmaParams
+
+    names = {"W4A16Params": W4A16Params, "W4A16WgmmaParams": W4A16WgmmaParams}
+    out = []
+    for part in filter(None, (t.strip() for t in text.split(";"))):
+        head = part.split("(", 1)[0]
+        if head not in names or not part.endswith(")"):
+            raise SystemExit(f"--params: {part!r} is no W4A16Params(...) or W4A16WgmmaParams(...)")
+        kw = {}
+        for item in filter(None, (x.strip() for x in part[len(head) + 1:-1].split(","))):
+            key, _, val = item.partition("=")
+            kw[key.strip()] = int(val)
+        out.append(names[head](**kw))
+    return out
+
+
 def smoke() -> dict:
     """A small odd instance through the interpreter against the numpy reference."""
     M, N, K = 5, 72, 256
@@ -250,8 +276,12 @@ def main(argv=None) -> list:
     ap.add_argument("--sweep", action="store_true",
                     help="time the tile variants of sweep_candidates against cuBLAS instead (first dtype)")
     ap.add_argument("--deep", action="store_true", help="with --sweep: the plan's tiles at 4-16 stages and each K split")
+    ap.add_argument("--params", default="",
+                    help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
+                         "timed next to the plan at each shape")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
+    extra = parse_params(args.params)
     if args.smoke:
         row = smoke()
         print(row)
@@ -277,11 +307,16 @@ def main(argv=None) -> list:
     for nk in (int(x) for x in args.nk.split(",")):
         for M in (int(x) for x in args.m.split(",")):
             for dt in args.dtypes.split(","):
-                r = gpu_row(torch, M, nk, nk, dt, args.rounds)
-                rows.append(r)
-                print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
-                      f"{r['speedup_cublas']:8.2f} {r['speedup_torch']:7.1f} {r['weight_tbps']:5.2f} {r['registers']:4d}",
-                      flush=True)
+                for p in [None, *extra]:
+                    try:
+                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p)
+                    except fs.ScheduleError as e:
+                        print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
+                        continue
+                    rows.append(r)
+                    print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
+                          f"{r['speedup_cublas']:8.2f} {r['speedup_torch']:7.1f} {r['weight_tbps']:5.2f} "
+                          f"{r['registers']:4d} {r['spills']} {'plan' if p is None else r['params']}", flush=True)
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
                 torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
                 command=" ".join(sys.argv), timing="CUDA graphs of reps launches, interleaved, median of rounds")

@@ -1,6 +1,7 @@
 """Run ``recipes.gemm_w4a16`` kernels once each (odd M and N, every group size, signed and
 unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and the 4-byte word
-loads, a prefetched multi-step K tile), for compute-sanitizer:
+loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
+its A fragment), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -19,7 +20,7 @@ import numpy as np  # noqa: E402
 
 import firesched as fs  # noqa: E402
 from firesched.quant import quantize_int4  # noqa: E402
-from firesched.recipes.w4a16 import W4A16Params  # noqa: E402
+from firesched.recipes.w4a16 import W4A16Params, W4A16WgmmaParams  # noqa: E402
 
 CASES = [  # M, N, K, group_size, signed, dtype, params
     (1, 1000, 4096, 128, False, "f16", None), (17, 72, 96, 32, True, "bf16", None),
@@ -27,6 +28,9 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (20, 40, 640, 64, False, "f16", W4A16Params(block_m=32, block_n=32, block_k=64, warps_m=2, warps_n=2,
                                                 warp_k=32, stages=3)),
     (9, 264, 1024, 32, False, "f16", "zero_point"), (3, 72, 512, 128, True, "bf16", "zero_point"),
+    (100, 200, 1024, 64, False, "f16", W4A16WgmmaParams(block_m=104, block_n=128, block_k=64, stages=3)),
+    (300, 520, 2048, 128, True, "bf16", W4A16WgmmaParams(block_m=128, block_n=192, block_k=128, stages=4)),
+    (9, 264, 1024, None, False, "f16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=128, stages=2, split_k=2)),
 ]
 
 

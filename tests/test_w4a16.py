@@ -20,13 +20,22 @@ from hypothesis import strategies as st
 import firesched as fs
 from firesched import ops
 from firesched.errors import ScheduleError
+from firesched.hardware.atoms import catalog, sm80, sm90a
 from firesched.hardware.atoms import convert as cv
-from firesched.hardware.atoms import sm80
 from firesched.lower.layouts import coords
 from firesched.lower.synthesis import packing_for
 from firesched.packing import Packing
 from firesched.quant import dequantize_int4, pack_int4, quantize_int4, unpack_int4
-from firesched.recipes.w4a16 import W4A16Params, gemm_w4a16, pack_weights, plan, w4a16_spec, weight_packing
+from firesched.recipes.w4a16 import (
+    W4A16Params,
+    W4A16WgmmaParams,
+    gemm_w4a16,
+    pack_weights,
+    plan,
+    w4a16_spec,
+    weight_packing,
+    wgmma_spec,
+)
 from firesched.strategies import (
     done,
     move_to_regs,
@@ -36,6 +45,7 @@ from firesched.strategies import (
     split_k,
     tile,
     to_blocks,
+    to_warpgroups,
     to_warps,
 )
 from firesched.tensor import BLOCK
@@ -244,7 +254,8 @@ def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, "sm_90a")
     assert k.spills == 0
-    assert "lop3.b32" in k.source and "mma.sync" in k.source
+    # M above 32 runs on wgmma on sm_90a (the weights dequantised into its A fragment)
+    assert "lop3.b32" in k.source and ("wgmma.mma_async" if M > 32 else "mma.sync") in k.source
 
 
 # --------------------------------------------------------------------------- errors
@@ -494,3 +505,154 @@ def test_swizzle_for_words_finds_the_conflicts_auto_leaves():
     sw = swizzle_for_words(mma, "b", 2, 64, 128, 4)
     assert sw != Swizzle(0, 0, 0)
     assert wavefronts([sw(r * 128 + k) // 2 for r, k in reads], 8) == 2
+
+
+# --------------------------------------------------------------------------- the sm_90a wgmma family
+
+WGMMA_SHAPES = [(5, 72, 256, 32), (40, 200, 352, 32), (70, 130, 256, 64), (9, 128, 512, None)]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("M,N,K,gs", WGMMA_SHAPES)
+def test_wgmma_family_matches_the_reference(M, N, K, gs, signed, dtype):
+    """Cᵀ = dequant(B)ᵀ Aᵀ on wgmma, the weights dequantised by 128 threads into the _rs A
+    fragment: weight tiles past N, activation tiles past M, whole-column scales."""
+    p = W4A16WgmmaParams(block_m=min(256, -(-M // 8) * 8), block_n=128 if N > 64 else 64,
+                         block_k=64 if K % 64 == 0 else 32, stages=3)
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a", params=p)
+    q, s, _ = _weights(K, N, gs, signed, dtype, seed=M + N)
+    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_90a").astype(np.float64)
+    want = w4a16_reference(a, q, s, None, gs)
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    assert np.abs(got - want).max() <= tol * (1 + np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_wgmma_dequantised_weights_are_bit_exact(dtype, zero_point):
+    """One-hot activation rows: C holds the weights exactly as the A fragment registers held
+    them, the f16/bf16 rounding of (code - zero) * scale."""
+    K, N, gs = 128, 72, 32
+    q, s, z = quantize_int4(np.random.default_rng(5).standard_normal((K, N)) + (1.0 if zero_point else 0), gs,
+                            signed=False, zero_point=zero_point, scale_dtype=dtype)
+    sched = gemm_w4a16(K, N, K, group_size=gs, dtype=dtype, zero_point=zero_point, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=64, block_n=64, block_k=64, stages=2))
+    extra = (z.astype(np.float64),) if zero_point else ()
+    got = fs.interpret(sched, np.eye(K, dtype=np.float32), q.astype(np.float64), s.astype(np.float32), *extra,
+                       target="sm_90a")
+    g = np.arange(K) // gs
+    zero = np.asarray(z).astype(np.int64)[g] if zero_point else 8
+    exact = ((np.asarray(q).astype(np.int64) - zero) * s.astype(np.float64)[g]).astype(NP[dtype])
+    assert np.array_equal(got.astype(NP[dtype]).view(np.uint16), exact.view(np.uint16))
+
+
+def test_wgmma_family_splits_k_and_loads_sixteen_bytes():
+    p = W4A16WgmmaParams(block_m=16, block_n=64, block_k=128, stages=2, split_k=2)
+    sched = gemm_w4a16(9, 100, 1024, group_size=128, arch="sm_90a", params=p)
+    src = fs.compile(sched, "sm_90a").source
+    assert "ld.shared.v4.b32" in src and "wgmma.mma_async" in src and "lop3.b32" in src
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_wgmma_split_k_sums_every_row_of_a_transposed_product():
+    """The parts' sum walks C (M x N) in storage order, not the product's roles (N x M): with
+    M > N, rows past N were once left unsummed."""
+    sched = gemm_w4a16(100, 64, 512, group_size=32, signed=True, dtype="bf16", zero_point=True, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=128, block_n=64, block_k=32, stages=4, split_k=2))
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
+    """The wgmma reads its A registers until retired, and the next K tile's dequantisation writes
+    them: the K loop waits for the tile's group (wait_group 0), and the interpreter reports the
+    hazard when that wait is weakened to keep one group in flight."""
+    from firesched import ir
+    from firesched.errors import HazardError
+    from firesched.simulate import run_program
+
+    M, N, K = 24, 64, 256
+    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2))
+    prog = sched.lower("sm_90a")
+    k = prog.kernels[0]
+
+    def weaken(s):
+        import attrs as _attrs
+
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(weaken(c) for c in s.body))
+        if isinstance(s, ir.For):
+            return _attrs.evolve(s, body=weaken(s.body))
+        if isinstance(s, ir.If):
+            return _attrs.evolve(s, then=weaken(s.then))
+        if isinstance(s, ir.AtomCall) and s.atom.name.startswith("wgmma_wait"):
+            return _attrs.evolve(s, atom=catalog.with_immediates(sm90a.wgmma_wait, n=1))
+        return s
+
+    import attrs as _attrs
+
+    q, s, _ = _weights(K, N, 64, False, "f16")
+    pk = sched.spec.operand("B").tensor.packing
+    feed = {"A": np.random.default_rng(1).standard_normal((M, K)), "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1),
+            "S": np.asarray(s, np.float64)}
+    bad = _attrs.evolve(prog, kernels=(_attrs.evolve(k, body=weaken(k.body)),) + prog.kernels[1:])
+    assert bad != prog
+    run_program(prog, dict(feed))
+    with pytest.raises(HazardError, match="wgmma"):
+        run_program(bad, dict(feed))
+
+
+def test_wgmma_family_errors():
+    with pytest.raises(ValueError, match="block_m"):
+        W4A16WgmmaParams(block_m=12)
+    with pytest.raises(ValueError, match="block_n"):
+        W4A16WgmmaParams(block_n=96)
+    with pytest.raises(ValueError, match="block_k"):
+        W4A16WgmmaParams(block_k=48)
+    with pytest.raises(ScheduleError, match="wgmma"):
+        gemm_w4a16(16, 128, 256, arch="sm_80", params=W4A16WgmmaParams(block_m=16))
+    # a warpgroup loads register fragments only by dequantising codes
+    spec = fs.spec.MatMul.kernel(64, 64, 64, a="f16", b="f16", c="f16", layout="RC")
+    with pytest.raises(ScheduleError, match="warpgroup"):
+        spec.schedule(tile(m=64, n=64) >> to_blocks(), tile(k=64), move_to_smem("A"), move_to_smem("B"),
+                      tile(m=64) >> to_warpgroups(), move_to_regs("A"))
+
+
+@st.composite
+def wgmma_chains(draw):
+    M = draw(st.integers(1, 90))
+    N = draw(st.integers(1, 140))
+    K = 32 * draw(st.integers(1, 10))
+    gs = draw(st.sampled_from([32, 64, 128, None]))
+    signed = draw(st.booleans())
+    dtype = draw(st.sampled_from(["f16", "bf16"]))
+    bm = draw(st.sampled_from([8, 16, 24, 40]))
+    bn = draw(st.sampled_from([64, 128]))
+    bk = draw(st.sampled_from([32, 64, 128]))
+    stages = draw(st.sampled_from([1, 2, 3]))
+    words = draw(st.sampled_from([1, 2, 4]))
+    split = draw(st.sampled_from([1, 1, 2]))
+    atom = sm90a.wgmma_atom(bm, dtype, a_in_registers=True)
+    spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=bm, words=words)
+    chain = [split_k(split, across=BLOCK)] if split > 1 else []
+    chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("B"), move_to_smem("A")]
+    chain += [pipeline(stages=stages)] if stages > 1 else []
+    chain += [tile(n=64) >> to_warpgroups(), move_to_regs("B"),
+              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)), tile(k=16) >> done(atom)]
+    return spec, chain
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wgmma_chains())
+def test_hand_written_wgmma_chains_are_refused_or_right(case):
+    """A user's own chain over the wgmma spec (any tile sizes, packings of 1, 2 or 4 words a load
+    that may not divide the K tile, no pipeline): refused at check(), or right."""
+    spec, chain = case
+    try:
+        sched = spec.schedule(*chain)
+        sched.check("sm_90a")
+    except ScheduleError:
+        return
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -19,9 +19,22 @@ a prologue op adds::
     prologue("B", ops.group_scale("S", group_size, zero=8))   # dequantised and scaled in registers
     tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
 
+On sm_90a, M above 32 runs on wgmma instead (``W4A16WgmmaParams``, ``plan_wgmma``): the product
+is computed transposed, ``Cᵀ = dequant(B)ᵀ Aᵀ``, so that the dequantised weights are the wgmma's A
+operand, which it reads from registers, and the activations its B, read from shared memory::
+
+    tile(m=BM, n=BN) >> to_blocks()                # BM activation rows x BN weight columns
+    tile(k=BK)
+    move_to_smem("B", swizzle), move_to_smem("A")  # cp.async: codes, and 128-byte swizzled activations
+    pipeline(stages=S)
+    tile(n=64) >> to_warpgroups()                  # 64 weight columns: the wgmma's 64 rows
+    move_to_regs("B")                              # 128 threads dequantise into the _rs A fragment
+    prologue("B", ops.group_scale("S", group_size, zero=8))
+    tile(k=16) >> done(wgmma_m64n<BM>k16_rs)
+
 B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
 and *packed*: inside each block of 32 k of a column (64 or 128 k where a lane loads two or four
-words at once) the codes are in the order the MMA's B fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
+words at once) the codes are in the order the MMA's fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
 convert atom's value order).  ``pack_weights`` produces that from ``quant.quantize_int4``'s codes.
 The scales are ``(ceil(K / group_size), N)`` in the activations' type (and so are the zero points
 with ``zero_point=True``); the K loop's ring stages each tile's rows of them in shared memory.
@@ -33,9 +46,10 @@ import attrs
 import numpy as np
 
 from .. import ops as fops
+from ..dtypes import dtype as fs_dtype
 from ..errors import ScheduleError
 from ..hardware.atoms import convert as cv
-from ..hardware.atoms import sm80
+from ..hardware.atoms import sm80, sm90a
 from ..hardware.target import target as get_target
 from ..lower.synthesis import packing_for, swizzle_for_words
 from ..packing import Packing
@@ -51,9 +65,10 @@ from ..strategies import (
     split_k,
     tile,
     to_blocks,
+    to_warpgroups,
     to_warps,
 )
-from ..tensor import BLOCK
+from ..tensor import BLOCK, GL, KERNEL, Tensor, Tile
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 #: K elements of one packed block (a 16-byte chunk of a column): K must be a multiple
@@ -96,7 +111,48 @@ class W4A16Params:
                              f"{PACK_K} (a word of codes covers {PACK_K} k), warp_k dividing block_k")
 
 
-def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
+@attrs.frozen
+class W4A16WgmmaParams:
+    """The tiles of the sm_90a W4A16 schedule, which computes ``Cᵀ = dequant(B)ᵀ Aᵀ`` on wgmma:
+    the dequantised weights are the wgmma's A operand, from registers (``_rs``), and the
+    activations its B operand, from shared memory (module docstring, ``gemm_w4a16``).
+
+    * ``block_m``: activation rows a block (the wgmma's N: a multiple of 8 up to 256);
+    * ``block_n``: weight columns a block, 64 per consumer warpgroup (64, 128, 192);
+    * ``block_k``: K a stage (a multiple of 32, a 16-byte load of codes per lane at 128);
+    * ``stages``: K tiles in flight (the cp.async ring; it also stages the group scales);
+    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch);
+    * ``occupancy``: blocks resident on an SM at once (``to_blocks(occupancy=...)``: the register
+      budget ptxas gets), so one block's dequantisation runs under another's wgmma.
+
+    A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
+    next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is
+    retired); the overlap is between warpgroups and blocks.
+    """
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    stages: int = 4
+    split_k: int = 1
+    occupancy: int = 1
+
+    def __attrs_post_init__(self):
+        for f in attrs.fields(type(self)):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"W4A16WgmmaParams: {f.name} must be a positive int, got {v!r}")
+        if self.block_m % 8 or self.block_m > 256:
+            raise ValueError(f"W4A16WgmmaParams: block_m={self.block_m} is the wgmma's N: a multiple of 8 up to 256")
+        if self.block_n % 64 or self.block_n > 192:
+            raise ValueError(f"W4A16WgmmaParams: block_n={self.block_n} is 64 weight columns per consumer "
+                             f"warpgroup: 64, 128 or 192")
+        if self.block_k % PACK_K:
+            raise ValueError(f"W4A16WgmmaParams: block_k={self.block_k} must be a multiple of {PACK_K} (a word of "
+                             f"codes covers {PACK_K} k)")
+
+
+def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A16Params | W4A16WgmmaParams:
     """The tiles for a shape, from a sweep on an H100 (``bench/gemm_w4a16.py --sweep``,
     bench/README.md).  Every warp holds all of its block's rows where it can, so a weight is
     dequantised once per block, not once per warp row:
@@ -114,7 +170,13 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
       about 0.35-0.45x cuBLAS's wgmma on fp16 weights.
 
     K is split over blocks (``split_k``, a second launch adds the f32 parts) until the grid holds
-    one to two blocks an SM while each part keeps at least 4 K tiles."""
+    one to two blocks an SM while each part keeps at least 4 K tiles.
+
+    With ``wgmma`` (an sm_90a target), M above 32 takes the wgmma family instead
+    (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
+    N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.62x at M = 1024 (bench/README.md)."""
+    if wgmma and M > 32:
+        return plan_wgmma(M, N, K, sms=sms)
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
     elif M <= 32:
@@ -132,6 +194,29 @@ def plan(M: int, N: int, K: int, *, sms: int = 132) -> W4A16Params:
         split *= 2
     return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
                        stages=st, split_k=split)
+
+
+def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
+    """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md):
+
+    * 128 weight columns a block (two consumer warpgroups) and 128 k a stage: a 16-byte load of
+      codes a lane, and half as many ring hand-overs as 64 k (0.53 -> 0.63x cuBLAS at 4096^3);
+    * activation rows (the wgmma's N): 64 up to M = 256 (more blocks: 0.79 against 0.51x at M =
+      256, N = K = 4096), 128 up to 2048, 192 from there (0.58 -> 0.61x at M = 4096), M rounded up
+      to 8 where smaller; a ring of 4, 3 and 2 stages as the activation tile grows;
+    * K split over blocks until the grid holds about an SM's worth of blocks, each part keeping
+      at least 4 K tiles (split 4 at M = 64, N = K = 4096: 1.31x; split 2 at N = K = 8192: 1.64x).
+    """
+    bm = 64 if M <= 256 else (128 if M < 2048 else 192)
+    bm = min(bm, -(-M // 8) * 8)
+    stages = {64: 4, 128: 3, 192: 2}.get(bm, 4)
+    bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
+    tiles = -(-M // bm) * -(-N // 128)
+    split = 1
+    while (tiles * split < 0.9 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0
+           and K % (split * 2) == 0):
+        split *= 2
+    return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=stages, split_k=split)
 
 
 def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:
@@ -185,10 +270,12 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         raise ValueError(f"gemm_w4a16: K={K} must be a multiple of {PACK_K}: the weights are packed in blocks of "
                          f"{PACK_K} k (pad K with zero activations and zero-point codes)")
     tgt = get_target(arch)
-    p = params if params is not None else plan(M, N, K, sms=tgt.sm_count)
+    p = params if params is not None else plan(M, N, K, sms=tgt.sm_count, wgmma=tgt.has_wgmma)
+    if isinstance(p, W4A16WgmmaParams):
+        return _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p, check)
     if not isinstance(p, W4A16Params):
-        raise ScheduleError("params is a W4A16Params", field="params", value=p,
-                            fix="fs.recipes.W4A16Params(block_m=16, block_n=128, block_k=128)")
+        raise ScheduleError("params is a W4A16Params (mma.sync) or a W4A16WgmmaParams (sm_90a)", field="params",
+                            value=p, fix="fs.recipes.W4A16Params(block_m=16, block_n=128, block_k=128)")
     words = load_words(K, p)
     spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed, words=words)
     # the codes' shared tile is swizzled for the word loads that read it (derived, not chosen)
@@ -202,9 +289,65 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
         tile(k=p.warp_k),
         move_to_regs("A"), move_to_regs("B"),
-        prologue("B", fops.group_scale("S", group_size, zeros="Z") if zero_point else
-                 fops.group_scale("S", group_size, zero=0 if signed else 8)),
+        prologue("B", _group_scale(group_size, signed, zero_point)),
         tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
+    ]
+    sched = spec.schedule(*chain)
+    if check:
+        sched.check(tgt)
+    return sched
+
+
+def _group_scale(group_size, signed: bool, zero_point: bool):
+    return fops.group_scale("S", group_size, zeros="Z") if zero_point else \
+        fops.group_scale("S", group_size, zero=0 if signed else 8)
+
+
+def wgmma_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, block_m: int = 128,
+               words: int = 2) -> MatMul:
+    """The spec of the sm_90a schedule, ``Cᵀ = dequant(B)ᵀ Aᵀ``: the weights B ``(K, N)``, stored
+    ``(N, K)`` K-contiguous and packed for the ``m64n<block_m>k16`` wgmma's A fragment in registers
+    (``words`` words a load), play the MatMul's A role over rows ``n``; the activations A ``(M,
+    K)`` row-major its K-major B; C ``(M, N)`` row-major.  Its inputs are (B, A) in that order."""
+    atom = sm90a.wgmma_atom(block_m, dtype, a_in_registers=True)
+    pk = packing_for(atom, "a", getattr(cv, f"dequant_{'i4' if signed else 'u4z8'}_{dtype}"), words)
+    dt = fs_dtype(dtype)
+    tb = Tensor("B", fs_dtype("i4" if signed else "u4"), GL, ("k", "n"), (K, N), "k", packing=pk)
+    ta = Tensor("A", dt, GL, ("m", "k"), (M, K), "k")
+    tc = Tensor("C", dt, GL, ("m", "n"), (M, N), "n")
+    return MatMul(Tile(tb, tb.shape), Tile(ta, ta.shape), Tile(tc, tc.shape), KERNEL, "f32", roles=("n", "m", "k"))
+
+
+def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4A16WgmmaParams, check):
+    """``gemm_w4a16`` with ``W4A16WgmmaParams``: the weights are the wgmma's A, dequantised into its
+    register fragment by each consumer warpgroup; the activations its B from shared memory::
+
+        tile(m=BM, n=BN) >> to_blocks()            BM activation rows x BN weight columns of C
+        tile(k=BK)
+        move_to_smem("B", swizzle), move_to_smem("A")   cp.async: packed codes, 128-byte swizzled rows
+        pipeline(stages=S)                         the ring also stages each tile's group scales
+        tile(n=64) >> to_warpgroups()              64 weight columns per warpgroup: the wgmma's 64 rows
+        move_to_regs("B")                          a 128-thread dequantising move into the _rs A fragment,
+        prologue("B", ops.group_scale(...))        scaled by the group's scale
+        tile(k=16) >> done(wgmma m64 n<BM> k16 _rs)
+    """
+    if not tgt.has_wgmma:
+        raise ScheduleError(f"W4A16WgmmaParams schedule wgmma, which {tgt.name} does not have", field="params",
+                            value=p, allowed="W4A16Params on targets before sm_90a",
+                            fix="arch='sm_90a', or params=W4A16Params(...)")
+    words = next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and p.block_k % (w * PACK_K) == 0)
+    spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=p.block_m, words=words)
+    atom = sm90a.wgmma_atom(p.block_m, dtype, a_in_registers=True)
+    sw = swizzle_for_words(atom, "a", words, p.block_n, p.block_k, 4)
+    chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain += [
+        tile(m=p.block_m, n=p.block_n) >> to_blocks(occupancy=p.occupancy),
+        tile(k=p.block_k),
+        move_to_smem("B", swizzle=sw), move_to_smem("A"),
+        pipeline(stages=p.stages),
+        tile(n=64) >> to_warpgroups(),
+        move_to_regs("B"), prologue("B", _group_scale(group_size, signed, zero_point)),
+        tile(k=16) >> done(atom),
     ]
     sched = spec.schedule(*chain)
     if check:
@@ -224,5 +367,5 @@ def pack_weights(codes, schedule_or_packing) -> np.ndarray:
     return pack_int4(codes, pk)
 
 
-__all__ = ["gemm_w4a16", "W4A16Params", "plan", "w4a16_spec", "weight_packing", "load_words", "pack_weights",
+__all__ = ["gemm_w4a16", "W4A16Params", "W4A16WgmmaParams", "wgmma_spec", "plan", "plan_wgmma", "w4a16_spec", "weight_packing", "load_words", "pack_weights",
            "PACK_K"]

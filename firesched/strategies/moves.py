@@ -22,7 +22,7 @@ from ..hardware.atoms.base import Atom
 from ..layout import Swizzle
 from ..schedule import Node
 from ..spec import Fused, Move
-from ..tensor import BLOCK, GL, RF, SH, WARP, Tile
+from ..tensor import BLOCK, GL, RF, SH, WARP, WARPGROUP, Tile
 from .base import Strategy, with_operand_in_parts
 
 _NO_SWIZZLE = Swizzle(0, 0, 0)
@@ -223,9 +223,18 @@ class move_to_regs(Strategy):
             raise ScheduleError(f"{t.name}'s register accumulator is created by tile({red}=...)",
                                 strategy=self, spec=spec, field="operand", value=self.operand,
                                 allowed=", ".join(repr(n) for n in _names(spec.inputs)))
-        if spec.level not in (WARP, BLOCK):
+        if spec.level == WARPGROUP and t.dtype.name not in QUANTISED:
+            # a warpgroup's wgmma reads a float A fragment that other instructions wrote (an
+            # accumulator); only the dequantising move fills one from shared memory
+            raise ScheduleError(f"{t.name} is {t.dtype}: a warpgroup loads register fragments only by "
+                                f"dequantising int4 codes (wgmma reads float operands from shared memory)",
+                                strategy=self, spec=spec, field="level", value=str(spec.level),
+                                allowed="warp, block (any operand); warpgroup (u4, i4 operands)",
+                                fix="let the wgmma read it from shared memory (no move_to_regs), or "
+                                    "tile(...) >> to_warps() for mma.sync")
+        if spec.level not in (WARP, BLOCK, WARPGROUP):
             raise ScheduleError("register fragments are loaded by warps", strategy=self, spec=spec,
-                                field="level", value=str(spec.level), allowed="warp, block",
+                                field="level", value=str(spec.level), allowed="warp, block, warpgroup",
                                 fix="apply move_to_regs after tile(...) >> to_warps()")
         if t.memory != SH:
             raise ScheduleError(f"operand {t.name} is in {t.memory}; fragments are loaded from shared "

@@ -191,7 +191,9 @@ def extra_inputs(schedule: Schedule) -> tuple:
     # C's columns, and its vectors are along the roles (the recipe turned their axes)
     matrix = (ext[out.dims[-2]], ext[out.dims[-1]]) if len(out.dims) >= 2 else (m, n)
     seen, res = set(), []
-    for ops in list(pro.values()) + list(epi.values()) + [getattr(spec, "ops", ())]:
+    owners = [(name, ops) for name, ops in pro.items()] + [(None, ops) for ops in epi.values()] + \
+        [(None, getattr(spec, "ops", ()))]
+    for owner, ops in owners:
         for op in ops:
             for e in op.extras():
                 if e.name in seen:
@@ -199,7 +201,13 @@ def extra_inputs(schedule: Schedule) -> tuple:
                 seen.add(e.name)
                 if e.kind == "groups":
                     k = spec.k if isinstance(spec, MatMul) else 1
-                    shape = (1 if not e.group else -(-k // e.group), n)
+                    # one row per group of k, one column per element of the operand's other dim
+                    # (the weights' columns, whichever MatMul role the weights play)
+                    cols = n
+                    if owner is not None and isinstance(spec, MatMul):
+                        t = spec.operand(owner).tensor
+                        cols = next((t.extent(d) for d in t.dims if d != spec.k_dim), n)
+                    shape = (1 if not e.group else -(-k // e.group), cols)
                 else:
                     shape = {"vector_n": (n,), "vector_m": (m,), "matrix": matrix}[e.kind]
                 res.append((e.name, shape))

@@ -12,7 +12,7 @@ import pytest
 
 import firesched as fs
 from firesched.quant import dequantize_int4, quantize_int4
-from firesched.recipes.w4a16 import W4A16Params
+from firesched.recipes.w4a16 import W4A16Params, W4A16WgmmaParams
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -87,6 +87,44 @@ def test_random_tiles():
         try:
             _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
                  dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i)
+        except fs.ScheduleError:
+            continue
+        ran += 1
+    assert ran >= 15
+
+
+# --------------------------------------------------------------------------- the wgmma family
+
+WG = W4A16WgmmaParams
+
+
+@pytest.mark.parametrize("M", [1, 17, 64, 130, 300])
+@pytest.mark.parametrize("N,K", [(64, 64), (200, 1024), (1000, 4096)])
+def test_wgmma_shapes(M, N, K):
+    """Weight tiles past N, activation tiles past M, and K of one or many tiles."""
+    _run(M, N, K, group_size=64, params=WG(block_m=min(256, -(-M // 8) * 8), block_n=128, block_k=64, stages=3))
+
+
+@pytest.mark.parametrize("group_size", [32, 128, None])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_wgmma_groups_signs_dtypes(group_size, signed, dtype, zero_point):
+    _run(100, 520, 2048, group_size=group_size, signed=signed, dtype=dtype, zero_point=zero_point,
+         params=WG(block_m=104, block_n=192, block_k=128, stages=3))
+
+
+def test_wgmma_random_tiles():
+    rnd = random.Random(11)
+    ran = 0
+    for i in range(30):
+        p = WG(block_m=rnd.choice([8, 16, 40, 64, 128, 192]), block_n=rnd.choice([64, 128, 192]),
+               block_k=rnd.choice([32, 64, 128, 256]), stages=rnd.choice([2, 3, 4, 6]),
+               split_k=rnd.choice([1, 1, 2]), occupancy=rnd.choice([1, 1, 2]))
+        M, N, K = rnd.choice([1, 9, 64, 100, 257]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
+        try:
+            _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
+                 dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i, zero_point=rnd.random() < 0.3)
         except fs.ScheduleError:
             continue
         ran += 1

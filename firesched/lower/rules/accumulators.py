@@ -34,7 +34,7 @@ from ...schedule import Node
 from ...spec import Init, Move, Reduce
 from ...tensor import GL, SH
 from ..context import err, key
-from ..layouts import RFLayout, ThreadLayout, value_runs
+from ..layouts import RFLayout, ThreadLayout, coord_table, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset, sh_offset, shared_buffer
 from .stream_fixup import fixup, starts_tile
@@ -176,7 +176,7 @@ def _repeat(tv) -> tuple[int, int, int] | None:
     coordinates shift by the same amount for every thread (wgmma's 64xN accumulator repeats an
     8-column block N/8 times); None otherwise."""
     nv, nt = tv.num_values, tv.num_threads
-    table = np.array([[tv.coord(t, v) for v in range(nv)] for t in range(nt)])
+    table = coord_table(tv)
     for block in range(2, nv // 2 + 1):
         if nv % block:
             continue
@@ -337,10 +337,11 @@ def load_extra_raw(lw, ctx, a, p, row, col, glim, xr, off) -> list:
                         comment=f"{a.name} for the epilogue") for j, (o, pred) in enumerate(offs)]
 
 
-def store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim) -> list:
+def store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim, axes=None) -> list:
     """Convert ``p`` f32 registers to ``out_dt`` and store them at ``goff`` (one vector store when
-    the row length keeps it aligned), predicated against the limits."""
-    rdim, cdim = lw.pb.out_axes()
+    the row length keeps it aligned), predicated against the limits of ``axes`` (row dim, column
+    dim; the output's epilogue axes by default)."""
+    rdim, cdim = axes or lw.pb.out_axes()
     n_lim = glim[cdim]
     aligned = isinstance(n_lim, int) and n_lim % p == 0 and gbuf.shape[-1] % p == 0
     outr = lw.kb.reg(f"out_{out_dt.name}", out_dt, p)

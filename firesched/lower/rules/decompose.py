@@ -26,7 +26,7 @@ from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
 from ...ir.expr import IntExpr, Var, bounds, floordiv, maximum, minimum
 from ...schedule import Loop, Node
-from ...spec import Fused, MatMul
+from ...spec import Fused, MatMul, Move
 from ...tensor import GL, RF, SH, WARPGROUP
 from ..context import err, frames, key
 from ..layouts import ThreadLayout
@@ -89,7 +89,21 @@ def body(lw: Lowerer, node: Node, ctx) -> list:
             for t in writes:
                 touched[t] = True
         out += lw.lower(c, ctx)
+        if ctx.async_mma and _fills_wgmma_registers(c, node):
+            # the move wrote registers a wgmma of this body reads as A: a wgmma may use them only
+            # after a fence (the pipeline retires the group before the next step writes them)
+            out.append(ir.AtomCall(sm90a.wgmma_fence, (), comment=f"{c.spec.dst.name}'s fragment is ready"))
     return out
+
+
+def _fills_wgmma_registers(c: Node, node: Node) -> bool:
+    """Whether ``c`` is a move into registers that a wgmma in ``node``'s body reads as A."""
+    spec = c.spec
+    if not isinstance(spec, Move) or spec.dst.memory != RF:
+        return False
+    k = spec.dst.tensor
+    return any(n.atom is not None and n.atom.family == WGMMA and isinstance(n.spec, MatMul) and n.spec.a.tensor == k
+               for sib in node.body if sib is not c for n in sib.walk())
 
 
 def shared_accesses(node: Node) -> tuple[set, set]:

@@ -1,6 +1,7 @@
 """``Move SH -> RF`` of int4 codes into a float operand fragment: the dequantising move.
 
-A warp loads its part of a packed int4 tile one 32-bit word (eight codes) at a time, converts
+The unit that issues the MMA (a warp for ``mma.sync``'s B, a warpgroup of 128 threads for
+wgmma's ``_rs`` A) loads its part of a packed int4 tile one 32-bit word (eight codes) at a time, converts
 each word with a ``convert`` atom into four f16x2 (bf16x2) registers and multiplies them by the
 group's scale (``ops.group_scale``, a prologue op), so the fragment an MMA reads is dequantised
 weights — the codes never exist as floats in memory::
@@ -29,7 +30,7 @@ from ...hardware.atoms.convert import source_index
 from ...ir.expr import IntExpr, land, lt, to_c
 from ...ops import GroupScale
 from ...schedule import Node
-from ...tensor import WARP
+from ...tensor import WARP, WARPGROUP
 from ..context import err, key
 from ..lowerer import Lowerer
 from .smem import sh_offset, shared_buffer
@@ -38,22 +39,24 @@ WORD_CODES = 8          # codes in one 32-bit word
 
 
 def _lane_expr(table: list[int], lane: IntExpr, node: Node, what: str) -> IntExpr:
-    """``table[lane]`` (``table[0] == 0``) as an expression of ``lane``: a sum over runs of lane
-    bits, each a contiguous bit field times a stride (``(lane // 4) % 8 * 1``), which holds when
-    ``table`` is linear over the bits of the lane — as every MMA fragment's is.  Raises otherwise."""
-    coef = [table[1 << b] for b in range(5)]
-    for lane_v in range(32):
+    """``table[lane]`` (``table[0] == 0``, one entry per thread of the unit: 32 lanes of a warp,
+    128 threads of a warpgroup) as an expression of ``lane``: a sum over runs of lane bits, each a
+    contiguous bit field times a stride (``(lane // 4) % 8 * 1``), which holds when ``table`` is
+    linear over the bits of the lane — as every MMA fragment's is.  Raises otherwise."""
+    nbits = len(table).bit_length() - 1
+    coef = [table[1 << b] for b in range(nbits)]
+    for lane_v in range(len(table)):
         if sum(c for b, c in enumerate(coef) if lane_v >> b & 1) != table[lane_v]:
             raise err(node, f"the lanes' {what} is not a sum over lane bits ({table}); this fragment has no "
                             f"per-lane address the dequantising move can form", field="packing")
     out: IntExpr = 0
     b = 0
-    while b < 5:
+    while b < nbits:
         if coef[b] == 0:
             b += 1
             continue
         e = b
-        while e + 1 < 5 and coef[e + 1] == 2 * coef[e]:
+        while e + 1 < nbits and coef[e + 1] == 2 * coef[e]:
             e += 1
         out = out + ((lane // (1 << b)) % (1 << (e - b + 1))) * coef[b]
         b = e + 1
@@ -78,15 +81,16 @@ def _words(lw: Lowerer, node: Node, lay, src, kdim: str, ndim: str):
         for n in range(np_):
             lane, off = owner((k, n) if lay.dims[0] == kdim else (n, k))
             table.setdefault(lane, {}).setdefault((n, s // WORD_CODES), {})[s % WORD_CODES] = off
-    if sorted(table) != list(range(32)):
-        raise err(node, f"{lay.atom.name}'s {lay.operand} fragment is not spread over the 32 lanes of a warp")
+    threads = lay.atom.threads
+    if sorted(table) != list(range(threads)):
+        raise err(node, f"{lay.atom.name}'s {lay.operand} fragment is not spread over the {threads} threads of its unit")
 
     def ordered(lane):
         return sorted(table[lane].items(), key=lambda kv: min(kv[1].values()))
 
     first = ordered(0)
     dn, dk = [], []
-    for lane in range(32):
+    for lane in range(threads):
         mine = ordered(lane)
         shifts = set()
         for (w0, m0), (w1, m1) in zip(first, mine):
@@ -131,9 +135,11 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     spec = node.spec
     src, dst = spec.src, spec.dst
     lay = lw.reg_layout(dst, node)
-    if spec.level != WARP:
-        raise err(node, "register fragments are loaded per warp: apply move_to_regs after to_warps()",
-                  field="level", value=str(spec.level), allowed="warp")
+    if spec.level not in (WARP, WARPGROUP) or lay.atom.threads != (32 if spec.level == WARP else 128):
+        raise err(node, f"register fragments of {lay.atom.name} are loaded by the unit that issues it "
+                        f"({lay.atom.threads} threads): apply move_to_regs after "
+                        f"{'to_warps()' if lay.atom.threads == 32 else 'to_warpgroups()'}",
+                  field="level", value=str(spec.level), allowed="warp (mma.sync), warpgroup (wgmma)")
     if node.atom is not None:
         raise err(node, f"{src.name} holds {src.dtype} codes: the dequantising move reads words, not ldmatrix tiles",
                   field="atom", value=node.atom, allowed="None", fix=f"move_to_regs({src.name!r})")
@@ -142,6 +148,16 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
                         f"fragment values", field="packing", value=None,
                   fix=f"give {src.name}'s tensor packing=lower.synthesis.packing_for({lay.atom.name}, "
                       f"{lay.operand!r}, <convert atom>) (recipes.gemm_w4a16 does)")
+    pk = src.tensor.packing
+    # the kernel's tensor the codes came from: a packing covers whole blocks of its k
+    root = next((t.tensor for t in lw.pb.spec.operands if t.name == src.name), None)
+    total = root.extent(src.tensor.major) if root is not None else pk.block
+    if total % pk.block:
+        raise err(node, f"{src.name}'s packing stores blocks of {pk.block} k, but {src.name} has {total} k: the last "
+                        f"block is not whole", field="packing", value=pk,
+                  allowed=f"a packing whose block divides {total}",
+                  fix=f"pack with fewer words a load (packing_for(..., words=w) stores blocks of 32 * w k) so that "
+                      f"a block divides {total}, as recipes.gemm_w4a16 does, or pad K")
     ops = tuple(spec.ops or ())
     scale = ops[0] if ops and isinstance(ops[0], GroupScale) else None
     if ops[1 if scale else 0:]:
@@ -158,8 +174,11 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     kdim = src.tensor.major
     ndim = next(d for d in lay.dims if d != kdim)
     words, dn, dk = _words(lw, node, lay, src, kdim, ndim)
+    # in storage order, so that words adjacent in shared memory (a lane's values over several k
+    # steps: packing_for(..., words=4)) are read by one vector load whatever registers they feed
+    words.sort(key=lambda w: (w[0], w[1]))
 
-    lane = ctx.scope.tid % 32
+    lane = ctx.scope.tid % lay.atom.threads
     ln = _lane_expr(dn, lane, node, "column")
     lk = _lane_expr(dk, lane, node, "word")
     so = ctx.origin[key(src)]

@@ -63,6 +63,14 @@ def reduce_launch(pb: ProgramBuilder, node: Node, name: str) -> ir.Kernel:
             coord[d] = rest % s
             rest = rest // s
     rdim, cdim = pb.out_axes()
+    if cdim != dims[-1]:
+        # a product computed transposed (Cᵀ = Bᵀ Aᵀ: the MatMul's n role is C's rows): this launch
+        # walks C in storage order, whose rows and columns are not the roles' the ops index by
+        if spec.ops:
+            raise err(node, f"epilogue ops on the parts' sum of a transposed product (C's columns are "
+                            f"{dims[-1]}, the MatMul's n is {cdim}) are not lowered", field="ops", value=spec.ops,
+                      fix="drop split_k, or the epilogue ops")
+        rdim, cdim = (dims[-2] if len(dims) > 1 else rdim), dims[-1]
     row, col = coord.get(rdim, 0), coord[cdim]
     glim = {rdim: out_t.extent(rdim) if rdim in out_t.dims else 1, cdim: N}
     ctx = Ctx(origin={(out_t.name, "GL"): {d: coord[d] for d in dims if d not in (rdim, cdim)}})
@@ -87,5 +95,5 @@ def reduce_launch(pb: ProgramBuilder, node: Node, name: str) -> ir.Kernel:
                                           (ir.RegRef(work, q), ir.RegRef(tmp, p * (j - j0) + q))))
     stmts += apply_ops(lw, ctx, spec.ops, work, p, row, col, glim)
     out = kb.gbuf(spec.dst, write=True)
-    stmts += store_values(lw, work, p, spec.dst.dtype, out, idx, row, col, glim)
+    stmts += store_values(lw, work, p, spec.dst.dtype, out, idx, row, col, glim, axes=(rdim, cdim))
     return kb.build(ir.Seq((ir.Comment(str(spec)), ir.If(live, ir.Seq(tuple(stmts))))), header=str(spec))

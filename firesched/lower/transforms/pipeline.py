@@ -306,8 +306,13 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         body, is_async = compute(kc, it % S)
         lane = ctx.scope.tid % 128
         if is_async:
-            loop = [*ring.wait(it), *take_turn(ctx, [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit)]),
-                    _call(catalog.with_immediates(sm90a.wgmma_wait, n=1), comment="the previous K tile's wgmma are done"),
+            fenced, writes_regs = _fenced_group(body)
+            # a body that writes the registers its wgmmas read (a dequantising move of A) retires
+            # its own group: the next step overwrites those registers
+            keep = 0 if writes_regs else 1
+            loop = [*ring.wait(it), *take_turn(ctx, fenced),
+                    _call(catalog.with_immediates(sm90a.wgmma_wait, n=keep),
+                          comment="this K tile's wgmma are done" if keep == 0 else "the previous K tile's wgmma are done"),
                     ir.If(land(ge(kc, 1), lt(lane, 1)), ring.release((it + S - 1) % S, "release the previous stage"))]
             last = (it_base + n - 1) % S
             tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
@@ -329,7 +334,10 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     # one role: every thread issues (or one elected thread) and computes
     if isinstance(ring, CpAsyncRing) and S == 1:
         kt = Var(lp.var, n)
-        body, _ = compute(kt, 0)
+        body, is_async = compute(kt, 0)
+        if is_async:
+            # the tile's wgmma group is retired before the next tile overwrites its stage
+            body = [*_fenced_group(body)[0], _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
         loop = [ir.Barrier("the previous tile's readers are done"), *issue(kt, 0), *ring.commit(),
                 ir.AsyncWait(0), *ring.fence(), ir.Barrier("the tile is in shared memory"), *body]
         return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, {S}-stage cp.async pipeline"),
@@ -379,8 +387,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     kt_ahead = Var(lp.var, n - (S - 1)) if n > S - 1 else kt
     issue_ahead = issue(kt_ahead + (S - 1), (it_base + kt_ahead + S - 1) % S)
     if is_async:
-        body = [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit),
-                _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
+        body = [*_fenced_group(body)[0], _call(catalog.with_immediates(sm90a.wgmma_wait, n=0))]
     if isinstance(ring, CpAsyncRing) and lp.prefetch:
         split = split_ksteps(body)
         # the next tile's fragments are read one iteration early, also in the last one: only from
@@ -433,6 +440,28 @@ def _reads_only(stmts, buffers: set) -> bool:
                 if isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) and a.buffer.name not in buffers:
                     return False
     return True
+
+
+def _fenced_group(body: list) -> tuple[list, bool]:
+    """``body`` as one wgmma group (a fence before it, the commit after it), and whether other
+    statements of it touch the registers its wgmmas read as A (a dequantising move fills them:
+    then the group must be retired before the next step writes them again; the move's rule
+    fences between it and the wgmma)."""
+    a_regs = {a.buffer.name for st in walk_ir(body) if isinstance(st, ir.AtomCall) and st.atom.family == WGMMA
+              for name, a in st.args if name == "a" and isinstance(a, ir.RegRef)}
+    writes = bool(a_regs) and any(
+        isinstance(a, ir.RegRef) and a.buffer.name in a_regs
+        for st in walk_ir(body) if isinstance(st, (ir.AtomCall, ir.Pointwise)) and not (
+            isinstance(st, ir.AtomCall) and st.atom.family == WGMMA)
+        for a in _operands(st))
+    return [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit)], writes
+
+
+def _operands(st) -> list:
+    """The operands of an atom call or a pointwise statement."""
+    if isinstance(st, ir.AtomCall):
+        return [a for _, a in st.args]
+    return [st.dst, *st.srcs]
 
 
 def _has_async_mma(stmts) -> bool:
