@@ -197,26 +197,43 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
 
 
 def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
-    """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md):
+    """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md).  A
+    warpgroup's dequantisation and its wgmmas take turns (the wgmma reads the fragment the
+    dequantisation writes), so the tiles aim for two blocks an SM, whose turns interleave:
 
     * 128 weight columns a block (two consumer warpgroups) and 128 k a stage: a 16-byte load of
       codes a lane, and half as many ring hand-overs as 64 k (0.53 -> 0.63x cuBLAS at 4096^3);
-    * activation rows (the wgmma's N): 64 up to M = 256 (more blocks: 0.79 against 0.51x at M =
-      256, N = K = 4096), 128 up to 2048, 192 from there (0.58 -> 0.61x at M = 4096), M rounded up
-      to 8 where smaller; a ring of 4, 3 and 2 stages as the activation tile grows;
-    * K split over blocks until the grid holds about an SM's worth of blocks, each part keeping
-      at least 4 K tiles (split 4 at M = 64, N = K = 4096: 1.31x; split 2 at N = K = 8192: 1.64x).
+    * activation rows (the wgmma's N): 64 up to M = 256 (M rounded up to 8 below), a 4-stage ring,
+      and K split over blocks until the grid holds nearly two blocks an SM, each part keeping at
+      least 8 K tiles (M = 64, N = K = 4096: split 4, 1.25-1.30x against 0.93x at split 2;
+      M = 128, N = K = 8192: split 2, 1.14-1.19x against 1.07x unsplit);
+    * above: 96 rows below M = 2048 and 112 from there, with a 3-stage ring and two blocks an SM
+      held to 128 registers (``occupancy=2``: 0.62 -> 0.67x at M = 1024, 0.60 -> 0.71x at
+      M = 4096, N = K = 8192, against 128 rows and one block an SM) — unless their last wave of
+      blocks is mostly empty, where 128 rows a block, one an SM, fill the waves better (M = 1024,
+      N = K = 4096: 352 blocks in two-a-SM waves of 264 read 0.51x, 256 blocks of 128 rows 0.62x).
     """
-    bm = 64 if M <= 256 else (128 if M < 2048 else 192)
-    bm = min(bm, -(-M // 8) * 8)
-    stages = {64: 4, 128: 3, 192: 2}.get(bm, 4)
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
-    tiles = -(-M // bm) * -(-N // 128)
+    cols = -(-N // 128)
+
+    def filled(bm: int, per_sm: int) -> float:
+        """The share of the grid's waves its blocks fill."""
+        blocks, slots = -(-M // bm) * cols, sms * per_sm
+        return blocks / (-(-blocks // slots) * slots)
+
     split = 1
-    while (tiles * split < 0.9 * sms and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0
-           and K % (split * 2) == 0):
-        split *= 2
-    return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=stages, split_k=split)
+    if M <= 256:
+        bm, stages, occupancy = min(64, -(-M // 8) * 8), 4, 1
+        tiles = -(-M // bm) * cols
+        while (tiles * split < 1.8 * sms and K % (split * 2) == 0 and K // (split * 2) >= 8 * bk
+               and (K // (split * 2)) % SPLIT_UNIT == 0):
+            split *= 2
+    else:
+        bm, stages, occupancy = (96 if M < 2048 else 112), 3, 2
+        if filled(bm, 2) < 0.75 and filled(128, 1) > filled(bm, 2):
+            bm, occupancy = 128, 1
+    return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=stages, split_k=split,
+                            occupancy=occupancy)
 
 
 def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:
