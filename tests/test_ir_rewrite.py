@@ -88,3 +88,18 @@ def test_hopper_k_steps_are_written_out_and_still_compute_the_product():
     C = fs.interpret(sched, A, B, target="sm_90a")
     ref = A.astype(np.float64) @ B.astype(np.float64)
     assert np.abs(C.astype(np.float64) - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_replace_leaves_keeps_the_shape_and_drops_or_swaps_leaves():
+    _, rg, _ = _buffers()
+    k = Var("k", 4)
+    body = ir.Seq((
+        ir.Barrier("first"),
+        ir.For(k, 4, ir.Seq((ir.If(k, ir.Barrier("inner")), ir.RegFill(ir.RegRef(rg, k), 1)))),
+        ir.Comment("kept"),
+    ))
+    out = rewrite.replace_leaves(body, lambda s: None if isinstance(s, ir.Barrier) else s)
+    assert [type(s).__name__ for s in rewrite.walk([out])] == ["Seq", "For", "Seq", "If", "Seq", "RegFill", "Comment"]
+    swapped = rewrite.replace_leaves(body, lambda s: ir.Comment("was a barrier") if isinstance(s, ir.Barrier) else s)
+    assert sum(isinstance(s, ir.Comment) for s in rewrite.walk([swapped])) == 3
+    assert rewrite.replace_leaves(body, lambda s: s) == body

@@ -382,29 +382,19 @@ def test_hand_written_chains_are_refused_or_right(case):
 def _planted(pred):
     """The default schedule's program at a shape whose ring wraps, and the same program without
     the statements ``pred`` picks; the feed in storage form (codes packed along K)."""
-    import attrs as _attrs
-
-    from firesched import ir
+    from firesched.ir.rewrite import replace_leaves
 
     M, N, K = 16, 64, 1024
     sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_80")
     prog = sched.lower("sm_80")
     k = prog.kernels[0]
 
-    def drop(s):
-        if isinstance(s, ir.Seq):
-            return ir.Seq(tuple(drop(c) for c in s.body if not pred(c)))
-        if isinstance(s, ir.For):
-            return _attrs.evolve(s, body=drop(s.body))
-        if isinstance(s, ir.If):
-            return _attrs.evolve(s, then=drop(s.then))
-        return s
-
     q, s, _ = _weights(K, N, 64, False, "f16")
     pk = sched.spec.operand("B").tensor.packing
     a = np.random.default_rng(1).standard_normal((M, K))
     feed = {"A": a, "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
-    return prog, _attrs.evolve(prog, kernels=(_attrs.evolve(k, body=drop(k.body)),) + prog.kernels[1:]), feed
+    bad = attrs.evolve(k, body=replace_leaves(k.body, lambda s: None if pred(s) else s))
+    return prog, attrs.evolve(prog, kernels=(bad,) + prog.kernels[1:]), feed
 
 
 @pytest.mark.parametrize("what", ["barrier", "cp.async wait"])
@@ -570,6 +560,7 @@ def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
     hazard when that wait is weakened to keep one group in flight."""
     from firesched import ir
     from firesched.errors import HazardError
+    from firesched.ir.rewrite import replace_leaves
     from firesched.simulate import run_program
 
     M, N, K = 24, 64, 256
@@ -579,25 +570,15 @@ def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
     k = prog.kernels[0]
 
     def weaken(s):
-        import attrs as _attrs
-
-        if isinstance(s, ir.Seq):
-            return ir.Seq(tuple(weaken(c) for c in s.body))
-        if isinstance(s, ir.For):
-            return _attrs.evolve(s, body=weaken(s.body))
-        if isinstance(s, ir.If):
-            return _attrs.evolve(s, then=weaken(s.then))
         if isinstance(s, ir.AtomCall) and s.atom.name.startswith("wgmma_wait"):
-            return _attrs.evolve(s, atom=catalog.with_immediates(sm90a.wgmma_wait, n=1))
+            return attrs.evolve(s, atom=catalog.with_immediates(sm90a.wgmma_wait, n=1))
         return s
-
-    import attrs as _attrs
 
     q, s, _ = _weights(K, N, 64, False, "f16")
     pk = sched.spec.operand("B").tensor.packing
-    feed = {"A": np.random.default_rng(1).standard_normal((M, K)), "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1),
-            "S": np.asarray(s, np.float64)}
-    bad = _attrs.evolve(prog, kernels=(_attrs.evolve(k, body=weaken(k.body)),) + prog.kernels[1:])
+    feed = {"A": np.random.default_rng(1).standard_normal((M, K)),
+            "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, weaken)),) + prog.kernels[1:])
     assert bad != prog
     run_program(prog, dict(feed))
     with pytest.raises(HazardError, match="wgmma"):

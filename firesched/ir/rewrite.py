@@ -58,6 +58,23 @@ def walk(stmts):
                 yield from walk([r.body])
 
 
+def replace_leaves(st, fn: Callable):
+    """``st`` with every statement that holds no others (an atom call, a barrier, ...) replaced by
+    ``fn(statement)``; ``fn`` returns the statement itself, another one, or None to drop it.  Loops,
+    conditionals, sequences and roles keep their shape (how a test plants a hazard: a dropped
+    barrier, a weakened wait)."""
+    if isinstance(st, Seq):
+        return Seq(tuple(x for x in (replace_leaves(c, fn) for c in st.body) if x is not None))
+    if isinstance(st, For):
+        return attrs.evolve(st, body=replace_leaves(st.body, fn) or Seq(()))
+    if isinstance(st, If):
+        return attrs.evolve(st, then=replace_leaves(st.then, fn) or Seq(()))
+    if isinstance(st, Roles):
+        return attrs.evolve(st, roles=tuple(attrs.evolve(r, body=replace_leaves(r.body, fn) or Seq(()))
+                                            for r in st.roles))
+    return fn(st)
+
+
 def map_operand(r, expr: Callable[[IntExpr], IntExpr]):
     """Operand ``r`` (register, memory, descriptor or scalar) with its offset or value mapped
     through ``expr``; anything else unchanged."""
