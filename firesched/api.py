@@ -370,11 +370,9 @@ class CompiledProgram:
         key = (p.name, ptr, device)
         blob = self._tmaps.get(key)
         if blob is None:
-            b = p.buffer
-            eb = b.dtype.bits // 8
-            # any rank: (rows, cols) matrices, (batch, rows, cols) batches of them
-            blob = runtime.encode_tensor_map(ptr, b.dtype, b.shape, tuple(s * eb for s in b.strides),
-                                             p.box, p.swizzle, device=device)
+            # any rank: (rows, cols) matrices, (batch, rows, cols) batches of them; int4 codes as bytes
+            dt, shape, strides, box = p.hardware_view()
+            blob = runtime.encode_tensor_map(ptr, dt, shape, strides, box, p.swizzle, device=device)
             if len(self._tmaps) > 64:
                 self._tmaps.clear()
             self._tmaps[key] = blob

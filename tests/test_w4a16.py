@@ -637,3 +637,74 @@ def test_hand_written_wgmma_chains_are_refused_or_right(case):
     except ScheduleError:
         return
     assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+# --------------------------------------------------------------------------- wgmma with a producer warpgroup
+
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize("M,N,K,gs,signed,dtype,zero_point", [
+    (40, 200, 512, 64, False, "f16", False),
+    (100, 130, 1024, 32, True, "bf16", True),
+    (9, 192, 256, None, False, "f16", False),
+])
+def test_wgmma_producer_matches_the_reference(M, N, K, gs, signed, dtype, zero_point, pingpong):
+    """A producer warpgroup loads the codes (as bytes) and the activations by TMA; the consumers
+    dequantise from the ring's stages, taking turns with ``pingpong``."""
+    p = W4A16WgmmaParams(block_m=min(128, -(-M // 8) * 8), block_n=128 if N > 128 else 64, block_k=128 if K >= 256 else 64,
+                         stages=3, producer=True, pingpong=pingpong and N > 128)
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
+                       params=p)
+    q, s, z = quantize_int4(np.random.default_rng(M).standard_normal((K, N)) * 0.1 + (0.05 if zero_point else 0), gs,
+                            signed=signed, zero_point=zero_point, scale_dtype=dtype)
+    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
+    extra = (z.astype(np.float64),) if zero_point else ()
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), *extra, target="sm_90a")
+    want = w4a16_reference(a, q, s, z, gs)
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
+    src = fs.compile(sched, "sm_90a").source
+    assert "cp.async.bulk.tensor.2d" in src and "setmaxnreg" in src and "cp.async.cg" not in src
+
+
+def test_wgmma_producer_stage_is_released_after_every_reader():
+    """The consumers read the codes with their own loads (not only through wgmma), so a stage goes
+    back to the producer only once all 128 threads of the warpgroup are past them: without that
+    barrier the interpreter finds the producer's refill racing the reads."""
+    from firesched import ir
+    from firesched.errors import HazardError
+    from firesched.ir.rewrite import replace_leaves
+    from firesched.simulate import run_program
+
+    M, N, K = 24, 64, 512
+    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2, producer=True))
+    prog = sched.lower("sm_90a")
+    k = prog.kernels[0]
+
+    def drop(s):
+        return None if isinstance(s, ir.Barrier) and "done reading the stage" in s.comment else s
+
+    q, s, _ = _weights(K, N, 64, False, "f16")
+    pk = sched.spec.operand("B").tensor.packing
+    feed = {"A": np.random.default_rng(1).standard_normal((M, K)),
+            "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, drop)),) + prog.kernels[1:])
+    assert bad != prog
+    run_program(prog, dict(feed))
+    with pytest.raises(HazardError, match="race"):
+        run_program(bad, dict(feed))
+
+
+def test_wgmma_producer_errors():
+    with pytest.raises(ValueError, match="pingpong"):
+        W4A16WgmmaParams(pingpong=True)
+    with pytest.raises(ValueError, match="producer"):
+        W4A16WgmmaParams(producer=1)
+    # int4 codes travel by TMA unswizzled, in rows of whole 16-byte units
+    spec = wgmma_spec(64, 128, 256, block_m=64, words=2)
+    tma = (sm90a.tma_load_2d,)
+    chain = [tile(m=64, n=128) >> to_blocks(), tile(k=64), move_to_smem("B", via=tma), move_to_smem("A", via=tma),
+             pipeline(stages=2), tile(n=64) >> to_warpgroups(), move_to_regs("B"),
+             tile(k=16) >> done(sm90a.wgmma_atom(64, "f16", a_in_registers=True))]
+    with pytest.raises(ScheduleError, match="unswizzled"):
+        spec.schedule(*chain).check("sm_90a")

@@ -40,7 +40,7 @@ from typing import Union
 
 import attrs
 
-from ..dtypes import DType, f64
+from ..dtypes import DType, f64, u8
 from ..hardware.atoms.base import Atom
 from ..hardware.descriptors import DESCRIPTOR_MODE
 from ..hardware.tma import tma_box_problems
@@ -126,7 +126,11 @@ class TensorMapParam:
     ``tma_load_3d`` three), innermost first.
 
     The host encodes it (``runtime.encode_tensor_map``) for the array passed as ``buffer``;
-    ``buffer`` itself need not be a kernel parameter."""
+    ``buffer`` itself need not be a kernel parameter.
+
+    4-bit elements (int4 codes, two a byte) are moved as bytes: the map the hardware sees is one
+    of bytes (``hardware_view``), and its innermost coordinate counts bytes, ``unit`` = 2
+    elements each; ``box`` and ``buffer`` stay in elements (an even innermost extent)."""
 
     name: str
     buffer: GlobalBuffer
@@ -142,12 +146,29 @@ class TensorMapParam:
             raise ValueError(f"TensorMapParam {self.name!r}: the box {self.box} is {len(self.box)}-D but buffer "
                              f"{b.name} is {len(b.shape)}-D (shape {b.shape}); give one box extent per dimension, "
                              f"outermost first (e.g. (1, rows, cols) for one matrix of a batch)")
-        eb = b.dtype.bits // 8
-        if b.dtype.bits % 8:
-            raise ValueError(f"TensorMapParam {self.name!r}: TMA cannot move {b.dtype} elements")
-        problems = tma_box_problems(eb, b.shape, tuple(s * eb for s in b.strides), self.box, self.swizzle)
+        if b.dtype.bits % 8 and (b.dtype.bits != 4 or b.shape[-1] % 2 or self.box[-1] % 2 or self.swizzle):
+            raise ValueError(f"TensorMapParam {self.name!r}: TMA moves {b.dtype} elements as bytes: an even "
+                             f"innermost extent and box, no swizzle (shape {b.shape}, box {self.box}, "
+                             f"swizzle {self.swizzle})")
+        dt, shape, strides, box = self.hardware_view()
+        problems = tma_box_problems(dt.bits // 8, shape, strides, box, self.swizzle)
         if problems:
             raise ValueError(f"TensorMapParam {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def unit(self) -> int:
+        """Elements per unit of the innermost coordinate: 2 for 4-bit elements (bytes), else 1."""
+        return 2 if self.buffer.dtype.bits == 4 else 1
+
+    def hardware_view(self) -> tuple:
+        """``(dtype, shape, strides in bytes, box)`` of the map the hardware is given: the
+        buffer's own, or for 4-bit elements the same memory as bytes (``unit`` elements each)."""
+        b, u = self.buffer, self.unit
+        if u == 1:
+            eb = b.dtype.bits // 8
+            return b.dtype, tuple(b.shape), tuple(s * eb for s in b.strides), tuple(self.box)
+        return (u8, tuple(b.shape[:-1]) + (b.shape[-1] // u,), tuple(s // u for s in b.strides[:-1]) + (1,),
+                tuple(self.box[:-1]) + (self.box[-1] // u,))
 
     @property
     def dtype(self) -> DType:

@@ -28,6 +28,9 @@ PRODUCER, CONSUMER = "producer", "consumer"
 #: the named barrier a warp-specialized role synchronises its own threads with (the consumers
 #: staging a tile no ring fills): __syncthreads would wait for the other role too
 ROLE_BARRIER = 15
+#: a consumer warpgroup's own named barrier (warpgroup w uses WARPGROUP_BARRIER + w, ids 1..4):
+#: its 128 threads wait for each other (a stage they read, the epilogue's staging buffer)
+WARPGROUP_BARRIER = 1
 #: the named barriers of consumer warpgroups taking turns to issue their MMAs (``pingpong``):
 #: warpgroup w waits on PINGPONG_BARRIER + w (ids 8..11; the epilogue's are 1..4)
 PINGPONG_BARRIER = 8

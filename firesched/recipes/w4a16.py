@@ -51,6 +51,7 @@ from ..errors import ScheduleError
 from ..hardware.atoms import convert as cv
 from ..hardware.atoms import sm80, sm90a
 from ..hardware.target import target as get_target
+from ..layout import Swizzle
 from ..lower.synthesis import packing_for, swizzle_for_words
 from ..packing import Packing
 from ..quant import GROUP_SIZES, pack_int4
@@ -67,6 +68,7 @@ from ..strategies import (
     to_blocks,
     to_warpgroups,
     to_warps,
+    warp_specialize,
 )
 from ..tensor import BLOCK, GL, KERNEL, Tensor, Tile
 
@@ -75,6 +77,10 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 PACK_K = 32
 #: K per split-K part: split_k across blocks cuts K in multiples of 64
 SPLIT_UNIT = 64
+#: registers a thread of the producer warpgroup keeps (it only issues TMA copies), and the most a
+#: consumer thread takes (what the GEMM's warp-specialized schedule uses)
+PRODUCER_REGS = 40
+CONSUMER_REGS_MAX = 240
 
 
 @attrs.frozen
@@ -123,7 +129,11 @@ class W4A16WgmmaParams:
     * ``stages``: K tiles in flight (the cp.async ring; it also stages the group scales);
     * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch);
     * ``occupancy``: blocks resident on an SM at once (``to_blocks(occupancy=...)``: the register
-      budget ptxas gets), so one block's dequantisation runs under another's wgmma.
+      budget ptxas gets), so one block's dequantisation runs under another's wgmma;
+    * ``producer``: a producer warpgroup loads codes and activations by TMA into an mbarrier ring
+      (``warp_specialize``; the codes travel as bytes, unswizzled), and the consumer warpgroups
+      load the group scales themselves; with ``pingpong`` they take turns to dequantise and issue,
+      so one's dequantisation runs while the other's wgmma do.
 
     A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
     next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is
@@ -136,12 +146,21 @@ class W4A16WgmmaParams:
     stages: int = 4
     split_k: int = 1
     occupancy: int = 1
+    producer: bool = False
+    pingpong: bool = False
 
     def __attrs_post_init__(self):
         for f in attrs.fields(type(self)):
             v = getattr(self, f.name)
+            if f.name in ("producer", "pingpong"):
+                if not isinstance(v, bool):
+                    raise ValueError(f"W4A16WgmmaParams: {f.name} must be True or False, got {v!r}")
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"W4A16WgmmaParams: {f.name} must be a positive int, got {v!r}")
+        if self.pingpong and not self.producer:
+            raise ValueError("W4A16WgmmaParams: pingpong=True takes turns between the consumers of a producer "
+                             "warpgroup: set producer=True too")
         if self.block_m % 8 or self.block_m > 256:
             raise ValueError(f"W4A16WgmmaParams: block_m={self.block_m} is the wgmma's N: a multiple of 8 up to 256")
         if self.block_n % 64 or self.block_n > 192:
@@ -355,13 +374,21 @@ def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4
     words = next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and p.block_k % (w * PACK_K) == 0)
     spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=p.block_m, words=words)
     atom = sm90a.wgmma_atom(p.block_m, dtype, a_in_registers=True)
-    sw = swizzle_for_words(atom, "a", words, p.block_n, p.block_k, 4)
     chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain += [tile(m=p.block_m, n=p.block_n) >> to_blocks(occupancy=p.occupancy), tile(k=p.block_k)]
+    if p.producer:
+        from ..lower.transforms.specialize import consumer_regs_for
+
+        tma = (sm90a.tma_load_2d,)
+        chain += [move_to_smem("B", swizzle=Swizzle(0, 0, 0), via=tma), move_to_smem("A", via=tma),
+                  pipeline(stages=p.stages),
+                  warp_specialize(producer_regs=PRODUCER_REGS, pingpong=p.pingpong,
+                                  consumer_regs=consumer_regs_for(tgt, p.block_n // 64, PRODUCER_REGS,
+                                                                  cap=CONSUMER_REGS_MAX))]
+    else:
+        sw = swizzle_for_words(atom, "a", words, p.block_n, p.block_k, 4)
+        chain += [move_to_smem("B", swizzle=sw), move_to_smem("A"), pipeline(stages=p.stages)]
     chain += [
-        tile(m=p.block_m, n=p.block_n) >> to_blocks(occupancy=p.occupancy),
-        tile(k=p.block_k),
-        move_to_smem("B", swizzle=sw), move_to_smem("A"),
-        pipeline(stages=p.stages),
         tile(n=64) >> to_warpgroups(),
         move_to_regs("B"), prologue("B", _group_scale(group_size, signed, zero_point)),
         tile(k=16) >> done(atom),

@@ -129,3 +129,23 @@ def test_wgmma_random_tiles():
             continue
         ran += 1
     assert ran >= 15
+
+
+def test_wgmma_producer_tiles():
+    """A producer warpgroup loading codes (as bytes) and activations by TMA, with and without the
+    consumers taking turns: random tiles, shapes past them, every group size and sign."""
+    rnd = random.Random(13)
+    ran = 0
+    for i in range(24):
+        bn = rnd.choice([64, 128, 192])
+        p = WG(block_m=rnd.choice([8, 16, 64, 128, 192, 256]), block_n=bn, block_k=rnd.choice([64, 128]),
+               stages=rnd.choice([2, 3, 4]), split_k=rnd.choice([1, 1, 2]), producer=True,
+               pingpong=bn > 64 and rnd.random() < 0.5)
+        M, N, K = rnd.choice([1, 9, 64, 100, 257]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
+        try:
+            _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
+                 dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i, zero_point=rnd.random() < 0.3)
+        except fs.ScheduleError:
+            continue
+        ran += 1
+    assert ran >= 12

@@ -33,7 +33,7 @@ from ...ir.expr import IntExpr, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Init, Move, Reduce
 from ...tensor import GL, SH
-from ..context import err, key
+from ..context import WARPGROUP_BARRIER, err, key
 from ..layouts import RFLayout, ThreadLayout, coord_table, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .smem import gl_offset, sh_offset, shared_buffer
@@ -43,7 +43,7 @@ from .threads import store_thread_accumulator
 LONG_FRAGMENT_RUNS = 4       # fragments with more runs iterate their repeated blocks in a loop
 SPAN = 128                   # bytes of one 128B-swizzle row (a chunk of the TMA-store staging)
 STORE_BUFFERS = 2            # TMA-store staging buffers per consumer warpgroup
-EPILOGUE_BARRIER = 1         # named barrier id of consumer warpgroup 0 (warpgroup w uses 1 + w)
+EPILOGUE_BARRIER = WARPGROUP_BARRIER   # the warpgroup's own named barrier (warpgroup w uses 1 + w)
 
 
 @spec_rule(Init, "RF")

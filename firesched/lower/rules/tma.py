@@ -54,9 +54,9 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
         raise err(node, f"TMA copies of {rank}-d tensors are not built (tensor maps of rank "
                         f"{', '.join(map(str, sorted(sm90a.TMA_LOADS)))})", field="tensor", value=t.name,
                   fix="drop via= to copy with cp.async")
-    if t.dtype.bits % 8 or t.dtype.name not in TMA_DATA_TYPES:
+    if t.dtype.bits != 4 and (t.dtype.bits % 8 or t.dtype.name not in TMA_DATA_TYPES):
         raise err(node, f"TMA cannot move {t.dtype} elements", field="dtype", value=str(t.dtype),
-                  allowed=", ".join(sorted(TMA_DATA_TYPES)))
+                  allowed=", ".join(sorted(TMA_DATA_TYPES)) + ", and 4-bit codes (as bytes)")
     lay = lw.smem_layout(dst)
     stage = ctx.stage.get(dst.name, 0)
     sbuf = shared_buffer(lw, dst)
@@ -80,12 +80,16 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     # the dims of the tensor the tile does not span (a batch index) are boxes of extent 1
     outer = tuple(d for d in t.storage_dims[:-2])
     tmap = tensor_map(lw, node, src, (1,) * len(outer) + (box_rows, bx), lay.span)
+    unit = tmap.unit            # 4-bit codes: the innermost coordinate counts bytes
+    if multicast and unit > 1:
+        raise err(node, f"TMA multicast of {t.dtype} codes is not built", field="cluster", value=C,
+                  fix="cluster=1, or copy the codes with cp.async (drop via=)")
     out = []
     if not multicast:
         load = sm90a.TMA_LOADS[rank]
         for b in range(lay.boxes):
             what = f"{t.name} tile {rows}x{bx}" if lay.boxes == 1 else f"{t.name} columns {b * bx}..+{bx}"
-            coords = {"c0": ir.Scalar(o[cdim] + b * bx), "c1": ir.Scalar(row0)}
+            coords = {"c0": ir.Scalar((o[cdim] + b * bx) // unit), "c1": ir.Scalar(row0)}
             for i, d in enumerate(reversed(outer)):
                 coords[f"c{i + 2}"] = ir.Scalar(o[d])
             out.append(_call(load, dst=ir.MemRef(sbuf, base + b * rows * bx), tmap=tmap, **coords, mbar=bar,
@@ -120,6 +124,22 @@ def tma_smem_layout(node: Node, tensor, stages: int) -> SmemLayout:
     128-byte swizzle repeats every 8 rows of 128 bytes)."""
     eb = tensor.dtype.bits // 8
     sw = tensor.swizzle
+    if tensor.dtype.bits == 4:
+        # int4 codes travel as bytes in plain rows (no swizzle mode splits a byte's two codes;
+        # a dequantising move reads them a word per lane, rows 16 bytes or more apart)
+        if sw is not None and sw.bits:
+            raise err(node, f"{tensor.name} holds {tensor.dtype} codes, which TMA copies unswizzled",
+                      field="swizzle", value=sw, allowed="Swizzle(0, 0, 0)",
+                      fix=f"move_to_smem({tensor.name!r}, swizzle=Swizzle(0, 0, 0), via=(sm90a.tma_load_2d,))")
+        dims = tensor.storage_dims
+        rows = 1
+        for d in dims[:-1]:
+            rows *= tensor.extent(d)
+        cols = tensor.extent(dims[-1])
+        if cols % 32:
+            raise err(node, f"{tensor.name}'s tile rows are {cols} codes; TMA moves rows of 16-byte multiples",
+                      field="tile", value=cols, allowed="a multiple of 32 codes")
+        return SmemLayout(dims[:-1], dims[-1], rows, cols, cols, Swizzle(0, 0, 0), stages, align=128, span=0)
     span = 16 << sw.bits if sw is not None and sw.bits and eb and (1 << sw.base) * eb == 16 else 0
     if span not in SWIZZLE_SPANS:
         raise err(node, f"{tensor.name}'s shared tile has swizzle {sw}, which is no wgmma/TMA swizzle mode",
@@ -148,8 +168,11 @@ def tensor_map(lw: Lowerer, node: Node, src, box, span: int) -> ir.TensorMapPara
     k = (src.name, box, span)
     if k not in maps:
         g = lw.pb.gbuf(src)
-        eb = g.dtype.bits // 8
-        if (g.shape[-1] * eb) % 16:
+        if (g.shape[-1] * g.dtype.bits) % 128:
+            if g.dtype.bits < 8:
+                raise err(node, f"{src.name}'s rows are {g.shape[-1]} codes, no whole number of 16 bytes: a tensor "
+                                f"map cannot describe them", field="shape", value=g.shape,
+                          fix="pad the rows to a multiple of 32 codes, or copy with cp.async (drop via=)")
             g = padded(lw, g)
         try:
             maps[k] = lw.kb.param(ir.TensorMapParam(f"tmap_{src.name}", g, box, span))

@@ -44,7 +44,7 @@ from ...ir.rewrite import walk as walk_ir
 from ...schedule import Node
 from ...spec import Fused, Move
 from ...tensor import BLOCK, GL, SH
-from ..context import CONSUMER, PRODUCER, Scope, err
+from ..context import CONSUMER, PRODUCER, WARPGROUP_BARRIER, Scope, err
 from ..lowerer import Lowerer, loop_rule
 from ..rules.decompose import advance, loop_stop, loop_visible
 from ..rules.turns import take_turn
@@ -310,12 +310,18 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             # a body that writes the registers its wgmmas read (a dequantising move of A) retires
             # its own group: the next step overwrites those registers
             keep = 0 if writes_regs else 1
+            # a stage the warpgroup's threads read themselves (not only through wgmma, which the
+            # wait retires for all of them) is released once all 128 are past their reads
+            own = [ir.Barrier("the warpgroup's threads are done reading the stage",
+                              bar_id=WARPGROUP_BARRIER + ctx.scope.tid // 128, threads=128)] \
+                if _reads_generic(body, {f"{s}_smem" for s in staged}) else []
             loop = [*ring.wait(it), *take_turn(ctx, fenced),
                     _call(catalog.with_immediates(sm90a.wgmma_wait, n=keep),
                           comment="this K tile's wgmma are done" if keep == 0 else "the previous K tile's wgmma are done"),
+                    *own,
                     ir.If(land(ge(kc, 1), lt(lane, 1)), ring.release((it + S - 1) % S, "release the previous stage"))]
             last = (it_base + n - 1) % S
-            tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)),
+            tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)), *own,
                     ir.If(lt(lane, 1), ring.release(last, "release the last stage"))]
         else:
             loop = [*ring.wait(it), *body, ir.If(lt(lane, 1), ring.release(it % S, "release the stage"))]
@@ -430,6 +436,17 @@ def _elected_guard(ring, ctx):
         return ir.If(land(lt(ctx.scope.tid, 1), cond), ir.Seq(tuple(stmts)))
 
     return guard
+
+
+def _reads_generic(stmts, buffers: set) -> bool:
+    """Whether a statement of ``stmts`` other than a wgmma reads one of the shared ``buffers``."""
+    for s in walk_ir(stmts):
+        if isinstance(s, ir.AtomCall) and s.atom.family != WGMMA:
+            for name, a in s.args:
+                if name == "src" and isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) \
+                        and a.buffer.name in buffers:
+                    return True
+    return False
 
 
 def _reads_only(stmts, buffers: set) -> bool:

@@ -61,7 +61,8 @@ def _copy(k, s, load: bool):
     atom = s.atom
     tm = _tmap(k, s)
     gbuf = tm.buffer
-    eb = gbuf.dtype.bits // 8
+    bits = gbuf.dtype.bits
+    eb = max(bits // 8, 1)
     box = tuple(int(x) for x in tm.box)
     rank = len(box)
     # the atom's coordinate operands c0, c1, ... say the rank of the map it was written for
@@ -84,6 +85,8 @@ def _copy(k, s, load: bool):
                             f"map {tm.name} moves {gbuf.dtype}")
     # coords[p]: coordinate p (innermost first) of each enabled thread
     coords = [scalar(k, s, f"c{p}")[on] for p in range(rank)]
+    # a map of 4-bit elements counts its innermost coordinate in bytes (two elements)
+    coords[0] = coords[0] * tm.unit
     offs = ctx.per_thread(ref.offset)[on]
     mem.check_align(atom, ref, offs, on)
     ids = bar_ids(k, s, "mbar", on) if load else None
@@ -112,8 +115,12 @@ def _copy(k, s, load: bool):
             g = int(coords[rank - 1 - d][i]) + steps[d]
             inside = inside & (g >= 0) & (g < shape[d])
             flat = flat + np.clip(g, 0, shape[d] - 1) * strides[d]
-        byte = sh.base + int(offs[i]) * eb
-        elems = (tma_format.box_byte_offsets_nd(box, eb, tm.swizzle, byte) - sh.base) // eb
+        if bits < 8:
+            # bytes of 4-bit elements land row after row, unswizzled (TensorMapParam allows no other)
+            elems = int(offs[i]) + np.arange(nbox, dtype=np.int64).reshape(box)
+        else:
+            byte = sh.base + int(offs[i]) * eb
+            elems = (tma_format.box_byte_offsets_nd(box, eb, tm.swizzle, byte) - sh.base) // eb
         e = elems.ravel()
         mem.check_bounds(ref, e[None, :], np.array([t]), "TMA box " + ("write" if load else "read"))
         if load:
@@ -129,7 +136,7 @@ def _copy(k, s, load: bool):
                 bar = bars.get(bar_id, t)
                 mem.tma_land(sh, eq, t, vals.ravel(), bar_id, bar.phase, ctx.sid(s))
                 k.tma.load(bar_id, bar.phase, ctx.sid(s))
-                bar.tx -= nbox * eb          # the whole box, out-of-bounds elements included
+                bar.tx -= tm.box_bytes       # the whole box, out-of-bounds elements included
                 bar.complete()
         else:
             e = e + int(ctx.rank[t]) * sh.n
