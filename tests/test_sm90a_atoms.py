@@ -355,6 +355,15 @@ def test_ir_validates_tensor_maps_and_descriptors():
         ir.TensorMapParam("tm", ir.GlobalBuffer("y", dt.f16, (8,), (1,)), (8, 8))
     with pytest.raises(ValueError, match="multiple of 16"):
         ir.TensorMapParam("tm", ir.GlobalBuffer("z", dt.f16, (8, 9), (9, 1)), (8, 8))
+    # int4 codes: the hardware sees bytes, and the innermost coordinate counts them
+    codes = ir.TensorMapParam("tc", ir.GlobalBuffer("c", dt.u4, (64, 256), (256, 1)), (64, 128))
+    assert codes.unit == 2 and codes.box_bytes == 64 * 64
+    assert codes.hardware_view() == (dt.u8, (64, 128), (128, 1), (64, 64))
+    assert tm.unit == 1 and tm.hardware_view() == (dt.f16, (40, 72), (144, 2), (16, 64))
+    with pytest.raises(ValueError, match="as bytes"):
+        ir.TensorMapParam("tc", ir.GlobalBuffer("c", dt.u4, (64, 256), (256, 1)), (64, 128), 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        ir.TensorMapParam("tc", ir.GlobalBuffer("c", dt.u4, (64, 256), (256, 1)), (64, 16))
     sh = ir.SharedBuffer("s", dt.f16, 1024)
     with pytest.raises(ValueError, match="swizzle"):
         ir.DescRef(sh, 0, 16)
