@@ -379,21 +379,27 @@ def test_hand_written_chains_are_refused_or_right(case):
 
 # --------------------------------------------------------------------------- planted hazards
 
-def _planted(pred):
-    """The default schedule's program at a shape whose ring wraps, and the same program without
-    the statements ``pred`` picks; the feed in storage form (codes packed along K)."""
+def _planted(pred, sched=None, arch="sm_80"):
+    """``sched``'s program (by default the sm_80 recipe at a shape whose ring wraps), the same
+    program with every leaf statement ``s`` replaced by ``pred(s)`` (True: dropped, False: kept,
+    a statement: put instead), and the feed in storage form (codes packed along K, group 64)."""
     from firesched.ir.rewrite import replace_leaves
 
-    M, N, K = 16, 64, 1024
-    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_80")
-    prog = sched.lower("sm_80")
+    if sched is None:
+        sched = gemm_w4a16(16, 64, 1024, group_size=64, arch="sm_80")
+    (M, K), N = sched.spec.operand("A").tensor.shape, sched.spec.operand("C").tensor.shape[1]
+    prog = sched.lower(arch)
     k = prog.kernels[0]
+
+    def swap(s):
+        r = pred(s)
+        return None if r is True else (s if r is False else r)
 
     q, s, _ = _weights(K, N, 64, False, "f16")
     pk = sched.spec.operand("B").tensor.packing
     a = np.random.default_rng(1).standard_normal((M, K))
     feed = {"A": a, "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
-    bad = attrs.evolve(k, body=replace_leaves(k.body, lambda s: None if pred(s) else s))
+    bad = attrs.evolve(k, body=replace_leaves(k.body, swap))
     return prog, attrs.evolve(prog, kernels=(bad,) + prog.kernels[1:]), feed
 
 
@@ -560,25 +566,17 @@ def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
     hazard when that wait is weakened to keep one group in flight."""
     from firesched import ir
     from firesched.errors import HazardError
-    from firesched.ir.rewrite import replace_leaves
     from firesched.simulate import run_program
 
-    M, N, K = 24, 64, 256
-    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_90a",
+    sched = gemm_w4a16(24, 64, 256, group_size=64, arch="sm_90a",
                        params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2))
-    prog = sched.lower("sm_90a")
-    k = prog.kernels[0]
 
     def weaken(s):
         if isinstance(s, ir.AtomCall) and s.atom.name.startswith("wgmma_wait"):
             return attrs.evolve(s, atom=catalog.with_immediates(sm90a.wgmma_wait, n=1))
-        return s
+        return False
 
-    q, s, _ = _weights(K, N, 64, False, "f16")
-    pk = sched.spec.operand("B").tensor.packing
-    feed = {"A": np.random.default_rng(1).standard_normal((M, K)),
-            "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, weaken)),) + prog.kernels[1:])
+    prog, bad, feed = _planted(weaken, sched, "sm_90a")
     assert bad != prog
     run_program(prog, dict(feed))
     with pytest.raises(HazardError, match="wgmma"):
@@ -672,23 +670,12 @@ def test_wgmma_producer_stage_is_released_after_every_reader():
     barrier the interpreter finds the producer's refill racing the reads."""
     from firesched import ir
     from firesched.errors import HazardError
-    from firesched.ir.rewrite import replace_leaves
     from firesched.simulate import run_program
 
-    M, N, K = 24, 64, 512
-    sched = gemm_w4a16(M, N, K, group_size=64, arch="sm_90a",
+    sched = gemm_w4a16(24, 64, 512, group_size=64, arch="sm_90a",
                        params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2, producer=True))
-    prog = sched.lower("sm_90a")
-    k = prog.kernels[0]
-
-    def drop(s):
-        return None if isinstance(s, ir.Barrier) and "done reading the stage" in s.comment else s
-
-    q, s, _ = _weights(K, N, 64, False, "f16")
-    pk = sched.spec.operand("B").tensor.packing
-    feed = {"A": np.random.default_rng(1).standard_normal((M, K)),
-            "B": pk.pack(np.asarray(q).T.astype(np.float64), axis=-1), "S": np.asarray(s, np.float64)}
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, drop)),) + prog.kernels[1:])
+    prog, bad, feed = _planted(lambda s: isinstance(s, ir.Barrier) and "done reading the stage" in s.comment,
+                               sched, "sm_90a")
     assert bad != prog
     run_program(prog, dict(feed))
     with pytest.raises(HazardError, match="race"):

@@ -114,13 +114,12 @@ def test_wgmma_groups_signs_dtypes(group_size, signed, dtype, zero_point):
          params=WG(block_m=104, block_n=192, block_k=128, stages=3))
 
 
-def test_wgmma_random_tiles():
-    rnd = random.Random(11)
+def _random_wgmma_runs(seed: int, count: int, draw) -> int:
+    """Run ``count`` random problems with tiles ``draw(rnd)`` (refused ones skipped); how many ran."""
+    rnd = random.Random(seed)
     ran = 0
-    for i in range(30):
-        p = WG(block_m=rnd.choice([8, 16, 40, 64, 128, 192]), block_n=rnd.choice([64, 128, 192]),
-               block_k=rnd.choice([32, 64, 128, 256]), stages=rnd.choice([2, 3, 4, 6]),
-               split_k=rnd.choice([1, 1, 2]), occupancy=rnd.choice([1, 1, 2]))
+    for i in range(count):
+        p = draw(rnd)
         M, N, K = rnd.choice([1, 9, 64, 100, 257]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
         try:
             _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
@@ -128,24 +127,24 @@ def test_wgmma_random_tiles():
         except fs.ScheduleError:
             continue
         ran += 1
-    assert ran >= 15
+    return ran
+
+
+def test_wgmma_random_tiles():
+    assert _random_wgmma_runs(11, 30, lambda rnd: WG(
+        block_m=rnd.choice([8, 16, 40, 64, 128, 192]), block_n=rnd.choice([64, 128, 192]),
+        block_k=rnd.choice([32, 64, 128, 256]), stages=rnd.choice([2, 3, 4, 6]),
+        split_k=rnd.choice([1, 1, 2]), occupancy=rnd.choice([1, 1, 2]))) >= 15
+
+
+def _producer_tiles(rnd):
+    bn = rnd.choice([64, 128, 192])
+    return WG(block_m=rnd.choice([8, 16, 64, 128, 192, 256]), block_n=bn, block_k=rnd.choice([64, 128]),
+              stages=rnd.choice([2, 3, 4]), split_k=rnd.choice([1, 1, 2]), producer=True,
+              pingpong=bn > 64 and rnd.random() < 0.5)
 
 
 def test_wgmma_producer_tiles():
     """A producer warpgroup loading codes (as bytes) and activations by TMA, with and without the
     consumers taking turns: random tiles, shapes past them, every group size and sign."""
-    rnd = random.Random(13)
-    ran = 0
-    for i in range(24):
-        bn = rnd.choice([64, 128, 192])
-        p = WG(block_m=rnd.choice([8, 16, 64, 128, 192, 256]), block_n=bn, block_k=rnd.choice([64, 128]),
-               stages=rnd.choice([2, 3, 4]), split_k=rnd.choice([1, 1, 2]), producer=True,
-               pingpong=bn > 64 and rnd.random() < 0.5)
-        M, N, K = rnd.choice([1, 9, 64, 100, 257]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
-        try:
-            _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
-                 dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i, zero_point=rnd.random() < 0.3)
-        except fs.ScheduleError:
-            continue
-        ran += 1
-    assert ran >= 12
+    assert _random_wgmma_runs(13, 24, _producer_tiles) >= 12
