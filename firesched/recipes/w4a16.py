@@ -344,7 +344,8 @@ def wgmma_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = Fal
     """The spec of the sm_90a schedule, ``Cᵀ = dequant(B)ᵀ Aᵀ``: the weights B ``(K, N)``, stored
     ``(N, K)`` K-contiguous and packed for the ``m64n<block_m>k16`` wgmma's A fragment in registers
     (``words`` words a load), play the MatMul's A role over rows ``n``; the activations A ``(M,
-    K)`` row-major its K-major B; C ``(M, N)`` row-major.  Its inputs are (B, A) in that order."""
+    K)`` row-major its K-major B; C ``(M, N)`` row-major.  The spec lists B before A (its A role
+    first); the compiled kernel and ``interpret`` take ``A, B, S`` as for the mma.sync family."""
     atom = sm90a.wgmma_atom(block_m, dtype, a_in_registers=True)
     pk = packing_for(atom, "a", getattr(cv, f"dequant_{'i4' if signed else 'u4z8'}_{dtype}"), words)
     dt = fs_dtype(dtype)
