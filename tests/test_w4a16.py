@@ -695,3 +695,26 @@ def test_wgmma_producer_errors():
              tile(k=16) >> done(sm90a.wgmma_atom(64, "f16", a_in_registers=True))]
     with pytest.raises(ScheduleError, match="unswizzled"):
         spec.schedule(*chain).check("sm_90a")
+
+
+# --------------------------------------------------------------------------- stream-K instead of split-K
+
+@pytest.mark.parametrize("M,N,K,gs,parts,signed,dtype", [
+    (5, 200, 1024, 128, 6, False, "f16"),     # chunks of 192 k: they start inside groups of 128
+    (1, 72, 512, 32, 3, True, "bf16"),
+    (16, 100, 2048, None, 4, False, "f16"),
+])
+def test_stream_k_adds_the_partial_tiles_in_one_launch(M, N, K, gs, parts, signed, dtype):
+    """``W4A16Params(stream_k=...)``: the K chunks of every tile spread over a persistent grid and
+    combined in the kernel — one launch, where split_k needs a second."""
+    p = W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=3, stream_k=parts)
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a", params=p)
+    assert len(sched.lower("sm_90a").kernels) == 1
+    q, s, _ = _weights(K, N, gs, signed, dtype, seed=parts)
+    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_90a").astype(np.float64)
+    want = w4a16_reference(a, q, s, None, gs)
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    assert np.abs(got - want).max() <= tol * (1 + np.abs(want).max())
+    with pytest.raises(ValueError, match="choose one"):
+        W4A16Params(split_k=2, stream_k=2)

@@ -64,6 +64,7 @@ from ..strategies import (
     pipeline,
     prologue,
     split_k,
+    stream_k,
     tile,
     to_blocks,
     to_warpgroups,
@@ -92,7 +93,10 @@ class W4A16Params:
       multiple of 16) and ``block_n / warps_n`` columns (a multiple of 8);
     * ``warp_k``: K per fragment load (a multiple of 32: one word of codes covers 32 k);
     * ``stages``: K tiles in flight (the cp.async ring);
-    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch).
+    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch);
+    * ``stream_k``: K chunks per output tile spread over a persistent grid instead
+      (``strategies.stream_k``): the partial tiles are added in the same kernel, through a
+      workspace and flags, so there is no second launch.  One of the two, not both.
     """
 
     block_m: int = 16
@@ -103,12 +107,16 @@ class W4A16Params:
     warp_k: int = 32
     stages: int = 4
     split_k: int = 1
+    stream_k: int = 1
 
     def __attrs_post_init__(self):
         for f in attrs.fields(type(self)):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"W4A16Params: {f.name} must be a positive int, got {v!r}")
+        if self.split_k > 1 and self.stream_k > 1:
+            raise ValueError(f"W4A16Params: split_k={self.split_k} and stream_k={self.stream_k} both cut K; "
+                             f"choose one (the other 1)")
         if self.block_m % (16 * self.warps_m) or self.block_n % (8 * self.warps_n):
             raise ValueError(f"W4A16Params: block_m={self.block_m} must be a multiple of 16 x warps_m "
                              f"({16 * self.warps_m}) and block_n={self.block_n} of 8 x warps_n ({8 * self.warps_n})")
@@ -317,6 +325,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     # the codes' shared tile is swizzled for the word loads that read it (derived, not chosen)
     sw = swizzle_for_words(_MMA[dtype], "b", words, p.block_n, p.block_k, 4)
     chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain += [stream_k(p.stream_k)] if p.stream_k > 1 else []
     chain += [
         tile(m=p.block_m, n=p.block_n) >> to_blocks(),
         tile(k=p.block_k),

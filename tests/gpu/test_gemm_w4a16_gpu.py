@@ -148,3 +148,10 @@ def test_wgmma_producer_tiles():
     """A producer warpgroup loading codes (as bytes) and activations by TMA, with and without the
     consumers taking turns: random tiles, shapes past them, every group size and sign."""
     assert _random_wgmma_runs(13, 24, _producer_tiles) >= 12
+
+
+@pytest.mark.parametrize("M,N,K,parts", [(1, 4096, 4096, 4), (16, 1000, 4096, 6), (5, 8192, 8192, 2)])
+def test_stream_k(M, N, K, parts):
+    """Stream-K instead of split-K: the partial tiles added in the kernel."""
+    _run(M, N, K, params=W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4,
+                                     stream_k=parts))
