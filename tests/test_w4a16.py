@@ -403,20 +403,26 @@ def _planted(pred, sched=None, arch="sm_80"):
     return prog, attrs.evolve(prog, kernels=(bad,) + prog.kernels[1:]), feed
 
 
+def _found_only_when_planted(pred, sched=None, arch="sm_80", match=None):
+    """The program runs clean, and the one ``_planted(pred, ...)`` makes raises ``HazardError``."""
+    from firesched.errors import HazardError
+    from firesched.simulate import run_program
+
+    good, bad, feed = _planted(pred, sched, arch)
+    assert bad != good, "nothing planted"
+    run_program(good, dict(feed))
+    with pytest.raises(HazardError, match=match):
+        run_program(bad, dict(feed))
+
+
 @pytest.mark.parametrize("what", ["barrier", "cp.async wait"])
 def test_planted_hazards_are_found(what):
     """Without the ring's barrier (a stage refilled while read) or its cp.async wait (codes and
     staged scales read in flight) the interpreter reports a hazard; with them it runs clean."""
     from firesched import ir
-    from firesched.errors import HazardError
-    from firesched.simulate import run_program
 
     pred = {"barrier": lambda s: isinstance(s, ir.Barrier), "cp.async wait": lambda s: isinstance(s, ir.AsyncWait)}[what]
-    good, bad, feed = _planted(pred)
-    assert bad != good, f"no {what} to drop"
-    run_program(good, dict(feed))
-    with pytest.raises(HazardError):
-        run_program(bad, dict(feed))
+    _found_only_when_planted(pred)
 
 
 # --------------------------------------------------------------------------- per-group zero points
@@ -565,8 +571,6 @@ def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
     them: the K loop waits for the tile's group (wait_group 0), and the interpreter reports the
     hazard when that wait is weakened to keep one group in flight."""
     from firesched import ir
-    from firesched.errors import HazardError
-    from firesched.simulate import run_program
 
     sched = gemm_w4a16(24, 64, 256, group_size=64, arch="sm_90a",
                        params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2))
@@ -576,11 +580,7 @@ def test_wgmma_body_retires_its_group_before_the_next_dequantisation():
             return attrs.evolve(s, atom=catalog.with_immediates(sm90a.wgmma_wait, n=1))
         return False
 
-    prog, bad, feed = _planted(weaken, sched, "sm_90a")
-    assert bad != prog
-    run_program(prog, dict(feed))
-    with pytest.raises(HazardError, match="wgmma"):
-        run_program(bad, dict(feed))
+    _found_only_when_planted(weaken, sched, "sm_90a", match="wgmma")
 
 
 def test_wgmma_family_errors():
@@ -669,17 +669,11 @@ def test_wgmma_producer_stage_is_released_after_every_reader():
     back to the producer only once all 128 threads of the warpgroup are past them: without that
     barrier the interpreter finds the producer's refill racing the reads."""
     from firesched import ir
-    from firesched.errors import HazardError
-    from firesched.simulate import run_program
 
     sched = gemm_w4a16(24, 64, 512, group_size=64, arch="sm_90a",
                        params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=2, producer=True))
-    prog, bad, feed = _planted(lambda s: isinstance(s, ir.Barrier) and "done reading the stage" in s.comment,
-                               sched, "sm_90a")
-    assert bad != prog
-    run_program(prog, dict(feed))
-    with pytest.raises(HazardError, match="race"):
-        run_program(bad, dict(feed))
+    _found_only_when_planted(lambda s: isinstance(s, ir.Barrier) and "done reading the stage" in s.comment,
+                             sched, "sm_90a", match="race")
 
 
 def test_wgmma_producer_errors():
