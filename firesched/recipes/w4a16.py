@@ -84,6 +84,18 @@ PRODUCER_REGS = 40
 CONSUMER_REGS_MAX = 240
 
 
+def _check_field_types(params) -> None:
+    """Every field of a parameter record is a positive int, or a bool where its default is one."""
+    name = type(params).__name__
+    for f in attrs.fields(type(params)):
+        v = getattr(params, f.name)
+        if isinstance(f.default, bool):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name}: {f.name} must be True or False, got {v!r}")
+        elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ValueError(f"{name}: {f.name} must be a positive int, got {v!r}")
+
+
 @attrs.frozen
 class W4A16Params:
     """The tiles of the W4A16 schedule.
@@ -110,10 +122,7 @@ class W4A16Params:
     stream_k: int = 1
 
     def __attrs_post_init__(self):
-        for f in attrs.fields(type(self)):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"W4A16Params: {f.name} must be a positive int, got {v!r}")
+        _check_field_types(self)
         if self.split_k > 1 and self.stream_k > 1:
             raise ValueError(f"W4A16Params: split_k={self.split_k} and stream_k={self.stream_k} both cut K; "
                              f"choose one (the other 1)")
@@ -158,14 +167,7 @@ class W4A16WgmmaParams:
     pingpong: bool = False
 
     def __attrs_post_init__(self):
-        for f in attrs.fields(type(self)):
-            v = getattr(self, f.name)
-            if f.name in ("producer", "pingpong"):
-                if not isinstance(v, bool):
-                    raise ValueError(f"W4A16WgmmaParams: {f.name} must be True or False, got {v!r}")
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"W4A16WgmmaParams: {f.name} must be a positive int, got {v!r}")
+        _check_field_types(self)
         if self.pingpong and not self.producer:
             raise ValueError("W4A16WgmmaParams: pingpong=True takes turns between the consumers of a producer "
                              "warpgroup: set producer=True too")
