@@ -106,7 +106,7 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
     t = timing.interleaved({"ours": ours, "cublas": cublas, "torch": torch_path}, reps=reps, rounds=rounds)
     weight_bytes = N * K // 2 + S.numel() * S.element_size()
     res = k.resources
-    p = fs.recipes.w4a16.plan(M, N, K) if params is None else params
+    p = fs.recipes.w4a16.plan(M, N, K, wgmma=True) if params is None else params
     return dict(M=M, N=N, K=K, dtype=dt_name, group_size=GROUP, params=str(p),
                 ours_us=t["ours"], cublas_us=t["cublas"], torch_us=t["torch"],
                 speedup_cublas=t["cublas"] / t["ours"], speedup_torch=t["torch"] / t["ours"],
@@ -243,7 +243,8 @@ def parse_params(text: str) -> list:
         kw = {}
         for item in filter(None, (x.strip() for x in part[len(head) + 1:-1].split(","))):
             key, _, val = item.partition("=")
-            kw[key.strip()] = int(val)
+            val = val.strip()
+            kw[key.strip()] = {"True": True, "False": False}[val] if val in ("True", "False") else int(val)
         out.append(names[head](**kw))
     return out
 
@@ -312,6 +313,11 @@ def main(argv=None) -> list:
                         r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p)
                     except fs.ScheduleError as e:
                         print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
+                        continue
+                    except SystemExit as e:          # a wrong --params candidate: say so, time the rest
+                        if p is None:
+                            raise
+                        print(f"{M:5d} {nk:5d} {dt:>4} WRONG: {e}", flush=True)
                         continue
                     rows.append(r)
                     print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "

@@ -136,6 +136,12 @@ def test_gemm_w4a16_smoke_runs():
     plain = b.plain_bytes(q.astype(fs.dtypes.u4.np))
     assert plain.shape == (8, 4)
     assert plain[3, 1] == q[2, 3] | (q[3, 3] << 4)
+    wg = "W4A16WgmmaParams(block_m=128, block_n=128, producer=True, pingpong=False)"
+    assert b.parse_params(f"{wg}; W4A16Params(stream_k=4)") == [
+        fs.recipes.w4a16.W4A16WgmmaParams(block_m=128, block_n=128, producer=True, pingpong=False),
+        fs.recipes.w4a16.W4A16Params(stream_k=4)]
+    with pytest.raises(SystemExit, match="no W4A16Params"):
+        b.parse_params("GemmParams(block_m=64)")
 
 
 def test_gemm_variants_smoke_and_vary():
