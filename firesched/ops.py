@@ -66,6 +66,12 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("exp2_sub_scaled", 3,
                  lambda x, m, c: f"fs_ex2(fmaf({x}, {c}, -(({m} == __int_as_float(0xff800000) ? 0.0f : {m}) * {c})))",
                  lambda x, m, c: _ftz(np.exp2(x * c - np.where(np.isneginf(m), 0.0, m) * c))),
+        # exp(c·(x - m)) of a softmax's statistics with c > 0, where a maximum m of -inf (a part
+        # of a row whose elements are all masked) counts as 0, so that -inf - -inf never makes a
+        # NaN (firesched.monoids.softmax_stats)
+        ScalarOp("exp_sub_scaled", 3,
+                 lambda x, m, c: f"expf({c} * ({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m})))",
+                 lambda x, m, c: np.exp(c * (x - np.where(np.isneginf(m), 0.0, m)))),
         ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
         ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
         ScalarOp("gelu_tanh", 1,

@@ -269,13 +269,15 @@ class Init(SpecBase):
     _TILES = ("dst",)
 
     dst: Tile
-    value: float
+    value: float            # a tuple of floats: the identity of a monoid's components
     level: Level
 
     def __repr__(self):
         return f"Init({self.dst!r}, {self.value!r}, {self.level!r})"
 
     def __str__(self):
+        if isinstance(self.value, tuple):
+            return f"Init<{self.level}>({self.dst} = ({', '.join(f'{v:g}' for v in self.value)}))"
         return f"Init<{self.level}>({self.dst} = {self.value:g})"
 
 
@@ -338,17 +340,71 @@ REDUCE_OPS = ("sum", "max", "min", "mean")
 @attrs.frozen(repr=False)
 class Reduce(SpecBase):
     """``dst = op-reduction of src over axes`` (sum, max, min, mean), accumulated in ``acc``;
-    ``ops`` are element-wise ops applied to the result before it is stored."""
+    ``ops`` are element-wise ops applied to the result before it is stored.
 
-    _TILES = ("src", "dst")
+    ``op`` may also be a ``firesched.monoids.Monoid``: a combine over several values (softmax's
+    ``(max, sum of exp)``, LayerNorm's ``(count, mean, M2)``), reduced in one exchange per level.
+    Its first output goes to ``dst`` (through ``ops``), the others to the tiles ``more`` (each
+    through its entry of ``more_ops``), all over ``dst``'s dims::
 
-    op: str
+        Reduce(monoids.softmax_stats(), Xr, M, ("c",), KERNEL, more=(Z,), more_ops=((ops.reciprocal(),),))
+    """
+
+    _TILES = ("src", "dst", "more")
+
+    op: object
     src: Tile
     dst: Tile
     axes: tuple[str, ...]
     level: Level
     ops: tuple = ()
     acc: DType = attrs.field(default="f32", converter=dtype)
+    more: tuple = ()
+    more_ops: tuple = ()
+
+    def __attrs_post_init__(self):
+        if isinstance(self.op, str):
+            if self.more or self.more_ops:
+                raise ValueError(f"Reduce: more= holds the further outputs of a monoid; op={self.op!r} has one "
+                                 "output (dst)")
+            return
+        n = getattr(self.op, "outputs", None)
+        if n is None or not hasattr(self.op, "combine"):
+            raise ValueError(f"Reduce: op={self.op!r}; allowed: {', '.join(REDUCE_OPS)} or a "
+                             "firesched.monoids.Monoid")
+        # more=() with a monoid of several outputs: dst is a register accumulator of the whole
+        # tuple (what tile() creates; its store finishes the outputs)
+        if not isinstance(self.more, tuple) or len(self.more) not in (0, n - 1) or \
+                (not self.more and n > 1 and self.level == KERNEL):
+            raise ValueError(f"Reduce: {self.op} has {n} outputs: dst and more= with {n - 1} tiles, got "
+                             f"{len(self.more) if isinstance(self.more, tuple) else self.more!r}")
+        bad = [t.name for t in self.more if tuple(t.dims) != tuple(self.dst.dims)]
+        if bad:
+            raise ValueError(f"Reduce: the outputs {', '.join(bad)} must have dst's dims {self.dst.dims}")
+        if self.acc.name != "f32":
+            raise ValueError(f"Reduce: a monoid combines f32 components; acc={self.acc}; allowed: f32")
+        mo = tuple(self.more_ops) or ((),) * len(self.more)
+        if len(mo) != len(self.more) or not all(isinstance(o, tuple) for o in mo):
+            raise ValueError(f"Reduce: more_ops holds one tuple of ops per tile of more ({len(self.more)}), got "
+                             f"{self.more_ops!r}")
+        object.__setattr__(self, "more_ops", mo)
+
+    @property
+    def inputs(self) -> tuple[Tile, ...]:
+        return (self.src,)
+
+    @property
+    def outputs(self) -> tuple[Tile, ...]:
+        return (self.dst, *self.more)
+
+    @property
+    def monoid(self):
+        """The monoid of a tuple reduction, or None for sum / max / min / mean."""
+        return None if isinstance(self.op, str) else self.op
+
+    def output_ops(self) -> tuple[tuple[Tile, tuple], ...]:
+        """(tile, its ops) of every output: ``dst`` with ``ops``, then ``more`` with ``more_ops``."""
+        return ((self.dst, tuple(self.ops)), *zip(self.more, self.more_ops))
 
     @property
     def reduction_dims(self) -> tuple[str, ...]:
@@ -372,12 +428,15 @@ class Reduce(SpecBase):
         return cls(op, Tile(x, ext), Tile(y, kext), axes, KERNEL)
 
     def __repr__(self):
+        more = f", more={self.more!r}, more_ops={self.more_ops!r}" if self.more else ""
         return (f"Reduce({self.op!r}, {self.src!r}, {self.dst!r}, {self.axes!r}, {self.level!r}, {self.ops!r}, "
-                f"{self.acc!r})")
+                f"{self.acc!r}{more})")
 
     def __str__(self):
         what = f"over {','.join(self.axes)}" if self.axes else "of the partial results"
-        return f"Reduce<{self.level}>({self.op} {what}: {self.src} -> {self.dst}){_opstr(self.ops)}"
+        outs = "".join(f", {t}{_opstr(o)}" for t, o in zip(self.more, self.more_ops))
+        return f"Reduce<{self.level}>({self.op} {what}: {self.src} -> {self.dst}{_opstr(self.ops)}{outs})" \
+            if self.more else f"Reduce<{self.level}>({self.op} {what}: {self.src} -> {self.dst}){_opstr(self.ops)}"
 
 
 @attrs.frozen(repr=False)

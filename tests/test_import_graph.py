@@ -26,6 +26,7 @@ LAYERS = [
     "schedule",
     "strategy",
     "spec",
+    "monoids",
     "ir",
     "hardware",
     "tensor",

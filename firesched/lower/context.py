@@ -21,7 +21,7 @@ import attrs
 
 from .. import ir
 from ..errors import ScheduleError
-from ..ir.expr import IntExpr
+from ..ir.expr import IntExpr, binop
 from ..tensor import GL, RF
 
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -120,8 +120,31 @@ def frames(ctx: Ctx, specs) -> Ctx:
             if t.memory != GL and k not in ctx.origin:
                 ctx = ctx.with_origin(k, {d: 0 for d in t.tensor.dims})
                 if t.memory == RF:
-                    ctx = ctx.with_limit(k, {d: t.tensor.extent(d) for d in t.tensor.dims})
+                    ctx = ctx.with_limit(k, _register_limits(ctx, t))
     return ctx
+
+
+def _register_limits(ctx: Ctx, t) -> dict:
+    """A register tensor's limits: its extents, except along the dim a thread-block cluster
+    splits, where the last block's part may reach past the row — that block's elements end where
+    the global tensors' tightened limit does::
+
+        row of 40,001 over 8 blocks of 5,001:   block 7 holds 40,001 - 7·5,001 = 3,994 elements
+    """
+    lim = {d: t.tensor.extent(d) for d in t.tensor.dims}
+    cl = ctx.cluster
+    d = getattr(cl, "dim", None)
+    if d not in lim:
+        return lim
+    for k, o in ctx.origin.items():
+        gl = ctx.limit.get(k, {}).get(d)
+        if k[1] != "GL" or d not in o or gl is None:
+            continue
+        # a row a whole number of parts long leaves every block's part whole
+        if not (isinstance(gl, int) and gl % lim[d] == 0):
+            lim[d] = binop("min", lim[d], gl - o[d])
+        break
+    return lim
 
 
 def scope_barrier(ctx: "Ctx", comment: str) -> ir.Barrier:

@@ -240,7 +240,8 @@ class Lowerer:
 
     def default(self, node: Node, ctx: Ctx) -> list:
         sp = node.spec
-        mems = tuple(t.memory.name for t in sp.operands)
+        # a tuple reduction's rule is chosen by its input and first output (it stores every output)
+        mems = tuple(t.memory.name for t in ((sp.src, sp.dst) if getattr(sp, "more", ()) else sp.operands))
         via = node.via[0].family if node.via else None
         keys = ([(type(sp), mems, via)] if via else []) + [(type(sp), mems, None), (type(sp), (), None)]
         for k in keys:

@@ -26,16 +26,18 @@ intermediates (they never leave the registers of the threads that compute them),
           Pointwise<block>(mul: Xr:RF, Rstd:RF -> N:RF)
           Pointwise<block>(mul: N:RF, W:GL -> Y:GL)                  # one 16-byte store
 
-Statistics are computed in f32 (two passes over the registers for LayerNorm: the mean, then the
-mean of squared deviations, which does not cancel as E[x²] - E[x]² does for rows with a large
-mean).  ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's
+Statistics are computed in f32.  LayerNorm's mean and variance are one tuple reduction
+(``monoids.welford``): each thread takes two passes over its registers (its mean, then the sum of
+squared deviations from it, which does not cancel as E[x²] - E[x]² does for rows with a large
+mean), and the threads', warps' and a cluster's blocks' (count, mean, M2) merge by Chan's formula,
+one exchange per level.  ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's
 ``rstd``; LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute
 them and read back by the next part after a barrier.
 """
 
 from __future__ import annotations
 
-from .. import ops
+from .. import monoids, ops
 from ..hardware.target import target as get_target
 from ..hardware.target import target_names
 from ..schedule import Schedule
@@ -160,11 +162,12 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     f32 = "f32"
     mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
     d = s.t("D", dt=f32)
-    body = [Reduce("mean", x, mean, ("c",), KERNEL),
-            Pointwise("sub", (x, mean), d, KERNEL),
-            Pointwise("mul", (d, d), s.t("D2", dt=f32), KERNEL),
-            Reduce("mean", s.t("D2", dt=f32), rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
-    local += ["D", "D2"] + ([] if stats else ["Mean", "Rstd"])
+    # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean, M2),
+    # merged across lanes, warps and the blocks of a cluster in one exchange each)
+    body = [Reduce(monoids.welford(), x, mean, ("c",), KERNEL, more=(rstd,),
+                   more_ops=((ops.shift(eps), ops.rsqrt()),)),
+            Pointwise("sub", (x, mean), d, KERNEL)]
+    local += ["D"] + ([] if stats else ["Mean", "Rstd"])
     last = "Y"
     steps = [("mul", rstd)] + ([("mul", s.t("W", ("c",)))] if weight else []) + \
             ([("add", s.t("B", ("c",)))] if bias else [])

@@ -1,8 +1,10 @@
 """Softmax over the last dimension as a fused spec: the row is read once into registers, its
-maximum and the sum of exponentials are reduced there, and the row is written once::
+maximum and the sum of exponentials are reduced there — as one tuple reduction
+(``monoids.softmax_stats``: each thread's ``(max, sum exp)``, merged online, so the warps of a
+block and the blocks of a cluster exchange them once) —, and the row is written once::
 
-    Fused<kernel>[Move(X -> Xr); Reduce(max over c: Xr -> M); Pointwise(sub: Xr, M -> E)
-                  with scale(s), exp(); Reduce(sum over c: E -> Z) with rcp(); Pointwise(mul: E, Z -> Y)]
+    Fused<kernel>[Move(X -> Xr); Reduce(softmax_stats over c: Xr -> M, Z with rcp());
+                  Pointwise(sub: Xr, M -> E) with scale(s), exp(); Pointwise(mul: E, Z -> Y)]
       tile(r=1) >> to_blocks()                          # rows.row_plan picks the tiling
       place(Xr, RF) >> place(M, RF) >> place(E, RF) >> place(Z, RF)
       part(i, tile(c=span), tile(c=8) >> to_threads(), done()) for every part
@@ -14,13 +16,14 @@ reference of causal attention).
 
 ``E = exp(scale · (x - max))`` never overflows (its largest element is 1) and the sum is at least
 1, so large-magnitude rows give no inf or NaN.  Padded elements of a row whose length is not a
-multiple of the threads' tiles are skipped by both reductions.  ``scale`` must be positive (the
+multiple of the threads' tiles are skipped by the reduction (a part of a row whose elements are
+all masked holds ``(-inf, 0)``, which merges without a NaN).  ``scale`` must be positive (the
 maximum of ``scale · x`` is then ``scale · max(x)``).
 """
 
 from __future__ import annotations
 
-from .. import ops
+from .. import monoids, ops
 from ..schedule import Schedule
 from ..spec import Fused, Move, Pointwise, Reduce
 from ..tensor import KERNEL
@@ -48,11 +51,12 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     pre = (ops.scale(scale),) if scale != 1.0 else ()
     spec = Fused.kernel(
         Move(s.t("X"), xr, KERNEL, (ops.causal(diagonal),) if causal else ()),
-        Reduce("max", xr, m, ("c",), KERNEL),
+        # the maximum and the sum of exponentials in one reduction (one exchange between the
+        # warps, and between the blocks of a cluster); Z holds 1 / sum: the row's elements
+        # multiply by it (a division per element would take the slow path of the IEEE division for
+        # every masked, i.e. zero, exponential)
+        Reduce(monoids.softmax_stats(scale), xr, m, ("c",), KERNEL, more=(z,), more_ops=((ops.reciprocal(),),)),
         Pointwise("sub", (xr, m), e, KERNEL, pre + (ops.exp(),)),
-        # Z holds 1 / sum: the row's elements multiply by it (a division per element would take the
-        # slow path of the IEEE division for every masked, i.e. zero, exponential)
-        Reduce("sum", e, z, ("c",), KERNEL, (ops.reciprocal(),)),
         Pointwise("mul", (e, z), s.t("Y"), KERNEL))
     return schedule_rows(spec, plan, ("Xr", "M", "E", "Z"))
 

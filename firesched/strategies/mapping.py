@@ -185,6 +185,12 @@ class to(Strategy):
         if across and self.cluster > 1:
             new_spec = _whole_means(new_spec, parent.spec, across[0].dim)
         elif across:
+            if isinstance(spec, Reduce) and spec.monoid is not None:
+                raise ScheduleError(f"a tuple reduction ({spec.op}) split over blocks combines its parts in one "
+                                    "launch, through a cluster's distributed shared memory (a workspace of "
+                                    "partial results holds one value per part)", strategy=self, spec=spec,
+                                    field="cluster", value=self.cluster, allowed="2, 4, 8 (sm_90a)",
+                                    fix=f"to_blocks(cluster={across[0].count})")
             mapped, new_spec, second = _partials(sched, parent.spec, new_spec, mapped, across[0])
             post = post + (Node(second),)
         new_focus = attrs.evolve(focus, spec=new_spec)

@@ -111,6 +111,9 @@ class tile(Strategy):
             return sched.replace_focus(new)
         acc = _accumulator(spec, child)
         child = child.with_operand(out.name, acc)
+        if isinstance(child, Reduce) and child.more:
+            # the tuple of a monoid accumulates whole in ``acc``; its store finishes every output
+            child = attrs.evolve(child, more=(), more_ops=())
         new = attrs.evolve(
             node, strategy=self, loops=tuple(loops),
             pre=(Node(Init(acc, _identity(spec), spec.level)),),
@@ -140,6 +143,8 @@ def _store(spec, acc, out):
         return Move(acc, out, spec.level)
     ops = tuple(spec.ops)
     op = spec.op
+    if spec.monoid is not None:
+        return Reduce(op, acc, out, (), spec.level, ops, spec.acc, spec.more, spec.more_ops)
     if op == "mean":
         n = 1
         for d in spec.reduction_dims:
@@ -149,7 +154,9 @@ def _store(spec, acc, out):
     return Reduce(op, acc, out, (), spec.level, ops, spec.acc)
 
 
-def _identity(spec) -> float:
+def _identity(spec) -> float | tuple:
+    if isinstance(spec, Reduce) and spec.monoid is not None:
+        return spec.monoid.identity
     if isinstance(spec, Reduce) and spec.op == "max":
         return float("-inf")
     if isinstance(spec, Reduce) and spec.op == "min":

@@ -99,6 +99,19 @@ def _eval(spec, env: dict, extras: dict) -> None:
         y = _apply_ops(np.asarray(y, dtype=np.float64), spec.ops, extras, out.dtype)
         env[out.name] = rounded(y, out.dtype)
         return
+    if isinstance(spec, Reduce) and spec.monoid is not None:
+        # a tuple reduction: the monoid's own numpy meaning gives each output from the whole
+        # reduced array (independent of the programs the lowering runs)
+        src = spec.src.tensor
+        axes = tuple(src.dims.index(a) for a in spec.axes)
+        kept = tuple(d for d in src.dims if d not in spec.axes)
+        ys = spec.monoid.reference(np.asarray(env[src.name], dtype=np.float64), axes)
+        for (t, ops_), y in zip(spec.output_ops(), ys):
+            dst = t.tensor
+            y = np.asarray(y, dtype=np.float64).reshape(tuple(dst.extent(d) for d in dst.dims)) if not kept else \
+                _aligned(y, kept, dst.dims)
+            env[dst.name] = rounded(_apply_ops(y, ops_, extras, dst.dtype), dst.dtype)
+        return
     if isinstance(spec, Reduce):
         src, dst = spec.src.tensor, spec.dst.tensor
         x = env[src.name]

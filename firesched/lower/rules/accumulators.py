@@ -36,6 +36,7 @@ from ...tensor import GL, SH
 from ..context import WARPGROUP_BARRIER, err, key
 from ..layouts import RFLayout, ThreadLayout, coord_table, value_runs
 from ..lowerer import Lowerer, spec_rule
+from .combine import components
 from .smem import gl_offset, sh_offset, shared_buffer
 from .stream_fixup import fixup, starts_tile
 from .threads import store_thread_accumulator
@@ -50,7 +51,12 @@ EPILOGUE_BARRIER = WARPGROUP_BARRIER   # the warpgroup's own named barrier (warp
 def init_registers(lw: Lowerer, node: Node, ctx) -> list:
     lay = lw.reg_layout(node.spec.dst, node)
     buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, lay.size)
-    return starts_tile(ctx, node.spec.dst.name, [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(node.spec.value))])
+    value = node.spec.value
+    if isinstance(value, tuple):
+        # a monoid's accumulator: each component's registers start at its identity
+        fills = [ir.RegFill(ir.RegRef(b, 0), lay.size, float(v)) for b, v in zip(components(lw, buf, len(value)), value)]
+        return starts_tile(ctx, node.spec.dst.name, fills)
+    return starts_tile(ctx, node.spec.dst.name, [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(value))])
 
 
 @spec_rule(Move, "RF", "GL")

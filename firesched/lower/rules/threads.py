@@ -23,6 +23,11 @@ shared memory among warps, and the first replica stores::
               barrier.cluster; fold every block's part, ranks in order (ld.shared::cluster)
     store:    if every replica index is 0 (and, to global memory, in the cluster's first block):
               Y[...] = cvt(ops(acc))
+
+A tuple reduction (``Reduce`` with a ``monoids.Monoid``) holds ``k`` registers per element and
+folds a thread's elements with the monoid's passes; every level above moves the ``k`` components
+together and merges them with the monoid's combine (``combine.Combine``), so it exchanges once
+per level like a sum, and the store writes each output from the merged tuple.
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ from ...tensor import GL, RF, SH
 from ..context import err, key
 from ..layouts import ThreadLayout
 from ..lowerer import Lowerer, leaf_rule
+from .combine import COMBINE, Combine, combine_of, components, fold_elements
 from .smem import gl_offset, sh_offset, shared_buffer
 
-COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min"}
 WIDTHS = (16, 8, 4, 2, 1)
 
 
@@ -275,60 +280,84 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
     lay = lw.reg_layout(dst)
     acc = lw.kb.reg(f"{dst.name}_acc", dst.dtype, lay.size)
     o = ctx.origin[key(dst)]
-    op = COMBINE[spec.op]
+    m = spec.monoid
+    op = COMBINE[spec.op] if m is None else None
     # an element past a global tensor's edge reads as zero: the identity of a sum, not of a max or
-    # a min, whose folds skip it; registers past a register tensor's extent hold no element at all
+    # a min (nor an element a monoid may count), whose folds skip it; registers past a register
+    # tensor's extent hold no element at all
     if src.memory == GL:
-        lim = ctx.limit.get(key(src), {}) if op in ("max", "min") else {}
+        lim = ctx.limit.get(key(src), {}) if op != "add" else {}
     elif src.memory == RF:
+        # (nor, along a cluster's split dim, past the row's end in the last block: a limit that is
+        # an expression, context._register_limits)
         pad = lw.reg_layout(src, node).padded_dims()
-        lim = {d: v for d, v in ctx.limit.get(key(src), {}).items() if d in pad}
+        lim = {d: v for d, v in ctx.limit.get(key(src), {}).items() if d in pad or not isinstance(v, int)}
     else:
         lim = {}
     so = ctx.origin.get(key(src), {})
+    groups: dict[int, list] = {}
     for e in elements(src):
-        r = ir.RegRef(acc, lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims}))
-        fold = ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e))))
+        v = lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims})
         inside = land(*[lt(so[d] + e.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim])
-        stmts.append(fold if inside == 1 else ir.If(inside, fold))
+        groups.setdefault(v, []).append((ir.RegRef(x, x_at(e)), inside))
+        if m is None:
+            r = ir.RegRef(acc, v)
+            fold = ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e))))
+            stmts.append(fold if inside == 1 else ir.If(inside, fold))
+    if m is not None:
+        # a monoid folds the elements of each accumulator element as one tuple (its passes),
+        # combined once into the running tuple
+        accs = components(lw, acc, m.k)
+        for v, xs in groups.items():
+            stmts += fold_elements(lw, m, accs, v, [a for a, _ in xs], [p for _, p in xs])
     return [ir.Comment(str(spec)), *stmts]
 
 
 # --------------------------------------------------------------------------- combine and store
 
-def butterfly(lw: Lowerer, acc: ir.RegBuffer, size: int, masks, op: str) -> list:
+def butterfly(lw: Lowerer, acc: ir.RegBuffer, size: int, masks, op: str | Combine) -> list:
     """``acc[v] = op(acc[v], acc[v] of lane ^ m)`` for each lane mask ``m`` in turn, for every
-    register ``v < size``: after the last, every lane of a group holds the group's result."""
+    register ``v < size``: after the last, every lane of a group holds the group's result.  With a
+    ``Combine`` of ``k`` components, each is shuffled and the tuples combine once per mask."""
     if not masks:
         return []
-    tmp = lw.kb.reg("shfl", f32, 1)
+    comb = op if isinstance(op, Combine) else Combine(1, op)
+    accs = components(lw, acc, comb.k)
+    tmp = lw.kb.reg("shfl", f32, comb.k)
     mask = lw.kb.reg("lane_mask", i32, 1)
     out: list = []
     for m in masks:
         out.append(ir.RegFill(ir.RegRef(mask, 0), 1, float(m)))
         for v in range(size):
-            r = ir.RegRef(acc, v)
-            out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", ir.RegRef(tmp, 0)), ("src", r),
-                                                            ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
-            out.append(ir.Pointwise(op, r, (r, ir.RegRef(tmp, 0))))
+            a = [ir.RegRef(c, v) for c in accs]
+            b = [ir.RegRef(tmp, j) for j in range(comb.k)]
+            for r, t in zip(a, b):
+                out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", t), ("src", r),
+                                                                ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
+            out += comb.step(lw, a, b)
     return out
 
 
 def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.RegBuffer,
                              reduce_vars) -> list:
     """Combine the replicas of a thread-held accumulator (see the module docstring) and store it,
-    with the node's ops, from the first replica."""
+    with the node's ops, from the first replica.  A monoid's accumulator moves its components
+    together at every level (``combine.Combine``) and stores each of its outputs."""
     spec = node.spec
     dst = spec.dst
-    op = COMBINE.get(getattr(spec, "op", "sum"), "add") if isinstance(spec, Reduce) else None
+    comb = combine_of(spec)
+    op = comb
     rep = [(v, c) for v, c in lay.replicas if v in reduce_vars or not reduce_vars] if op is not None else []
     if lay.replicas and op is None:
         raise err(node, f"{spec.src.name} holds partial results over units ({', '.join(v for v, _ in lay.replicas)}) "
                         "but its store does not combine them", fix="reduce over the mapped dims (a Reduce spec)")
+    k = comb.k if comb is not None else 1
+    accs = components(lw, acc, k)
+    outs = spec.output_ops() if isinstance(spec, Reduce) else ((dst, tuple(getattr(spec, "ops", ()) or ())),)
     out: list = [ir.Comment(str(spec))]
     # into a register local, every replica keeps the combined result (an all-reduce): the threads
     # that hold partial results are the threads that read the result next
-    everyone = dst.memory == RF
+    everyone = any(t.memory == RF for t, _ in outs)
     lane_masks, lane_digits, warp_parts = [], [], []
     for var, _count in rep:
         ts, c = ctx.spans[var]
@@ -350,16 +379,19 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
     tid = ctx.scope.tid
     if warp_parts:
         W = ctx.scope.threads // 32
-        red = lw.kb.shared_buf(f"{dst.name}_partials", f32, W * lay.size, 16,
-                               f"{dst.name}'s partial results, one set per warp")
+        # warp w's partial result, component j of element v, at (w * k + j) * size + v
+        n = lay.size
+        red = lw.kb.shared_buf(f"{dst.name}_partials", f32, W * k * n, 16,
+                               f"{dst.name}'s partial results, one set per warp"
+                               + (f" ({k} components each)" if k > 1 else ""))
         warp = tid // 32
         lane0 = land(*[lt((tid // ts) % lanes, 1) for ts, lanes in lane_digits])
         st = catalog.copy_atom("RF", "SH", 4)
         ld = catalog.copy_atom("SH", "RF", 4)
-        writes = [ir.AtomCall(st, (("dst", ir.MemRef(red, warp * lay.size + v)), ("src", ir.RegRef(acc, v))))
-                  for v in range(lay.size)]
+        writes = [ir.AtomCall(st, (("dst", ir.MemRef(red, (warp * k + j) * n + v)), ("src", ir.RegRef(accs[j], v))))
+                  for v in range(n) for j in range(k)]
         first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
-        part = lw.kb.reg("part", f32, 1)
+        part = lw.kb.reg("part", f32, k)
         # the warps of one group of replicas, as offsets from its first: every combination of the
         # warp-level digits (more than one when several mapped loops reach past a warp)
         groups = [0]
@@ -371,15 +403,16 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
             base = warp
             for wstride, wc in warp_parts:
                 base = base - ((warp // wstride) % wc) * wstride
-            reads = [ir.AtomCall(ld, (("dst", ir.RegRef(acc, v)), ("src", ir.MemRef(red, base * lay.size + v))))
-                     for v in range(lay.size)]
+            reads = [ir.AtomCall(ld, (("dst", ir.RegRef(accs[j], v)), ("src", ir.MemRef(red, (base * k + j) * n + v))))
+                     for v in range(n) for j in range(k)]
         else:
             base, reads = warp, []           # only the first replica folds, onto its own result
         for g in groups[1:]:
-            for v in range(lay.size):
-                reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, 0)),
-                                              ("src", ir.MemRef(red, (base + g) * lay.size + v)))))
-                reads.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(part, 0))))
+            for v in range(n):
+                for j in range(k):
+                    reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, j)),
+                                                  ("src", ir.MemRef(red, ((base + g) * k + j) * n + v)))))
+                reads += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(part, j) for j in range(k)])
         out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
                 *(reads if everyone else [ir.If(first, ir.Seq(tuple(reads)))])]
         if ctx.repeated or not everyone:
@@ -388,17 +421,19 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
     cl = ctx.cluster
     across = op is not None and cl is not None and cl.dim not in dst.tensor.dims
     if across:
-        out += _cluster_combine(lw, node, ctx, lay, acc, op, first, everyone)
-    stores = _store_elements(lw, ctx, node, lay, acc)
-    # one replica stores (every one, into a register local); one block of a cluster into global
-    # memory, where the cluster's blocks hold the same result
-    guard = land(first, lt(cl.rank, 1)) if across and dst.memory == GL else first
-    if not everyone and guard != 1:
-        stores = [ir.If(guard, ir.Seq(tuple(stores)))]
-    return out + stores
+        out += _cluster_combine(lw, node, ctx, lay, accs, op, first, everyone)
+    for i, (t, ops_) in enumerate(outs):
+        stores = _store_elements(lw, ctx, node, lay, accs, t, ops_, comb, i)
+        # one replica stores (every one, into a register local); one block of a cluster into
+        # global memory, where the cluster's blocks hold the same result
+        guard = land(first, lt(cl.rank, 1)) if across and t.memory == GL else first
+        if t.memory != RF and guard != 1:
+            stores = [ir.If(guard, ir.Seq(tuple(stores)))]
+        out += stores
+    return out
 
 
-def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.RegBuffer, op: str, first,
+def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, accs: list, op: Combine, first,
                      everyone: bool) -> list:
     """Combine the block results of a reduction whose reduced dim the blocks of a thread-block
     cluster split (``to_blocks(cluster=C)``), through distributed shared memory::
@@ -409,28 +444,34 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.Re
                   ...
                   barrier.cluster at the end of the kernel    (no block leaves while others read)
 
-    Every block folds the same parts in the same order, so every block (and, into a register
-    local, every thread) holds bitwise the same result.  A persistent block, which refills its
-    part buffers tile after tile, waits for the others' reads right after each combine instead."""
+    A monoid's part is its ``k`` components (``part[j * size + v]``), combined with its program:
+    a tuple reduction costs one ``barrier.cluster``, like a sum.  Every block folds the same parts
+    in the same order, so every block (and, into a register local, every thread) holds bitwise the
+    same result.  A persistent block, which refills its part buffers tile after tile, waits for
+    the others' reads right after each combine instead."""
     spec = node.spec
     dst = spec.dst
     C = ctx.cluster.size
-    if acc.dtype.bits != 32:
-        raise err(node, f"a cluster combines 32-bit partial results; {spec.src.name} accumulates in {acc.dtype}",
-                  field="acc", value=str(acc.dtype), allowed="f32", fix="accumulate the reduction in f32")
-    part = lw.kb.shared_buf(f"{dst.name}_cluster", f32, lay.size, 16,
+    k = op.k
+    n = lay.size
+    if accs[0].dtype.bits != 32:
+        raise err(node, f"a cluster combines 32-bit partial results; {spec.src.name} accumulates in {accs[0].dtype}",
+                  field="acc", value=str(accs[0].dtype), allowed="f32", fix="accumulate the reduction in f32")
+    part = lw.kb.shared_buf(f"{dst.name}_cluster", f32, k * n, 16,
                             f"this block's part of {dst.name}, read by every block of the cluster")
     st = catalog.copy_atom("RF", "SH", 4)
-    publish = [ir.AtomCall(st, (("dst", ir.MemRef(part, v)), ("src", ir.RegRef(acc, v)))) for v in range(lay.size)]
-    tmp = lw.kb.reg("cluster_part", f32, 1)
+    publish = [ir.AtomCall(st, (("dst", ir.MemRef(part, j * n + v)), ("src", ir.RegRef(accs[j], v))))
+               for v in range(n) for j in range(k)]
+    tmp = lw.kb.reg("cluster_part", f32, k)
     fold: list = []
     for q in range(C):
-        for v in range(lay.size):
-            into = ir.RegRef(acc, v) if q == 0 else ir.RegRef(tmp, 0)
-            fold.append(ir.AtomCall(sm90a.ld_shared_cluster_4, (("dst", into), ("src", ir.MemRef(part, v)),
-                                                                ("cta", ir.Scalar(q))), comment=f"block rank {q}"))
+        for v in range(n):
+            for j in range(k):
+                into = ir.RegRef(accs[j], v) if q == 0 else ir.RegRef(tmp, j)
+                fold.append(ir.AtomCall(sm90a.ld_shared_cluster_4, (("dst", into), ("src", ir.MemRef(part, j * n + v)),
+                                                                    ("cta", ir.Scalar(q))), comment=f"block rank {q}"))
             if q:
-                fold.append(ir.Pointwise(op, ir.RegRef(acc, v), (ir.RegRef(acc, v), ir.RegRef(tmp, 0))))
+                fold += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(tmp, j) for j in range(k)])
     sync = ir.AtomCall(sm90a.barrier_cluster, (), 1, f"every block's part of {dst.name} is in its shared memory")
     out = [ir.Comment(f"{dst.name}: combine the parts of the cluster's {C} blocks"),
            *(publish if first == 1 else [ir.If(first, ir.Seq(tuple(publish)))]), sync,
@@ -447,11 +488,10 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, acc: ir.Re
     return out
 
 
-def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.RegBuffer) -> list:
-    """Every element this thread holds: ops in f32, convert, store (predicated)."""
-    spec = node.spec
-    dst = spec.dst
-    steps = scalar_steps(getattr(spec, "ops", ()) or ())
+def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, accs: list, dst, ops_, comb, which: int) -> list:
+    """Every element this thread holds of output ``which`` (``dst``): its value (a monoid's
+    finish), ops in f32, convert, store (predicated)."""
+    steps = scalar_steps(ops_)
     work = lw.kb.reg("w", f32, 1)
     vars_ = [Var(f"f{lw.pb.tmp()}", c) for _, c, _ in lay.seq]
     origin = lay.unit_origin(vars_, ctx.vars)
@@ -460,8 +500,11 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, acc: ir.Reg
     stmts = []
     for e in elements_of_shape(lay.dims, lay.leaf):
         coord = {d: origin[d] + e[d] for d in lay.dims}
-        reg = ir.RegRef(acc, lay.offset(coord))
-        stmts.append(ir.Pointwise("copy", ir.RegRef(work, 0), (reg,)))
+        off = lay.offset(coord)
+        if comb is None:
+            stmts.append(ir.Pointwise("copy", ir.RegRef(work, 0), (ir.RegRef(accs[0], off),)))
+        else:
+            stmts += comb.finish(lw, which, [ir.RegRef(a, off) for a in accs], ir.RegRef(work, 0))
         for name, a in steps:
             if name == "mask":
                 raise err(node, f"{a[0]} masks elements of a tensor; a reduction's result takes value ops only",
