@@ -1,6 +1,7 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
 heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
-the warp-specialized one with ping-pong consumers), for compute-sanitizer:
+the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
+by TMA — in a persistent grid where not causal), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
@@ -29,7 +30,10 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 def main() -> None:
     import torch
 
-    designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [(c, "pingpong") for c in CASES if c[5] > 64]
+    designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [
+        (c, w) for w in ("pingpong", "q_by_producer") for c in CASES if c[5] > 64]
+    # 576 query tiles: each persistent block walks four or five, its Q ring wrapping
+    designs.append(((4, 16, 16, 1100, 300, 128, False), "q_by_producer"))
     for (b, h, kvh, sq, skv, d, causal), design in designs:
         # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
         # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
@@ -37,6 +41,11 @@ def main() -> None:
         if design == "pingpong":
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True)
+        if design == "q_by_producer":
+            # the producer's own ring for Q; a persistent grid walking the query tiles (not causal)
+            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
+            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True,
+                                  persistent=not causal)
         sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True,
                                 arch="sm_90a" if params else design, params=params)
         k = fs.compile(sched, arch="sm_90a")

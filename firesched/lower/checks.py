@@ -30,6 +30,7 @@ from .context import err
 from .layouts import plain_smem_layout, register_layouts
 from .rules.copies import LDMATRIX_ATOMS, copy_atom, ldmatrix_fits
 from .transforms.pipeline import ring_kind, staged_moves
+from .transforms.tile_moves import tile_move_names
 
 
 def precheck(sched: Schedule, target) -> None:
@@ -204,13 +205,16 @@ def _shared_estimate(sched: Schedule, target) -> None:
     """The staged shared tiles alone, against the target's shared memory per block."""
     seen: dict[str, int] = {}
     where: dict[str, Node] = {}
+    # a pipelined loop's TMA ring has at least two stages; a tile move's is as deep as its tile
+    once = tile_move_names(sched.root)
     for n in sched.nodes():
         for t in n.spec.operands:
             if t.memory == SH and t.name not in seen:
                 elems = 1
                 for s in t.tensor.shape:
                     elems *= s
-                stages = max(t.tensor.stages, 2) if any(v.family == "tma" for v in n.via) else t.tensor.stages
+                tma = any(v.family == "tma" for v in n.via) and t.name not in once
+                stages = max(t.tensor.stages, 2) if tma else t.tensor.stages
                 seen[t.name] = elems * stages * t.dtype.bits // 8
             if t.memory == SH and t.name not in where and isinstance(n.spec, MatMul):
                 where[t.name] = n          # the compute spec that reads the staged tile

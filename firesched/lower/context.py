@@ -67,6 +67,9 @@ class Ctx:
     part: str | None = None                      # None | PRODUCER | CONSUMER
     staged: frozenset = frozenset()              # SH names the enclosing ring fills
     ring: object = None                          # the enclosing pipeline ring
+    # the ring of the copies a warp-specialized producer issues once per block tile, above the
+    # pipelined loop (``transforms.tile_moves.TileRing``)
+    tiles: object = None
     tile_index: IntExpr = 0                      # a persistent block's tile iteration
     hoists: Hoists | None = None
     hoist_node: object = None                    # the block-tile node whose lowering splices them

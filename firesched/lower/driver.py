@@ -38,6 +38,7 @@ from .rules.smem import shared_buffer
 from .rules.tma import tma_smem_layout
 from .transforms import pipeline as pipe
 from .transforms import specialize as ws
+from .transforms import tile_moves as tm
 from .transforms.blocks import block_order
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
@@ -220,13 +221,16 @@ def shared_layouts(block: Node) -> tuple[dict[str, SmemLayout], list]:
     # canonical layout TMA would leave (swizzle-span boxes), the one a descriptor can describe
     by_wgmma = {t.name for n in block.walk() if n.atom is not None and n.atom.family == WGMMA
                 for t in n.spec.operands if t.memory == SH}
+    # a pipelined loop's TMA ring has at least two stages; a tile move's (transforms.tile_moves) is
+    # as deep as its tile
+    once = tm.tile_move_names(block)
 
     def go(n: Node):
         sp = n.spec
         if type(sp).__name__ == "Move" and sp.src.memory == GL and sp.dst.memory == SH and sp.dst.name not in out:
             t = sp.dst.tensor
             if n.via and n.via[0].family == TMA:
-                out[t.name] = tma_smem_layout(n, t, max(t.stages, 2))
+                out[t.name] = tma_smem_layout(n, t, t.stages if t.name in once else max(t.stages, 2))
             elif t.name in by_wgmma:
                 out[t.name] = tma_smem_layout(n, t, t.stages)
             else:
@@ -340,16 +344,29 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     tid = ir.tid(kb.threads)
     ring = pipe.MbarrierRing.create(lw, pipe.ring_stages(lp, "tma"), pipe.stage_bytes(node), consumers=nwg * C,
                                     cluster=C)
-    body: list = [ir.Comment(str(block.spec)), ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(ring.init())))]
+    # copies above the pipelined loop, once per block tile: the producer issues them on a ring of
+    # their own, the consumers wait for them and release them after the loop
+    moves = tm.tile_moves(block, node)
+    if moves and C > 1:
+        raise err(moves[0], f"{moves[0].spec.dst.name} is copied by the producer once per block tile; in a "
+                            "thread-block cluster that is not built (its release would have to reach every block)",
+                  field="cluster", value=C, allowed="1", fix="to_blocks() without cluster=, or drop via= from "
+                                                             f"move_to_smem({moves[0].spec.dst.name!r}, ...)")
+    tiles = tm.TileRing.create(lw, moves, nwg) if moves else None
+    init = ring.init() + (tiles.ring.init() if tiles is not None else [])
+    body: list = [ir.Comment(str(block.spec)), ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(init)))]
     if C > 1:
         body.append(_call_cluster("every block's mbarriers are initialised: the cluster's multicasts and "
                                   "arrivals may target them"))
     else:
         body.append(ir.Barrier("mbarriers initialised"))
-    base = attrs.evolve(ctx, ring=ring, specialized=True)
+    base = attrs.evolve(ctx, ring=ring, specialized=True, tiles=tiles)
+    if tiles is not None:
+        base = attrs.evolve(base, stage={**base.stage, **tiles.stages(base.tile_index)})
     pscope = Scope(128, tid, elected=True)
     pctx = _enter_scope(base, block, pscope, part=PRODUCER)
-    producer = [ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(per_tile(lw.lower(block, pctx)))))]
+    first = tiles.issue(lw, pctx) if tiles is not None else []
+    producer = [ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(per_tile(first + lw.lower(block, pctx)))))]
     cscope = Scope(128 * nwg, ir.role_tid(128 * nwg), first=128)
     hoists = Hoists()
     cctx = _enter_scope(base, block, cscope, part=CONSUMER, hoists=hoists, hoist_node=block)

@@ -89,7 +89,14 @@ class FmhaParams:
       its own matrix products;
     * ``persistent``: with wgmma, one block per SM walks the query tiles
       (``to_blocks(persistent=True)``; not with a causal mask, whose key loops differ per tile).
-      Measured slower than the plain grid on an H100, so the plan leaves it off.
+      Measured slower than the plain grid on an H100 with Q loaded by the consumers (each tile
+      waits for its Q);
+    * ``q_by_producer``: with warp specialization, the producer warpgroup loads the query tile by
+      TMA too (``move_to_smem("Q", via=(sm90a.tma_load_2d,))`` above the key loop), on an mbarrier
+      ring of its own over the block's tiles (``lower.transforms.tile_moves``): the consumers wait
+      for it and release it when their key loop is done, so with ``persistent`` the next tile's Q
+      and first K and V tiles arrive while they finish the current tile and store its output
+      (FlashAttention-3's design).
     """
 
     block_q: int = 128
@@ -103,6 +110,7 @@ class FmhaParams:
     pingpong: bool = False
     overlap: bool = False
     persistent: bool = False
+    q_by_producer: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages"):
@@ -111,7 +119,7 @@ class FmhaParams:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
         if self.mma not in MMAS:
             raise ValueError(f"FmhaParams: mma={self.mma!r}; allowed {', '.join(map(repr, MMAS))}")
-        for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent"):
+        for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent", "q_by_producer"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"FmhaParams: {f} must be a bool, got {getattr(self, f)!r}")
         if self.block_q % (16 * self.warps):
@@ -131,6 +139,9 @@ class FmhaParams:
         if self.persistent and self.mma != "wgmma":
             raise ValueError("FmhaParams: persistent=True walks the tiles with the wgmma design's blocks: it needs "
                              "mma='wgmma'")
+        if self.q_by_producer and not self.warp_specialized:
+            raise ValueError("FmhaParams: q_by_producer=True has the producer warpgroup load the query tile by TMA: it "
+                             "needs warp_specialized=True (and tma=True, mma='wgmma')")
         if self.overlap and not self.warp_specialized:
             raise ValueError("FmhaParams: overlap=True rotates the warp-specialized consumers' key loop: it needs "
                              "warp_specialized=True")
@@ -182,8 +193,16 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # cuDNN, causal 0.83-0.84 -> 0.86-0.89x, 16x16x1024x128 0.70-0.75 -> 0.77-0.82x; either
         # alone gains less, pingpong alone loses (bench/README.md, "overlap and ping-pong"; with
         # the later lowering changes the plan reads 0.98-1.01x at 4x16x4096x128)
+        # short key loops (8 steps of 128 keys at 1,024): each tile's Q load and O store are what
+        # is left unoverlapped, so one block per SM walks the query tiles and the producer loads
+        # the next tile's Q by TMA while the consumers finish the last (q_by_producer).  UNTIMED:
+        # chosen by that reasoning, not yet measured on an H100 (bench/fmha.py --vary
+        # persistent=1,q_by_producer=1 at 16x16x1024x128 decides); not causal, whose key loops
+        # differ per tile (a persistent grid is refused there)
+        short = head_dim == 128 and seq_kv <= 2048 and not causal
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
-                          tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True)
+                          tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True,
+                          persistent=short, q_by_producer=short)
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
@@ -244,9 +263,10 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
              registers — P, the first wgmma's accumulator converted in place — and B = V read MN-major))
 
     K and V arrive by TMA (``p.tma``; one thread issues a tile, it completes on an mbarrier) or
-    by every thread's cp.async, Q by cp.async; either way in the canonical swizzled layout
-    wgmma's descriptors describe (cp.async copies are fenced into the async proxy before the
-    barrier that hands a stage over).  Each MatMul's wgmma group is committed and waited for
+    by every thread's cp.async, Q by cp.async (or, with ``p.q_by_producer``, by the producer's
+    TMA once per query tile); either way in the canonical swizzled layout wgmma's descriptors
+    describe (cp.async copies are fenced into the async proxy before the barrier that hands a
+    stage over).  Each MatMul's wgmma group is committed and waited for
     before the softmax reads its accumulator."""
     from ..hardware.atoms import sm90a
 
@@ -257,12 +277,14 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
     bits = next(b for b in (3, 2, 1) if d % (8 << b) == 0)
     sw = Swizzle(bits, 3, 3)
     via = (sm90a.tma_load_2d,) if p.tma else ()      # the TMA family: the rule picks the map's rank
+    # q_by_producer: a TMA move above the key loop, which the producer issues once per query tile
+    via_q = (sm90a.tma_load_2d,) if p.q_by_producer else ()
     return spec.schedule(
         # reverse: the last query tiles (causal: the longest key loops) start first; persistent:
         # one block per SM walks the tiles, its producer loading the next tile's keys while the
         # consumers finish the last
         tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent),
-        move_to_smem("Q", swizzle=sw),
+        move_to_smem("Q", swizzle=sw, via=via_q),
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
         # overlap: each step's S = Q Kᵀ issues with the previous step's O += P V

@@ -42,10 +42,17 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     if not lw.target.has_tma:
         raise err(node, f"TMA copies need sm_90a; the target is {lw.target.name}", field="via",
                   value=node.via, fix="check/compile with arch='sm_90a', or drop via= (cp.async)")
+    if ctx.tiles is not None:
+        wait = ctx.tiles.wait_for(ctx, dst.name)
+        if wait is not None:
+            # a warp-specialized block's tile move: its producer issued the copy
+            # (transforms.tile_moves); the consumers wait for it here
+            return wait
     ring = ctx.ring
     if ring is None or not hasattr(ring, "full_bar"):
-        raise err(node, "a TMA copy completes on an mbarrier: it needs the stage ring of a pipelined loop",
-                  fix="tile(k=...), move_to_smem(..., via=...), then pipeline(stages=...)")
+        raise err(node, "a TMA copy completes on an mbarrier: it needs the stage ring of a pipelined loop, or a "
+                        "warp-specialized producer (a copy above the pipelined loop, once per block tile)",
+                  fix="tile(k=...), move_to_smem(..., via=...), then pipeline(stages=...) [and warp_specialize()]")
     if not ctx.scope.elected:  # pragma: no cover - the pipeline elects its issuing thread
         raise err(node, "a TMA copy is issued by one thread")
     t = src.tensor

@@ -138,14 +138,18 @@ class MbarrierRing:
     commit_always = False
 
     @classmethod
-    def create(cls, lw: Lowerer, stages: int, stage_bytes: int, *, consumers: int = 0, cluster: int = 1):
-        full = lw.kb.mbarrier("full", stages, "one per stage: the stage's TMA bytes have landed")
+    def create(cls, lw: Lowerer, stages: int, stage_bytes: int, *, consumers: int = 0, cluster: int = 1,
+               name: str = ""):
+        """The ring's mbarriers, asked of the kernel (``name``: a prefix that keeps a second ring's
+        barriers apart from the pipelined loop's, ``tile_full`` / ``tile_empty``)."""
+        pre = f"{name}_" if name else ""
+        full = lw.kb.mbarrier(f"{pre}full", stages, "one per stage: the stage's TMA bytes have landed")
         empty = None
         if consumers:
             note = f"one per stage: all {consumers // cluster} consumer warpgroups are done reading it"
             if cluster > 1:
                 note += f", in each of the cluster's {cluster} blocks (their multicasts write it)"
-            empty = lw.kb.mbarrier("empty", stages, note)
+            empty = lw.kb.mbarrier(f"{pre}empty", stages, note)
         return cls(stages, full, empty, stage_bytes, consumers or 1, cluster)
 
     def init(self) -> list:
@@ -293,6 +297,9 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S))), stop=stop)]
 
     if ctx.part == CONSUMER:
+        # the tiles a warp-specialized producer copies once per block tile are read by this loop
+        # only: they are released once it is done, with its last stage (transforms.tile_moves)
+        after = ctx.tiles.release(ctx) if ctx.tiles is not None else []
         if lp.overlap:
             if not fused_body:
                 raise err(node, f"pipeline(overlap=True) on {lp}: a body of MatMuls already keeps one wgmma group in "
@@ -300,7 +307,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                           strategy=node.strategy, field="overlap", value=True, allowed="False",
                           fix="pipeline(stages=...) without overlap")
             return overlapped_loop(node, ctx, lp, n, stop, it_base, S, ring, compute, lp.var + "_c",
-                                   loop_visible(node, ctx, lp))
+                                   loop_visible(node, ctx, lp)) + after
         kc = Var(lp.var + "_c", n)
         it = it_base + kc
         body, is_async = compute(kc, it % S)
@@ -330,7 +337,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             raise err(node, f"the loop {lp} stops at a diagonal with a wgmma group in flight across iterations")
         return [ir.Comment(f"K loop over {n} tiles of {lp.step(lp.dim)}, "
                            + ("one wgmma group in flight" if is_async else "synchronous MMAs")),
-                ir.For(kc, n, ir.Seq(tuple(loop)), stop=stop), *tail]
+                ir.For(kc, n, ir.Seq(tuple(loop)), stop=stop), *tail, *after]
 
     if lp.overlap:
         raise err(node, f"pipeline(overlap=True) on {lp}: the rotated key loop is built for warp-specialized consumer "

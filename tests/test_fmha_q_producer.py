@@ -1,0 +1,211 @@
+"""Attention with the query tile loaded by the producer warpgroup (``FmhaParams(q_by_producer=True)``:
+a TMA move above the key loop, ``lower.transforms.tile_moves``), persistent or not: interpreted
+against numpy on odd lengths, grouped-query heads, causal masks and persistent blocks that walk
+several query tiles (the tile ring wraps); the consumers' wait on Q, their release of it and the
+producer's wait for that release each shown necessary by a planted hazard; schedule errors; the
+sm_90a kernels compiled by NVRTC without spills."""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+import numpy as np
+import pytest
+from test_fmha import inputs, reference
+
+import firesched as fs
+from firesched import ir
+from firesched.errors import HazardError, ScheduleError
+from firesched.hardware.target import target
+from firesched.ir.rewrite import walk as ir_walk
+from firesched.simulate.interp import run_program
+
+P = fs.recipes.FmhaParams
+
+#: two SMs: a persistent grid of at most two blocks, each walking several query tiles
+TWO_SMS = attrs.evolve(target("sm_90a"), sm_count=2)
+
+
+def params(block_q=128, block_kv=32, stages=2, pingpong=None, overlap=True, persistent=True):
+    return P(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma", tma=True,
+             warp_specialized=True, pingpong=block_q >= 128 if pingpong is None else pingpong, overlap=overlap,
+             persistent=persistent, q_by_producer=True)
+
+
+def check(b, h, sq, skv, d, p, *, kvh=None, causal=False):
+    kvh = kvh or h
+    sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, params=p)
+    q, k, v = inputs(b, h, kvh, sq, skv, d)
+    o, lse = fs.interpret(sched, q, k, v, target=TWO_SMS)
+    ro, rl = reference(q, k, v, causal)
+    assert np.isfinite(o).all() and np.isfinite(lse).all()
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+    assert np.abs(lse - rl).max() <= 1e-4 * max(1.0, np.abs(rl).max())
+
+
+@pytest.mark.parametrize("b, h, kvh, sq, skv, d, p", [
+    # one query, one key: a single tile, a single key step
+    (1, 2, 2, 1, 1, 64, params()),
+    # 17 queries, 100 keys in steps of 32 (a partial last step), grouped-query heads
+    (1, 4, 2, 17, 100, 64, params()),
+    # 300 queries in 3 tiles of 128 x 3 heads over 2 blocks: each walks 4-5 tiles, the tile ring's
+    # phase flips every tile
+    (1, 3, 3, 300, 77, 64, params()),
+    # 100 keys, 17 queries per batch, neither turns nor overlap (the plain consumer loop)
+    (2, 2, 1, 100, 17, 64, params(pingpong=False, overlap=False)),
+    # one consumer warpgroup, head dim 128, 64-key steps
+    (1, 3, 3, 100, 100, 128, params(block_q=64, block_kv=64)),
+    # three stages, grouped heads, a ring whose stage count does not divide the key steps
+    (1, 4, 1, 200, 150, 64, params(stages=3)),
+])
+def test_persistent_blocks_match_numpy(b, h, kvh, sq, skv, d, p):
+    check(b, h, sq, skv, d, p, kvh=kvh)
+
+
+@pytest.mark.parametrize("sq, skv", [(1, 37), (130, 200), (100, 17)])
+def test_causal_grid_matches_numpy(sq, skv):
+    """Causal (a key loop per tile that stops at its diagonal) with Q by the producer on the plain
+    grid: the tile ring runs one round per block."""
+    check(1, 2, sq, skv, 64, params(persistent=False), causal=True)
+
+
+def _bar(s):
+    for name, a in s.args:
+        if name == "bar" and isinstance(a, ir.MemRef):
+            return a.buffer.name
+    return None
+
+
+def _on(atom: str, bar: str):
+    """Selects the statement that issues ``atom`` on mbarrier ``bar`` (the call, or the ``If`` of
+    one lane around it)."""
+    def pred(s):
+        if isinstance(s, (ir.For, ir.Seq, ir.Roles)):
+            return False
+        if isinstance(s, ir.If) and any(isinstance(x, ir.For) for x in ir_walk([s.then])):
+            return False
+        return any(isinstance(x, ir.AtomCall) and x.atom.name == atom and _bar(x) == bar for x in ir_walk([s]))
+    return pred
+
+
+def _drop(prog, pred):
+    """``prog`` without every statement ``pred`` selects, in both roles."""
+    def drop(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(drop(c) for c in s.body if not pred(c)))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=drop(s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=drop(s.then))
+        if isinstance(s, ir.Roles):
+            return ir.Roles(tuple(attrs.evolve(r, body=drop(r.body)) for r in s.roles))
+        return s
+
+    (k,) = prog.kernels
+    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=drop(k.body)),))
+
+
+@functools.cache
+def _program():
+    """The persistent, ping-pong, overlapped kernel the hazards are planted in (3 x 3 query tiles
+    over 2 blocks), run once as is."""
+    good = fs.recipes.fmha(1, 3, 300, 77, 64, params=params()).lower(TWO_SMS)
+    q, k, v = inputs(1, 3, 3, 300, 77, 64)
+    feed = {"Q": q, "K": k, "V": v}
+    run_program(good, feed)
+    return good, feed
+
+
+@pytest.mark.parametrize("what, pred, match", [
+    # the consumers read Q (their first S = Q Kᵀ) before its copy has landed
+    ("the consumers' wait on Q", _on("mbarrier_try_wait", "tile_full"), "mbarrier"),
+    # Q never released: the producer waits for ever before the block's second tile
+    ("the consumers' release of Q", _on("mbarrier_arrive", "tile_empty"), "deadlock"),
+    # the producer overwrites Q with the next tile's while the consumers still read it
+    ("the producer's wait for the release", _on("mbarrier_try_wait", "tile_empty"), "mbarrier"),
+])
+def test_planted_hazards_are_found(what, pred, match):
+    good, feed = _program()
+    bad = _drop(good, pred)
+    assert bad != good, f"no {what} to drop"
+    with pytest.raises(HazardError, match=match):
+        run_program(bad, feed)
+
+
+def test_the_producer_issues_q_and_the_consumers_do_not_copy():
+    """The consumer role holds no copy into shared memory (Q came by cp.async from every consumer
+    thread before); the producer's thread issues Q's TMA box inside the tile loop, ahead of the
+    key loop."""
+    good, _ = _program()
+    roles = next(s for s in ir_walk([good.kernels[0].body]) if isinstance(s, ir.Roles))
+    prod, cons = roles.roles
+    copies = [s for s in ir_walk([cons.body]) if isinstance(s, ir.AtomCall) and s.atom.family in ("cp_async", "tma")]
+    assert copies == []
+    issued = [s for s in ir_walk([prod.body]) if isinstance(s, ir.AtomCall) and s.atom.family == "tma"]
+    assert [_bar_of_tma(s) for s in issued][:1] == ["tile_full"]
+
+
+def _bar_of_tma(s):
+    for name, a in s.args:
+        if name == "mbar" and isinstance(a, ir.MemRef):
+            return a.buffer.name
+    return None
+
+
+def test_q_by_producer_is_refused_without_a_producer():
+    with pytest.raises(ValueError, match="q_by_producer=True"):
+        P(block_q=128, block_kv=64, warps=8, mma="wgmma", tma=True, q_by_producer=True)
+
+
+def test_a_tile_move_without_warp_specialization_is_refused():
+    """A TMA move above a key loop that no producer issues has no ring to complete on."""
+    from firesched.hardware.atoms import sm90a
+    from firesched.layout import Swizzle
+    from firesched.strategies import (
+        done,
+        move_to_smem,
+        online_softmax,
+        part,
+        pipeline,
+        place,
+        tile,
+        to_blocks,
+        to_warpgroups,
+    )
+    from firesched.strategies.attention import SCORES, VALUES
+    from firesched.tensor import RF
+
+    via, sw = (sm90a.tma_load_2d,), Swizzle(3, 3, 3)
+    sched = fs.Attention.kernel(1, 1, 64, 64, 64).schedule(
+        tile(b=1, hk=1, g=1, q=64) >> to_blocks(), move_to_smem("Q", swizzle=sw, via=via), online_softmax(kv=64),
+        move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via), pipeline(stages=2),
+        place("S", RF), place("P", RF),
+        part(SCORES, tile(q=64) >> to_warpgroups(), tile(d=16) >> done(sm90a.wgmma_atom(64, "f16"))),
+        part(VALUES, tile(q=64) >> to_warpgroups(),
+             tile(kv=16) >> done(sm90a.wgmma_atom(64, "f16", a_in_registers=True, b_mn_major=True))))
+    with pytest.raises(ScheduleError, match="warp-specialized producer"):
+        sched.check("sm_90a")
+
+
+def test_the_plan_loads_q_by_the_producer_for_short_key_loops():
+    plan = fs.recipes.fmha_plan
+    short = plan(16, 16, 1024, 1024, 128, arch="sm_90a")
+    assert short.persistent and short.q_by_producer
+    assert not plan(4, 16, 4096, 4096, 128, arch="sm_90a").q_by_producer
+    assert not plan(16, 16, 1024, 1024, 128, arch="sm_90a", causal=True).persistent
+    assert not plan(16, 16, 1024, 1024, 128, arch="sm_80").q_by_producer
+
+
+#: head dims 64, 128 (both dtypes: the bench's) and 256, with the plan's tiles for 128 queries
+COMPILED = [(64, "f16"), (128, "f16"), (128, "bf16"), (256, "bf16")]
+
+
+@pytest.mark.parametrize("d, dtype", COMPILED)
+def test_sm90a_kernels_compile_without_spills(d, dtype):
+    bkv, stages = (64, 2) if d > 128 else (128, 3)
+    p = params(block_kv=bkv, stages=stages)
+    k = fs.compile(fs.recipes.fmha(16, 16, 1024, 1024, d, dtype=dtype, params=p), arch="sm_90a")
+    assert k.spills == 0
+    (r,) = k.resources.values()
+    assert r.stack_frame_bytes == 0
