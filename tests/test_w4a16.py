@@ -247,6 +247,21 @@ def test_plan_fills_the_gpu(M, N, K):
     assert p.split_k == 1 or (K // p.split_k) % 64 == 0
 
 
+@pytest.mark.parametrize("M,N,K,rows", [(512, 4096, 4096, 128), (384, 8192, 8192, 192), (768, 4096, 4096, 192),
+                                        (1024, 8192, 8192, 256), (4096, 4096, 4096, 256), (999, 1000, 4128, 128)])
+def test_wgmma_plan_feeds_large_m_from_a_producer(M, N, K, rows):
+    """Above M = 256 the sm_90a plan takes a TMA producer and the activation rows (256, 192, 128)
+    that finish the grid's waves first (the winners measured at these shapes, bench/README.md),
+    with a ring that fits shared memory; up to 256 it keeps the cp.async tiles and splits K."""
+    from firesched.recipes.w4a16 import RING_BYTES
+
+    p = plan(M, N, K, wgmma=True)
+    assert isinstance(p, W4A16WgmmaParams) and p.producer and not p.pingpong and p.block_m == rows
+    assert 2 <= p.stages <= 4 and p.stages * (p.block_m * p.block_k * 2 + p.block_n * p.block_k // 2) <= RING_BYTES
+    small = plan(256, N, K, wgmma=True)
+    assert not small.producer and small.block_m == 64
+
+
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),
                                                   (64, 4096, 4096, 64, True, "bf16"), (4096, 4096, 4096, 32, False, "f16"),
                                                   (7, 1000, 4128, None, False, "bf16")])
@@ -662,6 +677,22 @@ def test_wgmma_producer_matches_the_reference(M, N, K, gs, signed, dtype, zero_p
     assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
     src = fs.compile(sched, "sm_90a").source
     assert "cp.async.bulk.tensor.2d" in src and "setmaxnreg" in src and "cp.async.cg" not in src
+
+
+def test_default_plan_above_256_rows_matches_the_reference():
+    """The default schedule of a 257-row problem (the plan's producer tiles, 128 rows: three
+    blocks of rows, the last holding one; 72 of the block's 128 weight columns) against numpy;
+    five 128-k tiles on the 4-stage ring, so the producer refills a stage the consumers released."""
+    M, N, K = 257, 72, 640
+    assert plan(M, N, K, wgmma=True).block_k == 128
+    sched = gemm_w4a16(M, N, K, group_size=32, arch="sm_90a")
+    q, s, _ = quantize_int4(np.random.default_rng(1).standard_normal((K, N)) * 0.1, 32, signed=False,
+                            scale_dtype="f16")
+    a = np.random.default_rng(2).standard_normal((M, K)).astype(np.float16).astype(np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_90a")
+    want = w4a16_reference(a, q, s, None, 32)
+    assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * (1 + np.abs(want).max())
+    assert "setmaxnreg" in fs.compile(sched, "sm_90a").source
 
 
 def test_wgmma_producer_stage_is_released_after_every_reader():

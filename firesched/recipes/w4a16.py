@@ -32,6 +32,10 @@ operand, which it reads from registers, and the activations its B, read from sha
     prologue("B", ops.group_scale("S", group_size, zero=8))
     tile(k=16) >> done(wgmma_m64n<BM>k16_rs)
 
+Above M = 256 a producer warpgroup loads the codes (as bytes) and the activations by TMA into an
+mbarrier ring instead (``W4A16WgmmaParams(producer=True)``: ``move_to_smem(..., via=tma)`` and
+``warp_specialize``), and the two consumer warpgroups only dequantise and issue wgmma.
+
 B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
 and *packed*: inside each block of 32 k of a column (64 or 128 k where a lane loads two or four
 words at once) the codes are in the order the MMA's fragments want them (``lower.synthesis.packing_for``, derived from the MMA's TV layout and the
@@ -203,7 +207,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
 
     With ``wgmma`` (an sm_90a target), M above 32 takes the wgmma family instead
     (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
-    N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.62x at M = 1024 (bench/README.md)."""
+    N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.91x at M = 1024 (bench/README.md)."""
     if wgmma and M > 32:
         return plan_wgmma(M, N, K, sms=sms)
     if M <= 16:
@@ -225,44 +229,51 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
                        stages=st, split_k=split)
 
 
+#: shared memory a block's ring may take (sm_90a's 227 KiB a block, less room for its mbarriers)
+RING_BYTES = 227 * 1024 - 1024
+#: activation rows a producer-fed block takes above M = 256, with the rate each was measured to
+#: reach on a full wave relative to 256 rows (H100, N = K = 4096 and 8192: bench/README.md)
+ROW_RATES = {256: 1.0, 192: 0.92, 128: 0.80}
+
+
 def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
     """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md).  A
     warpgroup's dequantisation and its wgmmas take turns (the wgmma reads the fragment the
-    dequantisation writes), so the tiles aim for two blocks an SM, whose turns interleave:
+    dequantisation writes), so the overlap comes from other warpgroups:
 
     * 128 weight columns a block (two consumer warpgroups) and 128 k a stage: a 16-byte load of
-      codes a lane, and half as many ring hand-overs as 64 k (0.53 -> 0.63x cuBLAS at 4096^3);
-    * activation rows (the wgmma's N): 64 up to M = 256 (M rounded up to 8 below), a 4-stage ring,
-      and K split over blocks until the grid holds nearly two blocks an SM, each part keeping at
-      least 8 K tiles (M = 64, N = K = 4096: split 4, 1.25-1.30x against 0.93x at split 2;
-      M = 128, N = K = 8192: split 2, 1.14-1.19x against 1.07x unsplit);
-    * above: 96 rows below M = 2048 and 112 from there, with a 3-stage ring and two blocks an SM
-      held to 128 registers (``occupancy=2``: 0.62 -> 0.67x at M = 1024, 0.60 -> 0.71x at
-      M = 4096, N = K = 8192, against 128 rows and one block an SM) — unless their last wave of
-      blocks is mostly empty, where 128 rows a block, one an SM, fill the waves better (M = 1024,
-      N = K = 4096: 352 blocks in two-a-SM waves of 264 read 0.51x, 256 blocks of 128 rows 0.62x).
+      codes a lane, and half as many ring hand-overs as 64 k;
+    * up to M = 256: 64 activation rows (the wgmma's N; M rounded up to 8 below), a 4-stage
+      cp.async ring, and K split over blocks until the grid holds nearly two blocks an SM, each
+      part keeping at least 8 K tiles (M = 64, N = K = 4096: split 4, 1.25-1.30x cuBLAS against
+      0.93x at split 2; M = 128, N = K = 8192: split 2, 1.14-1.19x against 1.07x unsplit);
+    * above: a producer warpgroup loads codes and activations by TMA (``producer=True``) for two
+      consumer warpgroups that both dequantise and issue at once (taking turns, ``pingpong``,
+      measured 2-5% slower), with 256, 192 or 128 activation rows a block — whichever finishes
+      the grid's waves first at the rate each tile reaches (``ROW_RATES``) — and a ring as deep
+      as shared memory holds, at most 4 (256 rows: 3 stages).  Against the cp.async tiles of
+      two blocks an SM that this replaces: M = 1024, N = K = 8192 0.66 -> 0.91x cuBLAS, M = 4096
+      0.72 -> 0.84x, M = 768, N = K = 4096 (192 rows) 0.74 -> 0.92x.
     """
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
     cols = -(-N // 128)
-
-    def filled(bm: int, per_sm: int) -> float:
-        """The share of the grid's waves its blocks fill."""
-        blocks, slots = -(-M // bm) * cols, sms * per_sm
-        return blocks / (-(-blocks // slots) * slots)
-
-    split = 1
     if M <= 256:
-        bm, stages, occupancy = min(64, -(-M // 8) * 8), 4, 1
-        tiles = -(-M // bm) * cols
+        bm = min(64, -(-M // 8) * 8)
+        tiles, split = -(-M // bm) * cols, 1
         while (tiles * split < 1.8 * sms and K % (split * 2) == 0 and K // (split * 2) >= 8 * bk
                and (K // (split * 2)) % SPLIT_UNIT == 0):
             split *= 2
-    else:
-        bm, stages, occupancy = (96 if M < 2048 else 112), 3, 2
-        if filled(bm, 2) < 0.75 and filled(128, 1) > filled(bm, 2):
-            bm, occupancy = 128, 1
-    return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=stages, split_k=split,
-                            occupancy=occupancy)
+        return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=4, split_k=split)
+
+    def finish(bm: int) -> float:
+        """The grid's time in units of a 256-row block's: its waves, each as long as a block."""
+        waves = -(-(-(-M // bm) * cols) // sms)
+        return waves * bm / 256 / ROW_RATES[bm]
+
+    bm = min(ROW_RATES, key=finish)                  # ties: the first, the largest tile
+    stage = bm * bk * 2 + 128 * bk // 2              # activations and codes of one K tile
+    return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
+                            producer=True)
 
 
 def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:

@@ -71,6 +71,16 @@ def test_llm_shapes():
         _run(M, N, K)
 
 
+@pytest.mark.parametrize("M,N,K,group_size,signed,dtype,zero_point", [
+    (300, 1000, 4096, 32, True, "bf16", False), (999, 1000, 4128, None, False, "f16", False),
+    (2000, 4096, 4160, 64, False, "f16", True), (768, 520, 2048, 128, False, "bf16", False),
+])
+def test_default_plan_above_256_rows(M, N, K, group_size, signed, dtype, zero_point):
+    """The default tiles above M = 256 (a TMA producer warpgroup, 128 to 256 rows a block) at odd
+    shapes: rows and columns past the tiles, K of 32- and 64-k tiles."""
+    _run(M, N, K, group_size=group_size, signed=signed, dtype=dtype, zero_point=zero_point)
+
+
 def test_random_tiles():
     rnd = random.Random(7)
     ran = 0
