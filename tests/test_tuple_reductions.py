@@ -327,3 +327,13 @@ def test_ops_reach_each_output():
     spec = fs.recipes.softmax(2, 8, dtype="f32").spec
     red = spec.body[1]
     assert red.monoid is not None and red.output_ops()[1][1] == (ops.reciprocal(),) and red.ops == ()
+
+
+@pytest.mark.parametrize("cols", [4096, 32768, 40000, 40960])
+@pytest.mark.parametrize("kind", ["layernorm", "softmax"])
+def test_one_block_plans_compile_without_spills(kind, cols):
+    # 1,024 threads x 40 values at the top: the warps' tuples merge in a butterfly over lanes
+    # (log2(32) combines, not 31 in a row), which also keeps the register budget
+    for dt in ("f16", "bf16"):
+        k = fs.compile(getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a"), arch="sm_90a")
+        assert "__cluster_dims__" not in k.source and k.spills == 0, (kind, cols, dt, k.resources)

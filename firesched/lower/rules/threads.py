@@ -407,6 +407,25 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
                      for v in range(n) for j in range(k)]
         else:
             base, reads = warp, []           # only the first replica folds, onto its own result
+        if everyone and comb.monoid is not None and len(groups) > 2:
+            # a monoid's combine is costly (a division, exponentials): instead of folding the
+            # G partial results one after the other, lane l takes that of warp group[l % G] and
+            # the lanes combine them in log2(G) shuffles (each warp alike)::
+            #
+            #     smem: | w0 | w1 | ... | wG-1 |      lane l <- w[l % G];  butterfly over lanes ^ 1, 2, .. G/2
+            #
+            # (the lanes pair in different orders, so their results may differ in the last bits)
+            G = len(groups)
+            lane = tid % 32
+            off, p = 0, 1
+            for wstride, wc in warp_parts:
+                off = off + ((lane % G) // p % wc) * wstride
+                p *= wc
+            reads = [ir.AtomCall(ld, (("dst", ir.RegRef(accs[j], v)),
+                                      ("src", ir.MemRef(red, ((base + off) * k + j) * n + v))))
+                     for v in range(n) for j in range(k)]
+            reads += butterfly(lw, acc, n, [1 << i for i in range(int(math.log2(G)))], op)
+            groups = groups[:1]
         for g in groups[1:]:
             for v in range(n):
                 for j in range(k):
