@@ -12,6 +12,8 @@ import functools
 import attrs
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_fmha import inputs, reference
 
 import firesched as fs
@@ -68,6 +70,27 @@ def test_causal_grid_matches_numpy(sq, skv):
     """Causal (a key loop per tile that stops at its diagonal) with Q by the producer on the plain
     grid: the tile ring runs one round per block."""
     check(1, 2, sq, skv, 64, params(persistent=False), causal=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (3, 3)]), st.integers(1, 200), st.integers(1, 100),
+       st.sampled_from([32, 64, 96]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 64]), st.integers(2, 3),
+       st.booleans(), st.booleans(), st.booleans())
+def test_hypothesis_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, persistent, overlap):
+    """A drawn schedule with Q by the producer is refused at ``check()`` (a persistent grid with a
+    causal mask) or interprets, on two SMs, to numpy's attention."""
+    h, kvh = heads
+    p = params(block_q=bq, block_kv=bkv, stages=stages, overlap=overlap, persistent=persistent)
+    try:
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, params=p)
+        sched.check(TWO_SMS)
+    except ScheduleError:
+        assert causal and persistent
+        return
+    q, k, v = inputs(b, h, kvh, sq, skv, d)
+    o = fs.interpret(sched, q, k, v, target=TWO_SMS)
+    ro, _ = reference(q, k, v, causal)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
 
 
 def _bar(s):
