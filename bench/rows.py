@@ -2,11 +2,15 @@
 
     PYTHONPATH=. python bench/rows.py                                   # every op, fp16 and bf16
     PYTHONPATH=. python bench/rows.py --ops rmsnorm --dtypes bf16 --shapes 16384x4096 --rounds 9
+    PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --exchange barrier,push   # both, one run
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
 must read and write once (input, weights, outputs) divided by the time — and the ratio (ours /
 torch's time, > 1 is faster).  Both sides are checked against a float32 torch reference first.
+``--exchange barrier,push`` times each row split over a cluster with each way its blocks combine
+their statistics (``to_blocks(exchange=...)``: ``barrier.cluster``, or ``st.async`` pushes and an
+mbarrier), one row per exchange, in the same run.
 Timing (``--timing graphs``, the default): ``firesched.timing.interleaved``, each side's ``reps``
 launches captured in a CUDA graph and the graphs replayed in turn (ours, peer, ours, peer ...),
 each replay between two CUDA events, the median of the rounds, as the GEMM and attention benches
@@ -49,11 +53,14 @@ CHECK_ROWS = 2048
 OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
 
 
-def _recipe(op: str):
-    """The recipe of ``op``: ``softmax_causal`` is ``recipes.softmax(..., causal=True)``."""
+def _recipe(op: str, exchange: str = "barrier"):
+    """The recipe of ``op``: ``softmax_causal`` is ``recipes.softmax(..., causal=True)``;
+    ``exchange`` as ``to_blocks(exchange=...)`` for rows split over a cluster."""
     if op == "softmax_causal":
-        return lambda rows, cols, dtype, arch=None: fs.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True)
-    return getattr(fs.recipes, op)
+        return lambda rows, cols, dtype, arch=None: fs.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True,
+                                                                      exchange=exchange)
+    return lambda rows, cols, dtype, arch=None: getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch=arch,
+                                                                       exchange=exchange)
 
 
 def _causal(torch, x):
@@ -125,9 +132,9 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
             "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
 
 
-def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs") -> dict:
+def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "barrier") -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
-    sched = _recipe(op)(rows, cols, dtype=dtype, arch="sm_90a")
+    sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a")
     peer = _peer(torch, op, cols)
     nbytes = bytes_moved(op, rows, cols, dt.itemsize)
@@ -169,8 +176,8 @@ def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs") -
     row = dict(op=op, dtype=dtype, rows=rows, cols=cols, bytes=nbytes, ours_ms=t_o, peer_ms=t_p,
                ours_tbs=nbytes / t_o / 1e9, peer_tbs=nbytes / t_p / 1e9, ratio=t_p / t_o, max_err=err,
                peer_err=err_peer, registers=res.registers, spills=k.spills, threads=k.program.kernels[0].threads,
-               reps=reps, rounds=rounds, sets=nsets, timing=timing_mode)
-    print(f"{op:14s} {dtype:5s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
+               reps=reps, rounds=rounds, sets=nsets, timing=timing_mode, exchange=exchange)
+    print(f"{op:14s} {dtype:5s} {rows:6d}x{cols:<6d} {exchange:7s} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
           f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e})", flush=True)
     sets.clear()
     torch.cuda.empty_cache()
@@ -200,8 +207,13 @@ def main(argv=None) -> list:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--timing", choices=("graphs", "events"), default="graphs",
                    help="CUDA-graph replays (default) or back-to-back launches between events")
+    p.add_argument("--exchange", default="barrier",
+                   help="how a cluster's blocks combine a split row: barrier, push, or barrier,push (both)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    exchanges = [e for e in args.exchange.split(",") if e]
+    if not exchanges or any(e not in ("barrier", "push") for e in exchanges):
+        raise SystemExit(f"--exchange {args.exchange!r}: a comma list of barrier, push")
     ops = [o for o in args.ops.split(",") if o]
     bad = [o for o in ops if o not in OPS]
     if bad:
@@ -216,7 +228,8 @@ def main(argv=None) -> list:
         torch, gpu = None, False
     if not gpu:
         return [cpu_smoke(op, dt) for op in ops for dt in dtypes]
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing) for op in ops for dt in dtypes for r, c in shapes]
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex) for op in ops for dt in dtypes for r, c in shapes
+            for ex in exchanges]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
     from cuda.bindings import nvrtc

@@ -4,6 +4,10 @@
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py
     compute-sanitizer --tool synccheck python bench/sanitize_rows.py
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py 3x40000 2x65537   # some shapes
+    compute-sanitizer --tool racecheck python bench/sanitize_rows.py --exchange push 3x40961 2x100003
+
+``--exchange push`` runs the rows split over clusters with ``to_blocks(exchange="push")``
+(``st.async`` into each other's shared memory and an mbarrier, instead of ``barrier.cluster``).
 
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
 per block, the largest plan (1024 threads), and rows split over thread-block clusters of 2 and 4
@@ -25,11 +29,17 @@ def main(argv=None) -> None:
     """Every op at ``SHAPES``, or at the ``ROWSxCOLS`` shapes given on the command line."""
     import torch
 
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    exchange = "barrier"
+    if "--exchange" in args:
+        i = args.index("--exchange")
+        exchange = args[i + 1]
+        del args[i:i + 2]
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or SHAPES
     for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax"):
         for rows, cols in shapes:
-            k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype="bf16", arch="sm_90a"), arch="sm_90a")
+            sched = getattr(fs.recipes, op)(rows, cols, dtype="bf16", arch="sm_90a", exchange=exchange)
+            k = fs.compile(sched, arch="sm_90a")
             ins = []
             for b in k.program.inputs:
                 ins.append(torch.randn(b.shape, device="cuda", dtype=torch.bfloat16))
@@ -38,7 +48,7 @@ def main(argv=None) -> None:
             k(*ins, *outs)
             torch.cuda.synchronize()
             assert all(torch.isfinite(o.float()).all() for o in outs), (op, rows, cols)
-            print(f"{op} {rows}x{cols}: ran", flush=True)
+            print(f"{op} {rows}x{cols} ({exchange}): ran", flush=True)
 
 
 if __name__ == "__main__":

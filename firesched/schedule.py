@@ -56,6 +56,9 @@ class Loop:
     cluster: int = 1           # to_blocks(cluster=C): C consecutive M tiles form a thread-block cluster
     occupancy: int = 1         # to_blocks(occupancy=N): N blocks must fit on one SM at once
     reverse: bool = False      # to_blocks(reverse=True): blocks take the tiles last to first
+    # to_blocks(cluster=C, exchange="push"): the cluster's blocks push a split reduction's parts
+    # into each other's shared memory (st.async + mbarrier) instead of meeting at barrier.cluster
+    exchange: str = "barrier"
     # stream_k(parts): the loop's K chunks and the block tiles form one iteration space that a
     # persistent grid splits into equal contiguous ranges (partial tiles fixed up in the kernel)
     stream: bool = False
@@ -82,6 +85,7 @@ class Loop:
                                                        ("cluster", self.cluster, 1),
                                                        ("occupancy", self.occupancy, 1),
                                                        ("reverse", self.reverse, False),
+                                                       ("exchange", self.exchange, "barrier"),
                                                        ("stream", self.stream, False),
                                                        ("diagonal", self.diagonal, ())) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
@@ -95,7 +99,7 @@ class Loop:
                 + (", ping-pong" if self.specialize[2:] == (1,) else "") + ")" if self.specialize else "")
         grp = f" grouped({self.group})" if self.group > 1 else ""
         per = " persistent" if self.persistent else ""
-        clu = f" clusters({self.cluster})" if self.cluster > 1 else ""
+        clu = f" clusters({self.cluster}{', push' if self.exchange == 'push' else ''})" if self.cluster > 1 else ""
         occ = f" occupancy({self.occupancy})" if self.occupancy > 1 else ""
         occ += " reversed" if self.reverse else ""
         occ += " stream-K" if self.stream else ""

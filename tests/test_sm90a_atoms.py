@@ -504,7 +504,8 @@ def test_rank_3_microkernels_print_and_compile(build, name):
 # =========================================================================== immediates and printing
 
 IMMEDIATES = {"wgmma_wait": {"n": 1}, "tma_wait": {"n": 0}, "tma_wait_read": {"n": 2},
-              "setmaxnreg_inc": {"n": 232}, "setmaxnreg_dec": {"n": 40}, "mbarrier_try_wait": {"uid": 3}}
+              "setmaxnreg_inc": {"n": 232}, "setmaxnreg_dec": {"n": 40}, "mbarrier_try_wait": {"uid": 3},
+              "mbarrier_try_wait_cluster": {"uid": 3}}
 
 
 def _ready(atom: Atom) -> Atom:

@@ -30,12 +30,16 @@ Statistics are computed in f32.  LayerNorm's mean and variance are one tuple red
 (``monoids.welford``): each thread takes two passes over its registers (its mean, then the sum of
 squared deviations from it, which does not cancel as E[x²] - E[x]² does for rows with a large
 mean), and the threads', warps' and a cluster's blocks' (count, mean, M2) merge by Chan's formula,
-one exchange per level.  ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's
-``rstd``; LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute
-them and read back by the next part after a barrier.
+one exchange per level.  ``stats=True`` also returns the per-row statistics a backward pass needs
+(RMSNorm's ``rstd``; LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that
+compute them and read back by the next part after a barrier.  ``exchange="push"`` (every recipe
+here) combines a row split over a cluster with ``st.async`` pushes and an mbarrier instead of
+``barrier.cluster`` (``to_blocks(exchange=...)``).
 """
 
 from __future__ import annotations
+
+import attrs
 
 from .. import monoids, ops
 from ..hardware.target import target as get_target
@@ -81,10 +85,19 @@ def check_args(what: str, rows, cols, dtype, arch) -> None:
                          f"for the GPU present")
 
 
-def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None) -> _rows.RowPlan:
+EXCHANGES = ("barrier", "push")
+
+
+def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
+              exchange: str = "barrier", what: str = "plan_rows") -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
-    where the target has them (sm_90a); ``max_values`` as there."""
-    return _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters)
+    where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
+    blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``)."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"recipes.{what}: exchange={exchange!r}; allowed: 'barrier' (barrier.cluster) or 'push' "
+                         "(st.async into each other's shared memory, an mbarrier per exchange)")
+    plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters)
+    return attrs.evolve(plan, exchange=exchange)
 
 
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
@@ -119,13 +132,14 @@ def _row_source(s: _Specs, name: str = "X"):
 
 
 def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-            eps: float = 1e-6, stats: bool = False) -> Schedule:
+            eps: float = 1e-6, stats: bool = False, exchange: str = "barrier") -> Schedule:
     """``Y = X / sqrt(mean(X², axis=-1) + eps) * W`` over rows of ``cols`` elements (torch's
     ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
     ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
-    module docstring; ``rows.row_plan`` picks the tiling."""
+    module docstring; ``rows.row_plan`` picks the tiling; ``exchange="push"`` combines a row split
+    over a cluster with ``st.async`` pushes instead of ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats)
@@ -134,13 +148,13 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
 
 
 def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-                eps: float = 1e-6) -> Schedule:
+                eps: float = 1e-6, exchange: str = "barrier") -> Schedule:
     """The pre-norm block of a transformer layer: ``H = X + R`` (rounded to ``dtype``, as torch
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
     registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
     check_args("add_rmsnorm", rows, cols, dtype, arch)
     # the sum, its square and the normalised row live beside each other: 40 values a thread spill
-    plan = plan_rows(rows, cols, dtype, arch, max_values=32)
+    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm")
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -150,13 +164,13 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
 
 
 def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-              bias: bool = True, eps: float = 1e-5, stats: bool = False) -> Schedule:
+              bias: bool = True, eps: float = 1e-5, stats: bool = False, exchange: str = "barrier") -> Schedule:
     """``Y = (X - mean) / sqrt(var + eps) * W + B`` over rows of ``cols`` elements (torch's
     ``layer_norm``; the biased variance), statistics in f32 in two passes over the registers;
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32."""
     check_args("layernorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="layernorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

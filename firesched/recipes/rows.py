@@ -69,6 +69,7 @@ class RowPlan:
     cluster: int = 1               # blocks sharing each row (a thread-block cluster)
     part: int = 0                  # elements of the row each block of the cluster takes
     blocks_per_sm: int = 0         # the occupancy to ask for; 0: the default below
+    exchange: str = "barrier"      # how a cluster's blocks combine: to_blocks(exchange=...)
 
     @property
     def span(self) -> int:
@@ -164,7 +165,8 @@ def kernel_strategies(plan: RowPlan) -> list:
     """The block tiling of a row kernel: ``plan.rows`` rows per block, or each row split into
     ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster."""
     if plan.cluster > 1:
-        return [tile(r=1, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy)]
+        return [tile(r=1, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
+                                                    exchange=plan.exchange)]
     return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
 
 

@@ -31,11 +31,12 @@ from .norms import _Specs, check_args, plan_rows, schedule_rows
 
 
 def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, scale: float = 1.0,
-            causal: bool = False, diagonal: int = 0) -> Schedule:
+            causal: bool = False, diagonal: int = 0, exchange: str = "barrier") -> Schedule:
     """``Y = softmax(scale · X, axis=-1)`` over rows of ``cols`` elements (torch's
     ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols).  ``causal=True``
     masks ``X[r, c]`` where ``c > r + diagonal`` (the row's first element is never masked when
-    ``diagonal >= 0``)."""
+    ``diagonal >= 0``).  ``exchange="push"``: a row split over a cluster combines with ``st.async``
+    pushes and an mbarrier instead of ``barrier.cluster`` (``to_blocks``)."""
     check_args("softmax", rows, cols, dtype, arch)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"recipes.softmax: scale={scale!r}; allowed: a positive number")
@@ -44,7 +45,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     if isinstance(diagonal, bool) or not isinstance(diagonal, int) or (causal and diagonal < 0):
         raise ValueError(f"recipes.softmax: diagonal={diagonal!r}; allowed: an int >= 0 (a negative diagonal "
                          "masks whole rows, whose softmax is undefined)")
-    plan = plan_rows(rows, cols, dtype, arch)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax")
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)

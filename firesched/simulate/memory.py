@@ -625,7 +625,7 @@ class Memory:
         state = (f"the barrier has completed {bar.phase} phase(s)" if bar is not None else "the barrier")
         seen = int(self.order.obs[t[j], bar_id])
         return (f"{what} before mbarrier phase completes: thread {int(t[j])} {what}s SH buffer "
-                f"{sh.buf.name!r} offset {int(a[j])}, which a TMA load fills in phase {phase} (parity "
+                f"{sh.buf.name!r} offset {int(a[j])}, which an async write (TMA load, st.async) fills in phase {phase} (parity "
                 f"{phase % 2}) of mbarrier {self.bars.name(bar_id)}; {state}, but this thread has only "
                 f"observed {seen} (a try_wait.parity on parity {phase % 2} must succeed first; a wait on "
                 f"the other parity returns at once on the stale phase); threads "

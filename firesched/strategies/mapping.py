@@ -29,6 +29,7 @@ from .base import Strategy, record
 #: portable cluster).
 CLUSTER_SIZES = (1, 2, 4, 8)
 MATMUL_CLUSTER_SIZES = (1, 2, 4)
+EXCHANGES = ("barrier", "push")    # how a cluster's blocks hand each other a split reduction's parts
 
 # Which level a spec must be at for its loops to map onto units of ``to``.
 _FROM = {
@@ -71,6 +72,7 @@ class to(Strategy):
     occupancy: int = 1
     reverse: bool = False
     cluster_along: str | None = None
+    exchange: str = "barrier"
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -165,6 +167,15 @@ class to(Strategy):
                                 f"{across[0].dim} tiles, on sm_90a)",
                                 fix=f"to_blocks(cluster={across[0].count}), or keep the {across[0].dim} "
                                     "dimension in one block")
+        if self.exchange not in EXCHANGES or (self.exchange != "barrier" and not (across and self.cluster > 1)) \
+                or (self.exchange == "push" and self.persistent):
+            raise ScheduleError("exchange says how the blocks of a cluster that split a reduction hand each other "
+                                "their parts: 'barrier' (barrier.cluster, then loads from each other's shared "
+                                "memory) or 'push' (st.async into every block's shared memory, an mbarrier per "
+                                "exchange)", strategy=self, spec=spec, field="exchange", value=self.exchange,
+                                allowed="'barrier', or 'push' with cluster > 1 on a reduction split over the "
+                                        "cluster's blocks, one tile per block (not persistent)",
+                                fix="to_blocks(cluster=C, exchange='push') on tile(r=1, c=cols // C)")
         if isinstance(self.occupancy, bool) or not isinstance(self.occupancy, int) or self.occupancy < 1 \
                 or (self.occupancy > 1 and self.level != BLOCK):
             raise ScheduleError("occupancy is the number of blocks that must fit on one SM at once, a positive "
@@ -177,6 +188,7 @@ class to(Strategy):
         grouped = loops[-2:] if self.group > 1 else []
         mapped = tuple(attrs.evolve(lp, unit=self.level, group=self.group if lp in grouped else 1,
                                     persistent=self.persistent, cluster=self.cluster if lp.dim == cdim else 1,
+                                    exchange=self.exchange if lp.dim == cdim else "barrier",
                                     occupancy=self.occupancy, reverse=self.reverse)
                        if lp in loops else lp
                        for lp in parent.loops)
@@ -214,6 +226,8 @@ class to(Strategy):
             args.append(f"reverse={self.reverse!r}")
         if self.cluster_along is not None:
             args.append(f"cluster_along={self.cluster_along!r}")
+        if self.exchange != "barrier":
+            args.append(f"exchange={self.exchange!r}")
         if not isinstance(self.level, Level) or self.level not in names:
             return f"to({self.level!r}{''.join(', ' + a for a in args)})"
         return f"{names.get(self.level, 'to')}({', '.join(args)})"
@@ -348,7 +362,8 @@ def _fix_for(have: Level, want: Level) -> str:
 
 
 def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, cluster: int = 1,
-              occupancy: int = 1, reverse: bool = False, cluster_along: str | None = None) -> to:
+              occupancy: int = 1, reverse: bool = False, cluster_along: str | None = None,
+              exchange: str = "barrier") -> to:
     """Map onto blocks; ``group=G`` orders tiles in groups of G M-tiles (L2 reuse)::
 
         MatMul<kernel>(A:GL f16[256x512], B:GL f16[512x128], C:GL f16[256x128]) acc f32
@@ -397,6 +412,16 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
           for r0 in block(R), c0 in block(2) clusters(2):
             Fused<block>[Move(X:GL f16[1x32768] -> Xr); ...; Reduce(sum over c: ...) with scale(1/65536)]
 
+    ``exchange`` says how the cluster's blocks hand each other their parts: ``"barrier"`` (a
+    ``barrier.cluster`` per reduction, then each block loads every part from its owner's shared
+    memory, and one more before the kernel ends) or ``"push"`` (each block stores its part into
+    every block's shared memory with ``st.async``, which completes bytes on the receiver's mbarrier:
+    a block goes on as soon as its peers' parts have landed, waiting for no thread of theirs; one
+    ``barrier.cluster`` at the start makes the mbarriers' initialisation visible).  ``"push"``
+    needs one tile per block (not ``persistent``)::
+
+        tile(r=1, c=8192) >> to_blocks(cluster=8, exchange="push")
+
     ``occupancy=N`` asks for N blocks resident on each SM at once (``__launch_bounds__(threads,
     N)``): the compiler then keeps each thread within ``regs_per_sm / (threads * N)`` registers.
     A memory-bound kernel whose block stalls on a reduction between its loads wants a second block
@@ -413,7 +438,7 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
 
         for b0 in block(8), hk0 in block(16), g0 in block(1), q0 in block(32) reversed
     """
-    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy, reverse, cluster_along)
+    return to(BLOCK, tuple(arrangement), group, persistent, cluster, occupancy, reverse, cluster_along, exchange)
 
 
 def to_warps(*arrangement: int) -> to:

@@ -802,6 +802,56 @@ def dsmem_program(dtype: dt.DType | str = "f32", *, cluster: int = 2, barrier: b
     return program, _Plan(program, expected).random(0), expected
 
 
+def push_program(dtype: dt.DType | str = "f32", *, cluster: int = 2, wait: bool = True
+                 ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """A cluster of ``cluster`` blocks (one warp each): block ``r`` pushes its row ``x[r]`` (32
+    four-byte values) into the shared memory of the block of rank ``r + 1`` (mod ``cluster``) with
+    ``st_async_cluster_4``, each store completing 4 bytes on that block's mbarrier; each block
+    waits for its own mbarrier and writes what it received to ``out[r]``::
+
+        thread 0: mbarrier.init(bar, 1); arrive.expect_tx(bar, 128); fence.mbarrier_init
+        barrier.cluster                          # every block's mbarrier is initialised
+        st.async  smem[lane] of rank (r + 1) % cluster = x[r, lane], complete_tx on its bar
+        try_wait.parity.acquire.cluster(bar, 0)  # the row of rank r - 1 has landed
+        out[r, lane] = smem[lane]
+
+    No barrier.cluster at the end: a block leaves after its wait, when every push into it has
+    landed.  ``wait=False`` leaves out the wait: the interpreter reports the early read."""
+    d = dt.dtype(dtype)
+    if d.bits != 32:
+        raise ValueError(f"push_program: dtype={d}; st_async_cluster_4 moves 32-bit values")
+    C = int(cluster)
+    x = _gbuf("x", d, (C, WARP_THREADS))
+    out = _gbuf("out", d, (C, WARP_THREADS), "out")
+    sm = ir.SharedBuffer("smem", d, WARP_THREADS, 16, "the row the previous block pushes here")
+    bar = ir.MBarrier("pushed", 1, note="the previous block's row has landed")
+    reg = ir.RegBuffer("r", d, 1)
+    t = ir.tid(WARP_THREADS)
+    rank = ex.mod(ir.bid(0, C), C)
+    init = (_call(sm90a.mbarrier_init, bar=ir.MemRef(bar, 0), count=ir.Scalar(1)),
+            _call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(bar, 0), bytes=ir.Scalar(4 * WARP_THREADS)),
+            _call(sm90a.fence_mbarrier_init))
+    body = [
+        ir.If(ex.lt(t, 1), ir.Seq(init)),
+        _call(sm90a.barrier_cluster, comment="every block's mbarrier is initialised"),
+        _call(_copy_atom("ld_global", 4), src=ir.MemRef(x, rank * WARP_THREADS + t), dst=ir.RegRef(reg, 0)),
+        _call(sm90a.st_async_cluster_4, comment=UNDER_TEST, dst=ir.MemRef(sm, t), src=ir.RegRef(reg, 0),
+              bar=ir.MemRef(bar, 0), cta=ir.Scalar(ex.mod(rank + 1, C))),
+        *([_call(sm90a.mbarrier_try_wait_cluster, bar=ir.MemRef(bar, 0), parity=ir.Scalar(0))] if wait else []),
+        _call(_copy_atom("ld_shared", 4), src=ir.MemRef(sm, t), dst=ir.RegRef(reg, 0)),
+        _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, rank * WARP_THREADS + t), src=ir.RegRef(reg, 0)),
+    ]
+
+    def expected(inputs):
+        return np.roll(np.asarray(inputs["x"]).astype(d.np), 1, axis=0)
+
+    kernel = ir.Kernel(name="micro_push", params=(x, out), grid=(C, 1, 1), threads=WARP_THREADS, shared=(sm, bar),
+                       regs=(reg,), body=ir.Seq(body), cluster=C,
+                       header=f"a cluster of {C} blocks: each pushes its row into the next block's shared memory")
+    program = ir.Program(kernels=(kernel,), inputs=(x,), output=out)
+    return program, _Plan(program, expected).random(0), expected
+
+
 def tma_store_program(dtype: dt.DType | str = "f16", *, shape=(40, 72), box=(16, 64), coords=(16, 32),
                       swizzle: int = 128, proxy_fence: bool = True, wait: str | None = "read"
                       ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
@@ -1053,6 +1103,8 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
         return stmatrix_program(atom)
     if atom in (sm90a.tma_load_2d_multicast, sm90a.mbarrier_arrive_cluster, sm90a.barrier_cluster):
         return cluster_multicast_program(d or dt.f16)
+    if atom in (sm90a.st_async_cluster_4, sm90a.mbarrier_try_wait_cluster):
+        return push_program(d or dt.f32)
     if fam == sm90a.DSMEM:
         return dsmem_program(d or dt.f32)
     if fam == sm90a.TMA:

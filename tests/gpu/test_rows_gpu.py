@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0):
+def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier"):
     dt = TDT[dtype]
     F = torch.nn.functional
-    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a")
+    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a", exchange=exchange), arch="sm_90a")
     x = (torch.randn(rows, cols, device="cuda") * magnitude + shift).to(dt)
     w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
     outs = [torch.full((rows, cols), float("nan"), device="cuda", dtype=dt) for _ in range(2 if op == "add_rmsnorm" else 1)]
@@ -90,3 +90,17 @@ def test_long_odd_rows_of_a_large_mean(op, shift, rows, cols):
     # in no statistic (a maximum of rows near -3000 lies below padding zeros), and the tuple
     # reductions (softmax's (max, sum), LayerNorm's Welford tuple) merge the parts in one exchange
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(3, 40961), (5, 65536), (2, 100003), (4, 262144), (1, 262143)])
+def test_long_rows_with_pushes(op, rows, cols):
+    # to_blocks(exchange="push"): st.async into every block's shared memory and an mbarrier
+    # instead of barrier.cluster
+    _run(op, rows, cols, "bf16", exchange="push")
+
+
+@pytest.mark.parametrize("op", ["layernorm", "softmax"])
+@pytest.mark.parametrize("shift", [3000.0, -3000.0])
+def test_pushes_on_rows_of_a_large_mean(op, shift):
+    _run(op, 3, 100003, "f16", magnitude=3.0, shift=shift, exchange="push")

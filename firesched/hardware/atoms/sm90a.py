@@ -36,7 +36,9 @@ Families (``Atom.family``):
   (``mapa`` + a remote ``mbarrier.arrive.release.cluster``).
 * ``dsmem`` — ``ld_shared_cluster_4``: a thread's 4-byte load from the shared memory of the
   cluster's block of rank ``$cta`` (distributed shared memory: ``mapa`` + ``ld.shared::cluster``),
-  at the offset its own block's copy of the buffer has.
+  at the offset its own block's copy of the buffer has; ``st_async_cluster_4``: the push the other
+  way, a 4-byte ``st.async`` into that block's shared memory completing transaction bytes on its
+  mbarrier.
 
 Register operands that carry no tile (descriptors, coordinates, counts, ``scale_d``) have no TV
 layout; ``is_descriptor`` and ``is_scalar`` tell them apart.
@@ -370,6 +372,15 @@ mbarrier_try_wait = _mbar(
     "Spin until the phase of parity $parity of the mbarrier at $bar has completed (returns at once "
     "when the current phase has the other parity); $uid numbers the loop's labels per call site.")
 
+mbarrier_try_wait_cluster = _mbar(
+    "mbarrier_try_wait_cluster",
+    "{ .reg .pred fs_p; fs_wait_$uid: mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 fs_p, [$bar], "
+    "$parity; @fs_p bra fs_done_$uid; bra fs_wait_$uid; fs_done_$uid: }",
+    ("parity",),
+    "mbarrier_try_wait with acquire semantics at cluster scope: the wait of a block whose mbarrier "
+    "other blocks' st.async stores complete (their complete_tx releases at cluster scope), after "
+    "which it reads what they stored.")
+
 
 mbarrier_arrive_cluster = _mbar(
     "mbarrier_arrive_cluster",
@@ -426,6 +437,23 @@ ld_shared_cluster_4 = Atom(
         "read each other's partial results.  Ordered after the other block's store by a "
         "barrier.cluster between them.")
 
+st_async_cluster_4 = Atom(
+    name="st_async_cluster_4", family=DSMEM, group=THREAD, kind="Move", shape=(1, 4),
+    dtypes=(("dst", dt.u8), ("src", dt.u8), ("cta", dt.i32)),
+    operands=(Operand("dst", "in", "SH", values=4, addr=Layout(1, 0)),
+              Operand("src", "in", "RF", regs=1, reg_bits=32, values=4,
+                      tv=TVLayout(Layout((1, 4), (0, 1)), (1, 4))),
+              Operand("bar", "in", "SH"), _scalar("cta")),
+    ptx="{ .reg .b32 fs_a, fs_b; mapa.shared::cluster.u32 fs_a, $dst, $cta; mapa.shared::cluster.u32 fs_b, $bar, $cta; "
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [fs_a], $src, [fs_b]; }",
+    min_target="sm_90a", alignment=4, src_memory="RF", dst_memory="SH", width=4,
+    semantics=identity, catalog=CATALOG,
+    doc="Store 4 bytes into the shared memory of the cluster's block of rank $cta (possibly the "
+        "caller's own), at the offset $dst has in the caller's block, asynchronously: the store "
+        "completes 4 transaction bytes on that block's mbarrier at the offset $bar has.  The receiver "
+        "reads the data after its wait on the mbarrier's phase (no barrier.cluster): how a block "
+        "pushes its partial result into every block of its cluster.")
+
 # --------------------------------------------------------------------------- stmatrix
 
 def _stmatrix(ld: Atom, num: int) -> Atom:
@@ -468,9 +496,10 @@ ATOMS: tuple[Atom, ...] = (
     tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_load_4d, tma_load_5d,
     tma_commit, tma_wait_read,
     tma_wait,
-    mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_arrive_cluster,
+    mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_try_wait_cluster,
+    mbarrier_arrive_cluster,
     fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,
-    ld_shared_cluster_4, *STMATRIX_ATOMS,
+    ld_shared_cluster_4, st_async_cluster_4, *STMATRIX_ATOMS,
 )
 
 __all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "TMA_LOADS", "TMA_STORES", "FAMILIES", "SmemDescriptor", "smem_descriptor",

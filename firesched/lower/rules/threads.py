@@ -476,6 +476,8 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, accs: list
     if accs[0].dtype.bits != 32:
         raise err(node, f"a cluster combines 32-bit partial results; {spec.src.name} accumulates in {accs[0].dtype}",
                   field="acc", value=str(accs[0].dtype), allowed="f32", fix="accumulate the reduction in f32")
+    if getattr(ctx.cluster, "exchange", "barrier") == "push":
+        return _cluster_push(lw, node, ctx, lay, accs, op, first, everyone)
     part = lw.kb.shared_buf(f"{dst.name}_cluster", f32, k * n, 16,
                             f"this block's part of {dst.name}, read by every block of the cluster")
     st = catalog.copy_atom("RF", "SH", 4)
@@ -505,6 +507,74 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, accs: list
         if not any(getattr(x, "atom", None) is sm90a.barrier_cluster for x in ctx.hoists.scope_end):
             ctx.hoists.scope_end.append(end)
     return out
+
+
+def _cluster_push(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, accs: list, op: Combine, first,
+                  everyone: bool) -> list:
+    """The cluster's combine with pushes (``to_blocks(cluster=C, exchange="push")``): each block
+    stores its part into slot ``rank`` of every block's buffer with ``st.async``, whose bytes
+    complete on the receiver's mbarrier; a block waits for its own mbarrier — its peers' parts have
+    landed — and folds the slots, ranks in order::
+
+        kernel start:  thread 0: mbarrier.init(bar, 1); arrive.expect_tx(bar, C·k·4 bytes)
+                       barrier.cluster            (every block's mbarrier is initialised)
+        block q:       first replica: for r in 0..C-1: st.async part -> slots[q] of block r
+                       try_wait.parity.acquire.cluster(bar, 0)   (the C parts have landed here)
+                       acc = slots[0] op slots[1] op ... slots[C-1]
+
+                  block 0          block 1          block 2
+        slots:   |p0|p1|p2|       |p0|p1|p2|       |p0|p1|p2|     p_q: pushed by block q
+
+    No ``barrier.cluster`` per exchange nor at the end: a block leaves after its own wait, when
+    every push into it has landed (it waits for no thread of another block).  Each exchange has
+    its own buffer and mbarrier, used once per launch (one tile per block: not persistent)."""
+    spec = node.spec
+    dst = spec.dst
+    C = ctx.cluster.size
+    k = op.k
+    n = lay.size
+    if ctx.repeated or ctx.hoists is None:
+        raise err(node, "exchange='push' fills each exchange's buffer and mbarrier once per launch; this block "
+                        "takes several tiles", field="exchange", value="push", allowed="'barrier' here",
+                  fix="to_blocks(cluster=..., exchange='barrier'), or one tile per block")
+    rank = ctx.cluster.rank
+    slots = lw.kb.shared_buf(f"{dst.name}_pushed", f32, C * k * n, 16,
+                             f"every block's part of {dst.name}, pushed by its owner into slot rank")
+    bar = lw.kb.mbarrier(f"{dst.name}_landed", 1, f"every block's part of {dst.name} has landed")
+    tid = ctx.scope.tid
+    init = (ir.AtomCall(sm90a.mbarrier_init, (("bar", ir.MemRef(bar, 0)), ("count", ir.Scalar(1)))),
+            ir.AtomCall(sm90a.mbarrier_arrive_expect_tx, (("bar", ir.MemRef(bar, 0)),
+                                                          ("bytes", ir.Scalar(C * k * n * 4))),
+                        comment=f"the cluster's {C} parts of {dst.name}"),
+            ir.AtomCall(sm90a.fence_mbarrier_init, ()))
+    # the kernel's setup: every exchange's mbarrier initialised, then one barrier.cluster after all
+    # of them (re-placed last when a later exchange adds its own)
+    setup = lw.notes.setdefault("setup", [])
+    setup[:] = [x for x in setup if getattr(x, "atom", None) is not sm90a.barrier_cluster
+                or "pushes may target" not in x.comment]
+    setup += [ir.If(lt(tid, 1), ir.Seq(init)),
+              ir.AtomCall(sm90a.barrier_cluster, (), 1, "every block's mbarriers are initialised: the cluster's "
+                                                        "pushes may target them")]
+    push = [ir.AtomCall(sm90a.st_async_cluster_4, (("dst", ir.MemRef(slots, (rank * k + j) * n + v)),
+                                                   ("src", ir.RegRef(accs[j], v)), ("bar", ir.MemRef(bar, 0)),
+                                                   ("cta", ir.Scalar(q))), comment=f"into block rank {q}")
+            for q in range(C) for v in range(n) for j in range(k)]
+    ld = catalog.copy_atom("SH", "RF", 4)
+    tmp = lw.kb.reg("cluster_part", f32, k)
+    # acquire at cluster scope: the peers' complete_tx released their stores at cluster scope
+    fold: list = [ir.AtomCall(sm90a.mbarrier_try_wait_cluster, (("bar", ir.MemRef(bar, 0)), ("parity", ir.Scalar(0))),
+                              comment=f"every block's part of {dst.name} has landed here")]
+    for q in range(C):
+        for v in range(n):
+            for j in range(k):
+                into = ir.RegRef(accs[j], v) if q == 0 else ir.RegRef(tmp, j)
+                fold.append(ir.AtomCall(ld, (("dst", into), ("src", ir.MemRef(slots, (q * k + j) * n + v))),
+                                        comment=f"the part of block rank {q}"))
+            if q:
+                fold += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(tmp, j) for j in range(k)])
+    return [ir.Comment(f"{dst.name}: every block pushes its part into the cluster's {C} blocks"),
+            *(push if first == 1 else [ir.If(first, ir.Seq(tuple(push)))]),
+            *(fold if everyone or first == 1 else [ir.If(first, ir.Seq(tuple(fold)))])]
 
 
 def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, accs: list, dst, ops_, comb, which: int) -> list:

@@ -46,6 +46,7 @@ class ClusterInfo:
     rank: IntExpr
     clamp: IntExpr | None
     store_ok: IntExpr
+    exchange: str = "barrier"          # how split reductions combine: "barrier" or "push" (to_blocks)
 
 
 @attrs.frozen
@@ -306,7 +307,8 @@ def _clusters(loops, node, target, C: int, persistent: bool) -> BlockOrder:
     mi = mg * C + rank
     valid = lt(t, tiles) if iters * clusters > tiles else 1
     step = lm.step(lm.dim)
-    info = ClusterInfo(C, lm.dim, rank, (Mt - 1) * step if Mt % C else None, lt(mi, Mt) if Mt % C else 1)
+    info = ClusterInfo(C, lm.dim, rank, (Mt - 1) * step if Mt % C else None, lt(mi, Mt) if Mt % C else 1,
+                       lm.exchange)
     bind = {lm.var: mi, **({ln.var: ni} if ln is not None else {})}
     return BlockOrder((blocks, 1, 1), bind, ti, valid, info)
 

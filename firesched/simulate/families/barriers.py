@@ -189,7 +189,7 @@ def mbarrier(k, s):
                 ctx.hazard(f"mbarrier.init of {bars.name(b)} with count {c}; it must be in 1..2**20-1")
             bars.init(b, c, t)
         return
-    if name == "mbarrier_try_wait":
+    if name in ("mbarrier_try_wait", "mbarrier_try_wait_cluster"):
         parity = scalar(k, s, "parity")[on] & 1
         for b in np.unique(ids).tolist():
             for t in on[ids == b].tolist():

@@ -16,7 +16,7 @@ import numpy as np
 from ... import ir
 from ...errors import InternalError
 from ..messages import describe
-from .operands import scalar
+from .operands import bar_ids, scalar
 
 
 def copy(k, s):
@@ -61,7 +61,10 @@ def copy(k, s):
 def dsmem(k, s):
     """DSMEM: each enabled thread loads ``values_for(dtype)`` elements from the copy of a shared
     buffer that the block of cluster rank ``cta`` holds, at the offset of its own (a read of that
-    block's memory, checked against its writers: a ``barrier.cluster`` orders them)."""
+    block's memory, checked against its writers: a ``barrier.cluster`` orders them); or pushes
+    them there (``st_async_cluster_4``, ``dsmem_push``)."""
+    if s.atom.name == "st_async_cluster_4":
+        return dsmem_push(k, s)
     ctx, mem, regs = k.ctx, k.mem, k.regs
     atom = s.atom
     src, dst = s.arg("src"), s.arg("dst")
@@ -93,6 +96,50 @@ def dsmem(k, s):
         vals = vals.view(ddt.np)
     R, idx = regs.index(dst, n, on)
     R[idx] = vals
+
+
+def dsmem_push(k, s):
+    """``st.async`` into the copy of a shared buffer that the block of cluster rank ``cta`` holds
+    (at the offset of the caller's own), completing its bytes on that block's copy of the mbarrier
+    ``bar``: the data lands like a TMA load's — tagged with the mbarrier's phase, so a reader of
+    that block must have waited on the phase (``try_wait.parity``) first."""
+    ctx, mem, regs, bars = k.ctx, k.mem, k.regs, k.bars
+    atom = s.atom
+    src, dst = s.arg("src"), s.arg("dst")
+    if not isinstance(dst, ir.MemRef) or not isinstance(dst.buffer, ir.SharedBuffer):
+        raise InternalError(f"{describe(s)}: st.async writes a shared buffer")
+    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+    n = atom.values_for(ddt)
+    if sdt.bits != ddt.bits or n == 0:
+        raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} registers into {ddt}")
+    on, _ = ctx.enabled(s)
+    if on.size == 0:
+        return
+    cta = scalar(k, s, "cta")[on]
+    bad = (cta < 0) | (cta >= ctx.cluster)
+    if bad.any():
+        i = np.flatnonzero(bad)[0]
+        ctx.hazard(f"st.async into cluster rank {int(cta[i])} (thread {int(on[i])}): the cluster has "
+                   f"{ctx.cluster} block(s)", thread=int(on[i]))
+    lane = np.arange(n, dtype=np.int64)
+    base = ctx.per_thread(dst.offset)[on]
+    mem.check_bounds(dst, base[:, None] + lane[None, :], on, "write (st.async)")
+    mem.check_align(atom, dst, base, on)
+    sh = mem.shared_of(dst.buffer)
+    R, idx = regs.index(src, n, on)
+    vals = np.asarray(R[idx]).reshape(on.size, n)
+    if sdt != ddt:
+        vals = vals.view(ddt.np)
+    ids = bar_ids(k, s, "bar", on)
+    target = ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta
+    for i, t in enumerate(on.tolist()):
+        q = int(target[i])
+        bar_id = int(ids[i]) % max(bars.n, 1) + q * bars.n
+        bar = bars.get(bar_id, t)
+        mem.tma_land(sh, base[i] + lane + q * sh.n, t, vals[i], bar_id, bar.phase, ctx.sid(s))
+        k.tma.load(bar_id, bar.phase, ctx.sid(s))
+        bar.tx -= n * ddt.bits // 8
+        bar.complete()
 
 
 def cp_async(k, s):
