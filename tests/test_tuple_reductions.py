@@ -191,12 +191,12 @@ def _recipe(kind, R, C, dt, **kw):
     return getattr(fs.recipes, kind)(R, C, dtype=dt, arch="sm_90a", weight=False, **kw)
 
 
-def _on_cluster(sched, C, parts, span=1024, vec=8):
+def _on_cluster(sched, C, parts, span=1024, vec=8, exchange="barrier"):
     """The recipe's spec, its row split into ``parts`` blocks of a cluster (by hand)."""
     spec = sched.spec
     width = -(-C // parts)
     row = (tile(c=span), tile(c=vec) >> to_threads(), done())
-    return spec.schedule(tile(r=1, c=width) >> to_blocks(cluster=parts),
+    return spec.schedule(tile(r=1, c=width) >> to_blocks(cluster=parts, exchange=exchange),
                          *(place(t.name, RF) for t in spec.locals),
                          *(part(i, *row) for i in range(len(spec.body))))
 
@@ -247,15 +247,16 @@ def test_causal_softmax_on_a_cluster_with_masked_parts():
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(R=st.integers(1, 3), width=st.integers(1, 300), parts=st.sampled_from([2, 4, 8]),
        dt=st.sampled_from(["f16", "bf16", "f32"]), kind=st.sampled_from(["softmax", "layernorm", "rmsnorm"]),
-       shift=st.sampled_from([0.0, 3000.0, -3000.0]), data=st.data())
-def test_random_rows_over_random_clusters(R, width, parts, dt, kind, shift, data):
+       shift=st.sampled_from([0.0, 3000.0, -3000.0]), exchange=st.sampled_from(["barrier", "push"]),
+       data=st.data())
+def test_random_rows_over_random_clusters(R, width, parts, dt, kind, shift, exchange, data):
     # C such that a width-wide tile makes exactly ``parts`` block parts, the last one partial
     C = width * (parts - 1) + data.draw(st.integers(1, width), label="last")
     if dt == "f16" and kind == "rmsnorm" and shift:
         shift = shift / 100                 # squares past the f16 range are rmsnorm's own test
     x = RNG.standard_normal((R, C)) * 3 + shift
     xr = x.astype(fs.dtypes.dtype(dt).np).astype(np.float64)
-    sched = _on_cluster(_recipe(kind, R, C, dt), C, parts, span=256)
+    sched = _on_cluster(_recipe(kind, R, C, dt), C, parts, span=256, exchange=exchange)
     _close(fs.interpret(sched, x, target="sm_90a"), REFS[kind](xr), dt, xr if kind == "layernorm" else None)
 
 
