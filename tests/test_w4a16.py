@@ -695,6 +695,24 @@ def test_default_plan_above_256_rows_matches_the_reference():
     assert "setmaxnreg" in fs.compile(sched, "sm_90a").source
 
 
+@pytest.mark.parametrize("producer", [False, True])
+def test_wgmma_issues_as_the_fragment_fills(producer):
+    """Within a K tile a warpgroup's wgmmas issue as their k16 slices are dequantised, not after
+    the whole fragment (``transforms.interleave``): a wgmma precedes the tile's last conversion.
+    Each batch needs its fence: without them the interpreter finds a wgmma reading registers the
+    dequantisation wrote after the last fence."""
+    from firesched import ir
+
+    sched = gemm_w4a16(24, 64, 512, group_size=64, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=24, block_n=64, block_k=128, stages=2, producer=producer))
+    src = fs.compile(sched, "sm_90a").source
+    loop = src[src.index("K loop"):]
+    loop = loop[:loop.index("wgmma.wait_group")]
+    assert loop.index("wgmma.mma_async") < loop.rindex("lop3.b32")
+    _found_only_when_planted(lambda s: isinstance(s, ir.AtomCall) and "slices of the fragment are ready" in s.comment,
+                             sched, "sm_90a", match="missing wgmma.fence")
+
+
 def test_wgmma_producer_stage_is_released_after_every_reader():
     """The consumers read the codes with their own loads (not only through wgmma), so a stage goes
     back to the producer only once all 128 threads of the warpgroup are past them: without that

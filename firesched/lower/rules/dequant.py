@@ -207,7 +207,11 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
                                  (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
                                  comment=f"{src.name} codes"))
     muls: list = []
-    for i, (_n, _s, m) in enumerate(words):
+    # converted front to back in the fragment (the loads above stay in storage order): a wgmma
+    # that reads the first k16 slices can issue while the later ones are converted
+    # (transforms.interleave)
+    for i in sorted(range(len(words)), key=lambda i: min(words[i][2].values())):
+        _n, _s, m = words[i]
         offs = [m[int(src_of[v])] for v in range(WORD_CODES)]
         direct = offs == list(range(offs[0], offs[0] + WORD_CODES)) and offs[0] % 2 == 0
         out = rbuf if direct else lw.kb.reg(f"{dst.name}_deq", dst.dtype, WORD_CODES)

@@ -48,6 +48,7 @@ from ..context import CONSUMER, PRODUCER, WARPGROUP_BARRIER, Scope, err
 from ..lowerer import Lowerer, loop_rule
 from ..rules.decompose import advance, loop_stop, loop_visible
 from ..rules.turns import take_turn
+from .interleave import issue_when_ready
 from .overlap import overlapped_loop
 from .staged_scales import issue_scales, plan_scales
 
@@ -478,6 +479,10 @@ def _fenced_group(body: list) -> tuple[list, bool]:
         for st in walk_ir(body) if isinstance(st, (ir.AtomCall, ir.Pointwise)) and not (
             isinstance(st, ir.AtomCall) and st.atom.family == WGMMA)
         for a in _operands(st))
+    if writes:
+        # each wgmma issues once its slice of the fragment is filled, while the threads fill the
+        # next slices (transforms.interleave)
+        body = issue_when_ready(body) or body
     return [_call(sm90a.wgmma_fence), *body, _call(sm90a.wgmma_commit)], writes
 
 
