@@ -365,7 +365,12 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
         base = attrs.evolve(base, stage={**base.stage, **tiles.stages(base.tile_index)})
     pscope = Scope(128, tid, elected=True)
     pctx = _enter_scope(base, block, pscope, part=PRODUCER)
-    first = tiles.issue(lw, pctx) if tiles is not None else []
+    first = []
+    if tiles is not None:
+        # the tile moves' issue, before the pipelined loop or riding in the producer's copy of the
+        # ring into the loop (transforms.tile_moves.AFTER_FIRST_STEP)
+        ptiles, first = tiles.producer_copy(lw, pctx)
+        pctx = attrs.evolve(pctx, tiles=ptiles)
     producer = [ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(per_tile(first + lw.lower(block, pctx)))))]
     cscope = Scope(128 * nwg, ir.role_tid(128 * nwg), first=128)
     hoists = Hoists()

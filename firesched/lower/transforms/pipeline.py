@@ -295,7 +295,9 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     if ctx.part == PRODUCER:
         kt = Var(lp.var, n)
         it = it_base + kt
-        return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S))), stop=stop)]
+        # a warp-specialized block's tile moves may ride in the loop (transforms.tile_moves)
+        after = ctx.tiles.after_step(kt) if ctx.tiles is not None else []
+        return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S) + after)), stop=stop)]
 
     if ctx.part == CONSUMER:
         # the tiles a warp-specialized producer copies once per block tile are read by this loop

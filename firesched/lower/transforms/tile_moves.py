@@ -6,8 +6,8 @@ tile, not once per step.  Under ``warp_specialize`` the producer issues it too, 
 own whose loop is the block's tile loop (a persistent block's ``tile_i``; one round in a plain
 grid), built from the same ``MbarrierRing`` as the pipelined loop's::
 
-    producer thread 0:  for tile:  acquire(tile) (wait tile_empty); expect bytes; TMA the tile
-                                   for kt: acquire(it); expect; TMA the step's tiles
+    producer thread 0:  for tile:  for kt: acquire(it); expect; TMA the step's tiles
+                                          kt == 0: acquire(tile) (wait tile_empty); expect; TMA the tile
     consumers:          for tile:  wait(tile) (tile_full)
                                    for kt: wait(it); compute; release(it)
                                    release(tile) (tile_empty: one arrival per warpgroup)
@@ -16,8 +16,15 @@ grid), built from the same ``MbarrierRing`` as the pipelined loop's::
 
 The consumers release the tile once the pipelined loop is done (every wgmma that read it has
 retired there, as for the ring's last stage), so the next tile's copy — and the first stages of
-the next tile's ring, which the producer issues right after it — arrive while the consumers
-finish the tile.  (FlashAttention-3's Q pipeline; CuTe DSL's ``PipelineTmaAsync`` of one stage.)
+the next tile's ring — arrive while the consumers finish the tile.  (FlashAttention-3's Q
+pipeline; CuTe DSL's ``PipelineTmaAsync`` of one stage.)
+
+The producer issues the tile after the first step of its loop (``AFTER_FIRST_STEP``), as
+FlashAttention-3 issues K before Q: the first step's stage is free before the consumers are done
+with the previous tile (they released it S - 1 steps before their loop ends), so in a persistent
+block the next tile's first K and V tiles are already in flight when the release lets the tile's
+copy go, and the consumers then wait for the tile alone rather than for it and the stage queued
+behind it.  (Untimed against the tile first; ``AFTER_FIRST_STEP = False`` issues it first.)
 
 The ring is as deep as the moved tile has stages: one, unless a schedule gives it more.  One is
 what fits where this matters: attention at head dim 128 holds three 128-key K and V stages
@@ -37,12 +44,16 @@ import attrs
 
 from ... import ir
 from ...hardware.atoms.base import TMA
-from ...ir.expr import IntExpr, lt
+from ...ir.expr import IntExpr, Var, lt
 from ...schedule import Node
 from ...spec import Move
 from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, err, frames
 from .pipeline import MbarrierRing, staged_moves
+
+#: the producer issues a block tile's tile moves after the first step of its pipelined loop (the
+#: module docstring says why), not before the loop
+AFTER_FIRST_STEP = True
 
 
 def is_tma_fill(node: Node) -> bool:
@@ -139,6 +150,9 @@ class TileRing:
     ring: MbarrierRing
     moves: list
     names: frozenset
+    #: the producer's statements of one block tile, issued after the pipelined loop's first step
+    #: (``after_step``); set in the producer's copy of the ring (``producer_copy``)
+    producer: tuple = ()
 
     @classmethod
     def create(cls, lw, moves: list[Node], consumers: int) -> "TileRing":
@@ -177,6 +191,22 @@ class TileRing:
         for m in self.moves:
             out += lw.lower(m, frames(c, [m.spec]))
         return out
+
+    def producer_copy(self, lw, ctx) -> tuple["TileRing", list]:
+        """The ring as the producer's pipelined loop sees it, and the statements the producer runs
+        before that loop: with ``AFTER_FIRST_STEP`` the issue rides in the ring copy (``after_step``
+        places it in the loop) and nothing runs before; else the issue runs before the loop."""
+        stmts = self.issue(lw, ctx)
+        if AFTER_FIRST_STEP:
+            return attrs.evolve(self, producer=tuple(stmts)), []
+        return self, stmts
+
+    def after_step(self, kt: Var) -> list:
+        """The producer's statements after step ``kt`` of the pipelined loop: the tile's issue
+        after the first."""
+        if not self.producer:
+            return []
+        return [ir.If(lt(kt, 1), ir.Seq(self.producer))]
 
     def wait_for(self, ctx, name: str) -> list | None:
         """The consumers' statements for the tile move of ``name``, where the move stood: a wait
