@@ -19,12 +19,14 @@ retired there, as for the ring's last stage), so the next tile's copy — and th
 the next tile's ring — arrive while the consumers finish the tile.  (FlashAttention-3's Q
 pipeline; CuTe DSL's ``PipelineTmaAsync`` of one stage.)
 
-The producer issues the tile after the first step of its loop (``AFTER_FIRST_STEP``), as
-FlashAttention-3 issues K before Q: the first step's stage is free before the consumers are done
-with the previous tile (they released it S - 1 steps before their loop ends), so in a persistent
-block the next tile's first K and V tiles are already in flight when the release lets the tile's
-copy go, and the consumers then wait for the tile alone rather than for it and the stage queued
-behind it.  (Untimed against the tile first; ``AFTER_FIRST_STEP = False`` issues it first.)
+In a block that walks several tiles (persistent), the producer issues the tile after the first
+step of its loop (``AFTER_FIRST_STEP``), as FlashAttention-3 issues K before Q: the first step's
+stage is free before the consumers are done with the previous tile (they released it S - 1
+steps before their loop ends), so the next tile's first K and V tiles are already in flight when
+the release lets the tile's copy go, and the consumers then wait for the tile alone rather than
+for it and the stage queued behind it.  A block of one tile has nothing to prefetch: there the
+tile goes first, ahead of the stages the consumers need after it.  (Untimed against the tile
+first; ``AFTER_FIRST_STEP = False`` issues it first everywhere.)
 
 The ring is as deep as the moved tile has stages: one, unless a schedule gives it more.  One is
 what fits where this matters: attention at head dim 128 holds three 128-key K and V stages
@@ -194,10 +196,11 @@ class TileRing:
 
     def producer_copy(self, lw, ctx) -> tuple["TileRing", list]:
         """The ring as the producer's pipelined loop sees it, and the statements the producer runs
-        before that loop: with ``AFTER_FIRST_STEP`` the issue rides in the ring copy (``after_step``
-        places it in the loop) and nothing runs before; else the issue runs before the loop."""
+        before that loop: in a block that walks tiles (``ctx.tile_index`` a loop variable) with
+        ``AFTER_FIRST_STEP``, the issue rides in the ring copy (``after_step`` places it in the
+        loop) and nothing runs before; else the issue runs before the loop."""
         stmts = self.issue(lw, ctx)
-        if AFTER_FIRST_STEP:
+        if AFTER_FIRST_STEP and not isinstance(ctx.tile_index, int):
             return attrs.evolve(self, producer=tuple(stmts)), []
         return self, stmts
 
