@@ -1,7 +1,7 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
 heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
 the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
-by TMA — in a persistent grid where not causal), for compute-sanitizer:
+by TMA in a persistent grid), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
@@ -33,7 +33,8 @@ def main() -> None:
     designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [
         (c, w) for w in ("pingpong", "q_by_producer") for c in CASES if c[5] > 64]
     # 576 query tiles: each persistent block walks four or five, its Q ring wrapping
-    designs.append(((4, 16, 16, 1100, 300, 128, False), "q_by_producer"))
+    designs += [((4, 16, 16, 1100, 300, 128, False), "q_by_producer"),
+                ((4, 16, 16, 1100, 1100, 128, True), "q_by_producer")]
     for (b, h, kvh, sq, skv, d, causal), design in designs:
         # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
         # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
@@ -42,10 +43,10 @@ def main() -> None:
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True)
         if design == "q_by_producer":
-            # the producer's own ring for Q; a persistent grid walking the query tiles (not causal)
+            # the producer's own ring for Q; a persistent grid walking the query tiles (causal: the
+            # steps past each tile's diagonal pass through the key ring)
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
-            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True,
-                                  persistent=not causal)
+            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True)
         sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True,
                                 arch="sm_90a" if params else design, params=params)
         k = fs.compile(sched, arch="sm_90a")

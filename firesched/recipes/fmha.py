@@ -88,9 +88,10 @@ class FmhaParams:
       previous step's O += P V (``pipeline(overlap=True)``), so a warpgroup's softmax runs under
       its own matrix products;
     * ``persistent``: with wgmma, one block per SM walks the query tiles
-      (``to_blocks(persistent=True)``; not with a causal mask, whose key loops differ per tile).
-      Measured slower than the plain grid on an H100 with Q loaded by the consumers (each tile
-      waits for its Q);
+      (``to_blocks(persistent=True)``; with a causal mask only warp-specialized, whose producer
+      passes the steps past a tile's diagonal through the ring, so that every tile counts the same
+      ring steps).  Measured slower than the plain grid on an H100 with Q loaded by the consumers
+      (each tile waits for its Q);
     * ``q_by_producer``: with warp specialization, the producer warpgroup loads the query tile by
       TMA too (``move_to_smem("Q", via=(sm90a.tma_load_2d,))`` above the key loop), on an mbarrier
       ring of its own over the block's tiles (``lower.transforms.tile_moves``): the consumers wait
@@ -197,8 +198,9 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # is left unoverlapped, so one block per SM walks the query tiles and the producer loads
         # the next tile's Q by TMA while the consumers finish the last (q_by_producer).  UNTIMED:
         # chosen by that reasoning, not yet measured on an H100 (bench/fmha.py --vary
-        # persistent=1,q_by_producer=1 at 16x16x1024x128 decides); not causal, whose key loops
-        # differ per tile (a persistent grid is refused there)
+        # persistent=True,False at 16x16x1024x128 decides); not causal, whose persistent blocks
+        # walk tiles of unequal key loops in a fixed order (also untimed: the same --vary with
+        # --causal yes times it)
         short = head_dim == 128 and seq_kv <= 2048 and not causal
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
                           tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True,

@@ -123,14 +123,16 @@ def test_pingpong_and_overlap(sq, skv, d, causal, kvh, pingpong, overlap):
     (2, 2, 2, 4097, 300, 64, False), (2, 2, 1, 300, 4097, 96, True), (2, 2, 2, 129, 255, 256, False),
     (2, 2, 2, 1000, 1000, 128, True),
     # 8 x 16 x 8 = 1,024 query tiles over the SMs: every persistent block walks several, its Q ring wrapping
-    (8, 16, 4, 1000, 1000, 128, False), (4, 16, 16, 2000, 2000, 64, False),
+    (8, 16, 4, 1000, 1000, 128, False), (4, 16, 16, 2000, 2000, 64, False), (8, 16, 4, 1000, 1000, 128, True),
 ])
-def test_q_by_producer(b, h, kvh, sq, skv, d, causal):
+@pytest.mark.parametrize("persistent", [True, False])
+def test_q_by_producer(b, h, kvh, sq, skv, d, causal, persistent):
     """The producer warpgroup loads each query tile by TMA on a ring of its own
-    (``q_by_producer=True``), in a persistent grid (without a causal mask, which a persistent
-    grid refuses) or the plain one (causal): odd lengths, grouped-query heads, every head-dim class."""
+    (``q_by_producer=True``), in a persistent grid (causal too: the steps past each tile's diagonal
+    pass through the key ring) and in the plain one: odd lengths, grouped-query heads, every
+    head-dim class."""
     bkv, stages = (64, 2) if d > 128 else (128, 3)
     p = fs.recipes.FmhaParams(block_q=128, block_kv=bkv, warps=8, stages=stages, mma="wgmma", tma=True,
-                              warp_specialized=True, pingpong=True, overlap=True, persistent=not causal,
+                              warp_specialized=True, pingpong=True, overlap=True, persistent=persistent,
                               q_by_producer=True)
     _run(b, h, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)

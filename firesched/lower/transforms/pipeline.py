@@ -193,6 +193,11 @@ class MbarrierRing:
     def drain(self) -> list:
         return []
 
+    def pass_stage(self, stage: IntExpr) -> ir.Stmt:
+        """Complete the stage's full phase without data (a step the consumers skip)."""
+        return _call(sm90a.mbarrier_arrive, bar=ir.MemRef(self.full, stage),
+                     comment="a step past the diagonal: the phase completes without data")
+
 
 def stage_bytes(node: Node) -> int:
     """Bytes one stage of the ring of ``node``'s loop receives (every staged tile, whole)."""
@@ -261,10 +266,15 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     # a loop that stops at a diagonal runs N = min(n, stop) tiles: the prologue and the look-ahead
     # issue only tiles below N, so the copies of the skipped tiles never start
     stop = loop_stop(node, ctx, lp)
-    if stop is not None and ctx.tile_index != 0:
+    # the ring numbers its iterations it_base + kt, n per block tile: in a persistent block a loop
+    # that stops at a diagonal passes its skipped steps through the ring without data (warp-
+    # specialized parts: pass_through); one role has no such steps
+    walking = stop is not None and not isinstance(ctx.tile_index, int)
+    if walking and ctx.part is None:
         raise err(node, f"the loop {lp} stops at a diagonal inside a persistent block's tile loop: its ring "
                         "counts a fixed number of tiles per block tile", strategy=node.strategy,
-                  fix="stop at the diagonal in a non-persistent kernel")
+                  fix="stop at the diagonal in a non-persistent kernel, or warp_specialize() (its producer passes "
+                      "the skipped steps through the ring)")
     N = n if stop is None else minimum(n, stop)
 
     def issue(kt: IntExpr, stage: IntExpr) -> list:
@@ -297,12 +307,19 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         it = it_base + kt
         # a warp-specialized block's tile moves may ride in the loop (transforms.tile_moves)
         after = ctx.tiles.after_step(kt) if ctx.tiles is not None else []
+        if walking:
+            # every step of the ring, the skipped ones completed by an arrival without data
+            steps = [*ring.acquire(it), ir.If(lt(kt, N), ir.Seq(tuple(issue(kt, it % S)))),
+                     ir.If(ge(kt, N), ring.pass_stage(it % S)), *after]
+            return [ir.For(kt, n, ir.Seq(tuple(steps)))]
         return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S) + after)), stop=stop)]
 
     if ctx.part == CONSUMER:
         # the tiles a warp-specialized producer copies once per block tile are read by this loop
         # only: they are released once it is done, with its last stage (transforms.tile_moves)
         after = ctx.tiles.release(ctx) if ctx.tiles is not None else []
+        if walking:
+            after = after + pass_through(ctx, lp, n, N, it_base, ring)
         if lp.overlap:
             if not fused_body:
                 raise err(node, f"pipeline(overlap=True) on {lp}: a body of MatMuls already keeps one wgmma group in "
@@ -435,6 +452,19 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     out.append(ir.For(kt, n, ir.Seq(tuple(loop)), stop=stop))
     out += ring.drain()
     return out
+
+
+def pass_through(ctx, lp, n: int, N: IntExpr, it_base: IntExpr, ring) -> list:
+    """The consumers' steps ``N .. n-1`` of a warp-specialized loop that stops at a diagonal in a
+    persistent block: each waits for the stage the producer completed without data and releases
+    it, so that the ring's phases stay those of ``n`` steps per block tile."""
+    kp = Var(lp.var + "_p", n)
+    k = kp + N
+    lane = ctx.scope.tid % 128
+    body = [*ring.wait(it_base + k), ir.If(lt(lane, 1), ring.release((it_base + k) % ring.stages,
+                                                                        "release a step past the diagonal"))]
+    return [ir.Comment("the steps past the diagonal, passed through the ring"),
+            ir.For(kp, n, ir.Seq(tuple(body)), stop=n - N)]
 
 
 def _elected_guard(ring, ctx):
