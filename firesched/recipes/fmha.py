@@ -165,7 +165,9 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).
+    ``bench/fmha.py --vary``, timed through CUDA graphs).  At head dim 128 with at most 2,048
+    keys and no causal mask, one block per SM walks the query tiles and the producer loads each
+    tile's Q (``persistent``, ``q_by_producer``; not yet timed).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
