@@ -53,9 +53,11 @@ CHECK_ROWS = 2048
 OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
 
 
-def _recipe(op: str, exchange: str = "barrier"):
+def _recipe(op: str, exchange: str = "default"):
     """The recipe of ``op``: ``softmax_causal`` is ``recipes.softmax(..., causal=True)``;
-    ``exchange`` as ``to_blocks(exchange=...)`` for rows split over a cluster."""
+    ``exchange`` as ``to_blocks(exchange=...)`` for rows split over a cluster (``"default"``: the
+    recipe's own)."""
+    exchange = None if exchange == "default" else exchange
     if op == "softmax_causal":
         return lambda rows, cols, dtype, arch=None: fs.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True,
                                                                       exchange=exchange)
@@ -132,7 +134,7 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
             "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
 
 
-def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "barrier") -> dict:
+def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default") -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a")
@@ -207,13 +209,14 @@ def main(argv=None) -> list:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--timing", choices=("graphs", "events"), default="graphs",
                    help="CUDA-graph replays (default) or back-to-back launches between events")
-    p.add_argument("--exchange", default="barrier",
-                   help="how a cluster's blocks combine a split row: barrier, push, or barrier,push (both)")
+    p.add_argument("--exchange", default="default",
+                   help="how a cluster's blocks combine a split row: default (the recipe's: push), barrier, push, "
+                        "or a comma list (each timed)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     exchanges = [e for e in args.exchange.split(",") if e]
-    if not exchanges or any(e not in ("barrier", "push") for e in exchanges):
-        raise SystemExit(f"--exchange {args.exchange!r}: a comma list of barrier, push")
+    if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
+        raise SystemExit(f"--exchange {args.exchange!r}: a comma list of default, barrier, push")
     ops = [o for o in args.ops.split(",") if o]
     bad = [o for o in ops if o not in OPS]
     if bad:

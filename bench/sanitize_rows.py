@@ -4,10 +4,11 @@
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py
     compute-sanitizer --tool synccheck python bench/sanitize_rows.py
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py 3x40000 2x65537   # some shapes
-    compute-sanitizer --tool racecheck python bench/sanitize_rows.py --exchange push 3x40961 2x100003
+    compute-sanitizer --tool racecheck python bench/sanitize_rows.py --exchange barrier 3x40961 2x100003
 
-``--exchange push`` runs the rows split over clusters with ``to_blocks(exchange="push")``
-(``st.async`` into each other's shared memory and an mbarrier, instead of ``barrier.cluster``).
+The rows split over clusters combine as the recipes do by default (``to_blocks(exchange="push")``:
+``st.async`` into each other's shared memory and an mbarrier); ``--exchange barrier`` runs them
+with ``barrier.cluster`` instead.
 
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
 per block, the largest plan (1024 threads), and rows split over thread-block clusters of 2 and 4
@@ -30,7 +31,7 @@ def main(argv=None) -> None:
     import torch
 
     args = list(sys.argv[1:] if argv is None else argv)
-    exchange = "barrier"
+    exchange = None
     if "--exchange" in args:
         i = args.index("--exchange")
         exchange = args[i + 1]
@@ -48,7 +49,7 @@ def main(argv=None) -> None:
             k(*ins, *outs)
             torch.cuda.synchronize()
             assert all(torch.isfinite(o.float()).all() for o in outs), (op, rows, cols)
-            print(f"{op} {rows}x{cols} ({exchange}): ran", flush=True)
+            print(f"{op} {rows}x{cols} ({exchange or 'default'}): ran", flush=True)
 
 
 if __name__ == "__main__":

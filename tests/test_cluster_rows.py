@@ -123,8 +123,11 @@ def test_clusters_need_sm90a():
 
 
 def test_cluster_kernels_compile():
-    k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a"), arch="sm_90a")
+    k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a", exchange="barrier"), arch="sm_90a")
     assert "__cluster_dims__(8, 1, 1)" in k.source and "__launch_bounds__(256, 4)" in k.source and "ld.shared::cluster" in k.source
+    # by default the blocks push their parts into each other's shared memory
+    k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a"), arch="sm_90a")
+    assert "st.async" in k.source and "ld.shared::cluster" not in k.source
 
 
 # --------------------------------------------------------------------------- the atom

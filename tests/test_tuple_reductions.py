@@ -184,6 +184,10 @@ REFS = {"softmax": softmax_ref, "layernorm": ln_ref, "rmsnorm": rms_ref}
 
 
 def _recipe(kind, R, C, dt, **kw):
+    """The recipe with its statistics in one tuple reduction whatever the plan (by default only
+    rows split over a cluster take it)."""
+    if kind in ("softmax", "layernorm"):
+        kw.setdefault("tuple_stats", True)
     if kind == "softmax":
         return fs.recipes.softmax(R, C, dtype=dt, arch="sm_90a", **kw)
     if kind == "layernorm":
@@ -269,7 +273,7 @@ def _count(src, text):
 @pytest.mark.parametrize("kind", ["softmax", "layernorm", "rmsnorm"])
 def test_a_cluster_row_costs_one_exchange(kind):
     # one barrier.cluster per exchange, plus the one that keeps every block until the others read
-    prog = _recipe(kind, 4096, 65536, "bf16").lower("sm_90a")
+    prog = _recipe(kind, 4096, 65536, "bf16", exchange="barrier").lower("sm_90a")
     (k,) = prog.kernels
     src = printer.emit(prog)
     assert _count(src, "barrier.cluster.arrive") == 2, kind
@@ -319,15 +323,22 @@ def test_cluster_plans_compile_without_spills(kind, cols):
 
 
 def test_softmax_statistics_merge_in_the_exchange():
-    src = fs.compile(fs.recipes.softmax(1024, 65536, dtype="bf16", arch="sm_90a"), arch="sm_90a").source
+    src = fs.compile(fs.recipes.softmax(1024, 65536, dtype="bf16", arch="sm_90a", exchange="barrier"),
+                     arch="sm_90a").source
     assert "__int_as_float(0xff800000)" in src and src.count("ld.shared::cluster") == 2 * 8
 
 
 def test_ops_reach_each_output():
     # Z holds 1 / sum (the reciprocal on the second output only), M the maximum itself
-    spec = fs.recipes.softmax(2, 8, dtype="f32").spec
+    spec = fs.recipes.softmax(2, 8, dtype="f32", tuple_stats=True).spec
     red = spec.body[1]
     assert red.monoid is not None and red.output_ops()[1][1] == (ops.reciprocal(),) and red.ops == ()
+    # by default only a row split over a cluster takes the tuple; one block reduces twice
+    assert [type(p).__name__ for p in fs.recipes.softmax(2, 8, dtype="f32").spec.body] == \
+        ["Move", "Reduce", "Pointwise", "Reduce", "Pointwise"]
+    assert fs.recipes.softmax(4, 65536, dtype="bf16", arch="sm_90a").spec.body[1].monoid is not None
+    with pytest.raises(ValueError, match="tuple_stats"):
+        fs.recipes.layernorm(2, 8, tuple_stats=1)
 
 
 @pytest.mark.parametrize("cols", [4096, 32768, 40000, 40960])
@@ -336,5 +347,7 @@ def test_one_block_plans_compile_without_spills(kind, cols):
     # 1,024 threads x 40 values at the top: the warps' tuples merge in a butterfly over lanes
     # (log2(32) combines, not 31 in a row), which also keeps the register budget
     for dt in ("f16", "bf16"):
-        k = fs.compile(getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a"), arch="sm_90a")
-        assert "__cluster_dims__" not in k.source and k.spills == 0, (kind, cols, dt, k.resources)
+        for one in (None, True) if cols == 40960 else (None,):
+            k = fs.compile(getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a", tuple_stats=one),
+                           arch="sm_90a")
+            assert "__cluster_dims__" not in k.source and k.spills == 0, (kind, cols, dt, one, k.resources)

@@ -26,15 +26,18 @@ intermediates (they never leave the registers of the threads that compute them),
           Pointwise<block>(mul: Xr:RF, Rstd:RF -> N:RF)
           Pointwise<block>(mul: N:RF, W:GL -> Y:GL)                  # one 16-byte store
 
-Statistics are computed in f32.  LayerNorm's mean and variance are one tuple reduction
-(``monoids.welford``): each thread takes two passes over its registers (its mean, then the sum of
-squared deviations from it, which does not cancel as E[x²] - E[x]² does for rows with a large
-mean), and the threads', warps' and a cluster's blocks' (count, mean, M2) merge by Chan's formula,
-one exchange per level.  ``stats=True`` also returns the per-row statistics a backward pass needs
-(RMSNorm's ``rstd``; LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that
-compute them and read back by the next part after a barrier.  ``exchange="push"`` (every recipe
-here) combines a row split over a cluster with ``st.async`` pushes and an mbarrier instead of
-``barrier.cluster`` (``to_blocks(exchange=...)``).
+Statistics are computed in f32, LayerNorm's in two passes over the registers: the mean, then the
+mean of squared deviations, which does not cancel as E[x²] - E[x]² does for rows with a large
+mean.  A row split over a thread-block cluster takes both in one tuple reduction instead
+(``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
+exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
+cost more than the block barrier they save: bench/README.md, "One exchange per row").
+``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's ``rstd``;
+LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute them and
+read back by the next part after a barrier.  A cluster's blocks combine by ``st.async`` pushes
+into each other's shared memory and an mbarrier (``exchange="push"``, the default: 2.12 -> 2.40
+TB/s RMSNorm, 1.66 -> 1.95 LayerNorm at 1024 x 262144 bf16 on an H100) or by ``barrier.cluster``
+(``exchange="barrier"``); ``to_blocks(exchange=...)``.
 """
 
 from __future__ import annotations
@@ -89,15 +92,16 @@ EXCHANGES = ("barrier", "push")
 
 
 def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
-              exchange: str = "barrier", what: str = "plan_rows") -> _rows.RowPlan:
+              exchange: str | None = None, what: str = "plan_rows") -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
-    blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``)."""
-    if exchange not in EXCHANGES:
+    blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
+    None: ``"push"``, faster on every cluster row measured but one, within 2 %)."""
+    if exchange is not None and exchange not in EXCHANGES:
         raise ValueError(f"recipes.{what}: exchange={exchange!r}; allowed: 'barrier' (barrier.cluster) or 'push' "
-                         "(st.async into each other's shared memory, an mbarrier per exchange)")
+                         "(st.async into each other's shared memory, an mbarrier per exchange), or None (push)")
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters)
-    return attrs.evolve(plan, exchange=exchange)
+    return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...]) -> Schedule:
@@ -132,7 +136,7 @@ def _row_source(s: _Specs, name: str = "X"):
 
 
 def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-            eps: float = 1e-6, stats: bool = False, exchange: str = "barrier") -> Schedule:
+            eps: float = 1e-6, stats: bool = False, exchange: str | None = None) -> Schedule:
     """``Y = X / sqrt(mean(X², axis=-1) + eps) * W`` over rows of ``cols`` elements (torch's
     ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
     ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
@@ -148,7 +152,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
 
 
 def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-                eps: float = 1e-6, exchange: str = "barrier") -> Schedule:
+                eps: float = 1e-6, exchange: str | None = None) -> Schedule:
     """The pre-norm block of a transformer layer: ``H = X + R`` (rounded to ``dtype``, as torch
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
     registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
@@ -164,24 +168,39 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
 
 
 def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-              bias: bool = True, eps: float = 1e-5, stats: bool = False, exchange: str = "barrier") -> Schedule:
+              bias: bool = True, eps: float = 1e-5, stats: bool = False, exchange: str | None = None,
+              tuple_stats: bool | None = None) -> Schedule:
     """``Y = (X - mean) / sqrt(var + eps) * W + B`` over rows of ``cols`` elements (torch's
     ``layer_norm``; the biased variance), statistics in f32 in two passes over the registers;
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
-    returns ``Mean`` and ``Rstd`` (rows,) in f32."""
+    returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
+    one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
+    cluster (module docstring)."""
     check_args("layernorm", rows, cols, dtype, arch)
+    if tuple_stats is not None and not isinstance(tuple_stats, bool):
+        raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="layernorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"
     mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
     d = s.t("D", dt=f32)
-    # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean, M2),
-    # merged across lanes, warps and the blocks of a cluster in one exchange each)
-    body = [Reduce(monoids.welford(), x, mean, ("c",), KERNEL, more=(rstd,),
-                   more_ops=((ops.shift(eps), ops.rsqrt()),)),
-            Pointwise("sub", (x, mean), d, KERNEL)]
-    local += ["D"] + ([] if stats else ["Mean", "Rstd"])
+    if plan.cluster > 1 if tuple_stats is None else tuple_stats:
+        # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean,
+        # M2), merged across lanes, warps and the blocks of the cluster in one exchange each)
+        body = [Reduce(monoids.welford(), x, mean, ("c",), KERNEL, more=(rstd,),
+                       more_ops=((ops.shift(eps), ops.rsqrt()),)),
+                Pointwise("sub", (x, mean), d, KERNEL)]
+        local += ["D"]
+    else:
+        # on one block: the mean, then the mean of squared deviations (two plain reductions)
+        d2 = s.t("D2", dt=f32)
+        body = [Reduce("mean", x, mean, ("c",), KERNEL),
+                Pointwise("sub", (x, mean), d, KERNEL),
+                Pointwise("mul", (d, d), d2, KERNEL),
+                Reduce("mean", d2, rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
+        local += ["D", "D2"]
+    local += [] if stats else ["Mean", "Rstd"]
     last = "Y"
     steps = [("mul", rstd)] + ([("mul", s.t("W", ("c",)))] if weight else []) + \
             ([("add", s.t("B", ("c",)))] if bias else [])
