@@ -269,13 +269,17 @@ def test_a_tile_move_without_warp_specialization_is_refused():
         sched.check("sm_90a")
 
 
-def test_the_plan_loads_q_by_the_producer_for_short_key_loops():
+def test_the_plan_keeps_a_block_per_query_tile():
+    """Persistent blocks with Q by the producer measured no faster on an H100 (bench/README.md):
+    the plan leaves both off, and a user switches them on."""
     plan = fs.recipes.fmha_plan
-    short = plan(16, 16, 1024, 1024, 128, arch="sm_90a")
-    assert short.persistent and short.q_by_producer
-    assert not plan(4, 16, 4096, 4096, 128, arch="sm_90a").q_by_producer
-    assert not plan(16, 16, 1024, 1024, 128, arch="sm_90a", causal=True).persistent
+    for args in [(16, 16, 1024, 1024, 128), (4, 16, 4096, 4096, 128)]:
+        for causal in (False, True):
+            p = plan(*args, arch="sm_90a", causal=causal)
+            assert not p.persistent and not p.q_by_producer and p.warp_specialized
     assert not plan(16, 16, 1024, 1024, 128, arch="sm_80").q_by_producer
+    on = attrs.evolve(plan(16, 16, 1024, 1024, 128, arch="sm_90a"), persistent=True, q_by_producer=True)
+    fs.recipes.fmha(16, 16, 1024, 1024, 128, arch="sm_90a", params=on).check("sm_90a")
 
 
 #: head dims 64, 128 (both dtypes: the bench's) and 256, with the plan's tiles for 128 queries;

@@ -165,9 +165,9 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).  At head dim 128 with at most 2,048
-    keys and no causal mask, one block per SM walks the query tiles and the producer loads each
-    tile's Q (``persistent``, ``q_by_producer``; not yet timed).
+    ``bench/fmha.py --vary``, timed through CUDA graphs).  One block per SM walking the query
+    tiles with the producer loading each tile's Q (``persistent``, ``q_by_producer``) measured no
+    faster, so the plan keeps a block per query tile.
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -196,17 +196,13 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # cuDNN, causal 0.83-0.84 -> 0.86-0.89x, 16x16x1024x128 0.70-0.75 -> 0.77-0.82x; either
         # alone gains less, pingpong alone loses (bench/README.md, "overlap and ping-pong"; with
         # the later lowering changes the plan reads 0.98-1.01x at 4x16x4096x128)
-        # short key loops (8 steps of 128 keys at 1,024): each tile's Q load and O store are what
-        # is left unoverlapped, so one block per SM walks the query tiles and the producer loads
-        # the next tile's Q by TMA while the consumers finish the last (q_by_producer).  UNTIMED:
-        # chosen by that reasoning, not yet measured on an H100 (bench/fmha.py --vary
-        # persistent=True,False at 16x16x1024x128 decides); not causal, whose persistent blocks
-        # walk tiles of unequal key loops in a fixed order (also untimed: the same --vary with
-        # --causal yes times it)
-        short = head_dim == 128 and seq_kv <= 2048 and not causal
+        # one block per SM walking the query tiles, with the producer loading the next tile's Q
+        # (persistent, q_by_producer) measured no faster at 16x16x1024x128, where each tile's
+        # Q load and O store are what is left unoverlapped: 0.82-0.83x cuDNN against 0.83 for
+        # this plain grid (persistent alone 0.78-0.79; causal 0.64-0.69 against 0.81), and
+        # 0.90-0.93x against 0.98-0.99 at 4096 keys (bench/README.md, "Q by the producer")
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
-                          tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True,
-                          persistent=short, q_by_producer=short)
+                          tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True)
     if head_dim > 128:
         rows, block_kv, block_q = 16, 32, 128
     elif causal and head_dim > 64:
