@@ -17,6 +17,7 @@ import firesched as fs
 from firesched import ir
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
+from firesched.ir.rewrite import replace_leaves
 from firesched.simulate.interp import run_program
 from firesched.strategies import done, part, place, tile, to_blocks, to_threads
 from firesched.testing import microkernel as mk
@@ -104,15 +105,6 @@ def test_causal_softmax_with_pushes():
 
 # --------------------------------------------------------------------------- planted protocol errors
 
-def _map(stmt, fn):
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, ir.For):
-        return attrs.evolve(stmt, body=_map(stmt.body, fn))
-    if isinstance(stmt, ir.If):
-        then = _map(stmt.then, fn)
-        return None if then is None else attrs.evolve(stmt, then=then)
-    return fn(stmt)
 
 
 def _drop(atom):
@@ -147,7 +139,7 @@ def test_planted_protocol_errors_are_found(fn, words):
     (k,) = prog.kernels
     x = RNG.standard_normal((R, C)).astype(np.float32)
     run_program(prog, {"X": x})                     # the unplanted kernel runs clean
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, fn)),))
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, fn)),))
     with pytest.raises(HazardError, match=words):
         run_program(bad, {"X": x})
 

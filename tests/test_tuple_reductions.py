@@ -21,6 +21,7 @@ from firesched import ir, monoids, ops
 from firesched.cuda import printer
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
+from firesched.ir.rewrite import replace_leaves
 from firesched.simulate.interp import run_program
 from firesched.spec import Reduce
 from firesched.strategies import done, part, place, tile, to_blocks, to_threads, to_warps
@@ -280,15 +281,6 @@ def test_a_cluster_row_costs_one_exchange(kind):
     assert _count(src, "__syncthreads()") == 1, kind      # the warps' partial results, once
 
 
-def _map(stmt, fn):
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, ir.For):
-        return attrs.evolve(stmt, body=_map(stmt.body, fn))
-    if isinstance(stmt, ir.If):
-        then = _map(stmt.then, fn)
-        return None if then is None else attrs.evolve(stmt, then=then)
-    return fn(stmt)
 
 
 def test_a_missing_exchange_barrier_is_a_race():
@@ -303,7 +295,7 @@ def test_a_missing_exchange_barrier_is_a_race():
         hit = isinstance(s, ir.AtomCall) and s.atom is sm90a.barrier_cluster and "is in its shared memory" in s.comment
         return None if hit else s
 
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, drop)),))
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, drop)),))
     with pytest.raises(HazardError, match="race"):
         run_program(bad, {"X": x})
 

@@ -58,6 +58,22 @@ def copy(k, s):
         R[idx] = 0
 
 
+def _cluster_ranks(k, s, what: str):
+    """The threads ``s`` enables and the cluster rank (``cta`` operand) each addresses; a rank
+    outside the cluster is a hazard (``what`` names the access)."""
+    ctx = k.ctx
+    on, _ = ctx.enabled(s)
+    if on.size == 0:
+        return on, on
+    cta = scalar(k, s, "cta")[on]
+    bad = (cta < 0) | (cta >= ctx.cluster)
+    if bad.any():
+        i = np.flatnonzero(bad)[0]
+        ctx.hazard(f"{what} cluster rank {int(cta[i])} (thread {int(on[i])}): the cluster has {ctx.cluster} "
+                   f"block(s)", thread=int(on[i]))
+    return on, cta
+
+
 def dsmem(k, s):
     """DSMEM: each enabled thread loads ``values_for(dtype)`` elements from the copy of a shared
     buffer that the block of cluster rank ``cta`` holds, at the offset of its own (a read of that
@@ -74,15 +90,9 @@ def dsmem(k, s):
     n = atom.values_for(sdt)
     if sdt.bits != ddt.bits or n == 0:
         raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} into {ddt} registers")
-    on, _ = ctx.enabled(s)
+    on, cta = _cluster_ranks(k, s, "distributed shared memory load from")
     if on.size == 0:
         return
-    cta = scalar(k, s, "cta")[on]
-    bad = (cta < 0) | (cta >= ctx.cluster)
-    if bad.any():
-        i = np.flatnonzero(bad)[0]
-        ctx.hazard(f"distributed shared memory load from cluster rank {int(cta[i])} (thread {int(on[i])}): the "
-                   f"cluster has {ctx.cluster} block(s)", thread=int(on[i]))
     lane = np.arange(n, dtype=np.int64)[None, :]
     base = ctx.per_thread(src.offset)[on]
     mem.check_bounds(src, base[:, None] + lane, on, "read (distributed shared memory)")
@@ -112,15 +122,9 @@ def dsmem_push(k, s):
     n = atom.values_for(ddt)
     if sdt.bits != ddt.bits or n == 0:
         raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} registers into {ddt}")
-    on, _ = ctx.enabled(s)
+    on, cta = _cluster_ranks(k, s, "st.async into")
     if on.size == 0:
         return
-    cta = scalar(k, s, "cta")[on]
-    bad = (cta < 0) | (cta >= ctx.cluster)
-    if bad.any():
-        i = np.flatnonzero(bad)[0]
-        ctx.hazard(f"st.async into cluster rank {int(cta[i])} (thread {int(on[i])}): the cluster has "
-                   f"{ctx.cluster} block(s)", thread=int(on[i]))
     lane = np.arange(n, dtype=np.int64)
     base = ctx.per_thread(dst.offset)[on]
     mem.check_bounds(dst, base[:, None] + lane[None, :], on, "write (st.async)")
