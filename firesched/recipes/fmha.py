@@ -97,7 +97,8 @@ class FmhaParams:
       ring of its own over the block's tiles (``lower.transforms.tile_moves``): the consumers wait
       for it and release it when their key loop is done, so with ``persistent`` the next tile's Q
       and first K and V tiles arrive while they finish the current tile and store its output
-      (FlashAttention-3's design).
+      (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
+      the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it.
     """
 
     block_q: int = 128
