@@ -21,6 +21,7 @@ import firesched as fs
 from firesched import ir
 from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.target import target
+from firesched.ir.rewrite import replace_leaves
 from firesched.ir.rewrite import walk as ir_walk
 from firesched.simulate.interp import run_program
 
@@ -116,30 +117,17 @@ def _bar(s):
 
 
 def _on(atom: str, bar: str):
-    """Selects the statement that issues ``atom`` on mbarrier ``bar``: the call, or the ``If`` of
-    one lane around it alone."""
+    """Selects the statement that issues ``atom`` on mbarrier ``bar``."""
     def pred(s):
-        if isinstance(s, ir.If):
-            s = s.then
         return isinstance(s, ir.AtomCall) and s.atom.name == atom and _bar(s) == bar
     return pred
 
 
 def _drop(prog, pred):
     """``prog`` without every statement ``pred`` selects, in both roles."""
-    def drop(s):
-        if isinstance(s, ir.Seq):
-            return ir.Seq(tuple(drop(c) for c in s.body if not pred(c)))
-        if isinstance(s, ir.For):
-            return attrs.evolve(s, body=drop(s.body))
-        if isinstance(s, ir.If):
-            return attrs.evolve(s, then=drop(s.then))
-        if isinstance(s, ir.Roles):
-            return ir.Roles(tuple(attrs.evolve(r, body=drop(r.body)) for r in s.roles))
-        return s
-
     (k,) = prog.kernels
-    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=drop(k.body)),))
+    body = replace_leaves(k.body, lambda s: None if pred(s) else s)
+    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=body),))
 
 
 @functools.cache
@@ -185,7 +173,8 @@ def _causal_program():
 
 
 def _past_diagonal(s):
-    return isinstance(s, ir.If) and isinstance(s.then, ir.AtomCall) and "past the diagonal" in s.then.comment
+    """The consumers' release of a step past the diagonal."""
+    return isinstance(s, ir.AtomCall) and "release a step past the diagonal" in s.comment
 
 
 @pytest.mark.parametrize("what, pred", [

@@ -53,7 +53,9 @@ def _spans(st, roles: tuple[str, ...]):
                 continue
             if not isinstance(a.offset, int):
                 return None
-            out.append((a.buffer.name, a.offset, a.offset + op.values))
+            # a copy atom moves its width in bytes, however many elements of the buffer that is
+            n = (st.atom.values_for(a.buffer.dtype) if st.atom.width else 0) or op.values
+            out.append((a.buffer.name, a.offset, a.offset + n))
     elif isinstance(st, ir.Pointwise):
         refs = ([st.dst] if "out" in roles else []) + \
             ([s for s in st.srcs if isinstance(s, ir.RegRef)] if "in" in roles else [])
