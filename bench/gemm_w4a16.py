@@ -4,6 +4,7 @@ weights and next to torch's unpack + scale + matmul, in one process, same inputs
     PYTHONPATH=. python bench/gemm_w4a16.py                 # M = 1, 16, 64, 4096 at N = K = 4096, 8192
     PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 8192 --dtypes f16,bf16
     PYTHONPATH=. python bench/gemm_w4a16.py --smoke         # CPU: a small instance, interpreted
+    PYTHONPATH=. python bench/gemm_w4a16.py --old ../other  # also that checkout's kernel, same rounds
 
 For each shape: microseconds of ours (the recipe's default schedule, group size 128, unsigned codes
 with zero point 8), of ``torch.nn.functional.linear`` on the fp16/bf16 weights (cuBLAS), and of the
@@ -67,7 +68,9 @@ def _weights(N: int, K: int, dt_name: str):
     return q, s, dequantize_int4(q, s.astype(np.float32), None, GROUP)
 
 
-def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
+def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None) -> dict:
+    """One shape timed: ours, cuBLAS, the torch path and, with ``other`` (another version's
+    ``firesched`` package, ``ab_versions.load_other``), that version's kernel for the same shape."""
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
     q, s, deq = _weights(N, K, dt_name)
     sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
@@ -96,6 +99,22 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
     def ours(i):
         k(a, packs[i % len(packs)], S, C=c)
 
+    fns = {"ours": ours}
+    if other is not None:
+        so = other.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
+        ko = other.compile(so, arch="sm_90a")
+        ko.prepare(torch.cuda.current_device())
+        opacks = [torch.from_numpy(other.recipes.pack_weights(q, so)).cuda() for _ in packs]
+        ko(a, opacks[0], S, C=c)
+        err_o = (c.float() - ref).abs().max().item()
+        if not err_o <= 2e-2 * (1 + scale):
+            raise SystemExit(f"--old gemm_w4a16 {M}x{N}x{K} {dt_name}: max error {err_o:.3g} against |ref| {scale:.3g}")
+
+        def old(i):
+            ko(a, opacks[i % len(opacks)], S, C=c)
+
+        fns["old"] = old
+
     def cublas(i):
         torch.nn.functional.linear(a, w16s[i % len(w16s)])
 
@@ -103,7 +122,7 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
         torch_dequant_matmul(torch, a, plains[i % len(plains)], S, GROUP)
 
     reps = 20 if M <= 64 else 5
-    t = timing.interleaved({"ours": ours, "cublas": cublas, "torch": torch_path}, reps=reps, rounds=rounds)
+    t = timing.interleaved({**fns, "cublas": cublas, "torch": torch_path}, reps=reps, rounds=rounds)
     weight_bytes = N * K // 2 + S.numel() * S.element_size()
     res = k.resources
     p = fs.recipes.w4a16.plan(M, N, K, wgmma=True) if params is None else params
@@ -112,7 +131,8 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None) -> dict:
                 speedup_cublas=t["cublas"] / t["ours"], speedup_torch=t["torch"] / t["ours"],
                 weight_tbps=weight_bytes / t["ours"] / 1e6, tflops=2 * M * N * K / t["ours"] / 1e6,
                 max_abs_err=err, ref_max=scale, torch_path_max_abs_err=err_torch,
-                registers=max(r.registers for r in res.values()), spills=k.spills)
+                registers=max(r.registers for r in res.values()), spills=k.spills,
+                **({"old_us": t["old"], "speedup_old": t["old"] / t["ours"]} if other is not None else {}))
 
 
 def sweep_candidates(M: int, N: int, K: int, deep: bool = False) -> list:
@@ -280,8 +300,14 @@ def main(argv=None) -> list:
     ap.add_argument("--params", default="",
                     help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
                          "timed next to the plan at each shape")
+    ap.add_argument("--old", default="", help="another checkout whose kernel is timed in the same rounds")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
+    other = None
+    if args.old:
+        from bench.ab_versions import load_other
+
+        other = load_other(args.old)
     extra = parse_params(args.params)
     if args.smoke:
         row = smoke()
@@ -310,7 +336,7 @@ def main(argv=None) -> list:
             for dt in args.dtypes.split(","):
                 for p in [None, *extra]:
                     try:
-                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p)
+                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p, other=other)
                     except fs.ScheduleError as e:
                         print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
                         continue
@@ -322,7 +348,9 @@ def main(argv=None) -> list:
                     rows.append(r)
                     print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
                           f"{r['speedup_cublas']:8.2f} {r['speedup_torch']:7.1f} {r['weight_tbps']:5.2f} "
-                          f"{r['registers']:4d} {r['spills']} {'plan' if p is None else r['params']}", flush=True)
+                          f"{r['registers']:4d} {r['spills']} {'plan' if p is None else r['params']}"
+                          + (f"  old {r['old_us']:.1f} us, ours/old {r['speedup_old']:.3f}x" if other else ""),
+                          flush=True)
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
                 torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
                 command=" ".join(sys.argv), timing="CUDA graphs of reps launches, interleaved, median of rounds")

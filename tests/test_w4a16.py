@@ -761,3 +761,72 @@ def test_stream_k_adds_the_partial_tiles_in_one_launch(M, N, K, gs, parts, signe
     assert np.abs(got - want).max() <= tol * (1 + np.abs(want).max())
     with pytest.raises(ValueError, match="choose one"):
         W4A16Params(split_k=2, stream_k=2)
+
+
+# --------------------------------------------------------------------------- scales staged by TMA
+
+def _producer_sched(group_size=64):
+    return gemm_w4a16(72, 136, 1024, group_size=group_size, arch="sm_90a",
+                      params=W4A16WgmmaParams(block_m=64, block_n=128, block_k=128, stages=3, producer=True))
+
+
+def test_producer_ring_stages_the_group_scales():
+    """A TMA ring stages each K tile's group scales (transforms.staged_scales): one more box a
+    stage, its bytes announced with the tiles' on the stage's full mbarrier, and the consumers
+    read them from shared memory instead of global memory."""
+    from firesched import ir
+    from firesched.ir.rewrite import walk
+
+    k = _producer_sched().lower("sm_90a").kernels[0]
+    calls = [s for s in walk([k.body]) if isinstance(s, ir.AtomCall)]
+    assert "S_smem" in {b.name for b in k.shared}
+    boxes = [c for c in calls if c.atom.name == "tma_load_2d" and c.comment.startswith("S rows")]
+    assert len(boxes) == 1
+    assert not [c for c in calls if c.atom.name.startswith("ld_global") and "S[" in (c.comment or "")]
+    expect = {c.arg("bytes").value for c in calls if c.atom.name == "mbarrier_arrive_expect_tx"}
+    # a stage: 64 rows x 128 k of activations, 128 columns x 128 codes, 2 rows x 128 scales
+    assert expect == {64 * 128 * 2 + 128 * 128 // 2 + 2 * 128 * 2}
+
+
+def test_scales_missing_from_the_stage_bytes_are_found():
+    """Announcing only the tiles' bytes lets a stage complete before its scales land: the
+    interpreter reports the consumers' read of them in flight (or the excess bytes)."""
+    from firesched import ir
+
+    def pred(s):
+        if isinstance(s, ir.AtomCall) and s.atom.name == "mbarrier_arrive_expect_tx":
+            return attrs.evolve(s, args=tuple((n, ir.Scalar(a.value - 2 * 128 * 2)) if n == "bytes" else (n, a)
+                                              for n, a in s.args))
+        return False
+
+    _found_only_when_planted(pred, _producer_sched(), "sm_90a")
+
+
+def test_a_split_k_part_inside_a_packing_block_is_refused():
+    """Codes are packed in blocks of 32 x words k (a word holds k 8 apart): a split-K part of 64 k
+    under a 128-k packing would read the other part's codes.  check() refuses it."""
+    spec = wgmma_spec(1, 64, 128, words=4, block_m=8)
+    chain = [split_k(2, across=BLOCK), tile(m=8, n=64) >> to_blocks(), tile(k=128), move_to_smem("B"),
+             move_to_smem("A"), tile(n=64) >> to_warpgroups(), move_to_regs("B"),
+             prologue("B", ops.group_scale("S", 32, zero=8)),
+             tile(k=16) >> done(sm90a.wgmma_atom(8, "f16", a_in_registers=True))]
+    with pytest.raises(ScheduleError, match="packing's 128-k blocks"):
+        spec.schedule(*chain).check("sm_90a")
+    spec2 = wgmma_spec(1, 64, 256, words=4, block_m=8)
+    assert_schedule_correct(spec2.schedule(*chain), examples=1, arch="sm_90a")
+
+
+def test_transposed_stores_swap_rows_between_lanes():
+    """wgmma's D and mma.sync's C fragments hold rows r and r + 1 of a column in lanes l and
+    l ^ 4 (accumulators.row_partner): a Cᵀ store swaps one value with the partner lane and stores
+    two elements along C's rows at once."""
+    from firesched import ir
+    from firesched.ir.rewrite import walk
+    from firesched.lower.rules.accumulators import row_partner
+
+    assert row_partner(sm90a.wgmma_atom(64, "f16").operand("d").tv) == 4
+    assert row_partner(MMA["f16"].operand("c").tv) == 4
+    k = gemm_w4a16(300, 4096, 4096, arch="sm_90a").lower("sm_90a").kernels[0]
+    names = [s.atom.name for s in walk([k.body]) if isinstance(s, ir.AtomCall)]
+    assert names.count("shfl_sync_bfly_b32") == names.count("st_global_4") > 0
+    assert "st_global_2" not in names

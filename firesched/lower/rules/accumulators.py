@@ -26,7 +26,7 @@ import numpy as np
 
 from ... import ir
 from ... import ops as fops
-from ...dtypes import f32
+from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir.expr import IntExpr, Var, binop, ge, land, lt
@@ -99,12 +99,18 @@ def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars, lay, acc) -> list:
         out += _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep)
     rdim, cdim = lay.dims
     # a run of fragment values lies along the accumulator's columns; where those are not C's
-    # contiguous dim (Cᵀ = Bᵀ Aᵀ: the accumulator's rows are C's columns) each value goes alone
+    # contiguous dim (Cᵀ = Bᵀ Aᵀ: the accumulator's rows are C's columns) a pair of lanes holding
+    # adjacent rows swaps values so that each stores two along C's rows (row_partner), or each
+    # value goes alone
     across = dst.tensor.major != cdim
+    partner = row_partner(lay.tv) if across and dst.dtype.bits == 16 else None
     stmts = []
     for vs, coord, off in items:
         row = go[rdim] + coord[rdim]
         col = go[cdim] + coord[cdim]
+        if across and partner is not None and len(vs) == 2:
+            stmts += exchanged_pair(lw, ctx, node, acc, base + off, row, col, glim, partner, lay)
+            continue
         if across:
             for j in range(len(vs)):
                 stmts += epilogue_run(lw, ctx, node, ops_of(spec), acc, base + off + j, 1, dst, row, col + j, glim)
@@ -253,6 +259,76 @@ def _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep) -> list:
 
     return [ir.Comment(f"split-K over {parts} warp groups: reduce through shared memory"),
             ir.If(ge(kp, 1), nest(writes)), ir.Barrier("partials written"), ir.If(lt(kp, 1), nest(reads))]
+
+
+@functools.lru_cache(maxsize=None)
+def row_partner(tv) -> int | None:
+    """The lane mask ``x`` (1, 2, 4, 8 or 16) of a fragment whose lane ``l ^ x`` holds, for every
+    value, the element one row away in the same column, the even row in the lane whose bit ``x``
+    is clear; None if no mask does.  The m16n8 C fragment and wgmma's D have ``x = 4``::
+
+        lane l (bit 2 clear):   (r,   c) (r,   c+1)        after the swap:   (r, c) (r+1, c)
+        lane l ^ 4:             (r+1, c) (r+1, c+1)                           (r, c+1) (r+1, c+1)
+    """
+    lanes, values = tv.num_threads, tv.num_values
+    for x in (1, 2, 4, 8, 16):
+        if x >= min(lanes, 32):
+            break
+        ok = True
+        for lane in range(lanes):
+            odd = (lane // x) % 2
+            for v in range(values):
+                r, c = tv.coord(lane, v)
+                r2, c2 = tv.coord(lane ^ x, v)
+                if r % 2 != odd or c2 != c or r2 != r ^ 1:
+                    ok = False
+                    break
+            if not ok:
+                break
+        if ok:
+            return x
+    return None
+
+
+def exchanged_pair(lw, ctx, node, acc, reg_off, row, col, glim, x, lay) -> list:
+    """Store the pair of accumulator values at (row, col), (row, col + 1) of a ``Cᵀ`` fragment (the
+    accumulator's rows are C's contiguous dim) as two elements adjacent along C's rows: the lane
+    with the even row keeps column ``col`` and takes its partner's (lane ``^ x``, row + 1) value
+    there; the partner keeps ``col + 1`` and takes this lane's.  One shuffle, and one vector store
+    instead of two (``row_partner`` draws it)."""
+    spec = node.spec
+    dst = spec.dst
+    rdim, cdim = lay.dims
+    ops_ = ops_of(spec)
+    vals = [lw.kb.reg(f"epi_{j}", f32, 1) for j in range(2)]
+    out: list = []
+    for j, w in enumerate(vals):
+        out.append(ir.Pointwise("copy", ir.RegRef(w, 0), (ir.RegRef(acc, reg_off + j),)))
+        out += apply_ops(lw, ctx, ops_, w, 1, row, col + j, glim)
+    lane = ctx.scope.tid % 32
+    odd = (lane // x) % 2
+    even = lt(odd, 1)
+    send, got = lw.kb.reg("swap_send", f32, 1), lw.kb.reg("swap_got", f32, 1)
+    mask = lw.kb.reg("lane_mask", i32, 1)
+    pair = lw.kb.reg("swap_pair", f32, 2)
+
+    def copy(d, s):
+        return ir.Pointwise("copy", d, (s,))
+
+    out += [copy(ir.RegRef(send, 0), ir.RegRef(vals[0], 0)),
+            ir.If(even, copy(ir.RegRef(send, 0), ir.RegRef(vals[1], 0))),
+            ir.RegFill(ir.RegRef(mask, 0), 1, float(x)),
+            ir.AtomCall(catalog.by_name("shfl_sync_bfly_b32"), (("dst", ir.RegRef(got, 0)), ("src", ir.RegRef(send, 0)),
+                                                              ("lane_mask", ir.RegRef(mask, 0))),
+                        comment=f"swap with lane ^ {x}: the neighbouring row's value of my column"),
+            copy(ir.RegRef(pair, 0), ir.RegRef(got, 0)), copy(ir.RegRef(pair, 1), ir.RegRef(vals[1], 0)),
+            ir.If(even, ir.Seq((copy(ir.RegRef(pair, 0), ir.RegRef(vals[0], 0)),
+                                copy(ir.RegRef(pair, 1), ir.RegRef(got, 0)))))]
+    gbuf = lw.kb.gbuf(dst, write=True)
+    crow, ccol = col + odd, row - odd                  # C's row and its first column of the pair
+    coord = {**ctx.origin.get(key(dst), {}), rdim: ccol, cdim: crow}
+    goff = gl_offset(gbuf, dst.tensor, coord)
+    return out + store_values(lw, pair, 2, dst.dtype, gbuf, goff, crow, ccol, glim, axes=(cdim, rdim))
 
 
 # --------------------------------------------------------------------------- epilogue ops

@@ -34,6 +34,7 @@ from ...tensor import WARP, WARPGROUP
 from ..context import err, key
 from ..lowerer import Lowerer
 from .smem import sh_offset, shared_buffer
+from .threads import alignment
 
 WORD_CODES = 8          # codes in one 32-bit word
 
@@ -158,6 +159,15 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
                   allowed=f"a packing whose block divides {total}",
                   fix=f"pack with fewer words a load (packing_for(..., words=w) stores blocks of 32 * w k) so that "
                       f"a block divides {total}, as recipes.gemm_w4a16 does, or pad K")
+    gk = ctx.origin.get((src.name, "GL"), {}).get(src.tensor.major)
+    if gk is not None and alignment(gk) % pk.block:
+        # a block stores its k interleaved (a word holds k 8 apart): a tile that starts inside
+        # one (a split-K part of fewer k than the block) would read another tile's codes
+        raise err(node, f"{src.name}'s tiles start at k = {to_c(gk)}, which is not always a multiple of its "
+                        f"packing's {pk.block}-k blocks (a split-K part or K tile cuts a block)",
+                  field="packing", value=pk, allowed=f"K tiles and split-K parts of multiples of {pk.block} k",
+                  fix=f"split K into parts of a multiple of {pk.block} k (fewer parts), or pack with fewer "
+                      f"words a load (packing_for(..., words=w) stores blocks of 32 * w k)")
     ops = tuple(spec.ops or ())
     scale = ops[0] if ops and isinstance(ops[0], GroupScale) else None
     if ops[1 if scale else 0:]:

@@ -50,7 +50,7 @@ from ..rules.decompose import advance, loop_stop, loop_visible
 from ..rules.turns import take_turn
 from .interleave import issue_when_ready
 from .overlap import overlapped_loop
-from .staged_scales import issue_scales, plan_scales
+from .staged_scales import issue_scales, issue_scales_tma, plan_scales
 
 
 def staged_moves(node: Node) -> list[Node]:
@@ -165,9 +165,11 @@ class MbarrierRing:
     def full_bar(self, stage: IntExpr) -> ir.MemRef:
         return ir.MemRef(self.full, stage)
 
-    def before_issue(self, stage: IntExpr) -> list:
+    def before_issue(self, stage: IntExpr, extra_bytes: int = 0) -> list:
+        """The producer's announcement of the stage's bytes: the staged tiles', plus
+        ``extra_bytes`` that other copies of the step (staged group scales) land on it."""
         return [_call(sm90a.mbarrier_arrive_expect_tx, bar=ir.MemRef(self.full, stage),
-                      bytes=ir.Scalar(self.stage_bytes))]
+                      bytes=ir.Scalar(self.stage_bytes + extra_bytes))]
 
     def commit(self) -> list:
         return []
@@ -258,9 +260,11 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                          f"has {have} stage(s): move_to_smem({m.spec.dst.name!r}) came after pipeline(...)",
                       field="stages", value=have, allowed=str(want),
                       fix="apply pipeline(...) after every move_to_smem of the loop")
-    # a cp.async ring also stages the group scales its dequantising moves read (staged_scales)
-    scales = plan_scales(lw, node, moves, ring.stages, ctx, lp) \
-        if isinstance(ring, CpAsyncRing) and ctx.part is None else []
+    # the ring also stages the group scales its dequantising moves read (staged_scales): cp.async
+    # chunks in a one-role loop, one TMA box a stage in an mbarrier ring
+    tma_ring = isinstance(ring, MbarrierRing)
+    scales = plan_scales(lw, node, moves, ring.stages, ctx, lp, tma=tma_ring) \
+        if tma_ring or ctx.part is None else []
     n = lp.count
     S = ring.stages
     # a loop that stops at a diagonal runs N = min(n, stop) tiles: the prologue and the look-ahead
@@ -284,6 +288,9 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             scope = attrs.evolve(scope, elected=True)
         c = attrs.evolve(c, part=PRODUCER, staged=staged, ring=ring, scope=scope,
                          stage={**ctx.stage, **{s: stage for s in staged}})
+        if tma_ring:
+            return ring.before_issue(stage, sum(p.stage_bytes for p in scales)) + lw.loops(node, c, rest) + \
+                issue_scales_tma(lw, c, scales, stage, ring.full_bar(stage))
         return ring.before_issue(stage) + lw.loops(node, c, rest) + issue_scales(lw, c, scales, stage)
 
     # a body of MatMuls only leaves its wgmma groups to the loop to retire (one in flight across
@@ -341,7 +348,7 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             # wait retires for all of them) is released once all 128 are past their reads
             own = [ir.Barrier("the warpgroup's threads are done reading the stage",
                               bar_id=WARPGROUP_BARRIER + ctx.scope.tid // 128, threads=128)] \
-                if _reads_generic(body, {f"{s}_smem" for s in staged}) else []
+                if _reads_generic(body, {f"{s}_smem" for s in staged} | {p.buf.name for p in scales}) else []
             loop = [*ring.wait(it), *take_turn(ctx, fenced),
                     _call(catalog.with_immediates(sm90a.wgmma_wait, n=keep),
                           comment="this K tile's wgmma are done" if keep == 0 else "the previous K tile's wgmma are done"),
