@@ -1,7 +1,8 @@
 """Run ``recipes.gemm_w4a16`` kernels once each (odd M and N, every group size, signed and
 unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and the 4-byte word
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
-its A fragment, with and without a TMA producer warpgroup, stream-K), for compute-sanitizer:
+its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K),
+for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -34,6 +35,7 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (300, 520, 2048, 64, False, "f16", W4A16WgmmaParams(block_m=128, block_n=128, block_k=128, stages=3,
                                                         producer=True, pingpong=True)),
     (17, 200, 1024, 32, True, "bf16", W4A16WgmmaParams(block_m=24, block_n=64, block_k=64, stages=4, producer=True)),
+    (600, 264, 1024, 32, False, "f16", None),
     (5, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4,
                                                    stream_k=6)),
 ]

@@ -353,13 +353,6 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
                   field="cluster", value=C, allowed="1", fix="to_blocks() without cluster=, or drop via= from "
                                                              f"move_to_smem({moves[0].spec.dst.name!r}, ...)")
     tiles = tm.TileRing.create(lw, moves, nwg) if moves else None
-    init = ring.init() + (tiles.ring.init() if tiles is not None else [])
-    body: list = [ir.Comment(str(block.spec)), ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(init)))]
-    if C > 1:
-        body.append(_call_cluster("every block's mbarriers are initialised: the cluster's multicasts and "
-                                  "arrivals may target them"))
-    else:
-        body.append(ir.Barrier("mbarriers initialised"))
     base = attrs.evolve(ctx, ring=ring, specialized=True, tiles=tiles)
     if tiles is not None:
         base = attrs.evolve(base, stage={**base.stage, **tiles.stages(base.tile_index)})
@@ -378,6 +371,15 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     if pingpong:
         cctx = attrs.evolve(cctx, pingpong=nwg)
     consumers = [*turns.first_turn(cctx), *per_tile(lw.lower(block, cctx)), *hoists.scope_end]
+    # the barriers' counts are known once the roles are lowered (the consumers' loop may release
+    # a stage by every thread's arrival: transforms.pipeline)
+    init = ring.init() + (tiles.ring.init() if tiles is not None else [])
+    body: list = [ir.Comment(str(block.spec)), ir.If(ir.expr.lt(tid, 1), ir.Seq(tuple(init)))]
+    if C > 1:
+        body.append(_call_cluster("every block's mbarriers are initialised: the cluster's multicasts and "
+                                  "arrivals may target them"))
+    else:
+        body.append(ir.Barrier("mbarriers initialised"))
     body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg, groups=nwg if pingpong else 1))
     if C > 1:
         body.append(_call_cluster("no block leaves while the others may still arrive on its mbarriers"))

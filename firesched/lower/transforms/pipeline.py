@@ -132,9 +132,10 @@ class MbarrierRing:
     full: ir.MBarrier
     empty: ir.MBarrier | None
     stage_bytes: int
-    consumers: int = 1           # arrivals that release a stage (consumer warpgroups x cluster blocks)
+    consumers: int = 1           # consumer warpgroups x cluster blocks that release a stage
     cluster: int = 1
     elected: bool = True
+    arrivals: int = 1            # arrivals each consumer warpgroup makes (128: every thread its own)
 
     commit_always = False
 
@@ -158,8 +159,8 @@ class MbarrierRing:
         S = self.stages
         init = [_call(sm90a.mbarrier_init, bar=ir.MemRef(self.full, s), count=ir.Scalar(1)) for s in range(S)]
         if self.empty is not None:
-            init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(self.empty, s), count=ir.Scalar(self.consumers))
-                     for s in range(S)]
+            init += [_call(sm90a.mbarrier_init, bar=ir.MemRef(self.empty, s),
+                           count=ir.Scalar(self.consumers * self.arrivals)) for s in range(S)]
         return init + [_call(sm90a.fence_mbarrier_init)]
 
     def full_bar(self, stage: IntExpr) -> ir.MemRef:
@@ -345,18 +346,34 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             # its own group: the next step overwrites those registers
             keep = 0 if writes_regs else 1
             # a stage the warpgroup's threads read themselves (not only through wgmma, which the
-            # wait retires for all of them) is released once all 128 are past their reads
+            # wait retires for all of them) is released once all 128 are past their reads: each
+            # thread arrives on its own (the empty barrier counts every consumer thread), or, in a
+            # cluster (whose arrivals go to every block), one thread after a warpgroup barrier
+            generic = _reads_generic(body, {f"{s}_smem" for s in staged} | {p.buf.name for p in scales})
+            per_thread = generic and ring.cluster == 1
+            if per_thread:
+                ring.arrivals = 128
             own = [ir.Barrier("the warpgroup's threads are done reading the stage",
                               bar_id=WARPGROUP_BARRIER + ctx.scope.tid // 128, threads=128)] \
-                if _reads_generic(body, {f"{s}_smem" for s in staged} | {p.buf.name for p in scales}) else []
-            loop = [*ring.wait(it), *take_turn(ctx, fenced),
-                    _call(catalog.with_immediates(sm90a.wgmma_wait, n=keep),
-                          comment="this K tile's wgmma are done" if keep == 0 else "the previous K tile's wgmma are done"),
-                    *own,
-                    ir.If(land(ge(kc, 1), lt(lane, 1)), ring.release((it + S - 1) % S, "release the previous stage"))]
-            last = (it_base + n - 1) % S
-            tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)), *own,
-                    ir.If(lt(lane, 1), ring.release(last, "release the last stage"))]
+                if generic and not per_thread else []
+
+            def releasing(cond, stage, comment):
+                cond = cond if per_thread else land(cond, lt(lane, 1))
+                return ir.If(cond, ring.release(stage, comment + (" (every thread arrives)" if per_thread else "")))
+
+            wait = _call(catalog.with_immediates(sm90a.wgmma_wait, n=keep),
+                         comment="this K tile's wgmma are done" if keep == 0 else "the previous K tile's wgmma are done")
+            if keep == 0:
+                # the step's wgmmas are retired here: its stage goes back to the producer at once
+                loop = [*ring.wait(it), *take_turn(ctx, fenced), wait, *own,
+                        releasing(1, it % S, "release this stage")]
+                tail = []
+            else:
+                loop = [*ring.wait(it), *take_turn(ctx, fenced), wait, *own,
+                        releasing(ge(kc, 1), (it + S - 1) % S, "release the previous stage")]
+                last = (it_base + n - 1) % S
+                tail = [_call(catalog.with_immediates(sm90a.wgmma_wait, n=0)), *own,
+                        releasing(1, last, "release the last stage")]
         else:
             loop = [*ring.wait(it), *body, ir.If(lt(lane, 1), ring.release(it % S, "release the stage"))]
             tail = []
