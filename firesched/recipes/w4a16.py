@@ -34,7 +34,10 @@ operand, which it reads from registers, and the activations its B, read from sha
 
 Above M = 256 a producer warpgroup loads the codes (as bytes) and the activations by TMA into an
 mbarrier ring instead (``W4A16WgmmaParams(producer=True)``: ``move_to_smem(..., via=tma)`` and
-``warp_specialize``), and the two consumer warpgroups only dequantise and issue wgmma.
+``warp_specialize``), and the two consumer warpgroups only dequantise and issue wgmma.  The ring
+brings each K tile's scale rows too (one more TMA box a stage), every consumer thread hands a
+stage back by its own arrival once its reads are done, and C (stored transposed) goes out in
+pairs of elements that neighbouring lanes swap into place.
 
 B is stored ``(N, K)``, K contiguous (``torch.nn.Linear``'s ``weight`` layout), two codes a byte,
 and *packed*: inside each block of 32 k of a column (64 or 128 k where a lane loads two or four
@@ -255,7 +258,9 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
       the grid's waves first at the rate each tile reaches (``ROW_RATES``) — and a ring as deep
       as shared memory holds, at most 4 (256 rows: 3 stages).  Against the cp.async tiles of
       two blocks an SM that this replaces: M = 1024, N = K = 8192 0.66 -> 0.91x cuBLAS, M = 4096
-      0.72 -> 0.84x, M = 768, N = K = 4096 (192 rows) 0.74 -> 0.92x.
+      0.72 -> 0.84x, M = 768, N = K = 4096 (192 rows) 0.74 -> 0.92x.  With the scales staged by
+      the ring and every consumer thread releasing its stage: M = 4096 0.94-0.96x, M = 512-2048
+      0.93-1.01x.
     """
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
     cols = -(-N // 128)
