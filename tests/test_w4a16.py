@@ -258,8 +258,20 @@ def test_wgmma_plan_feeds_large_m_from_a_producer(M, N, K, rows):
     p = plan(M, N, K, wgmma=True)
     assert isinstance(p, W4A16WgmmaParams) and p.producer and not p.pingpong and p.block_m == rows
     assert 2 <= p.stages <= 4 and p.stages * (p.block_m * p.block_k * 2 + p.block_n * p.block_k // 2) <= RING_BYTES
+    # up to M = 256 a producer too, 64 or 128 rows, K split as far as one wave of blocks allows
     small = plan(256, N, K, wgmma=True)
-    assert not small.producer and small.block_m == 64
+    assert small.producer and small.block_m in (64, 128)
+    assert -(-256 // 128) * -(-N // 128) * small.split_k <= 132 or small.split_k == 1
+
+
+@pytest.mark.parametrize("M,N,K,rows,split", [(64, 4096, 4096, 64, 4), (64, 8192, 8192, 64, 2), (33, 8192, 8192, 40, 2),
+                                              (96, 4096, 4096, 96, 4), (128, 8192, 8192, 128, 2), (256, 4096, 4096, 128, 2),
+                                              (256, 8192, 8192, 128, 1), (200, 1000, 4128, 64, 1)])
+def test_wgmma_plan_up_to_256_rows_fills_one_wave(M, N, K, rows, split):
+    """Up to M = 256: of the row tiles (64, or M rounded to 8 up to 128) and K splits that keep
+    the grid to one wave of 132 blocks, the one with the most blocks, then the largest tile."""
+    p = plan(M, N, K, wgmma=True)
+    assert p.producer and (p.block_m, p.split_k) == (rows, split)
 
 
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),

@@ -248,10 +248,14 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
 
     * 128 weight columns a block (two consumer warpgroups) and 128 k a stage: a 16-byte load of
       codes a lane, and half as many ring hand-overs as 64 k;
-    * up to M = 256: 64 activation rows (the wgmma's N; M rounded up to 8 below), a 4-stage
-      cp.async ring, and K split over blocks until the grid holds nearly two blocks an SM, each
-      part keeping at least 8 K tiles (M = 64, N = K = 4096: split 4, 1.25-1.30x cuBLAS against
-      0.93x at split 2; M = 128, N = K = 8192: split 2, 1.14-1.19x against 1.07x unsplit);
+    * up to M = 256, a producer warpgroup too (below), with 64 or 128 activation rows a block
+      (the wgmma's N; M rounded up to 8 below 128) and K split over blocks: of the row tiles and
+      splits (powers of two, each part at least 8 K tiles) that keep the grid to one wave, the
+      one with the most blocks, then the largest rows (no tile fits one wave: the fewest blocks).  Measured on an H100 against the cp.async
+      tiles it replaces (64 rows, K split to nearly two blocks an SM): M = 64, N = K = 4096
+      1.32 -> 1.41x cuBLAS (split 4), 8192 1.78 -> 2.06x (split 2); M = 128, 8192 1.23 -> 1.44x
+      (128 rows, split 2); M = 256, 4096 0.79 -> 0.92x (128 rows, split 2), 8192 0.75 -> 1.09x
+      (128 rows);
     * above: a producer warpgroup loads codes and activations by TMA (``producer=True``) for two
       consumer warpgroups that both dequantise and issue at once (taking turns, ``pingpong``,
       measured 2-5% slower), with 256, 192 or 128 activation rows a block — whichever finishes
@@ -265,12 +269,21 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
     cols = -(-N // 128)
     if M <= 256:
-        bm = min(64, -(-M // 8) * 8)
-        tiles, split = -(-M // bm) * cols, 1
-        while (tiles * split < 1.8 * sms and K % (split * 2) == 0 and K // (split * 2) >= 8 * bk
-               and (K // (split * 2)) % SPLIT_UNIT == 0):
-            split *= 2
-        return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=4, split_k=split)
+        def splits(bm: int) -> tuple[int, int, int]:
+            """(blocks, rows, split) of ``bm``-row tiles with K split as far as one wave allows."""
+            tiles, split = -(-M // bm) * cols, 1
+            while (tiles * split * 2 <= sms and K % (split * 2) == 0 and K // (split * 2) >= 8 * bk
+                   and (K // (split * 2)) % SPLIT_UNIT == 0):
+                split *= 2
+            return tiles * split, bm, split
+
+        r8 = -(-M // 8) * 8
+        rows = [min(64, r8)] + ([min(128, r8)] if M > 64 else [])
+        # one wave with the most blocks (else the fewest blocks), then the largest tile
+        _, _, bm, split = max((b <= sms, b if b <= sms else -b, r, sp) for b, r, sp in map(splits, rows))
+        stage = bm * bk * 2 + 128 * bk // 2
+        return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
+                                split_k=split, producer=True)
 
     def finish(bm: int) -> float:
         """The grid's time in units of a 256-row block's: its waves, each as long as a block."""
