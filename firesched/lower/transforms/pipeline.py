@@ -348,9 +348,10 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             # a stage the warpgroup's threads read themselves (not only through wgmma, which the
             # wait retires for all of them) is released once all 128 are past their reads: each
             # thread arrives on its own (the empty barrier counts every consumer thread), or, in a
-            # cluster (whose arrivals go to every block), one thread after a warpgroup barrier
+            # cluster (whose arrivals go to every block) or a loop whose skipped steps pass through
+            # the ring (one arrival a warpgroup), one thread after a warpgroup barrier
             generic = _reads_generic(body, {f"{s}_smem" for s in staged} | {p.buf.name for p in scales})
-            per_thread = generic and ring.cluster == 1
+            per_thread = generic and ring.cluster == 1 and not walking
             if per_thread:
                 ring.arrivals = 128
             own = [ir.Barrier("the warpgroup's threads are done reading the stage",
