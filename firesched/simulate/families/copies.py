@@ -74,6 +74,31 @@ def _cluster_ranks(k, s, what: str):
     return on, cta
 
 
+def _remote_access(k, s, side: str, what: str, access: str):
+    """The threads of the distributed-shared-memory access ``s`` whose ``side`` operand (``src``:
+    a load, ``dst``: a push) is another block's copy of a shared buffer: (the enabled threads,
+    the cluster rank each addresses, each one's offset in the buffer, the values a thread moves,
+    the buffer's memory), with the ranks, bounds and alignment checked; where no thread is
+    enabled, (empty, empty, None, n, None).  ``what`` names the access in a bad rank's report,
+    ``access`` in a bounds one."""
+    ctx, mem = k.ctx, k.mem
+    atom = s.atom
+    src, dst, ref = s.arg("src"), s.arg("dst"), s.arg(side)
+    if not isinstance(ref, ir.MemRef) or not isinstance(ref.buffer, ir.SharedBuffer):
+        raise InternalError(f"{describe(s)}: {atom.name} {'reads' if side == 'src' else 'writes'} a shared buffer")
+    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
+    n = atom.values_for(ref.buffer.dtype)
+    if sdt.bits != ddt.bits or n == 0:
+        raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} into {ddt}")
+    on, cta = _cluster_ranks(k, s, what)
+    if on.size == 0:
+        return on, cta, None, n, None
+    base = ctx.per_thread(ref.offset)[on]
+    mem.check_bounds(ref, base[:, None] + np.arange(n, dtype=np.int64)[None, :], on, access)
+    mem.check_align(atom, ref, base, on)
+    return on, cta, base, n, mem.shared_of(ref.buffer)
+
+
 def dsmem(k, s):
     """DSMEM: each enabled thread loads ``values_for(dtype)`` elements from the copy of a shared
     buffer that the block of cluster rank ``cta`` holds, at the offset of its own (a read of that
@@ -82,28 +107,18 @@ def dsmem(k, s):
     if s.atom.name == "st_async_cluster_4":
         return dsmem_push(k, s)
     ctx, mem, regs = k.ctx, k.mem, k.regs
-    atom = s.atom
     src, dst = s.arg("src"), s.arg("dst")
-    if not isinstance(src, ir.MemRef) or not isinstance(src.buffer, ir.SharedBuffer):
-        raise InternalError(f"{describe(s)}: a distributed shared memory load reads a shared buffer")
-    sdt, ddt = src.buffer.dtype, dst.buffer.dtype
-    n = atom.values_for(sdt)
-    if sdt.bits != ddt.bits or n == 0:
-        raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} into {ddt} registers")
-    on, cta = _cluster_ranks(k, s, "distributed shared memory load from")
+    on, cta, base, n, sh = _remote_access(k, s, "src", "distributed shared memory load from",
+                                          "read (distributed shared memory)")
     if on.size == 0:
         return
-    lane = np.arange(n, dtype=np.int64)[None, :]
-    base = ctx.per_thread(src.offset)[on]
-    mem.check_bounds(src, base[:, None] + lane, on, "read (distributed shared memory)")
-    mem.check_align(atom, src, base, on)
-    sh = mem.shared_of(src.buffer)
     # the target block's copy: ranks are the cluster's blocks, and only a cluster runs together
-    e = base[:, None] + lane + (ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta)[:, None] * sh.n
+    e = base[:, None] + np.arange(n, dtype=np.int64)[None, :] + \
+        (ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta)[:, None] * sh.n
     mem.sh_read(sh, e, np.broadcast_to(on[:, None], e.shape))
     vals = sh.data[e]
-    if sdt != ddt:
-        vals = vals.view(ddt.np)
+    if src.buffer.dtype != dst.buffer.dtype:
+        vals = vals.view(dst.buffer.dtype.np)
     R, idx = regs.index(dst, n, on)
     R[idx] = vals
 
@@ -114,22 +129,12 @@ def dsmem_push(k, s):
     ``bar``: the data lands like a TMA load's — tagged with the mbarrier's phase, so a reader of
     that block must have waited on the phase (``try_wait.parity``) first."""
     ctx, mem, regs, bars = k.ctx, k.mem, k.regs, k.bars
-    atom = s.atom
     src, dst = s.arg("src"), s.arg("dst")
-    if not isinstance(dst, ir.MemRef) or not isinstance(dst.buffer, ir.SharedBuffer):
-        raise InternalError(f"{describe(s)}: st.async writes a shared buffer")
     sdt, ddt = src.buffer.dtype, dst.buffer.dtype
-    n = atom.values_for(ddt)
-    if sdt.bits != ddt.bits or n == 0:
-        raise InternalError(f"{describe(s)}: atom {atom.name} cannot move {sdt} registers into {ddt}")
-    on, cta = _cluster_ranks(k, s, "st.async into")
+    on, cta, base, n, sh = _remote_access(k, s, "dst", "st.async into", "write (st.async)")
     if on.size == 0:
         return
     lane = np.arange(n, dtype=np.int64)
-    base = ctx.per_thread(dst.offset)[on]
-    mem.check_bounds(dst, base[:, None] + lane[None, :], on, "write (st.async)")
-    mem.check_align(atom, dst, base, on)
-    sh = mem.shared_of(dst.buffer)
     R, idx = regs.index(src, n, on)
     vals = np.asarray(R[idx]).reshape(on.size, n)
     if sdt != ddt:
