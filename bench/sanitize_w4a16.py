@@ -1,8 +1,8 @@
 """Run ``recipes.gemm_w4a16`` kernels once each (odd M and N, every group size, signed and
 unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and the 4-byte word
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
-its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K),
-for compute-sanitizer:
+its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
+split-K added in the kernel (``fixup``)), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -38,6 +38,11 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (600, 264, 1024, 32, False, "f16", None),
     (5, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4,
                                                    stream_k=6)),
+    # split-K added in the kernel by the last part's block (a counter a tile), both families
+    (3, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4,
+                                                   split_k=4, fixup=True)),
+    (40, 520, 2048, 64, True, "bf16", W4A16WgmmaParams(block_m=40, block_n=128, block_k=128, stages=4, split_k=4,
+                                                       fixup=True, producer=True)),
 ]
 
 

@@ -62,6 +62,9 @@ class Loop:
     # stream_k(parts): the loop's K chunks and the block tiles form one iteration space that a
     # persistent grid splits into equal contiguous ranges (partial tiles fixed up in the kernel)
     stream: bool = False
+    # split_k(parts, across=BLOCK, combine="fixup"): the loop's K parts run on blocks of one launch,
+    # and the block of the last part adds the others' partial sums (no second launch)
+    fixup: bool = False
     # (row, offset): a loop over columns that stops at the diagonal of a causal mask: the steps
     # whose every column lies past the tile's last row + offset are masked out entirely, so the
     # loop ends before them (online_softmax on a causal Attention)
@@ -87,6 +90,7 @@ class Loop:
                                                        ("reverse", self.reverse, False),
                                                        ("exchange", self.exchange, "barrier"),
                                                        ("stream", self.stream, False),
+                                                       ("fixup", self.fixup, False),
                                                        ("diagonal", self.diagonal, ())) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
@@ -103,6 +107,7 @@ class Loop:
         occ = f" occupancy({self.occupancy})" if self.occupancy > 1 else ""
         occ += " reversed" if self.reverse else ""
         occ += " stream-K" if self.stream else ""
+        occ += " fixup" if self.fixup else ""
         diag = (f" until the diagonal of {self.diagonal[0]}" + (f"{self.diagonal[1]:+d}" if self.diagonal[1] else "")
                 if self.diagonal else "")
         return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}{occ}{diag}"

@@ -73,7 +73,7 @@ SHUFFLES = _of(SHUFFLE)
 LOADS = [a for a in _of(COPY) if a.dst_memory == "RF"]
 
 # Template parameters PTX only takes as constants; the printer substitutes them as text.
-IMMEDIATES = {"cp_async_wait": {"n": 1}, "flag_wait": {"uid": 0}}
+IMMEDIATES = {"cp_async_wait": {"n": 1}, "flag_wait": {"uid": 0}, "flag_wait_count": {"uid": 0}}
 
 
 def _ready(atom: Atom) -> Atom:

@@ -279,9 +279,10 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
 
     stream = None
     if order.stream is not None:
+        what = order.stream.strategy
         if not isinstance(block.spec, MatMul) or block.spec.c.memory != GL:
-            raise err(block, "stream_k splits a MatMul's K loop over blocks: the block's work must be the MatMul "
-                             "that stores C", fix="apply stream_k(...) to the kernel-level MatMul, then tile(m=..., "
+            raise err(block, f"{what} splits a MatMul's K loop over blocks: the block's work must be the MatMul "
+                             "that stores C", fix=f"apply {what} to the kernel-level MatMul, then tile(m=..., "
                                                   "n=...) >> to_blocks()")
         stream = attrs.evolve(order.stream, acc=block.spec.c.name)
     # the block's tile: global tensors enter at 0 and move with the block loops

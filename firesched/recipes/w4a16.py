@@ -112,7 +112,11 @@ class W4A16Params:
       multiple of 16) and ``block_n / warps_n`` columns (a multiple of 8);
     * ``warp_k``: K per fragment load (a multiple of 32: one word of codes covers 32 k);
     * ``stages``: K tiles in flight (the cp.async ring);
-    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch);
+    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch, or with
+      ``fixup`` by the block of each tile's last part in the same launch);
+    * ``fixup``: ``split_k(..., combine="fixup")`` instead of a second launch (measured slower on
+      an H100 at the plan's tiles: M = 1-256, N = K = 4096 and 8192, 0.85-1.02x the two launches;
+      ``plan`` leaves it off);
     * ``stream_k``: K chunks per output tile spread over a persistent grid instead
       (``strategies.stream_k``): the partial tiles are added in the same kernel, through a
       workspace and flags, so there is no second launch.  One of the two, not both.  Measured
@@ -129,6 +133,7 @@ class W4A16Params:
     stages: int = 4
     split_k: int = 1
     stream_k: int = 1
+    fixup: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
@@ -153,7 +158,10 @@ class W4A16WgmmaParams:
     * ``block_n``: weight columns a block, 64 per consumer warpgroup (64, 128, 192);
     * ``block_k``: K a stage (a multiple of 32, a 16-byte load of codes per lane at 128);
     * ``stages``: K tiles in flight (the cp.async ring; it also stages the group scales);
-    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch);
+    * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch, or with
+      ``fixup`` by the block of each tile's last part in the same launch);
+    * ``fixup``: ``split_k(..., combine="fixup")`` instead of a second launch (measured slower at
+      the plan's tiles, as for ``W4A16Params``);
     * ``occupancy``: blocks resident on an SM at once (``to_blocks(occupancy=...)``: the register
       budget ptxas gets), so one block's dequantisation runs under another's wgmma;
     * ``producer``: a producer warpgroup loads codes and activations by TMA into an mbarrier ring
@@ -171,6 +179,7 @@ class W4A16WgmmaParams:
     block_k: int = 64
     stages: int = 4
     split_k: int = 1
+    fixup: bool = False
     occupancy: int = 1
     producer: bool = False
     pingpong: bool = False
@@ -357,7 +366,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed, words=words)
     # the codes' shared tile is swizzled for the word loads that read it (derived, not chosen)
     sw = swizzle_for_words(_MMA[dtype], "b", words, p.block_n, p.block_k, 4)
-    chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain = [_split(p)] if p.split_k > 1 else []
     chain += [stream_k(p.stream_k)] if p.stream_k > 1 else []
     chain += [
         tile(m=p.block_m, n=p.block_n) >> to_blocks(),
@@ -374,6 +383,10 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     if check:
         sched.check(tgt)
     return sched
+
+
+def _split(p) -> split_k:
+    return split_k(p.split_k, across=BLOCK, combine="fixup" if p.fixup else "launch")
 
 
 def _group_scale(group_size, signed: bool, zero_point: bool):
@@ -417,7 +430,7 @@ def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4
     words = next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and p.block_k % (w * PACK_K) == 0)
     spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=p.block_m, words=words)
     atom = sm90a.wgmma_atom(p.block_m, dtype, a_in_registers=True)
-    chain = [split_k(p.split_k, across=BLOCK)] if p.split_k > 1 else []
+    chain = [_split(p)] if p.split_k > 1 else []
     chain += [tile(m=p.block_m, n=p.block_n) >> to_blocks(occupancy=p.occupancy), tile(k=p.block_k)]
     if p.producer:
         from ..lower.transforms.specialize import consumer_regs_for

@@ -1,12 +1,30 @@
 """``split_k(parts, across=Level.BLOCK | Level.WARP)``: parallelise the reduction over K.
 
-Across blocks (on the kernel-level spec, before ``to_blocks``)::
+Across blocks (on the kernel-level spec, before ``to_blocks``), the parts added by a second
+launch (``combine="launch"``)::
 
     MatMul<kernel>(A[MxK], B[KxN], C:GL[MxN])
       split_k(4, across=block)
       for kp0 in block(4):
         MatMul<kernel>(A[MxKp], B[KpxN], C_part:GL f32[1xMxN])      <- focus
       Reduce<kernel>(sum over kp: C_part:GL f32[4xMxN] -> C:GL[MxN])   (a second launch)
+
+or in the same launch (``combine="fixup"``): the block of a tile's last part waits for the
+others' partial sums (a workspace and a flag per block), adds them in a fixed order and stores
+C; the other parts store nothing::
+
+    MatMul<kernel>(A[MxK], B[KxN], C:GL[MxN])
+      split_k(4, across=block, combine='fixup')
+      for kp0 in block(4) fixup:
+        MatMul<kernel>(A[MxKp], B[KpxN], C:GL[MxN])                  <- focus
+
+    block (tile, kp < 3):  acc -> partials[slot]; barrier; flag[slot] = 1 (release)
+    block (tile, kp = 3):  for q = 2, 1, 0: wait flag[slot of q] (acquire); acc += partials[...]
+                           barrier; reset the flags; the store of C (and its epilogue)
+
+A part waits only for lower parts, whose blocks the GPU starts first, so the grid cannot deadlock
+(the fix-up of ``stream_k``, ``lower.rules.stream_fixup``); the additions are in a fixed order,
+so the result is the same bits run to run.
 
 Across warps (on a block-level spec inside the K loop, seed 000's intra-block split-K): the K
 tile is divided between groups of warps, each keeping its own partial accumulator; the store of
@@ -26,6 +44,9 @@ from .base import Strategy, fresh_var, positive_int
 # Block-level parts are rounded to this many K elements, so a part's loads stay whole 16-byte chunks.
 PART_GRANULE = 64
 
+#: how split_k(across=BLOCK) adds its parts: a second launch, or the last part's block (fix-up)
+COMBINES = ("launch", "fixup")
+
 
 @attrs.frozen(repr=False)
 class split_k(Strategy):
@@ -43,15 +64,20 @@ class split_k(Strategy):
         Reduce<block>(sum over kp0: C:RF f32[128x128] -> C:GL f16[128x128])     (was a Move)
 
     Across blocks (``across=Level.BLOCK``, on the kernel-level focus, before ``to_blocks``): each
-    block of parts writes an f32 workspace, and a second launch adds them (the module docstring
-    shows the tree).  Parts are whole multiples of 64 K elements.
+    block of parts writes an f32 workspace, and a second launch adds them (``combine="launch"``),
+    or the block of each tile's last part adds them in the same launch (``combine="fixup"``: no
+    second launch, C written once; the module docstring shows both trees).  Parts are whole
+    multiples of 64 K elements.
 
     * ``parts``: a positive int (1 changes nothing).
     * ``across``: ``Level.WARP`` or ``Level.BLOCK``.
+    * ``combine``: across blocks, ``"launch"`` or ``"fixup"``; across warps it must stay
+      ``"launch"`` (the warps' parts meet in shared memory).
     """
 
     parts: int
     across: Level = WARP
+    combine: str = "launch"
 
     def apply(self, sched):
         node = sched.open_focus(self)
@@ -63,6 +89,11 @@ class split_k(Strategy):
         if not isinstance(self.across, Level) or self.across not in (BLOCK, WARP):
             raise ScheduleError("split-K runs across blocks or across warps", strategy=self, spec=spec,
                                 field="across", value=self.across, allowed="Level.BLOCK, Level.WARP")
+        if self.combine not in COMBINES or (self.across == WARP and self.combine != "launch"):
+            allowed = ", ".join(map(repr, COMBINES)) if self.across == BLOCK else "'launch' (across warps)"
+            raise ScheduleError("split_k's parts are added by a second launch or by the block of the last part",
+                                strategy=self, spec=spec, field="combine", value=self.combine, allowed=allowed,
+                                fix="combine='fixup' needs across=Level.BLOCK")
         if self.parts == 1:
             return sched
         if self.across == BLOCK:
@@ -83,6 +114,11 @@ class split_k(Strategy):
                                 field="parts", value=self.parts,
                                 allowed=f"2..{max(1, -(-spec.k // PART_GRANULE))} with no empty part",
                                 fix=f"use split_k({used}) or fewer parts")
+        if self.combine == "fixup":
+            var = fresh_var(sched, "kp")
+            loop = Loop(var, self.parts, ((spec.k_dim, kp),), BLOCK, fixup=True)
+            child = spec.with_extents(**{spec.k_dim: kp})
+            return sched.replace_focus(attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),)))
         c = spec.c
         # the partial sums live in a workspace the program allocates: one C per part
         ws_t = Tensor(f"{c.name}_part", spec.acc, GL, ("kp",) + c.dims, (self.parts,) + c.shape, c.tensor.major,
@@ -124,10 +160,12 @@ class split_k(Strategy):
 
     def __repr__(self):
         across = f"Level.{self.across.name}" if isinstance(self.across, Level) else repr(self.across)
-        return f"split_k({self.parts!r}, across={across})"
+        comb = f", combine={self.combine!r}" if self.combine != "launch" else ""
+        return f"split_k({self.parts!r}, across={across}{comb})"
 
     def __str__(self):
-        return f"split_k({self.parts}, across={self.across})"
+        comb = f", combine={self.combine!r}" if self.combine != "launch" else ""
+        return f"split_k({self.parts}, across={self.across}{comb})"
 
 
 def _replace_node(sched, path, new_last):

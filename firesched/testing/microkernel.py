@@ -401,12 +401,22 @@ def _shuffle_plan(atom, d) -> _Plan:
 # --------------------------------------------------------------------------- FLAG
 
 def _flag_plan(atom, d) -> _Plan:
-    """flag_store: thread t sets flag ``perm(t)`` of ``out`` to ``3t + 1``.  flag_wait: thread t
-    waits on flag ``perm(t)`` of ``flags`` (all set), then stores 7 to ``out[t]``."""
+    """flag_store: thread t sets flag ``perm(t)`` of ``out`` to ``3t + 1``.  flag_add: thread t
+    adds ``t + 1`` to counter ``perm(t) % 8`` of ``out`` (each counter the sum of four threads').
+    flag_wait / flag_wait_count: thread t waits on flag ``perm(t)`` of ``flags`` (all set, at
+    least 1), then stores 7 to ``out[t]``."""
     if d is not None:
         raise ValueError(f"atom_program: {atom.name} moves 32-bit flags; pass dtype=None")
     t = _TID
     out = _gbuf("out", dt.i32, (WARP_THREADS,), "out")
+    if atom.name == "flag_add":
+        body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(out, perm(t) % 8), value=ir.Scalar(t + 1))]
+
+        def expected_add(inputs):
+            got = np.zeros(WARP_THREADS, dtype=np.int32)
+            np.add.at(got, [perm(i) % 8 for i in range(WARP_THREADS)], np.arange(WARP_THREADS) + 1)
+            return got
+        return _Plan(_program(atom, (), out, body, regs=()), expected_add)
     if atom.name == "flag_store":
         body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(out, perm(t)), value=ir.Scalar(t * 3 + 1))]
 
@@ -417,7 +427,8 @@ def _flag_plan(atom, d) -> _Plan:
         return _Plan(_program(atom, (), out, body, regs=()), expected)
     flags = _gbuf("flags", dt.i32, (WARP_THREADS,))
     r = ir.RegBuffer("r", dt.i32, 1)
-    body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(flags, perm(t))),
+    wait = dict(value=ir.Scalar(1)) if atom.name == "flag_wait_count" else {}
+    body = [_call(atom, comment=UNDER_TEST, flag=ir.MemRef(flags, perm(t)), **wait),
             ir.RegFill(ir.RegRef(r, 0), 1, 7.0),
             _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, t), src=ir.RegRef(r, 0))]
 

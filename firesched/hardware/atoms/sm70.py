@@ -12,7 +12,9 @@ Families (``Atom.family``) and records:
 * ``flag`` — ``flag_store`` (``st.release.gpu`` of a 32-bit flag in global memory) and
   ``flag_wait`` (an ``ld.acquire.gpu`` spin loop until the flag is non-zero; its labels are
   numbered per call site through ``$uid``): how one block hands data in global memory to another
-  (stream-K's partial tiles).
+  (stream-K's partial tiles); ``flag_add`` (``red.release.gpu.add``) and ``flag_wait_count`` (a
+  spin until the counter reaches a value): several blocks hand data to one through one counter
+  (split-K's fix-up).
 
 mma.m8n8k4 is issued by a whole warp but computes four independent 8x8x4 products, one per
 quad-pair: quad-pair p is lanes 4p..4p+3 and 4p+16..4p+19.  Its TV layouts therefore range over
@@ -228,6 +230,27 @@ flag_wait = Atom(
         "what the block that set it wrote before its flag_store is then visible to the caller.")
 
 
+flag_add = Atom(
+    name="flag_add", family=FLAG, group=THREAD, kind="Sync", shape=(),
+    dtypes=(("flag", dt.i32), ("value", dt.i32)),
+    operands=(_FLAG, Operand("value", "in", "RF", regs=1, reg_bits=32, values=1)),
+    ptx="red.release.gpu.global.add.u32 [$flag], $value;", min_target="sm_70", alignment=4, catalog=CATALOG,
+    doc="Add $value to the 32-bit counter at $flag with release semantics at GPU scope: like flag_store, the "
+        "caller's earlier writes (and those a barrier ordered before it) are visible to a thread that reads a "
+        "count including this addition with acquire semantics (flag_wait_count).  Several blocks arrive at one "
+        "counter; a wait for their total acquires all of them.")
+
+flag_wait_count = Atom(
+    name="flag_wait_count", family=FLAG, group=THREAD, kind="Sync", shape=(), dtypes=(("flag", dt.i32),
+                                                                                        ("value", dt.i32)),
+    operands=(_FLAG, Operand("value", "in", "RF", regs=1, reg_bits=32, values=1)),
+    ptx="{ .reg .pred fs_p; .reg .b32 fs_v; fs_count_$uid: ld.acquire.gpu.global.b32 fs_v, [$flag]; "
+        "setp.lt.u32 fs_p, fs_v, $value; @fs_p bra fs_count_$uid; }",
+    min_target="sm_70", alignment=4, catalog=CATALOG,
+    doc="Spin until the 32-bit counter at $flag reaches $value (unsigned), reading it with acquire semantics at "
+        "GPU scope: what every block that added to it (flag_add) wrote before its addition is then visible.")
+
+
 ATOMS: tuple[Atom, ...] = (
     mma_m8n8k4_f16_f32, mma_m8n8k4_f16_f16,
     ld_global_1, ld_global_2, ld_global_4, ld_global_8, ld_global_16,
@@ -236,5 +259,5 @@ ATOMS: tuple[Atom, ...] = (
     st_shared_1, st_shared_2, st_shared_4, st_shared_8, st_shared_16,
     shfl_sync_idx_b32, shfl_sync_bfly_b32,
     bar_sync,
-    flag_store, flag_wait,
+    flag_store, flag_wait, flag_add, flag_wait_count,
 )

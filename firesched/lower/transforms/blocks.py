@@ -17,6 +17,9 @@ The loops a schedule maps onto blocks (``to_blocks``) become the grid:
 * stream-K (a ``stream_k(parts)`` loop among them): the chunks (tile, kc), kc fastest, split into
   one contiguous range per block of a persistent grid, each walked from the top down
   (``StreamK``; ``strategies.stream_k`` draws it);
+* split-K fix-up (a ``split_k(parts, combine="fixup")`` loop among them): the walk of the plain
+  grid; each block also gets a slot of the partial-sum workspace, a tile's parts in consecutive
+  slots, and the block of the last part adds the others (``SplitFixup``);
 * clusters (``cluster=C``): blocks ``C*i .. C*i + C-1`` form a thread-block cluster that takes C
   consecutive tiles of the clustered loop for one tile of the other (a MatMul: C row-tiles of
   one column of tiles, whose shared B tile is loaded once and multicast; a row reduction: the C
@@ -75,6 +78,10 @@ class StreamK:
     max_partners: int
     acc: str = ""
 
+    strategy = "stream_k"       # what users wrote, and what the fix-up's comments call it
+    kind = "stream-K"
+    counted = False             # a flag a block (its partners vary along the walk)
+
     @property
     def in_dp(self) -> IntExpr:
         return lt(self.unit, self.dp) if self.dp else 0
@@ -104,6 +111,19 @@ class StreamK:
         """Whether this block's work on the tile is a partial tile for a higher block (not ``top``)."""
         return select(self.in_dp, 0, lt(self.hi, (floordiv(self.sk_chunk, self.parts) + 1) * self.parts))
 
+    @property
+    def slot(self) -> IntExpr:
+        """This block's slot of the partial-sum workspace and its flag."""
+        return self.bid
+
+    @property
+    def slots(self) -> int:
+        return self.blocks
+
+    def partner(self, p: IntExpr) -> IntExpr:
+        """The slot of the ``p``-th partner whose partial sums are added (block ``bid - 1`` first)."""
+        return self.bid - 1 - p
+
     def block_of(self, g: IntExpr) -> IntExpr:
         """The block whose stream-K range holds chunk ``g``."""
         return floordiv((g + 1) * self.blocks - 1, self.total)
@@ -114,6 +134,56 @@ class StreamK:
         added in, block ``bid - 1`` first)."""
         first = floordiv(self.sk_chunk, self.parts) * self.parts
         return select(self.in_dp, 0, self.bid - self.block_of(first))
+
+
+@attrs.frozen
+class SplitFixup:
+    """Split-K over the blocks of one launch, combined in it (``split_k(..., combine="fixup")``):
+    ``parts`` blocks share each of ``tiles`` tiles, block (``tile``, ``kp``) computing part ``kp``
+    from a zero accumulator.  The blocks of parts below the last store their partial sums in
+    slot ``slot`` (a tile's parts consecutive) and add 1 to the tile's counter; the block of the
+    last part waits for the count ``parts - 1``, adds the partial sums (part ``parts - 2``
+    first) and stores the tile.  ``acc`` names the accumulator (set by the driver).  The fix-up
+    rule (``lower.rules.stream_fixup``) reads it as it reads ``StreamK``."""
+
+    parts: int
+    kp: IntExpr
+    tile: IntExpr
+    tiles: int
+    acc: str = ""
+
+    first = 1               # every block starts its tile from zero ...
+    last = 1                # ... and ends its work on it
+    strategy = "split_k(..., combine='fixup')"
+    kind = "split-K"
+    counted = True              # one counter a tile, that every lower part adds to
+
+    @property
+    def slot(self) -> IntExpr:
+        return self.kp + self.tile * self.parts
+
+    @property
+    def slots(self) -> int:
+        return self.tiles * self.parts
+
+    @property
+    def top(self) -> IntExpr:
+        return binop("==", self.kp, self.parts - 1)
+
+    @property
+    def partial(self) -> IntExpr:
+        return lt(self.kp, self.parts - 1)
+
+    @property
+    def max_partners(self) -> int:
+        return self.parts - 1
+
+    @property
+    def partners(self) -> int:
+        return self.parts - 1
+
+    def partner(self, p: IntExpr) -> IntExpr:
+        return self.slot - 1 - p
 
 
 def _or(a: IntExpr, b: IntExpr) -> IntExpr:
@@ -127,7 +197,7 @@ class BlockOrder:
     tile_var: Var | None = None             # a persistent block's loop over its tiles
     tile_valid: IntExpr = 1
     cluster: ClusterInfo | None = None
-    stream: StreamK | None = None
+    stream: StreamK | SplitFixup | None = None
 
 
 def block_order(block_loops, node, target) -> BlockOrder:
@@ -144,6 +214,9 @@ def block_order(block_loops, node, target) -> BlockOrder:
         order = _persistent(loops, target)
     else:
         order = _grid(loops, node)
+    fixups = [lp for lp in loops if lp.fixup]
+    if fixups:
+        order = _split_fixup(order, loops, fixups, node, cluster)
     if any(lp.reverse for lp in loops):
         # to_blocks(reverse=True): the same walk, each tile index counted down
         bind = dict(order.bindings)
@@ -258,6 +331,30 @@ def _stream_k(loops, node, target, cluster: int) -> BlockOrder:
     partners = min(blocks - 1, -(-(p - 1) // shortest) + 1)
     info = StreamK(p, blocks, total, dp, bid, unit, lo, hi, tile, kc, partners)
     return BlockOrder((blocks, 1, 1), bind, unit, valid, stream=info)
+
+
+def _split_fixup(order: BlockOrder, loops, fixups, node, cluster: int) -> BlockOrder:
+    """The fix-up of ``split_k(..., combine="fixup")`` over ``order``'s walk: tile = the other
+    block loops' tiles, row-major; slot ``kp + parts * tile``, so a tile's parts hold consecutive
+    slots.  A part waits for the lower parts of its tile; their blocks come earlier in the walk
+    (lower block ids, or earlier or equal steps of a persistent grid), so it cannot deadlock."""
+    if len(fixups) > 1:
+        raise err(node, "two split_k(..., combine='fixup') loops over one launch", fix="apply split_k(...) once")
+    # a persistent block walks several tiles: one of its top parts could wait for a partner that a
+    # later block holds, which the interpreter (blocks one after another) cannot order
+    persistent = order.tile_var is not None
+    if order.stream is not None or cluster > 1 or persistent or any(lp.reverse for lp in loops):
+        what = ("stream_k" if order.stream is not None else "cluster=" if cluster > 1
+                else "persistent=True" if persistent else "reverse=True")
+        raise err(node, f"split_k(..., combine='fixup') with {what}: the last part's block must come after the "
+                        "others in the walk, one block a tile part", field="combine", value="fixup",
+                  allowed="'launch' here", fix=f"drop {what}, or use split_k(..., combine='launch')")
+    fx = fixups[0]
+    tile, tiles = 0, 1
+    for lp in reversed([lp for lp in loops if not lp.fixup]):
+        tile = tile + order.bindings[lp.var] * tiles
+        tiles *= lp.count
+    return attrs.evolve(order, stream=SplitFixup(fx.count, order.bindings[fx.var], tile, tiles))
 
 
 def _linear_tiles(loops, t: IntExpr) -> dict:

@@ -14,6 +14,12 @@ what the checks need:
 * a reset (``flag_store`` of 0, for the next launch) must come after every thread of its block
   that waited on the flag (else a late waiter would spin forever), and no flag of a workspace
   may be left set when the launch ends.
+
+A counter (``flag_add``) is a flag that several blocks release by adding to it: each addition is
+a release with the same rule as a ``flag_store``, and a wait for a count (``flag_wait_count``)
+acquires every addition made before it when it waits for all of them (a wait for fewer could
+return after any of them, so it acquires none); the count must already be reached by earlier
+blocks.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class Exchange:
         self.writer = {n: np.full(b.size, -1, dtype=np.int64) for n, b in self.bufs.items()}
         self.wcount = {n: np.zeros(b.size, dtype=np.int64) for n, b in self.bufs.items()}
         self.releases = np.zeros(self.blocks, dtype=np.int64)
-        self.source: dict = {}          # (buffer, offset) -> (block, release count) of the set flag
+        self.source: dict = {}          # (buffer, offset) -> [(block, release count)] of its releases
         self.set: dict = {}             # (buffer, offset) -> block, flags set and not yet reset
         self.T = T
         self.block = 0
@@ -77,20 +83,28 @@ class Exchange:
 
     # ----------------------------------------------------------------- the atoms
 
+    def _release(self, ctx, key, t: int, add: bool) -> None:
+        writers = np.flatnonzero(self.xw >= 0)
+        if writers.size:
+            ok = self.order.ordered(writers, self.xw[writers], np.full(writers.size, t))
+            if not ok.all():
+                late = writers[~ok]
+                ctx.hazard(f"flag {key[0]}[{key[1]}] is released by thread {t} before the exchange writes of "
+                           f"threads {listing(late)} are ordered before it: a barrier between the writes and "
+                           f"the flag is missing", thread=t, on=f"GL buffer {key[0]!r}")
+        self.releases[self.block] += 1
+        mine = (self.block, int(self.releases[self.block]))
+        self.source[key] = self.source.get(key, []) + [mine] if add else [mine]
+        if key[0] in self.workspaces:
+            self.set[key] = self.block
+
+    def add(self, ctx, key, t: int) -> None:
+        """Thread ``t`` adds to counter ``key`` (a release, like a flag_store)."""
+        self._release(ctx, key, t, add=True)
+
     def store(self, ctx, key, t: int, value: int) -> None:
         if value:
-            writers = np.flatnonzero(self.xw >= 0)
-            if writers.size:
-                ok = self.order.ordered(writers, self.xw[writers], np.full(writers.size, t))
-                if not ok.all():
-                    late = writers[~ok]
-                    ctx.hazard(f"flag {key[0]}[{key[1]}] is released by thread {t} before the exchange writes of "
-                               f"threads {listing(late)} are ordered before it: a barrier between the writes and "
-                               f"the flag is missing", thread=t, on=f"GL buffer {key[0]!r}")
-            self.releases[self.block] += 1
-            self.source[key] = (self.block, int(self.releases[self.block]))
-            if key[0] in self.workspaces:
-                self.set[key] = self.block
+            self._release(ctx, key, t, add=False)
             return
         polls = self.pollers.get(key, [])
         if polls:
@@ -103,15 +117,19 @@ class Exchange:
                            f"they could spin forever (a barrier after the waits is missing)",
                            thread=t, on=f"GL buffer {key[0]!r}")
         self.set.pop(key, None)
+        self.source.pop(key, None)
 
-    def wait(self, ctx, key, thr: np.ndarray, value: int) -> None:
-        if value == 0:
-            ctx.hazard(f"block {self.block} waits on flag {key[0]}[{key[1]}], which no earlier block has set: on "
-                       f"the GPU it would wait for a block that starts after it, or forever",
+    def wait(self, ctx, key, thr: np.ndarray, value: int, need: int = 1) -> None:
+        """Threads ``thr`` wait until flag ``key`` (now ``value``) is at least ``need``."""
+        if value < need:
+            what = "set" if need == 1 else f"brought to {need} (it is {value})"
+            ctx.hazard(f"block {self.block} waits on flag {key[0]}[{key[1]}], which no earlier block has {what}: "
+                       f"on the GPU it would wait for a block that starts after it, or forever",
                        thread=int(thr[0]), on=f"GL buffer {key[0]!r}")
-        src = self.source.get(key)
-        if src is not None:
-            wb, count = src
+        srcs = self.source.get(key, ())
+        # a wait for fewer than all the additions made so far may return after any `need` of them:
+        # none of them in particular is acquired
+        for wb, count in srcs if need >= len(srcs) else ():
             self.acq[thr, wb] = np.maximum(self.acq[thr, wb], count)
         self.pollers.setdefault(key, []).extend(zip(thr.tolist(), self.order.own(thr).tolist()))
 
@@ -124,7 +142,8 @@ class Exchange:
 
 
 def flag(k, s):
-    """FLAG: ``flag_store`` (release a value) and ``flag_wait`` (acquire a non-zero value)."""
+    """FLAG: ``flag_store`` (release a value), ``flag_wait`` (acquire a non-zero value),
+    ``flag_add`` (release by adding) and ``flag_wait_count`` (acquire a count)."""
     ctx, mem, xchg = k.ctx, k.mem, k.xchg
     on, _ = ctx.enabled(s)
     if on.size == 0:
@@ -143,8 +162,18 @@ def flag(k, s):
             xchg.store(ctx, (ref.buffer.name, o), t, int(v))
             data[o] = v
         return
-    if s.atom.name != "flag_wait":
+    if s.atom.name == "flag_add":
+        values = scalar(k, s, "value")[on]
+        for t, o, v in zip(on.tolist(), off.tolist(), values.tolist()):
+            xchg.add(ctx, (ref.buffer.name, o), t)
+            data[o] = int(data[o]) + int(v)
+        return
+    if s.atom.name == "flag_wait":
+        need = np.ones(on.size, dtype=np.int64)
+    elif s.atom.name == "flag_wait_count":
+        need = scalar(k, s, "value")[on].astype(np.int64) & 0xFFFFFFFF
+    else:
         raise InternalError(f"{describe(s)}: unknown flag atom {s.atom.name}")
-    for o in np.unique(off).tolist():
-        thr = on[off == o]
-        xchg.wait(ctx, (ref.buffer.name, o), thr, int(data[o]))
+    for o, n in sorted(set(zip(off.tolist(), need.tolist()))):
+        thr = on[(off == o) & (need == n)]
+        xchg.wait(ctx, (ref.buffer.name, o), thr, int(data[o]), n)

@@ -1,0 +1,239 @@
+"""``split_k(parts, across=BLOCK, combine="fixup")``: the K parts of a tile on blocks of one
+launch, the block of the last part adding the others' partial sums (a workspace slot per block,
+a counter per tile: ``flag_add`` / ``flag_wait_count``).  Hand-written chains in both atom
+families and the W4A16 recipe against numpy; the counter protocol's planted hazards; the errors;
+NVRTC."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import ir
+from firesched import simulate as interp
+from firesched.errors import HazardError, ScheduleError
+from firesched.hardware.atoms import sm80, sm90a
+from firesched.hardware.target import SM80, SM90A
+from firesched.recipes.w4a16 import W4A16Params, W4A16WgmmaParams, gemm_w4a16
+from firesched.schedule import Loop
+from firesched.strategies import (
+    done,
+    move_to_regs,
+    move_to_smem,
+    pipeline,
+    split_k,
+    stream_k,
+    tile,
+    to_blocks,
+    to_warpgroups,
+    to_warps,
+    warp_specialize,
+)
+from firesched.testing import assert_schedule_correct
+
+BLOCK = fs.BLOCK
+
+
+def _sm80_chain(parts, bm=64, bn=64, bk=32, stages=3, **blocks):
+    return [split_k(parts, across=BLOCK, combine="fixup"), tile(m=bm, n=bn) >> to_blocks(**blocks), tile(k=bk),
+            move_to_smem("A"), move_to_smem("B"), pipeline(stages=stages),
+            tile(m=bm // 2, n=bn // 2) >> to_warps(2, 2), move_to_regs("A"), move_to_regs("B"),
+            tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32)]
+
+
+def _sm90_chain(parts, bm=128, bn=128, ws=True, stages=3):
+    chain = [split_k(parts, across=BLOCK, combine="fixup"), tile(m=bm, n=bn) >> to_blocks(), tile(k=64),
+             move_to_smem("A", via=(sm90a.tma_load_2d,)), move_to_smem("B", via=(sm90a.tma_load_2d,)),
+             pipeline(stages=stages)]
+    if ws:
+        chain.append(warp_specialize(producer_regs=40, consumer_regs=232 if bm <= 128 else 160))
+    return chain + [tile(m=64) >> to_warpgroups(),
+                    tile(k=16) >> done(sm90a.wgmma_atom(bn, fs.dtypes.f16, b_mn_major=True))]
+
+
+def _check(sched, M, N, K, target, seed=0):
+    rng = np.random.default_rng(seed)
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C = fs.interpret(sched, A, B, target=target).astype(np.float64)
+    ref = A.astype(np.float16).astype(np.float64) @ B.astype(np.float16).astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-2 * max(np.abs(ref).max(), 1.0)
+
+
+def _spec(M, N, K):
+    return fs.MatMul.kernel(M, N, K, a="f16", b="f16", c="f16", acc="f32")
+
+
+def test_tree_repr_and_one_launch():
+    sched = _spec(256, 256, 1000).schedule(*_sm80_chain(4))
+    text = str(sched)
+    assert "split_k(4, across=block, combine='fixup')" in text and "block(4) fixup" in text
+    assert "Reduce" not in text                     # no second launch's reduction in the tree
+    s = split_k(3, across=BLOCK, combine="fixup")
+    assert eval(repr(s), {"split_k": split_k, "Level": fs.Level}) == s and hash(s) == hash(eval(repr(s), {
+        "split_k": split_k, "Level": fs.Level}))
+    lp = Loop("kp0", 3, (("k", 256),), BLOCK, fixup=True)
+    assert eval(repr(lp), {"Loop": Loop, "Level": fs.Level}) == lp
+    prog = sched.lower(SM80)
+    assert len(prog.kernels) == 1
+    assert {w.name for w in prog.workspaces} == {"C_partials", "C_flags"}
+    # one counter a tile (16 tiles of 64 x 64), one slot of partial sums a block (4 parts a tile)
+    flags = next(w for w in prog.workspaces if w.name == "C_flags")
+    parts = next(w for w in prog.workspaces if w.name == "C_partials")
+    assert flags.shape == (16,) and parts.shape[0] == 64 and flags.zeroed
+
+
+@pytest.mark.parametrize("M, N, K, parts, fam", [
+    (100, 136, 1000, 3, "sm80"), (64, 64, 512, 4, "sm80"), (1, 8, 130, 2, "sm80"),
+    (130, 128, 700, 2, "sm90a"), (200, 136, 450, 3, "sm90a-one-role"), (17, 256, 2048, 8, "sm90a"),
+])
+def test_against_numpy(M, N, K, parts, fam):
+    chain = _sm80_chain(parts) if fam == "sm80" else _sm90_chain(parts, ws=fam == "sm90a")
+    target = SM80 if fam == "sm80" else SM90A
+    sched = _spec(M, N, K).schedule(*chain)
+    sched.check(target)
+    _check(sched, M, N, K, target)
+
+
+def test_grouped_block_order():
+    """The fix-up's tile index follows the grouped walk: the slots stay one per block."""
+    M, N, K = 300, 200, 600
+    sched = _spec(M, N, K).schedule(*_sm80_chain(3, group=2))
+    _check(sched, M, N, K, SM80)
+
+
+cases = st.fixed_dictionaries(dict(
+    M=st.integers(1, 300), N=st.integers(1, 40).map(lambda n: 8 * n), K=st.integers(1, 1200),
+    parts=st.integers(2, 6), family=st.sampled_from(["sm80", "sm90a", "sm90a-one-role"]),
+    bm=st.sampled_from([64, 128]), seed=st.integers(0, 2 ** 16)))
+
+
+@settings(max_examples=60 if settings().max_examples >= 500 else 6, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases)
+def test_random_chains(case):
+    """Hand-written fix-up chains over odd sizes: refused at check() with a ScheduleError, or
+    hazard-free in the interpreter and equal to numpy."""
+    M, N, K, parts, fam, bm = (case[k] for k in ("M", "N", "K", "parts", "family", "bm"))
+    chain = _sm80_chain(parts, bm=bm) if fam == "sm80" else _sm90_chain(parts, bm=bm, ws=fam == "sm90a")
+    target = SM80 if fam == "sm80" else SM90A
+    try:
+        sched = _spec(M, N, K).schedule(*chain)
+        sched.check(target)
+    except ScheduleError as e:
+        # the only refusal: more parts than K has 64-element pieces for
+        assert "parts" in str(e), str(e)
+        return
+    _check(sched, M, N, K, target, case["seed"])
+
+
+@pytest.mark.parametrize("params, arch, M, N, K, gs", [
+    (W4A16Params(block_m=16, block_n=64, block_k=64, warps_n=4, warp_k=32, stages=3, split_k=3, fixup=True),
+     "sm_80", 5, 72, 512, 32),
+    (W4A16WgmmaParams(block_m=16, block_n=64, block_k=128, stages=2, split_k=2, fixup=True), "sm_90a", 9, 100, 1024,
+     128),
+    (W4A16WgmmaParams(block_m=40, block_n=128, block_k=64, stages=3, split_k=4, fixup=True, producer=True),
+     "sm_90a", 40, 128, 1024, 64),
+])
+def test_w4a16_recipe(params, arch, M, N, K, gs):
+    sched = gemm_w4a16(M, N, K, group_size=gs, arch=arch, params=params)
+    assert "combine='fixup'" in str(sched)
+    assert_schedule_correct(sched, examples=1, arch=arch)
+
+
+# --------------------------------------------------------------------------- planted hazards
+
+def _map(stmt, fn):
+    if isinstance(stmt, ir.Seq):
+        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
+    if isinstance(stmt, (ir.For, ir.If)):
+        field = "body" if isinstance(stmt, ir.For) else "then"
+        inner = _map(getattr(stmt, field), fn)
+        return None if inner is None else attrs.evolve(stmt, **{field: inner})
+    if isinstance(stmt, ir.Roles):
+        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
+    return fn(stmt)
+
+
+def _atom(name):
+    return lambda s: isinstance(s, ir.AtomCall) and s.atom.name == name
+
+
+def _drop(pred):
+    return lambda s: None if pred(s) else s
+
+
+def _barrier(words):
+    return lambda s: isinstance(s, ir.Barrier) and words in s.comment
+
+
+def _wait_for(count):
+    return lambda s: (attrs.evolve(s, args=(("flag", s.arg("flag")), ("value", ir.Scalar(count))))
+                      if _atom("flag_wait_count")(s) else s)
+
+
+PLANTED = [
+    pytest.param(_drop(_barrier("partial tile is written")), "before the exchange writes", id="release-before-writes"),
+    pytest.param(_drop(_atom("flag_wait_count")), "without having acquired", id="read-without-acquire"),
+    pytest.param(_wait_for(1), "without having acquired", id="wait-for-too-few"),
+    pytest.param(_wait_for(3), "no earlier block has brought", id="wait-for-too-many"),
+    pytest.param(_drop(_atom("flag_store")), "still set when the launch ends", id="counter-never-reset"),
+    pytest.param(_drop(_barrier("past its wait")), "could spin forever", id="reset-before-the-waits"),
+    pytest.param(_drop(_atom("flag_add")), "no earlier block has brought", id="never-released"),
+]
+
+
+@pytest.mark.parametrize("ws", [True, False], ids=["specialized", "one-role"])
+@pytest.mark.parametrize("fn, words", [p.values for p in PLANTED], ids=[p.id for p in PLANTED])
+def test_planted_hazard(fn, words, ws):
+    M, N, K = 200, 136, 450
+    sched = _spec(M, N, K).schedule(*_sm90_chain(3, ws=ws))          # 2 partners a tile
+    prog = sched.lower(SM90A)
+    rng = np.random.default_rng(0)
+    feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
+    interp.run_program(prog, dict(feed))            # the unplanted program runs clean
+    kernels = list(prog.kernels)
+    planted = attrs.evolve(kernels[-1], body=_map(kernels[-1].body, fn))
+    assert planted != kernels[-1]
+    kernels[-1] = planted
+    with pytest.raises(HazardError, match=words):
+        interp.run_program(attrs.evolve(prog, kernels=tuple(kernels)), dict(feed))
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_errors_name_the_field_and_the_fix():
+    spec = _spec(256, 256, 1024)
+    with pytest.raises(ScheduleError, match="combine") as e:
+        spec.schedule(split_k(2, across=BLOCK, combine="atomic"))
+    assert "'launch', 'fixup'" in str(e.value)
+    with pytest.raises(ScheduleError, match="across=Level.BLOCK"):
+        spec.schedule(split_k(2, across=fs.WARP, combine="fixup"))
+    for blocks, what in ((dict(persistent=True), "persistent=True"), (dict(reverse=True), "reverse=True")):
+        sched = spec.schedule(*_sm80_chain(2, **blocks))
+        with pytest.raises(ScheduleError, match=what) as e:
+            sched.check(SM80)
+        assert "combine='launch'" in str(e.value)
+
+
+def test_not_with_stream_k():
+    spec = _spec(256, 256, 1024)
+    chain = _sm80_chain(2)
+    sched = spec.schedule(chain[0], stream_k(2), *chain[1:])
+    with pytest.raises(ScheduleError, match="stream_k"):
+        sched.check(SM80)
+
+
+# --------------------------------------------------------------------------- NVRTC
+
+@pytest.mark.parametrize("fam", ["sm80", "sm90a"])
+def test_compiles_without_spills(fam):
+    chain = _sm80_chain(4) if fam == "sm80" else _sm90_chain(3)
+    arch = "sm_80" if fam == "sm80" else "sm_90a"
+    k = fs.compile(_spec(1000, 1024, 4096).schedule(*chain), arch=arch)
+    assert k.spills == 0
+    assert "red.release.gpu.global.add.u32" in k.source and "ld.acquire.gpu.global.b32" in k.source
+    assert len(k.program.kernels) == 1
