@@ -174,7 +174,7 @@ def test_tune_lists_candidates_that_check(capsys):
     assert rc == 0, err
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("sm80", "sm90a")]
     if not runtime.gpu_available():
-        assert len(rows) == 3 and all(len(r) == 12 for r in rows) and {r[0] for r in rows} == {"sm80"}
+        assert len(rows) == 3 and all(len(r) == 13 for r in rows) and {r[0] for r in rows} == {"sm80"}
         assert "# not timed: " in out
 
 

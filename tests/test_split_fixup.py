@@ -78,7 +78,7 @@ def test_tree_repr_and_one_launch():
     lp = Loop("kp0", 3, (("k", 256),), BLOCK, fixup=True)
     assert eval(repr(lp), {"Loop": Loop, "Level": fs.Level}) == lp
     prog = sched.lower(SM80)
-    assert len(prog.kernels) == 1
+    assert [k.name for k in prog.kernels] == ["firesched_matmul"]
     assert {w.name for w in prog.workspaces} == {"C_partials", "C_flags"}
     # one counter a tile (16 tiles of 64 x 64), one slot of partial sums a block (4 parts a tile)
     flags = next(w for w in prog.workspaces if w.name == "C_flags")
@@ -237,3 +237,35 @@ def test_compiles_without_spills(fam):
     assert k.spills == 0
     assert "red.release.gpu.global.add.u32" in k.source and "ld.acquire.gpu.global.b32" in k.source
     assert len(k.program.kernels) == 1
+
+
+# --------------------------------------------------------------------------- the GEMM recipe
+
+@pytest.mark.parametrize("kw", [
+    dict(arch="sm_80", atoms="sm80"),
+    dict(arch="sm_90a", block_m=64, block_n=64),
+    dict(arch="sm_90a", swap_ab=True, block_m=8, block_n=64, layout="RC"),
+    dict(arch="sm_90a", swap_ab=True, block_m=8, block_n=128, layout="RR"),
+], ids=["sm80", "sm90a", "swapped-rc", "swapped-rr"])
+def test_gemm_recipe(kw):
+    """``recipes.gemm(..., split_k_blocks=p, split_k_fixup=True)``: one launch, a swapped
+    schedule too (whose parts a second launch could not add), a GemmParams point as well."""
+    M, N, K = 5 if kw.get("swap_ab") else 100, 136, 1000
+    sched = fs.recipes.gemm(M, N, K, "f16", split_k_blocks=3, split_k_fixup=True, **kw)
+    assert "combine='fixup'" in str(sched) and "persistent" not in str(sched)
+    assert [k.name for k in sched.lower(kw["arch"]).kernels if "reduce" in k.name] == []
+    assert_schedule_correct(sched, examples=1, arch=kw["arch"])
+    fields = {k: v for k, v in kw.items() if k not in ("arch", "layout")}
+    fields.setdefault("atoms", "sm90a")
+    p = fs.recipes.GemmParams(**fields, split_k_blocks=3, split_k_fixup=True)
+    assert p["split_k_fixup"] is True
+    again = fs.recipes.gemm(M, N, K, "f16", kw["arch"], params=p, layout=kw.get("layout", "RR"))
+    assert str(again) == str(sched)
+
+
+def test_gemm_recipe_errors():
+    with pytest.raises(ScheduleError, match="split_k_fixup is a bool"):
+        fs.recipes.gemm(100, 136, 1000, "f16", "sm_90a", split_k_blocks=2, split_k_fixup="yes")
+    with pytest.raises(ScheduleError, match="split_k_fixup=True") as e:
+        fs.recipes.gemm(5, 136, 1000, "f16", "sm_90a", swap_ab=True, split_k_blocks=2)
+    assert e.value.field == "split_k_blocks"

@@ -37,7 +37,8 @@ def test_params_are_a_mapping_of_their_family():
     p = GemmParams(atoms="sm90a", block_m=128, block_n=256, block_k=64, stages=4, split_k_blocks=2,
                    warp_specialized=True, persistent=False)
     assert set(p) == {"atoms", "block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks",
-                      "warp_specialized", "persistent", "cluster", "cluster_along", "stream_k_parts", "swap_ab"}
+                      "warp_specialized", "persistent", "cluster", "cluster_along", "stream_k_parts", "swap_ab",
+                      "split_k_fixup"}
     assert fs.recipes.gemm(256, 512, 1024, "f16", "sm_90a", **p) == \
         fs.recipes.gemm(256, 512, 1024, "f16", "sm_90a", params=p)
     q = GemmParams(block_m=64, block_n=64)

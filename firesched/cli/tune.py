@@ -26,8 +26,8 @@ examples:
 
 #: GemmParams fields shown, in columns
 FIELDS = ("atoms", "block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks",
-          "warp_specialized", "persistent", "cluster", "stream_k_parts")
-HEAD = ("atoms", "bm", "bn", "bk", "wm", "wn", "stages", "skb", "ws", "pers", "clu", "sk")
+          "split_k_fixup", "warp_specialized", "persistent", "cluster", "stream_k_parts")
+HEAD = ("atoms", "bm", "bn", "bk", "wm", "wn", "stages", "skb", "fix", "ws", "pers", "clu", "sk")
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -54,9 +54,9 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 
 #: the fields of ``GemmParams`` each atom family reads (``GemmParams.keys``)
 SM80_FIELDS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "split_k_blocks", "split_k_warps",
-               "swizzle", "warp_k", "group_m", "prefetch", "stream_k_parts")
+               "swizzle", "warp_k", "group_m", "prefetch", "stream_k_parts", "split_k_fixup")
 SM90_FIELDS = ("block_m", "block_n", "block_k", "stages", "group_m", "split_k_blocks", "warp_specialized",
-               "persistent", "cluster", "cluster_along", "stream_k_parts", "swap_ab")
+               "persistent", "cluster", "cluster_along", "stream_k_parts", "swap_ab", "split_k_fixup")
 
 
 @attrs.frozen
@@ -65,8 +65,9 @@ class GemmParams:
 
     ``atoms`` names the family (None: ``"sm80"``, as before the Hopper fields existed); the
     sm_90a family reads ``block_m``, ``block_n``, ``block_k``, ``stages``, ``group_m``,
-    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster``, ``cluster_along``, ``stream_k_parts`` and
-    ``swap_ab`` and leaves the rest at their defaults; both families read ``stream_k_parts``.  A value is
+    ``split_k_blocks``, ``warp_specialized``, ``persistent``, ``cluster``, ``cluster_along``, ``stream_k_parts``,
+    ``swap_ab`` and ``split_k_fixup`` and leaves the rest at their defaults; both families read ``stream_k_parts``
+    and ``split_k_fixup``.  A value is
     also a mapping of the fields its family reads, so both
     ``gemm(M, N, K, params=p)`` and ``gemm(M, N, K, **p)`` build its schedule.  A tile field left at
     None takes what ``gemm`` takes when it is not given (which depends on the family and the
@@ -96,6 +97,7 @@ class GemmParams:
     cluster_along: str | None = None         # sm90a: "m" (None; the cluster shares B) or "n" (it shares A)
     stream_k_parts: int = 1                  # stream_k(parts): K chunks of all tiles over a persistent grid
     swap_ab: bool | None = None              # sm90a: Cᵀ = Bᵀ Aᵀ, M on the wgmma's N side (a row-major A)
+    split_k_fixup: bool = False              # split_k_blocks' parts added in the kernel (combine="fixup")
 
     @property
     def family(self) -> str:
@@ -135,7 +137,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
          epilogue_ops: tuple = (), prologue_ops: tuple = (), atoms: str | None = None,
          warp_specialized: bool | None = None, persistent: bool | None = None, producer_regs: int = 40,
          consumer_regs: int | None = None, cluster: int | None = None, cluster_along: str | None = None,
-         stream_k_parts: int | None = None,
+         stream_k_parts: int | None = None, split_k_fixup: bool | None = None,
          swap_ab: bool | None = None, batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True,
          tuned: bool = False) -> Schedule:
     """A GEMM schedule: ``C[..., M, N] = A[..., M, K] @ B[..., K, N]``.
@@ -171,6 +173,10 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
       ``cluster_along="n"`` clusters consecutive N tiles instead, which share their A tile: a
       short M over many N tiles), and ``split_k_blocks`` (the K
       loop over that many blocks per tile, reduced by a second kernel in a fixed order).
+    * Both families take ``split_k_fixup=True``: ``split_k_blocks``' parts added in the same
+      launch by the block of each tile's last part (``split_k(..., combine="fixup")``: a
+      workspace and a counter a tile, a fixed order), which also lets a swapped (``swap_ab``)
+      schedule split K.
     * Both families take ``stream_k_parts`` (``stream_k(p)``): each tile's K loop cut into ``p``
       chunks, all chunks of all tiles spread evenly over a persistent grid, the partial tiles
       added in the kernel in a fixed order (so no SM idles in a partial last wave).
@@ -193,7 +199,8 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         swizzle=swizzle, warp_k=warp_k, group_m=group_m, prefetch=prefetch,
                                         atoms=atoms, warp_specialized=warp_specialized, persistent=persistent,
                                         cluster=cluster, cluster_along=cluster_along, consumer_regs=consumer_regs,
-                                        stream_k_parts=stream_k_parts, swap_ab=swap_ab).items() if v is not None]
+                                        stream_k_parts=stream_k_parts, swap_ab=swap_ab,
+                                        split_k_fixup=split_k_fixup).items() if v is not None]
         if named_any or prologue_ops:
             field = named_any[0] if named_any else "prologue_ops"
             raise ScheduleError("tuned=True takes the tuned parameters; a tile parameter given as well conflicts",
@@ -222,7 +229,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                                                                          "tile model's choice)")
     named = (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle, warp_k,
              group_m, prefetch, warp_specialized, persistent, cluster, cluster_along, atoms, consumer_regs,
-             stream_k_parts, swap_ab)
+             stream_k_parts, swap_ab, split_k_fixup)
     sizes_ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (M, N, K))
     if params is None and not prologue_ops and sizes_ok and all(v is None for v in named):
         # no tile parameter named: the library's tile model (``recipes.tiles``) picks them per problem
@@ -252,7 +259,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                      stages=stages, split_k_blocks=split_k_blocks, split_k_warps=split_k_warps, swizzle=swizzle,
                      warp_k=warp_k, group_m=group_m, prefetch=prefetch, warp_specialized=warp_specialized,
                      persistent=persistent, cluster=cluster, cluster_along=cluster_along,
-                     stream_k_parts=stream_k_parts, swap_ab=swap_ab)
+                     stream_k_parts=stream_k_parts, swap_ab=swap_ab, split_k_fixup=split_k_fixup)
         twice = [k for k, v in given.items() if v is not None]
         if twice:
             raise ScheduleError("a parameter is given both in params and as a keyword", field=twice[0],
@@ -269,6 +276,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             stages, group_m, split_k_blocks = params.stages, params.group_m, params.split_k_blocks
             warp_specialized, persistent, cluster = params.warp_specialized, params.persistent, params.cluster
             stream_k_parts, swap_ab, cluster_along = params.stream_k_parts, params.swap_ab, params.cluster_along
+            split_k_fixup = params.split_k_fixup
         else:
             for name in ("warp_specialized", "persistent", "cluster", "cluster_along", "swap_ab"):
                 if getattr(params, name) not in (None, False, 1):
@@ -276,7 +284,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                                         value=getattr(params, name), allowed="None with atoms='sm80'",
                                         fix="GemmParams(atoms='sm90a', ...), or leave the field at None")
             (block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-             warp_k, group_m, prefetch, stream_k_parts) = (getattr(params, name) for name in SM80_FIELDS)
+             warp_k, group_m, prefetch, stream_k_parts, split_k_fixup) = (getattr(params, name) for name in SM80_FIELDS)
     if atoms is None:
         atoms = "sm90a" if tgt.has_wgmma else "sm80"
     if atoms == "sm90a":
@@ -298,7 +306,9 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         # warp specialization by default up to 192 rows; 256 rows (four consumer warpgroups at 104
         # registers) fit only block_n <= 128, so they specialize when asked
         ws = (bm <= 192 or bool(swap_ab)) if warp_specialized is None else warp_specialized
-        per = ws if persistent is None else persistent
+        # a fix-up's last part waits for blocks before it in the walk: one tile a block
+        fixup_split = bool(split_k_fixup) and (split_k_blocks or 1) > 1
+        per = (ws and not fixup_split) if persistent is None else persistent
         # clusters are an option, not the default: pairs sharing B measured within -3 % .. +2 % of
         # single blocks at 4096^3 and 8192^3 on an H100, timed interleaved (bench/README.md)
         cluster = 1 if cluster is None else cluster
@@ -311,7 +321,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
                          cluster_along=cluster_along,
                          split_k_blocks=1 if split_k_blocks is None else split_k_blocks,
                          stream_k_parts=1 if stream_k_parts is None else stream_k_parts, swap_ab=bool(swap_ab),
-                         check=check)
+                         split_k_fixup=_fixup_flag(split_k_fixup), check=check)
     if cluster not in (None, 1) or cluster_along is not None:
         raise ScheduleError("thread-block clusters belong to the sm_90a recipe", field="cluster",
                             value=cluster if cluster not in (None, 1) else cluster_along,
@@ -334,6 +344,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
     warp_k = 16 if warp_k is None else warp_k
     group_m = 1 if group_m is None else group_m
     stream_k_parts = 1 if stream_k_parts is None else stream_k_parts
+    split_k_fixup = _fixup_flag(split_k_fixup)
     if atoms != "sm80":
         raise ScheduleError("unknown atom family for the GEMM recipe", field="atoms", value=atoms,
                             allowed="'sm80' (mma.sync, cp.async, ldmatrix), 'sm90a' (wgmma, TMA)")
@@ -350,12 +361,12 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
             raise ScheduleError(f"{name} is a tuple of firesched.ops values", field=name, value=v,
                                 allowed="e.g. (ops.bias('bias'), ops.relu())", fix=f"pass {name}=({v!r},)")
     p = GemmParams(block_m, block_n, block_k, warps_m, warps_n, stages, split_k_blocks, split_k_warps, swizzle,
-                   warp_k, group_m, prefetch, stream_k_parts=stream_k_parts)
+                   warp_k, group_m, prefetch, stream_k_parts=stream_k_parts, split_k_fixup=split_k_fixup)
     _check_params(p, M, N, K)
     spec = _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched)
     chain = []
     if p.split_k_blocks > 1:
-        chain.append(split_k(p.split_k_blocks, across=BLOCK))
+        chain.append(_split_blocks(p.split_k_blocks, p.split_k_fixup))
     if p.stream_k_parts > 1:
         if p.split_k_blocks > 1:
             raise ScheduleError(f"stream_k_parts={p.stream_k_parts} with split_k_blocks: stream-K walks the K chunks "
@@ -474,7 +485,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
               epilogue_ops: tuple = (), warp_specialized: bool = False, persistent: bool = False,
               producer_regs: int = 40, consumer_regs: int | None = None, cluster: int = 1,
               cluster_along: str | None = None, split_k_blocks: int = 1,
-              stream_k_parts: int = 1, swap_ab: bool = False,
+              stream_k_parts: int = 1, swap_ab: bool = False, split_k_fixup: bool = False,
               batch: int | tuple = (), a_batched: bool = True, b_batched: bool = True, check: bool = True) -> Schedule:
     """The Hopper GEMM: TMA + mbarrier ring, one wgmma warpgroup per 64 rows of the block tile
     (see ``firesched.lowering_sm90``).
@@ -489,7 +500,9 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     tile over many N tiles re-reads the same rows of A).  ``split_k_blocks=p``
     splits the K loop over ``p`` blocks per output tile (``split_k(p, across=BLOCK)``, the same
     strategy the sm_80 family uses): each writes its f32 partial tile to a workspace and a second
-    kernel adds the parts in a fixed order, so results are bitwise the same run to run.
+    kernel adds the parts in a fixed order, so results are bitwise the same run to run; with
+    ``split_k_fixup=True`` the block of each tile's last part adds them in the same launch
+    (``split_k(p, across=BLOCK, combine="fixup")``), also in a fixed order.
     ``stream_k_parts=p`` (``stream_k(p)``) cuts each tile's K loop into ``p`` chunks and spreads
     all chunks evenly over a persistent grid; the block holding a tile's top chunk adds the other
     blocks' partial tiles in the kernel, in a fixed order.
@@ -509,7 +522,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
                              epilogue_ops=epilogue_ops, warp_specialized=warp_specialized, persistent=persistent,
                              producer_regs=producer_regs, consumer_regs=consumer_regs, cluster=cluster,
                              cluster_along=cluster_along, split_k_blocks=split_k_blocks,
-                             stream_k_parts=stream_k_parts, batch=batch,
+                             stream_k_parts=stream_k_parts, split_k_fixup=split_k_fixup, batch=batch,
                              check=check)
 
     dt = _input_dtype(dtype)
@@ -532,7 +545,7 @@ def gemm_sm90(M: int, N: int, K: int, dtype: str = "f16", arch: str = "sm_90a", 
     if isinstance(stream_k_parts, bool) or not isinstance(stream_k_parts, int) or stream_k_parts < 1:
         raise ScheduleError("stream_k_parts is a positive int", field="stream_k_parts", value=stream_k_parts,
                             allowed="1 (no stream-K), 2, 3, ...")
-    chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
+    chain = [_split_blocks(split_k_blocks, _fixup_flag(split_k_fixup))] if split_k_blocks > 1 else []
     chain += [stream_k(stream_k_parts)] if stream_k_parts > 1 else []
     if stream_k_parts > 1 and (split_k_blocks > 1 or cluster > 1):
         other = "split_k_blocks" if split_k_blocks > 1 else "cluster"
@@ -585,7 +598,7 @@ def _ring(block_tiles: dict, group: int, persistent: bool, cluster: int, bk: int
 
 def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, block_k, stages, group_m,
                   epilogue_ops, warp_specialized, persistent, producer_regs, consumer_regs, cluster, cluster_along,
-                  split_k_blocks, stream_k_parts, batch, check) -> Schedule:
+                  split_k_blocks, stream_k_parts, split_k_fixup, batch, check) -> Schedule:
     """``gemm_sm90(..., swap_ab=True)``: the schedule of ``Cᵀ = Bᵀ Aᵀ`` (see ``gemm_sm90``)::
 
         MatMul<kernel>(B:GL f16[KxN], A:GL f16[MxK], C:GL f16[MxN]) roles (n, m, k)
@@ -609,12 +622,14 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
         raise ScheduleError("swap_ab with clusters: a small M has no pairs of M tiles to share B", field="cluster",
                             value=cluster, allowed="1 (and cluster_along None) with swap_ab=True",
                             fix="drop cluster or swap_ab")
-    if split_k_blocks != 1:
+    if split_k_blocks != 1 and not _fixup_flag(split_k_fixup):
         # the second launch that adds the parts reads its epilogue's axes off C, not off the
-        # swapped product (and split parts measured slower than whole K tiles here on an H100)
+        # swapped product; the fix-up adds them in the product's registers
         raise ScheduleError("swap_ab with split_k_blocks: the parts' reduction is a launch of its own over C",
-                            field="split_k_blocks", value=split_k_blocks, allowed="1 with swap_ab=True",
-                            fix="use stream_k_parts=... (the parts are added in the kernel), or drop swap_ab")
+                            field="split_k_blocks", value=split_k_blocks,
+                            allowed="1, or any with split_k_fixup=True, with swap_ab=True",
+                            fix="pass split_k_fixup=True (the parts are added in the kernel), use stream_k_parts=..., "
+                                "or drop swap_ab")
     if isinstance(block_m, bool) or not isinstance(block_m, int) or block_m % 8 or not 8 <= block_m <= 256:
         raise ScheduleError("with swap_ab, block_m rows of C sit on the wgmma's N side", field="block_m",
                             value=block_m, allowed="multiples of 8 from 8 to 256")
@@ -636,12 +651,24 @@ def _gemm_swapped(M, N, K, dtype, arch, *, out_dtype, layout, block_m, block_n, 
     epi = tuple(attrs.evolve(op, axis={"m": "n", "n": "m"}[op.axis]) if isinstance(op, fops.Bias) else op
                 for op in epilogue_ops)
     p = GemmParams(block_m, block_n, bk, 1, 1, stages, group_m=group_m)
-    chain = [split_k(split_k_blocks, across=BLOCK)] if split_k_blocks > 1 else []
+    chain = [_split_blocks(split_k_blocks, True)] if split_k_blocks > 1 else []
     chain += [stream_k(stream_k_parts)] if stream_k_parts > 1 else []
     chain += _ring(dict(m=block_m, n=block_n), _group(p, M, N), persistent, cluster, bk, ("B", "A"), stages,
                    warp_specialized, producer_regs, consumer_regs, block_n // 64, arch)
     chain += [tile(n=64) >> to_warpgroups(), tile(k=16) >> done(atom)]
     return _scheduled(spec, chain, epi, check, arch)
+
+
+def _fixup_flag(v) -> bool:
+    if v not in (None, True, False):
+        raise ScheduleError("split_k_fixup is a bool", field="split_k_fixup", value=v,
+                            allowed="True (the parts added in the kernel), False or None (a second launch)")
+    return bool(v)
+
+
+def _split_blocks(parts: int, fixup: bool) -> split_k:
+    """``split_k`` over blocks, its parts added by a second launch or in the kernel (``fixup``)."""
+    return split_k(parts, across=BLOCK, combine="fixup" if fixup else "launch")
 
 
 def _spec(M, N, K, dt, out, layout, batch, a_batched, b_batched) -> MatMul:
@@ -681,7 +708,7 @@ def _out_dtype(name):
 def _check_params(p: GemmParams, M: int, N: int, K: int):
     for name in SM80_FIELDS:
         v = getattr(p, name)
-        if name == "swizzle":
+        if name in ("swizzle", "split_k_fixup"):      # split_k_fixup: checked by _fixup_flag
             continue
         if name == "prefetch":
             if v is not None and not isinstance(v, bool):

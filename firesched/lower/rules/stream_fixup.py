@@ -44,7 +44,7 @@ from ..context import err, scope_barrier
 #: vectors of a partner's partial tile a thread loads before adding them (registers in flight)
 LOAD_BATCH = 8
 #: split-K: vectors of all partners' partial tiles a thread loads before adding them
-COUNTED_BATCH = 16
+COUNTED_BATCH = 8
 
 
 def starts_tile(ctx, name: str, stmts: list) -> list:
@@ -143,9 +143,12 @@ def _add_counted(ctx, sk, kb, acc, part, flags, slot, T, tid, w, V, ld) -> list:
     partial tiles a chunk of vectors at a time from several partners at once (one L2 round trip
     a chunk, not one a partner) and add them in the fixed order; then reset the counter."""
     P = sk.partners
-    G = min(P, COUNTED_BATCH)                    # partners whose loads are in flight together
+    # vectors in flight: fewer beside a large accumulator, whose registers stay live meanwhile (an
+    # sm_80 64 x 128 tile on 4 warps, 64 accumulators a thread, spilled at 7 partners x 2 vectors)
+    budget = COUNTED_BATCH if V * w <= 32 else COUNTED_BATCH // 2
+    G = min(P, budget)                           # partners whose loads are in flight together
     # vectors a partner contributes to one chunk: as many as keep G * batch loads in flight
-    batch = max(b for b in range(1, V + 1) if V % b == 0 and b * G <= COUNTED_BATCH)
+    batch = max(b for b in range(1, V + 1) if V % b == 0 and b * G <= budget)
     tmp = kb.reg("sk_part", f32, w * batch * G)
     out = [ir.AtomCall(sm70.flag_wait_count, (("flag", ir.MemRef(flags, sk.tile)), ("value", ir.Scalar(P))), 1,
                        "acquire: every lower part's partial tile is written")]
