@@ -114,6 +114,7 @@ class _Launch:
     block: tuple
     smem: int
     args: tuple          # indices into the call's pointer list
+    programmatic: bool = False   # a dependent launch (``ir.Kernel.programmatic``)
 
 
 def _stream_key(stream) -> int:
@@ -305,7 +306,8 @@ class CompiledProgram:
                     else:
                         idx.append(names.index(p.name) if p.name in names else
                                    ("ws", self._workspace_buffer(p.name)))
-                launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx)))
+                launches.append(_Launch(k, kern.grid, (kern.threads, 1, 1), kern.shared_bytes, tuple(idx),
+                                        kern.programmatic))
             self._loaded = (device, launches)
         return self._loaded[1]
 
@@ -394,7 +396,7 @@ class CompiledProgram:
                                  ctypes.c_void_p))
                 else:
                     args.append((ptrs[i], ctypes.c_void_p))
-            ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream)
+            ln.kernel.launch(ln.grid, ln.block, args, shared_bytes=ln.smem, stream=stream, programmatic=ln.programmatic)
 
     def __call__(self, *arrays, stream=None, **named):
         """Launch on ``arrays`` (positional, then ``named`` by tensor name; outputs left out are

@@ -931,13 +931,16 @@ class Kernel:
             self._layouts[types] = layout
         return layout
 
-    def launch(self, grid, block, args, *, shared_bytes: int = 0, stream=0) -> None:
+    def launch(self, grid, block, args, *, shared_bytes: int = 0, stream=0, programmatic: bool = False) -> None:
         """Launch on ``grid`` x ``block`` with ``args``, a list of (value, ctype) pairs.
 
         Pointers are ``(int or DeviceArray, ctypes.c_void_p)``, scalars e.g. ``(n, ctypes.c_int)``,
         and a ``__grid_constant__`` struct such as a 128-byte TMA descriptor is ``(its bytes,
         None)`` or ``(a ctypes Structure, its type)``.  ``stream`` is a raw handle (0 = the
-        legacy default stream) or a torch/CuPy stream object.
+        legacy default stream) or a torch/CuPy stream object.  ``programmatic`` launches it with
+        programmatic stream serialization (``cuLaunchKernelEx``): it may start before the previous
+        launch on the stream has completed, and must ``griddepcontrol.wait`` for it
+        (``ir.Kernel.programmatic``).
         """
         types, values = _layout_key(args)
         params = self._layout(types).pack(values)
@@ -950,14 +953,34 @@ class Kernel:
             stream = _stream_handle(stream)
         self._dev.make_current()
         try:
-            (err,) = self._launch(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream,
-                                  params, 0)
+            if programmatic:
+                (err,) = _launch_programmatic(self.handle, grid, block, shared_bytes, stream, params)
+            else:
+                (err,) = self._launch(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream,
+                                      params, 0)
         except Exception as e:
             raise LaunchError(f"cuLaunchKernel({self.name}) failed: {e}") from e
         if err:
             raise LaunchError(
                 f"cuLaunchKernel({self.name}, grid={tuple(grid)}, block={tuple(block)}, "
                 f"shared_bytes={shared_bytes}, stream={stream:#x}) failed with {_error_text(err)}")
+
+
+def _launch_programmatic(handle, grid, block, shared_bytes: int, stream: int, params) -> tuple:
+    """``cuLaunchKernelEx`` with the programmatic-stream-serialization attribute (a dependent
+    launch: see ``lower.transforms.launches``)."""
+    driver = _driver()
+    cfg = driver.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = shared_bytes
+    cfg.hStream = driver.CUstream(stream)
+    attr = driver.CUlaunchAttribute()
+    attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.programmaticStreamSerializationAllowed = 1
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return driver.cuLaunchKernelEx(cfg, handle, params, 0)
 
 
 def check_block_size(kernel: str, block, max_threads: int) -> None:

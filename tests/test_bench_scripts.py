@@ -10,7 +10,17 @@ import pytest
 
 import firesched as fs
 
-SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants"]
+SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
+           "bench.w4a16_split_cost"]
+
+
+def test_w4a16_split_cost_smoke():
+    from bench.w4a16_split_cost import main
+
+    rows = main(["--smoke"])
+    # both plans split K (two launches; one with the fix-up) and none spill
+    assert [(r["kernels"], r["fixup_kernels"], r["spills"]) for r in rows] == [(2, 1, 0), (2, 1, 0)]
+    assert all(r["programmatic"] == [False, True] for r in rows)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -58,8 +58,12 @@ def test_variant_compiles_and_matches_golden(name, update_golden):
             assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (arch, kname, r)
             assert r.stack_frame_bytes == 0, (arch, kname, r)
         sources[arch] = k.source
-    # the printed CUDA does not depend on the target; the cubins do
-    assert sources["sm_80"] == sources["sm_90a"]
+    # the printed CUDA does not depend on the target (the cubins do), except that on sm_90a a
+    # program's later kernels launch programmatically (lower.transforms.launches)
+    if len(k.program.kernels) == 1:
+        assert sources["sm_80"] == sources["sm_90a"]
+    else:
+        assert "griddepcontrol" not in sources["sm_80"] and "griddepcontrol.wait;" in sources["sm_90a"]
     path = GOLDEN / f"{name}.cu"
     if update_golden or not path.exists():
         if not update_golden:

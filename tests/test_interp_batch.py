@@ -55,10 +55,10 @@ def run(prog, feed, batch_threads, batches=None):
     ``KernelRun`` made is appended to ``batches``."""
     init = K.KernelRun.__init__
 
-    def record(self, kernel, memory, batch=1):
+    def record(self, kernel, memory, batch=1, pending=frozenset()):
         if batches is not None:
             batches.append(batch)
-        init(self, kernel, memory, batch)
+        init(self, kernel, memory, batch, pending)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(K, "BATCH_THREADS", batch_threads)

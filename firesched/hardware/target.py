@@ -58,6 +58,9 @@ class Target:
     has_wgmma: bool = False
     has_tma: bool = False
     has_clusters: bool = False
+    # griddepcontrol: a program's later kernels launched programmatically (they start while the
+    # kernel before finishes, and wait for it in the kernel)
+    has_pdl: bool = False
     smem_per_block: int = 48 * KIB  # without the opt-in (static shared memory limit)
     regs_per_thread: int = 255
     regs_per_sm: int = 65536
@@ -123,7 +126,7 @@ SM90A = Target(
     name="sm_90a", arch="sm_90a", sm_count=132, capability=(9, 0),
     smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
     families=_AMPERE_FAMILIES + SM90A_FAMILIES,
-    has_wgmma=True, has_tma=True, has_clusters=True,
+    has_wgmma=True, has_tma=True, has_clusters=True, has_pdl=True,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (SM70, SM80, SM86, SM89, SM90A)}

@@ -40,6 +40,7 @@ from .transforms import pipeline as pipe
 from .transforms import specialize as ws
 from .transforms import tile_moves as tm
 from .transforms.blocks import block_order
+from .transforms.launches import programmatic_launches
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
 REG_OVERHEAD = 40             # registers a kernel spends on addresses, loop state, predicates
@@ -62,7 +63,7 @@ def lower(sched: Schedule, target=None) -> ir.Program:
     checks.precheck(sched, tgt)
     pb = ProgramBuilder(sched, tgt)
     _launches(pb, sched.root, outer=())
-    return pb.program()
+    return programmatic_launches(pb.program(), tgt)
 
 
 def _launches(pb: ProgramBuilder, node: Node, outer: tuple) -> None:

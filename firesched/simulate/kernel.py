@@ -71,8 +71,11 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
         raise ValueError(f"run_program: inputs {missing} are not given")
 
     memory = {name: load_global(b, arrays.get(name)) for name, b in buffers.items()}
+    inputs = {b.name for b in program.inputs}
+    touched: set = set()                # buffers (not inputs) of the kernels run so far
     for k in program.kernels:
-        run_kernel(k, memory)
+        run_kernel(k, memory, pending=frozenset(touched) if getattr(k, "programmatic", False) else frozenset())
+        touched |= {(p.buffer if isinstance(p, ir.TensorMapParam) else p).name for p in k.params} - inputs
     return {name: unload_global(buffers[name], memory[name]) for name in buffers}
 
 
@@ -84,25 +87,27 @@ BATCH_THREADS = 2048
 _CLUSTER_ATOMS = frozenset({"tma_load_2d_multicast", "mbarrier_arrive_cluster", "barrier_cluster"})
 
 
-def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray], batch_threads: int | None = None) -> None:
+def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray], batch_threads: int | None = None,
+               pending: frozenset = frozenset()) -> None:
     """Run one kernel launch on flat global arrays (by buffer name), in place.
 
     ``batch_threads`` (default ``BATCH_THREADS``) bounds the threads of a batch of blocks run at
-    once; 1 runs the blocks one at a time."""
+    once; 1 runs the blocks one at a time.  ``pending``: the global buffers a programmatic launch
+    may touch only after ``griddep_wait`` (``families.griddep``)."""
     blocks = block_ids(kernel)
     limit = BATCH_THREADS if batch_threads is None else int(batch_threads)
     B = min(len(blocks), max(1, limit // max(int(kernel.threads), 1)))
     if B <= 1 or not batchable(kernel):
-        KernelRun(kernel, memory).run_blocks(blocks)
+        KernelRun(kernel, memory, pending=pending).run_blocks(blocks)
         return
     names = [(p.buffer if isinstance(p, ir.TensorMapParam) else p).name for p in kernel.params]
     saved = {n: memory[n].copy() for n in names if n in memory}
     try:
         full = len(blocks) // B * B
         if full:
-            KernelRun(kernel, memory, B).run_blocks(blocks[:full])
+            KernelRun(kernel, memory, B, pending).run_blocks(blocks[:full])
         if full < len(blocks):
-            KernelRun(kernel, memory, len(blocks) - full).run_blocks(blocks[full:])
+            KernelRun(kernel, memory, len(blocks) - full, pending).run_blocks(blocks[full:])
         return
     except HazardError:
         pass
@@ -113,7 +118,7 @@ def run_kernel(kernel: ir.Kernel, memory: dict[str, np.ndarray], batch_threads: 
             memory[n][...] = saved[n]
         else:
             memory.pop(n, None)
-    KernelRun(kernel, memory).run_blocks(blocks)
+    KernelRun(kernel, memory, pending=pending).run_blocks(blocks)
 
 
 def block_ids(kernel: ir.Kernel) -> list[tuple[int, int, int]]:
@@ -169,13 +174,14 @@ def _atoms(body) -> list:
 class KernelRun:
     """One launch of a kernel: the parts of the model, the block loop, statement execution."""
 
-    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray], batch: int = 1):
+    def __init__(self, kernel: ir.Kernel, memory: dict[str, np.ndarray], batch: int = 1,
+                 pending: frozenset = frozenset()):
         self.kernel = kernel
         self.ctx = ctx = Lockstep(kernel, batch)
         families = families_of(kernel.body)
         # the sm_90a bookkeeping (proxy fences, TMA tags, observed phases) costs time; only kernels
         # that use sm_90a atoms, tensor maps or mbarriers pay for it
-        self.sm90 = bool(families & set(sm90a.FAMILIES)) or any(
+        self.sm90 = bool(families & (set(sm90a.FAMILIES) - {sm90a.GRIDDEP})) or any(
             isinstance(p, ir.TensorMapParam) for p in kernel.params) or any(
             isinstance(b, ir.MBarrier) for b in kernel.shared)
         track_wgmma = sm90a.WGMMA in families
@@ -184,6 +190,7 @@ class KernelRun:
         self.order = Order(ctx.T, self.sm90, nbars * ctx.C, group=ctx.Tc if batch > 1 else 0)
         self.bars = MBarriers(kernel, ctx, self.order)
         self.mem = Memory(kernel, memory, ctx, self.order, self.bars, self.sm90)
+        self.mem.pending = pending
         # flags and exchange workspaces live across the launch's blocks
         self.xchg = Exchange(kernel, self.order, ctx.T) if FLAG in families or any(
             isinstance(p, ir.GlobalBuffer) and p.exchange for p in kernel.params) else None

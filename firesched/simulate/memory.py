@@ -267,15 +267,29 @@ class Memory:
             b = p.buffer if isinstance(p, ir.TensorMapParam) else p
             if b.name not in arrays:
                 arrays[b.name] = np.zeros(b.size, dtype=b.dtype.np)
+        self.kernel_name = kernel.name
         self.globals = {p.name: p for p in kernel.params if not isinstance(p, ir.TensorMapParam)}
         self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
         offsets = kernel.shared_offsets()
         self.shared = {b.name: Shared(b, offsets[b.name], sm90, ctx.C) for b in kernel.shared}
         self.xchg = None                    # the launch's flags (``families.flags.Exchange``), if any
+        # a programmatic launch: buffers it may touch only after griddep_wait (``families.griddep``)
+        self.pending: frozenset = frozenset()
+        self.waited = np.zeros(ctx.T, dtype=bool)
 
     def reset(self):
         for sh in self.shared.values():
             sh.reset()
+        self.waited[:] = False
+
+    def check_dependent(self, name: str) -> None:
+        """A programmatic launch touches global buffer ``name``: an earlier kernel of the program
+        touched it too, so every thread must have waited for that kernel first."""
+        if name in self.pending and not self.waited.all():
+            self.ctx.hazard(f"kernel {self.kernel_name!r} is launched programmatically (it may run while the "
+                            f"kernel before it finishes) and touches {name!r}, which an earlier kernel of the "
+                            f"program also touches, before every thread has executed griddep_wait",
+                            on=f"GL buffer {name!r}")
 
     # ----------------------------------------------------------------- buffers and addresses
 
@@ -291,6 +305,8 @@ class Memory:
             known = self.globals.get(buf.name)
             if known is not buf and known != buf:
                 self.ctx.hazard(f"global buffer {buf.name!r} is not a parameter of the kernel")
+            if self.pending:
+                self.check_dependent(buf.name)
             return None
         raise InternalError(f"MemRef to {buf!r}, which is neither global nor shared")
 

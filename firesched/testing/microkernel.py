@@ -437,6 +437,24 @@ def _flag_plan(atom, d) -> _Plan:
     return _Plan(_program(atom, (flags,), out, body, regs=(r,)), expected_wait, nonzero=("flags",))
 
 
+# --------------------------------------------------------------------------- GRIDDEP
+
+def _griddep_plan(atom, d) -> _Plan:
+    """griddepcontrol.launch_dependents / .wait in a kernel launched the ordinary way (the wait
+    returns at once, the trigger has no dependent): thread t issues it, then stores 7 to
+    ``out[t]``."""
+    if d is not None:
+        raise ValueError(f"atom_program: {atom.name} moves no data; pass dtype=None")
+    out = _gbuf("out", dt.i32, (WARP_THREADS,), "out")
+    r = ir.RegBuffer("r", dt.i32, 1)
+    body = [_call(atom, comment=UNDER_TEST), ir.RegFill(ir.RegRef(r, 0), 1, 7.0),
+            _call(_copy_atom("st_global", 4), dst=ir.MemRef(out, _TID), src=ir.RegRef(r, 0))]
+
+    def expected(inputs):
+        return np.full(WARP_THREADS, 7, dtype=np.int32)
+    return _Plan(_program(atom, (), out, body, regs=(r,)), expected)
+
+
 # --------------------------------------------------------------------------- CONVERT
 
 def _convert_plan(atom, d) -> _Plan:
@@ -1133,6 +1151,9 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
         return tma_store_program(d or dt.f16, wait="all" if atom is sm90a.tma_wait else "read")
     if fam == sm90a.MBARRIER:
         return tma_load_program(d or dt.f16, arrivals="all" if atom is sm90a.mbarrier_arrive else "one")
+    if fam == sm90a.GRIDDEP:
+        plan = _griddep_plan(atom, d)
+        return plan.program, plan.random(0), plan.expected
     if fam == sm90a.FENCE:
         if atom is sm90a.fence_proxy_async:
             return tma_store_program(d or dt.f16)

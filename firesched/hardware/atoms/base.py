@@ -51,7 +51,8 @@ SETMAXNREG = "setmaxnreg"  # warpgroup register reallocation
 STMATRIX = "stmatrix"      # warp-collective register -> shared 8x8 matrix store
 CLUSTER = "cluster"        # barrier.cluster (every thread of every block of the cluster)
 DSMEM = "dsmem"            # a thread's load from another cluster block's shared memory (mapa + ld.shared::cluster)
-SM90A_FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER, DSMEM)
+GRIDDEP = "griddep"        # griddepcontrol: a programmatic launch's trigger and wait
+SM90A_FAMILIES = (WGMMA, WGMMA_SYNC, TMA, MBARRIER, FENCE, SETMAXNREG, STMATRIX, CLUSTER, DSMEM, GRIDDEP)
 
 _REG_CONSTRAINT = {16: "h", 32: "r", 64: "l"}
 

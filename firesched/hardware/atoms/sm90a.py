@@ -39,6 +39,9 @@ Families (``Atom.family``):
   at the offset its own block's copy of the buffer has; ``st_async_cluster_4``: the push the other
   way, a 4-byte ``st.async`` into that block's shared memory completing transaction bytes on its
   mbarrier.
+* ``griddep`` — ``griddepcontrol.launch_dependents`` and ``griddepcontrol.wait``: a kernel
+  launched programmatically (``ir.Kernel.programmatic``) may start while the one before it in the
+  stream finishes; it waits before touching what that one wrote.
 
 Register operands that carry no tile (descriptors, coordinates, counts, ``scale_d``) have no TV
 layout; ``is_descriptor`` and ``is_scalar`` tell them apart.
@@ -78,6 +81,7 @@ from .base import (  # noqa: F401  (the family names, re-exported)
     CLUSTER,
     DSMEM,
     FENCE,
+    GRIDDEP,
     MBARRIER,
     SETMAXNREG,
     SM90A_FAMILIES,
@@ -491,6 +495,22 @@ STMATRIX_ATOMS = (stmatrix_x1, stmatrix_x2, stmatrix_x4, stmatrix_x1_trans, stma
                   stmatrix_x4_trans)
 
 
+# --------------------------------------------------------------------------- programmatic launches
+
+griddep_launch_dependents = Atom(
+    name="griddep_launch_dependents", family=GRIDDEP, group=THREAD, kind="Sync", shape=(), dtypes=(), operands=(),
+    ptx="griddepcontrol.launch_dependents;", min_target="sm_90a", catalog=CATALOG,
+    doc="Let the next kernel of the stream, launched programmatically, start once every block of this grid "
+        "has issued this (or exited): its blocks become resident while this grid finishes.  It orders no "
+        "memory: the dependent kernel must still wait (griddep_wait) before touching what this one writes.")
+
+griddep_wait = Atom(
+    name="griddep_wait", family=GRIDDEP, group=THREAD, kind="Sync", shape=(), dtypes=(), operands=(),
+    ptx="griddepcontrol.wait;", min_target="sm_90a", catalog=CATALOG,
+    doc="In a programmatically launched kernel: wait until the grids it depends on have completed and their "
+        "memory operations are visible (a no-op in a kernel launched the ordinary way).")
+
+
 ATOMS: tuple[Atom, ...] = (
     *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
     tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_load_4d, tma_load_5d,
@@ -499,7 +519,7 @@ ATOMS: tuple[Atom, ...] = (
     mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_try_wait_cluster,
     mbarrier_arrive_cluster,
     fence_proxy_async, fence_mbarrier_init, setmaxnreg_inc, setmaxnreg_dec, barrier_cluster,
-    ld_shared_cluster_4, st_async_cluster_4, *STMATRIX_ATOMS,
+    ld_shared_cluster_4, st_async_cluster_4, *STMATRIX_ATOMS, griddep_launch_dependents, griddep_wait,
 )
 
 __all__ = ["ATOMS", "WGMMA_ATOMS", "STMATRIX_ATOMS", "TMA_LOADS", "TMA_STORES", "FAMILIES", "SmemDescriptor", "smem_descriptor",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...hardware.atoms import base as atoms
 from ...hardware.atoms import sm90a
-from . import barriers, collectives, conversions, copies, flags, tma, wgmma
+from . import barriers, collectives, conversions, copies, flags, griddep, tma, wgmma
 
 EXECUTORS = {
     atoms.COPY: copies.copy,
@@ -31,6 +31,7 @@ EXECUTORS = {
     sm90a.STMATRIX: collectives.stmatrix,
     sm90a.CLUSTER: barriers.cluster,
     sm90a.DSMEM: copies.dsmem,
+    sm90a.GRIDDEP: griddep.griddep,
 }
 
 __all__ = ["EXECUTORS"]

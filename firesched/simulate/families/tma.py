@@ -50,6 +50,8 @@ def _tmap(k, s) -> ir.TensorMapParam:
     tm = s.arg("tmap")
     if not isinstance(tm, ir.TensorMapParam) or k.mem.tmaps.get(tm.name) != tm:
         k.ctx.hazard(f"{describe(s)}: operand tmap must be a TensorMapParam of the kernel, not {tm!r}")
+    if k.mem.pending:
+        k.mem.check_dependent(tm.buffer.name)
     return tm
 
 

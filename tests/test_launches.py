@@ -1,0 +1,86 @@
+"""Programmatic dependent launches (``lower.transforms.launches``): on sm_90a a program's later
+kernels launch programmatically, each kernel but the last lets the next start
+(``griddep_launch_dependents``) and each but the first waits for the one before
+(``griddep_wait``); the interpreter reports a programmatic kernel touching an earlier kernel's
+buffers before its wait."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+import firesched as fs
+from firesched import ir
+from firesched import simulate as interp
+from firesched.errors import HazardError
+from firesched.hardware.target import SM80, SM90A
+from firesched.lower.transforms.launches import programmatic_launches
+from firesched.testing import assert_schedule_correct
+
+
+def _head(kernel, n=2):
+    return [s.atom.name for s in kernel.body.body[:n] if isinstance(s, ir.AtomCall)]
+
+
+def _split(arch="sm_90a", **kw):
+    return fs.recipes.gemm(100, 136, 1000, "f16", arch, split_k_blocks=3, **kw)
+
+
+def test_split_k_reduction_launches_programmatically():
+    prog = _split(block_m=64, block_n=64).lower(SM90A)
+    first, second = prog.kernels
+    assert (first.programmatic, second.programmatic) == (False, True)
+    assert _head(first) == ["griddep_launch_dependents"]
+    assert _head(second) == ["griddep_wait"]
+    src = fs.compile(_split(block_m=64, block_n=64), arch="sm_90a").source
+    assert "griddepcontrol.launch_dependents;" in src and "griddepcontrol.wait;" in src
+
+
+def test_three_kernels_chain():
+    """A padded A (K not a multiple of 8), a split product, its reduction: the middle kernel
+    both waits and triggers."""
+    sched = fs.recipes.gemm(100, 136, 1001, "f16", "sm_90a", split_k_blocks=2, block_m=64, block_n=64)
+    prog = sched.lower(SM90A)
+    assert [k.programmatic for k in prog.kernels] == [False, True, True]
+    assert _head(prog.kernels[1]) == ["griddep_wait", "griddep_launch_dependents"]
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_untouched_where_it_cannot_or_need_not():
+    prog = _split(atoms="sm80").lower(SM80)              # sm_80 has no griddepcontrol
+    assert not any(k.programmatic for k in prog.kernels)
+    assert "griddep" not in str(prog.kernels[1].body)
+    one = fs.recipes.gemm(256, 256, 256, "f16", "sm_90a").lower(SM90A)
+    assert len(one.kernels) == 1 and not one.kernels[0].programmatic
+    assert programmatic_launches(one, SM90A) is one
+
+
+def test_the_wait_is_checked():
+    prog = _split(block_m=64, block_n=64).lower(SM90A)
+    rng = np.random.default_rng(0)
+    feed = {"A": rng.standard_normal((100, 1000)), "B": rng.standard_normal((1000, 136))}
+    interp.run_program(prog, dict(feed))                     # as lowered: clean
+    k = prog.kernels[1]
+    body = ir.Seq(tuple(s for s in k.body.body if not (isinstance(s, ir.AtomCall) and s.atom.name == "griddep_wait")))
+    planted = attrs.evolve(prog, kernels=(prog.kernels[0], attrs.evolve(k, body=body)))
+    with pytest.raises(HazardError, match="launched programmatically"):
+        interp.run_program(planted, dict(feed))
+    # the same kernel launched the ordinary way needs no wait
+    ordinary = attrs.evolve(planted, kernels=(prog.kernels[0], attrs.evolve(planted.kernels[1], programmatic=False)))
+    interp.run_program(ordinary, dict(feed))
+
+
+def test_a_wait_after_a_tma_load_is_too_late():
+    """The product after a padding copy reads the padded A by TMA: the check covers tensor maps."""
+    prog = fs.recipes.gemm(100, 136, 1001, "f16", "sm_90a", block_m=64, block_n=64).lower(SM90A)
+    assert [k.name for k in prog.kernels] == ["firesched_pad_A", "firesched_matmul"]
+    k = prog.kernels[1]
+    wait, rest = k.body.body[0], k.body.body[1:]
+    assert wait.atom.name == "griddep_wait"
+    planted = attrs.evolve(prog, kernels=(prog.kernels[0], attrs.evolve(k, body=ir.Seq((*rest, wait)))))
+    rng = np.random.default_rng(1)
+    feed = {"A": rng.standard_normal((100, 1001)), "B": rng.standard_normal((1001, 136))}
+    interp.run_program(prog, dict(feed))
+    with pytest.raises(HazardError, match="griddep_wait"):
+        interp.run_program(planted, dict(feed))
