@@ -22,6 +22,7 @@ from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
 from firesched.hardware.target import SM90A
 from firesched.strategies import to_blocks
+from firesched.testing.planting import map_leaves
 
 CLUSTER = dict(atoms="sm90a", warp_specialized=True, cluster=2)
 
@@ -106,24 +107,11 @@ def test_compiles_without_spills(kw):
 
 # --------------------------------------------------------------------------- planted protocol errors
 
-def _map(stmt, fn):
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, ir.For):
-        return attrs.evolve(stmt, body=_map(stmt.body, fn))
-    if isinstance(stmt, ir.If):
-        then = _map(stmt.then, fn)
-        return None if then is None else attrs.evolve(stmt, then=then)
-    if isinstance(stmt, ir.Roles):
-        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
-    return fn(stmt)
-
-
 def _planted(fn, M=256, N=256, K=192):
     sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **CLUSTER, block_m=64, block_n=128, stages=2, persistent=True)
     prog = sched.lower(_sms(2))
     (k,) = prog.kernels
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, fn)),))
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=map_leaves(k.body, fn)),))
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
     interp.run_program(prog, dict(feed))        # the unplanted kernel runs clean

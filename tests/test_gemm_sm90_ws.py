@@ -18,6 +18,7 @@ from firesched.errors import HazardError, ScheduleError
 from firesched.hardware.atoms import sm90a
 from firesched.hardware.target import SM90A
 from firesched.strategies import pipeline, tile, to_blocks, warp_specialize
+from firesched.testing.planting import map_leaves
 
 #: a Hopper with two SMs, so that small problems give each persistent block several tiles
 TWO_SMS = attrs.evolve(SM90A, sm_count=2)
@@ -115,26 +116,12 @@ def test_one_block_per_sm():
 
 # --------------------------------------------------------------------------- planted hazards
 
-def _map(stmt, fn):
-    """``stmt`` with ``fn`` applied to every leaf statement (None drops it)."""
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, ir.For):
-        return attrs.evolve(stmt, body=_map(stmt.body, fn))
-    if isinstance(stmt, ir.If):
-        then = _map(stmt.then, fn)
-        return None if then is None else attrs.evolve(stmt, then=then)
-    if isinstance(stmt, ir.Roles):
-        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
-    return fn(stmt)
-
-
 def _planted(fn, M=256, N=128, K=256, **kw):
     kw = dict(dict(block_m=128, block_n=64, stages=2), **kw)
     sched = fs.recipes.gemm(M, N, K, arch="sm_90a", **PERSISTENT, **kw)
     prog = sched.lower(TWO_SMS)
     (k,) = prog.kernels
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, fn)),))
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=map_leaves(k.body, fn)),))
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
     interp.run_program(prog, dict(feed))        # the unplanted kernel runs clean
@@ -441,7 +428,7 @@ def test_bias_goes_through_shared_memory():
     def drop_free_barrier(s):
         return None if isinstance(s, ir.Barrier) and "buffer is free" in s.comment else s
 
-    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=_map(k.body, drop_free_barrier)),))
+    bad = attrs.evolve(prog, kernels=(attrs.evolve(k, body=map_leaves(k.body, drop_free_barrier)),))
     with pytest.raises(HazardError, match="race"):
         interp.run_program(bad, dict(feed))
 

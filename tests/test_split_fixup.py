@@ -34,6 +34,7 @@ from firesched.strategies import (
     warp_specialize,
 )
 from firesched.testing import assert_schedule_correct
+from firesched.testing.planting import planted
 
 BLOCK = fs.BLOCK
 
@@ -146,18 +147,6 @@ def test_w4a16_recipe(params, arch, M, N, K, gs):
 
 # --------------------------------------------------------------------------- planted hazards
 
-def _map(stmt, fn):
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, (ir.For, ir.If)):
-        field = "body" if isinstance(stmt, ir.For) else "then"
-        inner = _map(getattr(stmt, field), fn)
-        return None if inner is None else attrs.evolve(stmt, **{field: inner})
-    if isinstance(stmt, ir.Roles):
-        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
-    return fn(stmt)
-
-
 def _atom(name):
     return lambda s: isinstance(s, ir.AtomCall) and s.atom.name == name
 
@@ -195,12 +184,10 @@ def test_planted_hazard(fn, words, ws):
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
     interp.run_program(prog, dict(feed))            # the unplanted program runs clean
-    kernels = list(prog.kernels)
-    planted = attrs.evolve(kernels[-1], body=_map(kernels[-1].body, fn))
-    assert planted != kernels[-1]
-    kernels[-1] = planted
+    bad = planted(prog, fn)
+    assert bad != prog
     with pytest.raises(HazardError, match=words):
-        interp.run_program(attrs.evolve(prog, kernels=tuple(kernels)), dict(feed))
+        interp.run_program(bad, dict(feed))
 
 
 # --------------------------------------------------------------------------- errors

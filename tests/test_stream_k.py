@@ -32,6 +32,7 @@ from firesched.strategies import (
     to_warps,
     warp_specialize,
 )
+from firesched.testing.planting import planted
 
 
 def _sms(target, n):
@@ -192,18 +193,6 @@ def test_errors():
 
 # --------------------------------------------------------------------------- the flag protocol
 
-def _map(stmt, fn):
-    if isinstance(stmt, ir.Seq):
-        return ir.Seq(tuple(x for x in (_map(s, fn) for s in stmt.body) if x is not None))
-    if isinstance(stmt, (ir.For, ir.If)):
-        field = "body" if isinstance(stmt, ir.For) else "then"
-        inner = _map(getattr(stmt, field), fn)
-        return None if inner is None else attrs.evolve(stmt, **{field: inner})
-    if isinstance(stmt, ir.Roles):
-        return ir.Roles(tuple(attrs.evolve(r, body=_map(r.body, fn)) for r in stmt.roles))
-    return fn(stmt)
-
-
 def _flag_store(value):
     return lambda s: None if (isinstance(s, ir.AtomCall) and s.atom.name == "flag_store"
                               and s.arg("value").value == value) else s
@@ -232,10 +221,8 @@ def test_planted_hazard(fn, words, ws):
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
     interp.run_program(prog, dict(feed))            # the unplanted program runs clean
-    kernels = list(prog.kernels)
-    kernels[-1] = attrs.evolve(kernels[-1], body=_map(kernels[-1].body, fn))
     with pytest.raises(HazardError, match=words):
-        interp.run_program(attrs.evolve(prog, kernels=tuple(kernels)), dict(feed))
+        interp.run_program(planted(prog, fn), dict(feed))
 
 
 def test_compiles_without_spills():

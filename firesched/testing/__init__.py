@@ -10,7 +10,9 @@ and one-atom microkernels.
 * ``schedules(spec)``, ``strategy_chains(spec)``, ``refused_chains(spec)``, ``arrays_for(spec)``
   (``testing.strategies``): Hypothesis strategies.  Hypothesis is a development dependency: these
   four are imported on first use, and say ``pip install hypothesis`` when it is missing;
-* ``microkernel``: one-atom test kernels for the atom catalog.
+* ``microkernel``: one-atom test kernels for the atom catalog;
+* ``planting``: ``map_leaves`` / ``planted``, to plant a protocol error in a lowered program and
+  show that the interpreter reports it.
 
 ``docs/tutorials/property-testing.md`` walks through them.
 """
