@@ -101,7 +101,7 @@ def test_against_numpy(M, N, K, parts, fam):
 
 def test_grouped_block_order():
     """The fix-up's tile index follows the grouped walk: the slots stay one per block."""
-    M, N, K = 300, 200, 600
+    M, N, K = 200, 136, 300
     sched = _spec(M, N, K).schedule(*_sm80_chain(3, group=2))
     _check(sched, M, N, K, SM80)
 
@@ -178,8 +178,8 @@ PLANTED = [
 @pytest.mark.parametrize("ws", [True, False], ids=["specialized", "one-role"])
 @pytest.mark.parametrize("fn, words", [p.values for p in PLANTED], ids=[p.id for p in PLANTED])
 def test_planted_hazard(fn, words, ws):
-    M, N, K = 200, 136, 450
-    sched = _spec(M, N, K).schedule(*_sm90_chain(3, ws=ws))          # 2 partners a tile
+    M, N, K = 100, 128, 450
+    sched = _spec(M, N, K).schedule(*_sm90_chain(3, ws=ws))          # one tile, 2 partners
     prog = sched.lower(SM90A)
     rng = np.random.default_rng(0)
     feed = {"A": rng.standard_normal((M, K)), "B": rng.standard_normal((K, N))}
