@@ -26,11 +26,11 @@ partner), and the top block loads several partners' vectors at once::
                     for each chunk of vectors: load it from every partner, then add part -1, -2, ...
                     barrier; thread 0: counter[tile] = 0
 
-A partial
-tile is kept in the order of the registers, not of the tile: the block that adds it has the same
-fragment layout, so thread t's vector j sits at ``((j * threads) + t) * 4`` of the block's slot —
-consecutive threads write consecutive 16-byte vectors, whatever the layout.  The additions happen
-in a fixed order (the partners from ``slot - 1`` down), so the result is the same bits run to run.
+A partial tile is kept in the order of the registers, not of the tile: the block that adds it has
+the same fragment layout, so thread t's vector j sits at ``((j * threads) + t) * 4`` of the
+block's slot — consecutive threads write consecutive 16-byte vectors, whatever the layout.  The
+additions happen in a fixed order (the partners from ``slot - 1`` down), so the result is the same
+bits run to run.
 """
 
 from __future__ import annotations

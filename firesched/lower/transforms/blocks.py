@@ -337,7 +337,8 @@ def _split_fixup(order: BlockOrder, loops, fixups, node, cluster: int) -> BlockO
     """The fix-up of ``split_k(..., combine="fixup")`` over ``order``'s walk: tile = the other
     block loops' tiles, row-major; slot ``kp + parts * tile``, so a tile's parts hold consecutive
     slots.  A part waits for the lower parts of its tile; their blocks come earlier in the walk
-    (lower block ids, or earlier or equal steps of a persistent grid), so it cannot deadlock."""
+    (lower block ids: ``split_k`` comes before ``to_blocks``, so its loop is the outermost of the
+    grid, and the GPU starts lower ids first), so it cannot deadlock."""
     if len(fixups) > 1:
         raise err(node, "two split_k(..., combine='fixup') loops over one launch", fix="apply split_k(...) once")
     # a persistent block walks several tiles: one of its top parts could wait for a partner that a

@@ -119,18 +119,18 @@ class Exchange:
         self.set.pop(key, None)
         self.source.pop(key, None)
 
-    def wait(self, ctx, key, thr: np.ndarray, value: int, need: int = 1) -> None:
-        """Threads ``thr`` wait until flag ``key`` (now ``value``) is at least ``need``."""
+    def wait(self, ctx, key, thr: np.ndarray, value: int, need: int = 1, count: bool = False) -> None:
+        """Threads ``thr`` wait until flag ``key`` (now ``value``) is non-zero, or with ``count``
+        at least ``need``."""
         if value < need:
             what = "set" if need == 1 else f"brought to {need} (it is {value})"
             ctx.hazard(f"block {self.block} waits on flag {key[0]}[{key[1]}], which no earlier block has {what}: "
                        f"on the GPU it would wait for a block that starts after it, or forever",
                        thread=int(thr[0]), on=f"GL buffer {key[0]!r}")
-        srcs = self.source.get(key, ())
-        # a wait for fewer than all the additions made so far may return after any `need` of them:
-        # none of them in particular is acquired
-        for wb, count in srcs if need >= len(srcs) else ():
-            self.acq[thr, wb] = np.maximum(self.acq[thr, wb], count)
+        # a wait for less than the count the additions so far reached may return after any of them
+        # have landed: none of them in particular is acquired
+        for wb, n in self.source.get(key, ()) if not count or need >= value else ():
+            self.acq[thr, wb] = np.maximum(self.acq[thr, wb], n)
         self.pollers.setdefault(key, []).extend(zip(thr.tolist(), self.order.own(thr).tolist()))
 
     def check_end(self, ctx) -> None:
@@ -176,4 +176,4 @@ def flag(k, s):
         raise InternalError(f"{describe(s)}: unknown flag atom {s.atom.name}")
     for o, n in sorted(set(zip(off.tolist(), need.tolist()))):
         thr = on[(off == o) & (need == n)]
-        xchg.wait(ctx, (ref.buffer.name, o), thr, int(data[o]), n)
+        xchg.wait(ctx, (ref.buffer.name, o), thr, int(data[o]), n, count=s.atom.name == "flag_wait_count")
