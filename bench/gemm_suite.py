@@ -5,6 +5,7 @@ choice) against cuBLAS on 34 shapes, in one process, interleaved.
     PYTHONPATH=. python bench/gemm_suite.py --tuned --limit 12  # tune each shape first (f16)
     PYTHONPATH=. python bench/gemm_suite.py --fused             # + bias + ReLU vs torch._addmm_activation
     PYTHONPATH=. python bench/gemm_suite.py --smoke             # tiny shapes, no GPU needed: build, check, compile
+    PYTHONPATH=. python bench/gemm_suite.py --only 12,23 --old ../other  # also that checkout's kernel, same rounds
 
 Shapes: M from 1 to 16384 (1, 8, 16, 64, 128, primes, a few thousand), N and K from 256 to
 16384, skinny both ways, few-tile problems and unaligned leading dimensions.  Timing:
@@ -104,6 +105,18 @@ def gpu_row(torch, M, N, K, what, dt, args) -> dict:
     fns["ours"] = call(k)
     if tuned is not None:
         fns["tuned"] = call(kt)
+    if args.old:
+        from bench.ab_versions import load_other
+
+        other = load_other(args.old)
+        ko = other.compile(other.recipes.gemm(M, N, K, dt, ARCH, epilogue_ops=epi), arch=ARCH)
+        ko.prepare(torch.cuda.current_device())
+        C.fill_(float("nan"))
+        ko(a, b, bias, C=C) if args.fused else ko(a, b, C=C)
+        err_old = ((C.float() - want).norm() / want.norm()).item()
+        if not err_old < 2e-2:
+            raise SystemExit(f"{M}x{N}x{K} {dt}: --old's default kernel is wrong (relative error {err_old:.2e})")
+        fns["old"] = call(ko)
     if args.fused:
         fns["peer"] = lambda i: torch._addmm_activation(sets[i % n][2], sets[i % n][0], sets[i % n][1],
                                                         use_gelu=False)
@@ -115,6 +128,8 @@ def gpu_row(torch, M, N, K, what, dt, args) -> dict:
                ours_us=us["ours"], peer_us=us["peer"], ours_tflops=flops / us["ours"] / 1e6,
                peer_tflops=flops / us["peer"] / 1e6, ratio=us["peer"] / us["ours"],
                default=str(fs.recipes.tiles.default_params(M, N, K, get_target(ARCH))))
+    if args.old:
+        row.update(old_us=us["old"], old_ratio=us["peer"] / us["old"], new_vs_old=us["old"] / us["ours"])
     if tuned is not None:
         row.update(tuned_us=us["tuned"], tuned_ratio=us["peer"] / us["tuned"], tuned_params=str(tuned.params),
                    tune_seconds=tuned.seconds, tune_from_cache=tuned.from_cache,
@@ -181,6 +196,7 @@ def main(argv=None) -> list:
     p.add_argument("--tune-rounds", type=int, default=5)
     p.add_argument("--only", default="", help="comma-separated indices into SHAPES")
     p.add_argument("--smoke", action="store_true", help="build and compile tiny shapes; no GPU")
+    p.add_argument("--old", default="", help="another checkout whose default kernel is timed in the same rounds")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     if args.smoke:
@@ -200,6 +216,7 @@ def main(argv=None) -> list:
             r = gpu_row(torch, M, N, K, what, dt, args)
             rows.append(r)
             extra = f"  tuned {r['tuned_ratio']:.2f} ({r['tune_seconds']:.0f} s)" if "tuned_ratio" in r else ""
+            extra += f"  old {r['old_ratio']:.2f} (new / old time {1 / r['new_vs_old']:.3f})" if "old_ratio" in r else ""
             print(f"{dt:4s} {M:6d}x{N:6d}x{K:6d} {what:22s} ours {r['ours_tflops']:6.1f}  peer {r['peer_tflops']:6.1f}"
                   f"  ratio {r['ratio']:.2f}{extra}", flush=True)
     summary = {dt: dict(geomean=geomean(r["ratio"] for r in rows if r["dtype"] == dt),
