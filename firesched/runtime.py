@@ -848,7 +848,7 @@ class Kernel:
     """One ``__global__`` function of a loaded module, ready to launch on its device."""
 
     __slots__ = ("name", "module", "device", "handle", "static_smem_bytes", "max_threads",
-                 "_dev", "_dyn_allowed", "_optin", "_layouts", "_param_sizes", "_launch",
+                 "_dev", "_dyn_allowed", "_optin", "_layouts", "_param_sizes", "_launch", "_pdl_configs",
                  "__weakref__")
 
     def __init__(self, module: LoadedModule, name: str, handle, params: int | None = None):
@@ -874,6 +874,8 @@ class Kernel:
         except LaunchError as e:
             raise LaunchError(f"kernel {name}: {e}") from None
         self._launch = driver.cuLaunchKernel
+        # programmatic launches' configurations, by (grid, block, shared bytes, stream): built once
+        self._pdl_configs: dict[tuple, object] = {}
 
     def __repr__(self) -> str:
         return f"Kernel({self.name!r}, device={self.device})"
@@ -954,7 +956,11 @@ class Kernel:
         self._dev.make_current()
         try:
             if programmatic:
-                (err,) = _launch_programmatic(self.handle, grid, block, shared_bytes, stream, params)
+                key = (tuple(grid), tuple(block), shared_bytes, stream)
+                cfg = self._pdl_configs.get(key)
+                if cfg is None:
+                    cfg = self._pdl_configs.setdefault(key, _programmatic_config(grid, block, shared_bytes, stream))
+                (err,) = _driver().cuLaunchKernelEx(cfg, self.handle, params, 0)
             else:
                 (err,) = self._launch(self.handle, gx, gy, gz, bx, by, bz, shared_bytes, stream,
                                       params, 0)
@@ -966,9 +972,9 @@ class Kernel:
                 f"shared_bytes={shared_bytes}, stream={stream:#x}) failed with {_error_text(err)}")
 
 
-def _launch_programmatic(handle, grid, block, shared_bytes: int, stream: int, params) -> tuple:
-    """``cuLaunchKernelEx`` with the programmatic-stream-serialization attribute (a dependent
-    launch: see ``lower.transforms.launches``)."""
+def _programmatic_config(grid, block, shared_bytes: int, stream: int):
+    """The ``cuLaunchKernelEx`` configuration of a launch with the programmatic-stream-
+    serialization attribute (a dependent launch: see ``lower.transforms.launches``)."""
     driver = _driver()
     cfg = driver.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
@@ -980,7 +986,7 @@ def _launch_programmatic(handle, grid, block, shared_bytes: int, stream: int, pa
     attr.value.programmaticStreamSerializationAllowed = 1
     cfg.attrs = [attr]
     cfg.numAttrs = 1
-    return driver.cuLaunchKernelEx(cfg, handle, params, 0)
+    return cfg
 
 
 def check_block_size(kernel: str, block, max_threads: int) -> None:

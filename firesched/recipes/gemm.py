@@ -307,7 +307,7 @@ def gemm(M: int, N: int, K: int, dtype: str = "f16", arch: str | None = None, *,
         # registers) fit only block_n <= 128, so they specialize when asked
         ws = (bm <= 192 or bool(swap_ab)) if warp_specialized is None else warp_specialized
         # a fix-up's last part waits for blocks before it in the walk: one tile a block
-        fixup_split = bool(split_k_fixup) and (split_k_blocks or 1) > 1
+        fixup_split = _fixup_flag(split_k_fixup) and isinstance(split_k_blocks, int) and split_k_blocks > 1
         per = (ws and not fixup_split) if persistent is None else persistent
         # clusters are an option, not the default: pairs sharing B measured within -3 % .. +2 % of
         # single blocks at 4096^3 and 8192^3 on an H100, timed interleaved (bench/README.md)

@@ -29,7 +29,7 @@ from ...hardware.atoms import sm90a
 def programmatic_launches(prog: ir.Program, target) -> ir.Program:
     """``prog`` with its later kernels launched programmatically where ``target`` can."""
     n = len(prog.kernels)
-    if n < 2 or not getattr(target, "has_pdl", False):
+    if n < 2 or not target.has_pdl:
         return prog
     kernels = []
     for i, k in enumerate(prog.kernels):
