@@ -3,10 +3,14 @@ recipe at one shape, interleaved with torch's peer: the measurements behind ``ro
 
     PYTHONPATH=. python bench/row_plans.py --op softmax --shape 4096x65536
     PYTHONPATH=. python bench/row_plans.py --op rmsnorm --shape 1024x262144 --threads 512,1024 --values 16,32
+    PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 4096x65536 --row-memory RF,SH --occupancy 0,4,6
 
 Each plan splits the row over a thread-block cluster of the fewest blocks (2, 4 or 8) whose
 ``threads x values`` elements hold their part, or one block when it fits.  Timing as in
-``bench/rows.py`` (ours, peer, ours, peer ..., inputs rotated past L2, median of rounds).
+``bench/rows.py`` (``firesched.timing.interleaved``: ours, peer, ours, peer ... through CUDA graphs,
+inputs rotated past L2, median of rounds).  ``--row-memory RF,SH`` times each plan with the row
+held in registers and in shared memory (``RowPlan.row_memory``); ``--occupancy`` the blocks per
+SM to ask for; ``--exchange`` how a cluster's blocks combine (``push`` by default, as the recipes).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 
 import attrs
@@ -23,8 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
-from bench.gemm import L2_BYTES, time_ms  # noqa: E402
+from bench.gemm import L2_BYTES  # noqa: E402
 from bench.rows import _inputs, _outputs, _peer, bytes_moved  # noqa: E402
+from firesched import timing  # noqa: E402
 from firesched.recipes import norms, rows  # noqa: E402
 
 
@@ -56,6 +60,8 @@ def main(argv=None) -> None:
     p.add_argument("--threads", default="256,512,1024")
     p.add_argument("--values", default="16,32")
     p.add_argument("--occupancy", default="0", help="blocks per SM to ask for (0: the plan's default)")
+    p.add_argument("--row-memory", default="RF", help="where the row waits: RF, SH or both (RF,SH)")
+    p.add_argument("--exchange", default="push", choices=["push", "barrier"])
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     R, C = (int(v) for v in args.shape.split("x"))
@@ -69,27 +75,25 @@ def main(argv=None) -> None:
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
     peer = _peer(torch, args.op, C)
-    reps = max(3, min(200, math.ceil(2e-3 / (nbytes / 2.5e12))))
-    todo = [attrs.evolve(plan, blocks_per_sm=o) for plan in
+    todo = [attrs.evolve(plan, blocks_per_sm=o, row_memory=m, exchange=args.exchange) for plan in
             plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
-            for o in (int(x) for x in args.occupancy.split(","))]
+            for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
     for plan in todo:
         try:
             k = fs.compile(norms.schedule_rows(spec, plan, local), arch="sm_90a")
         except fs.ScheduleError as e:
             print(f"{plan}: refused: {str(e).splitlines()[0]}")
             continue
+
         def ours(i, k=k):
             return k(*sets[i % nsets][0], *sets[i % nsets][1])
 
-        t_o, t_p = [], []
-        for _ in range(args.rounds):
-            t_o.append(time_ms(torch, ours, reps, 1))
-            t_p.append(time_ms(torch, lambda i: peer(*sets[i % nsets][0]), reps, 1))
-        o, q = statistics.median(t_o), statistics.median(t_p)
+        us = timing.interleaved({"ours": ours, "peer": lambda i: peer(*sets[i % nsets][0])}, rounds=args.rounds)
+        o, q = us["ours"] * 1e-3, us["peer"] * 1e-3
         print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} values {plan.reps * plan.vec:3d} "
-              f"cluster {plan.cluster} occupancy {plan.occupancy}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
-              f"{nbytes / q / 1e9:5.2f} TB/s  spills {k.spills}", flush=True)
+              f"cluster {plan.cluster} occupancy {plan.occupancy} row in {plan.row_memory}: ours "
+              f"{nbytes / o / 1e9:5.2f} TB/s  torch {nbytes / q / 1e9:5.2f} TB/s  registers "
+              f"{max(r.registers for r in k.resources.values())}  spills {k.spills}", flush=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     PYTHONPATH=. python bench/rows.py                                   # every op, fp16 and bf16
     PYTHONPATH=. python bench/rows.py --ops rmsnorm --dtypes bf16 --shapes 16384x4096 --rounds 9
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --exchange barrier,push   # both, one run
+    PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --old ../other    # also that checkout's kernels
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
@@ -53,16 +54,16 @@ CHECK_ROWS = 2048
 OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
 
 
-def _recipe(op: str, exchange: str = "default"):
+def _recipe(op: str, exchange: str = "default", lib=fs):
     """The recipe of ``op``: ``softmax_causal`` is ``recipes.softmax(..., causal=True)``;
     ``exchange`` as ``to_blocks(exchange=...)`` for rows split over a cluster (``"default"``: the
-    recipe's own)."""
+    recipe's own); ``lib`` the firesched package to take it from (``--old``: another checkout's)."""
     exchange = None if exchange == "default" else exchange
     if op == "softmax_causal":
-        return lambda rows, cols, dtype, arch=None: fs.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True,
-                                                                      exchange=exchange)
-    return lambda rows, cols, dtype, arch=None: getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch=arch,
+        return lambda rows, cols, dtype, arch=None: lib.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True,
                                                                        exchange=exchange)
+    return lambda rows, cols, dtype, arch=None: getattr(lib.recipes, op)(rows, cols, dtype=dtype, arch=arch,
+                                                                        exchange=exchange)
 
 
 def _causal(torch, x):
@@ -134,10 +135,13 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
             "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
 
 
-def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default") -> dict:
+def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
+            other=None) -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a")
+    ko = other.compile(_recipe(op, exchange, other)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a") \
+        if other is not None else None
     peer = _peer(torch, op, cols)
     nbytes = bytes_moved(op, rows, cols, dt.itemsize)
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
@@ -151,11 +155,16 @@ def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", e
     err = max(float((o[:CHECK_ROWS].float() - r).abs().max()) for o, r in zip(outs, ref))
     err_peer = max(float((o.float() - r).abs().max()) for o, r in zip(got_peer, ref))
     scale = max(float(r.abs().max()) for r in ref)
-    del ref, got_peer
     tol = (1e-2 if dtype == "f16" else 4e-2) * max(1.0, scale)
     if not err <= max(tol, 2 * err_peer):
         raise SystemExit(f"{op} {dtype} {rows}x{cols}: ours differs from the f32 reference by {err:.3e} "
                          f"(torch by {err_peer:.3e})")
+    if ko is not None:
+        ko(*ins, *outs)
+        err_old = max(float((o[:CHECK_ROWS].float() - r).abs().max()) for o, r in zip(outs, ref))
+        if not err_old <= max(tol, 2 * err_peer):
+            raise SystemExit(f"{op} {dtype} {rows}x{cols}: --old's kernel differs from the f32 reference by {err_old:.3e}")
+    del ref, got_peer
     reps = max(3, min(200, math.ceil(2e-3 / (nbytes / 2.5e12))))
     def ours(i):
         xs, ys = sets[i % nsets]
@@ -166,9 +175,15 @@ def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", e
 
     if timing_mode == "graphs":
         k.prepare(torch.cuda.current_device())
-        us = timing.interleaved({"ours": ours, "peer": theirs}, reps=reps, rounds=rounds)
+        fns = {"ours": ours, "peer": theirs}
+        if ko is not None:
+            ko.prepare(torch.cuda.current_device())
+            fns["old"] = lambda i: ko(*sets[i % nsets][0], *sets[i % nsets][1])
+        us = timing.interleaved(fns, reps=reps, rounds=rounds)
         t_o, t_p = us["ours"] / 1e3, us["peer"] / 1e3
     else:
+        if ko is not None:
+            raise SystemExit("--old times through graphs only (--timing graphs)")
         ours_t, peer_t = [], []
         for _ in range(rounds):                       # interleaved: ours, peer, ours, peer ...
             ours_t.append(time_ms(torch, ours, reps, 1))
@@ -179,8 +194,13 @@ def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", e
                ours_tbs=nbytes / t_o / 1e9, peer_tbs=nbytes / t_p / 1e9, ratio=t_p / t_o, max_err=err,
                peer_err=err_peer, registers=res.registers, spills=k.spills, threads=k.program.kernels[0].threads,
                reps=reps, rounds=rounds, sets=nsets, timing=timing_mode, exchange=exchange)
+    extra = ""
+    if ko is not None:
+        t_old = us["old"] / 1e3
+        row.update(old_ms=t_old, old_tbs=nbytes / t_old / 1e9, new_vs_old=t_old / t_o)
+        extra = f"  old {row['old_tbs']:5.2f} TB/s (new / old time {t_o / t_old:.3f})"
     print(f"{op:14s} {dtype:5s} {rows:6d}x{cols:<6d} {exchange:7s} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} "
-          f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e})", flush=True)
+          f"TB/s  ratio {row['ratio']:.2f}  err {err:.1e} (torch {err_peer:.1e}){extra}", flush=True)
     sets.clear()
     torch.cuda.empty_cache()
     return row
@@ -213,6 +233,7 @@ def main(argv=None) -> list:
                    help="how a cluster's blocks combine a split row: default (the recipe's: push), barrier, push, "
                         "or a comma list (each timed)")
     p.add_argument("--out", default=None)
+    p.add_argument("--old", default="", help="another checkout whose recipes are timed in the same rounds")
     args = p.parse_args(argv)
     exchanges = [e for e in args.exchange.split(",") if e]
     if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
@@ -231,8 +252,13 @@ def main(argv=None) -> list:
         torch, gpu = None, False
     if not gpu:
         return [cpu_smoke(op, dt) for op in ops for dt in dtypes]
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex) for op in ops for dt in dtypes for r, c in shapes
-            for ex in exchanges]
+    other = None
+    if args.old:
+        from bench.ab_versions import load_other
+
+        other = load_other(args.old)
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other) for op in ops for dt in dtypes
+            for r, c in shapes for ex in exchanges]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
     from cuda.bindings import nvrtc

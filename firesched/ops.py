@@ -30,6 +30,13 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
+def _exp_quiet(x):
+    """exp(x) overflowing to inf without a warning, as ``expf`` does (the interpreter evaluates
+    the lanes past a row's end too, whose values are discarded)."""
+    with np.errstate(over="ignore"):
+        return np.exp(x)
+
+
 def _ftz(y):
     """Positive results below the smallest normal f32 flushed to 0, as ``ex2.approx.ftz`` does."""
     return np.where(np.abs(y) < 2.0 ** -126, 0.0, y)
@@ -72,6 +79,18 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("exp_sub_scaled", 3,
                  lambda x, m, c: f"expf({c} * ({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m})))",
                  lambda x, m, c: np.exp(c * (x - np.where(np.isneginf(m), 0.0, m)))),
+        # exp(c·(x - m)) · z: a softmax's output from its statistics (m the row's maximum, z the
+        # reciprocal of its sum, c the scale) in one pass, so no thread holds the row's
+        # exponentials at once
+        ScalarOp("exp_sub_scaled_mul", 4, lambda x, m, c, z: f"expf({c} * ({x} - {m})) * {z}",
+                 lambda x, m, c, z: _exp_quiet(c * (x - m)) * z),
+        # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
+        # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
+        ScalarOp("normalize", 3, lambda x, m, r: f"({x} - {m}) * {r}", lambda x, m, r: (x - m) * r),
+        ScalarOp("normalize_scale", 4, lambda x, m, r, w: f"({x} - {m}) * {r} * {w}",
+                 lambda x, m, r, w: (x - m) * r * w),
+        ScalarOp("normalize_affine", 5, lambda x, m, r, w, b: f"fmaf(({x} - {m}) * {r}, {w}, {b})",
+                 lambda x, m, r, w, b: (x - m) * r * w + b),
         ScalarOp("relu", 1, lambda x: f"fmaxf({x}, 0.0f)", lambda x: np.maximum(x, 0.0)),
         ScalarOp("gelu", 1, lambda x: f"0.5f * {x} * (1.0f + erff({x} * 0.70710678118654752f))", _gelu_erf),
         ScalarOp("gelu_tanh", 1,

@@ -13,7 +13,10 @@ aims at three things, in this order —
   to a thread-block cluster (sm_90a) of 2, 4 or 8 blocks, each holding an equal part of it; the
   blocks combine their partial statistics through distributed shared memory
   (``to_blocks(cluster=C)``), so rows of up to 327,680 elements are still read once and written
-  once;
+  once.  Where a cluster's parts are whole passes of the block's threads (65,536 columns and most
+  powers of two), each part waits in shared memory instead (``row_memory="SH"``: filled by
+  ``cp.async``, read back by every later part), up to 64 elements a thread: the registers then
+  hold no row, 30-40 a thread, and six blocks of 256 threads share an SM;
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and four warps per block (a short row alone would leave most lanes
   idle); a longer row takes a whole block of ``lanes`` threads (warps combine their partial
@@ -27,7 +30,9 @@ aims at three things, in this order —
       4,096         256     8     2        1          256
       32,768       1024     8     4        1         1024
       40,960       1024     8     5        1         1024
-      65,536        256     8     4        1          256 x a cluster of 8, 4 per SM
+      65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
+      65,536 (rows in registers: add + RMSNorm, causal softmax)
+                    256     8     4        1          256 x a cluster of 8, 4 per SM
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -50,6 +55,15 @@ CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block
 CLUSTER_THREADS = (256, 512, 1024)
 WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
+# a cluster's row part staged in shared memory (RowPlan.row_memory = "SH"): up to 64 elements a
+# thread (the registers hold none of them: 30-40 a thread, STAGED_REGISTERS), as many blocks per
+# SM as registers, threads and shared memory allow.  Measured on an H100 (bench/row_plans.py,
+# bf16, 4096 x 65,536): RMSNorm 2.89 TB/s on 4 blocks of 256 threads x 64 elements against 2.51
+# with the row in registers (8 x 256 x 32), LayerNorm 2.74 against 2.43
+STAGED_VALUES = 64
+STAGED_REGISTERS = 40
+MAX_THREADS_PER_SM = 2048
+SHARED_PER_SM = 227 * 1024     # what an H100 block may take (sm_90a); the smallest part fits 7 times
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
 # 40 bf16 values: LayerNorm 2.65, softmax 2.63, RMSNorm 2.89 TB/s over 40,000 columns, no spills;
 # 48 spill in LayerNorm's f32 intermediates, 56-64 everywhere), of f32 32 (LayerNorm's register
@@ -70,6 +84,8 @@ class RowPlan:
     part: int = 0                  # elements of the row each block of the cluster takes
     blocks_per_sm: int = 0         # the occupancy to ask for; 0: the default below
     exchange: str = "barrier"      # how a cluster's blocks combine: to_blocks(exchange=...)
+    row_memory: str = "RF"         # where the row waits for its statistics: registers, or "SH"
+    #                                (shared memory filled by cp.async, read back by every part)
 
     @property
     def span(self) -> int:
@@ -99,12 +115,14 @@ def _pow2_at_least(n: int) -> int:
 
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
-             clusters: bool = False) -> RowPlan:
+             clusters: bool = False, stage: bool = False) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
     asks for fewer); ``clusters`` (the target has them:
-    sm_90a) lets a row too long for one block take a cluster of blocks."""
+    sm_90a) lets a row too long for one block take a cluster of blocks; ``stage`` (the kernel can
+    keep its row in shared memory: ``norms.schedule_rows(..., row=...)``) lets a cluster's parts
+    wait there (``row_memory="SH"``) where they are whole passes of the block's threads."""
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
@@ -116,6 +134,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         vec //= 2
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
+    if vectors * vec > longest and clusters and stage:
+        staged = _staged_cluster(vectors, vec, eb)
+        if staged is not None:
+            return staged
     if vectors * vec > longest and clusters:
         # the fewest blocks whose equal parts (whole vectors) each fit a block of the first of
         # CLUSTER_THREADS that can hold the row in a cluster of at most 8 (several blocks per SM
@@ -140,6 +162,25 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                             f"; on sm_90a a thread-block cluster of up to {CLUSTERS[-1]} blocks shares longer rows "
                             f"(up to {most} elements): arch='sm_90a'"))
     return plan
+
+
+def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
+    """A cluster plan whose parts wait in shared memory: the fewest blocks (of the first of
+    ``CLUSTER_THREADS`` that can) whose parts of at most ``STAGED_VALUES`` elements a thread are
+    whole passes of the block's threads (a shared tile is not predicated: a partial pass would
+    read past it); None where no cluster size gives such parts."""
+    for threads in CLUSTER_THREADS:
+        for C in CLUSTERS:
+            part = -(-vectors // C) * vec
+            if part > threads * STAGED_VALUES:
+                continue
+            one = _one_block(1, part // vec, vec, threads)
+            if part % (threads * vec) or one.lanes != threads:
+                continue
+            per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
+                         SHARED_PER_SM // (part * eb + 1024))
+            return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=max(1, per_sm), row_memory="SH")
+    return None
 
 
 def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:

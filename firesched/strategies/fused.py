@@ -18,6 +18,7 @@ from __future__ import annotations
 import attrs
 
 from ..errors import ScheduleError
+from ..layout import Swizzle
 from ..schedule import Node, Schedule
 from ..spec import Fused, Reduce
 from ..strategy import Strategy
@@ -173,7 +174,13 @@ class place(Strategy):
         if self.memory == RF:
             on = t.on_chip(RF, keep=keep)
         else:
-            sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits)
+            # a tile of one line along its major dim (a row of a row kernel) has no rows to
+            # conflict: each thread's 16-byte chunks are consecutive, and a swizzle over 8 rows
+            # would size the buffer for 8
+            lines = 1
+            for d, e in zip(t.dims, t.shape):
+                lines *= 1 if d == t.tensor.major else e
+            sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits) if lines > 1 else Swizzle(0, 0, 0)
             on = t.on_chip(SH, keep=keep, swizzle=sw)
         new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self),
                            body=with_operand_in_parts(node.body, self.name, on))

@@ -31,7 +31,7 @@ from ..errors import ScheduleError
 from ..ops import SCALAR_OPS
 from ..quant import dequantize_int4
 from ..schedule import Schedule
-from ..spec import Fused, MatMul, Move, Pointwise, Reduce
+from ..spec import Fused, Init, MatMul, Move, Pointwise, Reduce
 from ..tensor import GL
 
 __all__ = ["reference", "schedule_reference", "input_tiles", "extra_inputs", "rounded", "w4a16_reference"]
@@ -87,6 +87,15 @@ def _eval(spec, env: dict, extras: dict) -> None:
         out = np.broadcast_to(out, tuple(c.extent(d) for d in batch) + out.shape[-2:])
         env[c.name] = rounded(_aligned(out, batch + (m, n), c.dims), c.dtype)
         return
+    if isinstance(spec, Init):
+        t = spec.dst.tensor
+        values = spec.value if isinstance(spec.value, tuple) else (spec.value,)
+        if len(values) != 1:
+            raise ScheduleError("no numpy reference for a tuple Init (a monoid's identity)", spec=spec,
+                                field="value", value=spec.value, allowed="one float",
+                                fix="compare with a reference of your own (assert_schedule_correct(..., reference=fn))")
+        env[t.name] = rounded(np.full(tuple(t.extent(d) for d in t.dims), float(values[0])), t.dtype)
+        return
     if isinstance(spec, Move):
         x = env[spec.src.name]
         x = _apply_ops(x, spec.ops, extras, spec.dst.tensor.dtype)
@@ -125,7 +134,7 @@ def _eval(spec, env: dict, extras: dict) -> None:
         env[dst.name] = rounded(y, dst.dtype)
         return
     raise ScheduleError("no numpy reference for this spec", spec=spec, field="spec", value=type(spec).__name__,
-                        allowed="MatMul, Move, Pointwise, Reduce, Fused",
+                        allowed="MatMul, Move, Pointwise, Reduce, Init, Fused",
                         fix="compare with a reference of your own (assert_schedule_correct(..., reference=fn))")
 
 

@@ -57,6 +57,14 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
                       "(split_k(..., across=WARP), to_warps())")
     spec: Move = node.spec
     src, dst = spec.src, spec.dst
+    if spec.ops or src.dtype != dst.dtype:
+        # cp.async copies bytes: element-wise ops and conversions need the values in registers
+        raise err(node, f"a block's copy into shared memory copies bytes; this move "
+                        f"{'applies ' + ', '.join(map(str, spec.ops)) if spec.ops else 'converts'} on the way",
+                  field="ops" if spec.ops else "dtype", value=spec.ops or f"{src.dtype} -> {dst.dtype}",
+                  allowed="a move without ops between tiles of one dtype",
+                  fix="map the move onto threads (tile(...) >> to_threads(), done()): each thread loads, "
+                      "applies the ops in registers and stores to shared memory")
     t = src.tensor
     lay = lw.smem_layout(dst)
     cdim = lay.col_dim

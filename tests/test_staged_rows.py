@@ -1,0 +1,124 @@
+"""Row parts staged in shared memory (``RowPlan.row_memory = "SH"``): a cluster's part of the row
+is copied into shared memory by ``cp.async`` and every later part reads it there, so no thread
+holds the row in registers while the cluster exchanges its statistics.  The plans of the tile
+model, the interpreter against the same schedules with the row in registers (bitwise) and
+against numpy, a planted hazard, and the errors."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+
+import firesched as fs
+from firesched import ir
+from firesched.errors import HazardError, ScheduleError
+from firesched.recipes import norms
+from firesched.recipes.rows import RowPlan, row_plan
+from firesched.simulate.interp import run_program
+from firesched.spec import Move
+from firesched.strategies import part, place, tile, to_blocks
+from firesched.testing.planting import map_leaves, planted
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("cols, cluster, part_, threads, occupancy", [
+    (65536, 4, 16384, 256, 6), (49152, 4, 12288, 256, 6), (131072, 8, 16384, 256, 6),
+    (262144, 8, 32768, 512, 3), (327680, 8, 40960, 1024, 1)])
+def test_staged_plans_take_whole_passes(cols, cluster, part_, threads, occupancy):
+    plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
+    assert (plan.cluster, plan.part, plan.lanes, plan.blocks_per_sm, plan.row_memory) == \
+        (cluster, part_, threads, occupancy, "SH")
+    assert plan.part % plan.span == 0 and plan.reps * plan.vec <= 64
+    # shared memory for every block the occupancy asks for
+    assert plan.blocks_per_sm * (plan.part * 2 + 1024) <= 227 * 1024
+
+
+@pytest.mark.parametrize("cols", [50000, 100003, 40961, 32768])
+def test_rows_whose_parts_are_not_whole_passes_stay_in_registers(cols):
+    # a shared tile is not predicated: a partial last pass would read past it
+    plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
+    assert plan.row_memory == "RF"
+    assert plan == row_plan(2, cols, "bf16", clusters=True)
+
+
+def test_recipes_stage_where_it_measured_faster():
+    assert "cp.async" in fs.compile(fs.recipes.layernorm(2, 65536, arch="sm_90a"), arch="sm_90a").source
+    # a causal row is masked as it is loaded, and add + RMSNorm's row is a sum: both stay in registers
+    for sched in (fs.recipes.softmax(2, 65536, arch="sm_90a", causal=True), fs.recipes.add_rmsnorm(2, 65536,
+                                                                                                  arch="sm_90a")):
+        assert "cp.async" not in fs.compile(sched, arch="sm_90a").source
+
+
+def _sched(kind, R, C, plan, memory):
+    kw = {"causal": True} if kind == "causal" else {}
+    rec = getattr(fs.recipes, "softmax" if kind == "causal" else kind)(R, C, dtype="f32", arch="sm_90a", **kw)
+    row = "Hr" if kind == "add_rmsnorm" else "Xr"
+    return norms.schedule_rows(rec.spec, attrs.evolve(plan, row_memory=memory),
+                               tuple(t.name for t in rec.spec.locals), row=row)
+
+
+PLANS = [pytest.param(3, 4096, RowPlan(64, 4, 4, 1, cluster=4, part=1024, exchange="push"), id="cluster-push"),
+         pytest.param(2, 2048, RowPlan(64, 2, 4, 1, cluster=4, part=512, exchange="barrier"), id="cluster-barrier"),
+         pytest.param(5, 1024, RowPlan(128, 4, 2, 1), id="one-block")]
+
+
+@pytest.mark.parametrize("R, C, plan", PLANS)
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "causal", "add_rmsnorm"])
+def test_staged_rows_equal_rows_in_registers(kind, R, C, plan):
+    staged, regs = _sched(kind, R, C, plan, "SH"), _sched(kind, R, C, plan, "RF")
+    # rows of a large mean: LayerNorm's statistics must not cancel
+    arrays = fs.testing.random_arrays(staged, 0)
+    arrays = (arrays[0] * 3 - 3000.0,) + tuple(arrays[1:])
+    got = fs.interpret(staged, *arrays, target="sm_90a")
+    want = fs.interpret(regs, *arrays, target="sm_90a")
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        np.testing.assert_array_equal(g, w)
+    fs.testing.assert_schedule_correct(staged, examples=1, arch="sm_90a")
+
+
+def test_the_plain_load_is_a_blocks_copy_and_a_masked_one_goes_through_registers():
+    src = _sched("softmax", 3, 4096, PLANS[0].values[2], "SH").lower("sm_90a").kernels[0].body
+    masked = _sched("causal", 3, 4096, PLANS[0].values[2], "SH").lower("sm_90a").kernels[0].body
+    def atoms(body):
+        seen = set()
+        map_leaves(body, lambda s: seen.add(s.atom.name) if isinstance(s, ir.AtomCall) else None)
+        return seen
+
+    assert "cp_async_16" in atoms(src)
+    assert "cp_async_16" not in atoms(masked) and "st_shared_16" in atoms(masked)
+
+
+def test_a_read_before_the_copy_lands_is_a_hazard():
+    sched = _sched("layernorm", 3, 4096, PLANS[0].values[2], "SH")
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    run_program(prog, dict(feed))                   # the unplanted kernel runs clean
+    bad = planted(prog, lambda s: None if isinstance(s, ir.AsyncWait) else s)
+    with pytest.raises(HazardError, match="cp.async|in flight|before"):
+        run_program(bad, dict(feed))
+
+
+def test_a_block_copy_applies_no_ops():
+    # cp.async copies bytes: a causal mask on a block-level move is refused, naming the fix
+    spec = fs.recipes.softmax(2, 512, dtype="f32", arch="sm_90a", causal=True).spec
+    load = next(i for i, sp in enumerate(spec.body) if isinstance(sp, Move))
+    assert load == 0
+    sched = spec.schedule(tile(r=1, c=128) >> to_blocks(cluster=4, exchange="push"), place("Xr", fs.SH),
+                          *(place(t.name, fs.RF) for t in spec.locals if t.name != "Xr"),
+                          *(part(i, *norms._rows.part_strategies(RowPlan(32, 4, 1, 1, cluster=4, part=128),
+                                                                  walk_row="c" in sp.dims))
+                            for i, sp in enumerate(spec.body) if i != load))
+    with pytest.raises(ScheduleError, match="copies bytes") as e:
+        sched.check("sm_90a")
+    assert "to_threads" in str(e.value)
+
+
+def test_schedule_rows_names_the_row_it_stages():
+    rec = fs.recipes.rmsnorm(2, 4096, dtype="f32", arch="sm_90a")
+    plan = RowPlan(64, 4, 4, 1, cluster=4, part=1024, exchange="push", row_memory="SH")
+    with pytest.raises(ValueError, match="row=None must name"):
+        norms.schedule_rows(rec.spec, plan, ("Xr", "N"), row=None)
+    with pytest.raises(ValueError, match="row_memory='GL'"):
+        norms.schedule_rows(rec.spec, attrs.evolve(plan, row_memory="GL"), ("Xr",), row="Xr")
