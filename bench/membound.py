@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import datetime
 import itertools
+import json
 import math
 import os
 import platform
@@ -138,11 +139,21 @@ def register(name: str):
 
 # --------------------------------------------------------------------------- cases
 
+#: ``--transpose-params``: overrides of ``transpose_params`` (``block_r``, ``block_c``, ...)
+TRANSPOSE_OVERRIDES: dict = {}
+
+
+def _transpose_params(rows: int, cols: int, dt: str):
+    if not TRANSPOSE_OVERRIDES:
+        return None
+    return {**fs.recipes.copies.transpose_params(rows, cols, dt), **TRANSPOSE_OVERRIDES}
+
+
 @register("transpose")
 def _transpose() -> Case:
     """``Y[c, r] = X[r, c]``: ``fs.recipes.transpose`` against ``x.t().contiguous()``."""
     return Case(
-        schedule=lambda rows, cols, dt: fs.recipes.transpose(rows, cols, dt),
+        schedule=lambda rows, cols, dt: fs.recipes.transpose(rows, cols, dt, params=_transpose_params(rows, cols, dt)),
         # our Y is the logical (rows, cols) view of a (cols, rows) array: compare the same view
         peer=lambda torch, out, x: x.t().contiguous().t(),
         reference=lambda x: x,
@@ -405,9 +416,14 @@ def main(argv=None) -> list:
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds; the median is reported")
     p.add_argument("--reps", type=int, default=0, help="launches per round (default: about 2 ms worth)")
     p.add_argument("--graph", action="store_true", help="time CUDA graphs of the launches")
+    p.add_argument("--transpose-params", default="",
+                   help='JSON overrides of the transpose\'s tiles, e.g. \'{"block_r": 256}\' (transpose_params)')
     p.add_argument("--mem-gib", type=float, default=60.0, help="skip shapes whose buffers need more")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/membound-<date>.json)")
     args = p.parse_args(argv)
+    TRANSPOSE_OVERRIDES.clear()
+    if args.transpose_params:
+        TRANSPOSE_OVERRIDES.update(json.loads(args.transpose_params))
     ops = [o for o in args.ops.split(",") if o]
     unknown = [o for o in ops if o not in CASES]
     if unknown:

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES  # noqa: E402
-from bench.rows import _inputs, _outputs, _peer, bytes_moved  # noqa: E402
+from bench.rows import _inputs, _outputs, _peer, _recipe, bytes_moved  # noqa: E402
 from firesched import timing  # noqa: E402
 from firesched.recipes import norms, rows  # noqa: E402
 
@@ -54,7 +54,7 @@ def plans(cols: int, threads_opts, values_opts, vec: int = 8):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--op", default="rmsnorm", choices=["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+    p.add_argument("--op", default="rmsnorm", choices=["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal"])
     p.add_argument("--shape", default="1024x262144")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--threads", default="256,512,1024")
@@ -67,9 +67,10 @@ def main(argv=None) -> None:
     R, C = (int(v) for v in args.shape.split("x"))
     import torch
 
-    recipe = getattr(fs.recipes, args.op)(R, C, dtype=args.dtype, arch="sm_90a")
+    recipe = _recipe(args.op)(R, C, dtype=args.dtype, arch="sm_90a")
     spec = recipe.spec
     local = tuple(t.name for t in spec.locals)
+    row = "Hr" if args.op == "add_rmsnorm" else "Xr"
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     nbytes = bytes_moved(args.op, R, C, dt.itemsize)
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
@@ -80,7 +81,7 @@ def main(argv=None) -> None:
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
     for plan in todo:
         try:
-            k = fs.compile(norms.schedule_rows(spec, plan, local), arch="sm_90a")
+            k = fs.compile(norms.schedule_rows(spec, plan, local, row=row), arch="sm_90a")
         except fs.ScheduleError as e:
             print(f"{plan}: refused: {str(e).splitlines()[0]}")
             continue

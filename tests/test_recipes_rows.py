@@ -238,6 +238,31 @@ def test_causal_mask_compiles_into_the_load():
     assert "causal(r, c)" in str(recipes.softmax(8, 8, causal=True))
 
 
+def test_a_causal_row_reads_its_visible_vectors_only():
+    # 3 rows of 64 f32 (16-byte vectors of 4): row r reads the vectors whose first column is <= r
+    # + 1; the interpreter counts the global loads each lane issues
+    from firesched.hardware.atoms import catalog
+    from firesched.simulate.interp import run_program
+    from firesched.testing.planting import map_leaves
+
+    sched = recipes.softmax(3, 64, dtype="f32", causal=True, diagonal=1)
+    prog = sched.lower("sm_90a")
+    loads = []
+
+    def count(s):
+        if getattr(s, "atom", None) is catalog.copy_atom("GL", "RF", 16):
+            loads.append(s.pred)
+        return s
+
+    map_leaves(prog.kernels[0].body, count)
+    assert loads and all(p != 1 for p in loads)          # every vector load has a visibility predicate
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    got = run_program(prog, {"X": x})["Y"]
+    r, c = np.indices(x.shape)
+    np.testing.assert_allclose(got, causal_ref(x.astype(np.float64), 1.0, 1, "f32"), rtol=1e-5, atol=1e-6)
+    assert np.all(got[c > r + 1] == 0)
+
+
 @pytest.mark.parametrize("kw, match", [({"causal": 1}, "causal"), ({"causal": True, "diagonal": -1}, "diagonal"),
                                        ({"causal": True, "diagonal": 1.5}, "diagonal")])
 def test_causal_arguments_are_checked(kw, match):

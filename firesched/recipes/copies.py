@@ -19,7 +19,10 @@ from ..strategies import done, move_to_smem, tile, to_blocks, to_threads
 VECTOR_BYTES = 16            # the widest global access (ld/st.global.v4, cp.async 16)
 LINE_BYTES = 128             # one shared-memory line: 32 banks of 4 bytes
 MAX_THREAD_ELEMENTS = 64     # what an element-wise leaf may hold per thread (done() refuses more)
-BLOCK_THREADS = 128          # the transpose's block: four warps, 16 KB of f16 in flight
+# the transpose's block: eight warps, 32 KB of f16 in flight.  Measured on an H100 (bench/membound.py
+# --graph, f16 and bf16, 8192 x 8192 to 32768 x 4096): 2.73-2.80 TB/s against 2.68-2.74 with 128
+# threads (16 KB tiles) and 2.67-2.74 with 64
+BLOCK_THREADS = 256
 CAST_THREADS = 256           # the cast's block
 GRID_Y_LIMIT = 65535         # gridDim.y (and z); grid x takes 2**31 - 1
 
@@ -64,7 +67,7 @@ def transpose_params(rows: int, cols: int, dtype: str = "f16", sms: int = 132) -
       swizzle (``Sw<3,3,3>`` for f16: chunk ``c`` of row ``r`` at ``c ^ r % 8``) permutes chunks
       within a line, so it keeps that property, and it also spreads a quarter warp that walks down
       8 rows of one chunk column (another thread arrangement, through ``params``) over 8 banks.
-    * ``block_r`` for ``BLOCK_THREADS = 128`` threads (128 rows of f16: a 16 KB tile, 256-byte
+    * ``block_r`` for ``BLOCK_THREADS = 256`` threads (256 rows of f16: a 32 KB tile, 512-byte
       runs of the output per column); halved (down to 32 threads) while the grid has fewer blocks
       than SMs, so small problems still spread over the chip.
     * Both are clamped to the problem for tiny shapes (a 1 x 7 transpose takes one 8 x 8 tile).
@@ -93,22 +96,22 @@ def transpose(rows: int, cols: int, dtype: str = "f16", arch: str | None = None,
     The schedule for 4096 x 4096 f16 on sm_90a::
 
         Move<kernel>(X:GL f16[4096x4096] -> Y:GL f16[4096x4096])
-          tile(r=128, c=64) >> to_blocks()
-          for r0 in block(32), c0 in block(64):
-            Move<block>(X:GL f16[128x64] -> Y:GL f16[128x64])
+          tile(r=256, c=64) >> to_blocks()
+          for r0 in block(16), c0 in block(64):
+            Move<block>(X:GL f16[256x64] -> Y:GL f16[256x64])
               move_to_smem('X')
-              Move<block>(X:GL f16[128x64] -> X:SH f16[128x64] Sw<3,3,3>)
-              Move<block>(X:SH f16[128x64] Sw<3,3,3> -> Y:GL f16[128x64])
+              Move<block>(X:GL f16[256x64] -> X:SH f16[256x64] Sw<3,3,3>)
+              Move<block>(X:SH f16[256x64] Sw<3,3,3> -> Y:GL f16[256x64])
                 tile(r=8, c=8) >> to_threads()
-                for r1 in thread(16), c1 in thread(8):
+                for r1 in thread(32), c1 in thread(8):
                   Move<thread>(X:SH f16[8x8] Sw<3,3,3> -> Y:GL f16[8x8])
                     done()
 
-    * ``tile(...) >> to_blocks()``: one block per 128 x 64 tile (``transpose_params`` says why).
+    * ``tile(...) >> to_blocks()``: one block per 256 x 64 tile (``transpose_params`` says why).
     * ``move_to_smem('X')``: the block copies its tile of X row by row into shared memory with
       16-byte ``cp.async`` (8 threads per 128-byte row, so reads of X are whole lines), then waits
       and synchronises.  X is read once, so the copy is not pipelined: the blocks resident per SM
-      (about 8: ~62 registers per thread and 16 KB of shared memory each) keep enough loads in
+      (about 4: ~62 registers per thread and 32 KB of shared memory each) keep enough loads in
       flight.
     * ``tile(r=8, c=8) >> to_threads()``, ``done()``: each thread reads its 8 x 8 sub-tile as
       8 ``ld.shared.v4`` (along c, conflict-free: see ``transpose_params``), rearranges it in

@@ -95,10 +95,12 @@ def _reg_of(lw: Lowerer, tile) -> ir.RegBuffer:
     return lw.kb.reg(f"{tile.name}_acc", tile.dtype, lay.size)
 
 
-def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str) -> list:
+def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str, skip=None) -> list:
     """Load (``write=False``) or store the thread's ``tile`` of a global or shared tensor from / to
     ``regs[0 ..]`` in the tensor's storage order (``reg_index``), with the widest vectors the
-    layout allows."""
+    layout allows.  ``skip`` (a causal mask, for a load from global memory): a vector whose first
+    element it masks is masked whole and is not loaded (its registers are overwritten by the
+    mask)."""
     t = tile.tensor
     c = t.major
     eb = t.dtype.bits // 8
@@ -139,6 +141,10 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
             if t.memory == GL:
                 addr = ir.MemRef(buf, gl_offset(buf, t, coord))
                 pred = land(*[lt(coord[d], lim[d]) for d in t.storage_dims if d in lim])
+                if skip is not None and not write and skip.col == c and skip.row in coord:
+                    # the vector runs along the mask's columns: masked whole when its first
+                    # element is (row + diagonal < column), so a causal row reads its visible part only
+                    pred = land(pred, lt(coord[c], coord[skip.row] + skip.diagonal + 1))
             else:
                 addr = ir.MemRef(buf, sh_offset(lw, tile, ctx, {d: o[d] + local.get(d, 0) for d in t.dims}))
                 pred = 1
@@ -159,16 +165,17 @@ def _sh_chunk_ok(lay, v: int, eb: int) -> bool:
     return sw is None or not sw.bits or (1 << sw.base) % v == 0
 
 
-def _operand_regs(lw: Lowerer, ctx, tile, stmts: list, prefix: str):
+def _operand_regs(lw: Lowerer, ctx, tile, stmts: list, prefix: str, skip=None):
     """The registers holding ``tile``'s elements for this thread (loading them if they are in
-    memory), and a function from element coordinate to register offset."""
+    memory; ``skip`` as ``access``'s), and a function from element coordinate to register
+    offset."""
     if tile.memory == RF:
         lay = lw.reg_layout(tile)
         regs = _reg_of(lw, tile)
         o = ctx.origin[key(tile)]
         return regs, (lambda coord: lay.offset({d: o[d] + coord.get(d, 0) for d in tile.dims}))
     regs = lw.kb.reg(f"{prefix}_{tile.name}", tile.dtype, _count(tile))
-    stmts += access(lw, ctx, tile, regs, write=False, what=f"{tile.name} for this thread")
+    stmts += access(lw, ctx, tile, regs, write=False, what=f"{tile.name} for this thread", skip=skip)
     return regs, (lambda coord: reg_index(tile, coord))
 
 
@@ -197,8 +204,11 @@ def scalar_steps(ops_) -> list[tuple[str, tuple]]:
 
 def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> list:
     stmts: list = []
-    srcs = [_operand_regs(lw, ctx, t, stmts, "x") for t in inputs]
     steps = scalar_steps(ops_)
+    # a move whose first step is a causal mask need not read what the mask replaces
+    skip = steps[0][1][0] if op == "copy" and steps and steps[0][0] == "mask" and \
+        isinstance(steps[0][1][0], fops.CausalMask) else None
+    srcs = [_operand_regs(lw, ctx, t, stmts, "x", skip=skip) for t in inputs]
     # a plain move rounds each element once from its source (a bit copy between equal dtypes)
     direct = op == "copy" and not steps
     work = None if direct else lw.kb.reg("w", f32, 1)
