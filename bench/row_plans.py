@@ -52,6 +52,15 @@ def plans(cols: int, threads_opts, values_opts, vec: int = 8):
     return out
 
 
+def _with_memory(plan, memory: str):
+    """``plan`` with its row in ``memory``; a row part in shared memory is rounded up to whole
+    passes of the block's threads (as ``rows.row_plan`` stages it)."""
+    if memory == "SH" and plan.cluster > 1:
+        part = -(-plan.part // plan.span) * plan.span
+        return attrs.evolve(plan, part=part, reps=part // plan.span, row_memory=memory)
+    return attrs.evolve(plan, row_memory=memory)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--op", default="rmsnorm", choices=["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal"])
@@ -76,7 +85,7 @@ def main(argv=None) -> None:
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
     peer = _peer(torch, args.op, C)
-    todo = [attrs.evolve(plan, blocks_per_sm=o, row_memory=m, exchange=args.exchange) for plan in
+    todo = [_with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in
             plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
     for plan in todo:

@@ -176,4 +176,22 @@ def welford() -> Monoid:
         reference=_welford_ref)
 
 
-__all__ = ["Monoid", "Step", "softmax_stats", "welford", "run"]
+def _sum_squares_ref(x, axis):
+    return (np.sum(x * x, axis=axis),)
+
+
+def sum_squares() -> Monoid:
+    """``sum x²`` of the reduced elements: RMSNorm's statistic folded straight from the row
+    (each square taken as the element is read), with no tensor of squares between the row and
+    the reduction — what lets a row part that waits in shared memory, predicated at the row's
+    end, keep its registers free (a tensor of squares would be held whole)."""
+    return Monoid(
+        "sum_squares", (0.0,),
+        passes=((Step("mul", "t0", ("x", "x")), Step("add", "b0", ("b0", "t0"))),),
+        between=((),),
+        combine=(Step("add", "a0", ("a0", "b0")),),
+        finish=((Step("copy", "y", ("a0",)),),),
+        reference=_sum_squares_ref)
+
+
+__all__ = ["Monoid", "Step", "softmax_stats", "welford", "sum_squares", "run"]

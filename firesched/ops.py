@@ -78,7 +78,7 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         # NaN (firesched.monoids.softmax_stats)
         ScalarOp("exp_sub_scaled", 3,
                  lambda x, m, c: f"expf({c} * ({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m})))",
-                 lambda x, m, c: np.exp(c * (x - np.where(np.isneginf(m), 0.0, m)))),
+                 lambda x, m, c: _exp_quiet(c * (x - np.where(np.isneginf(m), 0.0, m)))),
         # exp(c·(x - m)) · z: a softmax's output from its statistics (m the row's maximum, z the
         # reciprocal of its sum, c the scale) in one pass, so no thread holds the row's
         # exponentials at once
@@ -86,6 +86,7 @@ SCALAR_OPS: dict[str, ScalarOp] = {
                  lambda x, m, c, z: _exp_quiet(c * (x - m)) * z),
         # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
         # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
+        ScalarOp("mul_mul", 3, lambda x, r, w: f"{x} * {r} * {w}", lambda x, r, w: x * r * w),
         ScalarOp("normalize", 3, lambda x, m, r: f"({x} - {m}) * {r}", lambda x, m, r: (x - m) * r),
         ScalarOp("normalize_scale", 4, lambda x, m, r, w: f"({x} - {m}) * {r} * {w}",
                  lambda x, m, r, w: (x - m) * r * w),

@@ -35,9 +35,40 @@ def test_staged_plans_take_whole_passes(cols, cluster, part_, threads, occupancy
     assert plan.blocks_per_sm * (plan.part * 2 + 1024) <= 227 * 1024
 
 
-@pytest.mark.parametrize("cols", [50000, 100003, 40961, 32768])
-def test_rows_whose_parts_are_not_whole_passes_stay_in_registers(cols):
-    # a shared tile is not predicated: a partial last pass would read past it
+@pytest.mark.parametrize("cols, cluster, part_, threads", [
+    (50000, 4, 14336, 256), (100000, 4, 28672, 512), (60000, 4, 16384, 256)])
+def test_staged_parts_are_rounded_up_to_whole_passes(cols, cluster, part_, threads):
+    # the last block's part reaches past the row; its copy zero-fills that end, and the
+    # reductions stop at the row's end
+    plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
+    assert (plan.cluster, plan.part, plan.lanes, plan.row_memory) == (cluster, part_, threads, "SH")
+    assert plan.part % plan.span == 0 and (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
+
+
+def test_a_padded_buffer_takes_a_partial_last_pass():
+    # place(..., pad=): the tile of 1000 elements in a buffer of 1024, walked in passes of 256
+    # (the last partial); the copy zero-fills the tail and does not read the next block's part
+    rec = fs.recipes.layernorm(2, 4000, dtype="f32", arch="sm_90a")
+    plan = RowPlan(64, 4, 4, 1, cluster=4, part=1000, exchange="push")
+    spec = rec.spec
+    strategies = [*norms._rows.kernel_strategies(plan), place("Xr", fs.SH, pad=plan.span),
+                  *(place(t.name, fs.RF) for t in spec.locals if t.name != "Xr"),
+                  *(part(i, *norms._rows.part_strategies(plan, walk_row="c" in sp.dims))
+                    for i, sp in enumerate(spec.body) if i)]
+    sched = spec.schedule(*strategies)
+    assert "Xr:SH f32[1x1000]" in str(sched) and "place(Xr, SH, pad=256)" in str(sched)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    # without the pad the partial pass is refused (it would read past the buffer)
+    strategies[1] = place("Xr", fs.SH)
+    with pytest.raises(ScheduleError, match="do not divide"):
+        spec.schedule(*strategies).check("sm_90a")
+    with pytest.raises(ScheduleError, match="pad"):
+        spec.schedule(*strategies[:1], place("Xr", fs.RF, pad=8))
+
+
+@pytest.mark.parametrize("cols", [100003, 40961, 32768])
+def test_odd_rows_and_rows_one_block_holds_stay_in_registers(cols):
+    # an odd row's copy into shared memory would go element by element
     plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
     assert plan.row_memory == "RF"
     assert plan == row_plan(2, cols, "bf16", clusters=True)
@@ -61,7 +92,14 @@ def _sched(kind, R, C, plan, memory):
 
 PLANS = [pytest.param(3, 4096, RowPlan(64, 4, 4, 1, cluster=4, part=1024, exchange="push"), id="cluster-push"),
          pytest.param(2, 2048, RowPlan(64, 2, 4, 1, cluster=4, part=512, exchange="barrier"), id="cluster-barrier"),
-         pytest.param(5, 1024, RowPlan(128, 4, 2, 1), id="one-block")]
+         pytest.param(5, 1024, RowPlan(128, 4, 2, 1), id="one-block"),
+         # parts of whole passes reaching past the row: the last block holds 4000 - 3 * 1024 = 928
+         pytest.param(3, 4000, RowPlan(64, 4, 4, 1, cluster=4, part=1024, exchange="push"), id="last-part-short"),
+         # parts of 250 vectors on 64 threads: 4 passes, the last of 58 vectors, in a buffer
+         # padded to 256 (and the last block's part one vector short)
+         pytest.param(3, 3996, RowPlan(64, 4, 4, 1, cluster=4, part=1000, exchange="push"), id="last-pass-partial"),
+         pytest.param(2, 3000, RowPlan(64, 4, 3, 1, cluster=4, part=752, exchange="barrier"),
+                      id="last-pass-partial-barrier")]
 
 
 @pytest.mark.parametrize("R, C, plan", PLANS)

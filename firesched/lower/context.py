@@ -22,7 +22,7 @@ import attrs
 from .. import ir
 from ..errors import ScheduleError
 from ..ir.expr import IntExpr, binop
-from ..tensor import GL, RF
+from ..tensor import GL, RF, SH
 
 PRODUCER, CONSUMER = "producer", "consumer"
 #: the named barrier a warp-specialized role synchronises its own threads with (the consumers
@@ -116,25 +116,27 @@ def enter_global(ctx: Ctx, tile) -> Ctx:
 
 def frames(ctx: Ctx, specs) -> Ctx:
     """Zero-origin frames for the shared/register tensors first seen in ``specs``; a register
-    tensor's extents are its limits (a thread's tile may pad past them: see ``RF_PADDED``)."""
+    tensor's extents are its limits (a thread's tile may pad past them: see ``RF_PADDED``), and
+    so are a shared tensor's where a cluster splits a row into parts that reach past its end."""
     for sp in specs:
         for t in sp.operands:
             k = key(t)
             if t.memory != GL and k not in ctx.origin:
                 ctx = ctx.with_origin(k, {d: 0 for d in t.tensor.dims})
-                if t.memory == RF:
+                padded = any(t.extent(d) < t.tensor.extent(d) for d in t.tensor.dims)
+                if t.memory == RF or (t.memory == SH and (padded or getattr(ctx.cluster, "dim", None) in t.tensor.dims)):
                     ctx = ctx.with_limit(k, _register_limits(ctx, t))
     return ctx
 
 
 def _register_limits(ctx: Ctx, t) -> dict:
-    """A register tensor's limits: its extents, except along the dim a thread-block cluster
+    """An on-chip tensor's limits: its extents, except along the dim a thread-block cluster
     splits, where the last block's part may reach past the row — that block's elements end where
     the global tensors' tightened limit does::
 
         row of 40,001 over 8 blocks of 5,001:   block 7 holds 40,001 - 7·5,001 = 3,994 elements
     """
-    lim = {d: t.tensor.extent(d) for d in t.tensor.dims}
+    lim = {d: t.extent(d) for d in t.tensor.dims}     # a padded shared buffer's tile ends before it
     cl = ctx.cluster
     d = getattr(cl, "dim", None)
     if d not in lim:

@@ -122,8 +122,10 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
     if plan.row_memory == "SH" and staged not in local:
         raise ValueError(f"schedule_rows: row={row!r} must name one of the intermediates {local} to stage it in "
                          "shared memory (plan.row_memory='SH')")
-    strategies = list(_rows.kernel_strategies(plan)) + [place(name, SH if name == staged else RF)
-                                                        for name in local]
+    # a part that is not whole passes walks a buffer padded to them (the last pass partial)
+    pad = plan.span if plan.part % plan.span else None
+    strategies = list(_rows.kernel_strategies(plan)) + [place(name, SH, pad=pad) if name == staged else
+                                                        place(name, RF) for name in local]
     for i, sp in enumerate(spec.body):
         if isinstance(sp, Move) and sp.dst.name == staged and sp.src.memory == GL and not sp.ops:
             continue          # the block's copy into shared memory (lower.rules.copies)
@@ -133,11 +135,20 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
     return spec.schedule(*strategies)
 
 
-def _rms_body(s: _Specs, x: Tile, eps: float, weight: bool, out: str, stats_local: bool):
-    """RMSNorm of the row tile ``x`` (already in registers) into ``out``: the specs and the
-    locals they create."""
+def _rms_body(s: _Specs, x: Tile, eps: float, weight: bool, out: str, stats_local: bool, fused: bool = False):
+    """RMSNorm of the row tile ``x`` (already on chip) into ``out``: the specs and the locals they
+    create.  ``fused`` (a row split over a cluster): the sum of squares folded straight from the
+    row (``monoids.sum_squares``) and the output in one pass, ``x · rstd · w``, so no f32 copy of
+    the row waits between parts."""
     f32 = "f32"
     rstd = s.t("Rstd", ("r",), f32)
+    n = s.ext["c"]
+    if fused:
+        body = [Reduce(monoids.sum_squares(), x, rstd, ("c",), KERNEL, (ops.scale(1.0 / n), ops.shift(eps),
+                                                                         ops.rsqrt()))]
+        body.append(Pointwise("mul_mul", (x, rstd, s.t("W", ("c",))), s.t(out), KERNEL) if weight else
+                    Pointwise("mul", (x, rstd), s.t(out), KERNEL))
+        return body, (["Rstd"] if stats_local else [])
     body = [Pointwise("mul", (x, x), s.t("Q", dt=f32), KERNEL),
             Reduce("mean", s.t("Q", dt=f32), rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
     local = ["Q"] + (["Rstd"] if stats_local else [])
@@ -166,7 +177,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
-    body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats)
+    body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=plan.cluster > 1)
     spec = Fused.kernel(*load, *body, results=("Y", "Rstd") if stats else ())
     return schedule_rows(spec, plan, tuple(local + more), row="Xr")
 
@@ -185,7 +196,7 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
-    body, more = _rms_body(s, h, eps, weight, "Y", stats_local=True)
+    body, more = _rms_body(s, h, eps, weight, "Y", stats_local=True, fused=plan.cluster > 1)
     spec = Fused.kernel(*head, *body, results=("Y", "H"))
     return schedule_rows(spec, plan, tuple(local + more), row="Hr")
 

@@ -146,10 +146,16 @@ class place(Strategy):
     * ``name``: an intermediate of the fused spec (a tensor a body spec writes that is no result).
     * ``memory``: ``SH`` (the default) or ``RF``.  The fused spec must be at the block level
       (``tile(...) >> to_blocks()`` first), and ``place`` comes before any ``part``.
+    * ``pad``: shared memory only — the buffer's extent along the tile's major dim rounded up to a
+      multiple of ``pad`` (a part may then walk it in passes of ``pad`` elements, the last one
+      partial: reductions stop at the tile's end, stores to global memory are predicated there)::
+
+          place("Xr", SH, pad=2048):   Xr:SH bf16[1x12500] in a buffer of 1 x 14336
     """
 
     name: str
     memory: Memory = SH
+    pad: int | None = None
 
     def apply(self, sched):
         path, node = _fused_focus(self, sched)
@@ -169,6 +175,11 @@ class place(Strategy):
             raise ScheduleError("an on-chip intermediate belongs to a block: tile the fused spec onto blocks first",
                                 strategy=self, spec=spec, field="level", value=str(spec.level), allowed="block",
                                 fix="tile(...) >> to_blocks(), then place(...)")
+        if self.pad is not None and (self.memory != SH or isinstance(self.pad, bool) or not isinstance(self.pad, int)
+                                     or self.pad < 1):
+            raise ScheduleError("pad rounds a shared buffer up to a multiple of a positive number of elements",
+                                strategy=self, spec=spec, field="pad", value=self.pad,
+                                allowed="None, or an int >= 1 with memory=SH", fix="place(name, SH, pad=<pass length>)")
         t = local[self.name]
         keep = tuple(d for d in t.dims)
         if self.memory == RF:
@@ -182,12 +193,23 @@ class place(Strategy):
                 lines *= 1 if d == t.tensor.major else e
             sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits) if lines > 1 else Swizzle(0, 0, 0)
             on = t.on_chip(SH, keep=keep, swizzle=sw)
+            if self.pad is not None:
+                if lines > 1:
+                    raise ScheduleError("pad applies to a tile of one line along its major dim (a row)",
+                                        strategy=self, spec=spec, field="pad", value=self.pad, allowed="None here",
+                                        fix="tile the other dims to 1 first, or leave pad out")
+                major = on.tensor.dims.index(on.tensor.major)
+                shape = list(on.tensor.shape)
+                shape[major] = -(-shape[major] // self.pad) * self.pad
+                on = attrs.evolve(on, tensor=attrs.evolve(on.tensor, shape=tuple(shape)))
         new = attrs.evolve(node, spec=spec.with_operand(self.name, on), strategy=record(node, self),
                            body=with_operand_in_parts(node.body, self.name, on))
         return sched.replace_path(path, new)
 
     def __repr__(self):
-        return f"place({self.name!r}, {self.memory!r})"
+        pad = f", pad={self.pad!r}" if self.pad is not None else ""
+        return f"place({self.name!r}, {self.memory!r}{pad})"
 
     def __str__(self):
-        return f"place({self.name}, {self.memory})"
+        pad = f", pad={self.pad}" if self.pad is not None else ""
+        return f"place({self.name}, {self.memory}{pad})"

@@ -98,11 +98,26 @@ def fold_elements(lw, m, acc: list, v: int, xs: list, inside: list) -> list:
     out: list = [ir.RegFill(r, 1, float(val)) for r, val in zip(bref, m.identity)]
     env = {f"b{j}": r for j, r in enumerate(bref)}
     for steps, between in zip(m.passes, m.between):
-        for x, pred in zip(xs, inside):
-            body = program(lw, steps, {**env, "x": x})
-            out += body if pred == 1 else [ir.If(pred, ir.Seq(tuple(body)))]
+        out += guarded([(s, pred) for x, pred in zip(xs, inside) for s in program(lw, steps, {**env, "x": x})])
         out += program(lw, between, env)
     return out + Combine(m.k, monoid=m).step(lw, [ir.RegRef(a, v) for a in acc], bref)
 
 
-__all__ = ["Combine", "combine_of", "components", "program", "fold_elements", "COMBINE"]
+def guarded(stmts: list) -> list:
+    """``(statement, predicate)`` pairs as statements: each run of consecutive statements under
+    one predicate (1: always) in one ``If`` — a vector's elements, all in or all out, take one
+    branch instead of one each."""
+    out: list = []
+    run: list = []
+    pred = None
+    for st, p in stmts + [(None, None)]:
+        if run and (st is None or p != pred):
+            out += run if pred == 1 else [ir.If(pred, ir.Seq(tuple(run)))]
+            run = []
+        if st is not None:
+            run.append(st)
+            pred = p
+    return out
+
+
+__all__ = ["Combine", "combine_of", "components", "program", "fold_elements", "guarded", "COMBINE"]

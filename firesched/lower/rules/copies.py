@@ -96,6 +96,10 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
     goff = gl_offset(gbuf, t, gcoord)
     soff = lay.offset(lay.row(local, dict(zip(dst.tensor.dims, dst.tensor.shape))), cc, ctx.stage.get(dst.name, 0))
     in_bounds = land(*[lt(gcoord[d], lim[d]) for d in t.storage_dims if d in lim])
+    if cols > src.extent(cdim):
+        # a buffer padded past the tile (place(..., pad=)): its tail is zero-filled, not read
+        # from the next tile's elements
+        in_bounds = land(in_bounds, lt(cc, src.extent(cdim)))
     if atom.family == CP_ASYNC:
         # chunks outside the tensor are zero-filled by cp.async itself (src-size 0); chunks
         # outside the tile (when threads outnumber them) are not issued at all

@@ -45,7 +45,7 @@ from ...tensor import GL, RF, SH
 from ..context import err, key
 from ..layouts import ThreadLayout
 from ..lowerer import Lowerer, leaf_rule
-from .combine import COMBINE, Combine, combine_of, components, fold_elements
+from .combine import COMBINE, Combine, combine_of, components, fold_elements, guarded
 from .smem import gl_offset, sh_offset, shared_buffer
 
 WIDTHS = (16, 8, 4, 2, 1)
@@ -303,17 +303,28 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         pad = lw.reg_layout(src, node).padded_dims()
         lim = {d: v for d, v in ctx.limit.get(key(src), {}).items() if d in pad or not isinstance(v, int)}
     else:
-        lim = {}
+        # a shared tile ends where the row does in a cluster's last block (its part may reach
+        # past the row: lower.context._register_limits); the copy that filled it zeroed that end
+        # (and a padded buffer's tile ends before the buffer: place(..., pad=))
+        lim = {d: v for d, v in ctx.limit.get(key(src), {}).items()
+               if not isinstance(v, int) or v < src.tensor.extent(d)}
     so = ctx.origin.get(key(src), {})
+    # where the limit and the leaf's origin are multiples of the leaf's extent along a dim (a
+    # cluster part ending on a whole vector), the leaf's elements there are all in or all out:
+    # one predicate, the first element's, so that the folds share one branch
+    whole = {d for d in lim if d in so and alignment(lim[d]) % src.extent(d) == 0
+             and alignment(so[d]) % src.extent(d) == 0}
     groups: dict[int, list] = {}
+    folds: list = []
     for e in elements(src):
         v = lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims})
-        inside = land(*[lt(so[d] + e.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim])
+        inside = land(*[lt(so[d] + (0 if d in whole else e.get(d, 0)), lim[d]) for d in src.tensor.storage_dims
+                        if d in lim])
         groups.setdefault(v, []).append((ir.RegRef(x, x_at(e)), inside))
         if m is None:
             r = ir.RegRef(acc, v)
-            fold = ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e))))
-            stmts.append(fold if inside == 1 else ir.If(inside, fold))
+            folds.append((ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e)))), inside))
+    stmts += guarded(folds)
     if m is not None:
         # a monoid folds the elements of each accumulator element as one tuple (its passes),
         # combined once into the running tuple
