@@ -179,7 +179,8 @@ def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
         return None
     for threads in CLUSTER_THREADS:
         for C in CLUSTERS:
-            passes = -(-(-(-vectors // C)) // threads)
+            per = -(-vectors // C)                   # vectors of an equal part
+            passes = -(-per // threads)
             part = passes * threads * vec
             if passes * vec > STAGED_VALUES or (C - 1) * part >= vectors * vec:
                 continue
