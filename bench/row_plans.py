@@ -27,9 +27,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES  # noqa: E402
-from bench.rows import _inputs, _outputs, _peer, _recipe, bytes_moved  # noqa: E402
+from bench.rows import _inputs, _outputs, _peer, bytes_moved  # noqa: E402
 from firesched import timing  # noqa: E402
-from firesched.recipes import norms, rows  # noqa: E402
+from firesched.recipes import rows  # noqa: E402
 
 
 def plans(cols: int, threads_opts, values_opts, vec: int = 8):
@@ -71,15 +71,18 @@ def main(argv=None) -> None:
     p.add_argument("--occupancy", default="0", help="blocks per SM to ask for (0: the plan's default)")
     p.add_argument("--row-memory", default="RF", help="where the row waits: RF, SH or both (RF,SH)")
     p.add_argument("--exchange", default="push", choices=["push", "barrier"])
+    p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off"],
+                   help="softmax and LayerNorm: statistics in one tuple reduction (on) or two (off); default: "
+                        "one where the row is split over a cluster")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     R, C = (int(v) for v in args.shape.split("x"))
     import torch
 
-    recipe = _recipe(args.op)(R, C, dtype=args.dtype, arch="sm_90a")
-    spec = recipe.spec
-    local = tuple(t.name for t in spec.locals)
-    row = "Hr" if args.op == "add_rmsnorm" else "Xr"
+    kind = "softmax" if args.op == "softmax_causal" else args.op
+    extra = {"causal": True} if args.op == "softmax_causal" else {}
+    if args.tuple_stats != "default" and kind in ("softmax", "layernorm"):
+        extra["tuple_stats"] = args.tuple_stats == "on"
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     nbytes = bytes_moved(args.op, R, C, dt.itemsize)
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
@@ -90,7 +93,8 @@ def main(argv=None) -> None:
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
     for plan in todo:
         try:
-            k = fs.compile(norms.schedule_rows(spec, plan, local, row=row), arch="sm_90a")
+            sched = getattr(fs.recipes, kind)(R, C, dtype=args.dtype, arch="sm_90a", plan=plan, **extra)
+            k = fs.compile(sched, arch="sm_90a")
         except fs.ScheduleError as e:
             print(f"{plan}: refused: {str(e).splitlines()[0]}")
             continue

@@ -74,12 +74,26 @@ def test_odd_rows_and_rows_one_block_holds_stay_in_registers(cols):
     assert plan == row_plan(2, cols, "bf16", clusters=True)
 
 
-def test_recipes_stage_where_it_measured_faster():
+def test_recipes_stage_their_cluster_rows():
+    # a loaded row is copied by cp.async; add + RMSNorm's sum is stored by the threads that add
     assert "cp.async" in fs.compile(fs.recipes.layernorm(2, 65536, arch="sm_90a"), arch="sm_90a").source
-    # a causal row is masked as it is loaded, and add + RMSNorm's row is a sum: both stay in registers
-    for sched in (fs.recipes.softmax(2, 65536, arch="sm_90a", causal=True), fs.recipes.add_rmsnorm(2, 65536,
-                                                                                                  arch="sm_90a")):
-        assert "cp.async" not in fs.compile(sched, arch="sm_90a").source
+    src = fs.compile(fs.recipes.add_rmsnorm(2, 65536, arch="sm_90a"), arch="sm_90a").source
+    assert "cp.async" not in src and "st.shared.v4" in src
+    # a causal row is masked as it is loaded: through registers into shared memory, no cp.async
+    src = fs.compile(fs.recipes.softmax(2, 65536, arch="sm_90a", causal=True), arch="sm_90a").source
+    assert "cp.async" not in src and "st.shared.v4" in src
+
+
+@pytest.mark.parametrize("cols, memory", [(20480, "SH"), (24576, "SH"), (32768, "RF"), (36000, "RF"), (18000, "RF")])
+def test_rows_a_block_holds_in_few_or_partial_passes_take_a_staged_cluster(cols, memory):
+    # 20,480 and 24,576 columns: fewer than four whole passes of 1024 threads (or a partial one),
+    # and two staged parts of whole passes; 32,768: four whole passes; 36,000 and 18,000: the
+    # staged parts would leave the last block short
+    plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
+    assert plan.row_memory == memory
+    if memory == "SH":
+        assert plan.cluster * plan.part == cols and plan.part % plan.span == 0
+    assert row_plan(2, cols, "bf16", clusters=False, stage=True).row_memory == "RF"
 
 
 def _sched(kind, R, C, plan, memory):

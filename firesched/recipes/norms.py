@@ -92,15 +92,25 @@ EXCHANGES = ("barrier", "push")
 
 
 def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
-              exchange: str | None = None, what: str = "plan_rows", stage: bool = True) -> _rows.RowPlan:
+              exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
+              plan: _rows.RowPlan | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
     None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``: a
-    cluster's parts may wait in shared memory (``row_plan(stage=...)``)."""
+    cluster's parts may wait in shared memory (``row_plan(stage=...)``); ``plan``: a
+    ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange`` replaced by
+    ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
         raise ValueError(f"recipes.{what}: exchange={exchange!r}; allowed: 'barrier' (barrier.cluster) or 'push' "
                          "(st.async into each other's shared memory, an mbarrier per exchange), or None (push)")
+    if plan is not None:
+        if not isinstance(plan, _rows.RowPlan):
+            raise ValueError(f"recipes.{what}: plan={plan!r}; allowed: a recipes.rows.RowPlan, or None (the tile "
+                             "model's: rows.row_plan)")
+        if plan.cluster > 1 and not get_target(arch).has_clusters:
+            raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
+        return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
                           stage=stage)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
@@ -123,7 +133,7 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
         raise ValueError(f"schedule_rows: row={row!r} must name one of the intermediates {local} to stage it in "
                          "shared memory (plan.row_memory='SH')")
     # a part that is not whole passes walks a buffer padded to them (the last pass partial)
-    pad = plan.span if plan.part % plan.span else None
+    pad = plan.span if (plan.part or spec.extents["c"]) % plan.span else None
     strategies = list(_rows.kernel_strategies(plan)) + [place(name, SH, pad=pad) if name == staged else
                                                         place(name, RF) for name in local]
     for i, sp in enumerate(spec.body):
@@ -167,14 +177,16 @@ def _row_source(s: _Specs, name: str = "X"):
 
 
 def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-            eps: float = 1e-6, stats: bool = False, exchange: str | None = None) -> Schedule:
+            eps: float = 1e-6, stats: bool = False, exchange: str | None = None,
+            plan: _rows.RowPlan | None = None) -> Schedule:
     """``Y = X / sqrt(mean(X², axis=-1) + eps) * W`` over rows of ``cols`` elements (torch's
     ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
     ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
-    module docstring; ``rows.row_plan`` picks the tiling; ``exchange="push"`` combines a row split
-    over a cluster with ``st.async`` pushes instead of ``barrier.cluster`` (``to_blocks``)."""
+    module docstring; ``rows.row_plan`` picks the tiling (``plan``: a ``rows.RowPlan`` instead);
+    ``exchange="push"`` combines a row split over a cluster with ``st.async`` pushes instead of
+    ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm")
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=plan.cluster > 1)
@@ -183,16 +195,17 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
 
 
 def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
-                eps: float = 1e-6, exchange: str | None = None) -> Schedule:
+                eps: float = 1e-6, exchange: str | None = None, plan: _rows.RowPlan | None = None) -> Schedule:
     """The pre-norm block of a transformer layer: ``H = X + R`` (rounded to ``dtype``, as torch
     computes it) and ``Y = rmsnorm(H) * W``; returns ``(Y, H)``.  ``H`` is written once and kept in
-    registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row."""
+    registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row.
+    ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("add_rmsnorm", rows, cols, dtype, arch)
     # the sum, its square and the normalised row live beside each other: 40 values a thread spill.
-    # The sum stays in registers on clusters too: staged in shared memory it measured 1.00-1.02x
-    # the time in registers (an H100, bf16, 49,152 to 262,144 columns; the sum is computed, not
-    # copied, so the stores into shared memory only add work)
-    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", stage=False)
+    # On clusters the sum may wait in shared memory as the other rows do: it measured within 2 %
+    # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
+    # 28,672 f16 that spills on one block takes two staged parts instead
+    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan)
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -203,17 +216,19 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
 
 def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
               bias: bool = True, eps: float = 1e-5, stats: bool = False, exchange: str | None = None,
-              tuple_stats: bool | None = None) -> Schedule:
+              tuple_stats: bool | None = None, plan: _rows.RowPlan | None = None) -> Schedule:
     """``Y = (X - mean) / sqrt(var + eps) * W + B`` over rows of ``cols`` elements (torch's
     ``layer_norm``; the biased variance), statistics in f32 in two passes over the registers;
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
     one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
-    cluster (module docstring)."""
+    cluster (module docstring).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="layernorm")
+    # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
+    plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
+                     what="layernorm", plan=plan)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

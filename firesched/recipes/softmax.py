@@ -34,14 +34,15 @@ from .norms import _Specs, check_args, plan_rows, schedule_rows
 
 def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, scale: float = 1.0,
             causal: bool = False, diagonal: int = 0, exchange: str | None = None,
-            tuple_stats: bool | None = None) -> Schedule:
+            tuple_stats: bool | None = None, plan=None) -> Schedule:
     """``Y = softmax(scale · X, axis=-1)`` over rows of ``cols`` elements (torch's
     ``softmax(x * scale, dim=-1)``), statistics in f32; input ``X`` (rows x cols).  ``causal=True``
     masks ``X[r, c]`` where ``c > r + diagonal`` (the row's first element is never masked when
     ``diagonal >= 0``).  ``exchange``: how a row split over a cluster combines, ``"push"``
     (``st.async`` pushes and an mbarrier; None, the default) or ``"barrier"`` (``barrier.cluster``),
     as ``to_blocks(exchange=...)``.  ``tuple_stats``: the maximum and the sum in one tuple
-    reduction (True) or two (False); None: one where the row is split over a cluster."""
+    reduction (True) or two (False); None: one where the row is split over a cluster.  ``plan``:
+    a ``recipes.rows.RowPlan`` instead of the tile model's (``rows.row_plan``)."""
     check_args("softmax", rows, cols, dtype, arch)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"recipes.softmax: scale={scale!r}; allowed: a positive number")
@@ -52,7 +53,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
                          "masks whole rows, whose softmax is undefined)")
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.softmax: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax")
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan)
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)
