@@ -174,3 +174,11 @@ def test_schedule_rows_names_the_row_it_stages():
         norms.schedule_rows(rec.spec, plan, ("Xr", "N"), row=None)
     with pytest.raises(ValueError, match="row_memory='GL'"):
         norms.schedule_rows(rec.spec, attrs.evolve(plan, row_memory="GL"), ("Xr",), row="Xr")
+
+
+def test_a_causal_row_one_block_holds_stays_on_one_block():
+    # its parts' work is uneven (the mask leaves the first part most of it): no staged cluster
+    assert "cluster" not in repr(fs.recipes.softmax(2, 24576, arch="sm_90a", causal=True).strategies[0])
+    assert "cluster=2" in repr(fs.recipes.softmax(2, 24576, arch="sm_90a").strategies[0])
+    plan = row_plan(2, 24576, "bf16", clusters=True, stage=True, stage_few_passes=False)
+    assert plan.cluster == 1 and plan.row_memory == "RF"

@@ -93,12 +93,12 @@ EXCHANGES = ("barrier", "push")
 
 def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
-              plan: _rows.RowPlan | None = None) -> _rows.RowPlan:
+              plan: _rows.RowPlan | None = None, stage_few_passes: bool = True) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
     None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``: a
-    cluster's parts may wait in shared memory (``row_plan(stage=...)``); ``plan``: a
+    cluster's parts may wait in shared memory (``row_plan(stage=..., stage_few_passes=...)``); ``plan``: a
     ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange`` replaced by
     ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -112,7 +112,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
             raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
-                          stage=stage)
+                          stage=stage, stage_few_passes=stage_few_passes)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 

@@ -115,14 +115,16 @@ def _pow2_at_least(n: int) -> int:
 
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
-             clusters: bool = False, stage: bool = False) -> RowPlan:
+             clusters: bool = False, stage: bool = False, stage_few_passes: bool = True) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
     asks for fewer); ``clusters`` (the target has them:
     sm_90a) lets a row too long for one block take a cluster of blocks; ``stage`` (the kernel can
     keep its row in shared memory: ``norms.schedule_rows(..., row=...)``) lets a cluster's parts
-    wait there (``row_memory="SH"``) where they are whole passes of the block's threads."""
+    wait there (``row_memory="SH"``) where they are whole passes of the block's threads, and
+    (``stage_few_passes``) a row one block would hold in few or partial passes take such a
+    cluster too."""
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
@@ -154,13 +156,16 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
     plan = _one_block(rows, vectors, vec, MAX_THREADS)
-    if clusters and stage and plan.lanes == MAX_THREADS and (plan.reps < 4 or vectors % plan.lanes):
+    if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
+            (plan.reps < 4 or vectors % plan.lanes):
         # a row one block of 1024 threads holds in fewer than four passes, or with its last pass
         # partial, runs faster on a cluster of staged parts that are equal whole passes (measured
         # on an H100, bf16: 16384 x 20,480 softmax 2.75 against 2.19 TB/s, LayerNorm 2.87 against
         # 2.19; 16384 x 24,576 softmax 2.84 against 2.53).  Four whole passes stay on one block
         # (8192 x 32,768: LayerNorm and RMSNorm 2.98 against 2.88), and so do rows whose staged
-        # parts would leave the last block short (8192 x 36,000: softmax 2.63 against 2.23)
+        # parts would leave the last block short (8192 x 36,000: softmax 2.63 against 2.23).  A
+        # causal row's work is uneven across its parts: it stays on one block (16384 x 24,576:
+        # 2.38 staged against 2.52)
         staged = _staged_cluster(vectors, vec, eb)
         if staged is not None and staged.cluster * staged.part == vectors * vec:
             return staged

@@ -53,7 +53,8 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
                          "masks whole rows, whose softmax is undefined)")
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.softmax: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan,
+                     stage_few_passes=not causal)
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)
