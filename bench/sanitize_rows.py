@@ -11,8 +11,9 @@ The rows split over clusters combine as the recipes do by default (``to_blocks(e
 with ``barrier.cluster`` instead.
 
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
-per block, the largest plan (1024 threads), and rows split over thread-block clusters of 2 and 4
-blocks (an odd row included)."""
+per block, the largest plan (1024 threads), rows split over thread-block clusters of 2 and 4
+blocks (an odd row included), and cluster parts staged in shared memory (20,480 and 65,536
+columns; 50,000: the last block's part shorter than its buffer).  Causal softmax too."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import firesched as fs  # noqa: E402
 
-SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768), (3, 40000), (2, 65537)]
+SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768), (3, 40000), (2, 65537), (3, 20480),
+          (2, 50000), (2, 65536)]
 
 
 def main(argv=None) -> None:
@@ -37,9 +39,10 @@ def main(argv=None) -> None:
         exchange = args[i + 1]
         del args[i:i + 2]
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or SHAPES
-    for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax"):
+    for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal"):
         for rows, cols in shapes:
-            sched = getattr(fs.recipes, op)(rows, cols, dtype="bf16", arch="sm_90a", exchange=exchange)
+            kind, kw = ("softmax", {"causal": True}) if op == "softmax_causal" else (op, {})
+            sched = getattr(fs.recipes, kind)(rows, cols, dtype="bf16", arch="sm_90a", exchange=exchange, **kw)
             k = fs.compile(sched, arch="sm_90a")
             ins = []
             for b in k.program.inputs:

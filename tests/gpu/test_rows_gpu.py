@@ -104,3 +104,30 @@ def test_long_rows_with_pushes(op, rows, cols):
 @pytest.mark.parametrize("shift", [3000.0, -3000.0])
 def test_pushes_on_rows_of_a_large_mean(op, shift):
     _run(op, 3, 100003, "f16", magnitude=3.0, shift=shift, exchange="push")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols", [(3, 65536), (2, 50000), (5, 20480), (3, 24576), (2, 100000), (1, 200000)])
+def test_rows_staged_in_shared_memory(op, shift, rows, cols):
+    # cluster parts copied into shared memory (cp.async); 50,000 / 100,000 / 200,000: the last
+    # block's part stops short of its buffer (zero-filled past the row, where a maximum of rows
+    # near -3000 must not see the zeros); 20,480 / 24,576: rows one block holds, on two parts
+    assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True, stage=True).row_memory == "SH"
+    _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, exchange="push")
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 65536), (9, 50000), (40, 4096), (3, 100000)])
+def test_causal_rows_read_their_visible_part(rows, cols):
+    import torch
+
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
+    k = fs.compile(fs.recipes.softmax(rows, cols, dtype="f16", arch="sm_90a", causal=True, diagonal=5),
+                   arch="sm_90a")
+    y = torch.empty_like(x)
+    k(x, y)
+    mask = torch.ones(rows, cols, device="cuda", dtype=torch.bool).tril(5)
+    ref = torch.softmax(x.float().masked_fill(~mask, float("-inf")), dim=-1)
+    torch.cuda.synchronize()
+    assert (y.float()[~mask] == 0).all()
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
