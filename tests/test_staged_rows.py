@@ -24,8 +24,8 @@ RNG = np.random.default_rng(11)
 
 
 @pytest.mark.parametrize("cols, cluster, part_, threads, occupancy", [
-    (65536, 4, 16384, 256, 6), (49152, 4, 12288, 256, 6), (131072, 8, 16384, 256, 6),
-    (262144, 8, 32768, 512, 3), (327680, 8, 40960, 1024, 1)])
+    (65536, 4, 16384, 256, 6), (49152, 3, 16384, 256, 6), (131072, 8, 16384, 256, 6),
+    (262144, 8, 32768, 512, 3), (327680, 5, 65536, 1024, 1)])
 def test_staged_plans_take_whole_passes(cols, cluster, part_, threads, occupancy):
     plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
     assert (plan.cluster, plan.part, plan.lanes, plan.blocks_per_sm, plan.row_memory) == \
@@ -36,10 +36,11 @@ def test_staged_plans_take_whole_passes(cols, cluster, part_, threads, occupancy
 
 
 @pytest.mark.parametrize("cols, cluster, part_, threads", [
-    (50000, 4, 14336, 256), (100000, 4, 28672, 512), (60000, 4, 16384, 256)])
+    (50000, 4, 14336, 256), (100000, 7, 14336, 256), (60000, 4, 16384, 256), (45000, 3, 16384, 256),
+    (200000, 7, 28672, 512)])
 def test_staged_parts_are_rounded_up_to_whole_passes(cols, cluster, part_, threads):
     # the last block's part reaches past the row; its copy zero-fills that end, and the
-    # reductions stop at the row's end
+    # reductions stop at the row's end.  Clusters of any size up to 8 (100,000: 7 blocks, 45,000: 3)
     plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
     assert (plan.cluster, plan.part, plan.lanes, plan.row_memory) == (cluster, part_, threads, "SH")
     assert plan.part % plan.span == 0 and (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
@@ -113,7 +114,10 @@ PLANS = [pytest.param(3, 4096, RowPlan(64, 4, 4, 1, cluster=4, part=1024, exchan
          # padded to 256 (and the last block's part one vector short)
          pytest.param(3, 3996, RowPlan(64, 4, 4, 1, cluster=4, part=1000, exchange="push"), id="last-pass-partial"),
          pytest.param(2, 3000, RowPlan(64, 4, 3, 1, cluster=4, part=752, exchange="barrier"),
-                      id="last-pass-partial-barrier")]
+                      id="last-pass-partial-barrier"),
+         # clusters of 3 and 6 blocks (any size up to 8), the last part short
+         pytest.param(3, 4000, RowPlan(64, 4, 6, 1, cluster=3, part=1536, exchange="push"), id="cluster-3-push"),
+         pytest.param(2, 3000, RowPlan(32, 4, 4, 1, cluster=6, part=512, exchange="barrier"), id="cluster-6-barrier")]
 
 
 @pytest.mark.parametrize("R, C, plan", PLANS)

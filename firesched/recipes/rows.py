@@ -61,6 +61,17 @@ REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.T
 # bf16, 4096 x 65,536): RMSNorm 2.89 TB/s on 4 blocks of 256 threads x 64 elements against 2.51
 # with the row in registers (8 x 256 x 32), LayerNorm 2.74 against 2.43
 STAGED_VALUES = 64
+# blocks per cluster a staged row may take: any portable cluster size, so that the parts' whole
+# passes cover the row with little to spare
+STAGED_CLUSTERS = (2, 3, 4, 5, 6, 7, 8)
+# what a block costs besides its part, in elements per thread of the block (_staged_cluster).
+# Fitted on an H100 (bf16, each against the plan of clusters of 2, 4 or 8 only): 4 parts of
+# 14,336 over 50,000 columns ran 4 % faster than 5 of 10,240 (LayerNorm), 4 of 16,384 over
+# 60,000 7 % faster than 5 of 12,288; 7 parts of 14,336 on 256 threads over 100,000 ran 3-11 %
+# faster than 4 of 28,672 on 512 (LayerNorm, softmax, causal; RMSNorm 1 % slower), 3 of 16,384
+# over 45,000 1-5 % faster than 4 of 12,288 (add + RMSNorm 3 % slower), 7 of 28,672 over
+# 200,000 10-26 % faster than 4 of 57,344 on 1,024 threads
+BLOCK_COST = 32
 STAGED_REGISTERS = 40
 MAX_THREADS_PER_SM = 2048
 SHARED_PER_SM = 227 * 1024     # what an H100 block may take (sm_90a); the smallest part fits 7 times
@@ -180,30 +191,38 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
 
 
 def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
-    """A cluster plan whose parts wait in shared memory: the fewest blocks (of the first of
-    ``CLUSTER_THREADS`` that can) whose parts, rounded up to whole passes of the block's threads,
-    hold at most ``STAGED_VALUES`` elements a thread and leave the last block part of the row.
+    """A cluster plan whose parts wait in shared memory: of the blocks of ``CLUSTER_THREADS``
+    threads and clusters of ``STAGED_CLUSTERS`` blocks whose parts, rounded up to whole passes of
+    the block's threads, hold at most ``STAGED_VALUES`` elements a thread and leave the last
+    block part of the row, the one of the least estimated cost (then the fewest threads, then
+    the smallest cluster): ``C x (part + BLOCK_COST x threads)`` — a cluster takes as long as its
+    full blocks, and each block costs its exchange and launch besides its part.
 
     Whole passes, not equal parts: the last block's part may stop short (its copy zero-fills past
-    the row, its reductions stop at the row's end).  Equal parts in buffers padded to whole passes
-    (``place(..., pad=)``, every block's last pass partial) measured slower on an H100 (bf16,
-    4096 x 50,000 to 2048 x 100,000: LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm
-    2.69-2.76 against 2.79-2.87).  None for rows of other than 16-byte vectors (an odd row: the
-    copy into shared memory would go element by element)."""
+    the row, its reductions stop at the row's end).  Equal parts in buffers padded to whole passes (``place(..., pad=)``, every block's
+    last pass partial) measured slower on an H100 (bf16, 4096 x 50,000 to 2048 x 100,000:
+    LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm 2.69-2.76 against 2.79-2.87).  None for
+    rows of other than 16-byte vectors (an odd row: the copy into shared memory would go element
+    by element)."""
     if vec * eb != 16:
         return None
+    best = None
     for threads in CLUSTER_THREADS:
-        for C in CLUSTERS:
+        for C in STAGED_CLUSTERS:
             per = -(-vectors // C)                   # vectors of an equal part
             passes = -(-per // threads)
             part = passes * threads * vec
             if passes * vec > STAGED_VALUES or (C - 1) * part >= vectors * vec:
                 continue
-            per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
-                         SHARED_PER_SM // (part * eb + 1024))
-            return RowPlan(threads, vec, passes, 1, cluster=C, part=part, blocks_per_sm=max(1, per_sm),
-                           row_memory="SH")
-    return None
+            key = (C * (part + BLOCK_COST * threads), threads, C)
+            if best is None or key < best[0]:
+                best = (key, threads, C, passes, part)
+    if best is None:
+        return None
+    _, threads, C, passes, part = best
+    per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
+                 SHARED_PER_SM // (part * eb + 1024))
+    return RowPlan(threads, vec, passes, 1, cluster=C, part=part, blocks_per_sm=max(1, per_sm), row_memory="SH")
 
 
 def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:

@@ -27,7 +27,7 @@ from .base import Strategy, record
 #: m, A along n); a reduction split over
 #: a cluster's blocks combines their parts through distributed shared memory (8: the largest
 #: portable cluster).
-CLUSTER_SIZES = (1, 2, 4, 8)
+CLUSTER_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)
 MATMUL_CLUSTER_SIZES = (1, 2, 4)
 EXCHANGES = ("barrier", "push")    # how a cluster's blocks hand each other a split reduction's parts
 
@@ -201,7 +201,7 @@ class to(Strategy):
                 raise ScheduleError(f"a tuple reduction ({spec.op}) split over blocks combines its parts in one "
                                     "launch, through a cluster's distributed shared memory (a workspace of "
                                     "partial results holds one value per part)", strategy=self, spec=spec,
-                                    field="cluster", value=self.cluster, allowed="2, 4, 8 (sm_90a)",
+                                    field="cluster", value=self.cluster, allowed="2 to 8 (sm_90a)",
                                     fix=f"to_blocks(cluster={across[0].count})")
             mapped, new_spec, second = _partials(sched, parent.spec, new_spec, mapped, across[0])
             post = post + (Node(second),)
