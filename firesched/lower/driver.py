@@ -39,6 +39,7 @@ from .rules.tma import tma_smem_layout
 from .transforms import pipeline as pipe
 from .transforms import specialize as ws
 from .transforms import tile_moves as tm
+from .transforms.barriers import without_redundant_barriers
 from .transforms.blocks import block_order
 from .transforms.launches import programmatic_launches
 
@@ -315,7 +316,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         hoists = Hoists()
         c = _enter_scope(ctx, block, scope, hoists=hoists, hoist_node=block)
         work = lw.lower(block, c)
-        body = [*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end]
+        body = without_redundant_barriers([*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end])
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
     check_resources(lw, block, body)

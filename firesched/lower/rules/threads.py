@@ -209,9 +209,15 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
     skip = steps[0][1][0] if op == "copy" and steps and steps[0][0] == "mask" and \
         isinstance(steps[0][1][0], fops.CausalMask) else None
     srcs = [_operand_regs(lw, ctx, t, stmts, "x", skip=skip) for t in inputs]
-    # a plain move rounds each element once from its source (a bit copy between equal dtypes)
+    # a plain move rounds each element once from its source (a bit copy between equal dtypes); a
+    # masked move into shared memory between equal dtypes copies the bits and writes -inf over the
+    # masked elements (no conversions through f32: the causal load of a staged softmax row, 5 %
+    # faster in bf16 on an H100 at 65,536 columns; into registers it measured 2-5 % slower at
+    # 20,480, so registers keep the conversions)
     direct = op == "copy" and not steps
-    work = None if direct else lw.kb.reg("w", f32, 1)
+    bits = op == "copy" and bool(steps) and all(n == "mask" for n, _ in steps) and out.memory == SH and \
+        all(t.dtype == out.dtype for t in inputs)
+    work = None if direct or bits else lw.kb.reg("w", f32, 1)
     if out.memory == RF:
         y, y_at = _operand_regs(lw, ctx, out, [], "y")
     else:
@@ -222,8 +228,10 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
     where = _positions(node, ctx, (*inputs, out)) if any(n == "mask" for n, _ in steps) else None
     for e in elements(out):
         args = tuple(ir.RegRef(r, at(e)) for r, at in srcs)
-        if direct:
+        if direct or bits:
             stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), args))
+            for _, a in steps if bits else ():
+                stmts += _mask(node, a[0], where(e), ir.RegRef(y, y_at(e)))
             continue
         stmts.append(ir.Pointwise(op, ir.RegRef(work, 0), args))
         for name, a in steps:
