@@ -220,11 +220,11 @@ def _close(got, want, dt, x=None):
 @pytest.mark.parametrize("kind", ["softmax", "layernorm", "rmsnorm"])
 @pytest.mark.parametrize("shift", [3000.0, -3000.0])
 def test_odd_rows_over_clusters_of_2_4_8(kind, parts, shift):
-    # 40,001 columns: the last block's part reaches past the row, whose padded elements no
+    # 12,001 columns: the last block's part reaches past the row, whose padded elements no
     # statistic may count (a maximum of -3000 rows is below the zeros of padding registers)
-    R, C = 3, 40001
+    R, C = 2, 12001
     x = (RNG.standard_normal((R, C)) * 3 + shift).astype(np.float32)
-    sched = _on_cluster(_recipe(kind, R, C, "f32"), C, parts, span=8192)
+    sched = _on_cluster(_recipe(kind, R, C, "f32"), C, parts, span=2048)
     x64 = x.astype(np.float64)
     _close(fs.interpret(sched, x, target="sm_90a"), REFS[kind](x64), "f32", x64 if kind == "layernorm" else None)
 
