@@ -31,7 +31,10 @@ mean of squared deviations, which does not cancel as E[x²] - E[x]² does for ro
 mean.  A row split over a thread-block cluster takes both in one tuple reduction instead
 (``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
 exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
-cost more than the block barrier they save: bench/README.md, "One exchange per row").
+cost more than the block barrier they save: bench/README.md, "One exchange per row").  On a
+cluster the output is one pass from the row (``normalize_affine``: (x - mean) · rstd · w + b;
+RMSNorm's ``mul_mul``, its squares folded straight from the row by ``monoids.sum_squares``), and
+the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=...)``).
 ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's ``rstd``;
 LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute them and
 read back by the next part after a barrier.  A cluster's blocks combine by ``st.async`` pushes

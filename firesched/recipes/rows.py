@@ -13,10 +13,13 @@ aims at three things, in this order —
   to a thread-block cluster (sm_90a) of 2, 4 or 8 blocks, each holding an equal part of it; the
   blocks combine their partial statistics through distributed shared memory
   (``to_blocks(cluster=C)``), so rows of up to 327,680 elements are still read once and written
-  once.  Where a cluster's parts are whole passes of the block's threads (65,536 columns and most
-  powers of two), each part waits in shared memory instead (``row_memory="SH"``: filled by
-  ``cp.async``, read back by every later part), up to 64 elements a thread: the registers then
-  hold no row, 30-40 a thread, and six blocks of 256 threads share an SM;
+  once.  A row of 16-byte vectors on a cluster waits in shared memory instead
+  (``row_memory="SH"``: filled by ``cp.async``, read back by every later part; a causal row
+  through registers, masked as it loads): up to 64 elements a thread in parts of whole passes,
+  the last block's part possibly short, on clusters of 2 to 8 blocks chosen by an estimated cost
+  (``BLOCK_COST``).  The registers then hold no row, 30-40 a thread, and six blocks of 256
+  threads share an SM.  Rows one block would hold in fewer than four passes, or with a partial
+  last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns);
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and four warps per block (a short row alone would leave most lanes
   idle); a longer row takes a whole block of ``lanes`` threads (warps combine their partial
@@ -28,11 +31,12 @@ aims at three things, in this order —
       256            32     8     1        4          128
       1,024         128     8     1        1          128
       4,096         256     8     2        1          256
+      24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
       32,768       1024     8     4        1         1024
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
-      65,536 (rows in registers: add + RMSNorm, causal softmax)
-                    256     8     4        1          256 x a cluster of 8, 4 per SM
+      100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
+      65,537        256     1    33        1          256 x a cluster of 8, 4 per SM (odd: in registers)
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.

@@ -9,7 +9,10 @@ maximum and the sum of exponentials are reduced there, and the row is written on
 
 A row split over a thread-block cluster takes its two statistics in one tuple reduction instead
 (``monoids.softmax_stats``: each thread's ``(max, sum exp)``, merged online), so the cluster's
-blocks exchange once per row: ``Reduce(softmax_stats over c: Xr -> M, Z with rcp())``.
+blocks exchange once per row: ``Reduce(softmax_stats over c: Xr -> M, Z with rcp())``, and writes
+its output in one pass from the row, ``Pointwise(exp_sub_scaled_mul: Xr, M, C, Z -> Y)`` with the
+scale in a register ``C`` (``Init``), so no f32 copy of the exponentials waits between parts; its
+row part waits in shared memory (``rows.row_plan``: ``row_memory="SH"``).
 
 ``causal=True`` masks the elements past the diagonal (``c > r + diagonal``) to ``-inf`` as the
 row is loaded — ``ops.causal`` on the ``Move`` —, so they count in neither statistic and come out
