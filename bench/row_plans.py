@@ -4,6 +4,7 @@ recipe at one shape, interleaved with torch's peer: the measurements behind ``ro
     PYTHONPATH=. python bench/row_plans.py --op softmax --shape 4096x65536
     PYTHONPATH=. python bench/row_plans.py --op rmsnorm --shape 1024x262144 --threads 512,1024 --values 16,32
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 4096x65536 --row-memory RF,SH --occupancy 0,4,6
+    PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 16384x1024 --plan 128,8,1,1 --plan 32,8,4,4
 
 Each plan splits the row over a thread-block cluster of the fewest blocks (2, 4 or 8) whose
 ``threads x values`` elements hold their part, or one block when it fits.  Timing as in
@@ -71,6 +72,9 @@ def main(argv=None) -> None:
     p.add_argument("--occupancy", default="0", help="blocks per SM to ask for (0: the plan's default)")
     p.add_argument("--row-memory", default="RF", help="where the row waits: RF, SH or both (RF,SH)")
     p.add_argument("--exchange", default="push", choices=["push", "barrier"])
+    p.add_argument("--plan", action="append", default=[],
+                   help="a plan of one block per rows: LANES,VEC,REPS,ROWS (RowPlan's first four fields; "
+                        "repeatable), instead of --threads / --values")
     p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off"],
                    help="softmax and LayerNorm: statistics in one tuple reduction (on) or two (off); default: "
                         "one where the row is split over a cluster")
@@ -88,8 +92,9 @@ def main(argv=None) -> None:
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
     peer = _peer(torch, args.op, C)
-    todo = [_with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in
-            plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+    base = [rows.RowPlan(*(int(v) for v in p.split(","))) for p in args.plan] or \
+        plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+    todo = [_with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
     for plan in todo:
         try:
@@ -104,7 +109,7 @@ def main(argv=None) -> None:
 
         us = timing.interleaved({"ours": ours, "peer": lambda i: peer(*sets[i % nsets][0])}, rounds=args.rounds)
         o, q = us["ours"] * 1e-3, us["peer"] * 1e-3
-        print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} values {plan.reps * plan.vec:3d} "
+        print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} "
               f"cluster {plan.cluster} occupancy {plan.occupancy} row in {plan.row_memory}: ours "
               f"{nbytes / o / 1e9:5.2f} TB/s  torch {nbytes / q / 1e9:5.2f} TB/s  registers "
               f"{max(r.registers for r in k.resources.values())}  spills {k.spills}", flush=True)
