@@ -8,8 +8,8 @@ cases are redundant whatever the rules were::
     __syncthreads();    // a second barrier right after a first (only comments between):
     __syncthreads();    //   every thread has already arrived at the first one
 
-Only block-wide barriers (``ir.Barrier`` without ``bar_id``) in straight-line code at the top of
-the kernel body are touched; loops, branches and roles keep theirs.
+Only block-wide barriers (``ir.Barrier`` of barrier 0 over every thread) in straight-line code at
+the top of the kernel body are touched; loops, branches and roles keep theirs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from ... import ir
 
 
 def _block_wide(s) -> bool:
-    return isinstance(s, ir.Barrier) and s.threads == 0 and not s.arrive
+    return isinstance(s, ir.Barrier) and s.threads == 0 and not s.arrive and isinstance(s.bar_id, int) \
+        and s.bar_id == 0
 
 
 def without_redundant_barriers(body: list) -> list:
