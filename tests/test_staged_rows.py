@@ -9,6 +9,8 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import firesched as fs
 from firesched import ir
@@ -186,3 +188,22 @@ def test_a_causal_row_one_block_holds_stays_on_one_block():
     assert "cluster=2" in repr(fs.recipes.softmax(2, 24576, arch="sm_90a").strategies[0])
     plan = row_plan(2, 24576, "bf16", clusters=True, stage=True, stage_few_passes=False)
     assert plan.cluster == 1 and plan.row_memory == "RF"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(R=st.integers(1, 3), C=st.integers(1, 3000), kind=st.sampled_from(["rmsnorm", "layernorm", "softmax",
+                                                                          "causal", "add_rmsnorm"]),
+       cluster=st.integers(1, 8), lanes=st.sampled_from([32, 64, 128]), vec=st.sampled_from([1, 2, 4]),
+       reps=st.integers(1, 6), exchange=st.sampled_from(["push", "barrier"]))
+def test_random_staged_plans_are_refused_or_right(R, C, kind, cluster, lanes, vec, reps, exchange):
+    # a hand-written plan with the row in shared memory: whatever it is, check() refuses it or the
+    # interpreter matches numpy (parts of any length, partial passes in a padded buffer, any cluster)
+    part = -(-C // cluster) if cluster > 1 else 0
+    plan = RowPlan(lanes, vec, reps, 1, cluster=cluster, part=part, exchange=exchange if cluster > 1 else "barrier",
+                   row_memory="SH")
+    try:
+        sched = _sched(kind, R, C, plan, "SH")
+        sched.check("sm_90a")
+    except (ScheduleError, ValueError):
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -13,6 +13,8 @@ around it.
 
 from __future__ import annotations
 
+import math
+
 from ... import ir
 from ...hardware.atoms import catalog, sm80, sm90a
 from ...hardware.atoms.base import CP_ASYNC, LDMATRIX, Atom
@@ -75,7 +77,9 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
     o = ctx.origin[key(src)]
     lim = ctx.limit[key(src)]
     ld = t.extent(cdim)
-    atom = copy_atom(node, cols, ld, eb)
+    # a buffer padded past the tile (place(..., pad=)): chunks must divide the tile itself, so
+    # that none straddles its end into the next tile or past the tensor
+    atom = copy_atom(node, math.gcd(cols, src.extent(cdim)) if cols > src.extent(cdim) else cols, ld, eb)
     if atom.family == CP_ASYNC and not lw.target.supports(atom):
         raise err(node, f"{lw.target.name} has no cp.async to fill shared memory with", field="target",
                   value=lw.target.name, allowed="sm_80 and later", fix="check/compile for sm_80 or later")
