@@ -207,3 +207,16 @@ def test_random_staged_plans_are_refused_or_right(R, C, kind, cluster, lanes, ve
     except (ScheduleError, ValueError):
         return
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@pytest.mark.parametrize("cols", [20480, 50000])
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_staged_plans_compile_without_spills(kind, cols):
+    # two parts of whole passes (20,480), a short last part (50,000); f16 and bf16
+    for dt in ("f16", "bf16"):
+        if kind == "causal":
+            sched = fs.recipes.softmax(64, cols, dtype=dt, arch="sm_90a", causal=True)
+        else:
+            sched = getattr(fs.recipes, kind)(64, cols, dtype=dt, arch="sm_90a")
+        k = fs.compile(sched, arch="sm_90a")
+        assert k.spills == 0, (kind, cols, dt, k.resources)
