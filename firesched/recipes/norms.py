@@ -100,10 +100,10 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
-    None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``: a
-    cluster's parts may wait in shared memory (``row_plan(stage=..., stage_few_passes=...)``); ``plan``: a
-    ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange`` replaced by
-    ``exchange`` when that is given)."""
+    None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage`` and
+    ``stage_few_passes``: a cluster's parts may wait in shared memory, as ``rows.row_plan``'s;
+    ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
+    replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
         raise ValueError(f"recipes.{what}: exchange={exchange!r}; allowed: 'barrier' (barrier.cluster) or 'push' "
                          "(st.async into each other's shared memory, an mbarrier per exchange), or None (push)")

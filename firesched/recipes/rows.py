@@ -76,9 +76,9 @@ STAGED_CLUSTERS = (2, 3, 4, 5, 6, 7, 8)
 # over 45,000 1-5 % faster than 4 of 12,288 (add + RMSNorm 3 % slower), 7 of 28,672 over
 # 200,000 10-26 % faster than 4 of 57,344 on 1,024 threads
 BLOCK_COST = 32
-STAGED_REGISTERS = 40
+STAGED_REGISTERS = 40          # registers a thread of a staged plan needs (measured: 26-40)
 MAX_THREADS_PER_SM = 2048
-SHARED_PER_SM = 227 * 1024     # what an H100 block may take (sm_90a); the smallest part fits 7 times
+SHARED_PER_SM = 227 * 1024     # the shared memory an H100 SM gives its blocks (sm_90a)
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
 # 40 bf16 values: LayerNorm 2.65, softmax 2.63, RMSNorm 2.89 TB/s over 40,000 columns, no spills;
 # 48 spill in LayerNorm's f32 intermediates, 56-64 everywhere), of f32 32 (LayerNorm's register
@@ -203,11 +203,11 @@ def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
     full blocks, and each block costs its exchange and launch besides its part.
 
     Whole passes, not equal parts: the last block's part may stop short (its copy zero-fills past
-    the row, its reductions stop at the row's end).  Equal parts in buffers padded to whole passes (``place(..., pad=)``, every block's
-    last pass partial) measured slower on an H100 (bf16, 4096 x 50,000 to 2048 x 100,000:
-    LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm 2.69-2.76 against 2.79-2.87).  None for
-    rows of other than 16-byte vectors (an odd row: the copy into shared memory would go element
-    by element)."""
+    the row, its reductions stop at the row's end).  Equal parts in buffers padded to whole
+    passes (``place(..., pad=)``, every block's last pass partial) measured slower on an H100
+    (bf16, 4096 x 50,000 to 2048 x 100,000: LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm
+    2.69-2.76 against 2.79-2.87).  None for rows of other than 16-byte vectors (an odd row: the
+    copy into shared memory would go element by element)."""
     if vec * eb != 16:
         return None
     best = None
