@@ -16,6 +16,7 @@ import firesched as fs
 from firesched import ir
 from firesched.errors import HazardError, ScheduleError
 from firesched.recipes import norms
+from firesched.recipes import rows as row_model
 from firesched.recipes.rows import RowPlan, row_plan
 from firesched.simulate.interp import run_program
 from firesched.spec import Move
@@ -54,9 +55,9 @@ def test_a_padded_buffer_takes_a_partial_last_pass():
     rec = fs.recipes.layernorm(2, 4000, dtype="f32", arch="sm_90a")
     plan = RowPlan(64, 4, 4, 1, cluster=4, part=1000, exchange="push")
     spec = rec.spec
-    strategies = [*norms._rows.kernel_strategies(plan), place("Xr", fs.SH, pad=plan.span),
+    strategies = [*row_model.kernel_strategies(plan), place("Xr", fs.SH, pad=plan.span),
                   *(place(t.name, fs.RF) for t in spec.locals if t.name != "Xr"),
-                  *(part(i, *norms._rows.part_strategies(plan, walk_row="c" in sp.dims))
+                  *(part(i, *row_model.part_strategies(plan, walk_row="c" in sp.dims))
                     for i, sp in enumerate(spec.body) if i)]
     sched = spec.schedule(*strategies)
     assert "Xr:SH f32[1x1000]" in str(sched) and "place(Xr, SH, pad=256)" in str(sched)
@@ -165,7 +166,7 @@ def test_a_block_copy_applies_no_ops():
     assert load == 0
     sched = spec.schedule(tile(r=1, c=128) >> to_blocks(cluster=4, exchange="push"), place("Xr", fs.SH),
                           *(place(t.name, fs.RF) for t in spec.locals if t.name != "Xr"),
-                          *(part(i, *norms._rows.part_strategies(RowPlan(32, 4, 1, 1, cluster=4, part=128),
+                          *(part(i, *row_model.part_strategies(RowPlan(32, 4, 1, 1, cluster=4, part=128),
                                                                   walk_row="c" in sp.dims))
                             for i, sp in enumerate(spec.body) if i != load))
     with pytest.raises(ScheduleError, match="copies bytes") as e:
