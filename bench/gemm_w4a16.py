@@ -135,13 +135,16 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None) -> dict:
                 **({"old_us": t["old"], "speedup_old": t["old"] / t["ours"]} if other is not None else {}))
 
 
-def sweep_candidates(M: int, N: int, K: int, deep: bool = False) -> list:
+def sweep_candidates(M: int, N: int, K: int, deep: bool = False, family: str = "mma") -> list:
     """Tile variants around the plan for ``--sweep``: block shapes, warp splits, K steps, stages
     and K splits; invalid ones are dropped when the recipe refuses them.  ``deep``: only the plan's
     tiles with deeper rings (4 to 16 stages) and each K split, to see whether more weights in
-    flight per block beat more blocks."""
+    flight per block beat more blocks.  ``family="wgmma"``: the sm_90a family's producer-fed tiles
+    instead (``wgmma_candidates``)."""
     from firesched.recipes.w4a16 import W4A16Params, plan
 
+    if family == "wgmma":
+        return wgmma_candidates(M, N, K)
     out = [plan(M, N, K)]
     if deep:
         for st in (4, 6, 8, 12, 16):
@@ -172,6 +175,30 @@ def sweep_candidates(M: int, N: int, K: int, deep: bool = False) -> list:
     return out[:1] + (random.Random(0).sample(out[1:], 120) if len(out) > 121 else out[1:])
 
 
+def wgmma_candidates(M: int, N: int, K: int, sms: int = 132) -> list:
+    """The sm_90a family's producer-fed tiles for ``--sweep --family wgmma``, the default plan
+    first: 64 or 128 weight columns a block, activation rows M rounded to 8 (at most 64, and 128
+    above M = 64), 128, 256 or 512 k a stage, 4 stages (fewer where shared memory runs out), and
+    each K split whose grid is between half a wave and one wave."""
+    from firesched.recipes.w4a16 import RING_BYTES, SPLIT_UNIT, W4A16WgmmaParams, plan
+
+    out = [plan(M, N, K, wgmma=True)]
+    r8 = -(-M // 8) * 8
+    for bm in sorted({min(64, r8)} | ({min(128, r8)} if M > 64 else set())):
+        for bn in (64, 128):
+            for bk in (128, 256, 512):
+                stage = bm * bk * 2 + bn * bk // 2
+                st = min(4, RING_BYTES // stage)
+                for sp in (1, 2, 4, 8):
+                    blocks = -(-M // bm) * -(-N // bn) * sp
+                    if st < 2 or K % (sp * bk) or (K // sp) % SPLIT_UNIT or not sms // 2 <= blocks <= sms:
+                        continue
+                    p = W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=st, split_k=sp, producer=True)
+                    if p not in out:
+                        out.append(p)
+    return out
+
+
 def _compile_one(args):
     M, N, K, dt, p = args
     try:
@@ -181,12 +208,12 @@ def _compile_one(args):
         return -1
 
 
-def sweep(torch, M, N, K, dt_name, rounds, deep: bool = False) -> list:
+def sweep(torch, M, N, K, dt_name, rounds, deep: bool = False, family: str = "mma") -> list:
     """Every ``sweep_candidates`` variant that compiles without spills, timed against cuBLAS
     (compiled in parallel processes first; NVRTC's cache then serves the timing loop)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    cands = sweep_candidates(M, N, K, deep)
+    cands = sweep_candidates(M, N, K, deep, family)
     with ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 2)) as ex:
         spills = list(ex.map(_compile_one, [(M, N, K, dt_name, p) for p in cands]))
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
@@ -296,6 +323,8 @@ def main(argv=None) -> list:
     ap.add_argument("--smoke", action="store_true", help="CPU only: a small instance through the interpreter")
     ap.add_argument("--sweep", action="store_true",
                     help="time the tile variants of sweep_candidates against cuBLAS instead (first dtype)")
+    ap.add_argument("--family", choices=("mma", "wgmma"), default="mma",
+                    help="with --sweep: the mma.sync family's tiles or the sm_90a family's producer-fed ones")
     ap.add_argument("--deep", action="store_true", help="with --sweep: the plan's tiles at 4-16 stages and each K split")
     ap.add_argument("--params", default="",
                     help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
@@ -319,11 +348,11 @@ def main(argv=None) -> list:
         rows = []
         for nk in (int(x) for x in args.nk.split(",")):
             for M in (int(x) for x in args.m.split(",")):
-                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds, args.deep)
+                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds, args.deep, args.family)
                 rows += best
                 print(f"M={M} N=K={nk}: {len(best)} variants; plan "
-                      f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, nk, nk))), 0):.1f} us")
-                for r in best[:5]:
+                      f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, nk, nk, wgmma=True))), 0):.1f} us")
+                for r in best:
                     print(f"   {r['ours_us']:8.1f} us {r['speedup_cublas']:5.2f}x  {r['params']}", flush=True)
         write_results(args.out.replace(".json", "-sweep.json"), dict(date=str(datetime.date.today()),
                       device=torch.cuda.get_device_name(), command=" ".join(sys.argv)), rows)

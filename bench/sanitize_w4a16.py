@@ -2,7 +2,8 @@
 unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and the 4-byte word
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
-split-K added in the kernel (``fixup``)), for compute-sanitizer:
+split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
+stage), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -43,6 +44,10 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                    split_k=4, fixup=True)),
     (40, 520, 2048, 64, True, "bf16", W4A16WgmmaParams(block_m=40, block_n=128, block_k=128, stages=4, split_k=4,
                                                        fixup=True, producer=True)),
+    # the small-M plan's wgmma tiles: 64 columns, 512 or 256 k a stage, a ring refilled after release
+    (16, 520, 4096, 32, False, "f16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=512, stages=2, producer=True)),
+    (33, 1000, 2048, 128, True, "bf16", W4A16WgmmaParams(block_m=40, block_n=64, block_k=256, stages=2, split_k=2,
+                                                         producer=True)),
 ]
 
 

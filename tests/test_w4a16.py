@@ -264,14 +264,32 @@ def test_wgmma_plan_feeds_large_m_from_a_producer(M, N, K, rows):
     assert -(-256 // 128) * -(-N // 128) * small.split_k <= 132 or small.split_k == 1
 
 
-@pytest.mark.parametrize("M,N,K,rows,split", [(64, 4096, 4096, 64, 4), (64, 8192, 8192, 64, 2), (33, 8192, 8192, 40, 2),
-                                              (96, 4096, 4096, 96, 4), (128, 8192, 8192, 128, 2), (256, 4096, 4096, 128, 2),
-                                              (256, 8192, 8192, 128, 1), (200, 1000, 4128, 64, 1)])
-def test_wgmma_plan_up_to_256_rows_fills_one_wave(M, N, K, rows, split):
-    """Up to M = 256: of the row tiles (64, or M rounded to 8 up to 128) and K splits that keep
-    the grid to one wave of 132 blocks, the one with the most blocks, then the largest tile."""
+@pytest.mark.parametrize("M,N,K,rows,cols,split,bk", [
+    (64, 4096, 4096, 64, 64, 2, 256), (64, 8192, 8192, 64, 64, 1, 256), (33, 8192, 8192, 40, 64, 1, 256),
+    (32, 4096, 4096, 32, 64, 2, 512), (17, 8192, 8192, 24, 64, 1, 512), (96, 4096, 4096, 96, 128, 4, 128),
+    (128, 8192, 8192, 128, 128, 2, 128), (256, 4096, 4096, 128, 128, 2, 128), (256, 8192, 8192, 128, 128, 1, 128),
+    (200, 1000, 4128, 64, 128, 1, 32)])
+def test_wgmma_plan_up_to_256_rows_fills_one_wave(M, N, K, rows, cols, split, bk):
+    """Up to M = 256: of the row tiles (64, or M rounded to 8 up to 128), the column tiles (64 too
+    up to M = 64) and K splits that keep the grid to one wave of 132 blocks, the one with the most
+    blocks, then the largest rows, then the fewest K parts; K tiles of 512 k up to 32 rows and 256
+    up to 64 where K's parts divide into them."""
     p = plan(M, N, K, wgmma=True)
-    assert p.producer and (p.block_m, p.split_k) == (rows, split)
+    assert p.producer and (p.block_m, p.block_n, p.split_k, p.block_k) == (rows, cols, split, bk)
+    assert (K // split) % p.block_k == 0
+
+
+@pytest.mark.parametrize("M,N,K,family", [(1, 8192, 8192, "wgmma"), (16, 8192, 8192, "wgmma"),
+                                          (1, 4096, 4096, "mma"), (16, 4096, 4096, "mma"),
+                                          (7, 1000, 4128, "mma"), (1, 11008, 4096, "mma"), (17, 4096, 4096, "wgmma")])
+def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family):
+    """M <= 16 runs the wgmma family only where 64-column tiles fill more than half a wave with
+    K unsplit (no second launch); otherwise the mma.sync tiles, which split K.  Above 16 rows, wgmma."""
+    p = plan(M, N, K, wgmma=True)
+    assert isinstance(p, W4A16WgmmaParams if family == "wgmma" else W4A16Params)
+    if family == "wgmma" and M <= 16:
+        assert p.split_k == 1 and p.block_n == 64
+    assert isinstance(plan(M, N, K), W4A16Params)           # sm_80: always the mma.sync family
 
 
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),
@@ -281,8 +299,10 @@ def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, "sm_90a")
     assert k.spills == 0
-    # M above 32 runs on wgmma on sm_90a (the weights dequantised into its A fragment)
-    assert "lop3.b32" in k.source and ("wgmma.mma_async" if M > 32 else "mma.sync") in k.source
+    # the plan's wgmma tiles (above M = 16, and M <= 16 at N = K = 8192) dequantise into its A fragment
+    wg = isinstance(plan(M, N, K, wgmma=True), W4A16WgmmaParams)
+    assert wg == (M > 16 or (N, K) == (8192, 8192))
+    assert "lop3.b32" in k.source and ("wgmma.mma_async" if wg else "mma.sync") in k.source
 
 
 # --------------------------------------------------------------------------- errors
@@ -689,6 +709,29 @@ def test_wgmma_producer_matches_the_reference(M, N, K, gs, signed, dtype, zero_p
     assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
     src = fs.compile(sched, "sm_90a").source
     assert "cp.async.bulk.tensor.2d" in src and "setmaxnreg" in src and "cp.async.cg" not in src
+
+
+@pytest.mark.parametrize("M,N,K,gs,signed,dtype,zero_point,bk,split", [
+    (3, 72, 1536, 32, False, "f16", False, 512, 1), (16, 64, 2048, 128, True, "bf16", False, 512, 2),
+    (37, 100, 1024, 64, False, "f16", True, 256, 2), (9, 136, 512, None, True, "f16", False, 512, 1)])
+def test_small_m_wgmma_tiles_match_the_reference(M, N, K, gs, signed, dtype, zero_point, bk, split):
+    """The plan's small-M wgmma tiles: 64 weight columns on one consumer warpgroup and 256 or
+    512 k a stage (each stage's scale rows: 1 to 16 groups), M and N not multiples of the tile,
+    K split or not, against numpy; three K tiles on a ring of two where K allows, so a stage is
+    refilled after its reader released it."""
+    p = W4A16WgmmaParams(block_m=-(-M // 8) * 8 if M <= 32 else 40, block_n=64, block_k=bk,
+                         stages=2 if K // split // bk > 2 else 4, split_k=split, producer=True)
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
+                       params=p)
+    q, s, z = quantize_int4(np.random.default_rng(M + N).standard_normal((K, N)) * 0.1, gs, signed=signed,
+                            zero_point=zero_point, scale_dtype=dtype)
+    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
+    extra = (z.astype(np.float64),) if zero_point else ()
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), *extra, target="sm_90a")
+    want = w4a16_reference(a, q, s, z, gs)
+    tol = 1e-2 if dtype == "f16" else 2e-2
+    assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
+    assert fs.compile(sched, "sm_90a").spills == 0
 
 
 def test_default_plan_above_256_rows_matches_the_reference():

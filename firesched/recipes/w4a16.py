@@ -19,7 +19,8 @@ a prologue op adds::
     prologue("B", ops.group_scale("S", group_size, zero=8))   # dequantised and scaled in registers
     tile(m=16, n=8, k=16) >> done(mma_m16n8k16)
 
-On sm_90a, M above 32 runs on wgmma instead (``W4A16WgmmaParams``, ``plan_wgmma``): the product
+On sm_90a, M above 16 runs on wgmma instead (``W4A16WgmmaParams``, ``plan_wgmma``), and so does
+M <= 16 where 64-column tiles fill the GPU without a K split; the product
 is computed transposed, ``Cᵀ = dequant(B)ᵀ Aᵀ``, so that the dequantised weights are the wgmma's A
 operand, which it reads from registers, and the activations its B, read from shared memory::
 
@@ -32,8 +33,8 @@ operand, which it reads from registers, and the activations its B, read from sha
     prologue("B", ops.group_scale("S", group_size, zero=8))
     tile(k=16) >> done(wgmma_m64n<BM>k16_rs)
 
-Above M = 256 a producer warpgroup loads the codes (as bytes) and the activations by TMA into an
-mbarrier ring instead (``W4A16WgmmaParams(producer=True)``: ``move_to_smem(..., via=tma)`` and
+The plan's tiles take a producer warpgroup that loads the codes (as bytes) and the activations by
+TMA into an mbarrier ring instead (``W4A16WgmmaParams(producer=True)``: ``move_to_smem(..., via=tma)`` and
 ``warp_specialize``), and the two consumer warpgroups only dequantise and issue wgmma.  The ring
 brings each K tile's scale rows too (one more TMA box a stage), every consumer thread hands a
 stage back by its own arrival once its reads are done, and C (stored transposed) goes out in
@@ -85,6 +86,8 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 PACK_K = 32
 #: K per split-K part: split_k across blocks cuts K in multiples of 64
 SPLIT_UNIT = 64
+#: the least K a part of the wgmma family's K split keeps (eight K tiles of 128)
+MIN_PART_K = 1024
 #: registers a thread of the producer warpgroup keeps (it only issues TMA copies), and the most a
 #: consumer thread takes (what the GEMM's warp-specialized schedule uses)
 PRODUCER_REGS = 40
@@ -219,11 +222,18 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
     K is split over blocks (``split_k``, a second launch adds the f32 parts) until the grid holds
     one to two blocks an SM while each part keeps at least 4 K tiles.
 
-    With ``wgmma`` (an sm_90a target), M above 32 takes the wgmma family instead
+    With ``wgmma`` (an sm_90a target), M above 16 takes the wgmma family instead
     (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
-    N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.91x at M = 1024 (bench/README.md)."""
-    if wgmma and M > 32:
-        return plan_wgmma(M, N, K, sms=sms)
+    N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.91x at M = 1024, 1.56 -> 1.89x
+    at M = 32, N = K = 4096 (bench/README.md).  So does M <= 16 where the wgmma family's tile is
+    64 columns with K unsplit, a full wave without a second launch: 2.80 -> 3.07x at M = 1 and
+    2.71 -> 3.06x at M = 16, N = K = 8192; where it would split K the tiles above stay (2.50x
+    against 2.36x at M = 1, N = K = 4096)."""
+    if wgmma:
+        p = plan_wgmma(M, N, K, sms=sms)
+        blocks = -(-M // p.block_m) * -(-N // p.block_n)
+        if M > 16 or (p.split_k == 1 and p.block_n == 64 and 2 * blocks > sms):
+            return p
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
     elif M <= 32:
@@ -259,12 +269,19 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
       codes a lane, and half as many ring hand-overs as 64 k;
     * up to M = 256, a producer warpgroup too (below), with 64 or 128 activation rows a block
       (the wgmma's N; M rounded up to 8 below 128) and K split over blocks: of the row tiles and
-      splits (powers of two, each part at least 8 K tiles) that keep the grid to one wave, the
-      one with the most blocks, then the largest rows (no tile fits one wave: the fewest blocks).  Measured on an H100 against the cp.async
-      tiles it replaces (64 rows, K split to nearly two blocks an SM): M = 64, N = K = 4096
-      1.32 -> 1.41x cuBLAS (split 4), 8192 1.78 -> 2.06x (split 2); M = 128, 8192 1.23 -> 1.44x
-      (128 rows, split 2); M = 256, 4096 0.79 -> 0.92x (128 rows, split 2), 8192 0.75 -> 1.09x
-      (128 rows);
+      splits (powers of two, each part at least ``MIN_PART_K``) that keep the grid to one wave,
+      the one with the most blocks, then the largest rows (no tile fits one wave: the fewest
+      blocks).  Measured on an H100 against the cp.async tiles it replaces (64 rows, K split to
+      nearly two blocks an SM): M = 64, N = K = 4096 1.32 -> 1.41x cuBLAS (split 4), 8192 1.78
+      -> 2.06x (split 2); M = 128, 8192 1.23 -> 1.44x (128 rows, split 2); M = 256, 4096 0.79 ->
+      0.92x (128 rows, split 2), 8192 0.75 -> 1.09x (128 rows);
+    * up to M = 64, 64 weight columns a block (one consumer warpgroup) where they make as many
+      blocks with fewer K parts (less partial-sum traffic, a longer K loop to hide the ring's
+      start behind), and a longer K tile: 512 k up to 32 rows, 256 up to 64 (a warpgroup
+      dequantises a whole K tile, then retires its wgmmas: longer tiles take fewer such turns).
+      Measured on an H100 (``bench/gemm_w4a16.py --sweep --family wgmma``): M = 64, N = K = 4096
+      1.50 -> 1.63x cuBLAS (64 columns, split 2, 256 k); M = 32, 4096 1.89x and 8192 2.91x;
+      M = 16, 8192 3.06x (64 columns, no split, 512 k);
     * above: a producer warpgroup loads codes and activations by TMA (``producer=True``) for two
       consumer warpgroups that both dequantise and issue at once (taking turns, ``pingpong``,
       measured 2-5% slower), with 256, 192 or 128 activation rows a block — whichever finishes
@@ -278,20 +295,26 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
     cols = -(-N // 128)
     if M <= 256:
-        def splits(bm: int) -> tuple[int, int, int]:
-            """(blocks, rows, split) of ``bm``-row tiles with K split as far as one wave allows."""
-            tiles, split = -(-M // bm) * cols, 1
-            while (tiles * split * 2 <= sms and K % (split * 2) == 0 and K // (split * 2) >= 8 * bk
+        def splits(bm: int, bn: int) -> tuple[int, int, int, int]:
+            """(blocks, split, rows, columns) of ``bm`` x ``bn`` tiles with K split as far as one
+            wave allows."""
+            tiles, split = -(-M // bm) * -(-N // bn), 1
+            while (tiles * split * 2 <= sms and K % (split * 2) == 0 and K // (split * 2) >= MIN_PART_K
                    and (K // (split * 2)) % SPLIT_UNIT == 0):
                 split *= 2
-            return tiles * split, bm, split
+            return tiles * split, split, bm, bn
 
         r8 = -(-M // 8) * 8
         rows = [min(64, r8)] + ([min(128, r8)] if M > 64 else [])
-        # one wave with the most blocks (else the fewest blocks), then the largest tile
-        _, _, bm, split = max((b <= sms, b if b <= sms else -b, r, sp) for b, r, sp in map(splits, rows))
-        stage = bm * bk * 2 + 128 * bk // 2
-        return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
+        widths = (64, 128) if M <= 64 else (128,)
+        # one wave with the most blocks (else the fewest blocks), then the largest rows, then the
+        # fewest K parts
+        _, _, bm, _, split, bn = max((b <= sms, b if b <= sms else -b, r, -sp, sp, c)
+                                  for b, sp, r, c in (splits(r, c) for r in rows for c in widths))
+        longest = 512 if bm <= 32 else 256 if bm <= 64 else 128
+        bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
+        stage = bm * bk * 2 + bn * bk // 2
+        return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
                                 split_k=split, producer=True)
 
     def finish(bm: int) -> float:
