@@ -41,10 +41,11 @@ SHAPES = ((1, 4096), (16, 4096), (64, 4096), (1, 8192))
 GROUP = 128
 
 
-def schedules(M: int, nk: int):
-    """(plan, fixup) schedules of one shape."""
-    plan = fs.recipes.w4a16.plan(M, nk, nk, wgmma=True)
-    base = fs.recipes.gemm_w4a16(M, nk, nk, group_size=GROUP, arch="sm_90a")
+def schedules(M: int, nk: int, params=None):
+    """(plan, fixup) schedules of one shape; ``params`` (a ``W4A16Params`` or ``W4A16WgmmaParams``)
+    instead of the plan's tiles."""
+    plan = params if params is not None else fs.recipes.w4a16.plan(M, nk, nk, wgmma=True)
+    base = fs.recipes.gemm_w4a16(M, nk, nk, group_size=GROUP, arch="sm_90a", params=params)
     fixup = fs.recipes.gemm_w4a16(M, nk, nk, group_size=GROUP, arch="sm_90a", params=attrs.evolve(plan, fixup=True))
     return base, fixup
 
@@ -67,14 +68,14 @@ def _replace_last(program, mode: str) -> None:
     program._loaded = (0, launches[:-1] + [attrs.evolve(launches[-1], kernel=_Variant(launches[-1].kernel, mode))])
 
 
-def gpu_row(torch, M: int, nk: int, rounds: int) -> dict:
+def gpu_row(torch, M: int, nk: int, rounds: int, params=None) -> dict:
     from firesched import timing
     from firesched.quant import dequantize_int4, quantize_int4
 
     w = np.random.default_rng(nk).standard_normal((nk, nk)).astype(np.float32) * 0.05
     q, s, _ = quantize_int4(w, GROUP, signed=False, scale_dtype="f16")
     deq = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, GROUP)).cuda()
-    base, fixup = schedules(M, nk)
+    base, fixup = schedules(M, nk, params)
     compiled = fs.compile(base, arch="sm_90a")
     # one program object each (compile hands back the same one for the same schedule): each keeps
     # its own launch list
@@ -107,7 +108,8 @@ def gpu_row(torch, M: int, nk: int, rounds: int) -> dict:
     fns = {name: call(name) for name in (progs if two else ("plan", "fixup"))}
     fns["cublas"] = lambda i: torch.nn.functional.linear(a, w16s[i % len(w16s)])
     t = timing.interleaved(fns, reps=20, rounds=rounds)
-    return dict(M=M, N=nk, K=nk, params=repr(fs.recipes.w4a16.plan(M, nk, nk, wgmma=True)), us=t,
+    p = params if params is not None else fs.recipes.w4a16.plan(M, nk, nk, wgmma=True)
+    return dict(M=M, N=nk, K=nk, params=repr(p), us=t,
                 x_cublas={n: t["cublas"] / v for n, v in t.items() if n != "cublas"}, max_error=errors)
 
 
@@ -129,6 +131,8 @@ def main(argv=None) -> list:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--params", default="", help="W4A16Params(...) or W4A16WgmmaParams(...) for every shape "
+                                                 "instead of the plan's tiles")
     args = ap.parse_args(argv)
     if args.smoke:
         rows = smoke()
@@ -136,10 +140,15 @@ def main(argv=None) -> list:
         return rows
     import torch
 
+    from bench.gemm_w4a16 import parse_params
+
+    given = parse_params(args.params)
+    if len(given) > 1:
+        raise SystemExit("--params: one parameter record (it applies to every shape)")
     rows = []
     for item in args.shapes.split(","):
         M, nk = (int(x) for x in item.split("x"))
-        r = gpu_row(torch, M, nk, args.rounds)
+        r = gpu_row(torch, M, nk, args.rounds, given[0] if given else None)
         rows.append(r)
         print(f"M={M} N=K={nk}: " + ", ".join(f"{n} {v:.2f} us" for n, v in r["us"].items()) + " | x cuBLAS: "
               + ", ".join(f"{n} {v:.2f}" for n, v in r["x_cublas"].items()), flush=True)
