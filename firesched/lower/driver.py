@@ -269,7 +269,8 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         if not tgt.has_clusters:
             raise err(block, f"thread-block clusters need sm_90a; the target is {tgt.name}", field="cluster",
                       value=order.cluster.size, allowed="1", fix="to_blocks() without cluster=")
-        if spec_loop is None and any(isinstance(m.spec, MatMul) for m in block.walk()):
+        if (spec_loop is None and not order.cluster.split
+                and any(isinstance(m.spec, MatMul) for m in block.walk())):
             raise err(block, "the sm_90a GEMM lowering does not handle clusters without warp specialization: their "
                              "blocks release each other's stages from consumer warpgroups",
                       fix="add warp_specialize() after pipeline(...), or drop cluster=")
@@ -290,7 +291,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     # the block's tile: global tensors enter at 0 and move with the block loops
     ctx = Ctx(vars=dict(order.bindings), tile_index=order.tile_var if order.tile_var is not None else 0,
               repeated=order.tile_var is not None,
-              cluster=order.cluster, stream=stream)
+              cluster=order.cluster if order.cluster is None or not order.cluster.split else None, stream=stream)
     owners = []
     for _, owner in block_loops:
         if owner not in owners:
@@ -383,6 +384,9 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
                                   "arrivals may target them"))
     else:
         body.append(ir.Barrier("mbarriers initialised"))
+    # what the roles' rules asked to run first, by every thread (a split's cluster exchange: its
+    # mbarrier's initialisation and a barrier.cluster)
+    body += lw.notes.get("setup", [])
     body.append(ws.roles(preg, creg, producer, consumers, 128 * nwg, groups=nwg if pingpong else 1))
     if C > 1:
         body.append(_call_cluster("no block leaves while the others may still arrive on its mbarriers"))

@@ -106,6 +106,13 @@ def _check_field_types(params) -> None:
             raise ValueError(f"{name}: {f.name} must be a positive int, got {v!r}")
 
 
+def _check_combine(params) -> None:
+    """At most one way of adding a K split's parts in the kernel."""
+    if params.fixup and params.cluster_combine:
+        raise ValueError(f"{type(params).__name__}: fixup=True and cluster_combine=True both add the K parts in the "
+                         f"kernel; choose one")
+
+
 @attrs.frozen
 class W4A16Params:
     """The tiles of the W4A16 schedule.
@@ -120,6 +127,9 @@ class W4A16Params:
     * ``fixup``: ``split_k(..., combine="fixup")`` instead of a second launch (measured slower on
       an H100 at the plan's tiles: M = 1-256, N = K = 4096 and 8192, 0.85-1.02x the two launches;
       ``plan`` leaves it off);
+    * ``cluster_combine``: ``split_k(..., combine="cluster")`` instead: a tile's K parts form a
+      thread-block cluster (sm_90a, 2 to 8 parts) and push their partial sums into the last
+      part's shared memory; one of ``fixup`` and ``cluster_combine``;
     * ``stream_k``: K chunks per output tile spread over a persistent grid instead
       (``strategies.stream_k``): the partial tiles are added in the same kernel, through a
       workspace and flags, so there is no second launch.  One of the two, not both.  Measured
@@ -137,9 +147,11 @@ class W4A16Params:
     split_k: int = 1
     stream_k: int = 1
     fixup: bool = False
+    cluster_combine: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
+        _check_combine(self)
         if self.split_k > 1 and self.stream_k > 1:
             raise ValueError(f"W4A16Params: split_k={self.split_k} and stream_k={self.stream_k} both cut K; "
                              f"choose one (the other 1)")
@@ -165,6 +177,7 @@ class W4A16WgmmaParams:
       ``fixup`` by the block of each tile's last part in the same launch);
     * ``fixup``: ``split_k(..., combine="fixup")`` instead of a second launch (measured slower at
       the plan's tiles, as for ``W4A16Params``);
+    * ``cluster_combine``: ``split_k(..., combine="cluster")`` instead (as for ``W4A16Params``);
     * ``occupancy``: blocks resident on an SM at once (``to_blocks(occupancy=...)``: the register
       budget ptxas gets), so one block's dequantisation runs under another's wgmma;
     * ``producer``: a producer warpgroup loads codes and activations by TMA into an mbarrier ring
@@ -186,9 +199,11 @@ class W4A16WgmmaParams:
     occupancy: int = 1
     producer: bool = False
     pingpong: bool = False
+    cluster_combine: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
+        _check_combine(self)
         if self.pingpong and not self.producer:
             raise ValueError("W4A16WgmmaParams: pingpong=True takes turns between the consumers of a producer "
                              "warpgroup: set producer=True too")
@@ -409,7 +424,8 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
 
 
 def _split(p) -> split_k:
-    return split_k(p.split_k, across=BLOCK, combine="fixup" if p.fixup else "launch")
+    return split_k(p.split_k, across=BLOCK,
+                   combine="cluster" if p.cluster_combine else "fixup" if p.fixup else "launch")
 
 
 def _group_scale(group_size, signed: bool, zero_point: bool):

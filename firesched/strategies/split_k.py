@@ -26,6 +26,20 @@ A part waits only for lower parts, whose blocks the GPU starts first, so the gri
 (the fix-up of ``stream_k``, ``lower.rules.stream_fixup``); the additions are in a fixed order,
 so the result is the same bits run to run.
 
+or in a thread-block cluster (``combine="cluster"``, sm_90a, 2 to 8 parts): a tile's parts run on
+the blocks of one cluster, which the GPU starts together; the lower parts push their partial sums
+into the shared memory of the last part's block (``st.async``, completing on its mbarrier), which
+adds them in the same fixed order as the fix-up and stores C — no workspace in global memory, no
+flags, no second launch::
+
+    MatMul<kernel>(A[MxK], B[KxN], C:GL[MxN])
+      split_k(2, across=block, combine='cluster')
+      for kp0 in block(2) clusters(2) fixup:
+        MatMul<kernel>(A[MxKp], B[KpxN], C:GL[MxN])                  <- focus
+
+    block rank kp < 1:  acc -> parts[kp] of block rank 1      st.async, complete_tx on its mbarrier
+    block rank 1:       wait its mbarrier; acc += parts[0]; the store of C
+
 Across warps (on a block-level spec inside the K loop, seed 000's intra-block split-K): the K
 tile is divided between groups of warps, each keeping its own partial accumulator; the store of
 the accumulator becomes a ``Reduce`` through shared memory before the epilogue.
@@ -44,8 +58,11 @@ from .base import Strategy, fresh_var, positive_int
 # Block-level parts are rounded to this many K elements, so a part's loads stay whole 16-byte chunks.
 PART_GRANULE = 64
 
-#: how split_k(across=BLOCK) adds its parts: a second launch, or the last part's block (fix-up)
-COMBINES = ("launch", "fixup")
+#: how split_k(across=BLOCK) adds its parts: a second launch, the last part's block (fix-up through
+#: global memory), or the last part's block of a thread-block cluster (through shared memory)
+COMBINES = ("launch", "fixup", "cluster")
+#: parts a cluster combine takes: a tile's parts are one cluster (the portable cluster sizes)
+CLUSTER_PARTS = range(2, 9)
 
 
 @attrs.frozen(repr=False)
@@ -66,13 +83,15 @@ class split_k(Strategy):
     Across blocks (``across=Level.BLOCK``, on the kernel-level focus, before ``to_blocks``): each
     block of parts writes an f32 workspace, and a second launch adds them (``combine="launch"``),
     or the block of each tile's last part adds them in the same launch (``combine="fixup"``: no
-    second launch, C written once; the module docstring shows both trees).  Parts are whole
-    multiples of 64 K elements.
+    second launch, C written once), or a tile's parts form a thread-block cluster whose blocks
+    push their partial sums into the last part's shared memory (``combine="cluster"``, sm_90a, 2
+    to 8 parts; the module docstring shows the trees).  Parts are whole multiples of 64 K
+    elements.
 
-    * ``parts``: a positive int (1 changes nothing).
+    * ``parts``: a positive int (1 changes nothing); 2 to 8 with ``combine="cluster"``.
     * ``across``: ``Level.WARP`` or ``Level.BLOCK``.
-    * ``combine``: across blocks, ``"launch"`` or ``"fixup"``; across warps it must stay
-      ``"launch"`` (the warps' parts meet in shared memory).
+    * ``combine``: across blocks, ``"launch"``, ``"fixup"`` or ``"cluster"``; across warps it must
+      stay ``"launch"`` (the warps' parts meet in shared memory).
     """
 
     parts: int
@@ -93,7 +112,12 @@ class split_k(Strategy):
             allowed = ", ".join(map(repr, COMBINES)) if self.across == BLOCK else "'launch' (across warps)"
             raise ScheduleError("split_k's parts are added by a second launch or by the block of the last part",
                                 strategy=self, spec=spec, field="combine", value=self.combine, allowed=allowed,
-                                fix="combine='fixup' needs across=Level.BLOCK")
+                                fix=f"combine={self.combine!r} needs across=Level.BLOCK")
+        if self.combine == "cluster" and self.parts != 1 and self.parts not in CLUSTER_PARTS:
+            raise ScheduleError("split_k(..., combine='cluster') puts a tile's parts on the blocks of one thread-block "
+                                "cluster", strategy=self, spec=spec, field="parts", value=self.parts,
+                                allowed=f"{CLUSTER_PARTS.start}..{CLUSTER_PARTS.stop - 1}",
+                                fix="fewer parts, or combine='fixup' / 'launch'")
         if self.parts == 1:
             return sched
         if self.across == BLOCK:
@@ -114,9 +138,10 @@ class split_k(Strategy):
                                 field="parts", value=self.parts,
                                 allowed=f"2..{max(1, -(-spec.k // PART_GRANULE))} with no empty part",
                                 fix=f"use split_k({used}) or fewer parts")
-        if self.combine == "fixup":
+        if self.combine in ("fixup", "cluster"):
             var = fresh_var(sched, "kp")
-            loop = Loop(var, self.parts, ((spec.k_dim, kp),), BLOCK, fixup=True)
+            loop = Loop(var, self.parts, ((spec.k_dim, kp),), BLOCK, fixup=True,
+                        cluster=self.parts if self.combine == "cluster" else 1)
             child = spec.with_extents(**{spec.k_dim: kp})
             return sched.replace_focus(attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),)))
         c = spec.c

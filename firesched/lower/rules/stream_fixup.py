@@ -26,6 +26,24 @@ partner), and the top block loads several partners' vectors at once::
                     for each chunk of vectors: load it from every partner, then add part -1, -2, ...
                     barrier; thread 0: counter[tile] = 0
 
+Split-K in a cluster (``split_k(..., combine="cluster")``): a tile's parts are the ranks of one
+thread-block cluster, and the lower ranks push their partial sums straight into the top rank's
+shared memory, where they complete the transaction bytes the top rank's mbarrier expects::
+
+    kernel start:   thread 0: mbarrier.init(landed, 1); expect_tx(landed, (parts-1)·T·n·4)
+                    barrier.cluster                     (the mbarrier is initialised cluster-wide)
+    rank < top:     acc[j] -> parts[rank][j][tid] of the top rank     st.async, complete_tx
+    rank = top:     wait(landed, parity 0)              (acquire.cluster: every push has landed)
+                    for q = top-1 .. 0: acc[j] += parts[q][j][tid]    the fix-up's order
+                    the accumulator's store
+
+          rank 0            rank 1            rank 2 (top)
+        | acc |  --push-> |     |           | parts[0] parts[1] |
+                          | acc |  --push-------------^
+
+The lower ranks wait for nothing and leave; the top rank leaves after its wait, when every push
+into it has landed.  The additions are in the fix-up's order, so the two give the same bits.
+
 A partial tile is kept in the order of the registers, not of the tile: the block that adds it has
 the same fragment layout, so thread t's vector j sits at ``((j * threads) + t) * 4`` of the
 block's slot — consecutive threads write consecutive 16-byte vectors, whatever the layout.  The
@@ -37,7 +55,7 @@ from __future__ import annotations
 
 from ... import ir
 from ...dtypes import f32, i32
-from ...hardware.atoms import catalog, sm70
+from ...hardware.atoms import catalog, sm70, sm90a
 from ...ir.expr import Var, lt
 from ..context import err, scope_barrier
 
@@ -64,6 +82,8 @@ def fixup(lw, node, ctx, acc: ir.RegBuffer, size: int, store: list, reduce_vars=
         raise err(node, f"{what} with split_k(..., across=WARP): the partial tiles are exchanged per register, "
                         "before the warps' parts are combined", strategy=node.strategy,
                   fix=f"drop one of {what} and split_k(across=WARP)")
+    if getattr(sk, "via_cluster", False):
+        return _cluster_parts(lw, ctx, sk, acc, size, store)
     kind = sk.kind
     scope = ctx.scope
     T = scope.threads
@@ -167,3 +187,48 @@ def _add_counted(ctx, sk, kb, acc, part, flags, slot, T, tid, w, V, ld) -> list:
         ir.If(lt(tid, 1), ir.AtomCall(sm70.flag_store, (("flag", ir.MemRef(flags, sk.tile)), ("value", ir.Scalar(0))),
                                       1, "reset the tile's counter for the next launch")),
     ]
+
+
+def _cluster_parts(lw, ctx, sk, acc: ir.RegBuffer, n: int, store: list) -> list:
+    """Split-K in a cluster (the module docstring): the lower ranks push their ``n`` accumulator
+    values a thread into the top rank's ``parts`` buffer, the top rank waits on its mbarrier and
+    adds them, rank ``top - 1`` first."""
+    P = sk.parts
+    scope = ctx.scope
+    T, tid = scope.threads, scope.tid
+    parts = lw.kb.shared_buf(f"{sk.acc}_parts", f32, (P - 1) * n * T, 16,
+                             f"the lower K parts' partial sums of {sk.acc}, pushed into the top part's block")
+    landed = lw.kb.mbarrier(f"{sk.acc}_parts_landed", 1, f"the lower K parts of {sk.acc} have landed")
+    bytes_ = (P - 1) * n * T * 4
+    # the kernel's first statements, every thread: the top rank's mbarrier is set up and the cluster
+    # meets once, before any push can target it
+    lead = lt(ir.tid(lw.kb.threads), 1)
+    setup = lw.notes.setdefault("setup", [])
+    setup += [ir.If(lead, ir.Seq((
+        ir.AtomCall(sm90a.mbarrier_init, (("bar", ir.MemRef(landed, 0)), ("count", ir.Scalar(1)))),
+        ir.AtomCall(sm90a.mbarrier_arrive_expect_tx, (("bar", ir.MemRef(landed, 0)), ("bytes", ir.Scalar(bytes_))),
+                    comment=f"the {P - 1} lower parts of {sk.acc}"),
+        ir.AtomCall(sm90a.fence_mbarrier_init, ())))),
+        ir.AtomCall(sm90a.barrier_cluster, (), 1, "every block's mbarrier is initialised: the lower K parts may "
+                                                  "push into the top one")]
+
+    def slot(q, j):
+        return ir.MemRef(parts, (q * n + j) * T + tid)
+
+    push = [ir.Comment(f"split-K in a cluster: this block holds a lower K part: push its partial sums of "
+                       f"{sk.acc} into the top part's block (rank {P - 1})")]
+    push += [ir.AtomCall(sm90a.st_async_cluster_4, (("dst", slot(sk.kp, j)), ("src", ir.RegRef(acc, j)),
+                                                    ("bar", ir.MemRef(landed, 0)), ("cta", ir.Scalar(P - 1))),
+                         comment=f"partial sum {j} of {n}")
+             for j in range(n)]
+    ld = catalog.copy_atom("SH", "RF", 4)
+    tmp = lw.kb.reg("kp_part", f32, 1)
+    finish = [ir.Comment(f"split-K in a cluster: this block holds the top K part: add the lower parts' partial sums "
+                         f"of {sk.acc}, rank {P - 2} first"),
+              ir.AtomCall(sm90a.mbarrier_try_wait_cluster, (("bar", ir.MemRef(landed, 0)), ("parity", ir.Scalar(0))),
+                          comment="every lower part has landed here")]
+    for q in range(P - 2, -1, -1):
+        for j in range(n):
+            finish += [ir.AtomCall(ld, (("dst", ir.RegRef(tmp, 0)), ("src", slot(q, j))), 1, f"part {q}"),
+                       ir.Pointwise("add", ir.RegRef(acc, j), (ir.RegRef(acc, j), ir.RegRef(tmp, 0)))]
+    return [ir.If(sk.partial, ir.Seq(tuple(push))), ir.If(sk.top, ir.Seq(tuple(finish + list(store))))]

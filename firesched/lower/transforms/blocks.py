@@ -20,6 +20,12 @@ The loops a schedule maps onto blocks (``to_blocks``) become the grid:
 * split-K fix-up (a ``split_k(parts, combine="fixup")`` loop among them): the walk of the plain
   grid; each block also gets a slot of the partial-sum workspace, a tile's parts in consecutive
   slots, and the block of the last part adds the others (``SplitFixup``);
+* split-K in a cluster (``split_k(parts, combine="cluster")``): blocks ``P*t .. P*t + P-1`` are
+  the ``P`` K parts of tile ``t`` (the other block loops' tiles, row-major), one cluster, part =
+  cluster rank; the last rank adds the others' partial sums (``SplitFixup(via_cluster=True)``)::
+
+      cluster 0: | t0 kp0 | t0 kp1 |   cluster 1: | t1 kp0 | t1 kp1 |   ...   (P = 2)
+                      push --^                         push --^
 * clusters (``cluster=C``): blocks ``C*i .. C*i + C-1`` form a thread-block cluster that takes C
   consecutive tiles of the clustered loop for one tile of the other (a MatMul: C row-tiles of
   one column of tiles, whose shared B tile is loaded once and multicast; a row reduction: the C
@@ -50,6 +56,9 @@ class ClusterInfo:
     clamp: IntExpr | None
     store_ok: IntExpr
     exchange: str = "barrier"          # how split reductions combine: "barrier" or "push" (to_blocks)
+    # split_k(..., combine="cluster"): the blocks are K parts of one tile, which share no operand
+    # tile (nothing multicast, no ring across blocks); only the split's fix-up addresses the others
+    split: bool = False
 
 
 @attrs.frozen
@@ -151,12 +160,19 @@ class SplitFixup:
     tile: IntExpr
     tiles: int
     acc: str = ""
+    # split_k(..., combine="cluster"): the parts are the ranks of a cluster, and the lower ones push
+    # their partial sums into the top one's shared memory (no workspace, no counter)
+    via_cluster: bool = False
 
     first = 1               # every block starts its tile from zero ...
     last = 1                # ... and ends its work on it
-    strategy = "split_k(..., combine='fixup')"
     kind = "split-K"
     counted = True              # one counter a tile, that every lower part adds to
+
+    @property
+    def strategy(self) -> str:
+        """What users wrote, as the fix-up's errors and comments call it."""
+        return f"split_k(..., combine={'cluster' if self.via_cluster else 'fixup'!r})"
 
     @property
     def slot(self) -> IntExpr:
@@ -206,7 +222,10 @@ def block_order(block_loops, node, target) -> BlockOrder:
     loops = [lp for lp, _ in block_loops]
     persistent = any(lp.persistent for lp in loops)
     cluster = max((lp.cluster for lp in loops), default=1)
-    if any(lp.stream for lp in loops):
+    split_cluster = [lp for lp in loops if lp.fixup and lp.cluster > 1]
+    if split_cluster:
+        order = _split_cluster(loops, split_cluster[0], node, persistent)
+    elif any(lp.stream for lp in loops):
         order = _stream_k(loops, node, target, cluster)
     elif cluster > 1:
         order = _clusters(loops, node, target, cluster, persistent)
@@ -215,7 +234,7 @@ def block_order(block_loops, node, target) -> BlockOrder:
     else:
         order = _grid(loops, node)
     fixups = [lp for lp in loops if lp.fixup]
-    if fixups:
+    if fixups and not split_cluster:
         order = _split_fixup(order, loops, fixups, node, cluster)
     if any(lp.reverse for lp in loops):
         # to_blocks(reverse=True): the same walk, each tile index counted down
@@ -356,6 +375,32 @@ def _split_fixup(order: BlockOrder, loops, fixups, node, cluster: int) -> BlockO
         tile = tile + order.bindings[lp.var] * tiles
         tiles *= lp.count
     return attrs.evolve(order, stream=SplitFixup(fx.count, order.bindings[fx.var], tile, tiles))
+
+
+def _split_cluster(loops, kp, node, persistent: bool) -> BlockOrder:
+    """``split_k(parts, combine="cluster")``: cluster ``t`` holds the ``parts`` K parts of tile ``t``
+    of the other block loops (row-major, grouped loops in their grouped order), part = rank."""
+    what = "split_k(..., combine='cluster')"
+    others = [lp for lp in loops if lp is not kp]
+    if any(lp.cluster > 1 for lp in others) or any(lp.fixup or lp.stream for lp in others):
+        other = next(lp for lp in others if lp.cluster > 1 or lp.fixup or lp.stream)
+        raise err(node, f"{what} makes each tile's K parts a cluster; loop {other.var} is clustered or split too",
+                  field="cluster", value=other.cluster, allowed="1",
+                  fix="to_blocks() without cluster=, and one split_k(...) / stream_k(...)")
+    if persistent:
+        raise err(node, f"{what} with persistent=True: a tile's parts are the blocks of one cluster, one tile a "
+                        "cluster", field="persistent", value=True, allowed="False",
+                  fix="to_blocks() without persistent=, or split_k(..., combine='launch')")
+    C = kp.count
+    tiles = 1
+    for lp in others:
+        tiles *= lp.count
+    bid = ir.bid(0, tiles * C)
+    rank = _mod(bid, C)
+    t = _div(bid, C)
+    bind = {**(_linear_tiles(others, t) if others else {}), kp.var: rank}
+    info = ClusterInfo(C, kp.dim, rank, None, 1, kp.exchange, split=True)
+    return BlockOrder((tiles * C, 1, 1), bind, None, 1, info, SplitFixup(C, rank, t, tiles, via_cluster=True))
 
 
 def _linear_tiles(loops, t: IntExpr) -> dict:
