@@ -3,7 +3,7 @@ unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and th
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
 split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
-stage), for compute-sanitizer:
+stage, split-K in a thread-block cluster), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -48,6 +48,11 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (16, 520, 4096, 32, False, "f16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=512, stages=2, producer=True)),
     (33, 1000, 2048, 128, True, "bf16", W4A16WgmmaParams(block_m=40, block_n=64, block_k=256, stages=2, split_k=2,
                                                          producer=True)),
+    # split-K in a thread-block cluster (the lower parts push into the top part's shared memory)
+    (5, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4,
+                                                   split_k=4, cluster_combine=True)),
+    (16, 520, 2048, 64, False, "bf16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=256, stages=2, split_k=2,
+                                                        producer=True, cluster_combine=True)),
 ]
 
 

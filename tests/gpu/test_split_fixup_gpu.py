@@ -1,6 +1,7 @@
 """``split_k(parts, across=BLOCK, combine="fixup")`` on the GPU against torch: the K parts of a
 tile on blocks of one launch, the last part's block adding the others' partial sums through a
-workspace and a counter a tile.  Hand-written chains in both atom families and the W4A16 recipe,
+workspace and a counter a tile; and ``combine="cluster"``, the parts on one thread-block cluster
+pushing their partial sums into the top part's shared memory.  Hand-written chains in both atom families and the W4A16 recipe,
 random shapes; relaunched and replayed from a CUDA graph (each launch must leave its counters
 cleared), bitwise the same each time."""
 
@@ -32,8 +33,8 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def _chain(fam, parts, bm, bn):
-    head = [split_k(parts, across=fs.BLOCK, combine="fixup"), tile(m=bm, n=bn) >> to_blocks()]
+def _chain(fam, parts, bm, bn, combine="fixup"):
+    head = [split_k(parts, across=fs.BLOCK, combine=combine), tile(m=bm, n=bn) >> to_blocks()]
     if fam == "sm80":
         return head + [tile(k=32), move_to_smem("A"), move_to_smem("B"), pipeline(stages=3),
                        tile(m=bm // 2, n=bn // 2) >> to_warps(2, 2), move_to_regs("A"), move_to_regs("B"),
@@ -46,9 +47,9 @@ def _chain(fam, parts, bm, bn):
                     tile(k=16) >> done(sm90a.wgmma_atom(bn, fs.dtypes.f16, b_mn_major=True))]
 
 
-def _run(M, N, K, parts, fam, bm, bn):
+def _run(M, N, K, parts, fam, bm, bn, combine="fixup"):
     spec = fs.MatMul.kernel(M, N, K, a="f16", b="f16", c="f16", acc="f32")
-    sched = spec.schedule(*_chain(fam, parts, bm, bn))
+    sched = spec.schedule(*_chain(fam, parts, bm, bn, combine))
     k = fs.compile(sched, arch="sm_90a")
     # one launch of the product (no reduction kernel after it; a K not a multiple of 8 pads A first)
     assert k.spills == 0 and not any("reduce" in kern.name for kern in k.program.kernels)
@@ -91,7 +92,32 @@ def test_random_schedules():
         _run(M, N, K, parts, fam, rng.choice([64, 128]), rng.choice([64, 128]))
 
 
+@pytest.mark.parametrize("M, N, K, parts, fam, bm, bn", [
+    (1000, 1000, 1000, 3, "sm90a", 128, 64), (127, 4096, 4096, 4, "sm90a", 64, 64),
+    (200, 136, 450, 3, "sm90a-one-role", 64, 64), (1, 8192, 8192, 8, "sm90a", 64, 64),
+    (1000, 1000, 1000, 3, "sm80", 64, 64), (77, 520, 3000, 6, "sm80", 64, 128),
+])
+def test_cluster_against_torch(M, N, K, parts, fam, bm, bn):
+    _run(M, N, K, parts, fam, bm, bn, combine="cluster")
+
+
+def test_cluster_random_schedules():
+    rng = random.Random(12)
+    for _ in range(8):
+        M, N, K = rng.randint(1, 1200), 8 * rng.randint(1, 160), rng.randint(128, 4000)
+        per = ((K + rng.randint(2, 8) - 1) // rng.randint(2, 8) + 63) // 64 * 64
+        parts = min(8, (K + per - 1) // per)
+        if parts < 2:
+            continue
+        _run(M, N, K, parts, rng.choice(["sm80", "sm90a", "sm90a-one-role"]), 64, rng.choice([64, 128]),
+             combine="cluster")
+
+
 @pytest.mark.parametrize("M, N, K, params", [
+    (1, 4096, 4096, W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=4,
+                                cluster_combine=True)),
+    (16, 4096, 4096, W4A16WgmmaParams(block_m=16, block_n=64, block_k=512, stages=4, split_k=2, producer=True,
+                                      cluster_combine=True)),
     (1, 4096, 4096, W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=4,
                                 fixup=True)),
     (16, 1000, 8192, W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=6, split_k=2,
