@@ -699,14 +699,7 @@ def test_wgmma_producer_matches_the_reference(M, N, K, gs, signed, dtype, zero_p
                          stages=3, producer=True, pingpong=pingpong and N > 128)
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
                        params=p)
-    q, s, z = quantize_int4(np.random.default_rng(M).standard_normal((K, N)) * 0.1 + (0.05 if zero_point else 0), gs,
-                            signed=signed, zero_point=zero_point, scale_dtype=dtype)
-    a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
-    extra = (z.astype(np.float64),) if zero_point else ()
-    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), *extra, target="sm_90a")
-    want = w4a16_reference(a, q, s, z, gs)
-    tol = 1e-2 if dtype == "f16" else 2e-2
-    assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
+    _interprets_like_numpy(sched, M, N, K, gs, signed, dtype, zero_point, M, 0.05 if zero_point else 0)
     src = fs.compile(sched, "sm_90a").source
     assert "cp.async.bulk.tensor.2d" in src and "setmaxnreg" in src and "cp.async.cg" not in src
 
@@ -723,7 +716,14 @@ def test_small_m_wgmma_tiles_match_the_reference(M, N, K, gs, signed, dtype, zer
                          stages=2 if K // split // bk > 2 else 4, split_k=split, producer=True)
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
                        params=p)
-    q, s, z = quantize_int4(np.random.default_rng(M + N).standard_normal((K, N)) * 0.1, gs, signed=signed,
+    _interprets_like_numpy(sched, M, N, K, gs, signed, dtype, zero_point, M + N)
+    assert fs.compile(sched, "sm_90a").spills == 0
+
+
+def _interprets_like_numpy(sched, M, N, K, gs, signed, dtype, zero_point, seed, shift=0.0):
+    """``sched`` interpreted on sm_90a on random weights (quantised with ``seed``, shifted by
+    ``shift``) and activations, against the dequantise-then-matmul reference."""
+    q, s, z = quantize_int4(np.random.default_rng(seed).standard_normal((K, N)) * 0.1 + shift, gs, signed=signed,
                             zero_point=zero_point, scale_dtype=dtype)
     a = np.random.default_rng(K).standard_normal((M, K)).astype(NP[dtype]).astype(np.float32)
     extra = (z.astype(np.float64),) if zero_point else ()
@@ -731,7 +731,6 @@ def test_small_m_wgmma_tiles_match_the_reference(M, N, K, gs, signed, dtype, zer
     want = w4a16_reference(a, q, s, z, gs)
     tol = 1e-2 if dtype == "f16" else 2e-2
     assert np.abs(got.astype(np.float64) - want).max() <= tol * (1 + np.abs(want).max())
-    assert fs.compile(sched, "sm_90a").spills == 0
 
 
 def test_default_plan_above_256_rows_matches_the_reference():
