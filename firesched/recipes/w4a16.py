@@ -241,7 +241,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
     (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
     N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.91x at M = 1024, 1.56 -> 1.89x
     at M = 32, N = K = 4096 (bench/README.md).  So does M <= 16 where the wgmma family's tile is
-    64 columns with K unsplit, a full wave without a second launch: 2.80 -> 3.07x at M = 1 and
+    64 columns with K unsplit, more than half a wave without a second launch: 2.80 -> 3.07x at M = 1 and
     2.71 -> 3.06x at M = 16, N = K = 8192; where it would split K the tiles above stay (2.50x
     against 2.36x at M = 1, N = K = 4096)."""
     if wgmma:
