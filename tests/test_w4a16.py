@@ -292,7 +292,23 @@ def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family):
     assert isinstance(plan(M, N, K), W4A16Params)           # sm_80: always the mma.sync family
 
 
+@pytest.mark.parametrize("N,K", [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (28672, 8192),
+                                 (8192, 28672), (1000, 4128)])
+def test_small_m_plans_fit_shared_memory(N, K):
+    """The plan's wgmma ring at M = 1-256 holds its stages with the scale rows of the smallest
+    group (32) beside the tiles (M = 17-24 at N = 11008 once planned 4 stages of 512 k over 128
+    columns and overflowed)."""
+    from firesched.recipes.w4a16 import RING_BYTES
+
+    for M in (1, 8, 16, 17, 24, 32, 40, 48, 64, 96, 128, 192, 256):
+        p = plan(M, N, K, wgmma=True)
+        if isinstance(p, W4A16WgmmaParams):
+            stage = p.block_m * p.block_k * 2 + p.block_n * p.block_k // 2 + p.block_k // 32 * p.block_n * 2
+            assert p.stages * stage <= RING_BYTES, (M, p)
+
+
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),
+                                                  (24, 11008, 4096, 32, False, "f16"),
                                                   (64, 4096, 4096, 64, True, "bf16"), (4096, 4096, 4096, 32, False, "f16"),
                                                   (7, 1000, 4128, None, False, "bf16")])
 def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):

@@ -328,7 +328,8 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
                                   for b, sp, r, c in (splits(r, c) for r in rows for c in widths))
         longest = 512 if bm <= 32 else 256 if bm <= 64 else 128
         bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
-        stage = bm * bk * 2 + bn * bk // 2
+        # a stage: activations, codes, and the K tile's scale rows at the smallest group (32)
+        stage = bm * bk * 2 + bn * bk // 2 + -(-bk // min(g for g in GROUP_SIZES if g)) * bn * 2
         return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
                                 split_k=split, producer=True)
 
