@@ -720,16 +720,17 @@ def test_wgmma_producer_matches_the_reference(M, N, K, gs, signed, dtype, zero_p
     assert "cp.async.bulk.tensor.2d" in src and "setmaxnreg" in src and "cp.async.cg" not in src
 
 
-@pytest.mark.parametrize("M,N,K,gs,signed,dtype,zero_point,bk,split", [
-    (3, 72, 1536, 32, False, "f16", False, 512, 1), (16, 64, 2048, 128, True, "bf16", False, 512, 2),
-    (37, 100, 1024, 64, False, "f16", True, 256, 2), (9, 136, 512, None, True, "f16", False, 512, 1)])
-def test_small_m_wgmma_tiles_match_the_reference(M, N, K, gs, signed, dtype, zero_point, bk, split):
-    """The plan's small-M wgmma tiles: 64 weight columns on one consumer warpgroup and 256 or
-    512 k a stage (each stage's scale rows: 1 to 16 groups), M and N not multiples of the tile,
-    K split or not, against numpy; three K tiles on a ring of two where K allows, so a stage is
-    refilled after its reader released it."""
-    p = W4A16WgmmaParams(block_m=-(-M // 8) * 8 if M <= 32 else 40, block_n=64, block_k=bk,
-                         stages=2 if K // split // bk > 2 else 4, split_k=split, producer=True)
+@pytest.mark.parametrize("M,N,K,gs,signed,dtype,zero_point,bk,split,bn", [
+    (3, 72, 1536, 32, False, "f16", False, 512, 1, 64), (16, 64, 2048, 128, True, "bf16", False, 512, 2, 64),
+    (37, 100, 1024, 64, False, "f16", True, 256, 2, 64), (9, 136, 512, None, True, "f16", False, 512, 1, 64),
+    (17, 200, 2048, 32, False, "f16", False, 512, 1, 128)])
+def test_small_m_wgmma_tiles_match_the_reference(M, N, K, gs, signed, dtype, zero_point, bk, split, bn):
+    """The plan's small-M wgmma tiles: 64 weight columns on one consumer warpgroup (128 on two,
+    as the plan takes at wide N) and 256 or 512 k a stage (each stage's scale rows: 1 to 16
+    groups), M and N not multiples of the tile, K split or not, against numpy; more K tiles than
+    the ring has stages where K allows, so a stage is refilled after its reader released it."""
+    p = W4A16WgmmaParams(block_m=-(-M // 8) * 8 if M <= 32 else 40, block_n=bn, block_k=bk,
+                         stages=(2 if bn == 64 else 3) if K // split // bk > 2 else 4, split_k=split, producer=True)
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
                        params=p)
     _interprets_like_numpy(sched, M, N, K, gs, signed, dtype, zero_point, M + N)
