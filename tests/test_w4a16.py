@@ -294,17 +294,29 @@ def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family):
 
 @pytest.mark.parametrize("N,K", [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (28672, 8192),
                                  (8192, 28672), (1000, 4128)])
-def test_small_m_plans_fit_shared_memory(N, K):
-    """The plan's wgmma ring at M = 1-256 holds its stages with the scale rows of the smallest
-    group (32) beside the tiles (M = 17-24 at N = 11008 once planned 4 stages of 512 k over 128
-    columns and overflowed)."""
+def test_wgmma_plans_fit_shared_memory(N, K):
+    """The plan's wgmma ring holds its stages with the K tile's scale rows (and zero-point rows)
+    beside the tiles, for every group size (M = 17-24 at N = 11008 once planned 4 stages of 512 k
+    over 128 columns, and 192-row tiles 4 stages, which with group 32 or zero points overflowed)."""
     from firesched.recipes.w4a16 import RING_BYTES
 
-    for M in (1, 8, 16, 17, 24, 32, 40, 48, 64, 96, 128, 192, 256):
-        p = plan(M, N, K, wgmma=True)
-        if isinstance(p, W4A16WgmmaParams):
-            stage = p.block_m * p.block_k * 2 + p.block_n * p.block_k // 2 + p.block_k // 32 * p.block_n * 2
-            assert p.stages * stage <= RING_BYTES, (M, p)
+    for M in (1, 8, 16, 17, 24, 32, 40, 48, 64, 96, 128, 192, 256, 257, 768, 4096):
+        for gs in (32, 64, 128, None):
+            for zp in (False, True) if gs else (False,):
+                p = plan(M, N, K, wgmma=True, group_size=gs, zero_point=zp)
+                if isinstance(p, W4A16WgmmaParams):
+                    rows = (-(-p.block_k // gs) if gs else 1) * (2 if zp else 1)
+                    stage = p.block_m * p.block_k * 2 + p.block_n * p.block_k // 2 + rows * p.block_n * 2
+                    assert p.stages * stage <= RING_BYTES, (M, gs, zp, p)
+                    assert not zp or not gs or p.block_k <= max(128, 8 * gs), (M, gs, p)
+
+
+@pytest.mark.parametrize("M,N,K,gs", [(17, 11008, 4096, 32), (512, 11008, 4096, 64)])
+def test_default_plan_with_zero_points_at_wide_n_builds(M, N, K, gs):
+    """Zero points double the rows a stage stages beside the tiles and take registers a group:
+    the default recipe builds and compiles without spills where it once overflowed."""
+    k = fs.compile(gemm_w4a16(M, N, K, group_size=gs, zero_point=True, arch="sm_90a"), "sm_90a")
+    assert k.spills == 0
 
 
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),

@@ -217,7 +217,8 @@ class W4A16WgmmaParams:
                              f"codes covers {PACK_K} k)")
 
 
-def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A16Params | W4A16WgmmaParams:
+def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_size: int | None = 128,
+         zero_point: bool = False) -> W4A16Params | W4A16WgmmaParams:
     """The tiles for a shape, from a sweep on an H100 (``bench/gemm_w4a16.py --sweep``,
     bench/README.md).  Every warp holds all of its block's rows where it can, so a weight is
     dequantised once per block, not once per warp row:
@@ -235,7 +236,10 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
       about 0.35-0.45x cuBLAS's wgmma on fp16 weights.
 
     K is split over blocks (``split_k``, a second launch adds the f32 parts) until the grid holds
-    one to two blocks an SM while each part keeps at least 4 K tiles.
+    one to two blocks an SM while each part keeps at least 4 K tiles.  ``group_size`` and
+    ``zero_point`` (what ``gemm_w4a16`` is called with) size the scale (and zero-point) rows a
+    wgmma ring stage holds beside its tiles, and with zero points a K tile spans at most 8 groups
+    (the registers of their zero points).
 
     With ``wgmma`` (an sm_90a target), M above 16 takes the wgmma family instead
     (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
@@ -245,7 +249,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False) -> W4A1
     2.71 -> 3.06x at M = 16, N = K = 8192; where it would split K the tiles above stay (2.50x
     against 2.36x at M = 1, N = K = 4096)."""
     if wgmma:
-        p = plan_wgmma(M, N, K, sms=sms)
+        p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point)
         blocks = -(-M // p.block_m) * -(-N // p.block_n)
         if M > 16 or (p.split_k == 1 and p.block_n == 64 and 2 * blocks > sms):
             return p
@@ -275,7 +279,8 @@ RING_BYTES = 227 * 1024 - 1024
 ROW_RATES = {256: 1.0, 192: 0.92, 128: 0.80}
 
 
-def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
+def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None = 128,
+               zero_point: bool = False) -> W4A16WgmmaParams:
     """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md).  A
     warpgroup's dequantisation and its wgmmas take turns (the wgmma reads the fragment the
     dequantisation writes), so the overlap comes from other warpgroups:
@@ -327,9 +332,10 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
         _, _, bm, _, split, bn = max((b <= sms, b if b <= sms else -b, r, -sp, sp, c)
                                   for b, sp, r, c in (splits(r, c) for r in rows for c in widths))
         longest = 512 if bm <= 32 else 256 if bm <= 64 else 128
+        if zero_point and group_size:
+            longest = min(longest, max(128, 8 * group_size))
         bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
-        # a stage: activations, codes, and the K tile's scale rows at the smallest group (32)
-        stage = bm * bk * 2 + bn * bk // 2 + -(-bk // min(g for g in GROUP_SIZES if g)) * bn * 2
+        stage = _stage_bytes(bm, bn, bk, group_size, zero_point)
         return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
                                 split_k=split, producer=True)
 
@@ -339,9 +345,17 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132) -> W4A16WgmmaParams:
         return waves * bm / 256 / ROW_RATES[bm]
 
     bm = min(ROW_RATES, key=finish)                  # ties: the first, the largest tile
-    stage = bm * bk * 2 + 128 * bk // 2              # activations and codes of one K tile
+    stage = _stage_bytes(bm, 128, bk, group_size, zero_point)
     return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
                             producer=True)
+
+
+def _stage_bytes(rows: int, cols: int, bk: int, group_size: int | None, zero_point: bool = False) -> int:
+    """Shared memory of one stage of the wgmma family's ring: ``rows`` x ``bk`` activations,
+    ``cols`` x ``bk`` codes, and the K tile's rows of group scales (one row for whole columns),
+    and as many of zero points with ``zero_point``."""
+    scale_rows = (-(-bk // group_size) if group_size else 1) * (2 if zero_point else 1)
+    return rows * bk * 2 + cols * bk // 2 + scale_rows * cols * 2
 
 
 def w4a16_spec(M: int, N: int, K: int, *, dtype: str = "f16", signed: bool = False, words: int = 1) -> MatMul:
@@ -395,7 +409,8 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         raise ValueError(f"gemm_w4a16: K={K} must be a multiple of {PACK_K}: the weights are packed in blocks of "
                          f"{PACK_K} k (pad K with zero activations and zero-point codes)")
     tgt = get_target(arch)
-    p = params if params is not None else plan(M, N, K, sms=tgt.sm_count, wgmma=tgt.has_wgmma)
+    p = params if params is not None else plan(M, N, K, sms=tgt.sm_count, wgmma=tgt.has_wgmma,
+                                               group_size=group_size, zero_point=zero_point)
     if isinstance(p, W4A16WgmmaParams):
         return _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p, check)
     if not isinstance(p, W4A16Params):

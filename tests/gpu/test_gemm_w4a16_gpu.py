@@ -75,6 +75,7 @@ def test_llm_shapes():
 @pytest.mark.parametrize("M,N,K,group_size,signed,dtype,zero_point", [
     (300, 1000, 4096, 32, True, "bf16", False), (999, 1000, 4128, None, False, "f16", False),
     (2000, 4096, 4160, 64, False, "f16", True), (768, 520, 2048, 128, False, "bf16", False),
+    (512, 11008, 4096, 64, False, "f16", True),
 ])
 def test_default_plan_above_256_rows(M, N, K, group_size, signed, dtype, zero_point):
     """The default tiles above M = 256 (a TMA producer warpgroup, 128 to 256 rows a block) at odd
