@@ -239,12 +239,14 @@ def test_pack_weights_reads_the_schedules_packing():
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (16, 8192, 8192), (64, 4096, 4096), (4096, 8192, 8192),
-                                   (1, 11008, 4096)])
+                                   (1, 11008, 4096), (17, 4096, 11008)])
 def test_plan_fills_the_gpu(M, N, K):
     p = plan(M, N, K)
     tiles = -(-M // p.block_m) * -(-N // p.block_n) * p.split_k
     assert tiles >= 64
-    assert p.split_k == 1 or (K // p.split_k) % 64 == 0
+    # parts of whole K tiles (11008 in four parts of 2752 once cut the codes' 128-k blocks)
+    assert p.split_k == 1 or (K % p.split_k == 0 and (K // p.split_k) % max(64, p.block_k) == 0)
+    gemm_w4a16(M, N, K, arch="sm_80", params=p)
 
 
 @pytest.mark.parametrize("M,N,K,rows", [(512, 4096, 4096, 128), (384, 8192, 8192, 192), (768, 4096, 4096, 192),

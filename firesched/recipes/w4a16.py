@@ -266,7 +266,9 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     # adds reduction traffic
     want = 2 * sms
     split = 1
-    while tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and (K // (split * 2)) % SPLIT_UNIT == 0:
+    # parts of whole K tiles: a part starting inside a tile would cut the codes' packed blocks
+    while (tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and K % (split * 2) == 0
+           and (K // (split * 2)) % max(SPLIT_UNIT, bk) == 0):
         split *= 2
     return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
                        stages=st, split_k=split)
