@@ -396,8 +396,13 @@ def test_cluster_errors_name_the_field_and_the_fix():
     assert "2..8" in str(e.value)
     with pytest.raises(ScheduleError, match="across=Level.BLOCK"):
         spec.schedule(split_k(2, across=fs.WARP, combine="cluster"))
-    with pytest.raises(ScheduleError, match="sm_90a"):
+    with pytest.raises(ScheduleError, match="sm_90a") as e:
         spec.schedule(*_sm80_chain(2, combine="cluster")).check(SM80)
+    assert "combine='fixup'" in str(e.value)
+    chain = _sm80_chain(2, combine="cluster")
+    with pytest.raises(ScheduleError, match="another split of K") as e:
+        spec.schedule(chain[0], stream_k(2), *chain[1:]).check(SM90A)
+    assert e.value.field == "combine"
     with pytest.raises(ScheduleError, match="persistent=True") as e:
         spec.schedule(*_sm80_chain(2, combine="cluster", persistent=True)).check(SM90A)
     assert "combine='launch'" in str(e.value)

@@ -268,7 +268,9 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     if order.cluster is not None:
         if not tgt.has_clusters:
             raise err(block, f"thread-block clusters need sm_90a; the target is {tgt.name}", field="cluster",
-                      value=order.cluster.size, allowed="1", fix="to_blocks() without cluster=")
+                      value=order.cluster.size, allowed="1",
+                      fix="split_k(..., combine='fixup') or combine='launch' (W4A16: cluster_combine=False)"
+                      if order.cluster.split else "to_blocks() without cluster=")
         if (spec_loop is None and not order.cluster.split
                 and any(isinstance(m.spec, MatMul) for m in block.walk())):
             raise err(block, "the sm_90a GEMM lowering does not handle clusters without warp specialization: their "

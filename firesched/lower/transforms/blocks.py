@@ -382,11 +382,13 @@ def _split_cluster(loops, kp, node, persistent: bool) -> BlockOrder:
     of the other block loops (row-major, grouped loops in their grouped order), part = rank."""
     what = "split_k(..., combine='cluster')"
     others = [lp for lp in loops if lp is not kp]
-    if any(lp.cluster > 1 for lp in others) or any(lp.fixup or lp.stream for lp in others):
-        other = next(lp for lp in others if lp.cluster > 1 or lp.fixup or lp.stream)
-        raise err(node, f"{what} makes each tile's K parts a cluster; loop {other.var} is clustered or split too",
-                  field="cluster", value=other.cluster, allowed="1",
-                  fix="to_blocks() without cluster=, and one split_k(...) / stream_k(...)")
+    for other in others:
+        if other.cluster > 1:
+            raise err(node, f"{what} makes each tile's K parts a cluster; loop {other.var} is clustered too",
+                      field="cluster", value=other.cluster, allowed="1", fix="to_blocks() without cluster=")
+        if other.fixup or other.stream:
+            raise err(node, f"{what} with another split of K over blocks (loop {other.var})", field="combine",
+                      value="cluster", fix="apply one split_k(...) or stream_k(...)")
     if persistent:
         raise err(node, f"{what} with persistent=True: a tile's parts are the blocks of one cluster, one tile a "
                         "cluster", field="persistent", value=True, allowed="False",
