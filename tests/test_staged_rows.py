@@ -70,12 +70,54 @@ def test_a_padded_buffer_takes_a_partial_last_pass():
         spec.schedule(*strategies[:1], place("Xr", fs.RF, pad=8))
 
 
-@pytest.mark.parametrize("cols", [100003, 40961, 32768])
-def test_odd_rows_and_rows_one_block_holds_stay_in_registers(cols):
-    # an odd row's copy into shared memory would go element by element
+@pytest.mark.parametrize("cols", [32768, 16383, 1001])
+def test_rows_one_block_holds_stay_in_registers(cols):
+    # 32,768: four whole passes of 1024 threads; odd rows of at most 16 elements a thread
     plan = row_plan(2, cols, "bf16", clusters=True, stage=True)
-    assert plan.row_memory == "RF"
+    assert plan.row_memory == "RF" and plan.cluster == 1
     assert plan == row_plan(2, cols, "bf16", clusters=True)
+
+
+@pytest.mark.parametrize("cols", [16385, 32767, 40961, 100003, 262143])
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+def test_long_odd_rows_wait_in_shared_memory(cols, dt):
+    # element accesses: in registers such rows spilled (16-176 bytes a thread); in shared memory
+    # they take parts of whole passes like the rows of 16-byte vectors
+    plan = row_plan(2, cols, dt, clusters=True, stage=True)
+    assert (plan.vec, plan.row_memory) == (1, "SH") and plan.reps <= 64
+    assert (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
+    # without clusters (sm_80) they stay in registers; softmax's rows one block holds too
+    one_block = cols <= (40960 if dt == "bf16" else 32768)
+    if one_block:
+        assert row_plan(2, cols, dt, clusters=False, stage=True).row_memory == "RF"
+    kept = row_plan(2, cols, dt, clusters=True, stage=True, odd_values=40)
+    assert kept.row_memory == ("RF" if one_block else "SH")
+    if kept.row_memory == "RF":
+        assert kept.cluster == 1 and "cluster" not in repr(fs.recipes.softmax(2, cols, dtype=dt, arch="sm_90a")
+                                                            .strategies[0])
+
+
+@pytest.mark.parametrize("cols, memory", [(16385, "RF"), (20479, "RF"), (20481, "SH"), (32767, "SH")])
+def test_layernorm_keeps_odd_rows_in_registers_up_to_twenty_a_thread(cols, memory):
+    # from 24 elements a thread LayerNorm's odd rows spilled in registers (32-80 bytes)
+    sched = fs.recipes.layernorm(2, cols, dtype="bf16", arch="sm_90a")
+    assert ("place('Xr', Memory.SH" in repr(sched.strategies)) == (memory == "SH")
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "causal", "add_rmsnorm"])
+@pytest.mark.parametrize("plan", [RowPlan(32, 1, 11, 1, cluster=3, part=352, exchange="push", row_memory="SH"),
+                                  RowPlan(64, 1, 9, 1, row_memory="SH")], ids=["cluster", "one-block"])
+# (a hand-written plan: the tile model puts odd rows in shared memory on clusters only)
+def test_odd_rows_in_shared_memory_match_numpy(kind, plan):
+    # a bf16 row of odd length is copied element by element through registers, 8 loads of a thread
+    # in flight (the last batch partial: 11 and 9 a thread), the last part short of its buffer
+    R, C = 2, 1001 if plan.cluster > 1 else 573
+    kw = {"causal": True} if kind == "causal" else {}
+    sched = getattr(fs.recipes, "softmax" if kind == "causal" else kind)(R, C, dtype="bf16", arch="sm_90a", plan=plan,
+                                                                         **kw)
+    if kind not in ("causal", "add_rmsnorm"):        # theirs are mapped onto threads (a mask, a sum)
+        assert "element copies 8 at a time" in fs.compile(sched, arch="sm_90a").source
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
 def test_recipes_stage_their_cluster_rows():
@@ -210,10 +252,11 @@ def test_random_staged_plans_are_refused_or_right(R, C, kind, cluster, lanes, ve
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
-@pytest.mark.parametrize("cols", [20480, 50000])
+@pytest.mark.parametrize("cols", [20480, 50000, 32767, 131071])
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
 def test_staged_plans_compile_without_spills(kind, cols):
-    # two parts of whole passes (20,480), a short last part (50,000); f16 and bf16
+    # two parts of whole passes (20,480), a short last part (50,000), odd rows (32,767: 16-80
+    # bytes a thread spilled in registers, 131,071: 44-176); f16 and bf16
     for dt in ("f16", "bf16"):
         if kind == "causal":
             sched = fs.recipes.softmax(64, cols, dtype=dt, arch="sm_90a", causal=True)

@@ -96,12 +96,13 @@ EXCHANGES = ("barrier", "push")
 
 def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
-              plan: _rows.RowPlan | None = None, stage_few_passes: bool = True) -> _rows.RowPlan:
+              plan: _rows.RowPlan | None = None, stage_few_passes: bool = True,
+              odd_values: int | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
-    None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage`` and
-    ``stage_few_passes``: a cluster's parts may wait in shared memory, as ``rows.row_plan``'s;
+    None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``,
+    ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -115,7 +116,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
             raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
-                          stage=stage, stage_few_passes=stage_few_passes)
+                          stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
@@ -230,8 +231,9 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
     # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
+    # odd rows: in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes)
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan)
+                     what="layernorm", plan=plan, odd_values=20)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

@@ -36,7 +36,8 @@ aims at three things, in this order —
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
-      65,537        256     1    33        1          256 x a cluster of 8, 4 per SM (odd: in registers)
+      65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
+                                                         copied element by element, 8 loads in flight)
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -77,6 +78,9 @@ STAGED_CLUSTERS = (2, 3, 4, 5, 6, 7, 8)
 # 200,000 10-26 % faster than 4 of 57,344 on 1,024 threads
 BLOCK_COST = 32
 STAGED_REGISTERS = 40          # registers a thread of a staged plan needs (measured: 26-40)
+# elements of an odd row (element accesses, vec * size < 16 bytes) a thread of one block may hold
+# in registers; a longer odd row waits in shared memory (row_plan)
+ODD_VALUES = 16
 MAX_THREADS_PER_SM = 2048
 SHARED_PER_SM = 227 * 1024     # the shared memory an H100 SM gives its blocks (sm_90a)
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
@@ -130,7 +134,8 @@ def _pow2_at_least(n: int) -> int:
 
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
-             clusters: bool = False, stage: bool = False, stage_few_passes: bool = True) -> RowPlan:
+             clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
+             odd_values: int | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -139,7 +144,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     keep its row in shared memory: ``norms.schedule_rows(..., row=...)``) lets a cluster's parts
     wait there (``row_memory="SH"``) where they are whole passes of the block's threads, and
     (``stage_few_passes``) a row one block would hold in few or partial passes take such a
-    cluster too."""
+    cluster too; ``odd_values``: an odd row (element accesses) of more than that many elements a
+    thread of one block (default ``ODD_VALUES``) waits in shared memory on a cluster (with
+    ``clusters`` and ``stage``), even where one block would hold it in registers."""
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
@@ -151,6 +158,20 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         vec //= 2
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
+    odd_values = ODD_VALUES if odd_values is None else odd_values
+    if vec * eb != 16 and clusters and stage and vectors > MAX_THREADS * min(odd_values, max_values):
+        # an odd row (element accesses) of more than ODD_VALUES elements a thread of one block
+        # waits in shared memory, on a cluster of parts: in registers, each element is an
+        # access of its own with its own predicate and address, and such rows spilled 16-176 bytes
+        # a thread (sm_90a, 32,767 to 262,143 columns).  Measured on an H100 (bf16, bench/rows.py,
+        # against the rows in registers): RMSNorm 2.0-2.15 TB/s against 1.2-1.5, add + RMSNorm
+        # 1.8-2.2 against 1.1-2.1, LayerNorm 1.1-1.3 against 0.7-1.5 (1.48 spilling at 32,767;
+        # 1.34 against 1.19 at 16,385 without spilling: LayerNorm stages from 20 elements a
+        # thread, where it starts to spill); softmax's odd rows one block holds keep their
+        # registers (1.40-1.67 against 1.18-1.27 staged, no spills there)
+        staged = _staged_cluster(vectors, vec, eb, odd=True)
+        if staged is not None:
+            return staged
     if vectors * vec > longest and clusters and stage:
         staged = _staged_cluster(vectors, vec, eb)
         if staged is not None:
@@ -194,7 +215,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     return plan
 
 
-def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
+def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False) -> RowPlan | None:
     """A cluster plan whose parts wait in shared memory: of the blocks of ``CLUSTER_THREADS``
     threads and clusters of ``STAGED_CLUSTERS`` blocks whose parts, rounded up to whole passes of
     the block's threads, hold at most ``STAGED_VALUES`` elements a thread and leave the last
@@ -206,9 +227,10 @@ def _staged_cluster(vectors: int, vec: int, eb: int) -> RowPlan | None:
     the row, its reductions stop at the row's end).  Equal parts in buffers padded to whole
     passes (``place(..., pad=)``, every block's last pass partial) measured slower on an H100
     (bf16, 4096 x 50,000 to 2048 x 100,000: LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm
-    2.69-2.76 against 2.79-2.87).  None for rows of other than 16-byte vectors (an odd row: the
-    copy into shared memory would go element by element)."""
-    if vec * eb != 16:
+    2.69-2.76 against 2.79-2.87).  None for rows of other than 16-byte vectors unless ``odd`` (an
+    odd row: its copy into shared memory goes element by element, a batch of loads in flight a
+    thread, ``lower.rules.copies``)."""
+    if vec * eb != 16 and not odd:
         return None
     best = None
     for threads in CLUSTER_THREADS:

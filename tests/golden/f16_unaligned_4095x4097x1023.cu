@@ -210,8 +210,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     alignas(16) float C_acc[128] = {};  // f32 x 128
     alignas(16) unsigned short A_frag[32] = {};  // f16 x 32
     alignas(16) unsigned short B_frag[32] = {};  // f16 x 32
-    alignas(16) unsigned short A_stage_tmp[1] = {};  // f16 x 1
-    alignas(16) unsigned short B_stage_tmp[1] = {};  // f16 x 1
+    alignas(16) unsigned short A_stage_tmp[8] = {};  // f16 x 8
+    alignas(16) unsigned short B_stage_tmp[8] = {};  // f16 x 8
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
@@ -223,43 +223,55 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     // K loop over 64 tiles of 16, 4-stage cp.async pipeline
     // Move<block>(A:GL f16[128x16] -> A:SH f16[128x16] Sw<1,3,3> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c0 = 0; c0 < 16; ++c0) {
-        // sm70.ld_global_2: A: unaligned rows, synchronous element copy
-        //   dst = A_stage_tmp[0 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c0 * 8184 + tid % 16 + tid / 16 * 1023]
-        if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c0 * 8 + tid / 16 < 4095) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(A_stage_tmp[0])
-                : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c0 * 8184 + tid % 16 + tid / 16 * 1023))
-                : "memory");
-        } else {
-            A_stage_tmp[0] = 0;
+    for (int c1 = 0; c1 < 2; ++c1) {
+        #pragma unroll
+        for (int c2 = 0; c2 < 8; ++c2) {
+            // sm70.ld_global_2: A: unaligned rows, element copies 8 at a time
+            //   dst = A_stage_tmp[c2 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c1 * 65472 + c2 * 8184 + tid % 16 + tid / 16 * 1023]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c1 * 64 + c2 * 8 + tid / 16 < 4095) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(A_stage_tmp[c2])
+                    : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c1 * 65472 + c2 * 8184 + tid % 16 + tid / 16 * 1023))
+                    : "memory");
+            } else {
+                A_stage_tmp[c2] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &A_smem[tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c0 * 128 ^ (c0 * 128 & 64) / 8)], src = A_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c0 * 128 ^ (c0 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c2 = 0; c2 < 8; ++c2) {
+            // sm70.st_shared_2
+            //   dst = &A_smem[tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c1 * 1024 + c2 * 128 ^ (c1 * 1024 + c2 * 128 & 64) / 8)], src = A_stage_tmp[c2 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c1 * 1024 + c2 * 128 ^ (c1 * 1024 + c2 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[c2])
+                : "memory");
+        }
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c1 = 0; c1 < 16; ++c1) {
-        // sm70.ld_global_2: B: unaligned rows, synchronous element copy
-        //   dst = B_stage_tmp[0 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c1 * 4097 + tid]
-        if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(B_stage_tmp[0])
-                : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c1 * 4097 + tid))
-                : "memory");
-        } else {
-            B_stage_tmp[0] = 0;
+    for (int c4 = 0; c4 < 2; ++c4) {
+        #pragma unroll
+        for (int c5 = 0; c5 < 8; ++c5) {
+            // sm70.ld_global_2: B: unaligned rows, element copies 8 at a time
+            //   dst = B_stage_tmp[c5 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c4 * 32776 + c5 * 4097 + tid]
+            if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(B_stage_tmp[c5])
+                    : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c4 * 32776 + c5 * 4097 + tid))
+                    : "memory");
+            } else {
+                B_stage_tmp[c5] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &B_smem[tid ^ (tid & 896) / 16 ^ (c1 * 128 ^ (c1 * 128 & 896) / 16)], src = B_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c1 * 128 ^ (c1 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c5 = 0; c5 < 8; ++c5) {
+            // sm70.st_shared_2
+            //   dst = &B_smem[tid ^ (tid & 896) / 16 ^ (c4 * 1024 + c5 * 128 ^ (c4 * 1024 + c5 * 128 & 896) / 16)], src = B_stage_tmp[c5 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c4 * 1024 + c5 * 128 ^ (c4 * 1024 + c5 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[c5])
+                : "memory");
+        }
     }
     // sm80.cp_async_commit
     asm volatile("cp.async.commit_group;"
@@ -268,43 +280,55 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "memory");
     // Move<block>(A:GL f16[128x16] -> A:SH f16[128x16] Sw<1,3,3> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c2 = 0; c2 < 16; ++c2) {
-        // sm70.ld_global_2: A: unaligned rows, synchronous element copy
-        //   dst = A_stage_tmp[0 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c2 * 8184 + tid % 16 + tid / 16 * 1023 + 16]
-        if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c2 * 8 + tid / 16 < 4095) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(A_stage_tmp[0])
-                : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c2 * 8184 + tid % 16 + tid / 16 * 1023 + 16))
-                : "memory");
-        } else {
-            A_stage_tmp[0] = 0;
+    for (int c7 = 0; c7 < 2; ++c7) {
+        #pragma unroll
+        for (int c8 = 0; c8 < 8; ++c8) {
+            // sm70.ld_global_2: A: unaligned rows, element copies 8 at a time
+            //   dst = A_stage_tmp[c8 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c7 * 65472 + c8 * 8184 + tid % 16 + tid / 16 * 1023 + 16]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c7 * 64 + c8 * 8 + tid / 16 < 4095) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(A_stage_tmp[c8])
+                    : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c7 * 65472 + c8 * 8184 + tid % 16 + tid / 16 * 1023 + 16))
+                    : "memory");
+            } else {
+                A_stage_tmp[c8] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c2 * 128 ^ (c2 * 128 & 64) / 8)) + 2048], src = A_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c2 * 128 ^ (c2 * 128 & 64) / 8)) * 2 + 4096)), "h"(A_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c8 = 0; c8 < 8; ++c8) {
+            // sm70.st_shared_2
+            //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c7 * 1024 + c8 * 128 ^ (c7 * 1024 + c8 * 128 & 64) / 8)) + 2048], src = A_stage_tmp[c8 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c7 * 1024 + c8 * 128 ^ (c7 * 1024 + c8 * 128 & 64) / 8)) * 2 + 4096)), "h"(A_stage_tmp[c8])
+                : "memory");
+        }
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c3 = 0; c3 < 16; ++c3) {
-        // sm70.ld_global_2: B: unaligned rows, synchronous element copy
-        //   dst = B_stage_tmp[0 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c3 * 4097 + tid + 65552]
-        if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(B_stage_tmp[0])
-                : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c3 * 4097 + tid + 65552))
-                : "memory");
-        } else {
-            B_stage_tmp[0] = 0;
+    for (int c10 = 0; c10 < 2; ++c10) {
+        #pragma unroll
+        for (int c11 = 0; c11 < 8; ++c11) {
+            // sm70.ld_global_2: B: unaligned rows, element copies 8 at a time
+            //   dst = B_stage_tmp[c11 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c10 * 32776 + c11 * 4097 + tid + 65552]
+            if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(B_stage_tmp[c11])
+                    : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c10 * 32776 + c11 * 4097 + tid + 65552))
+                    : "memory");
+            } else {
+                B_stage_tmp[c11] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c3 * 128 ^ (c3 * 128 & 896) / 16)) + 2048], src = B_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c3 * 128 ^ (c3 * 128 & 896) / 16)) * 2 + 4096)), "h"(B_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c11 = 0; c11 < 8; ++c11) {
+            // sm70.st_shared_2
+            //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c10 * 1024 + c11 * 128 ^ (c10 * 1024 + c11 * 128 & 896) / 16)) + 2048], src = B_stage_tmp[c11 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c10 * 1024 + c11 * 128 ^ (c10 * 1024 + c11 * 128 & 896) / 16)) * 2 + 4096)), "h"(B_stage_tmp[c11])
+                : "memory");
+        }
     }
     // sm80.cp_async_commit
     asm volatile("cp.async.commit_group;"
@@ -313,43 +337,55 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "memory");
     // Move<block>(A:GL f16[128x16] -> A:SH f16[128x16] Sw<1,3,3> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c4 = 0; c4 < 16; ++c4) {
-        // sm70.ld_global_2: A: unaligned rows, synchronous element copy
-        //   dst = A_stage_tmp[0 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c4 * 8184 + tid % 16 + tid / 16 * 1023 + 32]
-        if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c4 * 8 + tid / 16 < 4095) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(A_stage_tmp[0])
-                : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c4 * 8184 + tid % 16 + tid / 16 * 1023 + 32))
-                : "memory");
-        } else {
-            A_stage_tmp[0] = 0;
+    for (int c13 = 0; c13 < 2; ++c13) {
+        #pragma unroll
+        for (int c14 = 0; c14 < 8; ++c14) {
+            // sm70.ld_global_2: A: unaligned rows, element copies 8 at a time
+            //   dst = A_stage_tmp[c14 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c13 * 65472 + c14 * 8184 + tid % 16 + tid / 16 * 1023 + 32]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c13 * 64 + c14 * 8 + tid / 16 < 4095) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(A_stage_tmp[c14])
+                    : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c13 * 65472 + c14 * 8184 + tid % 16 + tid / 16 * 1023 + 32))
+                    : "memory");
+            } else {
+                A_stage_tmp[c14] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c4 * 128 ^ (c4 * 128 & 64) / 8)) + 4096], src = A_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c4 * 128 ^ (c4 * 128 & 64) / 8)) * 2 + 8192)), "h"(A_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c14 = 0; c14 < 8; ++c14) {
+            // sm70.st_shared_2
+            //   dst = &A_smem[(tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c13 * 1024 + c14 * 128 ^ (c13 * 1024 + c14 * 128 & 64) / 8)) + 4096], src = A_stage_tmp[c14 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(A_smem_base + ((tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c13 * 1024 + c14 * 128 ^ (c13 * 1024 + c14 * 128 & 64) / 8)) * 2 + 8192)), "h"(A_stage_tmp[c14])
+                : "memory");
+        }
     }
     // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
     #pragma unroll
-    for (int c5 = 0; c5 < 16; ++c5) {
-        // sm70.ld_global_2: B: unaligned rows, synchronous element copy
-        //   dst = B_stage_tmp[0 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c5 * 4097 + tid + 131104]
-        if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
-            asm volatile("ld.global.b16 %0, [%1];"
-                : "=h"(B_stage_tmp[0])
-                : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c5 * 4097 + tid + 131104))
-                : "memory");
-        } else {
-            B_stage_tmp[0] = 0;
+    for (int c16 = 0; c16 < 2; ++c16) {
+        #pragma unroll
+        for (int c17 = 0; c17 < 8; ++c17) {
+            // sm70.ld_global_2: B: unaligned rows, element copies 8 at a time
+            //   dst = B_stage_tmp[c17 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c16 * 32776 + c17 * 4097 + tid + 131104]
+            if (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
+                asm volatile("ld.global.b16 %0, [%1];"
+                    : "=h"(B_stage_tmp[c17])
+                    : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c16 * 32776 + c17 * 4097 + tid + 131104))
+                    : "memory");
+            } else {
+                B_stage_tmp[c17] = 0;
+            }
         }
-        // sm70.st_shared_2
-        //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c5 * 128 ^ (c5 * 128 & 896) / 16)) + 4096], src = B_stage_tmp[0 .. +1]
-        asm volatile("st.shared.b16 [%0], %1;"
-            :
-            : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c5 * 128 ^ (c5 * 128 & 896) / 16)) * 2 + 8192)), "h"(B_stage_tmp[0])
-            : "memory");
+        #pragma unroll
+        for (int c17 = 0; c17 < 8; ++c17) {
+            // sm70.st_shared_2
+            //   dst = &B_smem[(tid ^ (tid & 896) / 16 ^ (c16 * 1024 + c17 * 128 ^ (c16 * 1024 + c17 * 128 & 896) / 16)) + 4096], src = B_stage_tmp[c17 .. +1]
+            asm volatile("st.shared.b16 [%0], %1;"
+                :
+                : "r"(B_smem_base + ((tid ^ (tid & 896) / 16 ^ (c16 * 1024 + c17 * 128 ^ (c16 * 1024 + c17 * 128 & 896) / 16)) * 2 + 8192)), "h"(B_stage_tmp[c17])
+                : "memory");
+        }
     }
     // sm80.cp_async_commit
     asm volatile("cp.async.commit_group;"
@@ -368,43 +404,55 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         if (k0 + 3 < 64) {
             // Move<block>(A:GL f16[128x16] -> A:SH f16[128x16] Sw<1,3,3> x4 stages): 2048 chunks of 1 x f16 over 128 threads
             #pragma unroll
-            for (int c6 = 0; c6 < 16; ++c6) {
-                // sm70.ld_global_2: A: unaligned rows, synchronous element copy
-                //   dst = A_stage_tmp[0 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c6 * 8184 + k0 * 16 + tid % 16 + tid / 16 * 1023 + 48]
-                if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c6 * 8 + tid / 16 < 4095 && k0 * 16 + tid % 16 + 48 < 1023) {
-                    asm volatile("ld.global.b16 %0, [%1];"
-                        : "=h"(A_stage_tmp[0])
-                        : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c6 * 8184 + k0 * 16 + tid % 16 + tid / 16 * 1023 + 48))
-                        : "memory");
-                } else {
-                    A_stage_tmp[0] = 0;
+            for (int c19 = 0; c19 < 2; ++c19) {
+                #pragma unroll
+                for (int c20 = 0; c20 < 8; ++c20) {
+                    // sm70.ld_global_2: A: unaligned rows, element copies 8 at a time
+                    //   dst = A_stage_tmp[c20 .. +1], src = &A[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c19 * 65472 + c20 * 8184 + k0 * 16 + tid % 16 + tid / 16 * 1023 + 48]
+                    if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + c19 * 64 + c20 * 8 + tid / 16 < 4095 && k0 * 16 + tid % 16 + 48 < 1023) {
+                        asm volatile("ld.global.b16 %0, [%1];"
+                            : "=h"(A_stage_tmp[c20])
+                            : "l"(A + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 130944 + bid_x / 264 * 1047552 + c19 * 65472 + c20 * 8184 + k0 * 16 + tid % 16 + tid / 16 * 1023 + 48))
+                            : "memory");
+                    } else {
+                        A_stage_tmp[c20] = 0;
+                    }
                 }
-                // sm70.st_shared_2
-                //   dst = &A_smem[(k0 + 3) % 4 * 2048 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c6 * 128 ^ (c6 * 128 & 64) / 8))], src = A_stage_tmp[0 .. +1]
-                asm volatile("st.shared.b16 [%0], %1;"
-                    :
-                    : "r"(A_smem_base + ((k0 + 3) % 4 * 4096 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c6 * 128 ^ (c6 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[0])
-                    : "memory");
+                #pragma unroll
+                for (int c20 = 0; c20 < 8; ++c20) {
+                    // sm70.st_shared_2
+                    //   dst = &A_smem[(k0 + 3) % 4 * 2048 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c19 * 1024 + c20 * 128 ^ (c19 * 1024 + c20 * 128 & 64) / 8))], src = A_stage_tmp[c20 .. +1]
+                    asm volatile("st.shared.b16 [%0], %1;"
+                        :
+                        : "r"(A_smem_base + ((k0 + 3) % 4 * 4096 + (tid % 16 + tid / 16 * 16 ^ (tid % 16 + tid / 16 * 16 & 64) / 8 ^ (c19 * 1024 + c20 * 128 ^ (c19 * 1024 + c20 * 128 & 64) / 8)) * 2)), "h"(A_stage_tmp[c20])
+                        : "memory");
+                }
             }
             // Move<block>(B:GL f16[16x128] -> B:SH f16[16x128] Sw<3,3,4> x4 stages): 2048 chunks of 1 x f16 over 128 threads
             #pragma unroll
-            for (int c7 = 0; c7 < 16; ++c7) {
-                // sm70.ld_global_2: B: unaligned rows, synchronous element copy
-                //   dst = B_stage_tmp[0 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c7 * 4097 + k0 * 65552 + tid + 196656]
-                if (c7 + k0 * 16 + 48 < 1023 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
-                    asm volatile("ld.global.b16 %0, [%1];"
-                        : "=h"(B_stage_tmp[0])
-                        : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c7 * 4097 + k0 * 65552 + tid + 196656))
-                        : "memory");
-                } else {
-                    B_stage_tmp[0] = 0;
+            for (int c22 = 0; c22 < 2; ++c22) {
+                #pragma unroll
+                for (int c23 = 0; c23 < 8; ++c23) {
+                    // sm70.ld_global_2: B: unaligned rows, element copies 8 at a time
+                    //   dst = B_stage_tmp[c23 .. +1], src = &B[bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c22 * 32776 + c23 * 4097 + k0 * 65552 + tid + 196656]
+                    if (c22 * 8 + c23 + k0 * 16 + 48 < 1023 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + tid < 4097) {
+                        asm volatile("ld.global.b16 %0, [%1];"
+                            : "=h"(B_stage_tmp[c23])
+                            : "l"(B + (bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + c22 * 32776 + c23 * 4097 + k0 * 65552 + tid + 196656))
+                            : "memory");
+                    } else {
+                        B_stage_tmp[c23] = 0;
+                    }
                 }
-                // sm70.st_shared_2
-                //   dst = &B_smem[(k0 + 3) % 4 * 2048 + (tid ^ (tid & 896) / 16 ^ (c7 * 128 ^ (c7 * 128 & 896) / 16))], src = B_stage_tmp[0 .. +1]
-                asm volatile("st.shared.b16 [%0], %1;"
-                    :
-                    : "r"(B_smem_base + ((k0 + 3) % 4 * 4096 + (tid ^ (tid & 896) / 16 ^ (c7 * 128 ^ (c7 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[0])
-                    : "memory");
+                #pragma unroll
+                for (int c23 = 0; c23 < 8; ++c23) {
+                    // sm70.st_shared_2
+                    //   dst = &B_smem[(k0 + 3) % 4 * 2048 + (tid ^ (tid & 896) / 16 ^ (c22 * 1024 + c23 * 128 ^ (c22 * 1024 + c23 * 128 & 896) / 16))], src = B_stage_tmp[c23 .. +1]
+                    asm volatile("st.shared.b16 [%0], %1;"
+                        :
+                        : "r"(B_smem_base + ((k0 + 3) % 4 * 4096 + (tid ^ (tid & 896) / 16 ^ (c22 * 1024 + c23 * 128 ^ (c22 * 1024 + c23 * 128 & 896) / 16)) * 2)), "h"(B_stage_tmp[c23])
+                        : "memory");
+                }
             }
         }
         // sm80.cp_async_commit
@@ -484,47 +532,47 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         : "memory");
     // Move<block>(C:RF f32[128x128] -> C:GL f16[128x128])
     #pragma unroll
-    for (int f8 = 0; f8 < 4; ++f8) {
+    for (int f24 = 0; f24 < 4; ++f24) {
         #pragma unroll
-        for (int f9 = 0; f9 < 8; ++f9) {
-            epi[0] = C_acc[f8 * 32 + f9 * 4];
-            epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
+        for (int f25 = 0; f25 < 8; ++f25) {
+            epi[0] = C_acc[f24 * 32 + f25 * 4];
+            epi[1] = C_acc[f24 * 32 + f25 * 4 + 1];
             out_f16[0] = fs_f32_to_f16(epi[0]);
             out_f16[1] = fs_f32_to_f16(epi[1]);
             // sm70.st_global_2: C
-            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208], src = out_f16[0 .. +1]
-            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {
+            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208], src = out_f16[0 .. +1]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {
                 asm volatile("st.global.b16 [%0], %1;"
                     :
-                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208)), "h"(out_f16[0])
+                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208)), "h"(out_f16[0])
                     : "memory");
             }
             // sm70.st_global_2: C
-            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 1], src = out_f16[1 .. +1]
-            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 4097) {
+            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 1], src = out_f16[1 .. +1]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 4097) {
                 asm volatile("st.global.b16 [%0], %1;"
                     :
-                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 1)), "h"(out_f16[1])
+                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 1)), "h"(out_f16[1])
                     : "memory");
             }
-            epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
-            epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
+            epi[0] = C_acc[f24 * 32 + f25 * 4 + 2];
+            epi[1] = C_acc[f24 * 32 + f25 * 4 + 3];
             out_f16[0] = fs_f32_to_f16(epi[0]);
             out_f16[1] = fs_f32_to_f16(epi[1]);
             // sm70.st_global_2: C
-            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32776], src = out_f16[0 .. +1]
-            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {
+            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32776], src = out_f16[0 .. +1]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {
                 asm volatile("st.global.b16 [%0], %1;"
                     :
-                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32776)), "h"(out_f16[0])
+                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32776)), "h"(out_f16[0])
                     : "memory");
             }
             // sm70.st_global_2: C
-            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32777], src = out_f16[1 .. +1]
-            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 4097) {
+            //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32777], src = out_f16[1 .. +1]
+            if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 + 1 < 4097) {
                 asm volatile("st.global.b16 [%0], %1;"
                     :
-                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f8 * 65552 + f9 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32777)), "h"(out_f16[1])
+                    : "l"(C + (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32777)), "h"(out_f16[1])
                     : "memory");
             }
         }

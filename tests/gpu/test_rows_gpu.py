@@ -108,11 +108,13 @@ def test_pushes_on_rows_of_a_large_mean(op, shift):
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
-@pytest.mark.parametrize("rows, cols", [(3, 65536), (2, 50000), (5, 20480), (3, 24576), (2, 100000), (1, 200000)])
+@pytest.mark.parametrize("rows, cols", [(3, 65536), (2, 50000), (5, 20480), (3, 24576), (2, 100000), (1, 200000),
+                                        (4, 16385), (3, 32769), (2, 50001), (1, 131071)])
 def test_rows_staged_in_shared_memory(op, shift, rows, cols):
     # cluster parts copied into shared memory (cp.async); 50,000 / 100,000 / 200,000: the last
     # block's part stops short of its buffer (zero-filled past the row, where a maximum of rows
-    # near -3000 must not see the zeros); 20,480 / 24,576: rows one block holds, on two parts
+    # near -3000 must not see the zeros); 20,480 / 24,576: rows one block holds, on two parts;
+    # odd rows (16,385 to 131,071): copied element by element through registers
     assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True, stage=True).row_memory == "SH"
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, exchange="push")
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 from ... import ir
 from ...hardware.atoms import catalog, sm80, sm90a
 from ...hardware.atoms.base import CP_ASYNC, LDMATRIX, Atom
 from ...ir.expr import IntExpr, Var, land, lt
+from ...ir.rewrite import substitute_stmt
 from ...schedule import Node
 from ...spec import Move
 from ...tensor import WARP
@@ -31,6 +34,7 @@ from .smem import gl_offset, sh_offset, shared_buffer
 QUANTISED = ("u4", "i4")     # codes the SH -> RF move dequantises
 
 COPY_WIDTHS = (16, 8, 4)     # cp.async widths, widest first
+SYNC_BATCH = 8               # elements a thread of an element copy keeps in flight (SyncCopy)
 # widest first; of one width, the matrix orders the consumer's registers may take
 LDMATRIX_ATOMS = (sm80.ldmatrix_x4, sm80.ldmatrix_x4_trans, sm80.ldmatrix_x4_cols, sm80.ldmatrix_x4_trans_cols,
                   sm80.ldmatrix_x2, sm80.ldmatrix_x2_trans, sm80.ldmatrix_x2_cols,
@@ -111,15 +115,30 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
                            in_bounds, comment=f"{t.name} tile -> shared")
         stmts = [call] if in_tile == 1 else [ir.If(in_tile, call)]
     else:
-        tmp = lw.kb.reg(f"{t.name}_stage_tmp", t.dtype, vec)
+        # element copies through registers, SYNC_BATCH of a thread's elements at a time: all of a
+        # batch's loads are issued before its first store waits on one, so that a thread keeps
+        # that many loads in flight (one load, then its store, would wait a memory latency per
+        # element)
+        batch = min(SYNC_BATCH, iters)
+        outer = -(-iters // batch)
+        tmp = lw.kb.reg(f"{t.name}_stage_tmp", t.dtype, vec * batch)
         ld_atom = catalog.copy_atom("GL", "RF", atom.width)
         st_atom = catalog.copy_atom("RF", "SH", atom.width)
-        load = ir.AtomCall(ld_atom, (("dst", ir.RegRef(tmp, 0)), ("src", ir.MemRef(gbuf, goff))),
-                           land(in_tile, in_bounds),
-                           comment=f"{t.name}: unaligned rows, synchronous element copy")
-        store = ir.AtomCall(st_atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.RegRef(tmp, 0))), in_tile)
-        stmts = [load, store]
-    out.append(ir.For(it, iters, ir.Seq(tuple(stmts)), unroll=True))
+        ob, j = Var(f"c{lw.pb.tmp()}", outer), Var(f"c{lw.pb.tmp()}", batch)
+        load = ir.AtomCall(ld_atom, (("dst", ir.RegRef(tmp, j * vec)), ("src", ir.MemRef(gbuf, goff))),
+                           land(in_tile, in_bounds), comment=f"{t.name}: unaligned rows, element copies "
+                                                             f"{batch} at a time")
+        store = ir.AtomCall(st_atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.RegRef(tmp, j * vec))), in_tile)
+        # the copy's iteration it = ob * batch + j; the last batch may reach past the thread's chunks
+        load, store = (substitute_stmt(st, {it: ob * batch + j}) for st in (load, store))
+        if outer * batch != iters:
+            more = lt(ob * batch + j, iters)
+            load, store = (attrs.evolve(st, pred=land(more, st.pred)) for st in (load, store))
+        body = ir.Seq((ir.For(j, batch, load, unroll=True), ir.For(j, batch, store, unroll=True)))
+        out.append(ir.For(ob, outer, body, unroll=True))
+        it = None
+    if it is not None:
+        out.append(ir.For(it, iters, ir.Seq(tuple(stmts)), unroll=True))
     if dst.name in ctx.staged:
         return out
     # no ring fills this tile: the copy is synchronous — the tile's previous readers are done

@@ -1,0 +1,198 @@
+"""Loads kept in flight across the iterations of a rolled loop.
+
+A loop the lowering leaves rolled (it walks shared memory or global memory, not registers) runs
+its body once an iteration: its loads, then what uses them.  Where an iteration loads a few bytes
+a thread from global memory, each iteration waits a whole memory latency — a row of odd length
+copied element by element into shared memory, a masked row loaded into registers and stored to
+shared memory, the sum of two rows.  The loads of the iteration are volatile asm (they keep their
+order with the stores around them), so neither NVRTC nor ptxas hoists the next iteration's loads
+above this one's stores.  This pass does, wherever it is safe: the loads of ``B`` iterations
+first, into ``B`` copies of their registers, then the rest of the ``B`` iterations in order::
+
+    for it in 0..n:                          for ob in 0..ceil(n / B):
+        x = ld.global X[f(it)]                   for j in 0..B (unrolled): if ob*B+j < n:
+        y = op(x); st.shared Y[g(it)], y   ->        x'[j] = ld.global X[f(ob*B+j)]
+                                                 for j in 0..B (unrolled): if ob*B+j < n:
+                                                     y = op(x'[j]); st.shared Y[g(ob*B+j)], y
+
+Safe means: the body is straight-line (atom calls, element-wise ops, register fills, branches of
+those, comments: no barrier, no nested loop, no asynchronous copy or wait); its leading
+statements are loads (an atom call from memory into registers), one of them from global memory;
+no statement of the body writes a buffer those loads read (so an earlier load cannot overtake
+the store it depends on); and the loads' registers are the iteration's own (nothing outside the
+loop refers to them).  The loads of later iterations then read what they would have read, and
+every other statement runs in its original order.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ... import ir
+from ...hardware.atoms.base import COPY
+from ...ir.expr import Var, land, lt
+from ...ir.rewrite import map_operand, map_stmt, substitute_stmt
+
+#: the most iterations a batch takes
+MAX_BATCH = 8
+#: the share of a thread's registers (what the block's size and occupancy leave it) the copies of
+#: a batch's loads may take: ``B`` copies of an iteration's load registers, a 16-bit value a
+#: whole register
+REGISTER_SHARE = 6
+REGISTERS_PER_SM = 65536
+#: the most registers an iteration's loads may take for the loop to be batched: a loop that loads
+#: three operands an iteration (LayerNorm's row, weight and bias) spilled batched at the six
+#: blocks an SM the staged row plans ask for
+MAX_ITERATION_REGISTERS = 2
+
+
+def batched_loads(body: list, kb) -> list:
+    """``body`` (a kernel's statements) with every rolled loop that qualifies (module docstring)
+    batched; ``kb`` the kernel builder whose register arrays the batches take."""
+    events: list = []
+    spans: dict = {}
+    _events(ir.Seq(tuple(body)), events, spans)
+    return [_walk(s, kb, events, spans) for s in body]
+
+
+def _walk(s, kb, events, spans):
+    if isinstance(s, ir.Seq):
+        return ir.Seq(tuple(_walk(x, kb, events, spans) for x in s.body))
+    if isinstance(s, ir.If):
+        return ir.If(s.cond, _walk(s.then, kb, events, spans))
+    if isinstance(s, ir.Roles):
+        return s
+    if isinstance(s, ir.For):
+        if not s.unroll and s.stop is None:
+            done = _batch(s, kb, events, spans[id(s)])
+            if done is not None:
+                return done
+        return ir.For(s.var, s.extent, _walk(s.body, kb, events, spans), s.unroll, s.stop)
+    return s
+
+
+def _events(s, out: list, spans: dict) -> None:
+    """The register arrays each leaf statement of ``s`` reads and writes, in program order, into
+    ``out`` as ``(reads, writes)``; ``spans`` maps each loop (by id) to its range of events."""
+    if isinstance(s, ir.Seq):
+        for x in s.body:
+            _events(x, out, spans)
+    elif isinstance(s, ir.For):
+        start = len(out)
+        _events(s.body, out, spans)
+        spans[id(s)] = (start, len(out))
+    elif isinstance(s, ir.If):
+        _events(s.then, out, spans)
+    elif isinstance(s, ir.Roles):
+        for r in s.roles:
+            _events(r.body, out, spans)
+    else:
+        reads, writes = set(), set()
+        if isinstance(s, ir.AtomCall):
+            for k, v in s.args:
+                if isinstance(v, ir.RegRef):
+                    (writes if k == "dst" and s.atom.family == COPY else reads).add(v.buffer.name)
+        elif isinstance(s, ir.Pointwise):
+            reads |= {x.buffer.name for x in s.srcs if isinstance(x, ir.RegRef)}
+            writes.add(s.dst.buffer.name)
+        elif isinstance(s, ir.RegFill):
+            writes.add(s.ref.buffer.name)
+        out.append((reads, writes))
+
+
+def _dead_after(name: str, events: list, span: tuple[int, int]) -> bool:
+    """Whether register array ``name`` is written before it is read after the loop of ``span``
+    (in program order, then around to the kernel's start, for the loops that enclose it)."""
+    start, end = span
+    for reads, writes in events[end:] + events[:start]:
+        if name in reads:
+            return False
+        if name in writes:
+            return True
+    return True
+
+
+def _flat(s) -> list:
+    if isinstance(s, ir.Seq):
+        return [y for x in s.body for y in _flat(x)]
+    return [s]
+
+
+def _straight(s) -> bool:
+    """Whether ``s`` is straight-line code this pass may reorder across iterations."""
+    if isinstance(s, ir.Seq):
+        return all(_straight(x) for x in s.body)
+    if isinstance(s, ir.If):
+        return _straight(s.then)
+    if isinstance(s, ir.AtomCall):
+        return s.atom.family == COPY            # synchronous loads and stores
+    return isinstance(s, (ir.Pointwise, ir.RegFill, ir.Comment))
+
+
+def _is_load(s) -> bool:
+    if not isinstance(s, ir.AtomCall) or s.atom.family != "copy":
+        return False
+    args = dict(s.args)
+    return isinstance(args.get("dst"), ir.RegRef) and isinstance(args.get("src"), ir.MemRef)
+
+
+def _written_buffers(stmts) -> set:
+    out = set()
+    for s in stmts:
+        for x in _flat(s):
+            if isinstance(x, ir.If):
+                out |= _written_buffers([x.then])
+            elif isinstance(x, ir.AtomCall):
+                dst = dict(x.args).get("dst")
+                if isinstance(dst, ir.MemRef):
+                    out.add(dst.buffer.name)
+    return out
+
+
+def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | None:
+    stmts = [x for x in _flat(loop.body) if not isinstance(x, ir.Comment)]
+    if loop.extent < 2 or not stmts or not all(_straight(x) for x in stmts):
+        return None
+    n_loads = 0
+    while n_loads < len(stmts) and _is_load(stmts[n_loads]):
+        n_loads += 1
+    loads, rest = stmts[:n_loads], stmts[n_loads:]
+    if not loads or not rest:
+        return None
+    srcs = {dict(s.args)["src"].buffer for s in loads}
+    if not any(isinstance(b, ir.GlobalBuffer) for b in srcs):
+        return None
+    if {b.name for b in srcs} & _written_buffers(rest + loads):
+        return None
+    regs = {dict(s.args)["dst"].buffer for s in loads}
+    if not all(_dead_after(b.name, events, span) for b in regs):
+        return None                     # a later statement reads what the loop's last load left
+    per_iter = sum(-(-s.atom.width // 4) for s in loads)
+    if per_iter > MAX_ITERATION_REGISTERS:
+        return None
+    cap = min(255, REGISTERS_PER_SM // max(1, kb.threads * kb.min_blocks_per_sm))
+    batch = min(MAX_BATCH, loop.extent, cap // REGISTER_SHARE // max(1, per_iter))
+    if batch < 2:
+        return None
+    outer = -(-loop.extent // batch)
+    ob, j = Var(f"{loop.var.name}_b", outer), Var(f"{loop.var.name}_j", batch)
+    it = ob * batch + j
+    wide = {b.name: kb.reg(f"{b.name}_batch", b.dtype, b.size * batch) for b in regs}
+    sizes = {b.name: b.size for b in regs}
+
+    def widen(r):
+        if isinstance(r, ir.RegRef) and r.buffer.name in wide:
+            return ir.RegRef(wide[r.buffer.name], j * sizes[r.buffer.name] + r.offset)
+        return map_operand(r, lambda x: x)
+
+    def part(stmts, loads: bool):
+        body = substitute_stmt(map_stmt(ir.Seq(tuple(stmts)), lambda x: x, widen), {loop.var: it})
+        if outer * batch != loop.extent:
+            # the last batch reaches past the loop: its loads are predicated off, the rest skipped
+            live = lt(it, loop.extent)
+            body = ir.Seq(tuple(attrs.evolve(s, pred=land(live, s.pred)) for s in body.body)) if loads else \
+                ir.If(live, body)
+        return ir.For(j, batch, body, unroll=True)
+
+    return ir.For(ob, outer, ir.Seq((ir.Comment(f"the loads of {batch} iterations in flight at a time"),
+                                     part(loads, True), part(rest, False))))
