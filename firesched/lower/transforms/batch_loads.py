@@ -36,14 +36,16 @@ from ...ir.rewrite import map_operand, map_stmt, substitute_stmt
 #: the most iterations a batch takes
 MAX_BATCH = 8
 #: the share of a thread's registers (what the block's size and occupancy leave it) the copies of
-#: a batch's loads may take: ``B`` copies of an iteration's load registers, a 16-bit value a
-#: whole register
-REGISTER_SHARE = 6
+#: a batch's loads may take, a 16-bit value a whole register: loads of whole 16-byte vectors up to
+#: a half, element loads (at most ``ELEMENT_REGISTERS`` an iteration) a sixth.  Measured on an
+#: H100 (bf16 and f16 staged rows, 65,536 to 262,144 columns, six blocks of 256 threads an SM):
+#: causal softmax's masked row 2.3-2.65 -> 2.3-2.7 TB/s and add + RMSNorm 2.5-2.85 -> 2.8-2.95 with
+#: vectors batched up to half the registers; LayerNorm's odd rows (three element loads an
+#: iteration: row, weight, bias) spilled 8-104 bytes at that budget
+VECTOR_SHARE = 2
+ELEMENT_SHARE = 6
+ELEMENT_REGISTERS = 2
 REGISTERS_PER_SM = 65536
-#: the most registers an iteration's loads may take for the loop to be batched: a loop that loads
-#: three operands an iteration (LayerNorm's row, weight and bias) spilled batched at the six
-#: blocks an SM the staged row plans ask for
-MAX_ITERATION_REGISTERS = 2
 
 
 def batched_loads(body: list, kb) -> list:
@@ -168,10 +170,14 @@ def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | No
     if not all(_dead_after(b.name, events, span) for b in regs):
         return None                     # a later statement reads what the loop's last load left
     per_iter = sum(-(-s.atom.width // 4) for s in loads)
-    if per_iter > MAX_ITERATION_REGISTERS:
+    if all(s.atom.width == 16 for s in loads):
+        share = VECTOR_SHARE
+    elif per_iter <= ELEMENT_REGISTERS:
+        share = ELEMENT_SHARE
+    else:
         return None
     cap = min(255, REGISTERS_PER_SM // max(1, kb.threads * kb.min_blocks_per_sm))
-    batch = min(MAX_BATCH, loop.extent, cap // REGISTER_SHARE // max(1, per_iter))
+    batch = min(MAX_BATCH, loop.extent, cap // share // max(1, per_iter))
     if batch < 2:
         return None
     outer = -(-loop.extent // batch)
