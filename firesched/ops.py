@@ -42,6 +42,10 @@ def _ftz(y):
     return np.where(np.abs(y) < 2.0 ** -126, 0.0, y)
 
 
+#: log2(e): exp(x) = 2^(x·LOG2E)
+LOG2E = 1.4426950408889634
+
+
 @attrs.frozen
 class ScalarOp:
     name: str
@@ -84,6 +88,10 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         # exponentials at once
         ScalarOp("exp_sub_scaled_mul", 4, lambda x, m, c, z: f"expf({c} * ({x} - {m})) * {z}",
                  lambda x, m, c, z: _exp_quiet(c * (x - m)) * z),
+        # exp2(x·c - m·c) · z: the same output with c = scale·log2(e), one fma and one ex2 (m
+        # finite: a row's maximum); a masked element x = -inf gives 0
+        ScalarOp("exp2_sub_scaled_mul", 4, lambda x, m, c, z: f"fs_ex2(fmaf({x}, {c}, -({m} * {c}))) * {z}",
+                 lambda x, m, c, z: _ftz(np.exp2(x * c - m * c)) * z),
         # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
         # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
         ScalarOp("mul_mul", 3, lambda x, r, w: f"{x} * {r} * {w}", lambda x, r, w: x * r * w),
@@ -241,10 +249,10 @@ class GroupScale(EpilogueOp):
 
 @attrs.frozen(repr=False)
 class Unary(EpilogueOp):
-    """relu, gelu, gelu_tanh, sigmoid, tanh, exp, rsqrt, rcp (1/x)."""
+    """relu, gelu, gelu_tanh, sigmoid, tanh, exp, exp2 (2^x, one ex2.approx), rsqrt, rcp (1/x)."""
 
     op: str = attrs.field(validator=attrs.validators.in_(("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp",
-                                                          "rsqrt", "rcp")))
+                                                          "exp2", "rsqrt", "rcp")))
 
     def scalar(self):
         return ((self.op, ()),)
@@ -446,6 +454,12 @@ def scale(alpha: float) -> Scale:
 
 def exp() -> Unary:
     return Unary("exp")
+
+
+def exp2() -> Unary:
+    """``2^x`` in one ``ex2.approx.ftz`` (2 ulp; results below 2^-126 flush to 0): with the scale
+    ``log2(e)`` folded into the op before it, an exponential without ``expf``'s range reduction."""
+    return Unary("exp2")
 
 
 def rsqrt() -> Unary:
