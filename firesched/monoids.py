@@ -129,21 +129,21 @@ def _softmax_ref(c: float):
 def softmax_stats(scale: float = 1.0) -> Monoid:
     """``(max x, sum exp(scale·(x - max x)))`` of the reduced elements: the two statistics of a
     softmax (``scale`` > 0), combined online.  A maximum of -inf (every element masked) counts as 0
-    in the exponentials (``exp2_sub_scaled``), so empty parts give ``(-inf, 0)`` and no NaN."""
+    in the exponentials (``exp2_scaled_diff``), so empty parts give ``(-inf, 0)`` and no NaN."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"monoids.softmax_stats: scale={scale!r}; allowed: a positive number")
     c = float(scale)
-    # exp(c·(x - m)) as 2^(x·c2 - m·c2), c2 = c·log2(e): one fma and one ex2.approx an element
-    # (expf's range reduction made the staged softmax issue-bound on an H100)
+    # exp(c·(x - m)) as 2^(c2·(x - m)), c2 = c·log2(e): one ex2.approx an element (expf's range
+    # reduction made the staged softmax issue-bound on an H100)
     c2 = c * LOG2E
     return Monoid(
         "softmax_stats", (float("-inf"), 0.0),
         passes=((Step("max", "b0", ("b0", "x")),),
-                (Step("exp2_sub_scaled", "t0", ("x", "b0", c2)), Step("add", "b1", ("b1", "t0")))),
+                (Step("exp2_scaled_diff", "t0", ("x", "b0", c2)), Step("add", "b1", ("b1", "t0")))),
         between=((), ()),
         combine=(Step("max", "t0", ("a0", "b0")),
-                 Step("exp2_sub_scaled", "t1", ("a0", "t0", c2)), Step("mul", "t1", ("a1", "t1")),
-                 Step("exp2_sub_scaled", "t2", ("b0", "t0", c2)), Step("mul", "t2", ("b1", "t2")),
+                 Step("exp2_scaled_diff", "t1", ("a0", "t0", c2)), Step("mul", "t1", ("a1", "t1")),
+                 Step("exp2_scaled_diff", "t2", ("b0", "t0", c2)), Step("mul", "t2", ("b1", "t2")),
                  Step("add", "a1", ("t1", "t2")), Step("copy", "a0", ("t0",))),
         finish=((Step("copy", "y", ("a0",)),), (Step("copy", "y", ("a1",)),)),
         reference=_softmax_ref(c), params=(c,) if c != 1.0 else ())

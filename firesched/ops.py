@@ -88,10 +88,16 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         # exponentials at once
         ScalarOp("exp_sub_scaled_mul", 4, lambda x, m, c, z: f"expf({c} * ({x} - {m})) * {z}",
                  lambda x, m, c, z: _exp_quiet(c * (x - m)) * z),
-        # exp2(x·c - m·c) · z: the same output with c = scale·log2(e), one fma and one ex2 (m
-        # finite: a row's maximum); a masked element x = -inf gives 0
-        ScalarOp("exp2_sub_scaled_mul", 4, lambda x, m, c, z: f"fs_ex2(fmaf({x}, {c}, -({m} * {c}))) * {z}",
-                 lambda x, m, c, z: _ftz(np.exp2(x * c - m * c)) * z),
+        # exp2(c·(x - m)): exp_sub_scaled with c = scale·log2(e), in one ex2 (-inf counts as 0,
+        # as there).  The difference first: x - m is exact near the maximum, where x·c - m·c in
+        # one fma would carry the rounding of m·c (2^-24 of it: 1e-3 at scores of 10^4)
+        ScalarOp("exp2_scaled_diff", 3,
+                 lambda x, m, c: f"fs_ex2(({x} - ({m} == __int_as_float(0xff800000) ? 0.0f : {m})) * {c})",
+                 lambda x, m, c: _ftz(np.exp2(c * (x - np.where(np.isneginf(m), 0.0, m))))),
+        # exp2(c·(x - m)) · z: exp_sub_scaled_mul with c = scale·log2(e), in one ex2 (m finite: a
+        # row's maximum); a masked element x = -inf gives 0
+        ScalarOp("exp2_scaled_diff_mul", 4, lambda x, m, c, z: f"fs_ex2(({x} - {m}) * {c}) * {z}",
+                 lambda x, m, c, z: _ftz(np.exp2(c * (x - m))) * z),
         # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
         # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
         ScalarOp("mul_mul", 3, lambda x, r, w: f"{x} * {r} * {w}", lambda x, r, w: x * r * w),

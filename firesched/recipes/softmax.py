@@ -10,7 +10,7 @@ maximum and the sum of exponentials are reduced there, and the row is written on
 A row split over a thread-block cluster takes its two statistics in one tuple reduction instead
 (``monoids.softmax_stats``: each thread's ``(max, sum exp)``, merged online), so the cluster's
 blocks exchange once per row: ``Reduce(softmax_stats over c: Xr -> M, Z with rcp())``, and writes
-its output in one pass from the row, ``Pointwise(exp2_sub_scaled_mul: Xr, M, C, Z -> Y)`` with the
+its output in one pass from the row, ``Pointwise(exp2_scaled_diff_mul: Xr, M, C, Z -> Y)`` with the
 scale times log2(e) in a register ``C`` (``Init``), so no f32 copy of the exponentials waits between parts; its
 row part waits in shared memory (``rows.row_plan``: ``row_memory="SH"``).
 
@@ -77,7 +77,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
             load,
             Reduce(monoids.softmax_stats(scale), xr, m, ("c",), KERNEL, more=(z,), more_ops=((ops.reciprocal(),),)),
             Init(c, float(scale) * ops.LOG2E, KERNEL),
-            Pointwise("exp2_sub_scaled_mul", (xr, m, c, z), s.t("Y"), KERNEL))
+            Pointwise("exp2_scaled_diff_mul", (xr, m, c, z), s.t("Y"), KERNEL))
         return schedule_rows(spec, plan, ("Xr", "M", "Z", "C"), row="Xr")
     # on one block two plain reductions, each exponential taken once (the tuple's online merge
     # takes a second one per element: 2.78 -> 2.30 TB/s at 32768 x 32768 bf16)
