@@ -11,7 +11,16 @@ import pytest
 import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
-           "bench.w4a16_split_cost"]
+           "bench.w4a16_split_cost", "bench.profile_rows"]
+
+
+def test_profile_rows_smoke():
+    from bench.profile_rows import main
+
+    ks = main(["--smoke", "layernorm:4x1000:bf16", "causal:3x65:f16"])
+    assert len(ks) == 2 and all(k.spills == 0 for k in ks)
+    with pytest.raises(ValueError, match="op:ROWSxCOLS:dtype"):
+        main(["--smoke", "layernorm:4096"])
 
 
 def test_w4a16_split_cost_smoke():

@@ -1,0 +1,55 @@
+"""Run row kernels a few times each, for a profiler to pick one launch:
+
+    ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:firesched \\
+        --section SpeedOfLight --section WarpStateStats --section InstructionStats \\
+        --section LaunchStats --section Occupancy \\
+        python bench/profile_rows.py layernorm:4096x50000:bf16
+
+Each argument is ``op:ROWSxCOLS:dtype`` (``op`` a row recipe: rmsnorm, layernorm, add_rmsnorm,
+softmax, or causal for ``softmax(..., causal=True)``); each kernel runs three times on random
+inputs.  ``--smoke`` compiles them without a GPU (what the tests run)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import firesched as fs  # noqa: E402
+
+
+def kernel(spec: str):
+    """The compiled kernel of ``op:ROWSxCOLS:dtype``."""
+    try:
+        op, shape, dt = spec.split(":")
+        rows, cols = (int(v) for v in shape.split("x"))
+    except ValueError:
+        raise ValueError(f"profile_rows: {spec!r}; expected op:ROWSxCOLS:dtype, e.g. layernorm:4096x50000:bf16") from None
+    kw = {"causal": True} if op == "causal" else {}
+    sched = getattr(fs.recipes, "softmax" if op == "causal" else op)(rows, cols, dtype=dt, arch="sm_90a", **kw)
+    return fs.compile(sched, arch="sm_90a")
+
+
+def main(argv=None) -> list:
+    args = list(sys.argv[1:] if argv is None else argv)
+    smoke = "--smoke" in args
+    specs = [a for a in args if a != "--smoke"]
+    kernels = [kernel(s) for s in specs]
+    if smoke:
+        return kernels
+    import torch
+
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+    for spec, k in zip(specs, kernels):
+        ins = [torch.randn(b.shape, device="cuda", dtype=tdt[b.dtype.name]) for b in k.program.inputs]
+        outs = [torch.empty(b.shape, device="cuda", dtype=tdt[b.dtype.name]) for b in k.program.outputs]
+        for _ in range(3):
+            k(*ins, *outs)
+        torch.cuda.synchronize()
+        print(spec, "ran", flush=True)
+    return kernels
+
+
+if __name__ == "__main__":
+    main()
