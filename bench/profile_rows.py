@@ -7,7 +7,9 @@
 
 Each argument is ``op:ROWSxCOLS:dtype`` (``op`` a row recipe: rmsnorm, layernorm, add_rmsnorm,
 softmax, or causal for ``softmax(..., causal=True)``); each kernel runs three times on random
-inputs.  ``--smoke`` compiles them without a GPU (what the tests run)."""
+inputs.  ``--arch sm_80`` compiles them for that target instead of sm_90a (what runs on this GPU
+too; ``compute-sanitizer`` takes the same command).  ``--smoke`` compiles them without a GPU (what
+the tests run)."""
 
 from __future__ import annotations
 
@@ -19,23 +21,28 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import firesched as fs  # noqa: E402
 
 
-def kernel(spec: str):
-    """The compiled kernel of ``op:ROWSxCOLS:dtype``."""
+def kernel(spec: str, arch: str = "sm_90a"):
+    """The compiled kernel of ``op:ROWSxCOLS:dtype`` for ``arch``."""
     try:
         op, shape, dt = spec.split(":")
         rows, cols = (int(v) for v in shape.split("x"))
     except ValueError:
         raise ValueError(f"profile_rows: {spec!r}; expected op:ROWSxCOLS:dtype, e.g. layernorm:4096x50000:bf16") from None
     kw = {"causal": True} if op == "causal" else {}
-    sched = getattr(fs.recipes, "softmax" if op == "causal" else op)(rows, cols, dtype=dt, arch="sm_90a", **kw)
-    return fs.compile(sched, arch="sm_90a")
+    sched = getattr(fs.recipes, "softmax" if op == "causal" else op)(rows, cols, dtype=dt, arch=arch, **kw)
+    return fs.compile(sched, arch=arch)
 
 
 def main(argv=None) -> list:
     args = list(sys.argv[1:] if argv is None else argv)
     smoke = "--smoke" in args
+    arch = "sm_90a"
+    if "--arch" in args:
+        i = args.index("--arch")
+        arch = args[i + 1]
+        del args[i:i + 2]
     specs = [a for a in args if a != "--smoke"]
-    kernels = [kernel(s) for s in specs]
+    kernels = [kernel(s, arch) for s in specs]
     if smoke:
         return kernels
     import torch

@@ -19,6 +19,7 @@ def test_profile_rows_smoke():
 
     ks = main(["--smoke", "layernorm:4x1000:bf16", "causal:3x65:f16"])
     assert len(ks) == 2 and all(k.spills == 0 for k in ks)
+    assert main(["--smoke", "--arch", "sm_80", "layernorm:2x32767:f16"])[0].spills == 0
     with pytest.raises(ValueError, match="op:ROWSxCOLS:dtype"):
         main(["--smoke", "layernorm:4096"])
 

@@ -86,10 +86,13 @@ def test_long_odd_rows_wait_in_shared_memory(cols, dt):
     plan = row_plan(2, cols, dt, clusters=True, stage=True)
     assert (plan.vec, plan.row_memory) == (1, "SH") and plan.reps <= 64
     assert (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
-    # without clusters (sm_80) they stay in registers; softmax's rows one block holds too
+    # without clusters (sm_80) on one block, in shared memory sized by the target's; softmax's
+    # rows one block holds stay in registers on a cluster target
     one_block = cols <= (40960 if dt == "bf16" else 32768)
     if one_block:
-        assert row_plan(2, cols, dt, clusters=False, stage=True).row_memory == "RF"
+        alone = row_plan(2, cols, dt, clusters=False, stage=True, shared_per_sm=164 * 1024)
+        assert (alone.cluster, alone.row_memory) == (1, "SH") and alone.span * alone.reps >= cols
+        assert alone.blocks_per_sm * (alone.span * alone.reps * (2 if dt == "bf16" else 4) + 1024) <= 164 * 1024
     kept = row_plan(2, cols, dt, clusters=True, stage=True, odd_values=40)
     assert kept.row_memory == ("RF" if one_block else "SH")
     if kept.row_memory == "RF":
@@ -264,3 +267,22 @@ def test_staged_plans_compile_without_spills(kind, cols):
             sched = getattr(fs.recipes, kind)(64, cols, dtype=dt, arch="sm_90a")
         k = fs.compile(sched, arch="sm_90a")
         assert k.spills == 0, (kind, cols, dt, k.resources)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "add_rmsnorm"])
+@pytest.mark.parametrize("cols", [24577, 32767])
+def test_odd_rows_without_clusters_wait_in_shared_memory_of_one_block(kind, cols):
+    # sm_80: no clusters; in registers these rows spilled 8-64 bytes a thread.  On one staged block
+    # the statistics are one tuple reduction and the output one pass (no f32 copy of the row)
+    sched = getattr(fs.recipes, kind)(4, cols, dtype="bf16", arch="sm_80")
+    assert "place('" + ("Hr" if kind == "add_rmsnorm" else "Xr") + "', Memory.SH" in repr(sched.strategies)
+    assert fs.compile(sched, arch="sm_80").spills == 0
+
+
+def test_an_odd_row_on_one_staged_block_matches_numpy():
+    # a hand-written one-block plan on sm_80 (the tile model's, smaller): element copies, one tuple
+    # reduction, the output in one pass
+    plan = RowPlan(64, 1, 9, 1, row_memory="SH")
+    for kind in ("layernorm", "softmax", "rmsnorm"):
+        sched = getattr(fs.recipes, kind)(3, 573, dtype="f16", arch="sm_80", plan=plan)
+        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_80")

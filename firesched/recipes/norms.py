@@ -116,7 +116,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
             raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
-                          stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values)
+                          stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values,
+                          shared_per_sm=get_target(arch).smem_per_sm)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
@@ -193,7 +194,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
-    body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=plan.cluster > 1)
+    body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))
     spec = Fused.kernel(*load, *body, results=("Y", "Rstd") if stats else ())
     return schedule_rows(spec, plan, tuple(local + more), row="Xr")
 
@@ -213,7 +214,7 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
-    body, more = _rms_body(s, h, eps, weight, "Y", stats_local=True, fused=plan.cluster > 1)
+    body, more = _rms_body(s, h, eps, weight, "Y", stats_local=True, fused=_rows.one_pass(plan))
     spec = Fused.kernel(*head, *body, results=("Y", "H"))
     return schedule_rows(spec, plan, tuple(local + more), row="Hr")
 
@@ -239,7 +240,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     f32 = "f32"
     mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
     w, b = s.t("W", ("c",)), s.t("B", ("c",))
-    if plan.cluster > 1 if tuple_stats is None else tuple_stats:
+    if _rows.one_pass(plan) if tuple_stats is None else tuple_stats:
         # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean,
         # M2), merged across lanes, warps and the blocks of the cluster in one exchange each),
         # then the output in one pass, (x - mean) · rstd · w + b: no f32 copy of the row waits

@@ -135,7 +135,7 @@ def _pow2_at_least(n: int) -> int:
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
-             odd_values: int | None = None) -> RowPlan:
+             odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -145,8 +145,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     wait there (``row_memory="SH"``) where they are whole passes of the block's threads, and
     (``stage_few_passes``) a row one block would hold in few or partial passes take such a
     cluster too; ``odd_values``: an odd row (element accesses) of more than that many elements a
-    thread of one block (default ``ODD_VALUES``) waits in shared memory on a cluster (with
-    ``clusters`` and ``stage``), even where one block would hold it in registers."""
+    thread of one block (default ``ODD_VALUES``) waits in shared memory (with ``stage``): on a
+    cluster (with ``clusters``) even where one block would hold it in registers, else on one block
+    where its registers would hold more than that; ``shared_per_sm``: the target's shared memory
+    an SM, what the staged plans' occupancy counts on."""
     for name, v in (("rows", rows), ("cols", cols)):
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
@@ -159,7 +161,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     odd_values = ODD_VALUES if odd_values is None else odd_values
-    if vec * eb != 16 and clusters and stage and vectors > MAX_THREADS * min(odd_values, max_values):
+    if vec * eb != 16 and stage and vectors > MAX_THREADS * min(odd_values, max_values) and \
+            (clusters or vectors <= longest):
         # an odd row (element accesses) of more than ODD_VALUES elements a thread of one block
         # waits in shared memory, on a cluster of parts: in registers, each element is an
         # access of its own with its own predicate and address, and such rows spilled 16-176 bytes
@@ -169,7 +172,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # 1.34 against 1.19 at 16,385 without spilling: LayerNorm stages from 20 elements a
         # thread, where it starts to spill); softmax's odd rows one block holds keep their
         # registers (1.40-1.67 against 1.18-1.27 staged, no spills there)
-        staged = _staged_cluster(vectors, vec, eb, odd=True)
+        # without clusters (sm_80) on one block: in registers LayerNorm and add + RMSNorm spilled
+        # 8-64 bytes a thread at 24,577 to 32,767 columns
+        staged = _staged_cluster(vectors, vec, eb, odd=True, sizes=STAGED_CLUSTERS if clusters else (1,),
+                                 shared_per_sm=shared_per_sm)
         if staged is not None:
             return staged
     if vectors * vec > longest and clusters and stage:
@@ -215,7 +221,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     return plan
 
 
-def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False) -> RowPlan | None:
+def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: tuple[int, ...] = STAGED_CLUSTERS,
+                    shared_per_sm: int = SHARED_PER_SM) -> RowPlan | None:
     """A cluster plan whose parts wait in shared memory: of the blocks of ``CLUSTER_THREADS``
     threads and clusters of ``STAGED_CLUSTERS`` blocks whose parts, rounded up to whole passes of
     the block's threads, hold at most ``STAGED_VALUES`` elements a thread and leave the last
@@ -229,12 +236,13 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False) -> RowPl
     (bf16, 4096 x 50,000 to 2048 x 100,000: LayerNorm 2.28-2.45 against 2.45-2.64 TB/s, RMSNorm
     2.69-2.76 against 2.79-2.87).  None for rows of other than 16-byte vectors unless ``odd`` (an
     odd row: its copy into shared memory goes element by element, a batch of loads in flight a
-    thread, ``lower.rules.copies``)."""
+    thread, ``lower.rules.copies``).  ``sizes``: the cluster sizes to consider (1: one block);
+    ``shared_per_sm``: the target's shared memory an SM."""
     if vec * eb != 16 and not odd:
         return None
     best = None
     for threads in CLUSTER_THREADS:
-        for C in STAGED_CLUSTERS:
+        for C in sizes:
             per = -(-vectors // C)                   # vectors of an equal part
             passes = -(-per // threads)
             part = passes * threads * vec
@@ -247,8 +255,9 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False) -> RowPl
         return None
     _, threads, C, passes, part = best
     per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
-                 SHARED_PER_SM // (part * eb + 1024))
-    return RowPlan(threads, vec, passes, 1, cluster=C, part=part, blocks_per_sm=max(1, per_sm), row_memory="SH")
+                 shared_per_sm // (part * eb + 1024))
+    return RowPlan(threads, vec, passes, 1, cluster=C, part=part if C > 1 else 0, blocks_per_sm=max(1, per_sm),
+                   row_memory="SH")
 
 
 def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:
@@ -268,6 +277,13 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:
     lanes = min(max_threads, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
     return RowPlan(lanes, vec, reps, 1)
+
+
+def one_pass(plan: RowPlan) -> bool:
+    """Whether a kernel on ``plan`` takes its statistics in one tuple reduction and writes its
+    output in one pass from the row: a row split over a cluster (one exchange between the blocks)
+    or waiting in shared memory (no f32 copy of the row in registers between the parts)."""
+    return plan.cluster > 1 or plan.row_memory == "SH"
 
 
 def kernel_strategies(plan: RowPlan) -> list:

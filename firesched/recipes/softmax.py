@@ -68,7 +68,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     # Z holds 1 / sum: the row's elements multiply by it (a division per element would take the
     # slow path of the IEEE division for every masked, i.e. zero, exponential)
     load = Move(s.t("X"), xr, KERNEL, (ops.causal(diagonal),) if causal else ())
-    if plan.cluster > 1 if tuple_stats is None else tuple_stats:
+    if _rows.one_pass(plan) if tuple_stats is None else tuple_stats:
         # the maximum and the sum of exponentials in one reduction: the cluster's blocks exchange
         # once per row; then the output in one pass, exp(scale · (x - max)) · (1 / sum) with the
         # scale in a register c: no f32 copy of the row's exponentials waits between parts

@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier"):
+def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier", arch="sm_90a"):
     dt = TDT[dtype]
     F = torch.nn.functional
-    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a", exchange=exchange), arch="sm_90a")
+    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch=arch, exchange=exchange), arch=arch)
     x = (torch.randn(rows, cols, device="cuda") * magnitude + shift).to(dt)
     w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
     outs = [torch.full((rows, cols), float("nan"), device="cuda", dtype=dt) for _ in range(2 if op == "add_rmsnorm" else 1)]
@@ -133,3 +133,14 @@ def test_causal_rows_read_their_visible_part(rows, cols):
     torch.cuda.synchronize()
     assert (y.float()[~mask] == 0).all()
     assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols", [(3, 24577), (2, 32767)])
+def test_odd_rows_on_one_staged_block_without_clusters(op, shift, rows, cols):
+    # the sm_80 plan (no clusters), run on this GPU: the odd row copied element by element into
+    # the shared memory of one block, the statistics in one tuple reduction
+    plan = fs.recipes.rows.row_plan(rows, cols, "f16", stage=True, shared_per_sm=164 * 1024)
+    assert plan.row_memory == "SH" or op == "softmax"
+    _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, arch="sm_80")
