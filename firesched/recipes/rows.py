@@ -164,7 +164,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if vec * eb != 16 and stage and vectors > MAX_THREADS * min(odd_values, max_values) and \
             (clusters or vectors <= longest):
         # an odd row (element accesses) of more than ODD_VALUES elements a thread of one block
-        # waits in shared memory, on a cluster of parts: in registers, each element is an
+        # waits in shared memory, on a cluster of parts (on one block without clusters): in
+        # registers, each element is an
         # access of its own with its own predicate and address, and such rows spilled 16-176 bytes
         # a thread (sm_90a, 32,767 to 262,143 columns).  Measured on an H100 (bf16, bench/rows.py,
         # against the rows in registers): RMSNorm 2.0-2.15 TB/s against 1.2-1.5, add + RMSNorm
