@@ -96,9 +96,8 @@ def test_batched_kernels_match_numpy(kind):
     # the masked row's loads (causal) and the two rows of the sum (add + RMSNorm) go into shared
     # memory 8 iterations at a time, 11 iterations a thread (the last batch partial)
     plan = RowPlan(32, 1, 11, 1, cluster=3, part=352, exchange="push", row_memory="SH")
-    kw = {"causal": True} if kind == "causal" else {}
-    sched = getattr(fs.recipes, "softmax" if kind == "causal" else kind)(2, 1001, dtype="bf16", arch="sm_90a",
-                                                                         plan=plan, **kw)
+    sched = (fs.recipes.softmax(2, 1001, dtype="bf16", arch="sm_90a", plan=plan, causal=True) if kind == "causal"
+             else fs.recipes.add_rmsnorm(2, 1001, dtype="bf16", arch="sm_90a", plan=plan))
     assert "the loads of 8 iterations in flight at a time" in fs.compile(sched, arch="sm_90a").source
     fs.testing.assert_schedule_correct(sched, examples=2, arch="sm_90a")
 
@@ -111,3 +110,18 @@ def test_vector_loads_take_up_to_half_the_registers():
     added = fs.compile(fs.recipes.add_rmsnorm(64, 65536, dtype="f16", arch="sm_90a"), arch="sm_90a")
     assert "the loads of 5 iterations in flight" in causal.source and causal.spills == 0
     assert "the loads of 2 iterations in flight" in added.source and added.spills == 0
+
+
+def test_batched_kernels_print_the_same_source_in_every_process():
+    # the batch registers are declared in the loads' order, not a set's (which follows the
+    # process's string hashing): the same schedule prints the same source, so the cubin cache hits
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib, firesched as fs; "
+            "p = fs.recipes.add_rmsnorm(2, 24577, dtype='bf16', arch='sm_80').lower('sm_80'); "
+            "print(hashlib.sha256(fs.cuda.emit_kernel(p.kernels[0]).encode()).hexdigest())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
+    assert len(outs) == 1

@@ -166,7 +166,9 @@ def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | No
         return None
     if {b.name for b in srcs} & _written_buffers(rest + loads):
         return None
-    regs = {dict(s.args)["dst"].buffer for s in loads}
+    # in the order of the loads: the batch registers are declared in it (a set would print them
+    # in an order of the process's hashing, a different source each run)
+    regs = list(dict.fromkeys(dict(s.args)["dst"].buffer for s in loads))
     if not all(_dead_after(b.name, events, span) for b in regs):
         return None                     # a later statement reads what the loop's last load left
     per_iter = sum(-(-s.atom.width // 4) for s in loads)
