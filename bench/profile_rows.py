@@ -5,9 +5,8 @@
         --section LaunchStats --section Occupancy \\
         python bench/profile_rows.py layernorm:4096x50000:bf16
 
-Each argument is ``op:ROWSxCOLS:dtype`` (``op`` a row recipe: rmsnorm, layernorm, add_rmsnorm,
-softmax, or causal for ``softmax(..., causal=True)``); each kernel runs three times on random
-inputs.  ``--arch sm_80`` compiles them for that target instead of sm_90a (what runs on this GPU
+Each argument is ``op:ROWSxCOLS:dtype`` (``op`` one of ``bench/rows.py``'s: rmsnorm, layernorm,
+add_rmsnorm, softmax, softmax_causal); each kernel runs three times on random inputs.  ``--arch sm_80`` compiles them for that target instead of sm_90a (what runs on this GPU
 too; ``compute-sanitizer`` takes the same command).  ``--smoke`` compiles them without a GPU (what
 the tests run)."""
 
@@ -19,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import firesched as fs  # noqa: E402
+from bench.rows import OPS, _recipe  # noqa: E402
 
 
 def kernel(spec: str, arch: str = "sm_90a"):
@@ -28,9 +28,9 @@ def kernel(spec: str, arch: str = "sm_90a"):
         rows, cols = (int(v) for v in shape.split("x"))
     except ValueError:
         raise ValueError(f"profile_rows: {spec!r}; expected op:ROWSxCOLS:dtype, e.g. layernorm:4096x50000:bf16") from None
-    kw = {"causal": True} if op == "causal" else {}
-    sched = getattr(fs.recipes, "softmax" if op == "causal" else op)(rows, cols, dtype=dt, arch=arch, **kw)
-    return fs.compile(sched, arch=arch)
+    if op not in OPS:
+        raise ValueError(f"profile_rows: op {op!r} in {spec!r}; allowed: {', '.join(OPS)}")
+    return fs.compile(_recipe(op)(rows, cols, dtype=dt, arch=arch), arch=arch)
 
 
 def main(argv=None) -> list:

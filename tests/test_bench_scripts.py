@@ -17,11 +17,13 @@ SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass
 def test_profile_rows_smoke():
     from bench.profile_rows import main
 
-    ks = main(["--smoke", "layernorm:4x1000:bf16", "causal:3x65:f16"])
+    ks = main(["--smoke", "layernorm:4x1000:bf16", "softmax_causal:3x65:f16"])
     assert len(ks) == 2 and all(k.spills == 0 for k in ks)
     assert main(["--smoke", "--arch", "sm_80", "layernorm:2x32767:f16"])[0].spills == 0
     with pytest.raises(ValueError, match="op:ROWSxCOLS:dtype"):
         main(["--smoke", "layernorm:4096"])
+    with pytest.raises(ValueError, match="allowed: rmsnorm"):
+        main(["--smoke", "causal:3x65:f16"])
 
 
 def test_w4a16_split_cost_smoke():

@@ -26,6 +26,13 @@ from firesched.testing.planting import map_leaves, planted
 RNG = np.random.default_rng(11)
 
 
+def _recipe(kind, *args, **kw):
+    """The row recipe of ``kind``; ``causal`` is ``softmax(..., causal=True)``."""
+    if kind == "causal":
+        return fs.recipes.softmax(*args, causal=True, **kw)
+    return getattr(fs.recipes, kind)(*args, **kw)
+
+
 @pytest.mark.parametrize("cols, cluster, part_, threads, occupancy", [
     (65536, 4, 16384, 256, 6), (49152, 3, 16384, 256, 6), (131072, 8, 16384, 256, 6),
     (262144, 8, 32768, 512, 3), (327680, 5, 65536, 1024, 1)])
@@ -115,9 +122,7 @@ def test_odd_rows_in_shared_memory_match_numpy(kind, plan):
     # a bf16 row of odd length is copied element by element through registers, 8 loads of a thread
     # in flight (the last batch partial: 11 and 9 a thread), the last part short of its buffer
     R, C = 2, 1001 if plan.cluster > 1 else 573
-    kw = {"causal": True} if kind == "causal" else {}
-    sched = getattr(fs.recipes, "softmax" if kind == "causal" else kind)(R, C, dtype="bf16", arch="sm_90a", plan=plan,
-                                                                         **kw)
+    sched = _recipe(kind, R, C, dtype="bf16", arch="sm_90a", plan=plan)
     if kind not in ("causal", "add_rmsnorm"):        # theirs are mapped onto threads (a mask, a sum)
         assert "element copies 8 at a time" in fs.compile(sched, arch="sm_90a").source
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
@@ -146,8 +151,7 @@ def test_rows_a_block_holds_in_few_or_partial_passes_take_a_staged_cluster(cols,
 
 
 def _sched(kind, R, C, plan, memory):
-    kw = {"causal": True} if kind == "causal" else {}
-    rec = getattr(fs.recipes, "softmax" if kind == "causal" else kind)(R, C, dtype="f32", arch="sm_90a", **kw)
+    rec = _recipe(kind, R, C, dtype="f32", arch="sm_90a")
     row = "Hr" if kind == "add_rmsnorm" else "Xr"
     return norms.schedule_rows(rec.spec, attrs.evolve(plan, row_memory=memory),
                                tuple(t.name for t in rec.spec.locals), row=row)
@@ -261,11 +265,7 @@ def test_staged_plans_compile_without_spills(kind, cols):
     # two parts of whole passes (20,480), a short last part (50,000), odd rows (32,767: 16-80
     # bytes a thread spilled in registers, 131,071: 44-176); f16 and bf16
     for dt in ("f16", "bf16"):
-        if kind == "causal":
-            sched = fs.recipes.softmax(64, cols, dtype=dt, arch="sm_90a", causal=True)
-        else:
-            sched = getattr(fs.recipes, kind)(64, cols, dtype=dt, arch="sm_90a")
-        k = fs.compile(sched, arch="sm_90a")
+        k = fs.compile(_recipe(kind, 64, cols, dtype=dt, arch="sm_90a"), arch="sm_90a")
         assert k.spills == 0, (kind, cols, dt, k.resources)
 
 
@@ -286,3 +286,10 @@ def test_an_odd_row_on_one_staged_block_matches_numpy():
     for kind in ("layernorm", "softmax", "rmsnorm"):
         sched = getattr(fs.recipes, kind)(3, 573, dtype="f16", arch="sm_80", plan=plan)
         fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_80")
+
+
+def test_row_plan_names_a_bad_odd_values_or_shared_memory():
+    with pytest.raises(ValueError, match="odd_values must be a positive int"):
+        row_plan(2, 32767, "bf16", clusters=True, stage=True, odd_values=0)
+    with pytest.raises(ValueError, match="shared_per_sm must be a positive int"):
+        row_plan(2, 32767, "bf16", stage=True, shared_per_sm="164K")

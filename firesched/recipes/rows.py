@@ -149,7 +149,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     cluster (with ``clusters``) even where one block would hold it in registers, else on one block
     where its registers would hold more than that; ``shared_per_sm``: the target's shared memory
     an SM, what the staged plans' occupancy counts on."""
-    for name, v in (("rows", rows), ("cols", cols)):
+    for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
+        if v is None and name == "odd_values":
+            continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     eb = max(1, _dtype(dtype).bits // 8)

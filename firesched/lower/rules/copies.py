@@ -113,7 +113,7 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
         # outside the tile (when threads outnumber them) are not issued at all
         call = ir.AtomCall(atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.MemRef(gbuf, goff))),
                            in_bounds, comment=f"{t.name} tile -> shared")
-        stmts = [call] if in_tile == 1 else [ir.If(in_tile, call)]
+        out.append(ir.For(it, iters, call if in_tile == 1 else ir.If(in_tile, call), unroll=True))
     else:
         # element copies through registers, SYNC_BATCH of a thread's elements at a time: all of a
         # batch's loads are issued before its first store waits on one, so that a thread keeps
@@ -136,9 +136,6 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
             load, store = (attrs.evolve(st, pred=land(more, st.pred)) for st in (load, store))
         body = ir.Seq((ir.For(j, batch, load, unroll=True), ir.For(j, batch, store, unroll=True)))
         out.append(ir.For(ob, outer, body, unroll=True))
-        it = None
-    if it is not None:
-        out.append(ir.For(it, iters, ir.Seq(tuple(stmts)), unroll=True))
     if dst.name in ctx.staged:
         return out
     # no ring fills this tile: the copy is synchronous — the tile's previous readers are done
