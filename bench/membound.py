@@ -176,6 +176,17 @@ def _cast() -> Case:
     )
 
 
+@register("copy")
+def _copy() -> Case:
+    """``Y = X``: ``fs.recipes.cast`` from a dtype to itself against ``out.copy_(x)`` — what moving
+    the bytes alone costs at a shape, the ceiling of every row recipe there."""
+    return Case(
+        schedule=lambda rows, cols, dt: fs.recipes.cast((rows, cols), dt, dt),
+        peer=lambda torch, out, x: out.copy_(x),
+        reference=lambda x: x,
+    )
+
+
 # --------------------------------------------------------------------------- tensors
 
 def _operands(k) -> tuple[list, list]:

@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import firesched as fs  # noqa: E402
-from bench.rows import OPS, _recipe  # noqa: E402
+from bench.rows import EXTRA_OPS, OPS, _recipe  # noqa: E402
 
 
 def kernel(spec: str, arch: str = "sm_90a"):
@@ -28,8 +28,8 @@ def kernel(spec: str, arch: str = "sm_90a"):
         rows, cols = (int(v) for v in shape.split("x"))
     except ValueError:
         raise ValueError(f"profile_rows: {spec!r}; expected op:ROWSxCOLS:dtype, e.g. layernorm:4096x50000:bf16") from None
-    if op not in OPS:
-        raise ValueError(f"profile_rows: op {op!r} in {spec!r}; allowed: {', '.join(OPS)}")
+    if op not in OPS + EXTRA_OPS:
+        raise ValueError(f"profile_rows: op {op!r} in {spec!r}; allowed: {', '.join(OPS + EXTRA_OPS)}")
     return fs.compile(_recipe(op)(rows, cols, dtype=dt, arch=arch), arch=arch)
 
 

@@ -52,6 +52,9 @@ LONG_SHAPES = [(4096, 65536), (32768, 65536), (2048, 131072), (1024, 262144)]
 #: tensor would not fit beside it).
 CHECK_ROWS = 2048
 OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
+#: ops ``--ops`` also takes, not timed by default: LayerNorm without weight and bias (what the
+#: output's two extra loads cost, against ``layernorm``)
+EXTRA_OPS = ("layernorm_plain",)
 
 
 def _recipe(op: str, exchange: str = "default", lib=fs):
@@ -62,6 +65,9 @@ def _recipe(op: str, exchange: str = "default", lib=fs):
     if op == "softmax_causal":
         return lambda rows, cols, dtype, arch=None: lib.recipes.softmax(rows, cols, dtype=dtype, arch=arch, causal=True,
                                                                        exchange=exchange)
+    if op == "layernorm_plain":
+        return lambda rows, cols, dtype, arch=None: lib.recipes.layernorm(rows, cols, dtype=dtype, arch=arch,
+                                                                         weight=False, bias=False, exchange=exchange)
     return lambda rows, cols, dtype, arch=None: getattr(lib.recipes, op)(rows, cols, dtype=dtype, arch=arch,
                                                                         exchange=exchange)
 
@@ -85,6 +91,8 @@ def _peer(torch, op: str, cols: int):
         return lambda x, w: F.rms_norm(x, (cols,), w, 1e-6)
     if op == "layernorm":
         return lambda x, w, b: F.layer_norm(x, (cols,), w, b, 1e-5)
+    if op == "layernorm_plain":
+        return lambda x: F.layer_norm(x, (cols,), None, None, 1e-5)
     if op == "add_rmsnorm":
         def f(x, r, w):
             h = x + r
@@ -103,6 +111,8 @@ def _reference(torch, op: str, cols: int, ins):
         return (F.rms_norm(f[0], (cols,), f[1], 1e-6),)
     if op == "layernorm":
         return (F.layer_norm(f[0], (cols,), f[1], f[2], 1e-5),)
+    if op == "layernorm_plain":
+        return (F.layer_norm(f[0], (cols,), None, None, 1e-5),)
     if op == "add_rmsnorm":
         h = (ins[0] + ins[1]).float()
         return F.rms_norm(h, (cols,), f[2], 1e-6), h
@@ -132,7 +142,8 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
     """What the op must read and write, once: row inputs, per-column weights, row outputs."""
     row = rows * cols * eb
     return {"rmsnorm": 2 * row + cols * eb, "layernorm": 2 * row + 2 * cols * eb,
-            "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row}[op]
+            "add_rmsnorm": 4 * row + cols * eb, "softmax": 2 * row, "softmax_causal": 2 * row,
+            "layernorm_plain": 2 * row}[op]
 
 
 def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
@@ -239,9 +250,9 @@ def main(argv=None) -> list:
     if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
         raise SystemExit(f"--exchange {args.exchange!r}: a comma list of default, barrier, push")
     ops = [o for o in args.ops.split(",") if o]
-    bad = [o for o in ops if o not in OPS]
+    bad = [o for o in ops if o not in OPS + EXTRA_OPS]
     if bad:
-        raise SystemExit(f"unknown ops {bad}; known: {', '.join(OPS)}")
+        raise SystemExit(f"unknown ops {bad}; known: {', '.join(OPS + EXTRA_OPS)}")
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     dtypes = [d for d in args.dtypes.split(",") if d]
     try:

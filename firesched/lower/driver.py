@@ -42,6 +42,7 @@ from .transforms import tile_moves as tm
 from .transforms.barriers import without_redundant_barriers
 from .transforms.batch_loads import batched_loads
 from .transforms.blocks import block_order
+from .transforms.early_loads import early_loads
 from .transforms.launches import programmatic_launches
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
@@ -321,7 +322,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         c = _enter_scope(ctx, block, scope, hoists=hoists, hoist_node=block)
         work = lw.lower(block, c)
         body = without_redundant_barriers([*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end])
-        body = batched_loads(body, kb)
+        body = early_loads(batched_loads(body, kb), kb)
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
     check_resources(lw, block, body)

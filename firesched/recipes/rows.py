@@ -66,6 +66,13 @@ REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.T
 # bf16, 4096 x 65,536): RMSNorm 2.89 TB/s on 4 blocks of 256 threads x 64 elements against 2.51
 # with the row in registers (8 x 256 x 32), LayerNorm 2.74 against 2.43
 STAGED_VALUES = 64
+# a row of 16-byte vectors no cluster of the fewest threads (CLUSTER_THREADS[0]) holds at
+# STAGED_VALUES a thread (over 131,072 columns of 16-bit values) takes up to this many a thread on those blocks before
+# more threads: a thread's registers then hold several passes of the output's weight and bias
+# loads (lower.transforms.batch_loads).  Measured on an H100 (bench/row_plans.py, bf16, 1024 x
+# 262,144, eight parts of 32,768 in shared memory, three blocks an SM): LayerNorm 2.78 TB/s on
+# 256 threads x 128 elements against 2.65 on 512 x 64; RMSNorm 2.93 against 2.75 (two blocks an SM)
+STAGED_VALUES_LONG = 128
 # blocks per cluster a staged row may take: any portable cluster size, so that the parts' whole
 # passes cover the row with little to spare
 STAGED_CLUSTERS = (2, 3, 4, 5, 6, 7, 8)
@@ -228,7 +235,8 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
                     shared_per_sm: int = SHARED_PER_SM) -> RowPlan | None:
     """A cluster plan whose parts wait in shared memory: of the blocks of ``CLUSTER_THREADS``
     threads and clusters of ``STAGED_CLUSTERS`` blocks whose parts, rounded up to whole passes of
-    the block's threads, hold at most ``STAGED_VALUES`` elements a thread and leave the last
+    the block's threads, hold at most ``STAGED_VALUES`` elements a thread (``STAGED_VALUES_LONG``
+    on the fewest threads for a row no cluster of those holds at that) and leave the last
     block part of the row, the one of the least estimated cost (then the fewest threads, then
     the smallest cluster): ``C x (part + BLOCK_COST x threads)`` — a cluster takes as long as its
     full blocks, and each block costs its exchange and launch besides its part.
@@ -244,12 +252,17 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
     if vec * eb != 16 and not odd:
         return None
     best = None
+    fewest = CLUSTER_THREADS[0]
+    # (16-byte vectors, and parts of which three blocks fit an SM, as measured)
+    long_row = vec * eb == 16 and -(-vectors // max(sizes)) > fewest * (STAGED_VALUES // vec) and \
+        shared_per_sm // (fewest * STAGED_VALUES_LONG * eb + 1024) >= 3
     for threads in CLUSTER_THREADS:
+        most = STAGED_VALUES_LONG if long_row and threads == fewest else STAGED_VALUES
         for C in sizes:
             per = -(-vectors // C)                   # vectors of an equal part
             passes = -(-per // threads)
             part = passes * threads * vec
-            if passes * vec > STAGED_VALUES or (C - 1) * part >= vectors * vec:
+            if passes * vec > most or (C - 1) * part >= vectors * vec:
                 continue
             key = (C * (part + BLOCK_COST * threads), threads, C)
             if best is None or key < best[0]:
