@@ -32,6 +32,17 @@ static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
     return __uint_as_float((unsigned)x << 16);
 }
 
+// element i of a register array of bf16 pairs (alignas(16), an even length) as f32, read from
+// the 32-bit word that holds it: one shift or one mask, where extracting the 16-bit element
+// first takes a byte permute besides
+//     word i/2:  [ hi = element 2k+1 | lo = element 2k ]
+//     2k   -> lo << 16            2k+1 -> word & 0xffff0000
+static __device__ __forceinline__ float fs_bf16_at(const unsigned short* p, int i)
+{
+    const unsigned w = reinterpret_cast<const unsigned*>(p)[i >> 1];
+    return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+
 static __device__ __forceinline__ unsigned short fs_f32_to_bf16(float f)
 {
 #if __CUDA_ARCH__ >= 800
