@@ -46,8 +46,11 @@ from firesched import timing  # noqa: E402
 SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), (16384, 1024), (16384, 4096),
           (16384, 16384), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384), (32768, 32768),
           (65536, 1024), (8192, 32768)]
-#: Rows longer than one block holds: thread-block clusters of 2, 4 and 8 blocks.
-LONG_SHAPES = [(4096, 65536), (32768, 65536), (2048, 131072), (1024, 262144)]
+#: Rows longer than one block holds: thread-block clusters of 2, 4 and 8 blocks.  The 16 GiB
+#: case last: shapes timed right after it read about 12 % slower, ours and torch's alike
+#: (add + RMSNorm 2048 x 131072 bf16 on an H100: 2.86 -> 2.53 TB/s, torch 1.95 -> 1.72; not
+#: explained: the next case's tensors presumably land in the memory the large one freed)
+LONG_SHAPES = [(4096, 65536), (2048, 131072), (1024, 262144), (32768, 65536)]
 #: Rows the correctness check compares (rows are independent; the f32 reference of a 4 GiB
 #: tensor would not fit beside it).
 CHECK_ROWS = 2048
