@@ -4,6 +4,7 @@ the cuDNN backend and with the flash (FlashAttention-2) backend, in one process,
     PYTHONPATH=. python bench/fmha.py                       # the ANCHORS.md shapes, fp16 and bf16
     PYTHONPATH=. python bench/fmha.py --shapes 4x16x4096x128 --causal both --dtypes f16
     PYTHONPATH=. python bench/fmha.py --smoke               # CPU: a tiny instance, interpreted
+    PYTHONPATH=. python bench/fmha.py --old ../other        # also that checkout's kernels, same rounds
 
 Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s of ours, cuDNN and
 flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
@@ -45,7 +46,7 @@ def flops(b, h, s, d, causal) -> float:
     return f / 2 if causal else f
 
 
-def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
+def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None) -> dict:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -79,10 +80,24 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
                 sdpa(q, kk, v, is_causal=causal)
         return fn
 
+    fns = {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION), "flash": peer(SDPBackend.FLASH_ATTENTION)}
+    if other is not None:
+        # the other checkout's kernel for the same call (its own plan when params is None)
+        ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch="sm_90a", causal=causal,
+                                              params=None if params is None else other.recipes.FmhaParams(
+                                                  **attrs.asdict(params))), arch="sm_90a")
+        ko(view(sets[0][0]), sets[0][1], sets[0][2], view(outs[0]))
+        err_old = (outs[0].float() - ref).abs().max().item()
+        if not err_old <= max(2 * err, 2e-2):
+            raise SystemExit(f"fmha {b}x{h}x{s}x{d} {dt_name}: --old's kernel differs from the reference by {err_old:.3e}")
+
+        def old(i):
+            q, kk, v = sets[i % nsets]
+            ko(view(q), kk, v, view(outs[i % nsets]))
+        fns["old"] = old
     f = flops(b, h, s, d, causal)
     reps = max(3, min(200, int(2e12 / f)))
-    us = timing.interleaved({"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION),
-                             "flash": peer(SDPBackend.FLASH_ATTENTION)}, reps=reps, rounds=rounds)
+    us = timing.interleaved(fns, reps=reps, rounds=rounds)
     t = {n: v / 1e3 for n, v in us.items()}                 # milliseconds
     res = k.resources
     row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal,
@@ -94,6 +109,8 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None) -> dict:
         row[f"{n}_tflops"] = f / ms / 1e9
     row["ratio_cudnn"] = t["cudnn"] / t["ours"]
     row["ratio_flash"] = t["flash"] / t["ours"]
+    if "old" in t:
+        row["new_vs_old"] = t["ours"] / t["old"]
     return row
 
 
@@ -186,6 +203,7 @@ def main(argv=None) -> list:
                     help="sequence lengths 512..16384 at 16k tokens a batch (the plot), instead of --shapes")
     ap.add_argument("--vary", action="append", default=[],
                     help="FIELD=V1,V2: also time the plan with these FmhaParams values (repeatable)")
+    ap.add_argument("--old", default="", help="another checkout whose kernels are timed in the same rounds")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -202,16 +220,22 @@ def main(argv=None) -> list:
         d = shapes[0][3] if shapes else 128
         shapes = [(max(1, 16384 // s), 16, s, d) for s in (512, 1024, 2048, 4096, 8192, 16384)]
     vary = parse_vary(args.vary)
+    other = None
+    if args.old:
+        from bench.ab_versions import load_other
+
+        other = load_other(args.old)
     for shp in shapes:
         for dt in args.dtypes.split(","):
             for c in causal:
                 for params in (variants(*shp, c, vary) if vary else [None]):
-                    row = gpu_row(torch, *shp, dt, c, args.rounds, params)
+                    row = gpu_row(torch, *shp, dt, c, args.rounds, params, other)
                     rows.append(row)
                     print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
                           f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
                           f"{row['ratio_flash']:7.2f}  {row['registers']:4d}  {row['max_abs_err']:.1e}"
-                          + (f"  {params}" if params is not None else "  plan"), flush=True)
+                          + (f"  {params}" if params is not None else "  plan")
+                          + (f"  new / old time {row['new_vs_old']:.3f}" if "new_vs_old" in row else ""), flush=True)
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
                 torch=torch.__version__, python=platform.python_version(), command=" ".join(sys.argv))
     write_results(args.out, meta, rows)
