@@ -463,3 +463,39 @@ def test_the_scale_is_folded_into_the_exponentials_when_positive(scale):
 def test_persistent_needs_the_wgmma_design():
     with pytest.raises(ValueError, match="persistent=True"):
         P(block_q=64, block_kv=32, warps=4, persistent=True)
+
+
+def test_two_blocks_an_sm_match_numpy_and_size_their_registers():
+    """``blocks_per_sm=2``: a warp-specialized block of one consumer warpgroup, launched for two
+    blocks an SM (``__launch_bounds__(256, 2)``), its consumers' ``setmaxnreg`` sized for half the
+    register file and no shared-memory pad keeping the second block off."""
+    p = P(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True, warp_specialized=True, overlap=True,
+          blocks_per_sm=2)
+    check(1, 2, 150, 150, 64, causal=True, params=p)
+    sched = fs.recipes.fmha(16, 16, 1024, 1024, 128, dtype="f16", arch="sm_90a", params=p)
+    k = fs.compile(sched, arch="sm_90a")
+    kern = k.program.kernels[0]
+    assert "__launch_bounds__(256, 2)" in k.source and "setmaxnreg.inc.sync.aligned.u32 216;" in k.source
+    assert 2 * (kern.shared_bytes + 1024) <= 233472 and k.spills == 0
+    assert "one_block_per_sm" not in k.source          # 112 KiB of stages: a third block cannot fit anyway
+    # one block an SM (the default) keeps the whole register file for its consumers
+    one = fs.compile(fs.recipes.fmha(16, 16, 1024, 1024, 128, dtype="f16", arch="sm_90a",
+                                     params=attrs.evolve(p, blocks_per_sm=1)), arch="sm_90a")
+    assert "__launch_bounds__(256, 1)" in one.source and "setmaxnreg.inc.sync.aligned.u32 240;" in one.source
+    assert "keeps a second block off the SM" in one.source
+
+
+def test_two_blocks_an_sm_refuse_what_does_not_fit():
+    # two consumer warpgroups, two blocks an SM: 384 threads are compiled to 80 registers, fewer
+    # than a 64 x 128 accumulator tile a warpgroup needs
+    with pytest.raises(ScheduleError, match="accumulators"):
+        fs.recipes.fmha(4, 4, 512, 512, 128, arch="sm_90a", params=P(
+            block_q=128, block_kv=64, warps=8, stages=2, mma="wgmma", tma=True, warp_specialized=True,
+            blocks_per_sm=2)).check("sm_90a")
+    # 128-key stages of head dim 128: two blocks' shared memory is more than the SM's
+    with pytest.raises(ScheduleError, match="occupancy=2"):
+        fs.recipes.fmha(4, 4, 512, 512, 128, arch="sm_90a", params=P(
+            block_q=64, block_kv=128, warps=4, stages=2, mma="wgmma", tma=True, warp_specialized=True,
+            blocks_per_sm=2)).check("sm_90a")
+    with pytest.raises(ValueError, match="blocks_per_sm"):
+        P(blocks_per_sm=0)

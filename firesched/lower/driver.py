@@ -341,7 +341,7 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     if consumer_threads % 128:
         raise err(block, f"{consumer_threads} consumer threads: warp-specialized consumers are whole warpgroups",
                   fix="tile(m=64) >> to_warpgroups() below the pipeline")
-    ws.check_budget(block, lw.target, nwg, preg, creg)
+    ws.check_budget(block, lw.target, nwg, preg, creg, blocks=kb.min_blocks_per_sm)
     if pingpong and nwg < 2:
         raise err(block, f"warp_specialize(pingpong=True) with {nwg} consumer warpgroup: ping-pong passes the turn "
                          "to issue wgmma between consumer warpgroups", field="pingpong", value=True,

@@ -98,7 +98,12 @@ class FmhaParams:
       for it and release it when their key loop is done, so with ``persistent`` the next tile's Q
       and first K and V tiles arrive while they finish the current tile and store its output
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
-      the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it.
+      the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
+    * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``): with 2, one
+      block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
+      while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
+      for two blocks' shared memory and registers (with warp specialization each consumer
+      warpgroup's ``setmaxnreg`` is sized for that).
     """
 
     block_q: int = 128
@@ -113,9 +118,10 @@ class FmhaParams:
     overlap: bool = False
     persistent: bool = False
     q_by_producer: bool = False
+    blocks_per_sm: int = 1
 
     def __attrs_post_init__(self):
-        for f in ("block_q", "block_kv", "warps", "stages"):
+        for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
@@ -247,10 +253,14 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
 PRODUCER_REGS = 40
 
 
-def consumer_regs(warpgroups: int) -> int:
-    """The registers each consumer thread may take (``setmaxnreg``): what the SM's 64K leave
-    after the producer warpgroup, shared by ``warpgroups`` consumers, a multiple of 8, at most 240."""
-    return min(240, (65536 // 128 - PRODUCER_REGS) // warpgroups // 8 * 8)
+def consumer_regs(warpgroups: int, blocks_per_sm: int = 1) -> int:
+    """The registers each consumer thread may take (``setmaxnreg``): what the launch gives the
+    block (its share of the SM's 64K with ``blocks_per_sm`` blocks at once) after the producer
+    warpgroup, shared by ``warpgroups`` consumers, a multiple of 8, at most 240
+    (``lower.transforms.specialize.consumer_regs_for``)."""
+    from ..lower.transforms.specialize import consumer_regs_for
+
+    return consumer_regs_for(get_target("sm_90a"), warpgroups, PRODUCER_REGS, cap=240, blocks=blocks_per_sm)
 
 
 def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
@@ -284,7 +294,8 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         # reverse: the last query tiles (causal: the longest key loops) start first; persistent:
         # one block per SM walks the tiles, its producer loading the next tile's keys while the
         # consumers finish the last
-        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent),
+        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent,
+                                                       **({"occupancy": p.blocks_per_sm} if p.blocks_per_sm > 1 else {})),
         move_to_smem("Q", swizzle=sw, via=via_q),
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
@@ -292,7 +303,7 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         pipeline(stages=p.stages, overlap=p.overlap),
         # pingpong: the consumer warpgroups take turns to issue their wgmma, so that one's softmax
         # runs under the other's matrix products
-        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64),
+        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64, p.blocks_per_sm),
                            pingpong=p.pingpong)]
           if p.warp_specialized else []),
         # P stays in registers: the second wgmma reads its A operand from them

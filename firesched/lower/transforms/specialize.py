@@ -31,16 +31,18 @@ from ...tensor import RF, WARPGROUP
 from ..context import err
 
 
-def launch_regs(target, threads: int) -> int:
+def launch_regs(target, threads: int, blocks: int = 1) -> int:
     """The registers a thread of a ``threads``-thread block is compiled to (and launched with)
-    when the kernel uses ``setmaxnreg``: ptxas takes the whole file over the block's threads,
-    in units of 8 (a warp's allocation granularity), at most 255."""
-    return min(255, target.regs_per_sm // threads // 8 * 8)
+    when the kernel uses ``setmaxnreg``: ptxas takes the whole file over the threads of the
+    ``blocks`` blocks an SM holds at once (``to_blocks(occupancy=...)``), in units of 8 (a warp's
+    allocation granularity), at most 255."""
+    return min(255, target.regs_per_sm // (threads * blocks) // 8 * 8)
 
 
-def consumer_regs_for(target, consumer_warpgroups: int, producer_regs: int, cap: int = 240) -> int:
+def consumer_regs_for(target, consumer_warpgroups: int, producer_regs: int, cap: int = 240, blocks: int = 1) -> int:
     """The most registers the consumers may ``setmaxnreg.inc`` to: what the launch gave all the
-    block's threads, less what the producer keeps, over the consumer threads (in units of 8)::
+    block's threads (``blocks`` blocks an SM), less what the producer keeps, over the consumer
+    threads (in units of 8)::
 
         640 threads (4 consumer warpgroups): launched with 96 each = 61,440
         producer keeps 128 x 40                                     =  5,120
@@ -49,7 +51,7 @@ def consumer_regs_for(target, consumer_warpgroups: int, producer_regs: int, cap:
     Asking for more than that pool holds blocks ``setmaxnreg.inc`` for ever: the hang that four
     consumer warpgroups with 112 registers each showed on an H100."""
     threads = 128 * (consumer_warpgroups + 1)
-    pool = threads * launch_regs(target, threads)
+    pool = threads * launch_regs(target, threads, blocks)
     return max(24, min(cap, (pool - 128 * producer_regs) // (128 * consumer_warpgroups) // 8 * 8))
 
 
@@ -88,18 +90,20 @@ def accumulator_regs(node: Node) -> int:
     return most
 
 
-def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: int, consumer_regs: int) -> None:
+def check_budget(node: Node, target, consumer_warpgroups: int, producer_regs: int, consumer_regs: int,
+                 blocks: int = 1) -> None:
     """Refuse a warp-specialized block whose registers cannot work out: a ``setmaxnreg`` split
     over the registers the launch gives the block (``consumer_regs_for``: asking for more blocks
     ``setmaxnreg.inc`` for ever), or accumulators that do not fit the registers ptxas may give a
     thread of the launch (the whole file over its threads, at most 255 — ``setmaxnreg`` moves
-    registers between warpgroups at run time, but the code is compiled to that limit)."""
+    registers between warpgroups at run time, but the code is compiled to that limit); ``blocks``:
+    the blocks an SM holds at once, each launched with its share of the file."""
     threads = 128 * (consumer_warpgroups + 1)
-    limit = launch_regs(target, threads)
-    most = consumer_regs_for(target, consumer_warpgroups, producer_regs, cap=255)
+    limit = launch_regs(target, threads, blocks)
+    most = consumer_regs_for(target, consumer_warpgroups, producer_regs, cap=255, blocks=blocks)
     if consumer_regs > most:
         raise err(node, f"setmaxnreg budget: {threads} threads are launched with {limit} registers each "
-                        f"({threads * limit} in all); the producer keeps 128 x {producer_regs}, which leaves "
+                        f"({threads * limit} in all{f', {blocks} blocks an SM' if blocks > 1 else ''}); the producer keeps 128 x {producer_regs}, which leaves "
                         f"{consumer_warpgroups} x 128 consumer threads at most {most} each, not {consumer_regs} "
                         "(setmaxnreg.inc would wait for registers that never come)", field="consumer_regs",
                   value=consumer_regs, allowed=f"<= {most}",
@@ -129,12 +133,16 @@ def roles(producer_regs: int, consumer_regs: int, producer: list, consumers: lis
 
 
 def one_block_per_sm(kb) -> None:
-    """Claim more than half of the SM's shared memory (setmaxnreg's budget assumes one block)."""
+    """Claim more than the SM's shared memory over ``kb.min_blocks_per_sm + 1`` blocks:
+    setmaxnreg's budget assumes at most that many blocks on the SM (one, unless
+    ``to_blocks(occupancy=N)`` asked for N), and a further block would find the registers taken."""
+    blocks = max(1, kb.min_blocks_per_sm)
     have = ir.shared_bytes(kb.shared.values())
-    need = kb.target.smem_per_sm // 2 + 1024
+    need = kb.target.smem_per_sm // (blocks + 1) + 1024
     if have < need:
+        past = "a second block" if blocks == 1 else f"a block past the {blocks} asked for"
         kb.add_shared(ir.SharedBuffer("one_block_per_sm", u8, need - have, 16,
-                                      "unused: keeps a second block off the SM (setmaxnreg budget)"))
+                                      f"unused: keeps {past} off the SM (setmaxnreg budget)"))
 
 
 def _call(atom, comment="", pred=1, **args):
