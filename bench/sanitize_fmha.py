@@ -1,7 +1,7 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
 heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
 the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
-by TMA in a persistent grid), for compute-sanitizer:
+by TMA in a persistent grid, and two blocks of one consumer warpgroup an SM), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
@@ -35,6 +35,8 @@ def main() -> None:
     # 576 query tiles: each persistent block walks four or five, its Q ring wrapping
     designs += [((4, 16, 16, 1100, 300, 128, False), "q_by_producer"),
                 ((4, 16, 16, 1100, 1100, 128, True), "q_by_producer")]
+    # two blocks of one consumer warpgroup on each SM at once
+    designs += [((4, 16, 16, 1100, 300, 128, True), "two_blocks"), ((1, 2, 1, 65, 129, 64, False), "two_blocks")]
     for (b, h, kvh, sq, skv, d, causal), design in designs:
         # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
         # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
@@ -47,6 +49,9 @@ def main() -> None:
             # steps past each tile's diagonal pass through the key ring)
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True)
+        if design == "two_blocks":
+            params = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
+                                           warp_specialized=True, overlap=True, blocks_per_sm=2)
         sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True,
                                 arch="sm_90a" if params else design, params=params)
         k = fs.compile(sched, arch="sm_90a")

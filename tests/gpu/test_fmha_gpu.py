@@ -136,3 +136,15 @@ def test_q_by_producer(b, h, kvh, sq, skv, d, causal, persistent):
                               warp_specialized=True, pingpong=True, overlap=True, persistent=persistent,
                               q_by_producer=True)
     _run(b, h, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)
+
+
+@pytest.mark.parametrize("b, h, kvh, sq, skv, d, causal", [
+    (2, 2, 2, 1, 1, 128, False), (2, 2, 1, 17, 1000, 128, True), (8, 16, 4, 1000, 1000, 128, False),
+    (4, 16, 16, 2000, 2000, 64, True), (2, 2, 2, 300, 4097, 96, False)])
+def test_two_blocks_an_sm(b, h, kvh, sq, skv, d, causal):
+    """``blocks_per_sm=2``: two warp-specialized blocks of one consumer warpgroup resident on an SM
+    at once, each consumer's ``setmaxnreg`` sized for half the register file (a budget that is
+    wrong hangs the second block's ``setmaxnreg.inc``)."""
+    p = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
+                              warp_specialized=True, overlap=True, blocks_per_sm=2)
+    _run(b, h, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)
