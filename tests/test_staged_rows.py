@@ -293,3 +293,32 @@ def test_row_plan_names_a_bad_odd_values_or_shared_memory():
         row_plan(2, 32767, "bf16", clusters=True, stage=True, odd_values=0)
     with pytest.raises(ValueError, match="shared_per_sm must be a positive int"):
         row_plan(2, 32767, "bf16", stage=True, shared_per_sm="164K")
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "add_rmsnorm", "softmax", "causal"])
+def test_two_rows_a_cluster_block_match_numpy(kind):
+    # each block holds two rows' parts (five rows: the last block's second row is past the end),
+    # unswizzled: two 2,048-element lines in a buffer of 2 x 2,048; the weight's part is loaded
+    # once for both rows
+    odd = kind in ("softmax", "causal")
+    plan = RowPlan(64, 1 if odd else 8, 32 if odd else 4, 2, cluster=2, part=2048, row_memory="SH",
+                   blocks_per_sm=3)
+    sched = _recipe(kind, 5, 4001 if odd else 4000, dtype="bf16", arch="sm_90a", plan=plan)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    kern = sched.lower("sm_90a").kernels[0]
+    (row,) = [b for b in kern.shared if b.name.endswith("r_smem")]
+    assert row.size == 2 * 2048 and "Sw<" not in row.note
+    if kind == "layernorm":
+        src = fs.compile(sched, arch="sm_90a").source
+        assert src.count("ld.global.v4.b32") == 2          # W and B, one load each for both rows
+
+
+def test_place_swizzle_is_a_bool_and_round_trips():
+    from firesched.tensor import SH
+
+    p = place("Xr", SH, swizzle=False)
+    assert repr(p) == "place('Xr', Memory.SH, swizzle=False)" and p == place("Xr", SH, swizzle=False)
+    assert repr(place("Xr", SH)) == "place('Xr', Memory.SH)"
+    with pytest.raises(ScheduleError, match="swizzle"):
+        norms.layernorm(4, 64, dtype="f16", arch="sm_90a").spec.schedule(
+            tile(r=1) >> to_blocks(), place("Xr", SH, swizzle="no"))

@@ -139,8 +139,10 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
                          "shared memory (plan.row_memory='SH')")
     # a part that is not whole passes walks a buffer padded to them (the last pass partial)
     pad = plan.span if (plan.part or spec.extents["c"]) % plan.span else None
-    strategies = list(_rows.kernel_strategies(plan)) + [place(name, SH, pad=pad) if name == staged else
-                                                        place(name, RF) for name in local]
+    # several rows' parts a block (plan.rows): each line at its own length, unswizzled (threads walk
+    # each row in consecutive 16-byte chunks)
+    strategies = list(_rows.kernel_strategies(plan)) + [
+        place(name, SH, pad=pad, swizzle=plan.rows == 1) if name == staged else place(name, RF) for name in local]
     for i, sp in enumerate(spec.body):
         if isinstance(sp, Move) and sp.dst.name == staged and sp.src.memory == GL and not sp.ops:
             continue          # the block's copy into shared memory (lower.rules.copies)

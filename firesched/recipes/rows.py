@@ -304,10 +304,11 @@ def one_pass(plan: RowPlan) -> bool:
 
 def kernel_strategies(plan: RowPlan) -> list:
     """The block tiling of a row kernel: ``plan.rows`` rows per block, or each row split into
-    ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster."""
+    ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster (``plan.rows``
+    rows' parts a block: a weight's part, loaded once, serves all of them)."""
     if plan.cluster > 1:
-        return [tile(r=1, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
-                                                    exchange=plan.exchange)]
+        return [tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
+                                                            exchange=plan.exchange)]
     return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
 
 

@@ -151,11 +151,19 @@ class place(Strategy):
       partial: reductions stop at the tile's end, stores to global memory are predicated there)::
 
           place("Xr", SH, pad=2048):   Xr:SH bf16[1x12500] in a buffer of 1 x 14336
+
+    * ``swizzle``: shared memory only — False keeps a tile of several lines unswizzled, each line at
+      its own length: for lines that threads walk in consecutive 16-byte chunks (several rows of a
+      row kernel), which meet no bank conflict, where the swizzle would round each line up to a
+      power of two::
+
+          place("Xr", SH, swizzle=False):   Xr:SH bf16[2x14336] in 2 x 14336, not 2 x 32768
     """
 
     name: str
     memory: Memory = SH
     pad: int | None = None
+    swizzle: bool = True
 
     def apply(self, sched):
         path, node = _fused_focus(self, sched)
@@ -191,7 +199,11 @@ class place(Strategy):
             lines = 1
             for d, e in zip(t.dims, t.shape):
                 lines *= 1 if d == t.tensor.major else e
-            sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits) if lines > 1 else Swizzle(0, 0, 0)
+            if not isinstance(self.swizzle, bool) or (not self.swizzle and self.memory != SH):
+                raise ScheduleError("swizzle is a bool for a shared tile", strategy=self, spec=spec,
+                                    field="swizzle", value=self.swizzle, allowed="True, False")
+            sw = auto_swizzle(t.extent(t.tensor.major), t.dtype.bits) if lines > 1 and self.swizzle else \
+                Swizzle(0, 0, 0)
             on = t.on_chip(SH, keep=keep, swizzle=sw)
             if self.pad is not None:
                 if lines > 1:
@@ -208,8 +220,10 @@ class place(Strategy):
 
     def __repr__(self):
         pad = f", pad={self.pad!r}" if self.pad is not None else ""
-        return f"place({self.name!r}, {self.memory!r}{pad})"
+        sw = "" if self.swizzle is True else f", swizzle={self.swizzle!r}"
+        return f"place({self.name!r}, {self.memory!r}{pad}{sw})"
 
     def __str__(self):
         pad = f", pad={self.pad}" if self.pad is not None else ""
-        return f"place({self.name}, {self.memory}{pad})"
+        sw = "" if self.swizzle is True else f", swizzle={self.swizzle}"
+        return f"place({self.name}, {self.memory}{pad}{sw})"
