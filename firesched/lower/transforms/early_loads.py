@@ -33,10 +33,12 @@ from .batch_loads import REGISTERS_PER_SM, _dead_after, _events, _flat, _is_load
 
 #: the registers a thread has when the SM holds its most threads (2048 on sm_80 and sm_90)
 FULL_OCCUPANCY_REGISTERS = REGISTERS_PER_SM // 2048
-#: the share of those the moved loads may hold: at most 16 registers a thread, whatever the
-#: block's size.  Measured by ptxas on row kernels (bf16, sm_90a): LayerNorm's weight and bias of
-#: 16 values a thread (16 registers) took it from 44 to 55 registers; of 32 values (32
-#: registers) from 63 to 116, half the blocks an SM
+#: the share of those the moved loads may hold: at most 8 registers a thread, whatever the
+#: block's size.  Measured on an H100 (bf16 row kernels): with up to 16, LayerNorm's weight and
+#: bias of 16 values a thread took it from 44 to 55 registers (five blocks an SM to four) and ran
+#: 3-4 % slower over 4,096 columns (a first budget of 32 took LayerNorm over 8,192 columns from 63
+#: to 116 registers); with 8, RMSNorm over 1,024 columns ran 5 % faster and nothing slower
+#: (bench/README.md)
 EARLY_SHARE = 4
 
 
