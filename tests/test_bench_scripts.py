@@ -11,7 +11,7 @@ import pytest
 import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
-           "bench.w4a16_split_cost", "bench.profile_rows"]
+           "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills"]
 
 
 def test_profile_rows_smoke():
@@ -24,6 +24,15 @@ def test_profile_rows_smoke():
         main(["--smoke", "layernorm:4096"])
     with pytest.raises(ValueError, match="allowed: rmsnorm"):
         main(["--smoke", "causal:3x65:f16"])
+
+
+def test_row_spills_runs_small():
+    from bench.row_spills import main
+
+    out = main(["--cols", "1000,65537", "--dtypes", "bf16", "--kinds", "layernorm,causal"])
+    assert out["compiled"] == 4 and out["spilling"] == [] and out["refused"] == []
+    with pytest.raises(SystemExit, match="allowed"):
+        main(["--kinds", "norm"])
 
 
 def test_w4a16_split_cost_smoke():

@@ -39,7 +39,8 @@ static __device__ __forceinline__ float fs_bf16_to_f32(unsigned short x)
 //     2k   -> lo << 16            2k+1 -> word & 0xffff0000
 static __device__ __forceinline__ float fs_bf16_at(const unsigned short* p, int i)
 {
-    const unsigned w = reinterpret_cast<const unsigned*>(p)[i >> 1];
+    unsigned w;
+    memcpy(&w, p + (i & ~1), 4);        // the pair's word, without reading a short as an unsigned
     return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
 }
 
