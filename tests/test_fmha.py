@@ -499,3 +499,10 @@ def test_two_blocks_an_sm_refuse_what_does_not_fit():
             blocks_per_sm=2)).check("sm_90a")
     with pytest.raises(ValueError, match="blocks_per_sm"):
         P(blocks_per_sm=0)
+
+
+def test_the_mma_sync_design_takes_two_blocks_an_sm_too():
+    p = P(block_q=64, block_kv=64, warps=2, stages=2, blocks_per_sm=2)
+    check(1, 2, 100, 100, 64, causal=True, params=p)
+    k = fs.compile(fs.recipes.fmha(1, 2, 100, 100, 64, dtype="f16", arch="sm_80", params=p), arch="sm_80")
+    assert "__launch_bounds__(64, 2)" in k.source

@@ -99,7 +99,7 @@ class FmhaParams:
       and first K and V tiles arrive while they finish the current tile and store its output
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
       the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
-    * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``): with 2, one
+    * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``, either design): with 2, one
       block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
       while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
       for two blocks' shared memory and registers (with warp specialization each consumer
@@ -232,7 +232,7 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
     d = spec.o.extent("d")
     return spec.schedule(
         # reverse: the last query tiles (causal: the longest key loops) start first
-        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse),
+        tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, occupancy=p.blocks_per_sm),
         move_to_smem("Q"),
         online_softmax(kv=p.block_kv),
         move_to_smem("K"), move_to_smem("V"),
@@ -295,7 +295,7 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         # one block per SM walks the tiles, its producer loading the next tile's keys while the
         # consumers finish the last
         tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent,
-                                                       **({"occupancy": p.blocks_per_sm} if p.blocks_per_sm > 1 else {})),
+                                                       occupancy=p.blocks_per_sm),
         move_to_smem("Q", swizzle=sw, via=via_q),
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),

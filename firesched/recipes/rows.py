@@ -67,11 +67,12 @@ REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.T
 # with the row in registers (8 x 256 x 32), LayerNorm 2.74 against 2.43
 STAGED_VALUES = 64
 # a row of 16-byte vectors no cluster of the fewest threads (CLUSTER_THREADS[0]) holds at
-# STAGED_VALUES a thread (over 131,072 columns of 16-bit values) takes up to this many a thread on those blocks before
-# more threads: a thread's registers then hold several passes of the output's weight and bias
-# loads (lower.transforms.batch_loads).  Measured on an H100 (bench/row_plans.py, bf16, 1024 x
-# 262,144, eight parts of 32,768 in shared memory, three blocks an SM): LayerNorm 2.78 TB/s on
-# 256 threads x 128 elements against 2.65 on 512 x 64; RMSNorm 2.93 against 2.75 (two blocks an SM)
+# STAGED_VALUES a thread (over 131,072 columns of 16-bit values) takes up to this many a thread
+# on those blocks before more threads: a thread's registers then hold several passes of the
+# output's weight and bias loads (lower.transforms.batch_loads).  Measured on an H100
+# (bench/row_plans.py, bf16, 1024 x 262,144, eight parts of 32,768 in shared memory, three blocks
+# an SM): LayerNorm 2.78 TB/s on 256 threads x 128 elements against 2.65 on 512 x 64; RMSNorm 2.93
+# against 2.75 (two blocks an SM)
 STAGED_VALUES_LONG = 128
 # blocks per cluster a staged row may take: any portable cluster size, so that the parts' whole
 # passes cover the row with little to spare
@@ -174,8 +175,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             (clusters or vectors <= longest):
         # an odd row (element accesses) of more than ODD_VALUES elements a thread of one block
         # waits in shared memory, on a cluster of parts (on one block without clusters): in
-        # registers, each element is an
-        # access of its own with its own predicate and address, and such rows spilled 16-176 bytes
+        # registers, each element is an access of its own with its own predicate and address,
+        # and such rows spilled 16-176 bytes
         # a thread (sm_90a, 32,767 to 262,143 columns).  Measured on an H100 (bf16, bench/rows.py,
         # against the rows in registers): RMSNorm 2.0-2.15 TB/s against 1.2-1.5, add + RMSNorm
         # 1.8-2.2 against 1.1-2.1, LayerNorm 1.1-1.3 against 0.7-1.5 (1.48 spilling at 32,767;

@@ -31,7 +31,7 @@ import attrs
 from ... import ir
 from ...hardware.atoms.base import COPY
 from ...ir.expr import Var, land, lt
-from ...ir.rewrite import map_operand, map_stmt, substitute_stmt
+from ...ir.rewrite import flat, map_operand, map_stmt, substitute_stmt
 
 #: the most iterations a batch takes
 MAX_BATCH = 8
@@ -114,12 +114,6 @@ def _dead_after(name: str, events: list, span: tuple[int, int]) -> bool:
     return True
 
 
-def _flat(s) -> list:
-    if isinstance(s, ir.Seq):
-        return [y for x in s.body for y in _flat(x)]
-    return [s]
-
-
 def _straight(s) -> bool:
     """Whether ``s`` is straight-line code this pass may reorder across iterations."""
     if isinstance(s, ir.Seq):
@@ -141,7 +135,7 @@ def _is_load(s) -> bool:
 def _written_buffers(stmts) -> set:
     out = set()
     for s in stmts:
-        for x in _flat(s):
+        for x in flat([s]):
             if isinstance(x, ir.If):
                 out |= _written_buffers([x.then])
             elif isinstance(x, ir.AtomCall):
@@ -152,7 +146,7 @@ def _written_buffers(stmts) -> set:
 
 
 def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | None:
-    stmts = [x for x in _flat(loop.body) if not isinstance(x, ir.Comment)]
+    stmts = [x for x in flat([loop.body]) if not isinstance(x, ir.Comment)]
     if loop.extent < 2 or not stmts or not all(_straight(x) for x in stmts):
         return None
     n_loads = 0

@@ -27,10 +27,13 @@ thread has at the SM's full occupancy, whatever the kernel asks for.
 from __future__ import annotations
 
 from ... import ir
+from ...hardware.atoms.base import CLUSTER, MBARRIER, SYNC
 from ...ir.expr import Var, free_vars
-from ...ir.rewrite import map_stmt, substitute_stmt
-from .batch_loads import REGISTERS_PER_SM, _dead_after, _events, _flat, _is_load, _straight, _written_buffers
+from ...ir.rewrite import flat, map_stmt, substitute_stmt, walk
+from .batch_loads import REGISTERS_PER_SM, _dead_after, _events, _is_load, _straight, _written_buffers
 
+#: atom families that may wait for other threads or for memory
+WAITS = (CLUSTER, MBARRIER, SYNC)
 #: the registers a thread has when the SM holds its most threads (2048 on sm_80 and sm_90)
 FULL_OCCUPANCY_REGISTERS = REGISTERS_PER_SM // 2048
 #: the share of those the moved loads may hold: at most 8 registers a thread, whatever the
@@ -46,12 +49,12 @@ def early_loads(body: list, kb) -> list:
     """``body`` (a kernel's top-level statements, not warp-specialized) with the loads of
     read-only inputs that wait behind a barrier moved to its start (module docstring); ``kb``
     the kernel builder whose register arrays the moved loads take."""
-    top = [x for s in body for x in _flat(s)]
+    top = flat(body)
     first_barrier = next((i for i, s in enumerate(top) if _has_barrier(s)), None)
     if first_barrier is None:
         return body
-    written = _written_buffers(_all_leaves(top))
-    loop_vars = _loop_vars(top)
+    written = _written_buffers(_leaves(top))
+    loop_vars = {x.var for x in walk(top) if isinstance(x, ir.For)}
     events: list = []
     spans: dict = {}
     _events(ir.Seq(tuple(top)), events, spans)
@@ -72,46 +75,23 @@ def early_loads(body: list, kb) -> list:
 
 
 def _has_barrier(s) -> bool:
-    """Whether ``s`` waits for other threads: a block barrier, a cluster barrier, an mbarrier wait."""
-    return any(isinstance(x, ir.Barrier) or (isinstance(x, ir.AtomCall) and x.atom.family != "copy" and (
-        "barrier" in x.atom.name or "wait" in x.atom.name)) for x in _all_leaves([s]))
+    """Whether ``s`` may wait: a block barrier, or a synchronising atom (a cluster barrier, an
+    mbarrier operation, an async-group wait).  Only where the loads move from: moving them is safe
+    anywhere, and worth it past a wait."""
+    return any(isinstance(x, ir.Barrier) or (isinstance(x, ir.AtomCall) and x.atom.family in WAITS)
+               for x in _leaves([s]))
 
 
-def _all_leaves(stmts) -> list:
-    out = []
-    for s in stmts:
-        if isinstance(s, ir.Seq):
-            out += _all_leaves(s.body)
-        elif isinstance(s, ir.For):
-            out += _all_leaves([s.body])
-        elif isinstance(s, ir.If):
-            out += _all_leaves([s.then])
-        elif isinstance(s, ir.Roles):
-            out += _all_leaves([r.body for r in s.roles])
-        else:
-            out.append(s)
-    return out
-
-
-def _loop_vars(stmts) -> set:
-    out = set()
-    for s in stmts:
-        if isinstance(s, ir.Seq):
-            out |= _loop_vars(s.body)
-        elif isinstance(s, ir.For):
-            out |= {s.var} | _loop_vars([s.body])
-        elif isinstance(s, ir.If):
-            out |= _loop_vars([s.then])
-        elif isinstance(s, ir.Roles):
-            out |= {v for r in s.roles for v in _loop_vars([r.body])}
-    return out
+def _leaves(stmts) -> list:
+    """The statements of ``stmts`` that hold no others, outermost first."""
+    return [x for x in walk(stmts) if not isinstance(x, (ir.Seq, ir.For, ir.If, ir.Roles))]
 
 
 def _move(loop: ir.For, kb, written: set, loop_vars: set, events: list, span, budget: int):
     """``(prefetch loop, loop without the moved loads, registers taken)``, or None."""
     if not loop.unroll or loop.stop is not None:
         return None
-    stmts = [x for x in _flat(loop.body) if not isinstance(x, ir.Comment)]
+    stmts = [x for x in flat([loop.body]) if not isinstance(x, ir.Comment)]
     if not stmts or not all(_straight(x) for x in stmts):
         return None
     lead = 0
@@ -127,8 +107,8 @@ def _move(loop: ir.For, kb, written: set, loop_vars: set, events: list, span, bu
             continue
         if (free_vars(src.offset) | free_vars(s.pred)) & others:
             continue                        # an address that moves with an enclosing loop
-        if sum(1 for x in _all_leaves(stmts) if _writes(x, dst.buffer.name)) != 1:
-            continue
+        if sum(dst.buffer.name in writes for _, writes in events[span[0]:span[1]]) != 1:
+            continue                        # the loop writes the registers elsewhere too
         if not _dead_after(dst.buffer.name, events, span):
             continue
         picked.append(s)
@@ -152,16 +132,5 @@ def _move(loop: ir.For, kb, written: set, loop_vars: set, events: list, span, bu
     e = Var(f"{loop.var.name}_e", loop.extent)
     pre = ir.For(e, loop.extent, substitute_stmt(ir.Seq(tuple(remap(s) for s in picked)), {loop.var: e}),
                  unroll=True)
-    keep = [remap(s) for s in _flat(loop.body) if not any(s is p for p in picked)]
+    keep = [remap(s) for s in flat([loop.body]) if not any(s is p for p in picked)]
     return pre, ir.For(loop.var, loop.extent, ir.Seq(tuple(keep)), unroll=True), regs
-
-
-def _writes(s, name: str) -> bool:
-    if isinstance(s, ir.AtomCall):
-        dst = dict(s.args).get("dst")
-        return isinstance(dst, ir.RegRef) and dst.buffer.name == name and s.atom.family == "copy"
-    if isinstance(s, ir.Pointwise):
-        return s.dst.buffer.name == name
-    if isinstance(s, ir.RegFill):
-        return s.ref.buffer.name == name
-    return False
