@@ -69,6 +69,9 @@ class Loop:
     # whose every column lies past the tile's last row + offset are masked out entirely, so the
     # loop ends before them (online_softmax on a causal Attention)
     diagonal: tuple[str, int] | tuple[()] = ()
+    # align(c=vec): a loop of one step over the row's window, which starts at the vector of vec
+    # elements that holds the row's first element (its origin moves back by the row's phase)
+    align: int = 0
 
     @property
     def dim(self) -> str:
@@ -91,7 +94,8 @@ class Loop:
                                                        ("exchange", self.exchange, "barrier"),
                                                        ("stream", self.stream, False),
                                                        ("fixup", self.fixup, False),
-                                                       ("diagonal", self.diagonal, ())) if v != d)
+                                                       ("diagonal", self.diagonal, ()),
+                                                       ("align", self.align, 0)) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
 
@@ -110,6 +114,7 @@ class Loop:
         occ += " fixup" if self.fixup else ""
         diag = (f" until the diagonal of {self.diagonal[0]}" + (f"{self.diagonal[1]:+d}" if self.diagonal[1] else "")
                 if self.diagonal else "")
+        occ += f" aligned({self.align})" if self.align else ""
         return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}{occ}{diag}"
 
 

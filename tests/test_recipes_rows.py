@@ -142,12 +142,13 @@ def test_random_shapes_match_numpy(R, C, dt, kind):
     _close(got, want, dt, scale=2.0)
 
 
-@pytest.mark.parametrize("cols", [1, 7, 64, 256, 1000, 1024, 4096, 8192, 16384, 32768])
+@pytest.mark.parametrize("cols", [1, 7, 64, 256, 1000, 1024, 4096, 8192, 16384, 32768, 4095, 1001, 8190, 16383])
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "add_rmsnorm"])
 def test_every_plan_compiles_without_spills(kind, cols):
     k = fs.compile(getattr(recipes, kind)(4096, cols, dtype="bf16"), arch="sm_90a")
     assert k.spills == 0
-    if cols % 8 == 0:
+    if cols % 8 == 0 or cols in (4095, 1001, 8190):
+        # (odd rows through 16-byte windows: align(c=8))
         assert "ld.global.v4.b32" in k.source and "st.global.v4.b32" in k.source
 
 
@@ -155,7 +156,13 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 4)
     assert row_model.row_plan(4096, 4096) == row_model.RowPlan(256, 8, 2, 1)
     assert row_model.row_plan(4096, 32768).threads == 1024
-    assert row_model.row_plan(5, 1001).vec == 1
+    # an odd row one block holds walks 16-byte windows (align(c=8)); element accesses without
+    assert row_model.row_plan(5, 1001) == row_model.RowPlan(128, 8, 1, 1, aligned=True)
+    assert row_model.row_plan(5, 1001, align=False).vec == 1
+    assert row_model.row_plan(5, 249).vec == 1          # 32 windows: several rows a warp, elements
+    assert row_model.row_plan(5, 4095, "f32").aligned and row_model.row_plan(5, 4095, "f32").vec == 4
+    # past ALIGNED_VALUES a thread the window's plan is not taken
+    assert not row_model.row_plan(5, 28671).aligned and row_model.row_plan(5, 24569).aligned
     with pytest.raises(ValueError, match="does not fit in the registers"):
         row_model.row_plan(16, 65536)
     with pytest.raises(ValueError, match="dtype"):

@@ -90,17 +90,18 @@ def test_rows_one_block_holds_stay_in_registers(cols):
 def test_long_odd_rows_wait_in_shared_memory(cols, dt):
     # element accesses: in registers such rows spilled (16-176 bytes a thread); in shared memory
     # they take parts of whole passes like the rows of 16-byte vectors
-    plan = row_plan(2, cols, dt, clusters=True, stage=True)
+    # (align=False: the rows one block holds take 16-byte windows by default, RowPlan.aligned)
+    plan = row_plan(2, cols, dt, clusters=True, stage=True, align=False)
     assert (plan.vec, plan.row_memory) == (1, "SH") and plan.reps <= 64
     assert (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
     # without clusters (sm_80) on one block, in shared memory sized by the target's; softmax's
     # rows one block holds stay in registers on a cluster target
     one_block = cols <= (40960 if dt == "bf16" else 32768)
     if one_block:
-        alone = row_plan(2, cols, dt, clusters=False, stage=True, shared_per_sm=164 * 1024)
+        alone = row_plan(2, cols, dt, clusters=False, stage=True, shared_per_sm=164 * 1024, align=False)
         assert (alone.cluster, alone.row_memory) == (1, "SH") and alone.span * alone.reps >= cols
         assert alone.blocks_per_sm * (alone.span * alone.reps * (2 if dt == "bf16" else 4) + 1024) <= 164 * 1024
-    kept = row_plan(2, cols, dt, clusters=True, stage=True, odd_values=40)
+    kept = row_plan(2, cols, dt, clusters=True, stage=True, odd_values=40, align=False)
     assert kept.row_memory == ("RF" if one_block else "SH")
     if kept.row_memory == "RF":
         assert kept.cluster == 1 and "cluster" not in repr(fs.recipes.softmax(2, cols, dtype=dt, arch="sm_90a")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import attrs
 
 from .. import ir
-from ..errors import ScheduleError
+from ..errors import InternalError, ScheduleError
 from ..ir.expr import IntExpr, binop
 from ..tensor import GL, RF, SH
 
@@ -61,6 +61,13 @@ class Hoists:
 class Ctx:
     origin: dict = attrs.field(factory=dict)     # (name, mem) -> {dim: expr}
     limit: dict = attrs.field(factory=dict)      # (name, "GL" | "RF") -> {dim: expr}
+    # where a tensor starts, along the dims of a window that begins before it (``align``): an
+    # element at a coordinate below it is outside the tensor (absent: 0, the tile's own start)
+    low: dict = attrs.field(factory=dict)        # (name, mem) -> {dim: expr}
+    # dim -> (the window's offset from the tensors' first element along it, -(vec - 1) .. 0; the
+    # window's vector): on-chip tensors created inside the window hold its elements from there
+    # (``align``)
+    shift: dict = attrs.field(factory=dict)
     stage: dict = attrs.field(factory=dict)      # SH name -> stage expr
     vars: dict = attrs.field(factory=dict)       # loop var -> expr (loops mapped onto units)
     scope: Scope | None = None
@@ -96,6 +103,11 @@ class Ctx:
         lim[key] = dims
         return attrs.evolve(self, limit=lim)
 
+    def with_low(self, key, dims: dict) -> "Ctx":
+        low = dict(self.low)
+        low[key] = dims
+        return attrs.evolve(self, low=low)
+
     def bind(self, **vars_: IntExpr) -> "Ctx":
         v = dict(self.vars)
         v.update(vars_)
@@ -126,7 +138,30 @@ def frames(ctx: Ctx, specs) -> Ctx:
                 padded = any(t.extent(d) < t.tensor.extent(d) for d in t.tensor.dims)
                 if t.memory == RF or (t.memory == SH and (padded or getattr(ctx.cluster, "dim", None) in t.tensor.dims)):
                     ctx = ctx.with_limit(k, _register_limits(ctx, t))
+                shifted = {d: b for d, (b, _) in ctx.shift.items() if d in t.tensor.dims}
+                if shifted:
+                    ctx = _in_window(ctx, k, t, shifted)
     return ctx
+
+
+def _in_window(ctx: Ctx, k, t, shifted: dict) -> Ctx:
+    """An on-chip tensor created inside an aligned window (``align``): its element ``j`` along a
+    shifted dim is the row's element ``j + shift``, so the row's elements are those from
+    ``-shift`` up to the global tensors' limit ``- shift``::
+
+        window:  | p elements of the row before | the row (cols elements) | the rest of the window |
+                 j = 0                          j = -shift = p            j = cols + p
+    """
+    lim = dict(ctx.limit.get(k, {d: t.extent(d) for d in t.tensor.dims}))
+    low = {}
+    for d, base in shifted.items():
+        gl = next((ctx.limit[g][d] for g, o in ctx.origin.items() if g[1] == "GL" and d in o and d in ctx.limit.get(g, {})),
+                  None)
+        if gl is None:
+            raise InternalError(f"no global tensor in scope bounds the aligned dim {d} of {t.name}")
+        lim[d] = gl - base
+        low[d] = 0 - base
+    return ctx.with_limit(k, lim).with_low(k, low)
 
 
 def _register_limits(ctx: Ctx, t) -> dict:

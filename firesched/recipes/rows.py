@@ -48,7 +48,7 @@ from __future__ import annotations
 import attrs
 
 from ..dtypes import dtype as _dtype
-from ..strategies import done, tile, to_blocks, to_threads, to_warps
+from ..strategies import align, done, tile, to_blocks, to_threads, to_warps
 
 MAX_THREADS = 1024
 CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block may take (sm_90a)
@@ -96,6 +96,12 @@ SHARED_PER_SM = 227 * 1024     # the shared memory an H100 SM gives its blocks (
 # 48 spill in LayerNorm's f32 intermediates, 56-64 everywhere), of f32 32 (LayerNorm's register
 # budget)
 VALUES_IN_REGISTERS = {2: 40, 4: 32}
+# elements of its window a thread of an aligned row (RowPlan.aligned) may hold: the window's
+# edge tests and the weights' element loads take registers of their own.  Compiled for sm_90a
+# (RMSNorm, add + RMSNorm, softmax, LayerNorm): 32 bf16 a thread spilled RMSNorm (8 bytes at
+# 32,767 columns), 24 f32 RMSNorm (24 bytes), 20 f32 add + RMSNorm (64 bytes); LayerNorm takes
+# fewer (norms.layernorm)
+ALIGNED_VALUES = {2: 28, 4: 16}
 
 
 @attrs.frozen
@@ -113,6 +119,9 @@ class RowPlan:
     exchange: str = "barrier"      # how a cluster's blocks combine: to_blocks(exchange=...)
     row_memory: str = "RF"         # where the row waits for its statistics: registers, or "SH"
     #                                (shared memory filled by cp.async, read back by every part)
+    # a row not a whole number of 16-byte vectors long, walked in a window that starts at the
+    # aligned vector holding its first element (align(c=vec)): vec is then 16 bytes of elements
+    aligned: bool = False
 
     @property
     def span(self) -> int:
@@ -143,7 +152,8 @@ def _pow2_at_least(n: int) -> int:
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
-             odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM) -> RowPlan:
+             odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = True,
+             aligned_values: int | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -156,7 +166,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     thread of one block (default ``ODD_VALUES``) waits in shared memory (with ``stage``): on a
     cluster (with ``clusters``) even where one block would hold it in registers, else on one block
     where its registers would hold more than that; ``shared_per_sm``: the target's shared memory
-    an SM, what the staged plans' occupancy counts on."""
+    an SM, what the staged plans' occupancy counts on; ``align``: a row that is not a whole number
+    of 16-byte vectors long and that one block holds in registers (at least 33 vectors) walks a
+    window that starts at the aligned vector holding its first element (``RowPlan.aligned``,
+    ``align(c=vec)``) in 16-byte accesses, instead of element accesses, up to ``aligned_values``
+    elements a thread (default ``ALIGNED_VALUES``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -171,6 +185,18 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     odd_values = ODD_VALUES if odd_values is None else odd_values
+    if vec * eb != 16 and align:
+        # the row's window (align): up to 16 // eb - 1 elements of the row before and after it,
+        # on as few threads as hold it at ALIGNED_VALUES a thread (or aligned_values)
+        wide = 16 // eb
+        windows = -(-(cols + wide - 1) // wide)
+        most = min(max_values, ALIGNED_VALUES[2 if eb <= 2 else 4] if aligned_values is None else aligned_values)
+        plan = _one_block(rows, windows, wide, MAX_THREADS)
+        if plan.reps * wide > most and most >= wide:
+            lanes = min(MAX_THREADS, _pow2_at_least(-(-windows // (most // wide))))
+            plan = RowPlan(lanes, wide, -(-windows // lanes), 1)
+        if windows > 32 and plan.reps * wide <= most:
+            return attrs.evolve(plan, aligned=True)
     if vec * eb != 16 and stage and vectors > MAX_THREADS * min(odd_values, max_values) and \
             (clusters or vectors <= longest):
         # an odd row (element accesses) of more than ODD_VALUES elements a thread of one block
@@ -310,6 +336,8 @@ def kernel_strategies(plan: RowPlan) -> list:
     if plan.cluster > 1:
         return [tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
                                                             exchange=plan.exchange)]
+    if plan.aligned:
+        return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy) >> align(c=plan.vec)]
     return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
 
 

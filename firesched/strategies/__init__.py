@@ -1,5 +1,6 @@
 """Strategies: frozen values that refine the focus of a schedule; ``a >> b`` chains them."""
 
+from .align import align
 from .attention import online_softmax
 from .base import Chain, Strategy
 from .done import done, on_fragments
@@ -15,4 +16,4 @@ from .tile import tile
 
 __all__ = ["Strategy", "Chain", "tile", "to", "to_blocks", "to_warps", "to_threads", "to_warpgroups",
            "split_k", "stream_k", "move_to_smem", "move_to_regs", "pipeline", "warp_specialize", "epilogue", "prologue", "done",
-           "auto_swizzle", "part", "place", "on_fragments", "online_softmax"]
+           "auto_swizzle", "part", "place", "on_fragments", "online_softmax", "align"]

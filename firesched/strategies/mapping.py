@@ -195,7 +195,7 @@ class to(Strategy):
         new_spec = attrs.evolve(spec, level=self.level)
         post = parent.post
         if across and self.cluster > 1:
-            new_spec = _whole_means(new_spec, parent.spec, across[0].dim)
+            new_spec = whole_means(new_spec, parent.spec, across[0].dim)
         elif across:
             if isinstance(spec, Reduce) and spec.monoid is not None:
                 raise ScheduleError(f"a tuple reduction ({spec.op}) split over blocks combines its parts in one "
@@ -291,7 +291,7 @@ def _cluster_dim(strategy, spec, loops, across) -> str | None:
     return lp.dim
 
 
-def _whole_means(spec, whole, dim: str):
+def whole_means(spec, whole, dim: str):
     """``spec`` (a Reduce, or a fused spec) with each mean over ``dim`` — whose tiles the blocks
     of a cluster split — made a sum scaled by the whole count: the store that combines the
     cluster's parts must divide by the whole row, not by one block's part."""

@@ -82,10 +82,11 @@ def test_shapes(M, N, K, dt):
     _run(M, N, K, dt, **kw)
 
 
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("name", sorted(fs.recipes.EPILOGUES))
 @pytest.mark.parametrize("out", [None, "f32"])
-def test_epilogues(name, out):
-    _run(300, 200, 160, "f16", out=out, epi=fs.recipes.EPILOGUES[name], **SMALL)
+def test_epilogues(name, out, dt):
+    _run(300, 200, 160, dt, out=out, epi=fs.recipes.EPILOGUES[name], **SMALL)
 
 
 @pytest.mark.parametrize("layout", ["RR", "RC", "CR", "CC"])

@@ -64,25 +64,28 @@ def test_against_torch(M, N, K, kw, mode):
     assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", ["bias_relu", "bias_gelu", "residual"])
-def test_epilogues(name, mode):
+def test_epilogues(name, mode, dt):
+    # (bf16: the bias and the residual are read from their 32-bit words, fs_bf16_at)
     epi = fs.recipes.EPILOGUES[name]
     M, N, K = 384, 256, 192
-    sched = fs.recipes.gemm(M, N, K, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128, epilogue_ops=epi,
-                            **mode)
+    tdt = torch.float16 if dt == "f16" else torch.bfloat16
+    sched = fs.recipes.gemm(M, N, K, dtype=dt, arch="sm_90a", atoms="sm90a", block_m=128, block_n=128,
+                            epilogue_ops=epi, **mode)
     k = fs.compile(sched, arch="sm_90a")
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    A = torch.randn(M, K, device="cuda", dtype=tdt)
+    B = torch.randn(K, N, device="cuda", dtype=tdt)
     extras, ref = [], A.double() @ B.double()
     for op in epi:
         for e in op.extras():
-            x = torch.randn(*((M, N) if e.kind == "matrix" else (N,)), device="cuda", dtype=torch.float16)
+            x = torch.randn(*((M, N) if e.kind == "matrix" else (N,)), device="cuda", dtype=tdt)
             extras.append(x)
             ref = ref + x.double()
         if isinstance(op, fs.ops.Unary):
             ref = {"relu": torch.relu, "gelu": torch.nn.functional.gelu}[op.op](ref)
-    C = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    C = torch.empty(M, N, device="cuda", dtype=tdt)
     k(A, B, *extras, C)
     torch.cuda.synchronize()
     assert ((C.double() - ref).norm() / ref.norm()).item() < 1e-2

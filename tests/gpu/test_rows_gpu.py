@@ -109,17 +109,37 @@ def test_pushes_on_rows_of_a_large_mean(op, shift):
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
 @pytest.mark.parametrize("rows, cols", [(3, 65536), (2, 50000), (5, 20480), (3, 24576), (2, 100000), (1, 200000),
-                                        (4, 16385), (3, 32769), (2, 50001), (1, 131071)])
+                                        (4, 40961), (3, 32769), (2, 50001), (1, 131071)])
 def test_rows_staged_in_shared_memory(op, shift, rows, cols):
     # cluster parts copied into shared memory (cp.async); 50,000 / 100,000 / 200,000: the last
     # block's part stops short of its buffer (zero-filled past the row, where a maximum of rows
     # near -3000 must not see the zeros); 20,480 / 24,576: rows one block holds, on two parts;
-    # odd rows (16,385 to 131,071): copied element by element through registers
+    # odd rows longer than one block's registers hold in 16-byte windows (32,769 to 131,071):
+    # copied element by element through registers
     assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True, stage=True).row_memory == "SH"
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, exchange="push")
 
 
-@pytest.mark.parametrize("rows, cols", [(64, 65536), (9, 50000), (40, 4096), (3, 100000)])
+ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4094, "bf16"),
+           (5, 8190, "f16"), (33, 257, "bf16"), (2, 16383, "f16")]
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols, dtype", ALIGNED)
+def test_aligned_rows(op, shift, rows, cols, dtype):
+    # rows not a whole number of 16-byte vectors, in windows that start at the aligned vector
+    # holding each row's first element (align(c=8)): every phase of the rows, the edge vectors
+    # element by element (the outputs start as NaN: every element must be written, and none of
+    # a neighbour's overwritten); rows of a large mean, whose maximum lies below the zeros the
+    # window's edges load
+    # (LayerNorm holds at most 16 elements of a window a thread: its 24,569 and 16,383 are not)
+    aligned = "align(c=" in repr(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a").strategies)
+    assert aligned or (op == "layernorm" and cols > 16376)
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
+
+
+@pytest.mark.parametrize("rows, cols", [(64, 65536), (9, 50000), (40, 4096), (3, 100000), (9, 4095), (20, 1001)])
 def test_causal_rows_read_their_visible_part(rows, cols):
     import torch
 

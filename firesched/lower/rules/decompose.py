@@ -209,7 +209,11 @@ def advance(ctx, node: Node, lp: Loop, var: IntExpr):
             changed = True
             if k[1] == "GL" and d in lim:
                 parent_ext = _extent(node, k[0], d)
-                if parent_ext is not None and parent_ext % step:
+                # (an aligned window, align(d=vec), reaches past the row's end wherever it starts:
+                # the row's limit stays the tighter one)
+                window = d in ctx.shift and isinstance(lim[d], int) and parent_ext is not None and \
+                    parent_ext - (ctx.shift[d][1] - 1) >= lim[d]
+                if parent_ext is not None and parent_ext % step and not window:
                     lim[d] = _min(lim[d], o[d] + parent_ext)
             o[d] = o[d] + var * step
         if changed:

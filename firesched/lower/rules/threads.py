@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 from ... import ir
 from ... import ops as fops
 from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm70, sm90a
-from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, land, lt
+from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
 from ...tensor import GL, RF, SH
@@ -110,9 +112,11 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
     o = ctx.origin[key(tile)]
     n_c = tile.extent(c)
     runs = [e for e in elements(tile) if e[c] == 0]
+    low: dict = {}
     if t.memory == GL:
         buf = lw.kb.gbuf(tile, write=write)
         lim = ctx.limit[key(tile)]
+        low = ctx.low.get(key(tile), {})
         row_len = t.extent(c)
         lim_c = lim.get(c)
         # a whole vector is in or out of the tensor when the limit along the row is a multiple of
@@ -132,19 +136,37 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
                     and (lim_c is None or alignment(lim_c) % vv == 0) and (t.memory != SH or _sh_chunk_ok(lay, vv, eb)):
                 v = vv
                 break
+    window = 1
+    if c in low:
+        # an aligned window (align): vectors aligned in memory whose ends may reach past the row
+        # into its neighbours'; such a vector goes element by element (window_access)
+        starts = [gl_offset(buf, t, {d: o[d] + e.get(d, 0) for d in t.dims}) for e in runs]
+        for w in WIDTHS:
+            vv = w // eb
+            if vv > v and w >= eb and n_c % vv == 0 and all(alignment(st) % vv == 0 for st in starts):
+                window = vv
+                break
     out = []
     for e in runs:
-        for j0 in range(0, n_c, v):
+        for j0 in range(0, n_c, max(v, window)):
             local = {**e, c: j0}
             r0 = reg_index(tile, local)
             coord = {d: o[d] + local.get(d, 0) for d in t.dims}
             if t.memory == GL:
                 addr = ir.MemRef(buf, gl_offset(buf, t, coord))
-                pred = land(*[lt(coord[d], lim[d]) for d in t.storage_dims if d in lim])
+                pred = _inside(t, coord, lim, low)
                 if skip is not None and not write and skip.col == c and skip.row in coord:
                     # the vector runs along the mask's columns: masked whole when its first
                     # element is (row + diagonal < column), so a causal row reads its visible part only
                     pred = land(pred, lt(coord[c], coord[skip.row] + skip.diagonal + 1))
+                if window > 1 or (c in low and v == 1 and n_c > 1 and j0 == 0):
+                    # (an operand along the row only, a weight, starts anywhere in the window: its
+                    # elements go one by one, unpredicated where all of them lie in the row)
+                    out += window_access(buf, t, coord, window if window > 1 else n_c, regs, r0, write, what, lim, low, skip,
+                                         aligned=window > 1)
+                    if window > 1:
+                        continue
+                    break
             else:
                 addr = ir.MemRef(buf, sh_offset(lw, tile, ctx, {d: o[d] + local.get(d, 0) for d in t.dims}))
                 pred = 1
@@ -152,6 +174,58 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
             args = (("dst", addr), ("src", ir.RegRef(regs, r0))) if write else (("dst", ir.RegRef(regs, r0)), ("src", addr))
             out.append(ir.AtomCall(atom, args, pred, comment=what))
     return out
+
+
+def _inside(t, coord: dict, lim: dict, low: dict) -> IntExpr:
+    """Whether the element at global ``coord`` of ``t`` lies inside it: below every limit, and at
+    or above the lower limits of an aligned window (``align``)."""
+    return land(*[lt(coord[d], lim[d]) for d in t.storage_dims if d in lim],
+                *[ge(coord[d], low[d]) for d in t.storage_dims if d in low])
+
+
+def window_access(buf, t, coord: dict, v: int, regs: ir.RegBuffer, r0: int, write: bool, what: str,
+                  lim: dict, low: dict, skip, aligned: bool = True) -> list:
+    """One aligned vector of ``v`` elements of an aligned window (``align``) at ``coord``, where the
+    row may begin or end inside the vector: the whole vector where all of it lies in the row, else
+    its elements one by one, each where it lies in the row (a load leaves the others zero); not
+    ``aligned`` (an operand along the row only, which starts anywhere), ``v`` element accesses
+    unpredicated where all of them lie in the row::
+
+        row r:          |<----------------- the row ----------------->|
+        vectors:  | a b c [d e f g h] ... [i j k l m n o p] ... [q r s] t u v w x |
+                    ^ row r-1's                                        ^ row r+1's
+                  the first and the last vector: elements d..h and q..s only
+    """
+    c = t.major
+    eb = t.dtype.bits // 8
+    first, last = dict(coord), {**coord, c: coord[c] + (v - 1)}
+    whole = land(_inside(t, first, lim, low), _inside(t, last, lim, low))
+    if skip is not None and not write and skip.col == c and skip.row in coord:
+        # a causal load reads no vector whose first element the mask hides
+        whole = land(whole, lt(coord[c], coord[skip.row] + skip.diagonal + 1))
+    one = _copy("GL", write, eb)
+
+    def call(atom, at, r, pred):
+        mem = ir.MemRef(buf, gl_offset(buf, t, at))
+        args = (("dst", mem), ("src", ir.RegRef(regs, r))) if write else (("dst", ir.RegRef(regs, r)), ("src", mem))
+        return ir.AtomCall(atom, args, pred, comment=what)
+
+    parts = []
+    for j in range(v):
+        at = {**coord, c: coord[c] + j}
+        pred = _inside(t, at, lim, low)
+        if skip is not None and not write and skip.col == c and skip.row in at:
+            pred = land(pred, lt(at[c], at[skip.row] + skip.diagonal + 1))
+        parts.append(call(one, at, r0 + j, pred))
+    if not aligned:
+        inner = tuple(attrs.evolve(p, pred=1) for p in parts)
+        if whole == 1:
+            return list(inner)
+        return [ir.If(whole, ir.Seq(inner)), ir.If(binop("==", whole, 0), ir.Seq(tuple(parts)))]
+    vec = _copy("GL", write, v * eb)
+    if whole == 1:
+        return [call(vec, coord, r0, 1)]
+    return [call(vec, coord, r0, whole), ir.If(binop("==", whole, 0), ir.Seq(tuple(parts)))]
 
 
 def _copy(mem: str, write: bool, width: int):
@@ -317,17 +391,20 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         lim = {d: v for d, v in ctx.limit.get(key(src), {}).items()
                if not isinstance(v, int) or v < src.tensor.extent(d)}
     so = ctx.origin.get(key(src), {})
+    # an aligned window's elements before the row (align): skipped like those past its end (a
+    # global sum reads them as zero)
+    low = {d: v for d, v in ctx.low.get(key(src), {}).items() if d in so and (src.memory != GL or op != "add")}
     # where the limit and the leaf's origin are multiples of the leaf's extent along a dim (a
     # cluster part ending on a whole vector), the leaf's elements there are all in or all out:
     # one predicate, the first element's, so that the folds share one branch
-    whole = {d for d in lim if d in so and alignment(lim[d]) % src.extent(d) == 0
+    whole = {d for d in lim if d in so and d not in low and alignment(lim[d]) % src.extent(d) == 0
              and alignment(so[d]) % src.extent(d) == 0}
     groups: dict[int, list] = {}
     folds: list = []
     for e in elements(src):
         v = lay.offset({d: o[d] + e.get(d, 0) for d in dst.dims})
         inside = land(*[lt(so[d] + (0 if d in whole else e.get(d, 0)), lim[d]) for d in src.tensor.storage_dims
-                        if d in lim])
+                        if d in lim], *[ge(so[d] + e.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
         groups.setdefault(v, []).append((ir.RegRef(x, x_at(e)), inside))
         if m is None:
             r = ir.RegRef(acc, v)
@@ -633,8 +710,7 @@ def _store_elements(lw: Lowerer, ctx, node: Node, lay: ThreadLayout, accs: list,
         stmts.append(ir.Pointwise("cvt", ir.RegRef(y, 0), (ir.RegRef(work, 0),)))
         if dst.memory == GL:
             buf = lw.kb.gbuf(dst, write=True)
-            lim = ctx.limit[key(dst)]
-            pred = land(*[lt(gcoord[d], lim[d]) for d in t.storage_dims if d in lim])
+            pred = _inside(t, gcoord, ctx.limit[key(dst)], ctx.low.get(key(dst), {}))
             stmts.append(ir.AtomCall(catalog.copy_atom("RF", "GL", t.dtype.bits // 8),
                                      (("dst", ir.MemRef(buf, gl_offset(buf, t, gcoord))), ("src", ir.RegRef(y, 0))),
                                      pred, comment=dst.name))

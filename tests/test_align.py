@@ -1,0 +1,190 @@
+"""``align(c=vec)``: rows that are not a whole number of 16-byte vectors long, walked in windows
+that start at the aligned vector holding each row's first element.
+
+The interpreter runs hand-written and recipe schedules against numpy over every phase of the
+rows (odd lengths, several rows so that the phases cycle), proves every vector aligned, and
+catches a planted hazard: an edge vector accessed whole (past the end of the tensor) or an edge
+element stored unpredicated (into the neighbouring row).  The strategy's errors name the fix."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import ir
+from firesched.errors import HazardError, ScheduleError
+from firesched.recipes import rows as row_model
+from firesched.recipes.rows import RowPlan
+from firesched.simulate.interp import run_program
+from firesched.spec import Fused, Move, Pointwise, Reduce
+from firesched.strategies import align, done, part, place, tile, to_blocks, to_threads
+from firesched.tensor import GL, KERNEL, Tensor, Tile
+from firesched.testing.planting import planted
+
+
+def _recipe(kind, *args, **kw):
+    if kind == "causal":
+        return fs.recipes.softmax(*args, causal=True, **kw)
+    if kind == "layernorm_tuple":
+        return fs.recipes.layernorm(*args, tuple_stats=True, **kw)
+    return getattr(fs.recipes, kind)(*args, **kw)
+
+
+def _t(name, dims, shape, dtype="f16"):
+    return Tile(Tensor(name, dtype, GL, dims, shape, dims[-1]), shape)
+
+
+def _add_rows(R, C, dtype="f16"):
+    """A user's fused kernel over rows: ``Y = (X + Z) * W``, ``S = sum(Y)`` per row."""
+    x, z, y = (_t(n, ("r", "c"), (R, C), dtype) for n in ("X", "Z", "Y"))
+    h = _t("H", ("r", "c"), (R, C), "f32")
+    w = _t("W", ("c",), (C,), dtype)
+    s = _t("S", ("r",), (R,), "f32")
+    return Fused.kernel(Pointwise("add", (x, z), h, KERNEL), Pointwise("mul", (h, w), y, KERNEL),
+                        Reduce("sum", h, s, ("c",), KERNEL), results=("Y", "S"))
+
+
+def _aligned(spec, lanes, vec, *, more=()):
+    """``spec`` on one row a block, aligned to ``vec``, its locals in registers."""
+    plan = RowPlan(lanes, vec, 1, 1, aligned=True)
+    strategies = [*row_model.kernel_strategies(plan), *more, *(place(t.name, fs.RF) for t in spec.locals)]
+    strategies += [part(i, *row_model.part_strategies(plan, walk_row="c" in sp.dims)) for i, sp in enumerate(spec.body)]
+    return spec.schedule(*strategies)
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "layernorm_tuple", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("dt, cols", [("bf16", 1001), ("f16", 263), ("f32", 517), ("f16", 1030)])
+def test_aligned_rows_match_numpy_over_every_phase(kind, dt, cols):
+    # 9 rows of an odd length start at every offset modulo 8 (and modulo 4 for f32); 1,030 f16
+    # (4-byte aligned rows) at every even one
+    sched = _recipe(kind, 9, cols, dtype=dt, arch="sm_90a")
+    assert "align(c=" in repr(sched.strategies), sched.strategies
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_the_window_is_printed_and_reads_whole_vectors():
+    sched = fs.recipes.rmsnorm(4096, 4095, dtype="bf16", arch="sm_90a")
+    text = str(sched)
+    assert "align(c=8)" in text and "aligned(8)" in text and "X:GL bf16[1x4102]" in text
+    assert "Reduce<block>(sum over c: Q:RF f32[1x4102] -> Rstd:RF f32[1]) with scale(0.0002442)" in text
+    src = fs.compile(sched, arch="sm_90a").source
+    assert "ld.global.v4.b32" in src and "st.global.v4.b32" in src
+    assert eval(repr(align(c=8)), {"align": align}) == align(c=8)
+
+
+@pytest.mark.parametrize("vec, lanes", [(2, 32), (4, 64), (8, 32), (16, 32)])
+def test_a_users_fused_rows_aligned(vec, lanes):
+    # a hand-written fused kernel (two row inputs, a weight, two outputs, a sum) at any vector
+    # width: 2 and 4 elements give 4- and 8-byte windows, 16 elements two 16-byte vectors a step
+    sched = _aligned(_add_rows(10, 333), lanes, vec)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(R=st.integers(1, 9), C=st.integers(1, 700), dt=st.sampled_from(["f16", "bf16", "f32"]),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal", "fused"]),
+       vec=st.sampled_from([2, 4, 8]), lanes=st.sampled_from([32, 64, 128]))
+def test_hand_written_aligned_chains(R, C, dt, kind, vec, lanes):
+    # any row length (1 included: the window is wider than the row), any phase, any vector
+    # width, a recipe's spec or a user's: ScheduleError at check(), or the interpreter equals
+    # numpy with no hazard
+    if kind == "fused":
+        spec = _add_rows(R, C, dt)
+    else:
+        spec = _recipe(kind, R, C, dtype=dt, arch="sm_90a").spec
+    try:
+        sched = _aligned(spec, lanes, vec)
+        sched.check("sm_90a")
+    except ScheduleError:
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def _prog(R=5, C=1001):
+    sched = fs.recipes.rmsnorm(R, C, dtype="f16", arch="sm_90a")
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    return sched, prog, feed
+
+
+def test_an_edge_vector_read_whole_is_out_of_bounds():
+    # the last row ends 5·1001 = 5005 elements in, inside a vector: read whole, it passes the
+    # tensor's end
+    _, prog, feed = _prog()
+    run_program(prog, dict(feed))
+
+    def whole(s):
+        if isinstance(s, ir.AtomCall) and s.atom.name.startswith("ld_global_16"):
+            return attrs.evolve(s, pred=1)
+        return s
+
+    with pytest.raises(HazardError, match="outside|bounds|past"):
+        run_program(planted(prog, whole), dict(feed))
+
+
+def test_an_edge_element_stored_unpredicated_is_caught():
+    # the last row's edge elements, stored without their predicates, land past the tensor (the
+    # other rows' overwrite their neighbours': the result then differs)
+    sched, prog, feed = _prog()
+    run_program(prog, dict(feed))
+
+    def spill(s):
+        if isinstance(s, ir.AtomCall) and s.atom.name.startswith("st_global_2"):
+            return attrs.evolve(s, pred=1)
+        return s
+
+    with pytest.raises(HazardError, match="out-of-bounds write"):
+        run_program(planted(prog, spill), dict(feed))
+
+
+def test_align_refusals_name_the_fix():
+    spec = fs.recipes.rmsnorm(8, 1001, dtype="f16", arch="sm_90a").spec
+    with pytest.raises(ScheduleError, match="one dimension"):
+        align(c=8, r=1)
+    with pytest.raises(ScheduleError, match="power of two"):
+        spec.schedule(tile(r=1) >> to_blocks() >> align(c=6))
+    with pytest.raises(ScheduleError, match="block"):
+        spec.schedule(align(c=8))
+    with pytest.raises(ScheduleError, match="one row a block") as e:
+        spec.schedule(tile(r=2) >> to_blocks() >> align(c=8))
+    assert "tile(r=1)" in str(e.value)
+    with pytest.raises(ScheduleError, match="before place"):
+        spec.schedule(tile(r=1) >> to_blocks(), place("Xr", fs.RF), align(c=8))
+    with pytest.raises(ScheduleError, match="whole row"):
+        spec.schedule(tile(r=1, c=512) >> to_blocks(cluster=2), align(c=8))
+    with pytest.raises(ScheduleError, match="no dimension"):
+        spec.schedule(tile(r=1) >> to_blocks() >> align(k=8))
+
+
+def test_rows_of_different_strides_are_refused_at_check():
+    # X is 1001 long, Z a transposed view would not be contiguous along c; two row tensors of
+    # different lengths start at different phases
+    x = _t("X", ("r", "c"), (4, 1001))
+    z = Tile(Tensor("Z", "f16", GL, ("r", "c"), (4, 1001), "r"), (4, 1001))
+    y = _t("Y", ("r", "c"), (4, 1001))
+    spec = Fused.kernel(Pointwise("add", (x, z), y, KERNEL))
+    with pytest.raises(ScheduleError, match="contiguous"):
+        spec.schedule(tile(r=1) >> to_blocks() >> align(c=8))
+
+
+def test_a_staged_row_in_an_aligned_window():
+    # the row placed in shared memory: its copy goes element by element (odd rows), the
+    # reductions skip the window's ends
+    spec = fs.recipes.rmsnorm(6, 777, dtype="bf16", arch="sm_90a", plan=RowPlan(64, 8, 2, 1, aligned=True)).spec
+    plan = RowPlan(64, 8, 2, 1, aligned=True)
+    strategies = [*row_model.kernel_strategies(plan), place("Xr", fs.SH, pad=plan.span),
+                  *(place(t.name, fs.RF) for t in spec.locals if t.name != "Xr")]
+    strategies += [part(i, *row_model.part_strategies(plan, walk_row="c" in sp.dims))
+                   for i, sp in enumerate(spec.body) if not (isinstance(sp, Move) and i == 0)]
+    sched = spec.schedule(*strategies)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_plain_moves_align_too():
+    x, y = _t("X", ("r", "c"), (7, 45)), _t("Y", ("r", "c"), (7, 45))
+    sched = Move(x, y, KERNEL).schedule(tile(r=1) >> to_blocks() >> align(c=8), tile(c=8) >> to_threads(), done())
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    assert "ld.global.v4.b32" in fs.compile(sched, arch="sm_90a").source
