@@ -92,7 +92,7 @@ def main(argv=None) -> None:
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]
     peer = _peer(torch, args.op, C)
-    base = [rows.RowPlan(*(int(v) for v in p.split(","))) for p in args.plan] or \
+    base = [_plan(p) for p in args.plan] or \
         plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
     todo = [_with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
@@ -110,9 +110,18 @@ def main(argv=None) -> None:
         us = timing.interleaved({"ours": ours, "peer": lambda i: peer(*sets[i % nsets][0])}, rounds=args.rounds)
         o, q = us["ours"] * 1e-3, us["peer"] * 1e-3
         print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} "
-              f"cluster {plan.cluster} occupancy {plan.occupancy} row in {plan.row_memory}: ours "
+              f"cluster {plan.cluster} occupancy {plan.occupancy} row in {plan.row_memory}"
+              f"{' aligned' if plan.aligned else ''}: ours "
               f"{nbytes / o / 1e9:5.2f} TB/s  torch {nbytes / q / 1e9:5.2f} TB/s  registers "
               f"{max(r.registers for r in k.resources.values())}  spills {k.spills}", flush=True)
+
+
+def _plan(text: str):
+    """``--plan lanes,vec,reps,rows[,cluster,part][,a]``: a ``RowPlan``; a last ``a`` makes it an
+    aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``)."""
+    parts = text.split(",")
+    aligned = parts[-1] == "a"
+    return rows.RowPlan(*(int(v) for v in parts[:len(parts) - aligned]), aligned=aligned)
 
 
 if __name__ == "__main__":

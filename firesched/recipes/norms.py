@@ -97,13 +97,15 @@ EXCHANGES = ("barrier", "push")
 def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = None,
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
               plan: _rows.RowPlan | None = None, stage_few_passes: bool = True,
-              odd_values: int | None = None, aligned_values: int | None = None) -> _rows.RowPlan:
+              odd_values: int | None = None, aligned_values: int | None = None,
+              align: bool = False) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
     None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``,
     ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
-    ``aligned_values``: as there, the elements a thread of an aligned row's window holds;
+    ``align`` and ``aligned_values``: as there, whether an odd row may walk an aligned window
+    (``rows.aligned_faster``) and the elements a thread of it holds;
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -118,7 +120,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
                           stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values,
-                          shared_per_sm=get_target(arch).smem_per_sm, aligned_values=aligned_values)
+                          shared_per_sm=get_target(arch).smem_per_sm, aligned_values=aligned_values,
+                          align=align)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
@@ -194,7 +197,8 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``exchange="push"`` combines a row split over a cluster with ``st.async`` pushes instead of
     ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan,
+                     align=_rows.aligned_faster("rmsnorm", cols))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))
@@ -213,7 +217,8 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     # On clusters the sum may wait in shared memory as the other rows do: it measured within 2 %
     # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
     # 28,672 f16 that spills on one block takes two staged parts instead
-    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan)
+    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan,
+                     align=_rows.aligned_faster("add_rmsnorm", cols))
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -236,9 +241,11 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
     # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
     # odd rows: in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes)
-    # aligned rows (16-byte windows of odd rows): 32 bf16 a thread spilled 12-156 bytes, 16 f32 48
+    # (an aligned window, RowPlan.aligned, measured slower for LayerNorm: rows.aligned_faster; in
+    # one, 32 bf16 a thread spilled 12-156 bytes, 16 f32 48)
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan, odd_values=20, aligned_values=12 if dtype == "f32" else 16)
+                     what="layernorm", plan=plan, odd_values=20, aligned_values=12 if dtype == "f32" else 16,
+                     align=_rows.aligned_faster("layernorm", cols))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

@@ -5,7 +5,10 @@ A row-wise kernel only moves bytes: each element is read once and written once, 
 aims at three things, in this order —
 
 * **16-byte accesses**: ``vec`` elements per access (8 for fp16/bf16), the largest power of two
-  that divides the row (a row of odd length takes element accesses);
+  that divides the row (a row of odd length takes element accesses, or — ``align=True``, which
+  RMSNorm, add + RMSNorm and softmax ask for from ``ALIGN_FROM`` columns — 16-byte accesses of a
+  window that starts at the aligned vector holding the row's first element: ``RowPlan.aligned``,
+  ``strategies.align``);
 * **the row stays in registers** between the statistics and the output: each thread holds
   ``vec * reps`` elements of its row, up to 40 of a 16-bit type (32 of f32:
   ``VALUES_IN_REGISTERS``), so a block of up to 1024 threads holds rows of up to 40,960 elements
@@ -36,6 +39,7 @@ aims at three things, in this order —
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
+      4,095         256     8     3        1          256, aligned (rmsnorm, softmax: a window of 513 vectors)
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
                                                          copied element by element, 8 loads in flight)
 
@@ -102,6 +106,22 @@ VALUES_IN_REGISTERS = {2: 40, 4: 32}
 # 32,767 columns), 24 f32 RMSNorm (24 bytes), 20 f32 add + RMSNorm (64 bytes); LayerNorm takes
 # fewer (norms.layernorm)
 ALIGNED_VALUES = {2: 28, 4: 16}
+# the shortest odd row an aligned window (RowPlan.aligned) serves faster than element accesses.
+# Measured on an H100 (bf16, bench/rows.py, against the element plans): RMSNorm 0.72-0.94 of the
+# time from 4,095 to 24,569 columns, add + RMSNorm 0.66-0.90 from 8,191 (1.00-1.14 at 4,095),
+# softmax 0.65-0.96 but at 8,191 (0.99-1.08); 1,023 and 2,047 columns 1.08-1.82 for every op (one
+# window more than a power of two of vectors: a pass of 129 or 257 threads' vectors on 256 or
+# 512, where the element plans keep every thread busy); LayerNorm 0.88-1.82 (its weight and bias
+# go element by element, and the registers of its two-pass statistics), causal softmax 0.70-0.77
+# at 4,095 but 1.08-1.37 from 8,191 on
+ALIGN_FROM = 4000
+
+
+def aligned_faster(op: str, cols: int) -> bool:
+    """Whether an odd row of ``cols`` columns takes an aligned window (``row_plan(align=True)``)
+    in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``): as
+    measured (``ALIGN_FROM``), RMSNorm, add + RMSNorm and softmax from ``ALIGN_FROM`` columns."""
+    return op in ("rmsnorm", "add_rmsnorm", "softmax") and cols >= ALIGN_FROM
 
 
 @attrs.frozen
@@ -152,7 +172,7 @@ def _pow2_at_least(n: int) -> int:
 
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
-             odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = True,
+             odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
@@ -166,11 +186,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     thread of one block (default ``ODD_VALUES``) waits in shared memory (with ``stage``): on a
     cluster (with ``clusters``) even where one block would hold it in registers, else on one block
     where its registers would hold more than that; ``shared_per_sm``: the target's shared memory
-    an SM, what the staged plans' occupancy counts on; ``align``: a row that is not a whole number
-    of 16-byte vectors long and that one block holds in registers (at least 33 vectors) walks a
-    window that starts at the aligned vector holding its first element (``RowPlan.aligned``,
-    ``align(c=vec)``) in 16-byte accesses, instead of element accesses, up to ``aligned_values``
-    elements a thread (default ``ALIGNED_VALUES``)."""
+    an SM, what the staged plans' occupancy counts on; ``align``: an odd row of a 16-bit type (element
+    accesses) that one block holds in registers (at least 33 vectors) walks a window that starts at
+    the aligned vector holding its first element (``RowPlan.aligned``, ``align(c=vec)``) in 16-byte
+    accesses, up to ``aligned_values`` elements a thread (default ``ALIGNED_VALUES``); the recipes
+    ask for it where it measured faster (``aligned_faster``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -185,7 +205,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     odd_values = ODD_VALUES if odd_values is None else odd_values
-    if vec * eb != 16 and align:
+    if vec * eb < 4 and align:
         # the row's window (align): up to 16 // eb - 1 elements of the row before and after it,
         # on as few threads as hold it at ALIGNED_VALUES a thread (or aligned_values)
         wide = 16 // eb

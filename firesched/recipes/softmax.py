@@ -61,7 +61,8 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
         raise ValueError(f"recipes.softmax: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
     # an odd row one block holds stays in registers (rows.row_plan: faster than staged, no spills)
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan,
-                     stage_few_passes=not causal, odd_values=_rows.VALUES_IN_REGISTERS[2])
+                     stage_few_passes=not causal, odd_values=_rows.VALUES_IN_REGISTERS[2],
+                     align=_rows.aligned_faster("causal" if causal else "softmax", cols))
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)

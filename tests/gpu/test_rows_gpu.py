@@ -16,10 +16,11 @@ torch = pytest.importorskip("torch")
 TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier", arch="sm_90a"):
+def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier", arch="sm_90a", plan=None):
     dt = TDT[dtype]
     F = torch.nn.functional
-    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch=arch, exchange=exchange), arch=arch)
+    k = fs.compile(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch=arch, exchange=exchange, plan=plan),
+                   arch=arch)
     x = (torch.randn(rows, cols, device="cuda") * magnitude + shift).to(dt)
     w, b = torch.randn(cols, device="cuda", dtype=dt), torch.randn(cols, device="cuda", dtype=dt)
     outs = [torch.full((rows, cols), float("nan"), device="cuda", dtype=dt) for _ in range(2 if op == "add_rmsnorm" else 1)]
@@ -120,8 +121,8 @@ def test_rows_staged_in_shared_memory(op, shift, rows, cols):
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, exchange="push")
 
 
-ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4094, "bf16"),
-           (5, 8190, "f16"), (33, 257, "bf16"), (2, 16383, "f16")]
+ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4097, "bf16"),
+           (5, 8193, "f16"), (33, 257, "bf16"), (2, 16383, "f16")]
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
@@ -133,18 +134,24 @@ def test_aligned_rows(op, shift, rows, cols, dtype):
     # element by element (the outputs start as NaN: every element must be written, and none of
     # a neighbour's overwritten); rows of a large mean, whose maximum lies below the zeros the
     # window's edges load
-    # (LayerNorm holds at most 16 elements of a window a thread: its 24,569 and 16,383 are not)
-    aligned = "align(c=" in repr(getattr(fs.recipes, op)(rows, cols, dtype=dtype, arch="sm_90a").strategies)
-    assert aligned or (op == "layernorm" and cols > 16376)
-    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
+    # (the window's plan whether or not the recipe takes it by default: rows.aligned_faster;
+    # LayerNorm holds at most 16 elements of a window a thread)
+    plan = fs.recipes.rows.row_plan(rows, cols, dtype, align=True, aligned_values=16 if op == "layernorm" else None)
+    assert plan.aligned or (op == "layernorm" and cols > 16376)
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, plan=plan)
 
 
-@pytest.mark.parametrize("rows, cols", [(64, 65536), (9, 50000), (40, 4096), (3, 100000), (9, 4095), (20, 1001)])
-def test_causal_rows_read_their_visible_part(rows, cols):
+@pytest.mark.parametrize("rows, cols, aligned", [(64, 65536, False), (9, 50000, False), (40, 4096, False),
+                                                 (3, 100000, False), (9, 4095, False), (20, 1001, False),
+                                                 (9, 4095, True), (20, 1001, True), (11, 12289, True)])
+def test_causal_rows_read_their_visible_part(rows, cols, aligned):
     import torch
 
+    # (aligned: the window's plan, align(c=8), which the recipe does not take by default)
+    plan = fs.recipes.rows.row_plan(rows, cols, "f16", align=True) if aligned else None
+    assert plan is None or plan.aligned
     x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
-    k = fs.compile(fs.recipes.softmax(rows, cols, dtype="f16", arch="sm_90a", causal=True, diagonal=5),
+    k = fs.compile(fs.recipes.softmax(rows, cols, dtype="f16", arch="sm_90a", causal=True, diagonal=5, plan=plan),
                    arch="sm_90a")
     y = torch.empty_like(x)
     k(x, y)

@@ -5,10 +5,11 @@ The row's first element sits at flat offset ``s`` of its tensor (``s = r · cols
 the window starts at the vector boundary ``vec · (s // vec)``, so every tensor in scope along the
 aligned dim moves its origin by::
 
-    shift = vec · (s // vec) - s          (-(s mod vec): 0 .. -(vec - 1))
+    shift = -(s mod vec)                  (0 .. -(vec - 1))
 
-written this way so that a row tensor's offset ``s + shift + j`` simplifies to
-``vec · (s // vec) + j`` and the vector accesses of the window prove aligned.  The global
+A row tensor's offset ``s + shift + j`` is then ``vec · (s // vec) + j``, which
+``threads.alignment`` proves aligned, and the shift's bounds let the window's middle vectors
+drop their edge tests (``ir.expr.bounds``: a vector of a middle pass lies in the row).  The global
 tensors keep their limits and gain a lower one, 0 (the window's first elements belong to the row
 before); on-chip tensors created inside the window learn where the row lies in them
 (``context._in_window``).
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from ...ir.expr import floordiv
+from ...ir.expr import mod
 from ...schedule import Node
 from ...tensor import GL
 from ..context import err, key
@@ -52,7 +53,7 @@ def aligned_window(lw: Lowerer, node: Node, ctx, lp, rest: list) -> list:
                         f"different offsets ({next(iter(starts))}: {first}, {other[0]}: {starts[other[0]]})",
                   strategy=node.strategy, field=d, value=vec,
                   fix="align rows of tensors of one shape (equal strides), or leave align out")
-    shift = vec * floordiv(first, vec) - first
+    shift = -1 * mod(first, vec)
     for k, o in list(ctx.origin.items()):
         if d not in o:
             continue

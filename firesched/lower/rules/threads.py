@@ -78,6 +78,12 @@ def alignment(e: IntExpr) -> int:
     if isinstance(e, int):
         return e & -e if e else 1 << 30
     if isinstance(e, Sum):
+        for t, c in e.terms:
+            if isinstance(t, BinOp) and t.op == "%" and isinstance(t.b, int) and t.b > 0:
+                # e = e' - c·m·(g // m) with e' = e - c·(g % m) + c·g: as aligned as both (an
+                # aligned window's shift, -(s % m), next to the row's start s)
+                rest = e - c * t + c * t.a
+                return min(alignment(rest), alignment(c * t.b))
         g = 0 if e.const == 0 else e.const
         for t, c in e.terms:
             g = math.gcd(g, c * min(alignment(t), 1 << 20))
@@ -409,14 +415,35 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         if m is None:
             r = ir.RegRef(acc, v)
             folds.append((ir.Pointwise(op, r, (r, ir.RegRef(x, x_at(e)))), inside))
-    stmts += guarded(folds)
-    if m is not None:
+    # in an aligned window (align) only the leaves at the row's two ends hold elements outside
+    # it: a leaf tests its first and last element once, and folds them all unguarded where both
+    # lie in the row
+    ends = None
+    if low:
+        ends = land(*[p for e in (elements(src)[0], elements(src)[-1])
+                      for p in (lt(so[d] + e.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim)],
+                    *[ge(so[d] + e.get(d, 0), low[d]) for e in (elements(src)[0],) for d in src.tensor.storage_dims
+                      if d in low])
+    if m is None:
+        stmts += _window_split(ends, [f for f, _ in folds], guarded(folds))
+    else:
         # a monoid folds the elements of each accumulator element as one tuple (its passes),
         # combined once into the running tuple
         accs = components(lw, acc, m.k)
         for v, xs in groups.items():
-            stmts += fold_elements(lw, m, accs, v, [a for a, _ in xs], [p for _, p in xs])
+            stmts += _window_split(ends, fold_elements(lw, m, accs, v, [a for a, _ in xs], [1] * len(xs)),
+                                   fold_elements(lw, m, accs, v, [a for a, _ in xs], [p for _, p in xs]))
     return [ir.Comment(str(spec)), *stmts]
+
+
+def _window_split(ends, whole: list, edge: list) -> list:
+    """``edge`` (the guarded statements), or in an aligned window ``whole`` where ``ends`` (the
+    leaf's first and last elements lie in the row) and ``edge`` elsewhere."""
+    if ends is None or whole == edge:
+        return edge
+    if ends == 1:
+        return whole
+    return [ir.If(ends, ir.Seq(tuple(whole))), ir.If(binop("==", ends, 0), ir.Seq(tuple(edge)))]
 
 
 # --------------------------------------------------------------------------- combine and store
