@@ -241,10 +241,10 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
     # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
     # odd rows: in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes)
-    # (an aligned window, RowPlan.aligned, measured slower for LayerNorm: rows.aligned_faster; in
-    # one, 32 bf16 a thread spilled 12-156 bytes, 16 f32 48)
+    # (an aligned window, RowPlan.aligned, where it measured faster: rows.aligned_faster; 24
+    # elements of it a thread on 256 or 512 threads, no spills; 32 spilled 12-156 bytes, f32 16 48)
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan, odd_values=20, aligned_values=12 if dtype == "f32" else 16,
+                     what="layernorm", plan=plan, odd_values=20, aligned_values=12 if dtype == "f32" else 24,
                      align=_rows.aligned_faster("layernorm", cols))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)

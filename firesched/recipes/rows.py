@@ -111,17 +111,23 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # time from 4,095 to 24,569 columns, add + RMSNorm 0.66-0.90 from 8,191 (1.00-1.14 at 4,095),
 # softmax 0.65-0.96 but at 8,191 (0.99-1.08); 1,023 and 2,047 columns 1.08-1.82 for every op (one
 # window more than a power of two of vectors: a pass of 129 or 257 threads' vectors on 256 or
-# 512, where the element plans keep every thread busy); LayerNorm 0.88-1.82 (its weight and bias
-# go element by element, and the registers of its two-pass statistics), causal softmax 0.70-0.77
-# at 4,095 but 1.08-1.37 from 8,191 on
+# 512, where the element plans keep every thread busy)
 ALIGN_FROM = 4000
+# LayerNorm and causal softmax only up to these: on plans of 256 threads.  LayerNorm with 24
+# elements of the window a thread: 0.63-0.76 of the element plans' time from 4,095 to 6,001
+# columns (256 threads); at 8,191 (512 threads) 0.80-0.88, but the f16 kernel spilled 16 bytes;
+# 1.08-1.18 on 1,024 threads (12,289, 16,383); causal softmax 0.70-0.77 from 4,095 to 6,001,
+# 1.08-1.10 at 8,191
+ALIGN_UPTO = {"layernorm": 6144, "causal": 6144}
 
 
 def aligned_faster(op: str, cols: int) -> bool:
     """Whether an odd row of ``cols`` columns takes an aligned window (``row_plan(align=True)``)
     in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``): as
-    measured (``ALIGN_FROM``), RMSNorm, add + RMSNorm and softmax from ``ALIGN_FROM`` columns."""
-    return op in ("rmsnorm", "add_rmsnorm", "softmax") and cols >= ALIGN_FROM
+    measured, from ``ALIGN_FROM`` columns, up to ``ALIGN_UPTO`` for LayerNorm and causal softmax."""
+    if op not in ("rmsnorm", "add_rmsnorm", "softmax", "causal", "layernorm"):
+        raise ValueError(f"aligned_faster: op={op!r}; allowed: rmsnorm, add_rmsnorm, softmax, causal, layernorm")
+    return ALIGN_FROM <= cols <= ALIGN_UPTO.get(op, cols)
 
 
 @attrs.frozen

@@ -431,8 +431,16 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         # combined once into the running tuple
         accs = components(lw, acc, m.k)
         for v, xs in groups.items():
-            stmts += _window_split(ends, fold_elements(lw, m, accs, v, [a for a, _ in xs], [1] * len(xs)),
-                                   fold_elements(lw, m, accs, v, [a for a, _ in xs], [p for _, p in xs]))
+            preds = [p for _, p in xs]
+            whole_fold = fold_elements(lw, m, accs, v, [a for a, _ in xs], [1] * len(xs))
+            if ends is None and preds[0] != 1 and all(p == preds[0] for p in preds):
+                # the elements are all in or all out (a whole vector, a cluster part ending on
+                # one): the whole fold, its combine included, under the one test — absent
+                # elements combine nothing, and present ones fold unguarded, so a count the fold
+                # divides by is a constant (Welford's mean: a multiply, not a division)
+                stmts.append(ir.If(preds[0], ir.Seq(tuple(whole_fold))))
+                continue
+            stmts += _window_split(ends, whole_fold, fold_elements(lw, m, accs, v, [a for a, _ in xs], preds))
     return [ir.Comment(str(spec)), *stmts]
 
 
