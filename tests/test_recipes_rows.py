@@ -152,6 +152,20 @@ def test_every_plan_compiles_without_spills(kind, cols):
         assert "ld.global.v4.b32" in k.source and "st.global.v4.b32" in k.source
 
 
+def test_causal_rows_of_few_passes_take_half_blocks():
+    # a row 1,024 threads would hold in fewer than four passes goes to 512 threads (two blocks an
+    # SM) where 48 elements a thread hold it (40 with the last pass partial)
+    plan = row_model.row_plan
+    cv = row_model.CAUSAL_VALUES
+    assert plan(16, 20480, half_block_values=cv) == row_model.RowPlan(512, 8, 5, 1)
+    assert plan(16, 24576, half_block_values=cv) == row_model.RowPlan(512, 8, 6, 1)
+    assert plan(16, 20488, half_block_values=cv).lanes == 1024 and plan(16, 32768, half_block_values=cv).lanes == 1024
+    assert plan(16, 20480).lanes == 1024
+    causal = recipes.softmax(16, 20480, dtype="bf16", arch="sm_90a", causal=True)
+    assert "occupancy=2" in repr(causal.strategies[0])
+    assert fs.compile(causal, arch="sm_90a").spills == 0
+
+
 def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 4)
     assert row_model.row_plan(4096, 4096) == row_model.RowPlan(256, 8, 2, 1)

@@ -98,14 +98,15 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
               plan: _rows.RowPlan | None = None, stage_few_passes: bool = True,
               odd_values: int | None = None, aligned_values: int | None = None,
-              align: bool = False) -> _rows.RowPlan:
+              align: bool = False, half_block_values: int | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
     None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``,
     ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
     ``align`` and ``aligned_values``: as there, whether an odd row may walk an aligned window
-    (``rows.aligned_faster``) and the elements a thread of it holds;
+    (``rows.aligned_faster``) and the elements a thread of it holds; ``half_block_values``: as
+    there (512 threads instead of 1,024);
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -121,7 +122,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
                           stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values,
                           shared_per_sm=get_target(arch).smem_per_sm, aligned_values=aligned_values,
-                          align=align)
+                          align=align, half_block_values=half_block_values)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 

@@ -119,6 +119,13 @@ ALIGN_FROM = 4000
 # 1.08-1.18 on 1,024 threads (12,289, 16,383); causal softmax 0.70-0.77 from 4,095 to 6,001,
 # 1.08-1.10 at 8,191
 ALIGN_UPTO = {"layernorm": 6144, "causal": 6144}
+# elements of a 16-bit row a thread of a causal softmax holds on 512 threads instead of 1,024
+# (row_plan's half_block_values).  Measured on an H100 (bench/row_plans.py): 16384 x 20,480 bf16
+# 4.12 TB/s on 512 threads x 40 against 2.52 on 1,024 x 24 (f16 4.09 against 2.47), 16384 x
+# 24,576 4.31 on 512 x 48 against 2.87 (no spills); 8192 x 32,768 on 512 x 64 spilled 312 bytes
+# (3.21 against 3.35 on 1,024 x 32); f16 rows of 20,488 to 23,560 columns (48 a thread, the last
+# pass partial) spilled 8 bytes (sm_90a) and 40 (sm_80)
+CAUSAL_VALUES = 48
 
 
 def aligned_faster(op: str, cols: int) -> bool:
@@ -179,7 +186,7 @@ def _pow2_at_least(n: int) -> int:
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
-             aligned_values: int | None = None) -> RowPlan:
+             aligned_values: int | None = None, half_block_values: int | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -196,7 +203,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     accesses) that one block holds in registers (at least 33 vectors) walks a window that starts at
     the aligned vector holding its first element (``RowPlan.aligned``, ``align(c=vec)``) in 16-byte
     accesses, up to ``aligned_values`` elements a thread (default ``ALIGNED_VALUES``); the recipes
-    ask for it where it measured faster (``aligned_faster``)."""
+    ask for it where it measured faster (``aligned_faster``); ``half_block_values``: a row that one
+    block would hold on 1,024 threads in fewer than four passes takes 512 threads instead (two
+    blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
+    ``CAUSAL_VALUES``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -274,6 +284,15 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         staged = _staged_cluster(vectors, vec, eb)
         if staged is not None and staged.cluster * staged.part == vectors * vec:
             return staged
+    half = MAX_THREADS // 2
+    # (a partial last pass keeps its tests in registers: one vector fewer a thread there)
+    if half_block_values and plan.lanes == MAX_THREADS and plan.reps < 4 and \
+            -(-vectors // half) * vec <= half_block_values - (vec if vectors % half else 0):
+        # a row of 1024 threads' few passes on half the threads, two blocks an SM: while one
+        # block waits on its reductions' barriers the other loads (a causal row, whose blocks
+        # also differ in their work: bench/README.md)
+        plan = RowPlan(half, vec, -(-vectors // half), 1)
+        max_values = max(max_values, half_block_values)
     if plan.reps * vec > max_values:
         most = longest * CLUSTERS[-1]
         raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "

@@ -143,7 +143,8 @@ def test_aligned_rows(op, shift, rows, cols, dtype):
 
 @pytest.mark.parametrize("rows, cols, aligned", [(64, 65536, False), (9, 50000, False), (40, 4096, False),
                                                  (3, 100000, False), (9, 4095, False), (20, 1001, False),
-                                                 (9, 4095, True), (20, 1001, True), (11, 12289, True)])
+                                                 (9, 4095, True), (20, 1001, True), (11, 12289, True),
+                                                 (6, 20480, False), (5, 24576, False), (3, 19464, False)])
 def test_causal_rows_read_their_visible_part(rows, cols, aligned):
     import torch
 
