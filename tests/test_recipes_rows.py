@@ -147,7 +147,7 @@ def test_random_shapes_match_numpy(R, C, dt, kind):
 def test_every_plan_compiles_without_spills(kind, cols):
     k = fs.compile(getattr(recipes, kind)(4096, cols, dtype="bf16"), arch="sm_90a")
     assert k.spills == 0
-    if cols % 8 == 0 or cols == 4095 or (cols == 16383 and kind != "layernorm"):
+    if cols % 8 == 0 or (cols in (4095, 16383) and kind == "add_rmsnorm") or (cols == 16383 and kind == "rmsnorm"):
         # (odd rows through 16-byte windows: align(c=8))
         assert "ld.global.v4.b32" in k.source and "st.global.v4.b32" in k.source
 
@@ -179,14 +179,21 @@ def test_plans_of_the_tile_model():
     assert not row_model.row_plan(5, 4094, align=True).aligned               # 4-byte pairs
     # past ALIGNED_VALUES a thread the window's plan is not taken
     assert not row_model.row_plan(5, 28671, align=True).aligned and row_model.row_plan(5, 24569, align=True).aligned
-    assert row_model.aligned_faster("rmsnorm", 4095) and not row_model.aligned_faster("rmsnorm", 2047)
-    assert row_model.aligned_faster("layernorm", 6001) and not row_model.aligned_faster("layernorm", 8191)
-    assert row_model.aligned_faster("causal", 6001) and not row_model.aligned_faster("causal", 8191)
+    assert row_model.aligned_faster("add_rmsnorm", 4095) and not row_model.aligned_faster("rmsnorm", 4095)
+    assert row_model.aligned_faster("rmsnorm", 16383) and not row_model.aligned_faster("layernorm", 8191)
+    assert row_model.aligned_faster("layernorm", 24569) and not any(row_model.aligned_faster("causal", c)
+                                                                    for c in (4095, 24569))
     with pytest.raises(ValueError, match="allowed"):
         row_model.aligned_faster("transpose", 4095)
-    assert "align(c=8)" in repr(recipes.rmsnorm(64, 4095, dtype="bf16").strategies)
-    assert "align(c=8)" in repr(recipes.layernorm(64, 6001, dtype="bf16").strategies)
+    assert "align(c=8)" in repr(recipes.add_rmsnorm(64, 4095, dtype="bf16").strategies)
+    assert "align(c=8)" in repr(recipes.layernorm(64, 24569, dtype="bf16").strategies)
     assert "align(" not in repr(recipes.layernorm(64, 8191, dtype="bf16").strategies)
+    # odd rows element by element: more elements a thread, fewer threads (rows.ODD_ROW_VALUES)
+    assert row_model.odd_row_values("layernorm", 1023) == 16 and row_model.odd_row_values("softmax", 8191) == 32
+    assert row_model.row_plan(64, 4095, element_values=16) == row_model.RowPlan(256, 1, 16, 1)
+    assert row_model.row_plan(64, 511, element_values=16) == row_model.row_plan(64, 511)     # (short: as before)
+    with pytest.raises(ValueError, match="allowed"):
+        row_model.odd_row_values("cast", 4095)
     with pytest.raises(ValueError, match="does not fit in the registers"):
         row_model.row_plan(16, 65536)
     with pytest.raises(ValueError, match="dtype"):

@@ -98,7 +98,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
               plan: _rows.RowPlan | None = None, stage_few_passes: bool = True,
               odd_values: int | None = None, aligned_values: int | None = None,
-              align: bool = False, half_block_values: int | None = None) -> _rows.RowPlan:
+              align: bool = False, half_block_values: int | None = None,
+              element_values: int | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
@@ -106,7 +107,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
     ``align`` and ``aligned_values``: as there, whether an odd row may walk an aligned window
     (``rows.aligned_faster``) and the elements a thread of it holds; ``half_block_values``: as
-    there (512 threads instead of 1,024);
+    there (512 threads instead of 1,024); ``element_values``: as there, the elements a thread of an
+    odd row's element plan (``rows.odd_row_values``);
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -122,7 +124,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
                           stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values,
                           shared_per_sm=get_target(arch).smem_per_sm, aligned_values=aligned_values,
-                          align=align, half_block_values=half_block_values)
+                          align=align, half_block_values=half_block_values, element_values=element_values)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
@@ -199,7 +201,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan,
-                     align=_rows.aligned_faster("rmsnorm", cols))
+                     align=_rows.aligned_faster("rmsnorm", cols), element_values=_rows.odd_row_values("rmsnorm", cols))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))
@@ -219,7 +221,8 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
     # 28,672 f16 that spills on one block takes two staged parts instead
     plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan,
-                     align=_rows.aligned_faster("add_rmsnorm", cols))
+                     align=_rows.aligned_faster("add_rmsnorm", cols),
+                     element_values=_rows.odd_row_values("add_rmsnorm", cols))
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -243,10 +246,13 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
     # odd rows: in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes)
     # (an aligned window, RowPlan.aligned, where it measured faster: rows.aligned_faster; 24
-    # elements of it a thread on 256 or 512 threads, no spills; 32 spilled 12-156 bytes, f32 16 48)
+    # elements of it a thread, no spills for sm_90a, 8-24 bytes for sm_80 at 20,481 and 24,569
+    # columns, which take 16; 32 spilled 12-156 bytes, f32 16 48)
+    window = 12 if dtype == "f32" else 24 if get_target(arch).has_clusters else 16
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan, odd_values=20, aligned_values=12 if dtype == "f32" else 24,
-                     align=_rows.aligned_faster("layernorm", cols))
+                     what="layernorm", plan=plan, odd_values=20, aligned_values=window,
+                     align=_rows.aligned_faster("layernorm", cols),
+                     element_values=_rows.odd_row_values("layernorm", cols))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

@@ -106,6 +106,29 @@ VALUES_IN_REGISTERS = {2: 40, 4: 32}
 # 32,767 columns), 24 f32 RMSNorm (24 bytes), 20 f32 add + RMSNorm (64 bytes); LayerNorm takes
 # fewer (norms.layernorm)
 ALIGNED_VALUES = {2: 28, 4: 16}
+# elements a thread of an odd 16-bit row's element plan on one block, by recipe: rows of up to
+# 2,048, up to 4,096 and longer columns (row_plan's element_values; it was 4, on up to 1,024
+# threads).  Measured on an H100 (bf16, bench/row_plans.py, TB/s against the plan of 4 a thread):
+# softmax 32768 x 1023 2.66 on 128 threads x 8 (2.21), 16384 x 2047 2.64 on 256 x 8 (1.96),
+# 8192 x 4095 2.38 on 256 x 16 (1.37), 4096 x 8191 2.08 on 256 x 32 (1.88), 2048 x 16383 1.73 on
+# 512 x 32 (1.35); causal softmax 2.59, 2.59, 2.75, 3.19, 2.97 (2.19, 1.97, 1.43, 2.09, 2.00);
+# LayerNorm at 16 a thread 2.25 (64 threads), 2.17, 2.02, 1.83 (512), 1.28 (1,024) against 1.81,
+# 1.57, 0.89, 1.20, 1.28 (32 a thread spilled 40 bytes); RMSNorm 2.50 at 4 a thread over 1,023
+# (2.40 at 8), 2.26 at 8 over 2,047, 2.10 at 16 over 4,095 (1.70); add + RMSNorm 2.76 and 2.71 at 4
+# over 1,023 and 2,047 (2.62, 2.52 at 8), and 32 a thread spilled it and RMSNorm
+ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm": (16, 16, 16),
+                  "softmax": (8, 16, 32), "causal": (8, 16, 32)}
+
+
+def odd_row_values(op: str, cols: int) -> int:
+    """Elements a thread of recipe ``op``'s element plan for an odd 16-bit row of ``cols``
+    columns (``ODD_ROW_VALUES``; ``row_plan(element_values=)``)."""
+    if op not in ODD_ROW_VALUES:
+        raise ValueError(f"odd_row_values: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
+    short, mid, long = ODD_ROW_VALUES[op]
+    return short if cols <= 2048 else mid if cols <= 4096 else long
+
+
 # the shortest odd row an aligned window (RowPlan.aligned) serves faster than element accesses.
 # Measured on an H100 (bf16, bench/rows.py, against the element plans): RMSNorm 0.72-0.94 of the
 # time from 4,095 to 24,569 columns, add + RMSNorm 0.66-0.90 from 8,191 (1.00-1.14 at 4,095),
@@ -113,12 +136,14 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # window more than a power of two of vectors: a pass of 129 or 257 threads' vectors on 256 or
 # 512, where the element plans keep every thread busy)
 ALIGN_FROM = 4000
-# LayerNorm and causal softmax only up to these: on plans of 256 threads.  LayerNorm with 24
-# elements of the window a thread: 0.63-0.76 of the element plans' time from 4,095 to 6,001
-# columns (256 threads); at 8,191 (512 threads) 0.80-0.88, but the f16 kernel spilled 16 bytes;
-# 1.08-1.18 on 1,024 threads (12,289, 16,383); causal softmax 0.70-0.77 from 4,095 to 6,001,
-# 1.08-1.10 at 8,191
-ALIGN_UPTO = {"layernorm": 6144, "causal": 6144}
+# Against the element plans of ODD_ROW_VALUES (bench/row_plans.py, bf16, TB/s window / elements):
+# add + RMSNorm 2.44 / 2.11 at 4,095, 2.35 / 2.07 at 8,191, 2.16 / 1.94 at 16,383, 2.66 / 1.52 at
+# 24,569; RMSNorm 1.89 / 2.10, 1.84 / 1.79, 1.58 / 1.35, 2.14 / 1.33; softmax 1.94 / 2.38, 1.77 /
+# 2.08, 1.42 / 1.73, 2.03 / 1.49; LayerNorm 1.18 / 2.02, 1.37 / 1.83, 1.09 / 1.28, 1.50 / 1.32;
+# causal softmax 1.96 / 2.75, 1.92 / 3.19, 1.56 / 2.97, 1.94 / 2.07: the windows from these
+# lengths on (None: never)
+ALIGN_FROM_BY_OP = {"add_rmsnorm": ALIGN_FROM, "rmsnorm": 12000, "softmax": 20000, "layernorm": 20000,
+                    "causal": None}
 # elements of a 16-bit row a thread of a causal softmax holds on 512 threads instead of 1,024
 # (row_plan's half_block_values).  Measured on an H100 (bench/row_plans.py): 16384 x 20,480 bf16
 # 4.12 TB/s on 512 threads x 40 against 2.52 on 1,024 x 24 (f16 4.09 against 2.47), 16384 x
@@ -130,11 +155,13 @@ CAUSAL_VALUES = 48
 
 def aligned_faster(op: str, cols: int) -> bool:
     """Whether an odd row of ``cols`` columns takes an aligned window (``row_plan(align=True)``)
-    in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``): as
-    measured, from ``ALIGN_FROM`` columns, up to ``ALIGN_UPTO`` for LayerNorm and causal softmax."""
-    if op not in ("rmsnorm", "add_rmsnorm", "softmax", "causal", "layernorm"):
-        raise ValueError(f"aligned_faster: op={op!r}; allowed: rmsnorm, add_rmsnorm, softmax, causal, layernorm")
-    return ALIGN_FROM <= cols <= ALIGN_UPTO.get(op, cols)
+    in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``) rather
+    than the element plan of ``odd_row_values``: as measured, from ``ALIGN_FROM_BY_OP[op]``
+    columns."""
+    if op not in ALIGN_FROM_BY_OP:
+        raise ValueError(f"aligned_faster: op={op!r}; allowed: {', '.join(ALIGN_FROM_BY_OP)}")
+    start = ALIGN_FROM_BY_OP[op]
+    return start is not None and cols >= start
 
 
 @attrs.frozen
@@ -186,7 +213,8 @@ def _pow2_at_least(n: int) -> int:
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
-             aligned_values: int | None = None, half_block_values: int | None = None) -> RowPlan:
+             aligned_values: int | None = None, half_block_values: int | None = None,
+             element_values: int | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -206,7 +234,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ask for it where it measured faster (``aligned_faster``); ``half_block_values``: a row that one
     block would hold on 1,024 threads in fewer than four passes takes 512 threads instead (two
     blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
-    ``CAUSAL_VALUES``)."""
+    ``CAUSAL_VALUES``); ``element_values``: an odd 16-bit row of more than 1,000 elements that one
+    block holds element by element takes as few threads as hold it at about this many elements
+    a thread (the recipes ask for ``odd_row_values``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -271,6 +301,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
     plan = _one_block(rows, vectors, vec, MAX_THREADS)
+    if element_values and vec * eb == 2 and vectors > 1000:
+        # an odd 16-bit row, element by element: more elements a thread on fewer threads (more
+        # blocks an SM) than a row of vectors takes (odd_row_values)
+        lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // element_values)))
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), 1)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):
         # a row one block of 1024 threads holds in fewer than four passes, or with its last pass
