@@ -201,7 +201,9 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan,
-                     align=_rows.aligned_faster("rmsnorm", cols), element_values=_rows.odd_row_values("rmsnorm", cols))
+                     align=_rows.aligned_faster("rmsnorm", cols, clusters=get_target(arch).has_clusters),
+                     element_values=_rows.odd_row_values("rmsnorm", cols),
+                     odd_values=_rows.STAGED_ODD_VALUES["rmsnorm"] if get_target(arch).has_clusters else None)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))

@@ -141,9 +141,17 @@ ALIGN_FROM = 4000
 # 24,569; RMSNorm 1.89 / 2.10, 1.84 / 1.79, 1.58 / 1.35, 2.14 / 1.33; softmax 1.94 / 2.38, 1.77 /
 # 2.08, 1.42 / 1.73, 2.03 / 1.49; LayerNorm 1.18 / 2.02, 1.37 / 1.83, 1.09 / 1.28, 1.50 / 1.32;
 # causal softmax 1.96 / 2.75, 1.92 / 3.19, 1.56 / 2.97, 1.94 / 2.07: the windows from these
-# lengths on (None: never)
+# lengths on (None: never).  With clusters (sm_90a) RMSNorm's odd rows of 8,193 to 22,000 columns
+# wait in shared memory on clusters of two instead (STAGED_ODD_VALUES): 1.82, 1.92, 1.99 TB/s at
+# 12,289, 16,383, 20,481 against 1.52, 1.58, 1.89 in windows; at 24,569 1.67 against 2.14
 ALIGN_FROM_BY_OP = {"add_rmsnorm": ALIGN_FROM, "rmsnorm": 12000, "softmax": 20000, "layernorm": 20000,
                     "causal": None}
+ALIGN_FROM_WITH_CLUSTERS = {"rmsnorm": 22000}
+# elements a thread of one block from which RMSNorm's odd rows wait in shared memory on a cluster
+# (row_plan's odd_values, sm_90a; the others keep ODD_VALUES): softmax 1.66 / 1.40, 1.71 / 1.76,
+# 1.73 / 1.78 TB/s staged / its plan at 12,289, 16,383, 20,481; LayerNorm 1.16 / 1.26, 1.33 /
+# 1.27, 1.30 / 1.39; add + RMSNorm 2.02 / 2.02, 1.99 / 2.16, 1.96 / 2.25
+STAGED_ODD_VALUES = {"rmsnorm": 8}
 # elements of a 16-bit row a thread of a causal softmax holds on 512 threads instead of 1,024
 # (row_plan's half_block_values).  Measured on an H100 (bench/row_plans.py): 16384 x 20,480 bf16
 # 4.12 TB/s on 512 threads x 40 against 2.52 on 1,024 x 24 (f16 4.09 against 2.47), 16384 x
@@ -153,14 +161,15 @@ ALIGN_FROM_BY_OP = {"add_rmsnorm": ALIGN_FROM, "rmsnorm": 12000, "softmax": 2000
 CAUSAL_VALUES = 48
 
 
-def aligned_faster(op: str, cols: int) -> bool:
+def aligned_faster(op: str, cols: int, clusters: bool = False) -> bool:
     """Whether an odd row of ``cols`` columns takes an aligned window (``row_plan(align=True)``)
     in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``) rather
     than the element plan of ``odd_row_values``: as measured, from ``ALIGN_FROM_BY_OP[op]``
-    columns."""
+    columns (``ALIGN_FROM_WITH_CLUSTERS[op]`` on a target with ``clusters``, whose staged
+    cluster plans come first)."""
     if op not in ALIGN_FROM_BY_OP:
         raise ValueError(f"aligned_faster: op={op!r}; allowed: {', '.join(ALIGN_FROM_BY_OP)}")
-    start = ALIGN_FROM_BY_OP[op]
+    start = ALIGN_FROM_WITH_CLUSTERS.get(op, ALIGN_FROM_BY_OP[op]) if clusters else ALIGN_FROM_BY_OP[op]
     return start is not None and cols >= start
 
 
