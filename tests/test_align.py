@@ -115,34 +115,22 @@ def _prog(R=5, C=1001):
     return sched, prog, feed
 
 
-def test_an_edge_vector_read_whole_is_out_of_bounds():
-    # the last row ends 5·1001 = 5005 elements in, inside a vector: read whole, it passes the
-    # tensor's end
+@pytest.mark.parametrize("atom, match", [("ld_global_16", "outside|bounds|past"), ("st_global_2", "out-of-bounds write")],
+                         ids=["edge-vector-read-whole", "edge-element-stored-unpredicated"])
+def test_planted_edge_hazards_are_caught(atom, match):
+    # the last row ends 5·1001 = 5005 elements in, inside a vector: its edge vector read whole, or
+    # its edge elements stored without their predicates, pass the tensor's end (the other rows'
+    # would overwrite their neighbours')
     _, prog, feed = _prog()
-    run_program(prog, dict(feed))
+    run_program(prog, dict(feed))                   # the unplanted kernel runs clean
 
-    def whole(s):
-        if isinstance(s, ir.AtomCall) and s.atom.name.startswith("ld_global_16"):
+    def unpredicated(s):
+        if isinstance(s, ir.AtomCall) and s.atom.name.startswith(atom):
             return attrs.evolve(s, pred=1)
         return s
 
-    with pytest.raises(HazardError, match="outside|bounds|past"):
-        run_program(planted(prog, whole), dict(feed))
-
-
-def test_an_edge_element_stored_unpredicated_is_caught():
-    # the last row's edge elements, stored without their predicates, land past the tensor (the
-    # other rows' overwrite their neighbours': the result then differs)
-    sched, prog, feed = _prog()
-    run_program(prog, dict(feed))
-
-    def spill(s):
-        if isinstance(s, ir.AtomCall) and s.atom.name.startswith("st_global_2"):
-            return attrs.evolve(s, pred=1)
-        return s
-
-    with pytest.raises(HazardError, match="out-of-bounds write"):
-        run_program(planted(prog, spill), dict(feed))
+    with pytest.raises(HazardError, match=match):
+        run_program(planted(prog, unpredicated), dict(feed))
 
 
 def test_align_refusals_name_the_fix():
