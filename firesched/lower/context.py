@@ -4,7 +4,8 @@ A rule turns one node of the schedule tree into kernel-IR statements.  It needs 
 tiles of its operands sit (``origin``: a coordinate expression per dimension, absolute for global
 tensors, relative to the tile the tensor was created for — its *frame* — for shared and register
 tensors), how far a global tensor extends from there (``limit``: what predicates the edges of
-partial tiles), which pipeline stage a staged shared tensor is in (``stage``), what the loop
+partial tiles; ``low``: where it starts, in a row's aligned window that begins before it), which
+pipeline stage a staged shared tensor is in (``stage``), what the loop
 variables mapped onto units stand for (``vars``), which threads execute the code (``scope``), and
 which part of a pipelined loop is being emitted (``part``: the producer's copies, the consumers'
 work, or both).

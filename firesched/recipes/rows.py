@@ -5,10 +5,10 @@ A row-wise kernel only moves bytes: each element is read once and written once, 
 aims at three things, in this order —
 
 * **16-byte accesses**: ``vec`` elements per access (8 for fp16/bf16), the largest power of two
-  that divides the row (a row of odd length takes element accesses, or — ``align=True``, which
-  RMSNorm, add + RMSNorm and softmax ask for from ``ALIGN_FROM`` columns — 16-byte accesses of a
-  window that starts at the aligned vector holding the row's first element: ``RowPlan.aligned``,
-  ``strategies.align``);
+  that divides the row (an odd row of a 16-bit type takes element accesses, 4 to 32 a thread on
+  as few threads as hold it: ``odd_row_values``; or, where that measured slower, ``align=True``
+  — ``aligned_faster`` — 16-byte accesses of a window that starts at the aligned vector holding
+  the row's first element: ``RowPlan.aligned``, ``strategies.align``);
 * **the row stays in registers** between the statistics and the output: each thread holds
   ``vec * reps`` elements of its row, up to 40 of a 16-bit type (32 of f32:
   ``VALUES_IN_REGISTERS``), so a block of up to 1024 threads holds rows of up to 40,960 elements
@@ -39,7 +39,8 @@ aims at three things, in this order —
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
-      4,095         256     8     3        1          256, aligned (rmsnorm, softmax: a window of 513 vectors)
+      4,095         256     1    16        1          256, element by element (layernorm: 16 a thread); add +
+                                                         rmsnorm: an aligned window of 513 vectors, 256 x 3
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
                                                          copied element by element, 8 loads in flight)
 

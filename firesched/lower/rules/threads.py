@@ -106,7 +106,9 @@ def _reg_of(lw: Lowerer, tile) -> ir.RegBuffer:
 def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str, skip=None) -> list:
     """Load (``write=False``) or store the thread's ``tile`` of a global or shared tensor from / to
     ``regs[0 ..]`` in the tensor's storage order (``reg_index``), with the widest vectors the
-    layout allows.  ``skip`` (a causal mask, for a load from global memory): a vector whose first
+    layout allows; in an aligned window (``align``: a lower limit along the row) the widest
+    vectors the flat offset's alignment allows, the row's edge vectors element by element
+    (``window_access``).  ``skip`` (a causal mask, for a load from global memory): a vector whose first
     element it masks is masked whole and is not loaded (its registers are overwritten by the
     mask)."""
     t = tile.tensor
@@ -420,10 +422,10 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
     # lie in the row
     ends = None
     if low:
-        ends = land(*[p for e in (elements(src)[0], elements(src)[-1])
-                      for p in (lt(so[d] + e.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim)],
-                    *[ge(so[d] + e.get(d, 0), low[d]) for e in (elements(src)[0],) for d in src.tensor.storage_dims
-                      if d in low])
+        head, tail = elements(src)[0], elements(src)[-1]
+        ends = land(*[lt(so[d] + e.get(d, 0), lim[d]) for e in (head, tail) for d in src.tensor.storage_dims
+                      if d in lim],
+                    *[ge(so[d] + head.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
     if m is None:
         stmts += _window_split(ends, [f for f, _ in folds], guarded(folds))
     else:
