@@ -87,7 +87,7 @@ def main(argv=None) -> None:
     extra = {"causal": True} if args.op == "softmax_causal" else {}
     if args.tuple_stats != "default" and kind in ("softmax", "layernorm"):
         extra["tuple_stats"] = args.tuple_stats == "on"
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
     nbytes = bytes_moved(args.op, R, C, dt.itemsize)
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
     sets = [(_inputs(torch, args.op, R, C, dt), _outputs(torch, args.op, R, C, dt)) for _ in range(nsets)]

@@ -151,7 +151,7 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
 
 def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
             other=None) -> dict:
-    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a")
     ko = other.compile(_recipe(op, exchange, other)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a") \

@@ -197,6 +197,20 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(64, 511, element_values=16) == row_model.row_plan(64, 511)     # (short: as before)
     with pytest.raises(ValueError, match="allowed"):
         row_model.odd_row_values("cast", 4095)
+    # rows of 4-byte accesses: 16-bit pairs (LayerNorm, softmax) and odd f32 rows, from 4,000 columns
+    assert row_model.odd_row_values("layernorm", 8190, "bf16") == 32 and row_model.odd_row_values("rmsnorm", 8190) is None
+    assert row_model.odd_row_values("softmax", 4095, "f32") == 16 and row_model.odd_row_values("softmax", 2047, "f32") is None
+    assert row_model.row_plan(64, 8190, "bf16", element_values=32) == row_model.RowPlan(256, 2, 16, 1)
+
+
+@pytest.mark.parametrize("kind, cols, dt", [("layernorm", 4094, "bf16"), ("softmax", 4094, "f16"), ("rmsnorm", 4095, "f32"),
+                                            ("layernorm", 4097, "f32"), ("softmax", 4095, "f32")])
+def test_rows_of_narrow_accesses_match_numpy(kind, cols, dt):
+    # the plans of 4-byte accesses on few threads (rows.odd_row_values) against numpy
+    plan = row_model.row_plan(3, cols, dt, element_values=row_model.odd_row_values(kind, cols, dt))
+    assert plan.lanes <= 512 and plan.reps * plan.vec >= 8
+    sched = getattr(recipes, kind)(3, cols, dtype=dt, arch="sm_90a")
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     with pytest.raises(ValueError, match="does not fit in the registers"):
         row_model.row_plan(16, 65536)
     with pytest.raises(ValueError, match="dtype"):

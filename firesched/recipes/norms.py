@@ -202,7 +202,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     check_args("rmsnorm", rows, cols, dtype, arch)
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan,
                      align=_rows.aligned_faster("rmsnorm", cols, clusters=get_target(arch).has_clusters),
-                     element_values=_rows.odd_row_values("rmsnorm", cols),
+                     element_values=_rows.odd_row_values("rmsnorm", cols, dtype),
                      odd_values=_rows.STAGED_ODD_VALUES["rmsnorm"] if get_target(arch).has_clusters else None)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
@@ -222,9 +222,13 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     # On clusters the sum may wait in shared memory as the other rows do: it measured within 2 %
     # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
     # 28,672 f16 that spills on one block takes two staged parts instead
+    # rows of 2-element accesses (16-bit, 2 mod 4 columns) wait in shared memory from 16,384
+    # elements (8,192 pairs a block): in registers the f16 kernel spilled 32-120 bytes from 20,482
+    # columns (sm_90a and sm_80)
+    pairs = dtype != "f32" and cols % 4 == 2
     plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan,
                      align=_rows.aligned_faster("add_rmsnorm", cols),
-                     element_values=_rows.odd_row_values("add_rmsnorm", cols))
+                     element_values=_rows.odd_row_values("add_rmsnorm", cols, dtype), odd_values=8 if pairs else None)
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -254,7 +258,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
                      what="layernorm", plan=plan, odd_values=20, aligned_values=window,
                      align=_rows.aligned_faster("layernorm", cols),
-                     element_values=_rows.odd_row_values("layernorm", cols))
+                     element_values=_rows.odd_row_values("layernorm", cols, dtype))
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

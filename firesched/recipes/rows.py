@@ -121,13 +121,36 @@ ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm
                   "softmax": (8, 16, 32), "causal": (8, 16, 32)}
 
 
-def odd_row_values(op: str, cols: int) -> int:
-    """Elements a thread of recipe ``op``'s element plan for an odd 16-bit row of ``cols``
-    columns (``ODD_ROW_VALUES``; ``row_plan(element_values=)``)."""
+# the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
+# columns (pairs) and an odd f32 row (elements), from 4,000 columns, where measured (bf16 and f32,
+# bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
+# 2.69 on 256 threads x 16 (2.41), 4096 x 8190 2.52 on 256 x 32 (1.43); softmax 2.81 (2.70), 2.69
+# (2.23); RMSNorm's 2.79 and 2.45 stay (16 and 32 a thread: 2.45, 1.91).  f32, 16 a thread: RMSNorm
+# 8192 x 4095 2.66 (2.58), 4096 x 8191 2.65 (1.78); LayerNorm 2.79 (1.47), 2.76 (2.08); softmax 2.88
+# (2.28), 2.76 (2.76)
+PAIR_ROW_VALUES = {"layernorm": (16, 32), "softmax": (16, 32)}
+F32_ODD_ROW_VALUES = {"rmsnorm": 16, "layernorm": 16, "softmax": 16}
+
+
+def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
+    """Elements a thread of recipe ``op``'s element plan for a row of ``cols`` columns of
+    ``dtype`` whose accesses are narrower than 8 bytes (``ODD_ROW_VALUES`` for an odd 16-bit row,
+    ``PAIR_ROW_VALUES`` and ``F32_ODD_ROW_VALUES`` for 4-byte accesses; ``row_plan(element_values=)``),
+    or None: the plan's own."""
     if op not in ODD_ROW_VALUES:
         raise ValueError(f"odd_row_values: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
-    short, mid, long = ODD_ROW_VALUES[op]
-    return short if cols <= 2048 else mid if cols <= 4096 else long
+    eb = max(1, _dtype(dtype).bits // 8)
+    if eb == 2 and cols % 2:
+        short, mid, long = ODD_ROW_VALUES[op]
+        return short if cols <= 2048 else mid if cols <= 4096 else long
+    if cols < ALIGN_FROM:
+        return None
+    if eb == 2 and cols % 4 == 2 and op in PAIR_ROW_VALUES:
+        mid, long = PAIR_ROW_VALUES[op]
+        return mid if cols <= 4096 else long
+    if eb == 4 and cols % 2 and op in F32_ODD_ROW_VALUES:
+        return F32_ODD_ROW_VALUES[op]
+    return None
 
 
 # the shortest odd row an aligned window (RowPlan.aligned) serves faster than element accesses.
@@ -244,9 +267,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ask for it where it measured faster (``aligned_faster``); ``half_block_values``: a row that one
     block would hold on 1,024 threads in fewer than four passes takes 512 threads instead (two
     blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
-    ``CAUSAL_VALUES``); ``element_values``: an odd 16-bit row of more than 1,000 elements that one
-    block holds element by element takes as few threads as hold it at about this many elements
-    a thread (the recipes ask for ``odd_row_values``)."""
+    ``CAUSAL_VALUES``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
+    4 bytes that one block holds takes as few threads as hold it at about this many elements a
+    thread (the recipes ask for ``odd_row_values``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -311,10 +334,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
     plan = _one_block(rows, vectors, vec, MAX_THREADS)
-    if element_values and vec * eb == 2 and vectors > 1000:
-        # an odd 16-bit row, element by element: more elements a thread on fewer threads (more
-        # blocks an SM) than a row of vectors takes (odd_row_values)
-        lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // element_values)))
+    if element_values and vec * eb <= 4 and vectors * vec > 1000:
+        # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
+        # SM) than a row of 16-byte vectors takes (odd_row_values)
+        lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // max(1, element_values // vec))))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), 1)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):

@@ -13,7 +13,7 @@ import firesched as fs
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
-TDT = {"f16": torch.float16, "bf16": torch.bfloat16}
+TDT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
 
 
 def _run(op, rows, cols, dtype, magnitude=1.0, shift=0.0, exchange="barrier", arch="sm_90a", plan=None):
@@ -139,6 +139,15 @@ def test_aligned_rows(op, shift, rows, cols, dtype):
     plan = fs.recipes.rows.row_plan(rows, cols, dtype, align=True, aligned_values=16 if op == "layernorm" else None)
     assert plan.aligned or (op == "layernorm" and cols > 16376)
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, plan=plan)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols, dtype", [(9, 4094, "bf16"), (5, 8190, "f16"), (7, 4095, "f32"), (3, 8191, "f32"),
+                                               (2, 20482, "f16"), (9, 1023, "bf16"), (5, 2047, "f16")])
+def test_rows_of_narrow_accesses(op, rows, cols, dtype):
+    # rows of 2- or 4-byte accesses on as few threads as hold them at 8-32 elements a thread
+    # (rows.odd_row_values); add + RMSNorm's f16 pairs from 16,384 elements in shared memory
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op == "softmax" else 0.0)
 
 
 @pytest.mark.parametrize("rows, cols, aligned", [(64, 65536, False), (9, 50000, False), (40, 4096, False),
