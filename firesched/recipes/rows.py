@@ -127,8 +127,10 @@ ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm
 # 2.69 on 256 threads x 16 (2.41), 4096 x 8190 2.52 on 256 x 32 (1.43); softmax 2.81 (2.70), 2.69
 # (2.23); RMSNorm's 2.79 and 2.45 stay (16 and 32 a thread: 2.45, 1.91).  f32, 16 a thread: RMSNorm
 # 8192 x 4095 2.66 (2.58), 4096 x 8191 2.65 (1.78); LayerNorm 2.79 (1.47), 2.76 (2.08); softmax 2.88
-# (2.28), 2.76 (2.76)
-PAIR_ROW_VALUES = {"layernorm": (16, 32), "softmax": (16, 32)}
+# (2.28), 2.76 (2.76).  Softmax's pairs up to 48 a thread (512 threads, two blocks an SM, where
+# 1,024 threads would take the row): 2048 x 20482 2.26 on 512 x 42 against 1.73 on 1,024 x 20,
+# 2048 x 24574 2.26 on 512 x 48 against 1.96 (LayerNorm at 40 spilled 56 bytes)
+PAIR_ROW_VALUES = {"layernorm": (16, 32), "softmax": (16, 48)}
 F32_ODD_ROW_VALUES = {"rmsnorm": 16, "layernorm": 16, "softmax": 16}
 
 
@@ -339,6 +341,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # SM) than a row of 16-byte vectors takes (odd_row_values)
         lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // max(1, element_values // vec))))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), 1)
+        max_values = max(max_values, element_values)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):
         # a row one block of 1024 threads holds in fewer than four passes, or with its last pass
