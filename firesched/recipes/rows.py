@@ -119,10 +119,8 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # over 1,023 and 2,047 (2.62, 2.52 at 8), and 32 a thread spilled it and RMSNorm
 ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm": (16, 16, 16),
                   "softmax": (8, 16, 32), "causal": (8, 16, 32)}
-
-
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
-# columns (pairs) and an odd f32 row (elements), from 4,000 columns, where measured (bf16 and f32,
+# columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
 # bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
 # 2.69 on 256 threads x 16 (2.41), 4096 x 8190 2.52 on 256 x 32 (1.43); softmax 2.81 (2.70), 2.69
 # (2.23); RMSNorm's 2.79 and 2.45 stay (16 and 32 a thread: 2.45, 1.91).  f32, 16 a thread: RMSNorm
@@ -132,6 +130,7 @@ ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm
 # 2048 x 24574 2.26 on 512 x 48 against 1.96 (LayerNorm at 40 spilled 56 bytes)
 PAIR_ROW_VALUES = {"layernorm": (16, 32), "softmax": (16, 48)}
 F32_ODD_ROW_VALUES = {"rmsnorm": 16, "layernorm": 16, "softmax": 16}
+NARROW_FROM = 4000
 
 
 def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
@@ -145,7 +144,7 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
     if eb == 2 and cols % 2:
         short, mid, long = ODD_ROW_VALUES[op]
         return short if cols <= 2048 else mid if cols <= 4096 else long
-    if cols < ALIGN_FROM:
+    if cols < NARROW_FROM:
         return None
     if eb == 2 and cols % 4 == 2 and op in PAIR_ROW_VALUES:
         mid, long = PAIR_ROW_VALUES[op]
@@ -155,9 +154,9 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
     return None
 
 
-# the shortest odd row an aligned window (RowPlan.aligned) serves faster than element accesses.
-# Measured on an H100 (bf16, bench/rows.py, against the element plans): RMSNorm 0.72-0.94 of the
-# time from 4,095 to 24,569 columns, add + RMSNorm 0.66-0.90 from 8,191 (1.00-1.14 at 4,095),
+# the shortest odd row an aligned window (RowPlan.aligned) may serve.  Measured on an H100 (bf16,
+# bench/rows.py) against the element plans of 4 a thread that came before ODD_ROW_VALUES: RMSNorm
+# 0.72-0.94 of the time from 4,095 to 24,569 columns, add + RMSNorm 0.66-0.90 from 8,191,
 # softmax 0.65-0.96 but at 8,191 (0.99-1.08); 1,023 and 2,047 columns 1.08-1.82 for every op (one
 # window more than a power of two of vectors: a pass of 129 or 257 threads' vectors on 256 or
 # 512, where the element plans keep every thread busy)
