@@ -152,6 +152,24 @@ def test_align_refusals_name_the_fix():
         spec.schedule(tile(r=1) >> to_blocks() >> align(k=8))
 
 
+def test_an_aligned_cluster_plan_is_refused():
+    with pytest.raises(ValueError, match="cluster=1"):
+        fs.recipes.rmsnorm(4, 4095, dtype="f16", arch="sm_90a", plan=RowPlan(256, 8, 1, 1, cluster=2, part=2048,
+                                                                            aligned=True))
+
+
+def test_the_measured_choices_come_from_the_tile_model():
+    # the recipes take their aligned windows, element plans, half blocks and staged odd rows from
+    # one place (rows.measured_plan_args)
+    args = row_model.measured_plan_args
+    assert args("causal", 20480, "bf16", True)["half_block_values"] == row_model.CAUSAL_VALUES
+    assert args("add_rmsnorm", 20482, "f16", False)["odd_values"] == row_model.ADD_RMSNORM_STAGED_PAIRS
+    assert args("rmsnorm", 16383, "bf16", True)["odd_values"] == row_model.STAGED_ODD_VALUES["rmsnorm"]
+    assert "odd_values" not in args("rmsnorm", 16383, "bf16", False) and args("rmsnorm", 16383, "bf16", False)["align"]
+    with pytest.raises(ValueError, match="allowed"):
+        args("transpose", 4095, "bf16", True)
+
+
 def test_rows_of_different_strides_are_refused_at_check():
     # X is 1001 long, Z a transposed view would not be contiguous along c; two row tensors of
     # different lengths start at different phases

@@ -98,17 +98,16 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
               exchange: str | None = None, what: str = "plan_rows", stage: bool = True,
               plan: _rows.RowPlan | None = None, stage_few_passes: bool = True,
               odd_values: int | None = None, aligned_values: int | None = None,
-              align: bool = False, half_block_values: int | None = None,
-              element_values: int | None = None) -> _rows.RowPlan:
+              op: str | None = None) -> _rows.RowPlan:
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
     None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``,
     ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
-    ``align`` and ``aligned_values``: as there, whether an odd row may walk an aligned window
-    (``rows.aligned_faster``) and the elements a thread of it holds; ``half_block_values``: as
-    there (512 threads instead of 1,024); ``element_values``: as there, the elements a thread of an
-    odd row's element plan (``rows.odd_row_values``);
+    ``aligned_values``: as there, the elements a thread of an aligned window holds; ``op``: the
+    recipe (``rmsnorm``, ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) whose measured
+    choices to take (``rows.measured_plan_args``: aligned windows, element plans, half blocks, the
+    odd rows it stages; they replace ``odd_values`` where they name one);
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -121,10 +120,12 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
         if plan.cluster > 1 and not get_target(arch).has_clusters:
             raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
-    plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=get_target(arch).has_clusters,
-                          stage=stage, stage_few_passes=stage_few_passes, odd_values=odd_values,
-                          shared_per_sm=get_target(arch).smem_per_sm, aligned_values=aligned_values,
-                          align=align, half_block_values=half_block_values, element_values=element_values)
+    clusters = get_target(arch).has_clusters
+    measured = _rows.measured_plan_args(op, cols, dtype, clusters) if op is not None else {}
+    measured.setdefault("odd_values", odd_values)
+    plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=clusters, stage=stage,
+                          stage_few_passes=stage_few_passes, shared_per_sm=get_target(arch).smem_per_sm,
+                          aligned_values=aligned_values, **measured)
     return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
 
 
@@ -200,10 +201,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``exchange="push"`` combines a row split over a cluster with ``st.async`` pushes instead of
     ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan,
-                     align=_rows.aligned_faster("rmsnorm", cols, clusters=get_target(arch).has_clusters),
-                     element_values=_rows.odd_row_values("rmsnorm", cols, dtype),
-                     odd_values=_rows.STAGED_ODD_VALUES["rmsnorm"] if get_target(arch).has_clusters else None)
+    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan, op="rmsnorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))
@@ -222,13 +220,8 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     # On clusters the sum may wait in shared memory as the other rows do: it measured within 2 %
     # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
     # 28,672 f16 that spills on one block takes two staged parts instead
-    # rows of 2-element accesses (16-bit, 2 mod 4 columns) wait in shared memory from 16,384
-    # elements (8,192 pairs a block): in registers the f16 kernel spilled 32-120 bytes from 20,482
-    # columns (sm_90a and sm_80)
-    pairs = dtype != "f32" and cols % 4 == 2
     plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan,
-                     align=_rows.aligned_faster("add_rmsnorm", cols),
-                     element_values=_rows.odd_row_values("add_rmsnorm", cols, dtype), odd_values=8 if pairs else None)
+                     op="add_rmsnorm")
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -256,9 +249,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     # columns, which take 16; 32 spilled 12-156 bytes, f32 16 48)
     window = 12 if dtype == "f32" else 24 if get_target(arch).has_clusters else 16
     plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan, odd_values=20, aligned_values=window,
-                     align=_rows.aligned_faster("layernorm", cols),
-                     element_values=_rows.odd_row_values("layernorm", cols, dtype))
+                     what="layernorm", plan=plan, odd_values=20, aligned_values=window, op="layernorm")
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

@@ -186,6 +186,30 @@ STAGED_ODD_VALUES = {"rmsnorm": 8}
 CAUSAL_VALUES = 48
 
 
+# 16-bit rows of 2 mod 4 columns (pairs) in add + RMSNorm wait in shared memory from this many
+# pairs a thread of one block (row_plan's odd_values): in registers the f16 kernel spilled 32-120
+# bytes a thread from 20,482 columns (sm_90a and sm_80)
+ADD_RMSNORM_STAGED_PAIRS = 8
+
+
+def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
+    """The ``row_plan`` arguments the measurements above choose for recipe ``op`` (``rmsnorm``,
+    ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
+    ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
+    ``element_values`` (``odd_row_values``), causal softmax's ``half_block_values``
+    (``CAUSAL_VALUES``), and the ``odd_values`` of RMSNorm's staged odd rows
+    (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``)."""
+    eb = max(1, _dtype(dtype).bits // 8)
+    args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype)}
+    if op == "causal" and eb == 2:
+        args["half_block_values"] = CAUSAL_VALUES
+    if op in STAGED_ODD_VALUES and clusters:
+        args["odd_values"] = STAGED_ODD_VALUES[op]
+    if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
+        args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
+    return args
+
+
 def aligned_faster(op: str, cols: int, clusters: bool = False) -> bool:
     """Whether an odd row of ``cols`` columns takes an aligned window (``row_plan(align=True)``)
     in recipe ``op`` (``rmsnorm``, ``add_rmsnorm``, ``softmax``, ``causal``, ``layernorm``) rather
@@ -447,7 +471,12 @@ def one_pass(plan: RowPlan) -> bool:
 def kernel_strategies(plan: RowPlan) -> list:
     """The block tiling of a row kernel: ``plan.rows`` rows per block, or each row split into
     ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster (``plan.rows``
-    rows' parts a block: a weight's part, loaded once, serves all of them)."""
+    rows' parts a block: a weight's part, loaded once, serves all of them); an ``aligned`` plan's
+    row walks the window of ``align(c=plan.vec)``."""
+    if plan.aligned and plan.cluster > 1:
+        raise ValueError(f"RowPlan(aligned=True, cluster={plan.cluster}): an aligned window is one block's whole row "
+                         "(each part of a cluster's row starts where the part before it ended); allowed: aligned=True "
+                         "with cluster=1, or aligned=False")
     if plan.cluster > 1:
         return [tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
                                                             exchange=plan.exchange)]

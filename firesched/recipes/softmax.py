@@ -62,9 +62,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     # an odd row one block holds stays in registers (rows.row_plan: faster than staged, no spills)
     plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan,
                      stage_few_passes=not causal, odd_values=_rows.VALUES_IN_REGISTERS[2],
-                     align=_rows.aligned_faster("causal" if causal else "softmax", cols),
-                     half_block_values=_rows.CAUSAL_VALUES if causal and dtype != "f32" else None,
-                     element_values=_rows.odd_row_values("causal" if causal else "softmax", cols, dtype))
+                     op="causal" if causal else "softmax")
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)

@@ -156,25 +156,24 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
                 break
     out = []
     for e in runs:
-        for j0 in range(0, n_c, max(v, window)):
+        if c in low and (window > 1 or (v == 1 and n_c > 1)):
+            # in the window: aligned vectors, or (an operand along the row only, a weight, which
+            # starts anywhere in it) the run's elements, unpredicated where all lie in the row
+            step = window if window > 1 else n_c
+            for j0 in range(0, n_c, step):
+                local = {**e, c: j0}
+                out += window_access(buf, t, {d: o[d] + local.get(d, 0) for d in t.dims}, step, regs,
+                                     reg_index(tile, local), write, what, lim, low, skip, aligned=window > 1)
+            continue
+        for j0 in range(0, n_c, v):
             local = {**e, c: j0}
             r0 = reg_index(tile, local)
             coord = {d: o[d] + local.get(d, 0) for d in t.dims}
             if t.memory == GL:
                 addr = ir.MemRef(buf, gl_offset(buf, t, coord))
-                pred = _inside(t, coord, lim, low)
-                if skip is not None and not write and skip.col == c and skip.row in coord:
-                    # the vector runs along the mask's columns: masked whole when its first
-                    # element is (row + diagonal < column), so a causal row reads its visible part only
-                    pred = land(pred, lt(coord[c], coord[skip.row] + skip.diagonal + 1))
-                if window > 1 or (c in low and v == 1 and n_c > 1 and j0 == 0):
-                    # (an operand along the row only, a weight, starts anywhere in the window: its
-                    # elements go one by one, unpredicated where all of them lie in the row)
-                    out += window_access(buf, t, coord, window if window > 1 else n_c, regs, r0, write, what, lim, low, skip,
-                                         aligned=window > 1)
-                    if window > 1:
-                        continue
-                    break
+                # (a causal load: the vector runs along the mask's columns, masked whole when its
+                # first element is, so a causal row reads its visible part only)
+                pred = land(_inside(t, coord, lim, low), _visible(skip, write, c, coord))
             else:
                 addr = ir.MemRef(buf, sh_offset(lw, tile, ctx, {d: o[d] + local.get(d, 0) for d in t.dims}))
                 pred = 1
@@ -182,6 +181,14 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
             args = (("dst", addr), ("src", ir.RegRef(regs, r0))) if write else (("dst", ir.RegRef(regs, r0)), ("src", addr))
             out.append(ir.AtomCall(atom, args, pred, comment=what))
     return out
+
+
+def _visible(skip, write: bool, c: str, coord: dict) -> IntExpr:
+    """For a load under causal mask ``skip`` along ``c``: whether the element at ``coord`` is
+    visible (row + diagonal >= column), else 1."""
+    if skip is None or write or skip.col != c or skip.row not in coord:
+        return 1
+    return lt(coord[c], coord[skip.row] + skip.diagonal + 1)
 
 
 def _inside(t, coord: dict, lim: dict, low: dict) -> IntExpr:
@@ -207,10 +214,8 @@ def window_access(buf, t, coord: dict, v: int, regs: ir.RegBuffer, r0: int, writ
     c = t.major
     eb = t.dtype.bits // 8
     first, last = dict(coord), {**coord, c: coord[c] + (v - 1)}
-    whole = land(_inside(t, first, lim, low), _inside(t, last, lim, low))
-    if skip is not None and not write and skip.col == c and skip.row in coord:
-        # a causal load reads no vector whose first element the mask hides
-        whole = land(whole, lt(coord[c], coord[skip.row] + skip.diagonal + 1))
+    # (a causal load reads no vector whose first element the mask hides)
+    whole = land(_inside(t, first, lim, low), _inside(t, last, lim, low), _visible(skip, write, c, coord))
     one = _copy("GL", write, eb)
 
     def call(atom, at, r, pred):
@@ -221,10 +226,7 @@ def window_access(buf, t, coord: dict, v: int, regs: ir.RegBuffer, r0: int, writ
     parts = []
     for j in range(v):
         at = {**coord, c: coord[c] + j}
-        pred = _inside(t, at, lim, low)
-        if skip is not None and not write and skip.col == c and skip.row in at:
-            pred = land(pred, lt(at[c], at[skip.row] + skip.diagonal + 1))
-        parts.append(call(one, at, r0 + j, pred))
+        parts.append(call(one, at, r0 + j, land(_inside(t, at, lim, low), _visible(skip, write, c, at))))
     if not aligned:
         inner = tuple(attrs.evolve(p, pred=1) for p in parts)
         if whole == 1:
