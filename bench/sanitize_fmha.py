@@ -1,11 +1,13 @@
 """Run ``recipes.fmha`` kernels once each (odd lengths, causal with seq_q != seq_kv, grouped-query
 heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
 the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
-by TMA in a persistent grid, and two blocks of one consumer warpgroup an SM), for compute-sanitizer:
+by TMA in a persistent grid, in a persistent grid whose consumers load Q and stage the output in
+its rows, and two blocks of one consumer warpgroup an SM), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
     compute-sanitizer --tool synccheck python bench/sanitize_fmha.py
+    compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py pingpong persistent   # those designs
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 ]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     import torch
+
+    only = set(sys.argv[1:] if argv is None else argv)
 
     designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [
         (c, w) for w in ("pingpong", "q_by_producer") for c in CASES if c[5] > 64]
@@ -37,7 +41,11 @@ def main() -> None:
                 ((4, 16, 16, 1100, 1100, 128, True), "q_by_producer")]
     # two blocks of one consumer warpgroup on each SM at once
     designs += [((4, 16, 16, 1100, 300, 128, True), "two_blocks"), ((1, 2, 1, 65, 129, 64, False), "two_blocks")]
+    # persistent blocks whose consumers load Q and stage each tile's output in its rows (TMA stores)
+    designs += [((4, 16, 16, 1100, 300, 128, False), "persistent"), ((2, 4, 2, 130, 77, 128, False), "persistent")]
     for (b, h, kvh, sq, skv, d, causal), design in designs:
+        if only and design not in only:
+            continue
         # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
         # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
         params = None
@@ -49,6 +57,9 @@ def main() -> None:
             # steps past each tile's diagonal pass through the key ring)
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True)
+        if design == "persistent":
+            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
+            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, persistent=True)
         if design == "two_blocks":
             params = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                                            warp_specialized=True, overlap=True, blocks_per_sm=2)

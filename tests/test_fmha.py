@@ -506,3 +506,93 @@ def test_the_mma_sync_design_takes_two_blocks_an_sm_too():
     check(1, 2, 100, 100, 64, causal=True, params=p)
     k = fs.compile(fs.recipes.fmha(1, 2, 100, 100, 64, dtype="f16", arch="sm_80", params=p), arch="sm_80")
     assert "__launch_bounds__(64, 2)" in k.source
+
+
+# ------------------------------------------------------------------ the output's TMA-store epilogue
+
+def _staged(persistent=False, q_by_producer=False):
+    """Head dim 128, two consumer warpgroups: the output goes through shared memory and TMA."""
+    return attrs.evolve(_turns(persistent=persistent, block_kv=64), q_by_producer=q_by_producer)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["a block a tile", "persistent"])
+def test_the_output_is_staged_in_the_query_rows_its_warpgroup_has_read(persistent):
+    """The TMA-store epilogue's staging borrows Q's bytes (``lower.rules.borrow``): each consumer
+    warpgroup writes its output tile into the 64 query rows it alone multiplied, so the kernel
+    takes no more shared memory than without it; odd lengths (the store drops rows past seq_q),
+    several tiles a block when persistent, against numpy."""
+    from firesched.hardware.target import target
+
+    tg = attrs.evolve(target("sm_90a"), sm_count=2)
+    sched = fs.recipes.fmha(1, 3, 300, 77, 128, params=_staged(persistent))
+    (k,) = sched.lower(tg).kernels
+    alias = {b.name: b.alias for b in k.shared}
+    assert alias["C_smem"] == "Q_smem"
+    assert k.shared_bytes == ir.shared_bytes([b for b in k.shared if b.name != "C_smem"])
+    assert any(isinstance(s, ir.AtomCall) and s.atom.name == "tma_store_5d" for s in ir_walk([k.body]))
+    q, kk, v = inputs(1, 3, 3, 300, 77, 128)
+    o = fs.interpret(sched, q, kk, v, target=tg)
+    ro, _ = reference(q, kk, v)
+    assert np.abs(o - ro).max() <= 2e-2 * max(1.0, np.abs(ro).max())
+
+
+def test_the_plan_stages_its_output_in_the_query_tile():
+    (k,) = fs.recipes.fmha(16, 16, 1024, 1024, 128, arch="sm_90a").lower("sm_90a").kernels
+    assert {b.name: b.alias for b in k.shared}.get("C_smem") == "Q_smem"
+
+
+@pytest.mark.parametrize("block_kv, stages, staged", [(128, 3, False), (64, 2, True)])
+def test_a_query_tile_the_producer_refills_is_not_borrowed(block_kv, stages, staged):
+    """With Q on the producer's tile ring the next tile's Q may land while the epilogue stores:
+    nothing is borrowed.  The staging takes bytes of its own where they fit beside the ring (64-key
+    stages); beside the plan's ring of three 128-key stages they do not, and the output is stored
+    from registers."""
+    p = attrs.evolve(_staged(persistent=True, q_by_producer=True), block_kv=block_kv, stages=stages)
+    (k,) = fs.recipes.fmha(1, 2, 200, 77, 128, params=p).lower("sm_90a").kernels
+    alias = {b.name: b.alias for b in k.shared}
+    assert alias.get("C_smem", None) == ("" if staged else None)
+    stores = {s.atom.name for s in ir_walk([k.body]) if isinstance(s, ir.AtomCall) and s.atom.kind == "Move"}
+    assert ("tma_store_5d" in stores) == staged
+    check(1, 2, 200, 77, 128, params=p)
+
+
+def _swap_warpgroup_rows(prog):
+    """``prog`` with each warpgroup's staging writes landing in the other's 64 query rows (its
+    TMA stores still read its own)."""
+    def swap(s):
+        if isinstance(s, ir.AtomCall) and any(n == "dst" and isinstance(a, ir.MemRef) and a.buffer.name == "C_smem"
+                                              for n, a in s.args):
+            return attrs.evolve(s, args=tuple(
+                (n, attrs.evolve(a, offset=a.offset + 4096 - (a.offset // 4096 % 2) * 8192) if n == "dst" else a)
+                for n, a in s.args))
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(swap(c) for c in s.body))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=swap(s.body))
+        if isinstance(s, ir.If):
+            return attrs.evolve(s, then=swap(s.then))
+        if isinstance(s, ir.Roles):
+            return ir.Roles(tuple(attrs.evolve(r, body=swap(r.body)) for r in s.roles))
+        return s
+
+    (k,) = prog.kernels
+    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=swap(k.body)),))
+
+
+@pytest.mark.parametrize("what", ["the refill waits for the stores", "each warpgroup its own rows"])
+def test_planted_staging_hazards_are_found(what):
+    from firesched.hardware.target import target
+
+    tg = attrs.evolve(target("sm_90a"), sm_count=2)
+    good = fs.recipes.fmha(1, 2, 200, 77, 128, params=_staged(persistent=True)).lower(tg)
+    q, kk, v = inputs(1, 2, 2, 200, 77, 128)
+    feed = {"Q": q, "K": kk, "V": v}
+    run_program(good, feed)
+    if what == "the refill waits for the stores":
+        bad = _drop_in_consumers(good, lambda s: isinstance(s, ir.If) and isinstance(s.then, ir.AtomCall)
+                                 and "next tile may refill" in s.then.comment)
+    else:
+        bad = _swap_warpgroup_rows(good)
+    assert bad != good
+    with pytest.raises(HazardError):
+        run_program(bad, feed)

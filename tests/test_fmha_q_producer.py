@@ -208,7 +208,8 @@ def test_the_producer_issues_q_and_the_consumers_do_not_copy():
     for prog, q_at in ((walking, 2), (single, 0)):
         roles = next(s for s in ir_walk([prog.kernels[0].body]) if isinstance(s, ir.Roles))
         prod, cons = roles.roles
-        copies = [s for s in ir_walk([cons.body]) if isinstance(s, ir.AtomCall) and s.atom.family in ("cp_async", "tma")]
+        copies = [s for s in ir_walk([cons.body]) if isinstance(s, ir.AtomCall) and s.atom.family in ("cp_async", "tma")
+                  and s.atom.dst_memory == "SH"]
         assert copies == []
         issued = [s for s in ir_walk([prod.body]) if isinstance(s, ir.AtomCall) and s.atom.family == "tma"]
         bars = [_bar_of_tma(s) for s in issued]

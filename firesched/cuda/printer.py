@@ -1072,7 +1072,8 @@ class _KernelPrinter:
             offsets = k.shared_offsets()
             for b in k.shared:
                 note = f", {b.note}" if b.note else ""
-                where = f"{b.name}: {b.dtype}[{b.size}] at byte {offsets[b.name]}{note}"
+                alias = f" (in {b.alias}'s bytes)" if b.alias else ""
+                where = f"{b.name}: {b.dtype}[{b.size}] at byte {offsets[b.name]}{alias}{note}"
                 if b.name not in self.used_shared:
                     decl += _comment(f"{where} (not addressed)")
                     continue

@@ -80,13 +80,20 @@ class GlobalBuffer:
 
 @attrs.frozen
 class SharedBuffer:
-    """A block's shared-memory array of ``size`` elements, aligned to ``align`` bytes."""
+    """A block's shared-memory array of ``size`` elements, aligned to ``align`` bytes.
+
+    ``alias``, where set, names another buffer of the kernel whose bytes this one occupies from
+    their start (same element type, at most its size): it takes no bytes of its own.  A rule
+    asks for that only where the other buffer is dead for the accesses it makes (an epilogue's
+    staging in operand rows the warpgroup has finished reading); the interpreter gives both names
+    the same elements and their access history, so a use that overlaps a live one is a hazard."""
 
     name: str
     dtype: DType
     size: int
     align: int = 128
     note: str = ""                    # e.g. "4 stages x 128x32, Sw<3,3,3>"
+    alias: str = attrs.field(default="", kw_only=True)
 
     @property
     def nbytes(self) -> int:
@@ -482,19 +489,28 @@ class Kernel:
         return shared_bytes(self.shared)
 
     def shared_offsets(self) -> dict[str, int]:
+        """Byte offset of each shared buffer: in order, each at its alignment; an alias at the
+        offset of the buffer it names."""
         off, out = 0, {}
         for b in self.shared:
+            if b.alias:
+                continue
             off = -(-off // b.align) * b.align
             out[b.name] = off
             off += b.nbytes
+        for b in self.shared:
+            if b.alias:
+                out[b.name] = out[b.alias]
         return out
 
 
 def shared_bytes(buffers) -> int:
-    """Bytes of shared memory ``buffers`` take when laid out in order, each at its alignment."""
+    """Bytes of shared memory ``buffers`` take when laid out in order, each at its alignment
+    (an alias takes none)."""
     off = 0
     for b in buffers:
-        off = -(-off // b.align) * b.align + b.nbytes
+        if not b.alias:
+            off = -(-off // b.align) * b.align + b.nbytes
     return off
 
 

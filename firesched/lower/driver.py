@@ -418,7 +418,8 @@ def check_resources(lw: Lowerer, block: Node, body) -> None:
     """What the launch asked for (``body``: the kernel's statements, whose register lifetimes
     give its register peak), against the target's limits."""
     kb, tgt = lw.kb, lw.target
-    smem = sum(b.nbytes for b in kb.shared.values()) + 128 * len(kb.shared)
+    own = [b for b in kb.shared.values() if not b.alias]
+    smem = sum(b.nbytes for b in own) + 128 * len(own)
     limit = tgt.smem_per_block_optin
     if smem > limit:
         parts = ", ".join(f"{b.name}: {b.nbytes} B" for b in kb.shared.values())

@@ -271,7 +271,15 @@ class Memory:
         self.globals = {p.name: p for p in kernel.params if not isinstance(p, ir.TensorMapParam)}
         self.tmaps = {p.name: p for p in kernel.params if isinstance(p, ir.TensorMapParam)}
         offsets = kernel.shared_offsets()
-        self.shared = {b.name: Shared(b, offsets[b.name], sm90, ctx.C) for b in kernel.shared}
+        self.shared = {b.name: Shared(b, offsets[b.name], sm90, ctx.C) for b in kernel.shared if not b.alias}
+        for b in kernel.shared:
+            if b.alias:
+                # an alias is the same elements, with the same access history
+                own = self.shared.get(b.alias)
+                if own is None or own.buf.dtype != b.dtype or own.buf.size < b.size:
+                    raise InternalError(f"shared buffer {b.name!r} aliases {b.alias!r}, which the kernel does not "
+                                        f"declare with its element type and at least its size")
+                self.shared[b.name] = own
         self.xchg = None                    # the launch's flags (``families.flags.Exchange``), if any
         # a programmatic launch: buffers it may touch only after griddep_wait (``families.griddep``)
         self.pending: frozenset = frozenset()
@@ -298,7 +306,7 @@ class Memory:
         buf = ref.buffer
         if isinstance(buf, ir.SharedBuffer):
             sh = self.shared.get(buf.name)
-            if sh is None or (sh.buf is not buf and sh.buf != buf):
+            if sh is None or (sh.buf is not buf and sh.buf != buf and buf.alias != sh.buf.name):
                 self.ctx.hazard(f"shared buffer {buf.name!r} is not declared by the kernel")
             return sh
         if isinstance(buf, ir.GlobalBuffer):
@@ -313,7 +321,8 @@ class Memory:
     def shared_of(self, buf) -> Shared:
         """The ``Shared`` state of ``buf``, which must be a shared buffer of the kernel."""
         sh = self.shared.get(getattr(buf, "name", None))
-        if not isinstance(buf, ir.SharedBuffer) or sh is None or (sh.buf is not buf and sh.buf != buf):
+        if not isinstance(buf, ir.SharedBuffer) or sh is None or (sh.buf is not buf and sh.buf != buf
+                                                                  and buf.alias != sh.buf.name):
             self.ctx.hazard(f"shared buffer {getattr(buf, 'name', buf)!r} is not declared by the kernel")
         return sh
 

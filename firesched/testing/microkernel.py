@@ -32,8 +32,8 @@ Data shapes, by family:
   stores its destination with one ``st.global``.
 
 The sm_90a atoms get one-warpgroup programs (``wgmma_program``, ``tma_load_program``,
-``tma_store_program``, their rank-3 versions ``tma_load_3d_program`` and ``tma_store_3d_program``
-on a (batch, rows, cols) tensor; stmatrix one warp, ``stmatrix_program``), described where they are
+``tma_store_program``, their rank-3 to rank-5 versions ``tma_load_nd_program`` and ``tma_store_nd_program``
+on a (batch..., rows, cols) tensor; stmatrix one warp, ``stmatrix_program``), described where they are
 defined; ``atom_program`` picks one with default settings (the synchronisation atoms of a
 family run in that family's program: ``wgmma_fence`` in a wgmma program, the mbarrier atoms in
 the TMA load program; the cluster atoms in ``cluster_multicast_program``, a cluster of two
@@ -57,7 +57,8 @@ from ..ir.expr import Var
 
 __all__ = ["atom_program", "random_inputs", "UNDER_TEST", "perm", "wgmma_program", "tma_load_program",
            "tma_wgmma_program", "cluster_multicast_program",
-           "tma_store_program", "tma_load_3d_program", "tma_load_nd_program", "tma_store_3d_program", "stmatrix_program",
+           "tma_store_program", "tma_load_3d_program", "tma_load_nd_program", "tma_store_3d_program",
+           "tma_store_nd_program", "stmatrix_program",
            "WARPGROUP_THREADS"]
 
 WARP_THREADS = 32
@@ -1042,8 +1043,23 @@ def tma_store_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), bo
     and right edges of matrix 1 and must leave matrix 2 untouched (a 2-D view of (batch * rows) x
     cols would write its first rows).  Negative or misaligned coordinates are refused
     (``ValueError``): a GPU faults on them."""
+    return tma_store_nd_program(dtype, shape=shape, box=box, coords=coords, swizzle=swizzle)
+
+
+def tma_store_nd_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), box=(1, 16, 64),
+                         coords=(16, 32, 1), swizzle: int = 128
+                         ) -> tuple[ir.Program, dict[str, np.ndarray], Callable[[dict], np.ndarray]]:
+    """``tma_store_3d_program`` for a tensor map of rank 3, 4 or 5 (``len(shape)``): the box
+    staged in shared memory goes into ``out`` [(batch..., rows, cols)] at ``coords`` = (column,
+    row, batch...; innermost first) by one ``tma_store_{rank}d``; what falls outside ``out`` in
+    any dimension is dropped."""
     d = dt.dtype(dtype)
-    shape, box, coords, n = _check_box_3d("tma_store_3d_program", d, shape, box, coords, store=True)
+    rank = len(tuple(shape))
+    if rank not in sm90a.TMA_STORES or rank < 3:
+        raise ValueError(f"tma_store_nd_program: a rank-{rank} shape {tuple(shape)}; ranks 3 to 5")
+    shape, box, coords, n = _check_box_3d(f"tma_store_{rank}d_program", d, shape, box, coords, store=True,
+                                          rank=rank)
+    store = sm90a.TMA_STORES[rank]
     eb = d.bits // 8
     tile = _gbuf("tile", d, box)
     out = _gbuf("out", d, shape, "out")
@@ -1051,13 +1067,12 @@ def tma_store_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), bo
     sm = _smem("smem", d, n * eb, swizzle, f"{'x'.join(map(str, box))} box, swizzle {swizzle}")
     reg = ir.RegBuffer("r", d, 1)
     t = _WG_TID
-    c0, c1, c2 = coords
-    body: list = [_stage(tile, sm, n, lambda e: e, _box_io(d, shape[1:], box[1:], swizzle), reg, "i_in"),
+    body: list = [_stage(tile, sm, n, lambda e: e, _box_io(d, shape[-2:], box[-2:], swizzle), reg, "i_in"),
                   _call(sm90a.fence_proxy_async, comment="shared stores visible to the async proxy"),
                   ir.Barrier("box staged"),
                   ir.If(_eq(t, 0), ir.Seq([
-                      _call(sm90a.tma_store_3d, comment=UNDER_TEST, tmap=tmap, c0=ir.Scalar(c0), c1=ir.Scalar(c1),
-                            c2=ir.Scalar(c2), src=ir.MemRef(sm, 0)),
+                      _call(store, comment=UNDER_TEST, tmap=tmap,
+                            **{f"c{i}": ir.Scalar(c) for i, c in enumerate(coords)}, src=ir.MemRef(sm, 0)),
                       _call(sm90a.tma_commit),
                       _call(catalog.with_immediates(sm90a.tma_wait, n=0)),
                   ]))]
@@ -1065,18 +1080,17 @@ def tma_store_3d_program(dtype: dt.DType | str = "f16", *, shape=(3, 40, 72), bo
     def expected(inputs):
         xs = np.asarray(inputs["tile"]).astype(d.np)
         want = np.zeros(shape, dtype=d.np)
-        for b in range(box[0]):
-            for i in range(box[1]):
-                for j in range(box[2]):
-                    z, r, c = c2 + b, c1 + i, c0 + j
-                    if 0 <= z < shape[0] and 0 <= r < shape[1] and 0 <= c < shape[2]:
-                        want[z, r, c] = xs[b, i, j]
+        origin = tuple(reversed(coords))         # outermost first, as the shape
+        for idx in np.ndindex(*box):
+            at = tuple(o + i for o, i in zip(origin, idx))
+            if all(0 <= a < e for a, e in zip(at, shape)):
+                want[at] = xs[idx]
         return want
 
-    kernel = ir.Kernel(name="micro_tma_store_3d", params=(tile, tmap), grid=(1, 1, 1), threads=WARPGROUP_THREADS,
-                       shared=(sm,), regs=(reg,), body=ir.Seq(body),
+    kernel = ir.Kernel(name=f"micro_tma_store_{rank}d", params=(tile, tmap), grid=(1, 1, 1),
+                       threads=WARPGROUP_THREADS, shared=(sm,), regs=(reg,), body=ir.Seq(body),
                        header=f"TMA store of a {'x'.join(map(str, box))} box into out{list(shape)} at (column, row, "
-                              f"batch) {coords}, swizzle {swizzle}")
+                              f"batch...) {coords}, swizzle {swizzle}")
     program = ir.Program(kernels=(kernel,), inputs=(tile,), output=out)
     return program, _Plan(program, expected).random(0), expected
 
@@ -1148,6 +1162,11 @@ def _sm90a_plan(atom: atoms.Atom, d) -> tuple:
                                        box=(1,) * (rank - 2) + (16, 64), coords=(16, 32) + (1,) * (rank - 2))
         if atom is sm90a.tma_store_3d:
             return tma_store_3d_program(d or dt.f16)
+        if atom in (sm90a.tma_store_4d, sm90a.tma_store_5d):
+            rank = 4 if atom is sm90a.tma_store_4d else 5
+            # a box hanging over the bottom and right edges of one inner matrix: the others untouched
+            return tma_store_nd_program(d or dt.f16, shape=(2, 3) + (2,) * (rank - 4) + (40, 72),
+                                        box=(1,) * (rank - 2) + (16, 64), coords=(16, 32) + (1,) * (rank - 2))
         return tma_store_program(d or dt.f16, wait="all" if atom is sm90a.tma_wait else "read")
     if fam == sm90a.MBARRIER:
         return tma_load_program(d or dt.f16, arrivals="all" if atom is sm90a.mbarrier_arrive else "one")

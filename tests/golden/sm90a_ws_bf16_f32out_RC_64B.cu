@@ -266,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
     // empty: f64[8] at byte 131136, one per stage: all 2 consumer warpgroups are done reading it
     unsigned long long* const empty = reinterpret_cast<unsigned long long*>(fs_smem + 131136);
     const unsigned empty_base = (unsigned)__cvta_generic_to_shared(empty);
-    // C_smem: f32[8192] at byte 132096, 2 consumer warpgroups x 2 buffers x 64x32 f32, 128B swizzle (TMA-store staging)
+    // C_smem: f32[8192] at byte 132096, 2 buffers x 2 consumer warpgroups x 64x32 f32, 128B swizzle (TMA-store staging)
     float* const C_smem = reinterpret_cast<float*>(fs_smem + 132096);
     const unsigned C_smem_base = (unsigned)__cvta_generic_to_shared(C_smem);
     alignas(16) float C_acc[64] = {};  // f32 x 64
@@ -529,20 +529,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                     epi[0] = C_acc[e0 * 4 + 2];
                     epi[1] = C_acc[e0 * 4 + 3];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 256], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -557,10 +557,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 0..+32
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 2048]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -587,20 +587,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 2048], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                     epi[0] = C_acc[e1 * 4 + 18];
                     epi[1] = C_acc[e1 * 4 + 19];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 2304], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 9216)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -615,10 +615,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 32..+32
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 32, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096 + 2048]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 32, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 2048 + 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 32)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 32)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192 + 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -645,20 +645,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                     epi[0] = C_acc[e2 * 4 + 34];
                     epi[1] = C_acc[e2 * 4 + 35];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 256], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -673,10 +673,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 64..+32
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 64, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 64, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 2048]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 64)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 64)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -703,20 +703,20 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 2048], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                     epi[0] = C_acc[e3 * 4 + 50];
                     epi[1] = C_acc[e3 * 4 + 51];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 4096 + 2304], src = out_f32[0 .. +2]
+                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
                     asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
                         :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 16384 + 9216)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
+                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -731,10 +731,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 96..+32
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 96, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096 + 2048]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 96, c1 = (bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 2048 + 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 96)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 4) % 128 / min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + 96)), "r"((int)((bid_x + tile_i * 132) / 128 * 1024 + (bid_x + tile_i * 4) % 128 % min(-(bid_x + tile_i * 132) / 128 * 8 + 16, 8) * 128 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192 + 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -745,8 +745,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
             }
         }
         if (rtid % 128 < 1) {
-            // sm90a.tma_wait: the last TMA stores have completed
-            asm volatile("cp.async.bulk.wait_group 0;"
+            // sm90a.tma_wait_read: the last TMA stores have read shared memory
+            asm volatile("cp.async.bulk.wait_group.read 0;"
                 :
                 :
                 : "memory");

@@ -267,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
     // empty: f64[4] at byte 196640, one per stage: all 2 consumer warpgroups are done reading it
     unsigned long long* const empty = reinterpret_cast<unsigned long long*>(fs_smem + 196640);
     const unsigned empty_base = (unsigned)__cvta_generic_to_shared(empty);
-    // C_smem: f16[16384] at byte 197632, 2 consumer warpgroups x 2 buffers x 64x64 f16, 128B swizzle (TMA-store staging)
+    // C_smem: f16[16384] at byte 197632, 2 buffers x 2 consumer warpgroups x 64x64 f16, 128B swizzle (TMA-store staging)
     unsigned short* const C_smem = reinterpret_cast<unsigned short*>(fs_smem + 197632);
     const unsigned C_smem_base = (unsigned)__cvta_generic_to_shared(C_smem);
     // bias_smem: f16[512] at byte 230400, bias[n0 .. n0+256) per consumer warpgroup
@@ -552,10 +552,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                     epi[0] = C_acc[e0 * 4 + 2];
                     epi[1] = C_acc[e0 * 4 + 3];
@@ -566,10 +566,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 512], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -584,10 +584,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 0..+64
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -626,10 +626,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 4096], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                     epi[0] = C_acc[e1 * 4 + 34];
                     epi[1] = C_acc[e1 * 4 + 35];
@@ -640,10 +640,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 4608], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 9216)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -658,10 +658,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 64..+64
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 64, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 64, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096 + 8192]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 64)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 64)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192 + 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -700,10 +700,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                     epi[0] = C_acc[e2 * 4 + 66];
                     epi[1] = C_acc[e2 * 4 + 67];
@@ -714,10 +714,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 512], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -732,10 +732,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 128..+64
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 128, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 128, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 128)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 128)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -774,10 +774,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 4096], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                     epi[0] = C_acc[e3 * 4 + 98];
                     epi[1] = C_acc[e3 * 4 + 99];
@@ -788,10 +788,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     out_f16[0] = fs_f32_to_f16(epi[0]);
                     out_f16[1] = fs_f32_to_f16(epi[1]);
                     // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 8192 + 4608], src = out_f16[0 .. +2]
+                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
                         :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 16384 + 9216)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
                 }
                 // sm90a.fence_proxy_async: st.shared -> visible to the TMA store
@@ -806,10 +806,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     : "memory");
                 if (rtid % 128 < 1) {
                     // sm90a.tma_store_2d: C rows +64, columns 192..+64
-                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 192, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 8192 + 4096]
+                    //   tmap = &tmap_C, c0 = (bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 192, c1 = (bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64, src = &C_smem[rtid / 128 * 4096 + 8192]
                     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                         :
-                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 192)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 16384 + 8192))
+                        : "l"(reinterpret_cast<unsigned long long>(&tmap_C)), "r"((int)((bid_x + tile_i * 132) % 256 / min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 256 + 192)), "r"((int)((bid_x + tile_i * 132) % 256 % min(-(bid_x + tile_i * 132) / 256 * 8 + 64, 8) * 128 + (bid_x + tile_i * 132) / 256 * 1024 + rtid / 128 * 64)), "r"(C_smem_base + (rtid / 128 * 8192 + 16384))
                         : "memory");
                     // sm90a.tma_commit
                     asm volatile("cp.async.bulk.commit_group;"
@@ -820,8 +820,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
             }
         }
         if (rtid % 128 < 1) {
-            // sm90a.tma_wait: the last TMA stores have completed
-            asm volatile("cp.async.bulk.wait_group 0;"
+            // sm90a.tma_wait_read: the last TMA stores have read shared memory
+            asm volatile("cp.async.bulk.wait_group.read 0;"
                 :
                 :
                 : "memory");

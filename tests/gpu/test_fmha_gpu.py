@@ -148,3 +148,24 @@ def test_two_blocks_an_sm(b, h, kvh, sq, skv, d, causal):
     p = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                               warp_specialized=True, overlap=True, blocks_per_sm=2)
     _run(b, h, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)
+
+
+@pytest.mark.parametrize("b, h, kvh, sq, skv, d, causal", [
+    (2, 2, 2, 1, 1, 128, False), (2, 2, 1, 17, 1000, 128, True), (2, 2, 2, 1000, 1000, 128, False),
+    (2, 2, 1, 129, 255, 256, True),
+    # 8 x 16 x 8 = 1,024 query tiles: every persistent block stages and stores several outputs
+    (8, 16, 4, 1000, 1000, 128, False), (8, 16, 4, 1000, 1000, 128, True)])
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_output_staged_in_the_query_rows(b, h, kvh, sq, skv, d, causal, persistent, dtype):
+    """Two consumer warpgroups stage their output in the query rows each has finished multiplying
+    (``lower.rules.borrow``) and store it by TMA, dropping rows past seq_q; persistent blocks wait
+    for the stores to read those rows before they reload Q for the next tile."""
+    bkv, stages = (64, 2) if d > 128 else (128, 3)
+    p = fs.recipes.FmhaParams(block_q=128, block_kv=bkv, warps=8, stages=stages, mma="wgmma", tma=True,
+                              warp_specialized=True, pingpong=True, overlap=True, persistent=persistent,
+                              reverse=causal and not persistent)
+    sched = fs.recipes.fmha(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, params=p, arch="sm_90a")
+    (kern,) = sched.lower("sm_90a").kernels
+    assert {s.name: s.alias for s in kern.shared}.get("C_smem") == "Q_smem"
+    _run(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, params=p)

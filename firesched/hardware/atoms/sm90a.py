@@ -331,9 +331,32 @@ def _tma_load_nd(rank: int) -> Atom:
 tma_load_4d = _tma_load_nd(4)
 tma_load_5d = _tma_load_nd(5)
 
+
+def _tma_store_nd(rank: int) -> Atom:
+    """The TMA store of a box into a rank-``rank`` tensor map (rank 4 and 5: attention's output,
+    (batch, key/value heads, grouped heads, queries, head dim))."""
+    cs = tuple(f"c{i}" for i in range(rank))
+    return Atom(
+        name=f"tma_store_{rank}d", family=TMA, group=THREAD, kind="Move", shape=(),
+        dtypes=(("dst", dt.u8), ("src", dt.u8)),
+        operands=(Operand("tmap", "in", "GL"), *(_scalar(c) for c in cs), Operand("src", "in", "SH")),
+        ptx=f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group "
+            f"[$tmap, {{{', '.join('$' + c for c in cs)}}}], [$src];",
+        min_target="sm_90a", alignment=128, src_memory="SH", dst_memory="GL",
+        semantics=identity, catalog=CATALOG,
+        doc=f"TMA store of a box from shared memory at $src (row-major over the box) to the rank-{rank} "
+            f"tensor map at coordinates $c0 (column), $c1 (row), {', '.join('$' + c for c in cs[2:])} (outer "
+            f"indices, innermost first); out-of-bounds elements of any dimension are dropped; in the issuing "
+            f"thread's bulk async-group.",
+    )
+
+
+tma_store_4d = _tma_store_nd(4)
+tma_store_5d = _tma_store_nd(5)
+
 #: The tensor-map loads and stores by rank (their coordinates are ``c0`` .. ``c{rank-1}``).
 TMA_LOADS = {2: tma_load_2d, 3: tma_load_3d, 4: tma_load_4d, 5: tma_load_5d}
-TMA_STORES = {2: tma_store_2d, 3: tma_store_3d}
+TMA_STORES = {2: tma_store_2d, 3: tma_store_3d, 4: tma_store_4d, 5: tma_store_5d}
 
 tma_commit = _sync(
     "tma_commit", TMA, THREAD, "cp.async.bulk.commit_group;",
@@ -514,6 +537,7 @@ griddep_wait = Atom(
 ATOMS: tuple[Atom, ...] = (
     *WGMMA_ATOMS, wgmma_fence, wgmma_commit, wgmma_wait,
     tma_load_2d, tma_load_2d_multicast, tma_store_2d, tma_load_3d, tma_store_3d, tma_load_4d, tma_load_5d,
+    tma_store_4d, tma_store_5d,
     tma_commit, tma_wait_read,
     tma_wait,
     mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_try_wait, mbarrier_try_wait_cluster,

@@ -448,12 +448,52 @@ def store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim, axes=None) -> 
 def _via_tma(lw, node, ctx, lay) -> bool:
     """The store goes through shared memory and TMA when a warp-specialized consumer warpgroup
     stores a wgmma accumulator into a C whose rows TMA can address (its consumer warpgroups
-    synchronise among themselves with named barriers, so staging costs no block-wide barrier)."""
+    synchronise among themselves with named barriers, so staging costs no block-wide barrier),
+    and the staging has room: in bytes an operand's warpgroup has finished reading
+    (``borrow.borrowable``), or beside the kernel's other buffers within the target's limit."""
     if not (ctx.specialized and lw.target.has_tma and lay.atom.family == WGMMA and not lay.replicas):
         return False
     if node.spec.dst.tensor.major != lay.dims[1]:
         return False            # the accumulator's columns are not C's rows (Cᵀ = Bᵀ Aᵀ)
-    return staging(lw, node, lay) is not None
+    if staging(lw, node, lay) is None:
+        return False
+    if _borrowed(lw, node, ctx, lay) is not None:
+        return True
+    out_dt = lw.pb.gbuf(node.spec.dst).dtype
+    own = ir.shared_bytes([*lw.kb.shared.values(), ir.SharedBuffer("C_smem", out_dt, _staging_elems(lw, node, lay),
+                                                                   1024)])
+    return own + 1024 <= lw.target.smem_per_block_optin       # 1 KiB: the barriers declared after it
+
+
+def _warpgroups(lay) -> int:
+    nwg = 1
+    for _d, c, _s, _v in lay.par:
+        nwg *= c
+    return nwg
+
+
+def _staging_elems(lw, node, lay) -> int:
+    return _warpgroups(lay) * STORE_BUFFERS * 64 * staging(lw, node, lay)
+
+
+def _swizzled(ob: int):
+    """Element offset, within a staging row of 128 bytes, of column ``j`` of row ``r``: the 16-byte
+    chunk index XOR the row mod 8 (TMA's and wgmma's 128B swizzle, Swizzle<3,4,3> on bytes)."""
+    def swz(r, j):
+        byte = j * ob
+        return (binop("^", byte // 16, r % 8) * 16 + byte % 16) // ob
+    return swz
+
+
+def _borrowed(lw, node, ctx, lay):
+    """The operand buffer the staging of ``node`` occupies (``borrow.borrowable``), or None."""
+    from .borrow import borrowable
+
+    out_dt = lw.pb.gbuf(node.spec.dst).dtype
+    if len(lay.par) != 1 or lay.par[0][0] != lay.dims[0] or lay.par[0][2] != 64:
+        return None             # warpgroups not over the accumulator's rows in 64-row tiles
+    return borrowable(lw, node, ctx, lay.dims[0], lay.dims[1], _warpgroups(lay), STORE_BUFFERS,
+                      staging(lw, node, lay), out_dt, _swizzled(out_dt.bits // 8))
 
 
 def staging(lw, node, lay):
@@ -493,12 +533,15 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
     out_dt = gc.dtype
     ob = out_dt.bits // 8
     BN = lay.shape[1]
-    nwg = 1
-    for _d, c, _s, _v in lay.par:
-        nwg *= c
-    buf = lw.kb.shared_buf("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024,
-                           f"{nwg} consumer warpgroups x {STORE_BUFFERS} buffers x 64x{cc} {out_dt}, "
-                           f"128B swizzle (TMA-store staging)")
+    nwg = _warpgroups(lay)
+    note = (f"{STORE_BUFFERS} buffers x {nwg} consumer warpgroups x 64x{cc} {out_dt}, 128B swizzle "
+            f"(TMA-store staging)")
+    lent = _borrowed(lw, node, ctx, lay)
+    if lent is not None and "C_smem" not in lw.kb.shared:
+        # in the rows of an operand each warpgroup has finished reading (borrow.py)
+        lw.kb.add_shared(ir.SharedBuffer("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024, note,
+                                         alias=lent.name))
+    buf = lw.kb.shared_buf("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024, note)
     outer = dst.tensor.storage_dims[:-2]          # batch dims: boxes of extent 1
     tmap = lw.kb.param(ir.TensorMapParam(f"tmap_{gc.name}", gc, (1,) * len(outer) + (64, cc), SPAN), write=True)
     tma_store = sm90a.TMA_STORES[len(gc.shape)]
@@ -521,7 +564,7 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
     shared_cols = [a for op in ops_ for _, args in op.scalar() for a in args if getattr(a, "kind", None) == "vector_n"]
     for c in range(nc):
         b = (ctx.tile_index * nc + c) % STORE_BUFFERS
-        base = (wg * STORE_BUFFERS + b) * 64 * cc
+        base = (b * nwg + wg) * 64 * cc
         # pairs 2i and 2i+1 of a thread hold the same two columns in rows r and r + 8: a bias over N
         # is loaded once for both
         q = Var(f"e{c}", pairs // 2)
@@ -546,14 +589,13 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
             pair = c * pairs + 2 * q + h
             r, col = sm90a.d_coord(lane, pair)
             cw = col - c * cc                       # column inside the chunk
-            byte = cw * ob
-            sw = binop("^", byte // 16, r % 8) * 16 + byte % 16     # Swizzle<3,4,3> on the 128-byte rows
+            swz = _swizzled(ob)(r, cw)          # Swizzle<3,4,3> on the 128-byte rows
             row_g, col_g = m0 + r, n0 + col
             body += [ir.Pointwise("copy", ir.RegRef(work, j), (ir.RegRef(acc, 2 * pair + j),)) for j in range(2)]
             body += apply_ops(lw, ctx, ops_, work, 2, row_g, col_g, glim, preloaded=pre)
             body += [ir.Pointwise("cvt" if out_dt != f32 else "copy", ir.RegRef(outr, j), (ir.RegRef(work, j),))
                      for j in range(2)]
-            body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + sw // ob)),
+            body.append(ir.AtomCall(st, (("dst", ir.MemRef(buf, base + r * cc + swz)),
                                          ("src", ir.RegRef(outr, 0))), 1, "C pair"))
         out += [
             ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=STORE_BUFFERS - 1),
@@ -568,9 +610,16 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
                       src=ir.MemRef(buf, base), comment=f"C rows +64, columns {c * cc}..+{cc}"),
                 _call(sm90a.tma_commit)))),
         ]
+    if lent is not None and ctx.repeated:
+        # a persistent block refills the borrowed operand at its next tile (behind the consumers'
+        # barrier): the stores must have read the rows by then
+        out.append(ir.If(lead, _call(catalog.with_immediates(sm90a.tma_wait_read, n=0),
+                                     comment=f"the stores have read {lent.name}'s rows: the next tile may refill them")))
     if ctx.hoists is not None:
-        end = ir.If(lt(lane, 1), _call(catalog.with_immediates(sm90a.tma_wait, n=0),
-                                       comment="the last TMA stores have completed"))
+        # the block may end once its stores have read shared memory: their global writes complete
+        # before the grid does (a dependent launch's griddepcontrol.wait sees them)
+        end = ir.If(lt(lane, 1), _call(catalog.with_immediates(sm90a.tma_wait_read, n=0),
+                                       comment="the last TMA stores have read shared memory"))
         if end not in ctx.hoists.scope_end:
             ctx.hoists.scope_end.append(end)
     return out

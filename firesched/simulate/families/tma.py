@@ -33,7 +33,7 @@ def tma(k, s):
     name = s.atom.name
     if name in ("tma_load_2d", "tma_load_3d", "tma_load_4d", "tma_load_5d", "tma_load_2d_multicast"):
         _copy(k, s, load=True)
-    elif name in ("tma_store_2d", "tma_store_3d"):
+    elif name in ("tma_store_2d", "tma_store_3d", "tma_store_4d", "tma_store_5d"):
         _copy(k, s, load=False)
     elif name == "tma_commit":
         k.tma.commit(k.ctx.active())
