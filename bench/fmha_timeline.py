@@ -56,7 +56,7 @@ def instrument(src: str) -> str:
     stamp = ("fs_stamp({slot}, fs_visit_{slot}++);")
     inserts = {opened + 1: ["    int " + ", ".join(f"fs_visit_{s} = 0" for s in range(SLOTS)) + ";",
                             "    " + stamp.format(slot=0)]}
-    for n, (label, rx, which) in enumerate(MARKS, start=1):
+    for n, (_label, rx, which) in enumerate(MARKS, start=1):
         hits = [i for i, ln in enumerate(lines) if re.search(rx, ln)]
         if not hits:
             continue
