@@ -559,24 +559,18 @@ def test_a_query_tile_the_producer_refills_is_not_borrowed(block_kv, stages, sta
 def _swap_warpgroup_rows(prog):
     """``prog`` with each warpgroup's staging writes landing in the other's 64 query rows (its
     TMA stores still read its own)."""
+    from firesched.ir.rewrite import replace_leaves
+
     def swap(s):
         if isinstance(s, ir.AtomCall) and any(n == "dst" and isinstance(a, ir.MemRef) and a.buffer.name == "C_smem"
                                               for n, a in s.args):
             return attrs.evolve(s, args=tuple(
                 (n, attrs.evolve(a, offset=a.offset + 4096 - (a.offset // 4096 % 2) * 8192) if n == "dst" else a)
                 for n, a in s.args))
-        if isinstance(s, ir.Seq):
-            return ir.Seq(tuple(swap(c) for c in s.body))
-        if isinstance(s, ir.For):
-            return attrs.evolve(s, body=swap(s.body))
-        if isinstance(s, ir.If):
-            return attrs.evolve(s, then=swap(s.then))
-        if isinstance(s, ir.Roles):
-            return ir.Roles(tuple(attrs.evolve(r, body=swap(r.body)) for r in s.roles))
         return s
 
     (k,) = prog.kernels
-    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=swap(k.body)),))
+    return attrs.evolve(prog, kernels=(attrs.evolve(k, body=replace_leaves(k.body, swap)),))
 
 
 @pytest.mark.parametrize("what", ["the refill waits for the stores", "each warpgroup its own rows"])

@@ -308,51 +308,46 @@ tma_store_3d = Atom(
         "issuing thread's bulk async-group.",
 )
 
-def _tma_load_nd(rank: int) -> Atom:
-    """The TMA load of a rank-``rank`` tensor map's box (rank 4 and 5: tensors with several batch
-    dims, attention's (batch, heads, keys, head dim) K and V)."""
+def _tma_nd(rank: int, load: bool) -> Atom:
+    """The TMA load of a rank-``rank`` tensor map's box into shared memory, or the store of a box
+    from shared memory into one (rank 4 and 5: tensors with several batch dims, attention's
+    (batch, heads, keys, head dim) K and V, and its (batch, kv heads, grouped heads, queries,
+    head dim) output)."""
     cs = tuple(f"c{i}" for i in range(rank))
-    return Atom(
-        name=f"tma_load_{rank}d", family=TMA, group=THREAD, kind="Move", shape=(),
-        dtypes=(("dst", dt.u8), ("src", dt.u8)),
-        operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), *(_scalar(c) for c in cs),
-                  Operand("mbar", "in", "SH")),
-        ptx=f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[$dst], [$tmap, {{{', '.join('$' + c for c in cs)}}}], [$mbar];",
-        min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
-        semantics=identity, catalog=CATALOG,
-        doc=f"TMA load of the rank-{rank} tensor map's box at coordinates $c0 (column), $c1 (row), "
-            f"{', '.join('$' + c for c in cs[2:])} (outer indices, innermost first) into shared memory at "
-            f"$dst, row-major over the box (out-of-bounds elements are zeros); its bytes complete a "
-            f"transaction on mbarrier $mbar.",
-    )
-
-
-tma_load_4d = _tma_load_nd(4)
-tma_load_5d = _tma_load_nd(5)
-
-
-def _tma_store_nd(rank: int) -> Atom:
-    """The TMA store of a box into a rank-``rank`` tensor map (rank 4 and 5: attention's output,
-    (batch, key/value heads, grouped heads, queries, head dim))."""
-    cs = tuple(f"c{i}" for i in range(rank))
+    coords = f"{{{', '.join('$' + c for c in cs)}}}"
+    where = (f"coordinates $c0 (column), $c1 (row), {', '.join('$' + c for c in cs[2:])} (outer indices, "
+             f"innermost first)")
+    if load:
+        return Atom(
+            name=f"tma_load_{rank}d", family=TMA, group=THREAD, kind="Move", shape=(),
+            dtypes=(("dst", dt.u8), ("src", dt.u8)),
+            operands=(Operand("dst", "in", "SH"), Operand("tmap", "in", "GL"), *(_scalar(c) for c in cs),
+                      Operand("mbar", "in", "SH")),
+            ptx=f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                f"[$dst], [$tmap, {coords}], [$mbar];",
+            min_target="sm_90a", alignment=128, src_memory="GL", dst_memory="SH",
+            semantics=identity, catalog=CATALOG,
+            doc=f"TMA load of the rank-{rank} tensor map's box at {where} into shared memory at $dst, "
+                f"row-major over the box (out-of-bounds elements are zeros); its bytes complete a "
+                f"transaction on mbarrier $mbar.",
+        )
     return Atom(
         name=f"tma_store_{rank}d", family=TMA, group=THREAD, kind="Move", shape=(),
         dtypes=(("dst", dt.u8), ("src", dt.u8)),
         operands=(Operand("tmap", "in", "GL"), *(_scalar(c) for c in cs), Operand("src", "in", "SH")),
-        ptx=f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group "
-            f"[$tmap, {{{', '.join('$' + c for c in cs)}}}], [$src];",
+        ptx=f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$tmap, {coords}], [$src];",
         min_target="sm_90a", alignment=128, src_memory="SH", dst_memory="GL",
         semantics=identity, catalog=CATALOG,
-        doc=f"TMA store of a box from shared memory at $src (row-major over the box) to the rank-{rank} "
-            f"tensor map at coordinates $c0 (column), $c1 (row), {', '.join('$' + c for c in cs[2:])} (outer "
-            f"indices, innermost first); out-of-bounds elements of any dimension are dropped; in the issuing "
-            f"thread's bulk async-group.",
+        doc=f"TMA store of a box from shared memory at $src (row-major over the box) to the rank-{rank} tensor "
+            f"map at {where}; out-of-bounds elements of any dimension are dropped; in the issuing thread's "
+            f"bulk async-group.",
     )
 
 
-tma_store_4d = _tma_store_nd(4)
-tma_store_5d = _tma_store_nd(5)
+tma_load_4d = _tma_nd(4, load=True)
+tma_load_5d = _tma_nd(5, load=True)
+tma_store_4d = _tma_nd(4, load=False)
+tma_store_5d = _tma_nd(5, load=False)
 
 #: The tensor-map loads and stores by rank (their coordinates are ``c0`` .. ``c{rank-1}``).
 TMA_LOADS = {2: tma_load_2d, 3: tma_load_3d, 4: tma_load_4d, 5: tma_load_5d}
