@@ -590,3 +590,19 @@ def test_planted_staging_hazards_are_found(what):
     assert bad != good
     with pytest.raises(HazardError):
         run_program(bad, feed)
+
+
+def test_short_causal_loops_plan_two_blocks_an_sm():
+    """Causal at head dim 128 with up to 512 keys: the plan takes two blocks of one 64-query
+    consumer warpgroup an SM (their output staged in their own query rows); longer loops, and
+    no mask, keep 128-query blocks.  The planned kernel matches numpy and compiles without spills."""
+    plan = fs.recipes.fmha_plan
+    short = plan(32, 16, 512, 512, 128, arch="sm_90a", causal=True)
+    assert (short.blocks_per_sm, short.block_q, short.reverse) == (2, 64, True)
+    assert plan(16, 16, 1024, 1024, 128, arch="sm_90a", causal=True).blocks_per_sm == 1
+    assert plan(32, 16, 512, 512, 128, arch="sm_90a").blocks_per_sm == 1
+    check(1, 2, 300, 300, 128, causal=True)
+    sched = fs.recipes.fmha(32, 16, 512, 512, 128, causal=True, arch="sm_90a")
+    (k,) = sched.lower("sm_90a").kernels
+    assert {b.name: b.alias for b in k.shared}.get("C_smem") == "Q_smem"
+    assert fs.compile(sched, arch="sm_90a").spills == 0

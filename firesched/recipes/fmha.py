@@ -174,7 +174,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
     ``bench/fmha.py --vary``, timed through CUDA graphs).  One block per SM walking the query
     tiles with the producer loading each tile's Q (``persistent``, ``q_by_producer``) measured no
-    faster, so the plan keeps a block per query tile.
+    faster, so the plan keeps a block per query tile.  Causal at head dim 128 with up to 512 keys:
+    two blocks an SM of one 64-query consumer warpgroup each (``blocks_per_sm=2``).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -194,6 +195,13 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     if tgt.has_wgmma:
         if head_dim <= 64:
             return FmhaParams(block_q=64, block_kv=64, warps=4, stages=2, mma="wgmma", tma=True)
+        if causal and head_dim == 128 and seq_kv <= 512:
+            # short causal key loops: two blocks an SM of one 64-query consumer warpgroup, so that
+            # one block's prologue and output store run under the other's key loop (32x16x512x128
+            # causal: 0.83-0.85 -> 0.91-0.92x cuDNN; level at 1,024 keys, 0.96 against 1.03x at
+            # 2,048; bench/README.md, "two blocks an SM, with the TMA-store epilogue")
+            return FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
+                              warp_specialized=True, reverse=True, overlap=True, blocks_per_sm=2)
         block_kv, stages = (64, 2) if head_dim > 128 else (128, 3)
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
         # causal: longest query tiles first (4x16x4096x128: 0.81 -> 0.84x cuDNN, 16x16x1024x128:

@@ -169,3 +169,13 @@ def test_output_staged_in_the_query_rows(b, h, kvh, sq, skv, d, causal, persiste
     (kern,) = sched.lower("sm_90a").kernels
     assert {s.name: s.alias for s in kern.shared}.get("C_smem") == "Q_smem"
     _run(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh, params=p)
+
+
+@pytest.mark.parametrize("b, h, kvh, sq, skv", [(2, 4, 4, 300, 300), (1, 2, 1, 17, 512), (3, 16, 8, 512, 512),
+                                                (2, 2, 2, 1, 1)])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_short_causal_plan(b, h, kvh, sq, skv, dtype):
+    """The plan for causal head dim 128 up to 512 keys: two blocks an SM of one consumer
+    warpgroup, the output staged in its query rows."""
+    assert fs.recipes.fmha_plan(b, h, sq, skv, 128, arch="sm_90a", causal=True).blocks_per_sm == 2
+    _run(b, h, sq, skv, 128, dtype=dtype, causal=True, kv_heads=kvh)
