@@ -202,8 +202,9 @@ def main(argv=None) -> dict:
     k, blocks, params = compiled(shape, args.dtype, args.causal, parse_vary(args.vary))
     print(params)
     if args.smoke:
-        print(f"compiled, {k.spills} spill bytes, {blocks} blocks")
-        return {}
+        stamps = k.source.count("fs_stamp(") - 1          # less the helper's definition
+        print(f"compiled, {k.spills} spill bytes, {blocks} blocks, {stamps} stamps")
+        return {"spills": k.spills, "blocks": blocks, "stamps": stamps}
     import torch
 
     b, h, s, d = shape

@@ -11,7 +11,7 @@ import pytest
 import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
-           "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills"]
+           "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline"]
 
 
 def test_profile_rows_smoke():
@@ -33,6 +33,15 @@ def test_row_spills_runs_small():
     assert out["compiled"] == 4 and out["spilling"] == [] and out["refused"] == []
     with pytest.raises(SystemExit, match="allowed"):
         main(["--kinds", "norm"])
+
+
+def test_fmha_timeline_smoke():
+    """The attention plan's kernel with a stamp before each marked line (every mark found once),
+    the block's entry and its end; it compiles without spills."""
+    from bench.fmha_timeline import MARKS, main
+
+    out = main(["--smoke", "--shape", "2x2x256x128"])
+    assert out == {"spills": 0, "blocks": 16, "stamps": len(MARKS) + 2}     # 64-query tiles: 16 blocks
 
 
 def test_w4a16_split_cost_smoke():
