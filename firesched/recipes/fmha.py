@@ -198,7 +198,7 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         if causal and head_dim == 128 and seq_kv <= 512:
             # short causal key loops: two blocks an SM of one 64-query consumer warpgroup, so that
             # one block's prologue and output store run under the other's key loop (32x16x512x128
-            # causal: 0.83-0.85 -> 0.91-0.92x cuDNN; level at 1,024 keys, 0.96 against 1.03x at
+            # causal: 0.83-0.85 -> 0.89-0.92x cuDNN; level at 1,024 keys, 0.96 against 1.03x at
             # 2,048; bench/README.md, "two blocks an SM, with the TMA-store epilogue")
             return FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                               warp_specialized=True, reverse=True, overlap=True, blocks_per_sm=2)
