@@ -180,10 +180,15 @@ def report(trace, sms) -> dict:
 
 
 def parse_vary(items) -> dict:
+    """``["persistent=True", "stages=2"]`` -> one value per ``FmhaParams`` field (``bench/fmha.py``'s
+    parser, which refuses unknown fields)."""
+    from bench.fmha import parse_vary as parse
+
     out = {}
-    for it in items or []:
-        key, val = it.split("=")
-        out[key] = {"True": True, "False": False}.get(val, None) if val in ("True", "False") else int(val)
+    for name, values in parse(items or []).items():
+        if len(values) != 1:
+            raise SystemExit(f"--vary {name}: the timeline traces one kernel; give one value")
+        out[name] = values[0]
     return out
 
 

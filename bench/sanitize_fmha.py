@@ -30,8 +30,6 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 
 
 def main(argv=None) -> None:
-    import torch
-
     only = set(sys.argv[1:] if argv is None else argv)
 
     designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [
@@ -43,6 +41,12 @@ def main(argv=None) -> None:
     designs += [((4, 16, 16, 1100, 300, 128, True), "two_blocks"), ((1, 2, 1, 65, 129, 64, False), "two_blocks")]
     # persistent blocks whose consumers load Q and stage each tile's output in its rows (TMA stores)
     designs += [((4, 16, 16, 1100, 300, 128, False), "persistent"), ((2, 4, 2, 130, 77, 128, False), "persistent")]
+    unknown = only - {design for _, design in designs}
+    if unknown:
+        raise SystemExit(f"sanitize_fmha: no design {', '.join(sorted(unknown))}; the designs are "
+                         f"{', '.join(sorted({design for _, design in designs}))}")
+    import torch
+
     for (b, h, kvh, sq, skv, d, causal), design in designs:
         if only and design not in only:
             continue

@@ -500,6 +500,10 @@ class Kernel:
             off += b.nbytes
         for b in self.shared:
             if b.alias:
+                if b.alias not in out:
+                    raise ValueError(f"kernel {self.name}: shared buffer {b.name!r} aliases {b.alias!r}, which is not "
+                                     f"one of its own shared buffers ({', '.join(sorted(out)) or 'none'}); name one "
+                                     f"of those, or drop alias=")
                 out[b.name] = out[b.alias]
         return out
 

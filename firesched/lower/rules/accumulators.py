@@ -88,8 +88,9 @@ def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars, lay, acc) -> list:
         return store_thread_accumulator(lw, node, ctx, lay, acc, reduce_vars)
     if dst.memory == SH:
         return store_to_shared(lw, node, ctx, lay, acc)
-    if _via_tma(lw, node, ctx, lay):
-        return store_via_tma(lw, node, ctx, lay, acc)
+    room = _tma_staging(lw, node, ctx, lay)
+    if room is not None:
+        return store_via_tma(lw, node, ctx, lay, acc, lent=None if room is False else room)
     vars_, base, items, frag_loop = frag_iter(lw, ctx, lay)
     go = ctx.origin[key(dst)]
     glim = ctx.limit[key(dst)]
@@ -445,24 +446,29 @@ def store_values(lw, work, p, out_dt, gbuf, goff, row, col, glim, axes=None) -> 
 
 # --------------------------------------------------------------------------- TMA-store epilogue
 
-def _via_tma(lw, node, ctx, lay) -> bool:
-    """The store goes through shared memory and TMA when a warp-specialized consumer warpgroup
+def _tma_staging(lw, node, ctx, lay):
+    """Where the TMA-store epilogue stages, or None when the store goes from registers.
+
+    The store goes through shared memory and TMA when a warp-specialized consumer warpgroup
     stores a wgmma accumulator into a C whose rows TMA can address (its consumer warpgroups
     synchronise among themselves with named barriers, so staging costs no block-wide barrier),
-    and the staging has room: in bytes an operand's warpgroup has finished reading
-    (``borrow.borrowable``), or beside the kernel's other buffers within the target's limit."""
+    and the staging has room: in bytes an operand's warpgroup has finished reading (that
+    operand's buffer, ``borrow.borrowable``), or beside the kernel's other buffers within the
+    target's limit (``False``: a buffer of its own)."""
     if not (ctx.specialized and lw.target.has_tma and lay.atom.family == WGMMA and not lay.replicas):
-        return False
+        return None
     if node.spec.dst.tensor.major != lay.dims[1]:
-        return False            # the accumulator's columns are not C's rows (Cᵀ = Bᵀ Aᵀ)
+        return None             # the accumulator's columns are not C's rows (Cᵀ = Bᵀ Aᵀ)
     if staging(lw, node, lay) is None:
-        return False
-    if _borrowed(lw, node, ctx, lay) is not None:
-        return True
+        return None
+    lent = _borrowed(lw, node, ctx, lay)
+    if lent is not None:
+        return lent
     out_dt = lw.pb.gbuf(node.spec.dst).dtype
     own = ir.shared_bytes([*lw.kb.shared.values(), ir.SharedBuffer("C_smem", out_dt, _staging_elems(lw, node, lay),
                                                                    1024)])
-    return own + 1024 <= lw.target.smem_per_block_optin       # 1 KiB: the barriers declared after it
+    # 1 KiB: the barriers declared after it
+    return False if own + 1024 <= lw.target.smem_per_block_optin else None
 
 
 def _warpgroups(lay) -> int:
@@ -511,7 +517,7 @@ def staging(lw, node, lay):
     return cc
 
 
-def store_via_tma(lw, node, ctx, lay, acc) -> list:
+def store_via_tma(lw, node, ctx, lay, acc, lent=None) -> list:
     """Registers -> swizzled shared memory -> TMA store, 64 rows x one 128-byte span of columns
     at a time, double-buffered per warpgroup::
 
@@ -525,7 +531,8 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
     TMA drops the parts of a box outside C, so edge tiles need no predicates.  A bias over N is
     loaded when the tile starts (in flight during the K loop) and parked in the warpgroup's shared
     copy, which the chunks read (``_vector_prefetch``).  The last stores are waited for when the
-    role ends."""
+    role ends.  ``lent``: the operand buffer the staging occupies (``borrow.borrowable``), or
+    None for bytes of its own."""
     spec = node.spec
     dst = spec.dst
     cc = staging(lw, node, lay)
@@ -536,12 +543,11 @@ def store_via_tma(lw, node, ctx, lay, acc) -> list:
     nwg = _warpgroups(lay)
     note = (f"{STORE_BUFFERS} buffers x {nwg} consumer warpgroups x 64x{cc} {out_dt}, 128B swizzle "
             f"(TMA-store staging)")
-    lent = _borrowed(lw, node, ctx, lay)
+    size = _staging_elems(lw, node, lay)
     if lent is not None and "C_smem" not in lw.kb.shared:
         # in the rows of an operand each warpgroup has finished reading (borrow.py)
-        lw.kb.add_shared(ir.SharedBuffer("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024, note,
-                                         alias=lent.name))
-    buf = lw.kb.shared_buf("C_smem", out_dt, nwg * STORE_BUFFERS * 64 * cc, 1024, note)
+        lw.kb.add_shared(ir.SharedBuffer("C_smem", out_dt, size, 1024, note, alias=lent.name))
+    buf = lw.kb.shared_buf("C_smem", out_dt, size, 1024, note)
     outer = dst.tensor.storage_dims[:-2]          # batch dims: boxes of extent 1
     tmap = lw.kb.param(ir.TensorMapParam(f"tmap_{gc.name}", gc, (1,) * len(outer) + (64, cc), SPAN), write=True)
     tma_store = sm90a.TMA_STORES[len(gc.shape)]
