@@ -47,11 +47,17 @@ def _add_rows(R, C, dtype="f16"):
                         Reduce("sum", h, s, ("c",), KERNEL), results=("Y", "S"))
 
 
-def _aligned(spec, lanes, vec, *, more=()):
-    """``spec`` on one row a block, aligned to ``vec``, its locals in registers."""
+def _aligned(spec, lanes, vec, *, more=(), staged=False):
+    """``spec`` on one row a block, aligned to ``vec``, its locals in registers; ``staged``: the
+    row its first part copies (a plain ``Move``) waits in shared memory, the block's copy."""
     plan = RowPlan(lanes, vec, 1, 1, aligned=True)
-    strategies = [*row_model.kernel_strategies(plan), *more, *(place(t.name, fs.RF) for t in spec.locals)]
-    strategies += [part(i, *row_model.part_strategies(plan, walk_row="c" in sp.dims)) for i, sp in enumerate(spec.body)]
+    first = spec.body[0]
+    row = first.dst.name if staged and isinstance(first, Move) and not first.ops else None
+    strategies = [*row_model.kernel_strategies(plan), *more,
+                  *(place(t.name, fs.SH, pad=lanes * vec) if t.name == row else place(t.name, fs.RF)
+                    for t in spec.locals)]
+    strategies += [part(i, *row_model.part_strategies(plan, walk_row="c" in sp.dims))
+                   for i, sp in enumerate(spec.body) if not (row and i == 0)]
     return spec.schedule(*strategies)
 
 
@@ -91,17 +97,18 @@ def test_a_users_fused_rows_aligned(vec, lanes):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(R=st.integers(1, 9), C=st.integers(1, 700), dt=st.sampled_from(["f16", "bf16", "f32"]),
        kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal", "fused"]),
-       vec=st.sampled_from([2, 4, 8]), lanes=st.sampled_from([32, 64, 128]))
-def test_hand_written_aligned_chains(R, C, dt, kind, vec, lanes):
+       vec=st.sampled_from([2, 4, 8]), lanes=st.sampled_from([32, 64, 128]), staged=st.booleans())
+def test_hand_written_aligned_chains(R, C, dt, kind, vec, lanes, staged):
     # any row length (1 included: the window is wider than the row), any phase, any vector
-    # width, a recipe's spec or a user's: ScheduleError at check(), or the interpreter equals
-    # numpy with no hazard
+    # width, a recipe's spec or a user's, the row in registers or (staged) copied by the block
+    # into shared memory in chunks of the window: ScheduleError at check(), or the interpreter
+    # equals numpy with no hazard
     if kind == "fused":
         spec = _add_rows(R, C, dt)
     else:
         spec = _recipe(kind, R, C, dtype=dt, arch="sm_90a").spec
     try:
-        sched = _aligned(spec, lanes, vec)
+        sched = _aligned(spec, lanes, vec, staged=staged)
         sched.check("sm_90a")
     except ScheduleError:
         return
@@ -192,6 +199,58 @@ def test_a_staged_row_in_an_aligned_window():
                    for i, sp in enumerate(spec.body) if not (isinstance(sp, Move) and i == 0)]
     sched = spec.schedule(*strategies)
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "layernorm_tuple"])
+@pytest.mark.parametrize("dt, rows, cols", [("bf16", 9, 1001), ("f16", 9, 777), ("bf16", 1, 13), ("f16", 10, 2047)])
+def test_a_staged_window_is_copied_in_whole_chunks(kind, dt, rows, cols):
+    # the row's window copied into shared memory by the block in 16-byte cp.async chunks: the
+    # first holds the row before's last elements (never used), the last reads up to the row's end
+    # (src-size), past the tensor's end on the last row; every phase of the rows against numpy
+    lanes = 64
+    plan = RowPlan(lanes, 8, -(-(cols + 7) // (8 * lanes)), 1, aligned=True, row_memory="SH")
+    sched = _recipe(kind, rows, cols, dtype=dt, arch="sm_90a", plan=plan)
+    src = fs.compile(sched, arch="sm_90a").source
+    assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in src and "unaligned rows, element copies" not in src
+    assert "(an aligned window: the row's last chunk partial)" in src
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_a_staged_windows_whole_last_chunk_is_caught():
+    # planted: the window's chunks read whole (no src-size): the last row's last chunk passes the
+    # end of X (9 x 1001 = 9009 elements; its chunk runs to 9016)
+    plan = RowPlan(64, 8, 2, 1, aligned=True, row_memory="SH")
+    sched = fs.recipes.softmax(9, 1001, dtype="bf16", arch="sm_90a", plan=plan)
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    run_program(prog, dict(feed))
+
+    def whole(s):
+        if isinstance(s, ir.AtomCall) and s.src_bytes is not None:
+            return attrs.evolve(s, src_bytes=None)
+        return s
+
+    with pytest.raises(HazardError, match="out-of-bounds read"):
+        run_program(planted(prog, whole), dict(feed))
+
+
+def test_the_recipes_stage_odd_rows_in_windows_where_measured():
+    # rows.staged_window_faster: RMSNorm, LayerNorm and softmax from 6,000 columns (RMSNorm below
+    # 32,768), 256 threads, three blocks an SM while two fit; not causal softmax, not add +
+    # RMSNorm (its row is a sum, not a copy), not even rows
+    from firesched.recipes.norms import plan_rows
+
+    for op, cols in [("rmsnorm", 16383), ("layernorm", 6001), ("softmax", 40959), ("rmsnorm", 24569)]:
+        p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
+        assert p.aligned and p.row_memory == "SH" and p.lanes == row_model.STAGED_WINDOW_THREADS, (op, cols, p)
+        assert 2 <= p.occupancy <= row_model.STAGED_WINDOW_BLOCKS
+    for op, cols in [("rmsnorm", 4095), ("rmsnorm", 40959), ("causal", 16383), ("add_rmsnorm", 16383),
+                     ("softmax", 16384), ("softmax", 65537)]:
+        p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
+        assert not (p.aligned and p.row_memory == "SH"), (op, cols, p)
+    assert not row_model.row_plan(8, 16383, "f32", staged_window=True, stage=True).aligned
+    with pytest.raises(ValueError, match="allowed"):
+        row_model.staged_window_faster("transpose", 8191)
 
 
 def test_plain_moves_align_too():

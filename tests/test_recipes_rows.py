@@ -181,16 +181,19 @@ def test_plans_of_the_tile_model():
     assert not row_model.row_plan(5, 28671, align=True).aligned and row_model.row_plan(5, 24569, align=True).aligned
     assert row_model.aligned_faster("add_rmsnorm", 4095) and not row_model.aligned_faster("rmsnorm", 4095)
     assert row_model.aligned_faster("rmsnorm", 16383) and not row_model.aligned_faster("layernorm", 8191)
-    # (with clusters RMSNorm's odd rows up to 22,000 columns wait in shared memory instead)
+    # (with clusters RMSNorm's odd rows up to 22,000 columns wait in shared memory instead; from
+    # 6,000 columns the recipes stage the window itself: rows.staged_window_faster)
     assert not row_model.aligned_faster("rmsnorm", 16383, clusters=True)
-    assert "cluster=2" in repr(recipes.rmsnorm(64, 16383, dtype="bf16", arch="sm_90a").strategies[0])
+    assert "cluster=3" in repr(recipes.rmsnorm(64, 40959, dtype="bf16", arch="sm_90a").strategies[0])
+    assert repr(recipes.rmsnorm(64, 16383, dtype="bf16", arch="sm_90a").strategies[0]) == \
+        "tile(r=1) >> to_blocks(occupancy=3) >> align(c=8)"
     assert row_model.aligned_faster("layernorm", 24569) and not any(row_model.aligned_faster("causal", c)
                                                                     for c in (4095, 24569))
     with pytest.raises(ValueError, match="allowed"):
         row_model.aligned_faster("transpose", 4095)
     assert "align(c=8)" in repr(recipes.add_rmsnorm(64, 4095, dtype="bf16").strategies)
     assert "align(c=8)" in repr(recipes.layernorm(64, 24569, dtype="bf16").strategies)
-    assert "align(" not in repr(recipes.layernorm(64, 8191, dtype="bf16").strategies)
+    assert "align(" not in repr(recipes.layernorm(64, 4095, dtype="bf16").strategies)
     # odd rows element by element: more elements a thread, fewer threads (rows.ODD_ROW_VALUES)
     assert row_model.odd_row_values("layernorm", 1023) == 16 and row_model.odd_row_values("softmax", 8191) == 32
     assert row_model.row_plan(64, 4095, element_values=16) == row_model.RowPlan(256, 1, 16, 1)

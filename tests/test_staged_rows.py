@@ -108,12 +108,13 @@ def test_long_odd_rows_wait_in_shared_memory(cols, dt):
                                                             .strategies[0])
 
 
-@pytest.mark.parametrize("cols, memory", [(16385, "RF"), (20479, "RF"), (20481, "RF"), (32767, "SH")])
-def test_layernorm_keeps_odd_rows_in_registers_up_to_twenty_a_thread(cols, memory):
+@pytest.mark.parametrize("cols, memory", [(4095, "RF"), (16385, "SH"), (20479, "SH"), (20481, "SH"), (32767, "SH")])
+def test_layernorm_stages_odd_rows_in_their_window(cols, memory):
     # from 24 elements a thread LayerNorm's odd rows spilled in registers (32-80 bytes); from
-    # 20,000 columns they walk aligned windows (24 a thread in 16-byte vectors) up to 24,569
+    # 6,000 columns they wait in shared memory in their aligned window (rows.staged_window_faster)
     sched = fs.recipes.layernorm(2, cols, dtype="bf16", arch="sm_90a")
     assert ("place('Xr', Memory.SH" in repr(sched.strategies)) == (memory == "SH")
+    assert ("align(c=8)" in repr(sched.strategies)) == (memory == "SH")
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax", "causal", "add_rmsnorm"])

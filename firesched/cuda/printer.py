@@ -911,10 +911,14 @@ class _KernelPrinter:
 
             atom = catalog.with_immediates(atom, uid=self.wait_labels)
             self.wait_labels += 1
+        if call.src_bytes is not None and atom.family != CP_ASYNC:
+            raise InternalError(f"{self._where()}: {atom.name} takes no src_bytes (a cp.async's partial read)")
         template_names = sorted(set(_TEMPLATE_NAME.findall(atom.ptx)) - set(operand_names))
         for name in template_names:
             if name == "src_size" and atom.family == CP_ASYNC:
-                bindings[name] = [f"({cond}) ? {atom.width} : 0" if predicated else str(atom.width)]
+                # the bytes read, the rest of the chunk zero-filled (AtomCall.src_bytes)
+                size = str(atom.width) if call.src_bytes is None else f"({self.c(call.src_bytes)})"
+                bindings[name] = [f"({cond}) ? {size} : 0" if predicated else size]
             else:
                 raise InternalError(
                     f"{self._where()}: atom {atom.name} names ${name} in its PTX, which is neither an "

@@ -324,6 +324,12 @@ class AtomCall:
     address).  ``pred`` disables the access where zero: a disabled COPY load writes zeros to its
     registers, a disabled CP_ASYNC writes zeros to shared memory (zero-fill), a disabled store
     writes nothing; ``pred`` must be uniform within the atom's thread group for MMA and LDMATRIX.
+    ``src_bytes`` (CP_ASYNC only): the bytes an enabled copy reads, the rest of its chunk
+    zero-filled (``cp.async``'s ``src-size``; None: the whole chunk) — a chunk that reaches past
+    the end of what it may read::
+
+        chunk:  | b0 b1 ... b9 | b10 .. b15 |      src_bytes = 10
+                  read           zero-filled
     """
 
     atom: Atom
@@ -331,6 +337,7 @@ class AtomCall:
     pred: IntExpr = 1
     comment: str = ""
     origin: Origin | None = _origin()
+    src_bytes: IntExpr | None = attrs.field(default=None, kw_only=True)
 
     def arg(self, name: str):
         for n, v in self.args:

@@ -114,7 +114,7 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
             return Roles(tuple(Role(r.name, r.first, r.count, go(r.body), r.groups) for r in s.roles))
         if isinstance(s, AtomCall):
             return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment,
-                            origin=origin(s))
+                            origin=origin(s), src_bytes=None if s.src_bytes is None else expr(s.src_bytes))
         if isinstance(s, Pointwise):
             return Pointwise(s.op, operand(s.dst), tuple(operand(x) for x in s.srcs), origin=origin(s))
         if isinstance(s, RegFill):

@@ -41,6 +41,9 @@ aims at three things, in this order —
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
       4,095         256     1    16        1          256, element by element (layernorm: 16 a thread); add +
                                                          rmsnorm: an aligned window of 513 vectors, 256 x 3
+      16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
+                                                         memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax
+                                                         from 6,000 columns: staged_window_faster)
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
                                                          copied element by element, 8 loads in flight)
 
@@ -186,6 +189,24 @@ STAGED_ODD_VALUES = {"rmsnorm": 8}
 CAUSAL_VALUES = 48
 
 
+# odd 16-bit rows of these many columns wait in shared memory in their aligned window
+# (RowPlan(aligned=True, row_memory="SH"), row_plan's staged_window): one block of
+# STAGED_WINDOW_THREADS threads copies the window in 16-byte cp.async chunks (the last one partial,
+# lower.rules.copies), STAGED_WINDOW_BLOCKS blocks an SM.  Measured on an H100 (bf16,
+# bench/row_plans.py, 256 threads, three blocks an SM; TB/s against the plans then, bench/rows.py):
+# softmax 4096 x 8191 2.67 (2.09), 2048 x 12289 2.56 (1.74), 2048 x 16383 2.64 (1.75), 1024 x
+# 24569 2.62 (2.04), but 8192 x 4095 2.24 (2.41); RMSNorm 2.52 (1.79), 2.29 (1.81), 2.35 (1.91),
+# 2.18 (2.13), 8192 x 4095 2.16 (2.11); LayerNorm 1.91 (1.81), 1.79 (1.28), 1.77 (1.29), 1.78
+# (1.50), 8192 x 4095 1.44 (2.00).  Six blocks an SM (40 registers) spilled RMSNorm; 512 threads
+# read 0.92-1.06 of these.  As the plan (bench/rows.py --old, bf16 / f16): 8192 x 6001 RMSNorm
+# 2.63 / 2.65 (1.80 / 1.97), LayerNorm 2.09 / 2.13 (1.78 / 1.66), softmax 2.81 / 2.82 (2.33 /
+# 2.35); 1024 x 32767 1.97, 1.56, 2.47 (1.67, 1.01, 1.57); 1024 x 40959 LayerNorm 1.51 (1.22),
+# softmax 2.39 (1.54), but RMSNorm 1.83 (1.92): columns [from, up to)
+STAGED_WINDOW_COLS = {"rmsnorm": (6000, 32768), "layernorm": (6000, None), "softmax": (6000, None)}
+STAGED_WINDOW_THREADS = 256
+STAGED_WINDOW_BLOCKS = 3
+
+
 # 16-bit rows of 2 mod 4 columns (pairs) in add + RMSNorm wait in shared memory from this many
 # pairs a thread of one block (row_plan's odd_values): in registers the f16 kernel spilled 32-120
 # bytes a thread from 20,482 columns (sm_90a and sm_80)
@@ -197,10 +218,12 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
     ``element_values`` (``odd_row_values``), causal softmax's ``half_block_values``
-    (``CAUSAL_VALUES``), and the ``odd_values`` of RMSNorm's staged odd rows
-    (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``)."""
+    (``CAUSAL_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
+    (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``), and
+    ``staged_window`` (``staged_window_faster``)."""
     eb = max(1, _dtype(dtype).bits // 8)
-    args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype)}
+    args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
+            "staged_window": staged_window_faster(op, cols)}
     if op == "causal" and eb == 2:
         args["half_block_values"] = CAUSAL_VALUES
     if op in STAGED_ODD_VALUES and clusters:
@@ -208,6 +231,16 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
         args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
     return args
+
+
+def staged_window_faster(op: str, cols: int) -> bool:
+    """Whether an odd 16-bit row of ``cols`` columns in recipe ``op`` waits in shared memory in
+    its aligned window (``row_plan(staged_window=True)``): where measured faster,
+    ``STAGED_WINDOW_COLS``."""
+    if op not in ODD_ROW_VALUES:
+        raise ValueError(f"staged_window_faster: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
+    lo, hi = STAGED_WINDOW_COLS.get(op, (None, None))
+    return lo is not None and cols >= lo and (hi is None or cols < hi)
 
 
 def aligned_faster(op: str, cols: int, clusters: bool = False) -> bool:
@@ -272,7 +305,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None, half_block_values: int | None = None,
-             element_values: int | None = None) -> RowPlan:
+             element_values: int | None = None, staged_window: bool = False) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -294,7 +327,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
     ``CAUSAL_VALUES``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
     4 bytes that one block holds takes as few threads as hold it at about this many elements a
-    thread (the recipes ask for ``odd_row_values``)."""
+    thread (the recipes ask for ``odd_row_values``); ``staged_window`` (with ``stage``): an odd
+    row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
+    on one block of ``STAGED_WINDOW_THREADS`` threads (``RowPlan(aligned=True,
+    row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks (the recipes ask
+    for it where ``staged_window_faster``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -309,6 +346,15 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     odd_values = ODD_VALUES if odd_values is None else odd_values
+    if vec * eb < 4 and eb == 2 and staged_window and stage:
+        # the row's window (align) in shared memory: its copy takes whole 16-byte chunks (an odd
+        # row's element copies kept few bytes in flight: STAGED_WINDOW_COLS's measurements)
+        wide = 16 // eb
+        lanes = STAGED_WINDOW_THREADS
+        reps = -(-(cols + wide - 1) // (wide * lanes))
+        per_sm = min(STAGED_WINDOW_BLOCKS, shared_per_sm // (reps * lanes * wide * eb + 1024))
+        if per_sm >= 2:
+            return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
         # the row's window (align): up to 16 // eb - 1 elements of the row before and after it,
         # on as few threads as hold it at ALIGNED_VALUES a thread (or aligned_values)

@@ -20,7 +20,7 @@ import attrs
 from ... import ir
 from ...hardware.atoms import catalog, sm80, sm90a
 from ...hardware.atoms.base import CP_ASYNC, LDMATRIX, Atom
-from ...ir.expr import IntExpr, Var, land, lt
+from ...ir.expr import IntExpr, Var, land, lt, minimum
 from ...ir.rewrite import substitute_stmt
 from ...schedule import Node
 from ...spec import Move
@@ -30,6 +30,7 @@ from ..layouts import RFLayout, coords
 from ..lowerer import Lowerer, spec_rule
 from .dequant import dequant_to_registers
 from .smem import gl_offset, sh_offset, shared_buffer
+from .threads import alignment
 
 QUANTISED = ("u4", "i4")     # codes the SH -> RF move dequantises
 
@@ -81,28 +82,39 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
     o = ctx.origin[key(src)]
     lim = ctx.limit[key(src)]
     ld = t.extent(cdim)
-    # a buffer padded past the tile (place(..., pad=)): chunks must divide the tile itself, so
-    # that none straddles its end into the next tile or past the tensor
-    atom = copy_atom(node, math.gcd(cols, src.extent(cdim)) if cols > src.extent(cdim) else cols, ld, eb)
+    T = ctx.scope.threads
+
+    def chunks(vec: int, cpr: int, one_row: bool = False):
+        """The copy in chunks of ``vec`` elements, ``cpr`` a row: (chunks, iterations, loop
+        variable, chunk, its column, global coordinates, global and shared offsets);
+        ``one_row``: the tile is one row (the chunks past it are not issued)."""
+        total = rows * cpr
+        iters = -(-total // T)
+        it = Var(f"c{lw.pb.tmp()}", iters)
+        chunk = it * T + ctx.scope.tid
+        cc = chunk * vec if one_row else (chunk % cpr) * vec
+        local = _rows_to_coords(lay, dst.tensor, 0 if one_row else chunk // cpr)
+        local[cdim] = cc
+        gcoord = {d: o[d] + local.get(d, 0) for d in t.storage_dims}
+        soff = lay.offset(lay.row(local, dict(zip(dst.tensor.dims, dst.tensor.shape))), cc,
+                          ctx.stage.get(dst.name, 0))
+        return total, iters, it, chunk, cc, gcoord, gl_offset(gbuf, t, gcoord), soff
+
+    window = _window_chunks(lw, node, ctx, src, lay, cdim, eb, chunks)
+    if window is not None:
+        atom, vec, (total, iters, it, chunk, cc, gcoord, goff, soff) = window
+    else:
+        # a buffer padded past the tile (place(..., pad=)): chunks must divide the tile itself, so
+        # that none straddles its end into the next tile or past the tensor
+        atom = copy_atom(node, math.gcd(cols, src.extent(cdim)) if cols > src.extent(cdim) else cols, ld, eb)
+        vec = atom.values_for(t.dtype) if atom.family in (CP_ASYNC, "copy") else 1
+        total, iters, it, chunk, cc, gcoord, goff, soff = chunks(vec, cols // vec)
     if atom.family == CP_ASYNC and not lw.target.supports(atom):
         raise err(node, f"{lw.target.name} has no cp.async to fill shared memory with", field="target",
                   value=lw.target.name, allowed="sm_80 and later", fix="check/compile for sm_80 or later")
-    vec = atom.values_for(t.dtype) if atom.family in (CP_ASYNC, "copy") else 1
-    cpr = cols // vec
-    total = rows * cpr
-    T = ctx.scope.threads
-    iters = -(-total // T)
-    out: list = [ir.Comment(f"{spec}: {total} chunks of {vec} x {t.dtype} over {T} threads")]
-    it = Var(f"c{lw.pb.tmp()}", iters)
-    chunk = it * T + ctx.scope.tid
-    r = chunk // cpr
-    cc = (chunk % cpr) * vec
+    out: list = [ir.Comment(f"{spec}: {total} chunks of {vec} x {t.dtype} over {T} threads"
+                            + (" (an aligned window: the row's last chunk partial)" if window else ""))]
     in_tile = lt(chunk, total) if total % T else 1
-    local = _rows_to_coords(lay, dst.tensor, r)
-    local[cdim] = cc
-    gcoord = {d: o[d] + local.get(d, 0) for d in t.storage_dims}
-    goff = gl_offset(gbuf, t, gcoord)
-    soff = lay.offset(lay.row(local, dict(zip(dst.tensor.dims, dst.tensor.shape))), cc, ctx.stage.get(dst.name, 0))
     in_bounds = land(*[lt(gcoord[d], lim[d]) for d in t.storage_dims if d in lim])
     if cols > src.extent(cdim):
         # a buffer padded past the tile (place(..., pad=)): its tail is zero-filled, not read
@@ -110,9 +122,11 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
         in_bounds = land(in_bounds, lt(cc, src.extent(cdim)))
     if atom.family == CP_ASYNC:
         # chunks outside the tensor are zero-filled by cp.async itself (src-size 0); chunks
-        # outside the tile (when threads outnumber them) are not issued at all
+        # outside the tile (when threads outnumber them) are not issued at all.  In an aligned
+        # window a chunk reads up to the row's end (src-size), the rest zero-filled
+        part = None if window is None else minimum(atom.width, (lim[cdim] - gcoord[cdim]) * (eb // 8))
         call = ir.AtomCall(atom, (("dst", ir.MemRef(sbuf, soff)), ("src", ir.MemRef(gbuf, goff))),
-                           in_bounds, comment=f"{t.name} tile -> shared")
+                           in_bounds, comment=f"{t.name} tile -> shared", src_bytes=part)
         out.append(ir.For(it, iters, call if in_tile == 1 else ir.If(in_tile, call), unroll=True))
     else:
         # element copies through registers, SYNC_BATCH of a thread's elements at a time: all of a
@@ -146,6 +160,34 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
         sync.append(ir.AtomCall(sm90a.fence_proxy_async, (), comment=f"{dst.name}_smem is visible to wgmma"))
     return [scope_barrier(ctx, f"the previous readers of {dst.name}_smem are done"), *out, *sync,
             scope_barrier(ctx, f"{dst.name}_smem is filled")]
+
+
+def _window_chunks(lw, node: Node, ctx, src, lay, cdim: str, eb: int, chunks):
+    """In an aligned window (``align(c=vec)``) the row's chunks start on the vector boundary at or
+    before its first element, so they take whole ``cp.async`` chunks although the row length is
+    no multiple of one (an odd row)::
+
+        global:   | .. row r-1 ..|p ------ row r (cols elements) ------|.. row r+1 ..
+        chunks:   [ 8 ][ 8 ][ 8 ] ... [ 8 ][ 8 ][ 8 ]                  (16 bytes each)
+                  the first holds p elements of row r-1 (read, never used: the row's
+                  reductions skip them); the last reads up to the row's end (src-size)
+
+    The widest chunk whose every global offset ``alignment`` proves aligned and whose whole
+    chunks fit the shared buffer: (atom, elements a chunk, ``chunks(...)``'s values), or None
+    outside a window (or where no such chunk exists)."""
+    if cdim not in ctx.shift or node.via:
+        return None
+    for w in COPY_WIDTHS:
+        v = w * 8 // eb
+        if v < 2:
+            continue
+        cpr = -(-src.extent(cdim) // v)
+        if cpr * v > lay.cols:
+            continue
+        got = chunks(v, cpr, one_row=lay.rows == 1)
+        if alignment(got[6]) * eb % (w * 8) == 0 and alignment(got[7]) * eb % (w * 8) == 0:
+            return catalog.copy_atom("GL", "SH", w), v, got
+    return None
 
 
 def _rows_to_coords(lay, tensor, r: IntExpr) -> dict[str, IntExpr]:

@@ -174,7 +174,26 @@ def cp_async(k, s):
     mem.check_align(atom, dst, dbase, act)
     on = act[p]
     vals = None
-    if on.size:
+    if on.size and s.src_bytes is not None:
+        # a partial chunk (src-size): the first src_bytes are read, the rest zero-filled
+        sbase = ctx.per_thread(src.offset)[on]
+        mem.check_align(atom, src, sbase, on)
+        got = np.clip(ctx.per_thread(s.src_bytes)[on] * 8 // sdt.bits, 0, n)
+        lane = np.arange(n, dtype=np.int64)[None, :]
+        keep = lane < got[:, None]
+        addr = np.where(keep, sbase[:, None] + lane, sbase[:, None])
+        some = got > 0
+        mem.check_bounds(src, addr[some], on[some], "read (cp.async source)")
+        data = np.zeros((on.size, n), dtype=sdt.np)
+        if some.any():
+            thr2d = np.broadcast_to(on[some][:, None], (int(some.sum()), n))
+            data[some] = np.where(keep[some], mem.read(src, addr[some], thr2d, on[some]), 0)
+        if sdt != ddt:
+            data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
+        vals = data if on.size == act.size else np.zeros((act.size, n), dtype=ddt.np)
+        if on.size != act.size:
+            vals[p] = data
+    elif on.size:
         sbase = ctx.per_thread(src.offset)[on]
         mem.check_bounds_rows(src, sbase, n, on, "read (cp.async source)")
         mem.check_align(atom, src, sbase, on)
