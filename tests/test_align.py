@@ -234,6 +234,39 @@ def test_a_staged_windows_whole_last_chunk_is_caught():
         run_program(planted(prog, whole), dict(feed))
 
 
+@pytest.mark.parametrize("rows, cols, reps", [(9, 1001, 2), (2, 8193, 17)], ids=["branch", "batched"])
+def test_a_weights_shifted_runs_are_checked(rows, cols, reps):
+    # the weight's runs in the window come from the two aligned vectors holding them
+    # (threads.shifted_run), under a branch, or (17 passes) hoisted out of it, predicated, and
+    # batched (batch_loads); planted: the pair loaded unguarded, so the last run's pair passes the
+    # weight's end (1,001 elements: the runs of the row's end reach 1,008)
+    plan = RowPlan(64, 8, reps, 1, aligned=True, row_memory="SH")
+    sched = fs.recipes.layernorm(rows, cols, dtype="bf16", arch="sm_90a", plan=plan)
+    src = fs.compile(sched, arch="sm_90a").source
+    assert "convert.shift_halves_b16x8" in src and ("in flight at a time" in src) == (reps >= 8)
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    run_program(prog, dict(feed))
+
+    def unguarded(s):
+        if isinstance(s, ir.Seq):
+            return ir.Seq(tuple(unguarded(x) for x in s.body))
+        if isinstance(s, ir.For):
+            return attrs.evolve(s, body=unguarded(s.body))
+        if isinstance(s, ir.If):
+            pair = any(isinstance(x, ir.AtomCall) and "the aligned vectors holding a run" in x.comment
+                       for x in ir.rewrite.flat([s.then]))
+            return attrs.evolve(s, cond=1 if pair else s.cond, then=unguarded(s.then))
+        if isinstance(s, ir.AtomCall) and "the aligned vectors holding a run" in s.comment:
+            return attrs.evolve(s, pred=1)
+        return s
+
+    k = prog.kernels[-1]
+    bad = attrs.evolve(prog, kernels=(*prog.kernels[:-1], attrs.evolve(k, body=unguarded(k.body))))
+    with pytest.raises(HazardError, match="out-of-bounds read"):
+        run_program(bad, dict(feed))
+
+
 def test_the_recipes_stage_odd_rows_in_windows_where_measured():
     # rows.staged_window_faster: RMSNorm, LayerNorm and softmax from 6,000 columns (RMSNorm below
     # 32,768), 256 threads, three blocks an SM while two fit; not causal softmax, not add +

@@ -91,6 +91,37 @@ def test_a_later_write_frees_the_registers():
     assert out[0] != loop and out[1:] == [fill, out[2]]
 
 
+def _branch_loop(n, guard_regs=False):
+    """for v in 0..n: x = X[..]; if (tid < 200): w = W[..]; x += w   (the branch's load further
+    down); ``guard_regs``: a statement before the branch writes w, so its load must stay"""
+    loop, r = _loop(n)
+    v, tid = loop.var, ir.tid(256)
+    w = ir.RegBuffer("w", BF16, 1)
+    wb = ir.GlobalBuffer("W", BF16, (n * 256,), (1,))
+    load = ir.AtomCall(catalog.copy_atom("GL", "RF", 2), (("dst", ir.RegRef(w, 0)), ("src", ir.MemRef(wb, v * 256 + tid))))
+    use = ir.Pointwise("add", ir.RegRef(r, 0), (ir.RegRef(r, 0), ir.RegRef(w, 0)))
+    first, store = loop.body.body
+    pre = (ir.RegFill(ir.RegRef(w, 0), 1, 0.0),) if guard_regs else ()
+    body = ir.Seq((first, *pre, ir.If(ir.expr.lt(tid, 200), ir.Seq((load, use))), store))
+    return ir.For(loop.var, n, body)
+
+
+def test_a_branchs_loads_lead_the_batch_predicated():
+    (out,) = batched_loads([_branch_loop(16)], _kb())
+    loads, rest = [s for s in out.body.body if isinstance(s, ir.For)]
+    lead = _leaves(loads.body)
+    assert len(lead) == 2 and "tid < 200" in str(lead[1].pred)            # X's load, then W's, predicated
+    assert any(isinstance(s, ir.If) and "tid < 200" in str(s.cond) for s in ir.rewrite.flat([rest.body]))
+    # a loop of fewer than HOISTED_FROM iterations batches its leading loads only, its branch
+    # kept whole; so does a loop whose branch's load has registers an earlier statement writes
+    from firesched.lower.transforms.batch_loads import HOISTED_FROM
+
+    for kept in (batched_loads([_branch_loop(HOISTED_FROM - 1)], _kb())[0],
+                 batched_loads([_branch_loop(16, guard_regs=True)], _kb())[0]):
+        lead = _leaves([s for s in kept.body.body if isinstance(s, ir.For)][0].body)
+        assert len(lead) == 1 and "X" in str(lead[0])
+
+
 @pytest.mark.parametrize("kind", ["causal", "add_rmsnorm"])
 def test_batched_kernels_match_numpy(kind):
     # the masked row's loads (causal) and the two rows of the sum (add + RMSNorm) go into shared

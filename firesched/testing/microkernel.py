@@ -466,6 +466,11 @@ def _convert_plan(atom, d) -> _Plan:
     t = _TID
     gins, regs, body, args = [], [], [], {}
     for o in ins:
+        if o.tv is None:
+            # a run-time scalar (shift_halves' q): lane l takes l, so one warp covers every value
+            # an atom reads of it (its semantics take it modulo what matters)
+            args[o.name] = ir.Scalar(t)
+            continue
         od = atom.dtype_of(o.name)
         g = _gbuf(o.name, od, (WARP_THREADS, o.values))
         r = ir.RegBuffer(f"r_{o.name}", od, o.values)
@@ -483,7 +488,9 @@ def _convert_plan(atom, d) -> _Plan:
                       src=ir.RegRef(r_dst, 0)))
 
     def expected(inputs):
-        words = [cv.to_words(np.asarray(inputs[o.name]), atom.dtype_of(o.name)) for o in ins]
+        lanes = np.arange(WARP_THREADS, dtype=np.int64)[:, None]
+        words = [lanes if o.tv is None else cv.to_words(np.asarray(inputs[o.name]), atom.dtype_of(o.name))
+                 for o in ins]
         return cv.from_words(np.asarray(atom.semantics(*words), dtype=np.uint32), dd)
     return _Plan(_program(atom, tuple(gins), out, body, regs=tuple(regs)), expected)
 

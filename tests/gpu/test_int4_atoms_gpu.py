@@ -1,4 +1,5 @@
-"""The ``convert`` atoms (int4 dequantisation, f16x2 / bf16x2 group scales) on a GPU, bit for bit.
+"""The ``convert`` atoms (int4 dequantisation, f16x2 / bf16x2 group scales, shifted halves) on a GPU, bit
+for bit.
 
 Each atom's one-atom microkernel (``testing.microkernel.atom_program``: a warp loads one source
 word per thread, issues the atom once, stores the destination registers) is printed, compiled
@@ -237,3 +238,23 @@ def test_scale_nan_is_canonical(atom, gpu):
     nan = _is_nan(want, kind).all(axis=-1)[:, 0]
     assert nan[:2].all()
     assert np.array_equal(got[nan], want[nan]), _mismatches(got[nan], want[nan], [w[nan] for w in words])
+
+
+# =========================================================================== shifted halves
+
+def test_shift_halves_on_gpu(gpu):
+    """``shift_halves_b16x8``'s microkernel (lane ``l`` shifts by ``l``: every shift, four lanes
+    each) on random words, bit for bit against its semantics."""
+    program, _, expected = atom_program(cv.shift_halves_b16x8)
+    loaded = gpu.load(program)
+    try:
+        rng = np.random.default_rng(13)
+        for _ in range(4):
+            words = {n: rng.integers(0, 1 << 16, size=(32, 8)).astype(np.uint16) for n in ("lo", "hi")}
+            host = {n: w.astype("<u2").tobytes() for n, w in words.items()}
+            host["out"] = bytes(32 * 8 * 2)
+            got = np.frombuffer(gpu.launch(loaded, host, "out"), "<u2").reshape(32, 8)
+            want = expected({n: w.view(np.float16) for n, w in words.items()}).view(np.uint16)
+            np.testing.assert_array_equal(got, want)
+    finally:
+        gpu.unload(loaded)

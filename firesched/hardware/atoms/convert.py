@@ -1,4 +1,6 @@
-"""Register -> register conversions of one thread: int4 dequantisation and group scaling.
+"""Register -> register conversions of one thread: int4 dequantisation, group scaling, and a run
+of 16-bit values that starts anywhere taken from the two aligned vectors holding it
+(``shift_halves_b16x8``, below).
 
 Family ``convert`` (``Atom.family``), the foundation of weight-only int4 GEMMs (W4A16): a 32-bit
 register holding eight packed 4-bit weights becomes four registers of f16x2 (or bf16x2) without
@@ -392,11 +394,63 @@ scale_add_f16x2 = _scale(dt.f16, True)
 scale_add_bf16x2 = _scale(dt.bf16, True)
 
 
+# --------------------------------------------------------------------------- shifted halves
+
+# 8 consecutive 16-bit values, value i at column i (the identity: register j holds values 2j, 2j + 1)
+TV_EIGHT = TVLayout(Layout((1, 8), (0, 1)), (1, 8))
+
+
+def _shift_halves_semantics(lo, hi, q):
+    """``d`` = halves ``q .. q + 7`` (``q`` mod 8) of the 16 halves of ``lo`` then ``hi``."""
+    lo, hi = np.asarray(lo, np.uint32), np.asarray(hi, np.uint32)
+    words = np.concatenate([lo, hi], axis=-1)
+    halves = np.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(*words.shape[:-1], 16)
+    start = (np.asarray(q, np.int64)[..., 0] & 7)[..., None]
+    picked = np.take_along_axis(halves, start + np.arange(8), axis=-1)
+    return (picked[..., 0::2] | (picked[..., 1::2] << 16)).astype(np.uint32)
+
+
+def _shift_halves_ptx() -> str:
+    # a barrel shifter over the 8 words of (lo, hi): by 2 words where q & 4, by 1 where q & 2
+    # (selp), then each output word one prmt of two neighbours — bytes 0-3 (q even) or 2-5 (q odd)
+    words = [f"$lo[{i}]" for i in range(4)] + [f"$hi[{i}]" for i in range(4)]
+    by2 = " ".join(f"selp.b32 fs_e{i}, {words[i + 2]}, {words[i]}, fs_p2;" for i in range(6))
+    by1 = " ".join(f"selp.b32 fs_f{i}, fs_e{i + 1}, fs_e{i}, fs_p1;" for i in range(5))
+    perm = " ".join(f"prmt.b32 $d[{i}], fs_f{i}, fs_f{i + 1}, fs_s;" for i in range(4))
+    regs = ", ".join([f"fs_e{i}" for i in range(6)] + [f"fs_f{i}" for i in range(5)] + ["fs_s", "fs_t"])
+    return (f"{{ .reg .pred fs_p1, fs_p2; .reg .b32 {regs}; "
+            "and.b32 fs_t, $q, 4; setp.ne.b32 fs_p2, fs_t, 0; and.b32 fs_t, $q, 2; setp.ne.b32 fs_p1, fs_t, 0; "
+            "and.b32 fs_t, $q, 1; mul.lo.u32 fs_t, fs_t, 0x2222; add.u32 fs_s, fs_t, 0x3210; "
+            f"{by2} {by1} {perm} }}")
+
+
+#: d = values q .. q + 7 of the 16 values of lo then hi (16-bit values, q a run-time 0 .. 7): a
+#: run of eight elements that starts anywhere, from the two aligned 16-byte vectors holding it
+#: (an operand along the row of an aligned window, threads.shifted_run)::
+#:
+#:     lo = | v0 v1 v2 v3 v4 v5 v6 v7 |  hi = | v8 .. v15 |       q = 3:  d = | v3 .. v10 |
+shift_halves_b16x8 = Atom(
+    name="shift_halves_b16x8", family=CONVERT, group=THREAD, kind="Move", shape=(1, 8),
+    dtypes=(("d", dt.f16), ("lo", dt.f16), ("hi", dt.f16), ("q", dt.i32)),
+    operands=(
+        Operand("d", "out", "RF", regs=4, values=8, tv=TV_EIGHT),
+        Operand("lo", "in", "RF", regs=4, values=8, tv=TV_EIGHT),
+        Operand("hi", "in", "RF", regs=4, values=8, tv=TV_EIGHT),
+        Operand("q", "in", "RF", regs=1, values=1),
+    ),
+    ptx=_shift_halves_ptx(), min_target="sm_80", src_memory="RF", dst_memory="RF",
+    semantics=_shift_halves_semantics, catalog=CATALOG,
+    doc="Thread funnel shift of 16-bit values: d = values q .. q + 7 (q mod 8, a 32-bit scalar) of lo then hi, "
+        "by selp and prmt (any 16-bit type: the bits move unchanged).",
+)
+
+
 DEQUANT_ATOMS: tuple[Atom, ...] = (
     dequant_u4_f16, dequant_u4z8_f16, dequant_i4_f16, dequant_u4_bf16, dequant_u4z8_bf16, dequant_i4_bf16,
 )
 SCALE_ATOMS: tuple[Atom, ...] = (scale_f16x2, scale_bf16x2, scale_add_f16x2, scale_add_bf16x2)
-ATOMS: tuple[Atom, ...] = DEQUANT_ATOMS + SCALE_ATOMS
+SHIFT_ATOMS: tuple[Atom, ...] = (shift_halves_b16x8,)
+ATOMS: tuple[Atom, ...] = DEQUANT_ATOMS + SCALE_ATOMS + SHIFT_ATOMS
 
 
 # --------------------------------------------------------------------------- value order

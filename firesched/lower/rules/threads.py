@@ -40,7 +40,8 @@ from ... import ir
 from ... import ops as fops
 from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm70, sm90a
-from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, binop, ge, land, lt
+from ...hardware.atoms import convert as cv
+from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, binop, ge, land, lt, mod
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
 from ...tensor import GL, RF, SH
@@ -59,6 +60,9 @@ def elements(tile) -> list[dict[str, int]]:
     for d, n in zip(tile.dims, tile.shape):
         out = [{**c, d: i} for c in out for i in range(n)]
     return out
+
+
+SHIFTED_RUN = 8         # elements of a run shifted_run takes from two aligned vectors (16 bytes of 16-bit values)
 
 
 def reg_index(tile, coord: dict[str, int]) -> int:
@@ -162,8 +166,13 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
             step = window if window > 1 else n_c
             for j0 in range(0, n_c, step):
                 local = {**e, c: j0}
-                out += window_access(buf, t, {d: o[d] + local.get(d, 0) for d in t.dims}, step, regs,
-                                     reg_index(tile, local), write, what, lim, low, skip, aligned=window > 1)
+                at = {d: o[d] + local.get(d, 0) for d in t.dims}
+                elementwise = window_access(buf, t, at, step, regs, reg_index(tile, local), write, what, lim, low,
+                                            skip, aligned=window > 1)
+                if window == 1 and not write and skip is None and _shifts_whole_runs(ctx, t, step):
+                    out += shifted_run(lw, ctx, buf, t, at, regs, reg_index(tile, local), what, lim, low, elementwise)
+                else:
+                    out += elementwise
             continue
         for j0 in range(0, n_c, v):
             local = {**e, c: j0}
@@ -236,6 +245,48 @@ def window_access(buf, t, coord: dict, v: int, regs: ir.RegBuffer, r0: int, writ
     if whole == 1:
         return [call(vec, coord, r0, 1)]
     return [call(vec, coord, r0, whole), ir.If(binop("==", whole, 0), ir.Seq(tuple(parts)))]
+
+
+def _shifts_whole_runs(ctx, t, n: int) -> bool:
+    """Whether the runs of ``n`` elements of ``t`` (an operand along the row only, in an aligned
+    window) can come from the aligned 16-byte vectors holding them (``shifted_run``): a 1-d
+    global tensor of a 16-bit type, runs of 8, a window of 8."""
+    c = t.major
+    return (t.memory == GL and t.dtype.bits == 16 and n == SHIFTED_RUN and len(t.storage_dims) == 1
+            and ctx.shift.get(c, (0, 0))[1] == SHIFTED_RUN)
+
+
+def shifted_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: int, what: str, lim: dict,
+                low: dict, elementwise: list) -> list:
+    """A run of 8 elements of an operand along the row only (a weight, a bias) in an aligned
+    window: the window moved the row's frame back by its phase, so the run starts ``q`` elements
+    into an aligned vector of the operand, the same ``q`` for every run of the block.  It loads
+    the two aligned 16-byte vectors holding the run and takes values ``q .. q + 7``
+    (``convert.shift_halves_b16x8``: selp and prmt) instead of eight 2-byte loads::
+
+        W:        | w0 .. w7 | w8 .. w15 | w16 .. w23 | ...        (aligned vectors)
+        window:      |<- the run: w5 .. w12 ->|                    q = 5
+        lo, hi:   | w0 .. w7 | w8 .. w15 |   -> shift_halves(q = 5) -> w5 .. w12
+
+    Where the pair would reach outside the operand (its last run) or the run outside the row,
+    ``elementwise`` (``window_access``'s element loads) instead."""
+    c = t.major
+    shift, vec = ctx.shift[c]
+    q = mod(shift + vec, vec)              # shift is -(the row's phase), in -(vec - 1) .. 0
+    base = coord[c] - q
+    pair = lw.kb.reg(f"{t.name}_pair", t.dtype, 2 * vec)
+    ld = _copy("GL", False, vec * t.dtype.bits // 8)
+    loads = tuple(ir.AtomCall(ld, (("dst", ir.RegRef(pair, k * vec)),
+                                   ("src", ir.MemRef(buf, gl_offset(buf, t, {**coord, c: base + k * vec})))),
+                              1, comment=f"{t.name}: the aligned vectors holding a run of the window")
+                  for k in (0, 1))
+    take = ir.AtomCall(cv.shift_halves_b16x8, (("d", ir.RegRef(regs, r0)), ("lo", ir.RegRef(pair, 0)),
+                                               ("hi", ir.RegRef(pair, vec)), ("q", ir.Scalar(q))),
+                       comment=f"{what}: values q .. q + 7 of the pair")
+    inside = land(ge(coord[c], low.get(c, 0)), lt(base + 2 * vec - 1, lim[c]))
+    # (in a rolled loop of many passes batch_loads hoists the pair's loads out of the branch,
+    # predicated, and keeps several passes' of them in flight)
+    return [ir.If(inside, ir.Seq((*loads, take))), ir.If(binop("==", inside, 0), ir.Seq(tuple(elementwise)))]
 
 
 def _copy(mem: str, write: bool, width: int):

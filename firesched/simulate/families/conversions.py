@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import ir
 from ...errors import InternalError
 from ...hardware.atoms import convert as cv
 from ..messages import describe
@@ -31,9 +32,13 @@ def convert(k, s):
     words = []
     out = None
     for o in atom.operands:
+        ref = s.arg(o.name)
+        if isinstance(ref, ir.Scalar) and o.tv is None and o.role == "in":
+            # a run-time scalar (shift_halves' q): its value for each thread, one word
+            words.append(ctx.per_thread(ref.value)[on][:, None])
+            continue
         if o.memory != "RF" or o.tv is None:
             raise InternalError(f"{describe(s)}: atom {atom.name} operand {o.name} is no register fragment")
-        ref = s.arg(o.name)
         want = atom.dtype_of(o.name)
         have = ref.buffer.dtype
         if have.bits != want.bits:
