@@ -184,7 +184,7 @@ def test_plans_of_the_tile_model():
     # (with clusters RMSNorm's odd rows up to 22,000 columns wait in shared memory instead; from
     # 6,000 columns the recipes stage the window itself: rows.staged_window_faster)
     assert not row_model.aligned_faster("rmsnorm", 16383, clusters=True)
-    assert "cluster=3" in repr(recipes.rmsnorm(64, 40959, dtype="bf16", arch="sm_90a").strategies[0])
+    assert "cluster=" in repr(recipes.rmsnorm(64, 65537, dtype="bf16", arch="sm_90a").strategies[0])
     assert repr(recipes.rmsnorm(64, 16383, dtype="bf16", arch="sm_90a").strategies[0]) == \
         "tile(r=1) >> to_blocks(occupancy=3) >> align(c=8)"
     assert row_model.aligned_faster("layernorm", 24569) and not any(row_model.aligned_faster("causal", c)

@@ -42,8 +42,8 @@ aims at three things, in this order —
       4,095         256     1    16        1          256, element by element (layernorm: 16 a thread); add +
                                                          rmsnorm: an aligned window of 513 vectors, 256 x 3
       16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
-                                                         memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax
-                                                         from 6,000 columns: staged_window_faster)
+                                                         memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax,
+                                                         add + RMSNorm from 4,096-8,000 columns: staged_window_faster)
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
                                                          copied element by element, 8 loads in flight)
 
@@ -201,8 +201,19 @@ CAUSAL_VALUES = 48
 # read 0.92-1.06 of these.  As the plan (bench/rows.py --old, bf16 / f16): 8192 x 6001 RMSNorm
 # 2.63 / 2.65 (1.80 / 1.97), LayerNorm 2.09 / 2.13 (1.78 / 1.66), softmax 2.81 / 2.82 (2.33 /
 # 2.35); 1024 x 32767 1.97, 1.56, 2.47 (1.67, 1.01, 1.57); 1024 x 40959 LayerNorm 1.51 (1.22),
-# softmax 2.39 (1.54), but RMSNorm 1.83 (1.92): columns [from, up to)
-STAGED_WINDOW_COLS = {"rmsnorm": (6000, 32768), "layernorm": (6000, None), "softmax": (6000, None)}
+# softmax 2.39 (1.54).  With the weight's shifted runs (threads.shifted_run), bf16, the window
+# against the plan then: RMSNorm 8192 x 4095 2.18 (2.08), 16384 x 4097 2.31 (2.04), 1024 x 40959
+# 2.22 (1.92, clusters); add + RMSNorm (the sum staged) 4096 x 8191 2.53 (2.33), 2048 x 12289
+# 2.49 (2.08), 2048 x 16383 2.50 (2.19), 1024 x 32767 2.29 (1.70), 1024 x 40959 2.13 (1.82), but
+# 8192 x 6001 2.63 (2.72), 8192 x 4095 2.31 (2.42) and 1024 x 24569 2.38 (2.70: its window in
+# registers fills whole passes of its 1,024 threads, STAGED_WINDOW_WHOLE_PASSES); softmax 16384 x 4097
+# 2.28 (2.40), LayerNorm 8192 x 4095 1.38 (2.02).  As the plan (bench/rows.py --old, bf16 / f16):
+# RMSNorm 16384 x 4097 2.32 / 2.31 (2.06 / 2.07), but 8192 x 4095 2.17 / 2.24 (2.09 / 2.43: its
+# element plan, 256 threads x 16, fills its passes): from 4,096.  Columns from
+STAGED_WINDOW_COLS = {"rmsnorm": 4096, "layernorm": 6000, "softmax": 6000, "add_rmsnorm": 8000}
+# recipes that keep an odd row's window in registers where it fills whole passes of the block's
+# threads (row_plan(align=True); measured at 24,569 columns only, above)
+STAGED_WINDOW_WHOLE_PASSES = ("add_rmsnorm",)
 STAGED_WINDOW_THREADS = 256
 STAGED_WINDOW_BLOCKS = 3
 
@@ -236,11 +247,18 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
 def staged_window_faster(op: str, cols: int) -> bool:
     """Whether an odd 16-bit row of ``cols`` columns in recipe ``op`` waits in shared memory in
     its aligned window (``row_plan(staged_window=True)``): where measured faster,
-    ``STAGED_WINDOW_COLS``."""
+    ``STAGED_WINDOW_COLS`` (but add + RMSNorm's register windows of whole passes,
+    ``STAGED_WINDOW_WHOLE_PASSES``)."""
     if op not in ODD_ROW_VALUES:
         raise ValueError(f"staged_window_faster: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
-    lo, hi = STAGED_WINDOW_COLS.get(op, (None, None))
-    return lo is not None and cols >= lo and (hi is None or cols < hi)
+    lo = STAGED_WINDOW_COLS.get(op)
+    if lo is None or cols < lo:
+        return False
+    if op in STAGED_WINDOW_WHOLE_PASSES and cols % 2:
+        regs = row_plan(1, cols, "bf16", align=True, clusters=True)
+        if regs.aligned and -(-(cols + regs.vec - 1) // regs.vec) % regs.lanes == 0:
+            return False
+    return True
 
 
 def aligned_faster(op: str, cols: int, clusters: bool = False) -> bool:

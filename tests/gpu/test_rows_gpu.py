@@ -122,22 +122,25 @@ def test_rows_staged_in_shared_memory(op, shift, rows, cols):
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, exchange="push")
 
 
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "add_rmsnorm"])
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
 @pytest.mark.parametrize("rows, cols, dtype, arch", [(9, 6001, "bf16", "sm_90a"), (5, 8191, "f16", "sm_90a"),
                                                      (8, 16383, "bf16", "sm_90a"), (3, 24569, "f16", "sm_90a"),
-                                                     (2, 32767, "bf16", "sm_90a"), (1, 12289, "f16", "sm_90a"),
-                                                     (7, 20481, "bf16", "sm_80")])
+                                                     (2, 40959, "bf16", "sm_90a"), (1, 12289, "f16", "sm_90a"),
+                                                     (7, 20481, "bf16", "sm_80"), (11, 4095, "bf16", "sm_90a")])
 def test_odd_rows_staged_in_their_window(op, shift, rows, cols, dtype, arch):
-    # the recipes' default for odd 16-bit rows from 6,000 columns: the aligned window waits in
-    # shared memory, copied in 16-byte cp.async chunks whose first reads the row before's last
-    # elements and whose last reads up to the row's end (src-size; past the tensor's end on the
-    # last row); outputs start as NaN, rows of a large mean see no zero-filled element
-    from firesched.recipes.norms import plan_rows
+    # odd 16-bit rows whose aligned window waits in shared memory (the recipes' default from 4,096
+    # to 8,000 columns on, rows.staged_window_faster; given here for every op and length): copied
+    # in 16-byte cp.async chunks whose first reads the row before's last elements and whose last
+    # reads up to the row's end (src-size; past the tensor's end on the last row), add + RMSNorm's
+    # sum stored there by its threads, the weight's runs shifted out of its aligned vectors;
+    # outputs start as NaN, rows of a large mean see no zero-filled element
+    from firesched.hardware.target import target
 
-    plan = plan_rows(rows, cols, dtype, arch, op=op)
+    plan = fs.recipes.rows.row_plan(rows, cols, dtype, stage=True, staged_window=True,
+                                    shared_per_sm=target(arch).smem_per_sm)
     assert plan.aligned and plan.row_memory == "SH", plan
-    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, arch=arch)
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, arch=arch, plan=plan)
 
 
 ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4097, "bf16"),
