@@ -115,11 +115,15 @@ def test_hand_written_aligned_chains(R, C, dt, kind, vec, lanes, staged):
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
+def _lowered(sched):
+    """``sched``'s program for sm_90a and random inputs by buffer name."""
+    prog = sched.lower("sm_90a")
+    return prog, {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+
+
 def _prog(R=5, C=1001):
     sched = fs.recipes.rmsnorm(R, C, dtype="f16", arch="sm_90a", plan=row_model.row_plan(R, C, "f16", align=True))
-    prog = sched.lower("sm_90a")
-    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
-    return sched, prog, feed
+    return (sched, *_lowered(sched))
 
 
 @pytest.mark.parametrize("atom, match", [("ld_global_16", "outside|bounds|past"), ("st_global_2", "out-of-bounds write")],
@@ -220,9 +224,7 @@ def test_a_staged_windows_whole_last_chunk_is_caught():
     # planted: the window's chunks read whole (no src-size): the last row's last chunk passes the
     # end of X (9 x 1001 = 9009 elements; its chunk runs to 9016)
     plan = RowPlan(64, 8, 2, 1, aligned=True, row_memory="SH")
-    sched = fs.recipes.softmax(9, 1001, dtype="bf16", arch="sm_90a", plan=plan)
-    prog = sched.lower("sm_90a")
-    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    prog, feed = _lowered(fs.recipes.softmax(9, 1001, dtype="bf16", arch="sm_90a", plan=plan))
     run_program(prog, dict(feed))
 
     def whole(s):
@@ -244,8 +246,7 @@ def test_a_weights_shifted_runs_are_checked(rows, cols, reps):
     sched = fs.recipes.layernorm(rows, cols, dtype="bf16", arch="sm_90a", plan=plan)
     src = fs.compile(sched, arch="sm_90a").source
     assert "convert.shift_halves_b16x8" in src and ("in flight at a time" in src) == (reps >= 8)
-    prog = sched.lower("sm_90a")
-    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    prog, feed = _lowered(sched)
     run_program(prog, dict(feed))
 
     def unguarded(s):

@@ -156,32 +156,32 @@ def _is_load(s) -> bool:
     return isinstance(args.get("dst"), ir.RegRef) and isinstance(args.get("src"), ir.MemRef)
 
 
-def _written_buffers(stmts) -> set:
-    out = set()
+def _leaves(stmts):
+    """The leaf statements of ``stmts``, through sequences and branches."""
     for s in stmts:
         for x in flat([s]):
             if isinstance(x, ir.If):
-                out |= _written_buffers([x.then])
-            elif isinstance(x, ir.AtomCall):
-                dst = dict(x.args).get("dst")
-                if isinstance(dst, ir.MemRef):
-                    out.add(dst.buffer.name)
-    return out
+                yield from _leaves([x.then])
+            else:
+                yield x
+
+
+def _written_buffers(stmts) -> set:
+    """Names of the memory buffers ``stmts`` write (through branches)."""
+    return {dict(x.args)["dst"].buffer.name for x in _leaves(stmts)
+            if isinstance(x, ir.AtomCall) and isinstance(dict(x.args).get("dst"), ir.MemRef)}
 
 
 def _registers(stmts) -> set:
     """Names of the register arrays ``stmts`` read or write (through branches)."""
     out = set()
-    for s in stmts:
-        for x in flat([s]):
-            if isinstance(x, ir.If):
-                out |= _registers([x.then])
-            elif isinstance(x, ir.AtomCall):
-                out |= {v.buffer.name for _, v in x.args if isinstance(v, ir.RegRef)}
-            elif isinstance(x, ir.Pointwise):
-                out |= {r.buffer.name for r in (x.dst, *x.srcs) if isinstance(r, ir.RegRef)}
-            elif isinstance(x, ir.RegFill):
-                out.add(x.ref.buffer.name)
+    for x in _leaves(stmts):
+        if isinstance(x, ir.AtomCall):
+            out |= {v.buffer.name for _, v in x.args if isinstance(v, ir.RegRef)}
+        elif isinstance(x, ir.Pointwise):
+            out |= {r.buffer.name for r in (x.dst, *x.srcs) if isinstance(r, ir.RegRef)}
+        elif isinstance(x, ir.RegFill):
+            out.add(x.ref.buffer.name)
     return out
 
 
