@@ -249,23 +249,17 @@ def test_a_weights_shifted_runs_are_checked(rows, cols, reps):
     prog, feed = _lowered(sched)
     run_program(prog, dict(feed))
 
-    def unguarded(s):
-        if isinstance(s, ir.Seq):
-            return ir.Seq(tuple(unguarded(x) for x in s.body))
-        if isinstance(s, ir.For):
-            return attrs.evolve(s, body=unguarded(s.body))
-        if isinstance(s, ir.If):
-            pair = any(isinstance(x, ir.AtomCall) and "the aligned vectors holding a run" in x.comment
-                       for x in ir.rewrite.flat([s.then]))
-            return attrs.evolve(s, cond=1 if pair else s.cond, then=unguarded(s.then))
-        if isinstance(s, ir.AtomCall) and "the aligned vectors holding a run" in s.comment:
-            return attrs.evolve(s, pred=1)
-        return s
+    def pair(s) -> bool:
+        return isinstance(s, ir.AtomCall) and "the aligned vectors holding a run" in s.comment
 
-    k = prog.kernels[-1]
-    bad = attrs.evolve(prog, kernels=(*prog.kernels[:-1], attrs.evolve(k, body=unguarded(k.body))))
+    def unguarded_branch(s):
+        return attrs.evolve(s, cond=1) if any(pair(x) for x in ir.rewrite.flat([s.then])) else s
+
+    def unguarded_load(s):
+        return attrs.evolve(s, pred=1) if pair(s) else s
+
     with pytest.raises(HazardError, match="out-of-bounds read"):
-        run_program(bad, dict(feed))
+        run_program(planted(prog, unguarded_load, branches=unguarded_branch), dict(feed))
 
 
 def test_the_recipes_stage_odd_rows_in_windows_where_measured():
