@@ -175,7 +175,7 @@ def _window_chunks(lw, node: Node, ctx, src, lay, cdim: str, eb: int, chunks):
     The widest chunk whose every global offset ``alignment`` proves aligned and whose whole
     chunks fit the shared buffer: (atom, elements a chunk, ``chunks(...)``'s values), or None
     outside a window (or where no such chunk exists)."""
-    if cdim not in ctx.shift or node.via:
+    if cdim not in ctx.shift or node.via or eb % 8:
         return None
     for w in COPY_WIDTHS:
         v = w * 8 // eb
