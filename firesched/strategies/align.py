@@ -21,8 +21,11 @@ whole aligned vector::
 
 The global operands over the row (``X``, ``Y``: equally strided, so one phase serves them all) are
 read and written in whole 16-byte vectors, but for the window's first and last, which hold
-elements of the neighbouring rows and go element by element.  An operand along the row alone (a
-weight ``W``) starts at ``-p`` too and takes element accesses.  Reductions skip the window's
+elements of the neighbouring rows and go element by element.  A row placed in shared memory
+(``place("Xr", SH)``) is copied into the window by the block in whole 16-byte ``cp.async`` chunks,
+the last one reading up to the row's end.  An operand along the row alone (a weight ``W``)
+starts at ``-p`` too: a run of 8 16-bit elements comes from the two aligned vectors holding it
+(``convert.shift_halves_b16x8``), other runs element by element.  Reductions skip the window's
 elements outside the row, and a mean keeps the row's count (it becomes a sum scaled by
 ``1 / cols``).  The phase is computed at run time from the row's index; ``check()`` proves every
 vector aligned and every element outside the row untouched.
