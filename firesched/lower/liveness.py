@@ -43,7 +43,7 @@ def words_of(buf: ir.RegBuffer) -> int:
     return -(-int(buf.size) * buf.dtype.bits // 32)
 
 
-def _uses(st) -> list[tuple[str, bool]]:
+def register_uses(st) -> list[tuple[str, bool]]:
     """(buffer name, is a write) for every register operand of one leaf statement."""
     if isinstance(st, ir.RegFill):
         return [(st.ref.buffer.name, True)]
@@ -101,7 +101,7 @@ def pressure(body, regs: dict) -> Pressure:
             for r in st.roles:
                 visit(r.body)
         else:
-            for name, write in _uses(st):
+            for name, write in register_uses(st):
                 if name not in regs:
                     continue
                 first.setdefault(name, pos)

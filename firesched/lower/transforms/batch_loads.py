@@ -46,6 +46,7 @@ from ... import ir
 from ...hardware.atoms.base import CONVERT, COPY
 from ...ir.expr import Var, land, lt
 from ...ir.rewrite import flat, map_operand, map_stmt, substitute_stmt
+from ..liveness import register_uses
 
 #: the most iterations a batch takes
 MAX_BATCH = 8
@@ -110,19 +111,8 @@ def _events(s, out: list, spans: dict) -> None:
         for r in s.roles:
             _events(r.body, out, spans)
     else:
-        reads, writes = set(), set()
-        if isinstance(s, ir.AtomCall):
-            for k, v in s.args:
-                if isinstance(v, ir.RegRef):
-                    out_reg = (k == "dst" and s.atom.family == COPY) or (
-                        s.atom.family == CONVERT and s.atom.operand(k).role in ("out", "inout"))
-                    (writes if out_reg else reads).add(v.buffer.name)
-        elif isinstance(s, ir.Pointwise):
-            reads |= {x.buffer.name for x in s.srcs if isinstance(x, ir.RegRef)}
-            writes.add(s.dst.buffer.name)
-        elif isinstance(s, ir.RegFill):
-            writes.add(s.ref.buffer.name)
-        out.append((reads, writes))
+        uses = register_uses(s)
+        out.append(({n for n, w in uses if not w}, {n for n, w in uses if w}))
 
 
 def _dead_after(name: str, events: list, span: tuple[int, int]) -> bool:
@@ -172,29 +162,22 @@ def _written_buffers(stmts) -> set:
             if isinstance(x, ir.AtomCall) and isinstance(dict(x.args).get("dst"), ir.MemRef)}
 
 
-def _registers(stmts) -> set:
-    """Names of the register arrays ``stmts`` read or write (through branches)."""
-    out = set()
-    for x in _leaves(stmts):
-        if isinstance(x, ir.AtomCall):
-            out |= {v.buffer.name for _, v in x.args if isinstance(v, ir.RegRef)}
-        elif isinstance(x, ir.Pointwise):
-            out |= {r.buffer.name for r in (x.dst, *x.srcs) if isinstance(r, ir.RegRef)}
-        elif isinstance(x, ir.RegFill):
-            out.add(x.ref.buffer.name)
-    return out
-
-
 def _leading(stmts: list, hoist: bool) -> tuple[list, list]:
     """(loads, rest): the loads that may lead the body — its leading loads, and with ``hoist``
     loads further down, or at the head of a branch (predicated on its condition), that nothing
     before them touches (their registers) or writes (what they read) — and the other statements
     in order (module docstring)."""
     loads, rest = [], []
+    touched, written = set(), set()       # the registers and the memory of rest
 
     def free(x) -> bool:
         args = dict(x.args)
-        return args["dst"].buffer.name not in _registers(rest) and args["src"].buffer.name not in _written_buffers(rest)
+        return args["dst"].buffer.name not in touched and args["src"].buffer.name not in written
+
+    def keep(s) -> None:
+        rest.append(s)
+        touched.update(n for x in _leaves([s]) for n, _ in register_uses(x))
+        written.update(_written_buffers([s]))
 
     for s in stmts:
         if _is_load(s) and (not rest or (hoist and free(s))):
@@ -208,9 +191,9 @@ def _leading(stmts: list, hoist: bool) -> tuple[list, list]:
             if k:
                 loads += [attrs.evolve(x, pred=land(s.cond, x.pred)) for x in body[:k]]
                 if body[k:]:
-                    rest.append(ir.If(s.cond, ir.Seq(tuple(body[k:]))))
+                    keep(ir.If(s.cond, ir.Seq(tuple(body[k:]))))
                 continue
-        rest.append(s)
+        keep(s)
     return loads, rest
 
 

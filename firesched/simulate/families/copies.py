@@ -174,30 +174,15 @@ def cp_async(k, s):
     mem.check_align(atom, dst, dbase, act)
     on = act[p]
     vals = None
-    if on.size and s.src_bytes is not None:
-        # a partial chunk (src-size): the first src_bytes are read, the rest zero-filled
+    if on.size:
         sbase = ctx.per_thread(src.offset)[on]
-        mem.check_align(atom, src, sbase, on)
-        got = np.clip(ctx.per_thread(s.src_bytes)[on] * 8 // sdt.bits, 0, n)
-        lane = np.arange(n, dtype=np.int64)[None, :]
-        keep = lane < got[:, None]
-        addr = np.where(keep, sbase[:, None] + lane, sbase[:, None])
-        some = got > 0
-        mem.check_bounds(src, addr[some], on[some], "read (cp.async source)")
-        data = np.zeros((on.size, n), dtype=sdt.np)
-        if some.any():
-            thr2d = np.broadcast_to(on[some][:, None], (int(some.sum()), n))
-            data[some] = np.where(keep[some], mem.read(src, addr[some], thr2d, on[some]), 0)
-        if sdt != ddt:
-            data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
-        vals = data if on.size == act.size else np.zeros((act.size, n), dtype=ddt.np)
-        if on.size != act.size:
-            vals[p] = data
-    elif on.size:
-        sbase = ctx.per_thread(src.offset)[on]
-        mem.check_bounds_rows(src, sbase, n, on, "read (cp.async source)")
-        mem.check_align(atom, src, sbase, on)
-        data = mem.read_rows(src, sbase, on, n)               # a copy: it lands later
+        if s.src_bytes is None:
+            mem.check_bounds_rows(src, sbase, n, on, "read (cp.async source)")
+            mem.check_align(atom, src, sbase, on)
+            data = mem.read_rows(src, sbase, on, n)           # a copy: it lands later
+        else:
+            mem.check_align(atom, src, sbase, on)
+            data = _partial_rows(mem, src, sbase, on, n, ctx.per_thread(s.src_bytes)[on] * 8 // sdt.bits)
         if sdt != ddt:
             data = data.view(ddt.np) if sdt.np.itemsize == ddt.np.itemsize else data.astype(ddt.np)
         if on.size == act.size:
@@ -210,6 +195,22 @@ def cp_async(k, s):
     first = mem.in_block(sh, dbase, act)
     mem.sh_write_check_rows(sh, first, act, n)
     k.cp.issue(sh, first, act, vals, ctx.sid(s))
+
+
+def _partial_rows(mem, src, first, thr, n: int, got) -> np.ndarray:
+    """A partial chunk of each thread (``cp.async``'s src-size): the first ``got`` of the ``n``
+    elements from each offset of ``first`` read (and bounds-checked), the rest zero."""
+    got = np.clip(got, 0, n)
+    lane = np.arange(n, dtype=np.int64)[None, :]
+    keep = lane < got[:, None]
+    addr = np.where(keep, first[:, None] + lane, first[:, None])
+    some = got > 0
+    mem.check_bounds(src, addr[some], thr[some], "read (cp.async source)")
+    data = np.zeros((first.size, n), dtype=src.buffer.dtype.np)
+    if some.any():
+        rows = np.broadcast_to(thr[some][:, None], (int(some.sum()), n))
+        data[some] = np.where(keep[some], mem.read(src, addr[some], rows, thr[some]), 0)
+    return data
 
 
 def commit(k, s):
