@@ -3,11 +3,12 @@ unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and th
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
 split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
-stage, split-K in a thread-block cluster), for compute-sanitizer:
+stage, split-K in a thread-block cluster, warps sharing a K tile), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
     compute-sanitizer --tool synccheck python bench/sanitize_w4a16.py
+    compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py -2 -1   # some cases (indices of CASES)
 """
 
 from __future__ import annotations
@@ -53,14 +54,20 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                    split_k=4, cluster_combine=True)),
     (16, 520, 2048, 64, False, "bf16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=256, stages=2, split_k=2,
                                                         producer=True, cluster_combine=True)),
+    # warps sharing a K tile (their partial sums added through shared memory), alone and split
+    (7, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=32, block_k=512, warps_n=2, warp_k=128,
+                                                   warps_k=4, stages=4)),
+    (16, 264, 2048, 64, True, "bf16", W4A16Params(block_m=16, block_n=16, block_k=256, warps_n=1, warp_k=64,
+                                                  warps_k=4, stages=3, split_k=2)),
 ]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     import torch
 
+    picked = [int(a) for a in (sys.argv[1:] if argv is None else argv)]
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}
-    for M, N, K, gs, signed, dt, p in CASES:
+    for M, N, K, gs, signed, dt, p in ([CASES[i] for i in picked] if picked else CASES):
         zp = p == "zero_point"
         sched = fs.recipes.gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dt, arch="sm_90a",
                                       params=None if zp else p, zero_point=zp)

@@ -11,7 +11,8 @@ import pytest
 import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
-           "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline"]
+           "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
+           "bench.profile_w4a16"]
 
 
 def test_profile_rows_smoke():
@@ -24,6 +25,17 @@ def test_profile_rows_smoke():
         main(["--smoke", "layernorm:4096"])
     with pytest.raises(ValueError, match="allowed: rmsnorm"):
         main(["--smoke", "causal:3x65:f16"])
+
+
+def test_profile_w4a16_smoke():
+    from bench.profile_w4a16 import main
+
+    k = main(["--smoke", "1", "256"])
+    assert k.spills == 0 and len(k.program.kernels) >= 1
+    p = "W4A16Params(block_m=16, block_n=32, block_k=512, warps_n=2, warp_k=128, warps_k=4, stages=4)"
+    assert len(main(["--smoke", "16", "1024", p]).program.kernels) == 1     # no K split: one launch
+    with pytest.raises(SystemExit, match="M NK"):
+        main(["--smoke", "1"])
 
 
 def test_row_spills_runs_small():

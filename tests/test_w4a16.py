@@ -201,6 +201,26 @@ def test_prefetched_dequantised_fragments_in_the_steady_state(stages):
     assert_schedule_correct(sched, examples=1)
 
 
+@pytest.mark.parametrize("M,N,K,gs,p", [
+    (5, 72, 1024, 128, W4A16Params(block_m=16, block_n=32, block_k=512, warps_n=2, warp_k=128, warps_k=4, stages=2)),
+    (16, 40, 640, 64, W4A16Params(block_m=16, block_n=16, block_k=256, warps_n=1, warp_k=64, warps_k=4, stages=3)),
+    (3, 24, 448, 32, W4A16Params(block_m=16, block_n=16, block_k=128, warps_n=2, warp_k=32, warps_k=2, stages=2,
+                                 split_k=2)),
+])
+def test_warps_sharing_a_k_tile(M, N, K, gs, p):
+    """``warps_k``: groups of warps take parts of each K tile with their own accumulators, added
+    through shared memory before C is stored: right at odd N and K (a last K tile past the end,
+    groups inside a warp's part), alone and under a K split over blocks, with no hazard."""
+    sched = gemm_w4a16(M, N, K, group_size=gs, arch="sm_80", params=p)
+    assert "split_k(" + str(p.warps_k) + ", across=warp)" in str(sched)
+    assert_schedule_correct(sched, examples=1)
+
+
+def test_warps_k_must_divide_the_k_tile_in_warp_steps():
+    with pytest.raises(ValueError, match="warps_k=4"):
+        W4A16Params(block_k=128, warp_k=64, warps_k=4)
+
+
 @pytest.mark.parametrize("gs", [32, 128, None])
 def test_group_scales_ride_the_ring(gs):
     """In a cp.async ring the group scales of each K tile are staged with the tile and read from

@@ -79,7 +79,7 @@ from ..strategies import (
     to_warps,
     warp_specialize,
 )
-from ..tensor import BLOCK, GL, KERNEL, Tensor, Tile
+from ..tensor import BLOCK, GL, KERNEL, WARP, Tensor, Tile
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 #: K elements of one packed block (a 16-byte chunk of a column): K must be a multiple
@@ -121,6 +121,10 @@ class W4A16Params:
     * ``warps_m`` x ``warps_n``: warps of a block, each with ``block_m / warps_m`` rows (a
       multiple of 16) and ``block_n / warps_n`` columns (a multiple of 8);
     * ``warp_k``: K per fragment load (a multiple of 32: one word of codes covers 32 k);
+    * ``warps_k``: groups of warps that share a K tile, each taking ``block_k / warps_k`` of it
+      with its own accumulator (``split_k(warps_k, across=WARP)``), their partial sums added
+      through shared memory before C is stored: more warps dequantise a block's weights without
+      more blocks, so small M fills the SMs in one launch;
     * ``stages``: K tiles in flight (the cp.async ring);
     * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch, or with
       ``fixup`` by the block of each tile's last part in the same launch);
@@ -143,6 +147,7 @@ class W4A16Params:
     warps_m: int = 1
     warps_n: int = 4
     warp_k: int = 32
+    warps_k: int = 1
     stages: int = 4
     split_k: int = 1
     stream_k: int = 1
@@ -161,6 +166,10 @@ class W4A16Params:
         if self.block_k % PACK_K or self.warp_k % PACK_K or self.block_k % self.warp_k:
             raise ValueError(f"W4A16Params: block_k={self.block_k} and warp_k={self.warp_k} must be multiples of "
                              f"{PACK_K} (a word of codes covers {PACK_K} k), warp_k dividing block_k")
+        if self.block_k % (self.warps_k * self.warp_k):
+            raise ValueError(f"W4A16Params: warps_k={self.warps_k} groups of warps each take block_k / warps_k = "
+                             f"{self.block_k / self.warps_k:g} k of a K tile, which must be a multiple of warp_k="
+                             f"{self.warp_k}; use block_k={self.warps_k * self.warp_k} or a divisor warps_k")
 
 
 @attrs.frozen
@@ -429,6 +438,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         tile(k=p.block_k),
         move_to_smem("A"), move_to_smem("B", swizzle=sw),
         pipeline(stages=p.stages),
+        *([split_k(p.warps_k, across=WARP)] if p.warps_k > 1 else []),
         tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
         tile(k=p.warp_k),
         move_to_regs("A"), move_to_regs("B"),

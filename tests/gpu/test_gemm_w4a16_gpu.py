@@ -93,7 +93,8 @@ def test_random_tiles():
         wn = rnd.choice([w for w in (2, 4, 8) if bn % (8 * w) == 0])
         bk = rnd.choice([64, 128, 256])
         wk = rnd.choice([w for w in (32, 64, 128) if bk % w == 0])
-        p = W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
+        kw = rnd.choice([w for w in (1, 1, 2, 4) if bk % (w * wk) == 0])       # warps sharing a K tile
+        p = W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk, warps_k=kw,
                         stages=rnd.choice([2, 3, 4, 6]), split_k=rnd.choice([1, 2, 4]))
         M, N, K = rnd.choice([1, 5, 16, 40, 100]), rnd.choice([64, 200, 1024]), rnd.choice([512, 1024, 2048])
         try:
