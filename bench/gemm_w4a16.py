@@ -127,7 +127,7 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None) -> dict:
     # ours against cuBLAS in one interleaved set, against the torch path in another: the torch
     # path writes its dequantised weights (more than L2 holds), and whichever graph replays after
     # it starts by writing those dirty lines back (measured on an H100: M = 1, N = K = 4096, ours
-    # 7.8 us right after the torch path against 6.5 us right after cuBLAS)
+    # 7.8 us right after the torch path against 6.1-6.2 us in pairs with cuBLAS)
     t = timing.interleaved({**fns, "cublas": cublas}, reps=reps, rounds=rounds)
     t["torch"] = timing.interleaved({"ours": ours, "torch": torch_path}, reps=reps, rounds=rounds)["torch"]
     weight_bytes = N * K // 2 + S.numel() * S.element_size()

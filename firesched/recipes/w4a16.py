@@ -124,7 +124,8 @@ class W4A16Params:
     * ``warps_k``: groups of warps that share a K tile, each taking ``block_k / warps_k`` of it
       with its own accumulator (``split_k(warps_k, across=WARP)``), their partial sums added
       through shared memory before C is stored: more warps dequantise a block's weights without
-      more blocks, so small M fills the SMs in one launch;
+      more blocks, so small M fills the SMs in one launch (measured on an H100 at M <= 16, N = K =
+      4096: 6.7-7.5 us against the K split's 6.2-6.9, so ``plan`` leaves it at 1);
     * ``stages``: K tiles in flight (the cp.async ring);
     * ``split_k``: K parts over blocks (their f32 partial sums added by a second launch, or with
       ``fixup`` by the block of each tile's last part in the same launch);
