@@ -5,6 +5,7 @@ the cuDNN backend and with the flash (FlashAttention-2) backend, in one process,
     PYTHONPATH=. python bench/fmha.py --shapes 4x16x4096x128 --causal both --dtypes f16
     PYTHONPATH=. python bench/fmha.py --smoke               # CPU: a tiny instance, interpreted
     PYTHONPATH=. python bench/fmha.py --old ../other        # also that checkout's kernels, same rounds
+    PYTHONPATH=. python bench/fmha.py --arch sm_80          # the sm_80 schedule (mma.sync), run on this GPU
 
 Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s of ours, cuDNN and
 flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
@@ -46,12 +47,14 @@ def flops(b, h, s, d, causal) -> float:
     return f / 2 if causal else f
 
 
-def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None) -> dict:
+def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None, arch="sm_90a") -> dict:
+    """One shape timed: ours (the schedule ``recipes.fmha`` gives for ``arch``, compiled for this
+    GPU, an sm_90a one), cuDNN, flash and, with ``other``, that checkout's kernel."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
-    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch="sm_90a", causal=causal, params=params)
+    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal, params=params)
     k = fs.compile(sched, arch="sm_90a")
     per_set = 4 * b * h * s * d * 2
     nsets = max(1, min(8, math.ceil(2 * L2_BYTES / per_set)))
@@ -83,7 +86,7 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None)
     fns = {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION), "flash": peer(SDPBackend.FLASH_ATTENTION)}
     if other is not None:
         # the other checkout's kernel for the same call (its own plan when params is None)
-        ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch="sm_90a", causal=causal,
+        ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal,
                                               params=None if params is None else other.recipes.FmhaParams(
                                                   **attrs.asdict(params))), arch="sm_90a")
         ko(view(sets[0][0]), sets[0][1], sets[0][2], view(outs[0]))
@@ -101,7 +104,8 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None)
     t = {n: v / 1e3 for n, v in us.items()}                 # milliseconds
     res = k.resources
     row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal,
-               params=str(fs.recipes.fmha_plan(b, h, s, s, d, arch="sm_90a", causal=causal) if params is None else params),
+               arch=arch,
+               params=str(fs.recipes.fmha_plan(b, h, s, s, d, arch=arch, causal=causal) if params is None else params),
                max_abs_err=err, cudnn_max_abs_err=err_cudnn,
                registers=max(r.registers for r in res.values()), spills=k.spills)
     for n, ms in t.items():
@@ -141,12 +145,12 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
-def variants(b, h, s, d, causal, vary: dict) -> list:
+def variants(b, h, s, d, causal, vary: dict, arch: str = "sm_90a") -> list:
     """The plan's parameters (None) and each combination of ``vary`` (``FmhaParams`` field ->
     values) over them that builds a schedule; with wgmma, ``warps`` follows ``block_q``."""
     import itertools
 
-    base = fs.recipes.fmha_plan(b, h, s, s, d, arch="sm_90a", causal=causal)
+    base = fs.recipes.fmha_plan(b, h, s, s, d, arch=arch, causal=causal)
     out = [None]
     for combo in itertools.product(*vary.values()):
         over = dict(zip(vary, combo))
@@ -156,7 +160,7 @@ def variants(b, h, s, d, causal, vary: dict) -> list:
             p = attrs.evolve(base, **over)
             if p == base:
                 continue
-            fs.recipes.fmha(b, h, s, s, d, arch="sm_90a", causal=causal, params=p).check("sm_90a")
+            fs.recipes.fmha(b, h, s, s, d, arch=arch, causal=causal, params=p).check(arch)
         except (ValueError, fs.ScheduleError) as e:
             print(f"{b}x{h}x{s}x{d} {over}: refused ({str(e).splitlines()[0][:90]})")
             continue
@@ -204,6 +208,8 @@ def main(argv=None) -> list:
     ap.add_argument("--vary", action="append", default=[],
                     help="FIELD=V1,V2: also time the plan with these FmhaParams values (repeatable)")
     ap.add_argument("--old", default="", help="another checkout whose kernels are timed in the same rounds")
+    ap.add_argument("--arch", default="sm_90a", choices=("sm_90a", "sm_80"),
+                    help="whose schedule to time: sm_90a's (wgmma) or sm_80's (mma.sync), either run on this GPU")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -228,8 +234,8 @@ def main(argv=None) -> list:
     for shp in shapes:
         for dt in args.dtypes.split(","):
             for c in causal:
-                for params in (variants(*shp, c, vary) if vary else [None]):
-                    row = gpu_row(torch, *shp, dt, c, args.rounds, params, other)
+                for params in (variants(*shp, c, vary, args.arch) if vary else [None]):
+                    row = gpu_row(torch, *shp, dt, c, args.rounds, params, other, args.arch)
                     rows.append(row)
                     print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
                           f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "

@@ -158,6 +158,21 @@ def report(trace, sms) -> dict:
             per = np.median(later) if later else float("nan")
             print(f"{wg:>9} {lab:>10} {int(np.median(visits)):>6} {since:>36.0f} {per:>34.0f}")
             res[f"wg{wg}:{lab}"] = {"since_entry_ns": float(since), "per_visit_ns": float(per)}
+    # a block that walks several tiles (persistent): each mark of tile v >= 1 against the end of
+    # tile v - 1's key loop, the boundary a persistent grid is meant to hide
+    done = labels.index("loop_done")
+    if (t[:, :, done, 1] > 0).any():
+        print(f"{'warpgroup':>9} {'mark':>10} {'median ns after the previous tile loop_done (tiles 2+)':>56}")
+        for wg in range(4):
+            prev = t[:, wg, done, :-1]
+            for s, lab in enumerate(labels):
+                cur = t[:, wg, s, 1:]
+                ok = (cur > 0) & (prev > 0)
+                if s == done or not ok.any():
+                    continue
+                after = np.median((cur - prev)[ok])
+                print(f"{wg:>9} {lab:>10} {after:>56.0f}")
+                res[f"wg{wg}:{lab}"]["after_previous_loop_ns"] = float(after)
     ends = t[:, :, -1, :].max(axis=(1, 2))
     gaps = []
     for sm in np.unique(sms):

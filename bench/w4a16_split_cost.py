@@ -16,7 +16,11 @@ Variants (the middle two are measuring devices, not kernels to use):
   attribute (its ``griddepcontrol.wait`` is then a no-op: it starts after the first completes);
 * ``main only``: the plan's first launch alone: the product's time without its reduction (C is
   not written);
-* ``fixup``: the plan's tiles with ``fixup=True`` (one launch).
+* ``fixup``: the plan's tiles with ``fixup=True`` (one launch);
+* ``same bytes``: not a GEMM: torch's elementwise ``neg`` over half of the packed codes (as f16),
+  which reads and writes as many bytes as the product reads of codes; what one memory-bound
+  launch of that traffic takes on this GPU in this timing.  It is timed apart, interleaved with
+  cuBLAS alone (its writes would cost whatever replayed after it).
 """
 
 from __future__ import annotations
@@ -108,9 +112,15 @@ def gpu_row(torch, M: int, nk: int, rounds: int, params=None) -> dict:
     fns = {name: call(name) for name in (progs if two else ("plan", "fixup"))}
     fns["cublas"] = lambda i: torch.nn.functional.linear(a, w16s[i % len(w16s)])
     t = timing.interleaved(fns, reps=20, rounds=rounds)
+    # apart, against cuBLAS alone: its writes leave L2 dirty for whatever replays after it
+    halves = [p.view(-1)[:p.numel() // 2].view(torch.float16) for p in packs]
+    moved = [torch.empty_like(h) for h in halves]              # rotated too: the writes reach DRAM
+    t2 = timing.interleaved({"same bytes": lambda i: torch.neg(halves[i % len(halves)], out=moved[i % len(moved)]),
+                             "cublas": fns["cublas"]}, reps=20, rounds=rounds)
     p = params if params is not None else fs.recipes.w4a16.plan(M, nk, nk, wgmma=True)
     return dict(M=M, N=nk, K=nk, params=repr(p), us=t,
-                x_cublas={n: t["cublas"] / v for n, v in t.items() if n != "cublas"}, max_error=errors)
+                x_cublas={n: t["cublas"] / v for n, v in t.items() if n != "cublas"}, max_error=errors,
+                same_bytes={"us": t2, "x_cublas": t2["cublas"] / t2["same bytes"]})
 
 
 def smoke() -> list:
@@ -151,7 +161,9 @@ def main(argv=None) -> list:
         r = gpu_row(torch, M, nk, args.rounds, given[0] if given else None)
         rows.append(r)
         print(f"M={M} N=K={nk}: " + ", ".join(f"{n} {v:.2f} us" for n, v in r["us"].items()) + " | x cuBLAS: "
-              + ", ".join(f"{n} {v:.2f}" for n, v in r["x_cublas"].items()), flush=True)
+              + ", ".join(f"{n} {v:.2f}" for n, v in r["x_cublas"].items())
+              + f" | apart: same bytes {r['same_bytes']['us']['same bytes']:.2f} us, cuBLAS "
+                f"{r['same_bytes']['us']['cublas']:.2f} us, x {r['same_bytes']['x_cublas']:.2f}", flush=True)
     if args.out:
         meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
                     torch=torch.__version__, firesched=fs.version.__version__,
