@@ -26,6 +26,7 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
     (1, 2, 1, 17, 1000, 64, True), (2, 4, 2, 130, 77, 128, False), (1, 1, 1, 1, 1, 64, False),
     (1, 2, 2, 300, 300, 32, True), (1, 2, 1, 65, 129, 256, True), (1, 3, 3, 100, 90, 96, False),
     (2, 2, 1, 512, 512, 128, True),   # 32 query rows a warp, the key loop stopping at the diagonal
+    (1, 2, 2, 256, 256, 128, False),  # whole tiles: no edge guards (query fragments 32 columns at a time)
 ]
 
 

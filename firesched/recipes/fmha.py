@@ -99,6 +99,11 @@ class FmhaParams:
       and first K and V tiles arrive while they finish the current tile and store its output
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
       the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
+    * ``q_slice``: with mma.sync, the head-dim columns of a warp's query fragments it loads at a
+      time from shared memory (16 or a multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns),
+      each slice multiplied by every key fragment of the step before the next is loaded; wider
+      slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
+      (4x16x4096x128: 255 registers and 8 bytes of spill with 16, 240 and none with 32);
     * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``, either design): with 2, one
       block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
       while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
@@ -119,9 +124,10 @@ class FmhaParams:
     persistent: bool = False
     q_by_producer: bool = False
     blocks_per_sm: int = 1
+    q_slice: int = 16
 
     def __attrs_post_init__(self):
-        for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm"):
+        for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
@@ -135,6 +141,9 @@ class FmhaParams:
                              f"({16 * self.warps}): each warp holds whole m16 tiles of queries")
         if self.block_kv % 16:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
+        if self.q_slice % 16:
+            raise ValueError(f"FmhaParams: q_slice={self.q_slice} must be a multiple of 16 (an ldmatrix x4 holds "
+                             f"16 columns of a fragment)")
         if not isinstance(self.tma, bool) or (self.tma and self.mma != "wgmma"):
             raise ValueError(f"FmhaParams: tma={self.tma!r}; TMA loads are part of the wgmma design (mma='wgmma')")
         if not isinstance(self.warp_specialized, bool) or (self.warp_specialized and not self.tma):
@@ -182,7 +191,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     * 32 query rows a warp up to head dim 128: every K and V fragment a warp loads from shared
       memory feeds two MMAs.  Its registers hold the output (32 x ``head_dim`` / 32 a thread),
       the scores (32 x ``block_kv`` / 32) and P, so the key tile is 64 at head dim 64 and below
-      and 32 at 96 and 128 (64 there spills);
+      and 32 at 96 and 128 (64 there spills); at 128 the query fragments come 32 head-dim
+      columns at a time (``q_slice``: 16 at a time spills);
     * 16 rows a warp at head dim 256 (the output alone is 128 registers a thread), keys 32 at a
       time; and with a causal mask above head dim 64 (its predicates take the registers 32 rows
       leave: 16 bytes spill at head dim 128), there as 64 queries on 4 warps with 64 keys a step,
@@ -227,7 +237,12 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     tiles = batch * heads * -(-seq_q // block_q)
     if tiles < sms or seq_q <= 64:
         block_q = 64
-    return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // rows, stages=2)
+    # 32 rows a warp at head dim 128: query fragments 32 columns at a time (16 at a time the kernel
+    # took 255 registers and spilled 8 bytes a thread wherever the tiles divide the sequence; 32:
+    # 240 for sm_80, 246 for sm_90a, no spill, 0.95-0.96x flash against 0.93-0.95; causal's 16-row
+    # tiles measured 1.5-3% slower with 32, bench/README.md "query fragments 32 columns at a time")
+    q_slice = 32 if rows == 32 and head_dim == 128 else 16
+    return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // rows, stages=2, q_slice=q_slice)
 
 
 def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
@@ -248,9 +263,10 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
         # P stays in registers: the probabilities are the scores' accumulator, converted in place,
         # and the second MMA reads them as its A operand
         place("S", RF), place("P", RF),
-        # a warp's query fragments of one 16-wide slice of d stay while its key fragments come
-        # 16 keys at a time (one ldmatrix x4 each): few registers live next to S and O
-        part(SCORES, tile(q=rows) >> to_warps(), tile(d=16), move_to_regs("Q"), tile(kv=16), move_to_regs("K"),
+        # a warp's query fragments of one slice of d (q_slice columns) stay while its key
+        # fragments come 16 keys at a time (one ldmatrix x4 each): few registers live next to S and O
+        part(SCORES, tile(q=rows) >> to_warps(), tile(d=min(p.q_slice, d)), move_to_regs("Q"), tile(kv=16),
+             move_to_regs("K"),
              tile(q=16, kv=8, d=16) >> done(mma)),
         part(VALUES, tile(q=rows) >> to_warps(), tile(kv=16), tile(d=min(d, 128)), move_to_regs("V"),
              tile(q=16, d=8, kv=16) >> done(mma)),
