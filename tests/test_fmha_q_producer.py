@@ -31,10 +31,10 @@ P = fs.recipes.FmhaParams
 TWO_SMS = attrs.evolve(target("sm_90a"), sm_count=2)
 
 
-def params(block_q=128, block_kv=32, stages=2, pingpong=None, overlap=True, persistent=True):
+def params(block_q=128, block_kv=32, stages=2, pingpong=None, overlap=True, persistent=True, q_stages=1):
     return P(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma", tma=True,
              warp_specialized=True, pingpong=block_q >= 128 if pingpong is None else pingpong, overlap=overlap,
-             persistent=persistent, q_by_producer=True)
+             persistent=persistent, q_by_producer=True, q_stages=q_stages)
 
 
 def check(b, h, sq, skv, d, p, *, kvh=None, causal=False):
@@ -62,6 +62,11 @@ def check(b, h, sq, skv, d, p, *, kvh=None, causal=False):
     (1, 3, 3, 100, 100, 128, params(block_q=64, block_kv=64)),
     # three stages, grouped heads, a ring whose stage count does not divide the key steps
     (1, 4, 1, 200, 150, 64, params(stages=3)),
+    # two query buffers: each block's 4-5 tiles alternate between them (and the output is
+    # staged in a buffer of its own)
+    (1, 3, 3, 300, 77, 64, params(q_stages=2)),
+    (1, 4, 2, 260, 100, 128, params(q_stages=2, block_kv=64)),
+    (2, 2, 1, 100, 17, 64, params(q_stages=2, pingpong=False, overlap=False)),
 ])
 def test_persistent_blocks_match_numpy(b, h, kvh, sq, skv, d, p):
     check(b, h, sq, skv, d, p, kvh=kvh)
@@ -85,6 +90,7 @@ def test_causal_grid_matches_numpy(sq, skv):
     # the longest tiles first, and Q loaded by the consumers (no tile ring)
     (3, 3, 300, 300, attrs.evolve(params(), reverse=True)),
     (3, 3, 300, 300, attrs.evolve(params(), q_by_producer=False)),
+    (3, 3, 300, 300, params(q_stages=2)),
 ])
 def test_causal_persistent_blocks_match_numpy(h, kvh, sq, skv, p):
     """A persistent grid with a causal mask: each tile's key loop stops at its diagonal, and the
@@ -95,12 +101,12 @@ def test_causal_persistent_blocks_match_numpy(h, kvh, sq, skv, p):
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (3, 3)]), st.integers(1, 200), st.integers(1, 100),
        st.sampled_from([32, 64, 96]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 64]), st.integers(2, 3),
-       st.booleans(), st.booleans(), st.booleans())
-def test_hypothesis_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, persistent, overlap):
+       st.booleans(), st.booleans(), st.booleans(), st.integers(1, 2))
+def test_hypothesis_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages, causal, persistent, overlap, q_stages):
     """A drawn schedule with Q by the producer checks and interprets, on two SMs, to numpy's
     attention (a persistent causal one too: nothing drawn here is refused)."""
     h, kvh = heads
-    p = params(block_q=bq, block_kv=bkv, stages=stages, overlap=overlap, persistent=persistent)
+    p = params(block_q=bq, block_kv=bkv, stages=stages, overlap=overlap, persistent=persistent, q_stages=q_stages)
     sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, params=p)
     sched.check(TWO_SMS)
     q, k, v = inputs(b, h, kvh, sq, skv, d)
@@ -227,6 +233,49 @@ def _bar_of_tma(s):
 def test_q_by_producer_is_refused_without_a_producer():
     with pytest.raises(ValueError, match="q_by_producer=True"):
         P(block_q=128, block_kv=64, warps=8, mma="wgmma", tma=True, q_by_producer=True)
+    with pytest.raises(ValueError, match="q_stages=2 .* needs q_by_producer=True"):
+        P(block_q=128, block_kv=64, warps=8, mma="wgmma", tma=True, warp_specialized=True, q_stages=2)
+
+
+@functools.cache
+def _two_buffer_program():
+    """The persistent kernel with two query buffers (3 x 3 query tiles over 2 blocks), one key
+    step a tile on a ring of four stages: the producer may run up to three tiles ahead, so only
+    the release of a query buffer keeps the copy of the tile after next out of it (with more key
+    steps than stages, the key ring's own releases order them as well)."""
+    good = fs.recipes.fmha(1, 3, 300, 17, 64, params=params(stages=4, q_stages=2)).lower(TWO_SMS)
+    q, k, v = inputs(1, 3, 3, 300, 17, 64)
+    feed = {"Q": q, "K": k, "V": v}
+    run_program(good, feed)
+    return good, feed
+
+
+@pytest.mark.parametrize("what, pred, match", [
+    ("the consumers' wait on Q", _on("mbarrier_try_wait", "tile_full"), "mbarrier"),
+    # with two buffers the copy of the tile after next overwrites the buffer still read
+    ("the producer's wait for the release", _on("mbarrier_try_wait", "tile_empty"), "mbarrier"),
+])
+def test_planted_hazards_in_two_query_buffers_are_found(what, pred, match):
+    good, feed = _two_buffer_program()
+    assert {b.name: b.nbytes for b in good.kernels[0].shared}["Q_smem"] == 2 * 128 * 64 * 2
+    bad = _drop(good, pred)
+    assert bad != good, f"no {what} to drop"
+    with pytest.raises(HazardError, match=match):
+        run_program(bad, feed)
+
+
+def test_query_buffers_are_a_tile_moves():
+    """``move_to_smem(stages=)`` gives a TMA tile move a ring of its own; elsewhere it is refused."""
+    from firesched.hardware.atoms import sm90a
+    from firesched.strategies import move_to_smem
+
+    m = move_to_smem("Q", via=(sm90a.tma_load_2d,), stages=2)
+    assert "stages=2" in repr(m) and "stages" not in repr(move_to_smem("Q"))
+    base = fs.recipes.fmha(1, 1, 64, 64, 64, params=params(persistent=False))
+    for bad, match in ((move_to_smem("Q", stages=2), "not a TMA copy"),
+                       (move_to_smem("Q", via=(sm90a.tma_load_2d,), stages=0), "1..4")):
+        with pytest.raises(ScheduleError, match=match):
+            fs.Attention.kernel(1, 1, 64, 64, 64).schedule(base.strategies[0], bad)
 
 
 def test_a_tile_move_without_warp_specialization_is_refused():

@@ -104,6 +104,10 @@ class FmhaParams:
       each slice multiplied by every key fragment of the step before the next is loaded; wider
       slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
       (4x16x4096x128: 255 registers and 8 bytes of spill with 16, 240 and none with 32);
+    * ``q_stages``: with ``q_by_producer``, buffers of the query tile's ring
+      (``move_to_smem("Q", ..., stages=)``): with 2 a persistent block's next query tile arrives
+      while the consumers still multiply the current one, and the output, which could borrow the
+      query rows of a one-buffer ring, is staged in a buffer of its own;
     * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``, either design): with 2, one
       block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
       while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
@@ -125,9 +129,10 @@ class FmhaParams:
     q_by_producer: bool = False
     blocks_per_sm: int = 1
     q_slice: int = 16
+    q_stages: int = 1
 
     def __attrs_post_init__(self):
-        for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice"):
+        for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice", "q_stages"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
@@ -159,6 +164,9 @@ class FmhaParams:
         if self.q_by_producer and not self.warp_specialized:
             raise ValueError("FmhaParams: q_by_producer=True has the producer warpgroup load the query tile by TMA: it "
                              "needs warp_specialized=True (and tma=True, mma='wgmma')")
+        if self.q_stages > 1 and not self.q_by_producer:
+            raise ValueError(f"FmhaParams: q_stages={self.q_stages} gives the producer's query-tile ring more "
+                             f"buffers: it needs q_by_producer=True (and warp_specialized=True)")
         if self.overlap and not self.warp_specialized:
             raise ValueError("FmhaParams: overlap=True rotates the warp-specialized consumers' key loop: it needs "
                              "warp_specialized=True")
@@ -325,7 +333,8 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         # consumers finish the last
         tile(b=1, hk=1, g=1, q=p.block_q) >> to_blocks(reverse=p.reverse, persistent=p.persistent,
                                                        occupancy=p.blocks_per_sm),
-        move_to_smem("Q", swizzle=sw, via=via_q),
+        # q_stages: with q_by_producer the next tile's Q lands in a buffer of its own
+        move_to_smem("Q", swizzle=sw, via=via_q, stages=p.q_stages),
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
         # overlap: each step's S = Q Kᵀ issues with the previous step's O += P V

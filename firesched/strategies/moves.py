@@ -98,11 +98,17 @@ class move_to_smem(Strategy):
     * ``via``: a tuple of one copy atom — ``sm80.cp_async_4/8/16``, a ``copy`` atom, or
       ``sm90a.tma_load_2d`` (TMA, needed by ``warp_specialize`` and read by wgmma); empty for the
       widest legal ``cp.async``.
+    * ``stages``: buffers of a *tile move* — a TMA copy above a warp-specialized pipelined loop,
+      which the producer issues once per block tile on a ring of its own
+      (``lower.transforms.tile_moves``): with 2, a persistent block's next tile lands in the other
+      buffer while the consumers still read this one (attention's query tile).  A move inside a
+      pipelined loop takes ``pipeline(stages=)``'s count instead; any other move has one buffer.
     """
 
     operand: str
     swizzle: Swizzle | None = None
     via: tuple = ()
+    stages: int = 1
 
     def apply(self, sched):
         node = sched.open_focus(self)
@@ -149,7 +155,18 @@ class move_to_smem(Strategy):
                                             "legal cp.async)")
         if len(via) > 1:
             raise ScheduleError("give one copy atom", strategy=self, spec=spec, field="via", value=self.via)
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or not 1 <= self.stages <= 4:
+            raise ScheduleError("stages: buffers of a tile move's ring, an int from 1 to 4", strategy=self, spec=spec,
+                                field="stages", value=self.stages, allowed="1..4")
+        if self.stages > 1 and not (via and via[0].family == "tma"):
+            raise ScheduleError("stages > 1 gives a tile move (a TMA copy a warp-specialized producer issues once "
+                                "per block tile) a ring of its own; this move is not a TMA copy", strategy=self,
+                                spec=spec, field="stages", value=self.stages, allowed="1 without via=TMA",
+                                fix=f"move_to_smem({self.operand!r}, via=(sm90a.tma_load_2d,), stages="
+                                    f"{self.stages}) under warp_specialize(), or stages=1")
         sh = t.on_chip(SH, keep=_roles(spec), swizzle=sw)
+        if self.stages > 1:
+            sh = attrs.evolve(sh, tensor=attrs.evolve(sh.tensor, stages=self.stages))
         move = Node(Move(t, sh, BLOCK), via=tuple(via))
         if isinstance(spec, Fused):
             return self._into_fused(sched, node, t, sh, move)
@@ -178,6 +195,8 @@ class move_to_smem(Strategy):
             args.append(f"swizzle={self.swizzle!r}")
         if self.via:
             args.append(f"via={self.via!r}")
+        if self.stages != 1:
+            args.append(f"stages={self.stages!r}")
         return f"move_to_smem({', '.join(args)})"
 
     __str__ = __repr__

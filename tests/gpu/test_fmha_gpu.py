@@ -134,16 +134,22 @@ def test_pingpong_and_overlap(sq, skv, d, causal, kvh, pingpong, overlap):
     # 8 x 16 x 8 = 1,024 query tiles over the SMs: every persistent block walks several, its Q ring wrapping
     (8, 16, 4, 1000, 1000, 128, False), (4, 16, 16, 2000, 2000, 64, False), (8, 16, 4, 1000, 1000, 128, True),
 ])
-@pytest.mark.parametrize("persistent", [True, False])
-def test_q_by_producer(b, h, kvh, sq, skv, d, causal, persistent):
+@pytest.mark.parametrize("persistent, q_stages", [(True, 1), (False, 1), (True, 2)])
+def test_q_by_producer(b, h, kvh, sq, skv, d, causal, persistent, q_stages):
     """The producer warpgroup loads each query tile by TMA on a ring of its own
     (``q_by_producer=True``), in a persistent grid (causal too: the steps past each tile's diagonal
     pass through the key ring) and in the plain one: odd lengths, grouped-query heads, every
-    head-dim class."""
-    bkv, stages = (64, 2) if d > 128 else (128, 3)
+    head-dim class; with two query buffers (``q_stages=2``, beside two key stages) the output
+    staged in a buffer of its own."""
+    bkv, stages = (64, 2) if d > 128 else (128, 3 if q_stages == 1 else 2)
     p = fs.recipes.FmhaParams(block_q=128, block_kv=bkv, warps=8, stages=stages, mma="wgmma", tma=True,
                               warp_specialized=True, pingpong=True, overlap=True, persistent=persistent,
-                              q_by_producer=True)
+                              q_by_producer=True, q_stages=q_stages)
+    if q_stages == 2 and d > 128:
+        # two 128 x 256 query buffers and two key and value stages: 256 KiB, refused at check()
+        with pytest.raises(fs.ScheduleError, match="shared memory over the target's limit"):
+            fs.recipes.fmha(b, h, sq, skv, d, causal=causal, kv_heads=kvh, params=p, arch="sm_90a").check("sm_90a")
+        return
     _run(b, h, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)
 
 
