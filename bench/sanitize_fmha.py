@@ -2,7 +2,8 @@
 heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, and above head dim 64
 the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
 by TMA in a persistent grid, in a persistent grid whose consumers load Q and stage the output in
-its rows, with two query buffers (``q_stages``), and two blocks of one consumer warpgroup an SM),
+its rows, with two query buffers (``q_stages``), with K and V on rings of their own
+(``separate``), and two blocks of one consumer warpgroup an SM),
 for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
@@ -39,6 +40,9 @@ def main(argv=None) -> None:
     # 576 query tiles: each persistent block walks four or five, its Q ring wrapping
     designs += [((4, 16, 16, 1100, 300, 128, False), "q_by_producer"),
                 ((4, 16, 16, 1100, 1100, 128, True), "q_by_producer")]
+    # K and V on rings of their own: two stages in a plain grid; and persistent with two Q buffers
+    designs += [((4, 16, 16, 1100, 300, 128, False), "separate"), ((2, 4, 2, 130, 77, 128, True), "separate"),
+                ((4, 16, 16, 1100, 1100, 128, True), "separate_persistent")]
     # the same with two query buffers beside two key stages, the output staged in its own buffer
     designs += [((4, 16, 16, 1100, 300, 128, False), "q_stages"), ((4, 16, 16, 1100, 1100, 128, True), "q_stages"),
                 ((2, 4, 2, 130, 77, 128, False), "q_stages")]
@@ -66,6 +70,11 @@ def main(argv=None) -> None:
             # steps past each tile's diagonal pass through the key ring)
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True)
+        if design in ("separate", "separate_persistent"):
+            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
+            params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, stages=2, separate=True)
+            if design == "separate_persistent":
+                params = attrs.evolve(params, persistent=True, q_by_producer=True, q_stages=2)
         if design == "q_stages":
             base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True,

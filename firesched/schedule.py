@@ -50,6 +50,8 @@ class Loop:
     group: int = 1
     prefetch: bool = False     # pipeline(prefetch=True): register fragments one K step ahead
     overlap: bool = False      # pipeline(overlap=True): a step's first MMA issues with the last one's second
+    # pipeline(separate=True): each staged operand on full/empty mbarriers of its own
+    separate: bool = False
     persistent: bool = False   # to_blocks(persistent=True): one block per SM walks the tiles
     # warp_specialize(): (producer_regs, consumer_regs), and a third item 1 with pingpong=True
     specialize: tuple[int, ...] = ()
@@ -86,6 +88,7 @@ class Loop:
     def __repr__(self):
         extra = "".join(f", {k}={v!r}" for k, v, d in (("prefetch", self.prefetch, False),
                                                        ("overlap", self.overlap, False),
+                                                       ("separate", self.separate, False),
                                                        ("persistent", self.persistent, False),
                                                        ("specialize", self.specialize, ()),
                                                        ("cluster", self.cluster, 1),
@@ -101,7 +104,8 @@ class Loop:
 
     def __str__(self):
         kind = "seq" if self.unit is None else str(self.unit)
-        pipe = (f" pipelined({self.stages} stages" + (", overlapped" if self.overlap else "") + ")"
+        pipe = (f" pipelined({self.stages} stages" + (", overlapped" if self.overlap else "")
+                + (", separate rings" if self.separate else "") + ")"
                 if self.stages > 1 else "")
         spec = (f" warp-specialized(producer {self.specialize[0]} regs, consumers {self.specialize[1]}"
                 + (", ping-pong" if self.specialize[2:] == (1,) else "") + ")" if self.specialize else "")

@@ -74,6 +74,8 @@ class Ctx:
     scope: Scope | None = None
     part: str | None = None                      # None | PRODUCER | CONSUMER
     staged: frozenset = frozenset()              # SH names the enclosing ring fills
+    # the staged SH names a producer's pass issues (None: all; separate rings issue one at a time)
+    issuing: frozenset | None = None
     ring: object = None                          # the enclosing pipeline ring
     # the ring of the copies a warp-specialized producer issues once per block tile, above the
     # pipelined loop (``transforms.tile_moves.TileRing``)

@@ -351,8 +351,12 @@ def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads
     C = ctx.cluster.size if ctx.cluster is not None else 1
     kb.threads = 128 * (nwg + 1)
     tid = ir.tid(kb.threads)
-    ring = pipe.MbarrierRing.create(lw, pipe.ring_stages(lp, "tma"), pipe.stage_bytes(node), consumers=nwg * C,
-                                    cluster=C)
+    if lp.separate:
+        # pipeline(separate=True): each staged operand on full and empty barriers of its own
+        ring = pipe.OperandRings.create(lw, pipe.ring_stages(lp, "tma"), node, consumers=nwg * C, cluster=C)
+    else:
+        ring = pipe.MbarrierRing.create(lw, pipe.ring_stages(lp, "tma"), pipe.stage_bytes(node), consumers=nwg * C,
+                                        cluster=C)
     # copies above the pipelined loop, once per block tile: the producer issues them on a ring of
     # their own, the consumers wait for them and release them after the loop
     moves = tm.tile_moves(block, node)

@@ -138,7 +138,7 @@ def wants(node: Node, ctx: Ctx) -> bool:
     if ctx.part is None:
         return True
     if is_staged_move(node, ctx):
-        return ctx.part == PRODUCER
+        return ctx.part == PRODUCER and (ctx.issuing is None or node.spec.dst.name in ctx.issuing)
     if node.atom is None and is_refined(node):
         return True
     return ctx.part == CONSUMER

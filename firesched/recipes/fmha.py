@@ -108,6 +108,10 @@ class FmhaParams:
       (``move_to_smem("Q", ..., stages=)``): with 2 a persistent block's next query tile arrives
       while the consumers still multiply the current one, and the output, which could borrow the
       query rows of a one-buffer ring, is staged in a buffer of its own;
+    * ``separate``: with warp specialization, K and V on mbarrier rings of their own
+      (``pipeline(separate=True)``): the consumers release K's stage once S = Q Kᵀ has retired and
+      V's once O += P V has, so the producer refills K a step earlier (FlashAttention-3's two
+      pipelines);
     * ``blocks_per_sm``: the blocks an SM holds at once (``to_blocks(occupancy=...)``, either design): with 2, one
       block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
       while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
@@ -130,6 +134,7 @@ class FmhaParams:
     blocks_per_sm: int = 1
     q_slice: int = 16
     q_stages: int = 1
+    separate: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice", "q_stages"):
@@ -138,7 +143,8 @@ class FmhaParams:
                 raise ValueError(f"FmhaParams: {f} must be a positive int, got {v!r}")
         if self.mma not in MMAS:
             raise ValueError(f"FmhaParams: mma={self.mma!r}; allowed {', '.join(map(repr, MMAS))}")
-        for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent", "q_by_producer"):
+        for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent", "q_by_producer",
+                  "separate"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"FmhaParams: {f} must be a bool, got {getattr(self, f)!r}")
         if self.block_q % (16 * self.warps):
@@ -164,6 +170,9 @@ class FmhaParams:
         if self.q_by_producer and not self.warp_specialized:
             raise ValueError("FmhaParams: q_by_producer=True has the producer warpgroup load the query tile by TMA: it "
                              "needs warp_specialized=True (and tma=True, mma='wgmma')")
+        if self.separate and not self.warp_specialized:
+            raise ValueError("FmhaParams: separate=True gives K and V mbarrier rings of their own, which a producer "
+                             "warpgroup fills: it needs warp_specialized=True (and tma=True, mma='wgmma')")
         if self.q_stages > 1 and not self.q_by_producer:
             raise ValueError(f"FmhaParams: q_stages={self.q_stages} gives the producer's query-tile ring more "
                              f"buffers: it needs q_by_producer=True (and warp_specialized=True)")
@@ -189,10 +198,13 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).  One block per SM walking the query
-    tiles with the producer loading each tile's Q (``persistent``, ``q_by_producer``) measured no
-    faster, so the plan keeps a block per query tile.  Causal at head dim 128 with up to 512 keys:
-    two blocks an SM of one 64-query consumer warpgroup each (``blocks_per_sm=2``).
+    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, up to head dim 128 and
+    2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
+    each (``separate``), one block per SM walking the query tiles, the producer loading each
+    tile's Q into one of two buffers (``persistent``, ``q_by_producer``, ``q_stages=2``), so a
+    tile's boundary does not wait for its Q.  Longer key loops and causal masks keep a block per
+    query tile on one three-stage ring.  Causal at head dim 128 with up to 512 keys: two blocks
+    an SM of one 64-query consumer warpgroup each (``blocks_per_sm=2``).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
@@ -234,6 +246,19 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # Q load and O store are what is left unoverlapped: 0.82-0.83x cuDNN against 0.83 for
         # this plain grid (persistent alone 0.78-0.79; causal 0.64-0.69 against 0.81), and
         # 0.90-0.93x against 0.98-0.99 at 4096 keys (bench/README.md, "Q by the producer")
+        if block_q == 128 and head_dim <= 128 and not causal and seq_kv <= 2048:
+            # FlashAttention-3's layout of the 224 KiB: K and V on rings of their own, two 128-key
+            # stages each (K's stage goes back to the producer once S = Q Kᵀ retired, a step
+            # before V's: two such stages keep the copies as far ahead as three shared ones), which
+            # leaves room for two query buffers and the output's own staging, so one block per SM
+            # walks the query tiles with the next tile's Q already loaded.  Where key loops are
+            # short a tile's boundary is a large part of it: 32x16x512x128 0.86-0.87 -> 1.02-1.05x
+            # cuDNN, 16x16x1024x128 0.96 -> 1.02, 8x16x2048x128 0.99 -> 1.00-1.01; at 4,096 keys
+            # the plain grid stays 2 % ahead, and with a causal mask the persistent grid's fixed
+            # order loses (0.69-0.82x; bench/README.md, "K and V on rings of their own")
+            return FmhaParams(block_q=128, block_kv=128, warps=8, stages=2, mma="wgmma", tma=True,
+                              warp_specialized=True, pingpong=True, overlap=True, persistent=True,
+                              q_by_producer=True, q_stages=2, separate=True)
         return FmhaParams(block_q=block_q, block_kv=block_kv, warps=block_q // 16, stages=stages, mma="wgmma",
                           tma=True, warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True)
     if head_dim > 128:
@@ -338,7 +363,8 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         online_softmax(kv=p.block_kv),
         move_to_smem("K", swizzle=sw, via=via), move_to_smem("V", swizzle=sw, via=via),
         # overlap: each step's S = Q Kᵀ issues with the previous step's O += P V
-        pipeline(stages=p.stages, overlap=p.overlap),
+        # separate: K and V on rings of their own, K's stage released once S = Q Kᵀ retired
+        pipeline(stages=p.stages, overlap=p.overlap, separate=p.separate),
         # pingpong: the consumer warpgroups take turns to issue their wgmma, so that one's softmax
         # runs under the other's matrix products
         *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64, p.blocks_per_sm),

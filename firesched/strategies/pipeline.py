@@ -42,6 +42,11 @@ class pipeline(Strategy):
     * ``stages``: shared buffers per staged operand, 1..16 (1: no overlap, 2: double buffering).
     * ``prefetch``: also load the register fragments of the next warp K step while the current one
       computes (double-buffered fragments, where a warp's K tile has more than one step).
+    * ``separate``: with TMA moves under ``warp_specialize``, each staged operand gets full and
+      empty mbarriers of its own (same stages): the producer refills an operand's stage as soon as
+      the consumers release it, and the overlapped loop releases an operand once the wgmma group
+      that reads it has retired (attention: K after S = Q Kᵀ, V after O += P V, a step apart) —
+      FlashAttention-3's separate K and V pipelines.  Elsewhere the operands share one ring.
     * ``overlap``: in warp-specialized consumers whose loop body is a wgmma group, element-wise
       work on its result, and a second wgmma group (attention: S = Q Kᵀ, softmax, O += P V), issue
       each step's first group together with the previous step's second, so the work between them
@@ -56,6 +61,7 @@ class pipeline(Strategy):
     stages: int = 2
     prefetch: bool = True
     overlap: bool = False
+    separate: bool = False
 
     def apply(self, sched):
         path = sched.focus_path()
@@ -72,11 +78,12 @@ class pipeline(Strategy):
             if not moved:
                 raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
                                     spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
-            for f in ("prefetch", "overlap"):
+            for f in ("prefetch", "overlap", "separate"):
                 if not isinstance(getattr(self, f), bool):
                     raise ScheduleError(f"{f} is a bool", strategy=self, spec=spec, field=f,
                                         value=getattr(self, f), allowed="True, False")
-            loops = tuple(attrs.evolve(lp, stages=self.stages, prefetch=self.prefetch, overlap=self.overlap)
+            loops = tuple(attrs.evolve(lp, stages=self.stages, prefetch=self.prefetch, overlap=self.overlap,
+                                       separate=self.separate)
                           if lp is kloops[-1] else lp for lp in node.loops)
             sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
             return _restage(sched, moved, self.stages)
@@ -86,6 +93,7 @@ class pipeline(Strategy):
     def __repr__(self):
         pf = "" if self.prefetch else ", prefetch=False"
         pf += ", overlap=True" if self.overlap else ""
+        pf += ", separate=True" if self.separate else ""
         return f"pipeline(stages={self.stages}{pf})"
 
     __str__ = __repr__

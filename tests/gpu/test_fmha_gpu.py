@@ -116,6 +116,23 @@ def test_random_wgmma_shapes_and_tiles(seed):
 @pytest.mark.parametrize("sq, skv, d, causal, kvh", [(1, 1, 128, False, 2), (17, 1000, 128, True, 1),
                                                      (1000, 1000, 128, True, 2), (4097, 300, 64, False, 2),
                                                      (300, 4097, 96, True, 1), (129, 255, 256, False, 2)])
+@pytest.mark.parametrize("stages, overlap, persistent", [(2, True, False), (3, True, False), (2, False, False),
+                                                         (2, True, True)])
+def test_separate_rings(sq, skv, d, causal, kvh, stages, overlap, persistent):
+    """K and V on mbarrier rings of their own (``separate=True``): K's stage released once S = Q Kᵀ
+    retired, V's once O += P V did; overlapped or not, in a persistent grid with two query buffers
+    (``q_stages=2``) too: odd lengths, causal with seq_q != seq_kv, grouped-query heads, every
+    head-dim class."""
+    bkv, stages = (64, 2) if d > 128 else (128, stages)       # three 64 x 256 stages of each do not fit
+    extra = dict(persistent=True, q_by_producer=True, q_stages=2 if d <= 128 else 1) if persistent else {}
+    p = fs.recipes.FmhaParams(block_q=128, block_kv=bkv, warps=8, stages=stages, mma="wgmma", tma=True,
+                              warp_specialized=True, pingpong=True, overlap=overlap, separate=True, **extra)
+    _run(2, 2, sq, skv, d, dtype="bf16" if d == 96 else "f16", causal=causal, kv_heads=kvh, params=p)
+
+
+@pytest.mark.parametrize("sq, skv, d, causal, kvh", [(1, 1, 128, False, 2), (17, 1000, 128, True, 1),
+                                                     (1000, 1000, 128, True, 2), (4097, 300, 64, False, 2),
+                                                     (300, 4097, 96, True, 1), (129, 255, 256, False, 2)])
 @pytest.mark.parametrize("pingpong, overlap", [(True, False), (False, True), (True, True)])
 def test_pingpong_and_overlap(sq, skv, d, causal, kvh, pingpong, overlap):
     """Two consumer warpgroups taking turns to issue their wgmma (``pingpong=True``), each step's

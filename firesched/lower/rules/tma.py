@@ -71,7 +71,7 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     rdim, cdim = lay.row_dims[-1], lay.col_dim
     rows, bx = lay.rows, lay.box_cols
     base = stage * lay.stage_elems if lay.stages > 1 else 0
-    bar = ring.full_bar(stage)
+    bar = ring.full_bar(stage, dst.name)
     cl = ctx.cluster
     C = cl.size if cl is not None else 1
     row0 = o[rdim]

@@ -18,6 +18,16 @@ writes a register buffer G2 uses (its accumulator, its A operand), or depends on
 what is read by) a statement already placed after.  The order of the rotated steps computes the
 same values: each statement still sees the values it saw, and G2(j-1) reads P(j-1) and adds into
 O before O is rescaled for step j.  The interpreter checks the registers in flight, as always.
+
+With a ring per operand (``pipeline(separate=True)``, ``transforms.pipeline.OperandRings``) each
+operand is waited for with the first group that reads it and released once the last group that
+reads it has retired::
+
+    step j:  wait K(j); wait V(j-1); G1(j) + G2(j-1); wait 1; release K(j)
+             X_free(j); wait 0; release V(j-1); X_after(j)
+
+so K's stage goes back to the producer a whole step before V's.  An operand read outside the two
+groups keeps the one-ring order (waited at the top of its step, released after G2).
 """
 
 from __future__ import annotations
@@ -106,6 +116,33 @@ def partition(x: list, g2: list) -> tuple[list, list]:
     return free, after
 
 
+def _reads(stmts, buf: str) -> bool:
+    """Whether ``stmts`` read shared buffer ``buf`` (an atom's operand or a pointwise source)."""
+    for s in walk_ir(stmts):
+        refs = [a for _, a in s.args] if isinstance(s, ir.AtomCall) else list(s.srcs) if isinstance(s, ir.Pointwise) \
+            else []
+        # a shared operand is a MemRef, or a wgmma's descriptor of its tile (DescRef)
+        if any(isinstance(a, (ir.MemRef, ir.DescRef)) and isinstance(a.buffer, ir.SharedBuffer)
+               and a.buffer.name == buf for a in refs):
+            return True
+    return False
+
+
+def operand_groups(rings: dict, pre: list, g1: list, x: list, g2: list) -> dict | None:
+    """Operand name -> (the group that reads it first, the group that reads it last), 1 or 2; None
+    when one is read outside the two groups (the rings then wait and release together)."""
+    out = {}
+    for name in rings:
+        buf = f"{name}_smem"
+        if _reads(pre, buf) or _reads(x, buf):
+            return None
+        in1, in2 = _reads(g1, buf), _reads(g2, buf)
+        if not (in1 or in2):
+            return None
+        out[name] = (1 if in1 else 2, 2 if in2 else 1)
+    return out
+
+
 def overlapped_loop(node, ctx, lp, n: int, stop, it_base, S: int, ring, compute, kc_name: str,
                     visible=None) -> list:
     """The consumer loop of ``lp`` rotated (module docstring); ``compute(kt, stage, unmasked)``
@@ -134,23 +171,43 @@ def overlapped_loop(node, ctx, lp, n: int, stop, it_base, S: int, ring, compute,
     def wait(k, why):
         return ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=k), (), comment=why)
 
-    def release(kt, why):
-        return ir.If(ir.expr.lt(lane, 1), ring.release((it_base + kt) % S, why))
+    pre0, g10, x0, g20 = parts(0)
+    groups = operand_groups(ring.rings, pre0, g10, x0, g20) if getattr(ring, "rings", None) else None
 
-    pre0, g10, x0, _ = parts(0)
+    def rings_where(i: int, at: int) -> list:
+        return [r for name, r in ring.rings.items() if groups[name][i] == at]
+
+    def wait_for(at: int, kt) -> list:
+        """The waits before group ``at`` of step ``kt`` issues: with one ring, all at group 1."""
+        if groups is None:
+            return ring.wait(it_base + kt) if at == 1 else []
+        return [x for r in rings_where(0, at) for x in r.wait(it_base + kt)]
+
+    def release(at: int, kt, why) -> list:
+        """The releases once group ``at`` of step ``kt`` retired: with one ring, all after group 2."""
+        if groups is None:
+            return [ir.If(ir.expr.lt(lane, 1), ring.release((it_base + kt) % S, why))] if at == 2 else []
+        rs = rings_where(1, at)
+        if not rs:
+            return []
+        return [ir.If(ir.expr.lt(lane, 1), ir.Seq(tuple(
+            r.release((it_base + kt) % S, f"{why} ({name})") for name, r in ring.rings.items() if r in rs)))]
+
     out = [ir.Comment(f"key loop over {n} tiles of {lp.step(lp.dim)}, rotated: each step's first wgmma group "
                       "issues with the previous step's second"),
-           *ring.wait(it_base), *pre0, *group(g10), wait(0, "S of step 0 is done"), *x0]
+           *wait_for(1, 0), *pre0, *group(g10), wait(0, "S of step 0 is done"),
+           *release(1, 0, "release step 0's operands of the first group"), *x0]
     def steady(name, first, count_stop, unmasked):
         kc = Var(name, n - 1)
         kt = kc + first
         pre, g1, x, _ = parts(kt, unmasked)
         _, _, _, g2_prev = parts(kt - 1, unmasked)
         free, after = partition(x, g2_prev)
-        body = [*ring.wait(it_base + kt), *pre, *group(g1, g2_prev),
+        body = [*wait_for(1, kt), *wait_for(2, kt - 1), *pre, *group(g1, g2_prev),
                 wait(1, "this step's first group is done; the previous step's second may still run"),
+                *release(1, kt, "release this step's operands of the first group"),
                 *free, wait(0, "the previous step's second group is done"),
-                release(kt - 1, "release the previous step's stage"), *after]
+                *release(2, kt - 1, "release the previous step's stage"), *after]
         return ir.For(kc, n - 1, ir.Seq(tuple(body)), stop=count_stop)
 
     if n > 1 and visible is None:
@@ -163,5 +220,6 @@ def overlapped_loop(node, ctx, lp, n: int, stop, it_base, S: int, ring, compute,
         out.append(steady(kc_name + "m", V, N - V, False))
     last = N - 1
     _, _, _, g2_last = parts(last)
-    out += [*group(g2_last), wait(0, "the last step's second group is done"), release(last, "release the last stage")]
+    out += [*wait_for(2, last), *group(g2_last), wait(0, "the last step's second group is done"),
+            *release(2, last, "release the last stage")]
     return out

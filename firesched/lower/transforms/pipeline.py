@@ -163,7 +163,8 @@ class MbarrierRing:
                            count=ir.Scalar(self.consumers * self.arrivals)) for s in range(S)]
         return init + [_call(sm90a.fence_mbarrier_init)]
 
-    def full_bar(self, stage: IntExpr) -> ir.MemRef:
+    def full_bar(self, stage: IntExpr, name: str = "") -> ir.MemRef:
+        """The full barrier of ``stage`` (every staged tensor's copies complete on it)."""
         return ir.MemRef(self.full, stage)
 
     def before_issue(self, stage: IntExpr, extra_bytes: int = 0) -> list:
@@ -202,16 +203,98 @@ class MbarrierRing:
                      comment="a step past the diagonal: the phase completes without data")
 
 
+@attrs.define(eq=False)
+class OperandRings:
+    """One ``MbarrierRing`` per staged operand, all of ``stages`` stages (``pipeline(separate=True)``).
+
+    Where the loop's code does not tell the operands apart it acts as one ring — waiting, acquiring,
+    releasing and passing a stage does so on every operand's barriers — so a consumer or producer
+    written for one ring stays right.  The producer's loop acquires, announces and issues each
+    operand on its own (``pipeline``), and the overlapped consumer loop waits for and releases each
+    operand at the group that reads it (``transforms.overlap``)::
+
+        producer, step it:   acquire K; expect K; TMA K  |  acquire V; expect V; TMA V
+        consumers, step j:   wait K(j); wait V(j-1); issue S(j) = Q K(j)ᵀ with O += P(j-1) V(j-1)
+                             wait 1 -> release K(j) | softmax | wait 0 -> release V(j-1)
+    """
+
+    rings: dict                  # SH name -> MbarrierRing, in the order of the loop's moves
+    stages: int
+
+    commit_always = False
+    elected = True
+
+    @classmethod
+    def create(cls, lw: Lowerer, stages: int, node: Node, *, consumers: int, cluster: int = 1):
+        rings = {}
+        for m in staged_moves(node):
+            name = m.spec.dst.name
+            rings[name] = MbarrierRing.create(lw, stages, tile_bytes(m), consumers=consumers, cluster=cluster,
+                                              name=name)
+        return cls(rings, stages)
+
+    @property
+    def names(self) -> tuple:
+        return tuple(self.rings)
+
+    @property
+    def cluster(self) -> int:
+        return next(iter(self.rings.values())).cluster
+
+    @property
+    def arrivals(self) -> int:
+        return next(iter(self.rings.values())).arrivals
+
+    @arrivals.setter
+    def arrivals(self, n: int) -> None:
+        for r in self.rings.values():
+            r.arrivals = n
+
+    def of(self, names) -> list:
+        return [self.rings[n] for n in self.rings if n in names]
+
+    def init(self) -> list:
+        return [x for r in self.rings.values() for x in r.init()]
+
+    def full_bar(self, stage: IntExpr, name: str = "") -> ir.MemRef:
+        if name not in self.rings:  # pragma: no cover - every staged move has its ring
+            raise KeyError(f"no ring for {name!r}; the rings are {', '.join(self.rings)}")
+        return self.rings[name].full_bar(stage)
+
+    def before_issue(self, stage: IntExpr, extra_bytes: int = 0) -> list:
+        return [x for r in self.rings.values() for x in r.before_issue(stage)]
+
+    def commit(self) -> list:
+        return []
+
+    def wait(self, it: IntExpr) -> list:
+        return [x for r in self.rings.values() for x in r.wait(it)]
+
+    def acquire(self, it: IntExpr) -> list:
+        return [x for r in self.rings.values() for x in r.acquire(it)]
+
+    def release(self, stage: IntExpr, comment: str) -> ir.Stmt:
+        return ir.Seq(tuple(r.release(stage, f"{comment} ({n})") for n, r in self.rings.items()))
+
+    def drain(self) -> list:
+        return []
+
+    def pass_stage(self, stage: IntExpr) -> ir.Stmt:
+        return ir.Seq(tuple(r.pass_stage(stage) for r in self.rings.values()))
+
+
+def tile_bytes(move: Node) -> int:
+    """Bytes of one stage of a staged move's shared tile."""
+    t = move.spec.dst.tensor
+    n = 1
+    for s in t.shape:
+        n *= s
+    return n * t.dtype.bits // 8
+
+
 def stage_bytes(node: Node) -> int:
     """Bytes one stage of the ring of ``node``'s loop receives (every staged tile, whole)."""
-    total = 0
-    for m in staged_moves(node):
-        t = m.spec.dst.tensor
-        n = 1
-        for s in t.shape:
-            n *= s
-        total += n * t.dtype.bits // 8
-    return total
+    return sum(tile_bytes(m) for m in staged_moves(node))
 
 
 def ring_for(lw: Lowerer, node: Node, lp, ctx):
@@ -221,6 +304,12 @@ def ring_for(lw: Lowerer, node: Node, lp, ctx):
         return ctx.ring
     kind = ring_kind(node)
     S = ring_stages(lp, kind)
+    if lp.separate:
+        raise err(node, f"pipeline(separate=True) on {lp}: rings of their own per operand are the mbarrier rings "
+                        "of a warp-specialized producer (TMA moves under warp_specialize())",
+                  strategy=node.strategy, field="separate", value=True, allowed="False here",
+                  fix="move_to_smem(..., via=(sm90a.tma_load_2d,)) and warp_specialize() after pipeline(...), or "
+                      "separate=False")
     if kind == "cp_async":
         return CpAsyncRing(S, proxy_fence=any(lw.smem_layout(m.spec.dst).span for m in staged_moves(node)))
     rings = lw.notes.setdefault("rings", {})
@@ -282,13 +371,23 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
                       "the skipped steps through the ring)")
     N = n if stop is None else minimum(n, stop)
 
-    def issue(kt: IntExpr, stage: IntExpr) -> list:
+    split = isinstance(ring, OperandRings)
+    if split and scales:
+        raise err(node, f"pipeline(separate=True) on {lp}: staged group scales ride on one ring's stages",
+                  strategy=node.strategy, field="separate", value=True, allowed="False with dequantising moves")
+
+    def issue(kt: IntExpr, stage: IntExpr, only: str | None = None) -> list:
+        """The copies of step ``kt`` into ``stage``: every staged operand's, or ``only``'s (with
+        its ring's announcement of the bytes)."""
         c = advance(ctx, node, lp, kt)
         scope = ctx.scope
         if ring.elected and not scope.elected:
             scope = attrs.evolve(scope, elected=True)
         c = attrs.evolve(c, part=PRODUCER, staged=staged, ring=ring, scope=scope,
-                         stage={**ctx.stage, **{s: stage for s in staged}})
+                         stage={**ctx.stage, **{s: stage for s in staged}},
+                         issuing=None if only is None else frozenset({only}))
+        if only is not None:
+            return ring.rings[only].before_issue(stage) + lw.loops(node, c, rest)
         if tma_ring:
             return ring.before_issue(stage, sum(p.stage_bytes for p in scales)) + lw.loops(node, c, rest) + \
                 issue_scales_tma(lw, c, scales, stage, ring.full_bar(stage))
@@ -320,6 +419,10 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
             steps = [*ring.acquire(it), ir.If(lt(kt, N), ir.Seq(tuple(issue(kt, it % S)))),
                      ir.If(ge(kt, N), ring.pass_stage(it % S)), *after]
             return [ir.For(kt, n, ir.Seq(tuple(steps)))]
+        if split:
+            # each operand's stage is refilled as soon as its own readers released it
+            steps = [x for name in ring.names for x in ring.rings[name].acquire(it) + issue(kt, it % S, name)]
+            return [ir.For(kt, n, ir.Seq(tuple(steps + after)), stop=stop)]
         return [ir.For(kt, n, ir.Seq(tuple(ring.acquire(it) + issue(kt, it % S) + after)), stop=stop)]
 
     if ctx.part == CONSUMER:
@@ -663,5 +766,5 @@ def _call(atom, comment="", pred=1, **args):
     return ir.AtomCall(atom, tuple(args.items()), pred, comment)
 
 
-__all__ = ["pipeline", "pipelined", "staged_moves", "ring_kind", "ring_stages", "stage_bytes", "CpAsyncRing",
-           "MbarrierRing", "split_ksteps", "prefetch_fragments", "walk_ir", "Scope"]
+__all__ = ["pipeline", "pipelined", "staged_moves", "ring_kind", "ring_stages", "stage_bytes", "tile_bytes",
+           "CpAsyncRing", "MbarrierRing", "OperandRings", "split_ksteps", "prefetch_fragments", "walk_ir", "Scope"]
