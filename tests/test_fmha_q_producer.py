@@ -144,8 +144,24 @@ def _program():
     step of this tile, so the Q reads of the later steps are ordered before the copy only by Q's
     own empty barrier (with two stages the ring's release after the last S = Q Kᵀ would order
     them as well)."""
-    good = fs.recipes.fmha(1, 3, 300, 77, 64, params=params(stages=3)).lower(TWO_SMS)
-    q, k, v = inputs(1, 3, 3, 300, 77, 64)
+    return run_once(1, 3, 300, 77, 64, params(stages=3))
+
+
+def planted_is_found(program, pred, match: str, what: str) -> None:
+    """``program`` (a program and its inputs, ``run_once``) without the statements ``pred``
+    selects raises a ``HazardError`` matching ``match`` in the interpreter."""
+    good, feed = program
+    bad = _drop(good, pred)
+    assert bad != good, f"no {what} to drop"
+    with pytest.raises(HazardError, match=match):
+        run_program(bad, feed)
+
+
+def run_once(b, h, sq, skv, d, p, causal=False):
+    """The lowered program of ``fmha(b, h, sq, skv, d, causal=causal, params=p)`` on two SMs and
+    its inputs, run once by the interpreter as is (no hazard)."""
+    good = fs.recipes.fmha(b, h, sq, skv, d, causal=causal, params=p).lower(TWO_SMS)
+    q, k, v = inputs(b, h, h, sq, skv, d)
     feed = {"Q": q, "K": k, "V": v}
     run_program(good, feed)
     return good, feed
@@ -160,22 +176,14 @@ def _program():
     ("the producer's wait for the release", _on("mbarrier_try_wait", "tile_empty"), "mbarrier"),
 ])
 def test_planted_hazards_are_found(what, pred, match):
-    good, feed = _program()
-    bad = _drop(good, pred)
-    assert bad != good, f"no {what} to drop"
-    with pytest.raises(HazardError, match=match):
-        run_program(bad, feed)
+    planted_is_found(_program(), pred, match, what)
 
 
 @functools.cache
 def _causal_program():
     """A persistent causal kernel (3 x 3 query tiles over 2 blocks, 10 key steps of 32) whose
     tiles pass the steps past their diagonal through the ring, run once as is."""
-    good = fs.recipes.fmha(1, 3, 300, 300, 64, causal=True, params=params()).lower(TWO_SMS)
-    q, k, v = inputs(1, 3, 3, 300, 300, 64)
-    feed = {"Q": q, "K": k, "V": v}
-    run_program(good, feed)
-    return good, feed
+    return run_once(1, 3, 300, 300, 64, params(), causal=True)
 
 
 def _past_diagonal(s):
@@ -190,11 +198,7 @@ def _past_diagonal(s):
     ("the consumers' release of a skipped step", _past_diagonal),
 ])
 def test_planted_pass_through_errors_are_found(what, pred):
-    good, feed = _causal_program()
-    bad = _drop(good, pred)
-    assert bad != good, f"no {what} to drop"
-    with pytest.raises(HazardError, match="deadlock"):
-        run_program(bad, feed)
+    planted_is_found(_causal_program(), pred, "deadlock", what)
 
 
 def test_a_persistent_causal_grid_needs_warp_specialization():
@@ -243,11 +247,7 @@ def _two_buffer_program():
     step a tile on a ring of four stages: the producer may run up to three tiles ahead, so only
     the release of a query buffer keeps the copy of the tile after next out of it (with more key
     steps than stages, the key ring's own releases order them as well)."""
-    good = fs.recipes.fmha(1, 3, 300, 17, 64, params=params(stages=4, q_stages=2)).lower(TWO_SMS)
-    q, k, v = inputs(1, 3, 3, 300, 17, 64)
-    feed = {"Q": q, "K": k, "V": v}
-    run_program(good, feed)
-    return good, feed
+    return run_once(1, 3, 300, 17, 64, params(stages=4, q_stages=2))
 
 
 @pytest.mark.parametrize("what, pred, match", [
@@ -256,12 +256,9 @@ def _two_buffer_program():
     ("the producer's wait for the release", _on("mbarrier_try_wait", "tile_empty"), "mbarrier"),
 ])
 def test_planted_hazards_in_two_query_buffers_are_found(what, pred, match):
-    good, feed = _two_buffer_program()
-    assert {b.name: b.nbytes for b in good.kernels[0].shared}["Q_smem"] == 2 * 128 * 64 * 2
-    bad = _drop(good, pred)
-    assert bad != good, f"no {what} to drop"
-    with pytest.raises(HazardError, match=match):
-        run_program(bad, feed)
+    program = _two_buffer_program()
+    assert {b.name: b.nbytes for b in program[0].kernels[0].shared}["Q_smem"] == 2 * 128 * 64 * 2
+    planted_is_found(program, pred, match, what)
 
 
 def test_query_buffers_are_a_tile_moves():

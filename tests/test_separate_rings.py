@@ -12,14 +12,12 @@ import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_fmha import inputs
-from test_fmha_q_producer import TWO_SMS, _drop, check
+from test_fmha_q_producer import _bar, _bar_of_tma, check, planted_is_found, run_once
 
 import firesched as fs
 from firesched import ir
-from firesched.errors import HazardError, ScheduleError
+from firesched.errors import ScheduleError
 from firesched.ir.rewrite import walk as ir_walk
-from firesched.simulate.interp import run_program
 
 P = fs.recipes.FmhaParams
 
@@ -61,18 +59,7 @@ def test_hypothesis_separate_rings(b, heads, sq, skv, d, bq, bkv, stages, causal
 def _program():
     """An overlapped kernel on two rings of two stages (2 x 2 query tiles over 2 blocks, 5 key
     steps), run once as is."""
-    good = fs.recipes.fmha(1, 2, 200, 150, 64, params=params(block_q=128)).lower(TWO_SMS)
-    q, k, v = inputs(1, 2, 2, 200, 150, 64)
-    feed = {"Q": q, "K": k, "V": v}
-    run_program(good, feed)
-    return good, feed
-
-
-def _bar(s):
-    for name, a in s.args:
-        if name == "bar" and isinstance(a, ir.MemRef):
-            return a.buffer.name
-    return None
+    return run_once(1, 2, 200, 150, 64, params(block_q=128))
 
 
 def _consumer(atom: str, bar: str, why: str = ""):
@@ -97,11 +84,7 @@ def _consumer(atom: str, bar: str, why: str = ""):
      and _bar(s) == "K_empty", "mbarrier"),
 ])
 def test_planted_hazards_are_found(what, pred, match):
-    good, feed = _program()
-    bad = _drop(good, pred)
-    assert bad != good, f"no {what} to drop"
-    with pytest.raises(HazardError, match=match):
-        run_program(bad, feed)
+    planted_is_found(_program(), pred, match, what)
 
 
 def test_each_operand_is_issued_and_released_on_its_own_ring():
@@ -110,7 +93,7 @@ def test_each_operand_is_issued_and_released_on_its_own_ring():
     good, _ = _program()
     roles = next(s for s in ir_walk([good.kernels[0].body]) if isinstance(s, ir.Roles))
     prod, cons = roles.roles
-    bars = [_bar(s) or _tma_bar(s) for s in ir_walk([prod.body]) if isinstance(s, ir.AtomCall)
+    bars = [_bar(s) or _bar_of_tma(s) for s in ir_walk([prod.body]) if isinstance(s, ir.AtomCall)
             and (s.atom.name in ("mbarrier_try_wait", "mbarrier_arrive_expect_tx") or s.atom.family == "tma")]
     # a step: wait for K's stage, announce its bytes, TMA K; then the same for V
     assert bars[:6] == ["K_empty", "K_full", "K_full", "V_empty", "V_full", "V_full"], bars[:6]
@@ -118,13 +101,6 @@ def test_each_operand_is_issued_and_released_on_its_own_ring():
     assert any("(K)" in c and "first group" in c for c in releases)
     assert any("(V)" in c and "previous step" in c for c in releases)
     assert "separate rings" in str(fs.recipes.fmha(1, 2, 200, 150, 64, params=params(block_q=128)))
-
-
-def _tma_bar(s):
-    for name, a in s.args:
-        if name == "mbar" and isinstance(a, ir.MemRef):
-            return a.buffer.name
-    return None
 
 
 def test_separate_rings_need_a_producer():

@@ -340,7 +340,11 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
     With warp specialization the output leaves through shared memory and TMA stores
     (``lower.rules.accumulators.store_via_tma``), staged in the query rows each consumer
     warpgroup has finished multiplying (``lower.rules.borrow``): the three-stage K/V ring leaves
-    no room for staging of its own (16x16x1024x128: 0.84 -> 0.93x cuDNN, bench/README.md)."""
+    no room for staging of its own (16x16x1024x128: 0.84 -> 0.93x cuDNN, bench/README.md).
+    With ``p.separate`` K and V have rings of their own (``pipeline(separate=True)``), whose two
+    stages keep the copies as far ahead as three shared ones; the 64 KiB that frees holds a
+    second query buffer (``p.q_stages``) and the output's own staging, FlashAttention-3's
+    persistent layout."""
     from ..hardware.atoms import sm90a
 
     dt = spec.q.dtype.name
