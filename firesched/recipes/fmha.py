@@ -198,8 +198,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
     step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, up to head dim 128 and
-    2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
+    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, at head dim 128 and up
+    to 2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
     each (``separate``), one block per SM walking the query tiles, the producer loading each
     tile's Q into one of two buffers (``persistent``, ``q_by_producer``, ``q_stages=2``), so a
     tile's boundary does not wait for its Q.  Longer key loops and causal masks keep a block per
@@ -246,7 +246,7 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # Q load and O store are what is left unoverlapped: 0.82-0.83x cuDNN against 0.83 for
         # this plain grid (persistent alone 0.78-0.79; causal 0.64-0.69 against 0.81), and
         # 0.90-0.93x against 0.98-0.99 at 4096 keys (bench/README.md, "Q by the producer")
-        if block_q == 128 and head_dim <= 128 and not causal and seq_kv <= 2048:
+        if block_q == 128 and head_dim == 128 and not causal and seq_kv <= 2048:
             # FlashAttention-3's layout of the 224 KiB: K and V on rings of their own, two 128-key
             # stages each (K's stage goes back to the producer once S = Q Kᵀ retired, a step
             # before V's: two such stages keep the copies as far ahead as three shared ones), which
@@ -255,7 +255,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
             # short a tile's boundary is a large part of it: 32x16x512x128 0.86-0.87 -> 1.02-1.05x
             # cuDNN, 16x16x1024x128 0.96 -> 1.02, 8x16x2048x128 0.99 -> 1.00-1.01; at 4,096 keys
             # the plain grid stays 2 % ahead, and with a causal mask the persistent grid's fixed
-            # order loses (0.69-0.82x; bench/README.md, "K and V on rings of their own")
+            # order loses (0.69-0.82x; bench/README.md, "K and V on rings of their own").  Head
+            # dims 96 and 256 were not timed with it (at 256 two query buffers do not fit)
             return FmhaParams(block_q=128, block_kv=128, warps=8, stages=2, mma="wgmma", tma=True,
                               warp_specialized=True, pingpong=True, overlap=True, persistent=True,
                               q_by_producer=True, q_stages=2, separate=True)
