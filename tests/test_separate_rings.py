@@ -116,3 +116,31 @@ def test_separate_rings_need_a_producer():
     assert repr(pipeline(stages=2, separate=True)) == "pipeline(stages=2, separate=True)"
     with pytest.raises(ScheduleError, match="separate is a bool"):
         sched.apply(pipeline(stages=2, separate=1))
+
+
+def _separate(sched):
+    """``sched``'s strategies again, with ``pipeline(..., separate=True)``."""
+    from firesched.strategies import pipeline
+
+    return sched.spec.schedule(*(attrs.evolve(s, separate=True) if isinstance(s, pipeline) else s
+                                 for s in sched.strategies))
+
+
+def test_a_gemm_ring_split_per_operand_acts_as_one():
+    """A warp-specialized GEMM's loop body is one wgmma group: its A and B rings wait and release
+    together, and the result is the same."""
+    from firesched.testing.check import assert_schedule_correct
+
+    sched = _separate(fs.recipes.gemm(128, 256, 256, arch="sm_90a"))
+    assert "separate rings" in str(sched)
+    (k,) = sched.lower("sm_90a").kernels
+    assert {"A_full", "A_empty", "B_full", "B_empty"} <= {b.name for b in k.shared}
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_staged_group_scales_refuse_separate_rings():
+    """W4A16's group scales ride on the stage of one ring (one TMA box each): with rings per operand
+    the schedule is refused, naming the option."""
+    sched = _separate(fs.recipes.gemm_w4a16(64, 4096, 4096, group_size=128, arch="sm_90a"))
+    with pytest.raises(ScheduleError, match="staged group scales ride on one ring"):
+        sched.check("sm_90a")

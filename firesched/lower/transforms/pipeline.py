@@ -345,14 +345,14 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     for m in moves:
         have = m.spec.dst.tensor.stages
         want = ring.stages if isinstance(ring, CpAsyncRing) else max(have, 2)
-        if have < want and not (isinstance(ring, MbarrierRing) and have <= 1 and want == 2):
+        if have < want and not (isinstance(ring, (MbarrierRing, OperandRings)) and have <= 1 and want == 2):
             raise err(m, f"{m.spec.dst.name} is filled by the ring of {lp} ({ring.stages} stages) but its shared tile "
                          f"has {have} stage(s): move_to_smem({m.spec.dst.name!r}) came after pipeline(...)",
                       field="stages", value=have, allowed=str(want),
                       fix="apply pipeline(...) after every move_to_smem of the loop")
     # the ring also stages the group scales its dequantising moves read (staged_scales): cp.async
     # chunks in a one-role loop, one TMA box a stage in an mbarrier ring
-    tma_ring = isinstance(ring, MbarrierRing)
+    tma_ring = isinstance(ring, (MbarrierRing, OperandRings))
     scales = plan_scales(lw, node, moves, ring.stages, ctx, lp, tma=tma_ring) \
         if tma_ring or ctx.part is None else []
     n = lp.count
@@ -389,8 +389,9 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
         if only is not None:
             return ring.rings[only].before_issue(stage) + lw.loops(node, c, rest)
         if tma_ring:
+            # (separate rings stage no scales: refused above)
             return ring.before_issue(stage, sum(p.stage_bytes for p in scales)) + lw.loops(node, c, rest) + \
-                issue_scales_tma(lw, c, scales, stage, ring.full_bar(stage))
+                (issue_scales_tma(lw, c, scales, stage, ring.full_bar(stage)) if scales else [])
         return ring.before_issue(stage) + lw.loops(node, c, rest) + issue_scales(lw, c, scales, stage)
 
     # a body of MatMuls only leaves its wgmma groups to the loop to retire (one in flight across
