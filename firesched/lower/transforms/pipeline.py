@@ -226,6 +226,8 @@ class OperandRings:
 
     @classmethod
     def create(cls, lw: Lowerer, stages: int, node: Node, *, consumers: int, cluster: int = 1):
+        """A ring per staged move of ``node``'s loop, its barriers named after the operand
+        (``K_full``, ``K_empty``, ...), each expecting that operand's bytes a stage."""
         rings = {}
         for m in staged_moves(node):
             name = m.spec.dst.name
@@ -250,9 +252,6 @@ class OperandRings:
         for r in self.rings.values():
             r.arrivals = n
 
-    def of(self, names) -> list:
-        return [self.rings[n] for n in self.rings if n in names]
-
     def init(self) -> list:
         return [x for r in self.rings.values() for x in r.init()]
 
@@ -262,6 +261,10 @@ class OperandRings:
         return self.rings[name].full_bar(stage)
 
     def before_issue(self, stage: IntExpr, extra_bytes: int = 0) -> list:
+        """Every operand's announcement of its bytes (no other copies ride on these rings: the
+        pipeline refuses staged scales with them)."""
+        if extra_bytes:  # pragma: no cover - refused by the pipeline rule
+            raise ValueError("separate rings carry no copies besides their operands'")
         return [x for r in self.rings.values() for x in r.before_issue(stage)]
 
     def commit(self) -> list:
@@ -374,7 +377,8 @@ def pipeline(lw: Lowerer, node: Node, ctx, lp, rest) -> list:
     split = isinstance(ring, OperandRings)
     if split and scales:
         raise err(node, f"pipeline(separate=True) on {lp}: staged group scales ride on one ring's stages",
-                  strategy=node.strategy, field="separate", value=True, allowed="False with dequantising moves")
+                  strategy=node.strategy, field="separate", value=True, allowed="False with dequantising moves",
+                  fix="pipeline(stages=...) without separate=True")
 
     def issue(kt: IntExpr, stage: IntExpr, only: str | None = None) -> list:
         """The copies of step ``kt`` into ``stage``: every staged operand's, or ``only``'s (with
