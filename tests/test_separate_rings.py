@@ -126,12 +126,15 @@ def _separate(sched):
                                  for s in sched.strategies))
 
 
-def test_a_gemm_ring_split_per_operand_acts_as_one():
+@pytest.mark.parametrize("M, cluster", [(128, None), (256, 2)])
+def test_a_gemm_ring_split_per_operand_acts_as_one(M, cluster):
     """A warp-specialized GEMM's loop body is one wgmma group: its A and B rings wait and release
-    together, and the result is the same."""
+    together (in a cluster, in every block whose producer multicasts into this one), and the
+    result is the same."""
     from firesched.testing.check import assert_schedule_correct
 
-    sched = _separate(fs.recipes.gemm(128, 256, 256, arch="sm_90a"))
+    kw = {"cluster": cluster} if cluster else {}
+    sched = _separate(fs.recipes.gemm(M, 256, 256, arch="sm_90a", **kw))
     assert "separate rings" in str(sched)
     (k,) = sched.lower("sm_90a").kernels
     assert {"A_full", "A_empty", "B_full", "B_empty"} <= {b.name for b in k.shared}

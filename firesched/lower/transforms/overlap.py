@@ -116,30 +116,28 @@ def partition(x: list, g2: list) -> tuple[list, list]:
     return free, after
 
 
-def _reads(stmts, buf: str) -> bool:
-    """Whether ``stmts`` read shared buffer ``buf`` (an atom's operand or a pointwise source)."""
+def shared_reads(stmts) -> set:
+    """Names of the shared buffers ``stmts`` read: an atom's operand (a MemRef, or a wgmma's
+    descriptor of its tile, a DescRef) or a pointwise source."""
+    out = set()
     for s in walk_ir(stmts):
         refs = [a for _, a in s.args] if isinstance(s, ir.AtomCall) else list(s.srcs) if isinstance(s, ir.Pointwise) \
             else []
-        # a shared operand is a MemRef, or a wgmma's descriptor of its tile (DescRef)
-        if any(isinstance(a, (ir.MemRef, ir.DescRef)) and isinstance(a.buffer, ir.SharedBuffer)
-               and a.buffer.name == buf for a in refs):
-            return True
-    return False
+        out |= {a.buffer.name for a in refs
+                if isinstance(a, (ir.MemRef, ir.DescRef)) and isinstance(a.buffer, ir.SharedBuffer)}
+    return out
 
 
 def operand_groups(rings: dict, pre: list, g1: list, x: list, g2: list) -> dict | None:
     """Operand name -> (the group that reads it first, the group that reads it last), 1 or 2; None
     when one is read outside the two groups (the rings then wait and release together)."""
+    outside, in1, in2 = shared_reads(pre) | shared_reads(x), shared_reads(g1), shared_reads(g2)
     out = {}
     for name in rings:
         buf = f"{name}_smem"
-        if _reads(pre, buf) or _reads(x, buf):
+        if buf in outside or buf not in in1 | in2:
             return None
-        in1, in2 = _reads(g1, buf), _reads(g2, buf)
-        if not (in1 or in2):
-            return None
-        out[name] = (1 if in1 else 2, 2 if in2 else 1)
+        out[name] = (1 if buf in in1 else 2, 2 if buf in in2 else 1)
     return out
 
 
@@ -175,23 +173,22 @@ def overlapped_loop(node, ctx, lp, n: int, stop, it_base, S: int, ring, compute,
     groups = operand_groups(ring.rings, pre0, g10, x0, g20) if getattr(ring, "rings", None) else None
 
     def rings_where(i: int, at: int) -> list:
-        return [r for name, r in ring.rings.items() if groups[name][i] == at]
+        """(name, ring) of the operands whose first (``i = 0``) or last (``i = 1``) group is ``at``."""
+        return [(name, r) for name, r in ring.rings.items() if groups[name][i] == at]
 
     def wait_for(at: int, kt) -> list:
         """The waits before group ``at`` of step ``kt`` issues: with one ring, all at group 1."""
         if groups is None:
             return ring.wait(it_base + kt) if at == 1 else []
-        return [x for r in rings_where(0, at) for x in r.wait(it_base + kt)]
+        return [x for _, r in rings_where(0, at) for x in r.wait(it_base + kt)]
 
     def release(at: int, kt, why) -> list:
         """The releases once group ``at`` of step ``kt`` retired: with one ring, all after group 2."""
         if groups is None:
             return [ir.If(ir.expr.lt(lane, 1), ring.release((it_base + kt) % S, why))] if at == 2 else []
         rs = rings_where(1, at)
-        if not rs:
-            return []
         return [ir.If(ir.expr.lt(lane, 1), ir.Seq(tuple(
-            r.release((it_base + kt) % S, f"{why} ({name})") for name, r in ring.rings.items() if r in rs)))]
+            r.release((it_base + kt) % S, f"{why} ({name})") for name, r in rs)))] if rs else []
 
     out = [ir.Comment(f"key loop over {n} tiles of {lp.step(lp.dim)}, rotated: each step's first wgmma group "
                       "issues with the previous step's second"),

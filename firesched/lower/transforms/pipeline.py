@@ -262,9 +262,7 @@ class OperandRings:
 
     def before_issue(self, stage: IntExpr, extra_bytes: int = 0) -> list:
         """Every operand's announcement of its bytes (no other copies ride on these rings: the
-        pipeline refuses staged scales with them)."""
-        if extra_bytes:  # pragma: no cover - refused by the pipeline rule
-            raise ValueError("separate rings carry no copies besides their operands'")
+        pipeline refuses staged scales with them, so ``extra_bytes`` is 0)."""
         return [x for r in self.rings.values() for x in r.before_issue(stage)]
 
     def commit(self) -> list:
