@@ -3,7 +3,8 @@ heads, the log-sum-exp, every head dim; the mma.sync and the wgmma schedules, an
 the warp-specialized one with ping-pong consumers, and with the producer loading each query tile
 by TMA in a persistent grid, in a persistent grid whose consumers load Q and stage the output in
 its rows, with two query buffers (``q_stages``), with K and V on rings of their own
-(``separate``), and two blocks of one consumer warpgroup an SM),
+(``separate``), two blocks of one consumer warpgroup an SM, and the plans at head dims 96 and 256
+(``plan96``, ``plan256``)),
 for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py
@@ -43,6 +44,10 @@ def main(argv=None) -> None:
     # K and V on rings of their own: two stages in a plain grid; and persistent with two Q buffers
     designs += [((4, 16, 16, 1100, 300, 128, False), "separate"), ((2, 4, 2, 130, 77, 128, True), "separate"),
                 ((4, 16, 16, 1100, 1100, 128, True), "separate_persistent")]
+    # the plans at head dims 256 (separate rings, Q by the producer, a block a query tile) and 96
+    # (the persistent design with two query buffers)
+    designs += [((2, 4, 2, 300, 200, 256, True), "plan256"), ((1, 16, 16, 1100, 300, 256, False), "plan256"),
+                ((2, 16, 16, 700, 300, 96, False), "plan96")]
     # the same with two query buffers beside two key stages, the output staged in its own buffer
     designs += [((4, 16, 16, 1100, 300, 128, False), "q_stages"), ((4, 16, 16, 1100, 1100, 128, True), "q_stages"),
                 ((2, 4, 2, 130, 77, 128, False), "q_stages")]
@@ -85,8 +90,8 @@ def main(argv=None) -> None:
         if design == "two_blocks":
             params = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                                            warp_specialized=True, overlap=True, blocks_per_sm=2)
-        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True,
-                                arch="sm_90a" if params else design, params=params)
+        arch = "sm_90a" if params or design.startswith("plan") else design
+        sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, arch=arch, params=params)
         k = fs.compile(sched, arch="sm_90a")
         g = h // kvh
         q = torch.randn(b, kvh, g, sq, d, device="cuda", dtype=torch.float16)

@@ -194,12 +194,13 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
 
     On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: above head dim 64 a producer
     warpgroup and two consumer warpgroups of 64 queries each (128-key tiles and 3 stages up to
-    head dim 128, 64-key tiles and 2 stages at 256), taking turns to issue their wgmma, each
+    head dim 128; at 256 64-key tiles, K and V on rings of their own of 2 stages each:
+    ``separate``), taking turns to issue their wgmma, each
     step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
     warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
     0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, at head dim 128 and up
-    to 2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
+    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, at head dims 96 and
+    128 and up to 2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
     each (``separate``), one block per SM walking the query tiles, the producer loading each
     tile's Q into one of two buffers (``persistent``, ``q_by_producer``, ``q_stages=2``), so a
     tile's boundary does not wait for its Q.  Longer key loops and causal masks keep a block per
@@ -232,7 +233,7 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
             # 2,048; bench/README.md, "two blocks an SM, with the TMA-store epilogue")
             return FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                               warp_specialized=True, reverse=True, overlap=True, blocks_per_sm=2)
-        block_kv, stages = (64, 2) if head_dim > 128 else (128, 3)
+        block_kv, stages = 128, 3
         block_q = 64 if batch * heads * -(-seq_q // 128) < sms or seq_q <= 64 else 128
         # causal: longest query tiles first (4x16x4096x128: 0.81 -> 0.84x cuDNN, 16x16x1024x128:
         # 0.68 -> 0.72x; at head dim 64 the reversed indices cost registers and it measured slower).
@@ -246,7 +247,17 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
         # Q load and O store are what is left unoverlapped: 0.82-0.83x cuDNN against 0.83 for
         # this plain grid (persistent alone 0.78-0.79; causal 0.64-0.69 against 0.81), and
         # 0.90-0.93x against 0.98-0.99 at 4096 keys (bench/README.md, "Q by the producer")
-        if block_q == 128 and head_dim == 128 and not causal and seq_kv <= 2048:
+        if head_dim > 128:
+            # head dim 256: K and V on rings of their own, two 64-key stages each (K's stage goes
+            # back to the producer once S = Q Kᵀ retired, a step before V's): 1.3-1.6x faster than
+            # one ring of two stages, 0.91-0.99x cuDNN with the producer loading Q, and 1-3 % more
+            # with the consumers loading it (4x16x4096x256 1.00, causal 1.00; 16x16x1024x256 0.98,
+            # causal 0.95); the persistent grid loses there (0.50-0.93x; bench/README.md, "Head
+            # dims 96 and 256 on rings of their own")
+            return FmhaParams(block_q=block_q, block_kv=64, warps=block_q // 16, stages=2, mma="wgmma", tma=True,
+                              warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True,
+                              separate=True)
+        if block_q == 128 and head_dim in (96, 128) and not causal and seq_kv <= 2048:
             # FlashAttention-3's layout of the 224 KiB: K and V on rings of their own, two 128-key
             # stages each (K's stage goes back to the producer once S = Q Kᵀ retired, a step
             # before V's: two such stages keep the copies as far ahead as three shared ones), which
@@ -256,7 +267,8 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
             # cuDNN, 16x16x1024x128 0.96 -> 1.02, 8x16x2048x128 0.99 -> 1.00-1.01; at 4,096 keys
             # the plain grid stays 2 % ahead, and with a causal mask the persistent grid's fixed
             # order loses (0.69-0.82x; bench/README.md, "K and V on rings of their own").  Head
-            # dims 96 and 256 were not timed with it (at 256 two query buffers do not fit)
+            # dim 96 alike: 16x16x1024x96 0.93 -> 1.03x, 8x16x2048x96 1.05 -> 1.07, and at 4,096
+            # keys the plain grid 1.09 against 1.09 (bench/README.md, "Head dims 96 and 256")
             return FmhaParams(block_q=128, block_kv=128, warps=8, stages=2, mma="wgmma", tma=True,
                               warp_specialized=True, pingpong=True, overlap=True, persistent=True,
                               q_by_producer=True, q_stages=2, separate=True)

@@ -211,3 +211,17 @@ def test_short_causal_plan(b, h, kvh, sq, skv, dtype):
     warpgroup, the output staged in its query rows."""
     assert fs.recipes.fmha_plan(b, h, sq, skv, 128, arch="sm_90a", causal=True).blocks_per_sm == 2
     _run(b, h, sq, skv, 128, dtype=dtype, causal=True, kv_heads=kvh)
+
+
+@pytest.mark.parametrize("b, h, kvh, sq, skv, d, causal, dtype", [
+    (1, 16, 16, 1100, 300, 256, False, "f16"), (1, 16, 8, 1100, 1100, 256, True, "bf16"),
+    (2, 16, 16, 1024, 1024, 256, True, "f16"), (2, 16, 16, 700, 300, 96, False, "bf16"),
+    (2, 16, 4, 1024, 2048, 96, False, "f16")])
+def test_planned_designs_at_head_dims_96_and_256(b, h, kvh, sq, skv, d, causal, dtype):
+    """The plan's designs where 128-query tiles fill the GPU: at head dim 256 K and V on rings of
+    their own in a plain grid, at 96 without a mask the persistent grid with two query buffers
+    (odd and whole tiles, grouped-query heads, causal with seq_q != seq_kv)."""
+    p = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
+    assert p.block_q == 128 and p.separate and p.stages == 2
+    assert (p.persistent, p.q_stages) == ((True, 2) if d == 96 else (False, 1))
+    _run(b, h, sq, skv, d, dtype=dtype, causal=causal, kv_heads=kvh)
