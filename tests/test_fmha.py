@@ -283,6 +283,8 @@ def test_hypothesis_wgmma_shapes_and_tiles(b, heads, sq, skv, d, bq, bkv, stages
 def test_q_slice_is_whole_ldmatrix_columns():
     with pytest.raises(ValueError, match="q_slice=8 must be a multiple of 16"):
         P(block_q=64, block_kv=32, warps=2, q_slice=8)
+    with pytest.raises(ValueError, match="q_slice=32 slices the query fragments mma.sync loads"):
+        P(block_q=128, block_kv=128, warps=8, mma="wgmma", tma=True, q_slice=32)
     assert "tile(d=32)" in repr(fs.recipes.fmha(1, 1, 64, 64, 128, arch="sm_80", params=P(block_q=64, block_kv=32,
                                                                                            warps=2, q_slice=32)))
 

@@ -275,6 +275,25 @@ def test_query_buffers_are_a_tile_moves():
             fs.Attention.kernel(1, 1, 64, 64, 64).schedule(base.strategies[0], bad)
 
 
+def test_a_staged_move_inside_the_pipelined_loop_takes_pipelines_count():
+    """A move inside the K loop is as deep as ``pipeline(stages=)`` makes it: another count given
+    to its ``move_to_smem(stages=)`` is refused, naming both, instead of silently replaced."""
+    from firesched.hardware.atoms import sm90a
+    from firesched.strategies import move_to_smem, online_softmax, pipeline, tile, to_blocks
+
+    via = (sm90a.tma_load_2d,)
+
+    def chain(k_stages, stages):
+        return (tile(b=1, hk=1, g=1, q=64) >> to_blocks(), move_to_smem("Q", via=via), online_softmax(kv=64),
+                move_to_smem("K", via=via, stages=k_stages), move_to_smem("V", via=via), pipeline(stages=stages))
+
+    with pytest.raises(ScheduleError, match=r"K is staged inside the K loop.*already 3 stages deep") as e:
+        fs.Attention.kernel(1, 1, 64, 64, 64).schedule(*chain(3, 2))
+    assert "pipeline(stages=3)" in str(e.value)
+    sched = fs.Attention.kernel(1, 1, 64, 64, 64).schedule(*chain(2, 2))
+    assert "K:SH f16[64x64] Sw<3,3,3> x2 stages" in str(sched)
+
+
 def test_a_tile_move_without_warp_specialization_is_refused():
     """A TMA move above a key loop that no producer issues has no ring to complete on."""
     from firesched.hardware.atoms import sm90a

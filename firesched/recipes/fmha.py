@@ -99,7 +99,7 @@ class FmhaParams:
       and first K and V tiles arrive while they finish the current tile and store its output
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
       the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
-    * ``q_slice``: with mma.sync, the head-dim columns of a warp's query fragments it loads at a
+    * ``q_slice``: mma.sync only (wgmma refuses another than 16), the head-dim columns of a warp's query fragments it loads at a
       time from shared memory (16 or a multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns),
       each slice multiplied by every key fragment of the step before the next is loaded; wider
       slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
@@ -155,6 +155,10 @@ class FmhaParams:
         if self.q_slice % 16:
             raise ValueError(f"FmhaParams: q_slice={self.q_slice} must be a multiple of 16 (an ldmatrix x4 holds "
                              f"16 columns of a fragment)")
+        if self.mma == "wgmma" and self.q_slice != 16:
+            raise ValueError(f"FmhaParams: q_slice={self.q_slice} slices the query fragments mma.sync loads into "
+                             f"registers; with mma='wgmma' S = Q Kᵀ reads Q from shared memory by descriptor, "
+                             f"16 columns a wgmma: leave q_slice=16")
         if not isinstance(self.tma, bool) or (self.tma and self.mma != "wgmma"):
             raise ValueError(f"FmhaParams: tma={self.tma!r}; TMA loads are part of the wgmma design (mma='wgmma')")
         if not isinstance(self.warp_specialized, bool) or (self.warp_specialized and not self.tma):

@@ -102,7 +102,8 @@ class move_to_smem(Strategy):
       which the producer issues once per block tile on a ring of its own
       (``lower.transforms.tile_moves``): with 2, a persistent block's next tile lands in the other
       buffer while the consumers still read this one (attention's query tile).  A move inside a
-      pipelined loop takes ``pipeline(stages=)``'s count instead; any other move has one buffer.
+      pipelined loop is as deep as ``pipeline(stages=)`` makes it (``pipeline`` refuses one given
+      another count); any other move has one buffer.
     """
 
     operand: str

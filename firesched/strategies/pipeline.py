@@ -78,6 +78,14 @@ class pipeline(Strategy):
             if not moved:
                 raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
                                     spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
+            deep = sorted((name, n) for name, n in moved.items() if n not in (1, self.stages))
+            if deep:
+                name, n = deep[0]
+                raise ScheduleError(f"{name} is staged inside the K loop, whose moves take pipeline's {self.stages} "
+                                    f"stages, but it is already {n} stages deep (move_to_smem(..., stages={n}) "
+                                    "is for a tile move above the loop)", strategy=self, spec=node.spec,
+                                    field="stages", value=self.stages, allowed=str(n),
+                                    fix=f"drop stages= from move_to_smem({name!r}, ...), or pipeline(stages={n})")
             for f in ("prefetch", "overlap", "separate"):
                 if not isinstance(getattr(self, f), bool):
                     raise ScheduleError(f"{f} is a bool", strategy=self, spec=spec, field=f,
@@ -99,12 +107,13 @@ class pipeline(Strategy):
     __str__ = __repr__
 
 
-def _staged_tensors(path):
-    names = set()
+def _staged_tensors(path) -> dict:
+    """The shared tensors the moves under ``path`` fill from global memory, and their stages."""
+    names = {}
     for node in path:
         for c in node.body:
             if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
-                names.add(c.spec.dst.name)
+                names[c.spec.dst.name] = c.spec.dst.tensor.stages
     return names
 
 
