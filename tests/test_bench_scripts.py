@@ -225,8 +225,10 @@ def test_fmha_variants_build_and_bad_fields_exit():
 
 
 def test_profile_fmha_smoke(capsys):
-    """bench/profile_fmha.py --smoke compiles the planned kernel (here its persistent variant)."""
+    """bench/profile_fmha.py --smoke compiles the planned kernel (here its persistent variant, and
+    the sm_80 plan)."""
     from bench import profile_fmha
 
     profile_fmha.main(["--shape", "2x2x256x128", "--persistent", "--smoke"])
-    assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 1
+    profile_fmha.main(["--shape", "2x2x256x128", "--arch", "sm_80", "--smoke"])
+    assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 2
