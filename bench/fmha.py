@@ -86,9 +86,12 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None,
     fns = {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION), "flash": peer(SDPBackend.FLASH_ATTENTION)}
     if other is not None:
         # the other checkout's kernel for the same call (its own plan when params is None)
+        # the fields that checkout's FmhaParams knows (an older one lacks the newer fields)
+        known = {f.name for f in attrs.fields(other.recipes.FmhaParams)}
         ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal,
                                               params=None if params is None else other.recipes.FmhaParams(
-                                                  **attrs.asdict(params))), arch="sm_90a")
+                                                  **{k: v for k, v in attrs.asdict(params).items() if k in known})),
+                           arch="sm_90a")
         ko(view(sets[0][0]), sets[0][1], sets[0][2], view(outs[0]))
         err_old = (outs[0].float() - ref).abs().max().item()
         if not err_old <= max(2 * err, 2e-2):

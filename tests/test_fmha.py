@@ -244,6 +244,28 @@ def test_the_planned_kernels_of_the_bench_shapes_do_not_spill(shape, causal, arc
     assert k.spills == 0
 
 
+@pytest.mark.parametrize("shape, causal, dtype", [
+    ((4, 16, 4096, 256), True, "bf16"), ((4, 16, 4096, 256), False, "f16"), ((1, 16, 1100, 256), True, "f16"),
+    ((16, 16, 1024, 96), False, "bf16")])
+def test_the_planned_128_query_kernels_at_head_dims_96_and_256_do_not_spill(shape, causal, dtype):
+    # the 128-query designs, which the 1000-key variants above (64-query tiles) do not reach: at
+    # head dim 256 with a causal mask the consumers need 240 registers (producer_regs=24)
+    b, h, s, d = shape
+    p = fs.recipes.fmha_plan(b, h, s, s, d, arch="sm_90a", causal=causal)
+    assert p.block_q == 128 and p.separate and p.producer_regs == (24 if causal and d == 256 else 40)
+    k = fs.compile(fs.recipes.fmha(b, h, s, s, d, causal=causal, dtype=dtype, lse=dtype == "bf16", arch="sm_90a"),
+                   arch="sm_90a")
+    assert k.spills == 0
+
+
+def test_producer_regs_are_a_setmaxnreg_count():
+    with pytest.raises(ValueError, match="producer_regs=20; setmaxnreg takes a multiple of 8 from 24 to 256"):
+        P(block_q=128, block_kv=128, warps=8, mma="wgmma", tma=True, warp_specialized=True, producer_regs=20)
+    from firesched.recipes.fmha import consumer_regs
+
+    assert (consumer_regs(2), consumer_regs(2, producer_regs=24)) == (232, 240)
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (2, 2)]), st.integers(1, 80), st.integers(1, 80),
        st.sampled_from([32, 64]), st.sampled_from([(1, 16), (2, 16), (2, 32), (4, 16)]), st.sampled_from([16, 32, 64]),

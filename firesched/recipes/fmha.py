@@ -55,6 +55,8 @@ from ..strategies.attention import SCORES, VALUES
 from ..tensor import RF
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
+#: registers a thread of the producer warpgroup keeps by default (it only issues TMA copies)
+PRODUCER_REGS = 40
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90a")
 
 
@@ -116,7 +118,10 @@ class FmhaParams:
       block's prologue and epilogue (Q's load, the first step's softmax, the output's store) run
       while the other's key loop keeps the tensor cores busy; its tiles and stages must leave room
       for two blocks' shared memory and registers (with warp specialization each consumer
-      warpgroup's ``setmaxnreg`` is sized for that).
+      warpgroup's ``setmaxnreg`` is sized for that);
+    * ``producer_regs``: with warp specialization, the registers the producer warpgroup keeps
+      (``setmaxnreg.dec``; it only issues copies), the consumers taking what is left, at most 240
+      (``consumer_regs``): 40 leaves two consumer warpgroups 232, 24 (FlashAttention-3's) 240.
     """
 
     block_q: int = 128
@@ -135,6 +140,7 @@ class FmhaParams:
     q_slice: int = 16
     q_stages: int = 1
     separate: bool = False
+    producer_regs: int = PRODUCER_REGS
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice", "q_stages"):
@@ -152,6 +158,10 @@ class FmhaParams:
                              f"({16 * self.warps}): each warp holds whole m16 tiles of queries")
         if self.block_kv % 16:
             raise ValueError(f"FmhaParams: block_kv={self.block_kv} must be a multiple of 16")
+        if isinstance(self.producer_regs, bool) or not isinstance(self.producer_regs, int) \
+                or self.producer_regs % 8 or not 24 <= self.producer_regs <= 256:
+            raise ValueError(f"FmhaParams: producer_regs={self.producer_regs!r}; setmaxnreg takes a multiple of 8 "
+                             f"from 24 to 256")
         if self.q_slice % 16:
             raise ValueError(f"FmhaParams: q_slice={self.q_slice} must be a multiple of 16 (an ldmatrix x4 holds "
                              f"16 columns of a fragment)")
@@ -258,9 +268,11 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
             # with the consumers loading it (4x16x4096x256 1.00, causal 1.00; 16x16x1024x256 0.98,
             # causal 0.95); the persistent grid loses there (0.50-0.93x; bench/README.md, "Head
             # dims 96 and 256 on rings of their own")
+            # with a causal mask the consumers take 240 registers (the producer 24): at 232 the
+            # diagonal steps' loop spilled 32-40 bytes a thread (NVRTC 13.0)
             return FmhaParams(block_q=block_q, block_kv=64, warps=block_q // 16, stages=2, mma="wgmma", tma=True,
                               warp_specialized=True, reverse=causal, pingpong=block_q >= 128, overlap=True,
-                              separate=True)
+                              separate=True, producer_regs=24 if causal else PRODUCER_REGS)
         if block_q == 128 and head_dim in (96, 128) and not causal and seq_kv <= 2048:
             # FlashAttention-3's layout of the 224 KiB: K and V on rings of their own, two 128-key
             # stages each (K's stage goes back to the producer once S = Q Kᵀ retired, a step
@@ -323,18 +335,18 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
     )
 
 
-#: registers a thread of the producer warpgroup keeps (it only issues TMA copies)
-PRODUCER_REGS = 40
-
-
-def consumer_regs(warpgroups: int, blocks_per_sm: int = 1) -> int:
+def consumer_regs(warpgroups: int, blocks_per_sm: int = 1, producer_regs: int = PRODUCER_REGS) -> int:
     """The registers each consumer thread may take (``setmaxnreg``): what the launch gives the
     block (its share of the SM's 64K with ``blocks_per_sm`` blocks at once) after the producer
-    warpgroup, shared by ``warpgroups`` consumers, a multiple of 8, at most 240
-    (``lower.transforms.specialize.consumer_regs_for``)."""
+    warpgroup's ``producer_regs``, shared by ``warpgroups`` consumers, a multiple of 8, at most 240
+    (``lower.transforms.specialize.consumer_regs_for``)::
+
+        two consumer warpgroups, producer 40:  (384 x 168 - 128 x 40) / 256 = 232
+        two consumer warpgroups, producer 24:  (384 x 168 - 128 x 24) / 256 = 240
+    """
     from ..lower.transforms.specialize import consumer_regs_for
 
-    return consumer_regs_for(get_target("sm_90a"), warpgroups, PRODUCER_REGS, cap=240, blocks=blocks_per_sm)
+    return consumer_regs_for(get_target("sm_90a"), warpgroups, producer_regs, cap=240, blocks=blocks_per_sm)
 
 
 def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
@@ -388,7 +400,8 @@ def fmha_schedule_wgmma(spec: Attention, p: FmhaParams) -> Schedule:
         pipeline(stages=p.stages, overlap=p.overlap, separate=p.separate),
         # pingpong: the consumer warpgroups take turns to issue their wgmma, so that one's softmax
         # runs under the other's matrix products
-        *([warp_specialize(producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(p.block_q // 64, p.blocks_per_sm),
+        *([warp_specialize(producer_regs=p.producer_regs,
+                           consumer_regs=consumer_regs(p.block_q // 64, p.blocks_per_sm, p.producer_regs),
                            pingpong=p.pingpong)]
           if p.warp_specialized else []),
         # P stays in registers: the second wgmma reads its A operand from them
