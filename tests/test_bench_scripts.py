@@ -12,7 +12,7 @@ import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
            "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
-           "bench.profile_w4a16"]
+           "bench.profile_w4a16", "bench.fmha_spills"]
 
 
 def test_profile_rows_smoke():
@@ -45,6 +45,16 @@ def test_row_spills_runs_small():
     assert out["compiled"] == 4 and out["spilling"] == [] and out["refused"] == []
     with pytest.raises(SystemExit, match="allowed"):
         main(["--kinds", "norm"])
+
+
+def test_fmha_spills_runs_small():
+    from bench.fmha_spills import main
+
+    # the head-dim-256 causal plan at 128-query tiles: the kernel that spilled at 232 registers
+    out = main(["--shapes", "4x16x4096x256", "--archs", "sm_90a"])
+    assert out["compiled"] == 4 and out["spilling"] == [] and out["refused"] == []
+    with pytest.raises(SystemExit, match="allowed"):
+        main(["--archs", "sm_70"])
 
 
 def test_fmha_timeline_smoke():
