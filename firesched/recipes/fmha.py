@@ -101,8 +101,8 @@ class FmhaParams:
       and first K and V tiles arrive while they finish the current tile and store its output
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
       the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
-    * ``q_slice``: mma.sync only (wgmma refuses another than 16), the head-dim columns of a warp's query fragments it loads at a
-      time from shared memory (16 or a multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns),
+    * ``q_slice``: with mma.sync (wgmma reads Q by descriptor and takes only 16), the head-dim
+      columns of a warp's query fragments it loads at a time from shared memory (16 or a multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns),
       each slice multiplied by every key fragment of the step before the next is loaded; wider
       slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
       (4x16x4096x128: 255 registers and 8 bytes of spill with 16, 240 and none with 32);
@@ -208,18 +208,19 @@ def plan(batch: int, heads: int, seq_q: int, seq_kv: int, head_dim: int, *, arch
 
     On sm_90a, warpgroup MMAs (``mma="wgmma"``) with K and V by TMA: above head dim 64 a producer
     warpgroup and two consumer warpgroups of 64 queries each (128-key tiles and 3 stages up to
-    head dim 128; at 256 64-key tiles, K and V on rings of their own of 2 stages each:
-    ``separate``), taking turns to issue their wgmma, each
-    step's S = Q Kᵀ issued with the previous step's O += P V; at head dim 64 and below 64 queries on one
-    warpgroup, 64 keys a step, without a producer (faster there; 64 keys against 128: 0.82 ->
-    0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x causal, equal at 2048 keys;
-    ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a mask, at head dims 96 and
-    128 and up to 2,048 keys: FlashAttention-3's persistent design — K and V on rings of their own, two stages
-    each (``separate``), one block per SM walking the query tiles, the producer loading each
-    tile's Q into one of two buffers (``persistent``, ``q_by_producer``, ``q_stages=2``), so a
-    tile's boundary does not wait for its Q.  Longer key loops and causal masks keep a block per
-    query tile on one three-stage ring.  Causal at head dim 128 with up to 512 keys: two blocks
-    an SM of one 64-query consumer warpgroup each (``blocks_per_sm=2``).
+    head dim 128; at 256 64-key tiles, K and V on rings of their own of 2 stages each,
+    ``separate``, and with a causal mask 240 registers a consumer, ``producer_regs=24``), taking
+    turns to issue their wgmma, each step's S = Q Kᵀ issued with the previous step's O += P V; at
+    head dim 64 and below 64 queries on one warpgroup, 64 keys a step, without a producer (faster
+    there; 64 keys against 128: 0.82 -> 0.90x cuDNN at the BERT shape 32x16x384x64, 0.80 -> 0.93x
+    causal, equal at 2048 keys; ``bench/fmha.py --vary``, timed through CUDA graphs).  Without a
+    mask, at head dims 96 and 128 and up to 2,048 keys: FlashAttention-3's persistent design — K
+    and V on rings of their own, two stages each (``separate``), one block per SM walking the
+    query tiles, the producer loading each tile's Q into one of two buffers (``persistent``,
+    ``q_by_producer``, ``q_stages=2``), so a tile's boundary does not wait for its Q.  Longer key
+    loops and causal masks keep a block per query tile on one three-stage ring.  Causal at head
+    dim 128 with up to 512 keys: two blocks an SM of one 64-query consumer warpgroup each
+    (``blocks_per_sm=2``).
 
     Elsewhere, FlashAttention-2's mma.sync design:
 
