@@ -243,6 +243,7 @@ def main(argv=None) -> list:
                     print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
                           f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
                           f"{row['ratio_flash']:7.2f}  {row['registers']:4d}  {row['max_abs_err']:.1e}"
+                          + (f"  SPILLS {row['spills']} bytes" if row["spills"] else "")
                           + (f"  {params}" if params is not None else "  plan")
                           + (f"  new / old time {row['new_vs_old']:.3f}" if "new_vs_old" in row else ""), flush=True)
     meta = dict(date=str(datetime.date.today()), device=torch.cuda.get_device_name(), driver=driver_version(),
