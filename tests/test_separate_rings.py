@@ -44,6 +44,18 @@ def test_separate_rings_match_numpy(b, h, kvh, sq, skv, d, causal, p):
     check(b, h, sq, skv, d, p, kvh=kvh, causal=causal)
 
 
+@pytest.mark.parametrize("b, h, kvh, sq, skv, d, causal", [
+    (1, 2, 1, 130, 77, 256, True), (1, 2, 2, 129, 200, 256, False), (1, 2, 2, 200, 130, 96, False)])
+def test_the_planned_128_query_designs_at_head_dims_96_and_256_match_numpy(b, h, kvh, sq, skv, d, causal):
+    """The plan's designs where 128-query tiles fill the GPU (taken at 8 x 16 heads of 2,048
+    keys), run on small odd shapes: at head dim 256 separate rings of two 64-key stages (causal:
+    the producer keeping 24 registers), at 96 the persistent grid with two query buffers."""
+    p = fs.recipes.fmha_plan(8, 16, 2048, 2048, d, arch="sm_90a", causal=causal)
+    assert p.block_q == 128 and p.separate and p.persistent == (d == 96)
+    assert p.producer_regs == (24 if causal else 40)
+    check(b, h, sq, skv, d, p, kvh=kvh, causal=causal)
+
+
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (3, 3)]), st.integers(1, 200), st.integers(1, 130),
        st.sampled_from([32, 64]), st.sampled_from([64, 128]), st.sampled_from([16, 32, 64]), st.integers(2, 3),
