@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     # K and V on rings of their own: two stages in a plain grid; and persistent with two Q buffers
     designs += [((4, 16, 16, 1100, 300, 128, False), "separate"), ((2, 4, 2, 130, 77, 128, True), "separate"),
                 ((4, 16, 16, 1100, 1100, 128, True), "separate_persistent")]
-    # the plans at head dims 256 (separate rings, Q by the producer, a block a query tile) and 96
+    # the plans at head dims 256 (separate rings, a block a query tile; causal: 240-register consumers) and 96
     # (the persistent design with two query buffers)
     designs += [((2, 4, 2, 300, 200, 256, True), "plan256"), ((1, 16, 16, 1100, 300, 256, False), "plan256"),
                 ((2, 16, 16, 700, 300, 96, False), "plan96")]
