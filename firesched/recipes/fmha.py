@@ -102,8 +102,9 @@ class FmhaParams:
       (FlashAttention-3's design).  Measured on an H100 it brings the persistent grid level with
       the plain one (16x16x1024x128: 0.78 -> 0.83x cuDNN), not past it;
     * ``q_slice``: with mma.sync (wgmma reads Q by descriptor and takes only 16), the head-dim
-      columns of a warp's query fragments it loads at a time from shared memory (16 or a multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns),
-      each slice multiplied by every key fragment of the step before the next is loaded; wider
+      columns of a warp's query fragments it loads at a time from shared memory (16 or a
+      multiple: one ``ldmatrix`` x4 per 16 rows and 16 columns), each slice multiplied by every
+      key fragment of the step before the next is loaded; wider
       slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
       (4x16x4096x128: 255 registers and 8 bytes of spill with 16, 240 and none with 32);
     * ``q_stages``: with ``q_by_producer``, buffers of the query tile's ring

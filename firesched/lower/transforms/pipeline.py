@@ -33,6 +33,8 @@ fragments are double-buffered one step ahead (``prefetch_fragments``).
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from ... import ir
@@ -287,10 +289,7 @@ class OperandRings:
 def tile_bytes(move: Node) -> int:
     """Bytes of one stage of a staged move's shared tile."""
     t = move.spec.dst.tensor
-    n = 1
-    for s in t.shape:
-        n *= s
-    return n * t.dtype.bits // 8
+    return math.prod(t.shape) * t.dtype.bits // 8
 
 
 def stage_bytes(node: Node) -> int:

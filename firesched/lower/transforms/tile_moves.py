@@ -51,7 +51,7 @@ from ...schedule import Node
 from ...spec import Move
 from ...tensor import BLOCK, GL, SH
 from ..context import CONSUMER, err, frames
-from .pipeline import MbarrierRing, staged_moves
+from .pipeline import MbarrierRing, staged_moves, tile_bytes
 
 #: the producer issues a block tile's tile moves after the first step of its pipelined loop (the
 #: module docstring says why), not before the loop
@@ -161,13 +161,7 @@ class TileRing:
         """Ask the kernel for the ring's mbarriers: a full one per stage (the tiles' bytes) and an
         empty one (``consumers`` arrivals: one per consumer warpgroup)."""
         depth = max(1, min(m.spec.dst.tensor.stages for m in moves))
-        total = 0
-        for m in moves:
-            t = m.spec.dst.tensor
-            n = 1
-            for s in t.shape:
-                n *= s
-            total += n * t.dtype.bits // 8
+        total = sum(tile_bytes(m) for m in moves)
         ring = MbarrierRing.create(lw, depth, total, consumers=consumers, name="tile")
         return cls(ring, list(moves), frozenset(m.spec.dst.name for m in moves))
 
