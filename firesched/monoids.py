@@ -79,6 +79,11 @@ class Monoid:
     finish: tuple[tuple[Step, ...], ...]
     reference: Callable = attrs.field(eq=False, hash=False, repr=False)
     params: tuple = ()                     # what distinguishes two monoids of one name (a scale)
+    # the component that counts the elements folded (Welford's n), or None: where no element of
+    # a reduction is skipped, every part counts as many, so the lowering need not exchange it —
+    # a part takes its partner's count from its own, and the compiler folds the count and the
+    # combine's divisions by it into constants
+    count: int | None = None
 
     def __attrs_post_init__(self):
         k = self.k
@@ -91,6 +96,9 @@ class Monoid:
             _check_program(self.name, f"passes[{i}]", p, k, b | {"x"})
             _check_program(self.name, f"between[{i}]", w, k, b)
         _check_program(self.name, "combine", self.combine, k, a | b)
+        if self.count is not None and not (isinstance(self.count, int) and 0 <= self.count < k):
+            raise ValueError(f"Monoid {self.name!r}: count={self.count!r}; allowed: None or a component "
+                             f"index 0..{k - 1}")
         for j, f in enumerate(self.finish):
             _check_program(self.name, f"finish[{j}]", f, k, a)
             if not any(s.dst == "y" for s in f):
@@ -176,7 +184,7 @@ def welford() -> Monoid:
                  Step("copy", "a0", ("t1",))),
         finish=((Step("copy", "y", ("a1",)),),
                 (Step("max", "t0", ("a0", 1.0)), Step("div", "y", ("a2", "t0")))),
-        reference=_welford_ref)
+        reference=_welford_ref, count=0)
 
 
 def _sum_squares_ref(x, axis):

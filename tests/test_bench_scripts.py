@@ -12,7 +12,7 @@ import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
            "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
-           "bench.profile_w4a16", "bench.fmha_spills"]
+           "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants"]
 
 
 def test_profile_rows_smoke():
@@ -36,6 +36,18 @@ def test_profile_w4a16_smoke():
     assert len(main(["--smoke", "16", "1024", p]).program.kernels) == 1     # no K split: one launch
     with pytest.raises(SystemExit, match="M NK"):
         main(["--smoke", "1"])
+
+
+def test_layernorm_variants_compile_small():
+    from bench import layernorm_variants as lv
+    from firesched.lower.transforms import early_loads
+
+    keep = early_loads.EARLY_SHARE
+    ks = lv.main(["64x1000", "bf16", "--smoke", "--variants", "plan,tuple_early2"])["kernels"]
+    assert set(ks) == {"plan", "tuple_early2"} and all(k.spills == 0 for k in ks.values())
+    assert early_loads.EARLY_SHARE == keep           # the what-if budget does not leak out
+    with pytest.raises(SystemExit, match="allowed"):
+        lv.main(["64x1000", "bf16", "--smoke", "--variants", "fast"])
 
 
 def test_row_spills_runs_small():

@@ -97,6 +97,12 @@ def test_a_program_reading_an_unwritten_value_is_refused():
         monoids.softmax_stats(0.0)
 
 
+def test_a_count_component_must_be_one_of_the_tuples():
+    assert monoids.welford().count == 0 and monoids.softmax_stats().count is None
+    with pytest.raises(ValueError, match="count=3; allowed: None or a component index 0..2"):
+        attrs.evolve(monoids.welford(), count=3)
+
+
 # --------------------------------------------------------------------------- the spec
 
 def _t(name, dims, shape, dt="f32", mem=GL):
@@ -346,3 +352,38 @@ def test_one_block_plans_compile_without_spills(kind, cols):
             k = fs.compile(getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a", tuple_stats=one),
                            arch="sm_90a")
             assert "__cluster_dims__" not in k.source and k.spills == 0, (kind, cols, dt, one, k.resources)
+
+
+# --------------------------------------------------------------------------- even counts
+
+@pytest.mark.parametrize("C, even", [(4096, True), (4095, False)])
+def test_an_even_row_does_not_exchange_its_count(C, even):
+    # every thread folds as many elements of a row of 4,096 (no element skipped): Welford's
+    # count is the same in every part, so the lanes and warps move only (mean, M2), and the
+    # divisions by the counts fold into constants; an odd row's edge threads count fewer
+    sched = fs.recipes.layernorm(8, C, dtype="bf16", arch="sm_90a", tuple_stats=True)
+    k = fs.compile(sched, arch="sm_90a", use_cache=False)
+    levels = 5 + 3                             # lanes of a warp, then 8 warps' tuples over lanes
+    assert k.source.count("shfl.sync.bfly") == levels * (2 if even else 3)
+    assert ("div.rn.f32" in k.ptx or "div.full.f32" in k.ptx) != even
+
+
+@pytest.mark.parametrize("stats", [True, False])
+@pytest.mark.parametrize("dt", ["f32", "bf16"])
+def test_even_counts_where_the_warps_fold_in_a_row(stats, dt):
+    # with the statistics stored (stats=True) one thread folds the 8 warps' tuples one after
+    # another, each of one warp's count (not of everything folded so far); rows constant within
+    # each thread and varying across lanes and warps put all of the variance in the merges
+    C = 4096
+    x = ((np.arange(C) // 8) % 64).astype(np.float32)[None].repeat(3, 0) * np.array([[1.0], [-2.0], [0.5]],
+                                                                                    np.float32)
+    x = (x + 3000.0 * (dt == "f32")).astype(np.float32)
+    sched = fs.recipes.layernorm(3, C, dtype=dt, arch="sm_90a", bias=False, weight=False, stats=stats,
+                                 tuple_stats=True)
+    xr = x.astype(fs.dtypes.dtype(dt).np).astype(np.float64)
+    out = fs.interpret(sched, xr.astype(fs.dtypes.dtype(dt).np), target="sm_90a")
+    y = out[0] if stats else out
+    _close(y, REFS["layernorm"](xr), dt, xr)
+    if stats:
+        assert np.allclose(out[1], xr.mean(1), rtol=1e-6)
+        assert np.allclose(out[2], 1 / np.sqrt(xr.var(1) + 1e-5), rtol=1e-5)

@@ -5,7 +5,11 @@ combine program.
 
 Every level of a reduction's store — the lanes of a warp, the warps of a block, the blocks of a
 cluster — moves the ``k`` components of each partial result together and combines them with
-``Combine.step``, so a tuple reduction costs one exchange per level, like a sum.  Component ``j``
+``Combine.step``, so a tuple reduction costs one exchange per level, like a sum.  Where no
+element is skipped anywhere (``Combine.even``), every part counts the same elements, so a monoid's
+count component is not exchanged at all: a butterfly's partner counts what the lane does, and a
+part folded in a row counts what one part did before the row began (``Combine.snapshot``) — the
+compiler then folds the counts, and the combine's divisions by them, into constants.  Component ``j``
 of the accumulator ``<name>_acc`` lives in the register array ``<name>_acc`` (``j = 0``) or
 ``<name>_acc_c<j>``, each laid out as the accumulator's ``ThreadLayout``.
 """
@@ -57,14 +61,47 @@ class Combine:
     k: int
     op: str = ""                 # a plain op's scalar op (add, max, min)
     monoid: object = None        # or a firesched.monoids.Monoid
+    # every part folded the same elements (no element skipped anywhere): the monoid's count
+    # component is then the same in ``a`` and ``b``, and is not exchanged (``kept``)
+    even: bool = False
 
-    def step(self, lw, a: list, b: list) -> list:
-        """``a = a (+) b`` on one element: ``a`` and ``b`` hold its ``k`` components (RegRefs)."""
+    @property
+    def kept(self) -> frozenset:
+        """The components a part keeps instead of exchanging: the monoid's count where the parts
+        are even (each takes its partner's count from its own), none otherwise."""
+        if self.even and self.monoid is not None and self.monoid.count is not None:
+            return frozenset((self.monoid.count,))
+        return frozenset()
+
+    def step(self, lw, a: list, b: list, part: dict | None = None) -> list:
+        """``a = a (+) b`` on one element: ``a`` and ``b`` hold its ``k`` components (RegRefs).
+        A kept component of ``b`` is read from ``part`` (component -> register: what one part
+        holds, where ``a`` folds several parts in a row) or, in a pairwise combine of two equal
+        halves (a butterfly), from ``a``'s own."""
         if self.monoid is None:
             return [ir.Pointwise(self.op, a[0], (a[0], b[0]))]
         env = {f"a{j}": r for j, r in enumerate(a)}
         env.update({f"b{j}": r for j, r in enumerate(b)})
-        return program(lw, self.monoid.combine, env)
+        out = []
+        for j in sorted(self.kept):
+            if part is not None:
+                env[f"b{j}"] = part[j]
+                continue
+            # b's count is a's: copied first, as the program may write a's before reading b's
+            keep = ir.RegRef(lw.kb.reg("mono_kept", f32, self.k), j)
+            out.append(ir.Pointwise("copy", keep, (a[j],)))
+            env[f"b{j}"] = keep
+        return out + program(lw, self.monoid.combine, env)
+
+    def snapshot(self, lw, a: list, slot: int = 0) -> tuple[list, dict]:
+        """``(statements, part)``: copies of ``a``'s kept components, taken before ``a`` folds
+        other parts in a row (each as large as ``a`` is now): ``step(..., part=part)``; ``slot``
+        tells apart the snapshots of several elements live at once."""
+        if not self.kept:
+            return [], {}
+        reg = lw.kb.reg("mono_part", f32, self.k * (slot + 1))
+        part = {j: ir.RegRef(reg, slot * self.k + j) for j in sorted(self.kept)}
+        return [ir.Pointwise("copy", part[j], (a[j],)) for j in part], part
 
     def finish(self, lw, out: int, a: list, y: ir.RegRef) -> list:
         """``y`` = output ``out`` of the combined components ``a`` (the value itself for a plain op)."""

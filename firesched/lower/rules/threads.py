@@ -479,6 +479,10 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         ends = land(*[lt(so[d] + e.get(d, 0), lim[d]) for e in (head, tail) for d in src.tensor.storage_dims
                       if d in lim],
                     *[ge(so[d] + head.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
+    # whether every element of this fold is present unconditionally: where all of an
+    # accumulator's folds are, every part of it counts the same elements (Combine.even)
+    even = ends is None and all(p == 1 for xs in groups.values() for _, p in xs)
+    lw.notes.setdefault("uneven_folds" if not even else "even_folds", set()).add(acc.name)
     if m is None:
         stmts += _window_split(ends, [f for f, _ in folds], guarded(folds))
     else:
@@ -527,7 +531,9 @@ def butterfly(lw: Lowerer, acc: ir.RegBuffer, size: int, masks, op: str | Combin
         for v in range(size):
             a = [ir.RegRef(c, v) for c in accs]
             b = [ir.RegRef(tmp, j) for j in range(comb.k)]
-            for r, t in zip(a, b):
+            for j, (r, t) in enumerate(zip(a, b)):
+                if j in comb.kept:
+                    continue                 # equal in every lane (Combine.kept)
                 out.append(ir.AtomCall(sm70.shfl_sync_bfly_b32, (("dst", t), ("src", r),
                                                                 ("lane_mask", ir.RegRef(mask, 0))), comment=f"lanes ^ {m}"))
             out += comb.step(lw, a, b)
@@ -542,6 +548,10 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
     spec = node.spec
     dst = spec.dst
     comb = combine_of(spec)
+    if comb is not None and comb.monoid is not None:
+        # even: the accumulator's folds were all lowered, none of them skipping an element
+        even = acc.name in lw.notes.get("even_folds", ()) and acc.name not in lw.notes.get("uneven_folds", ())
+        comb = attrs.evolve(comb, even=even)
     op = comb
     rep = [(v, c) for v, c in lay.replicas if v in reduce_vars or not reduce_vars] if op is not None else []
     if lay.replicas and op is None:
@@ -584,8 +594,10 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         lane0 = land(*[lt((tid // ts) % lanes, 1) for ts, lanes in lane_digits])
         st = catalog.copy_atom("RF", "SH", 4)
         ld = catalog.copy_atom("SH", "RF", 4)
+        # (a component every warp holds alike, Combine.kept, is neither written nor read)
+        moved = [j for j in range(k) if j not in comb.kept]
         writes = [ir.AtomCall(st, (("dst", ir.MemRef(red, (warp * k + j) * n + v)), ("src", ir.RegRef(accs[j], v))))
-                  for v in range(n) for j in range(k)]
+                  for v in range(n) for j in moved]
         first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
         part = lw.kb.reg("part", f32, k)
         # the warps of one group of replicas, as offsets from its first: every combination of the
@@ -600,7 +612,7 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
             for wstride, wc in warp_parts:
                 base = base - ((warp // wstride) % wc) * wstride
             reads = [ir.AtomCall(ld, (("dst", ir.RegRef(accs[j], v)), ("src", ir.MemRef(red, (base * k + j) * n + v))))
-                     for v in range(n) for j in range(k)]
+                     for v in range(n) for j in moved]
         else:
             base, reads = warp, []           # only the first replica folds, onto its own result
         if everyone and comb.monoid is not None and len(groups) > 2:
@@ -619,15 +631,21 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
                 p *= wc
             reads = [ir.AtomCall(ld, (("dst", ir.RegRef(accs[j], v)),
                                       ("src", ir.MemRef(red, ((base + off) * k + j) * n + v))))
-                     for v in range(n) for j in range(k)]
+                     for v in range(n) for j in moved]
             reads += butterfly(lw, acc, n, [1 << i for i in range(int(math.log2(G)))], op)
             groups = groups[:1]
+        # the warps' results fold one after another: a kept count is one warp's, taken before
+        snaps = {}
+        for v in range(n) if len(groups) > 1 else ():
+            snap, snaps[v] = op.snapshot(lw, [ir.RegRef(a, v) for a in accs], v)
+            reads += snap
         for g in groups[1:]:
             for v in range(n):
-                for j in range(k):
+                for j in moved:
                     reads.append(ir.AtomCall(ld, (("dst", ir.RegRef(part, j)),
                                                   ("src", ir.MemRef(red, ((base + g) * k + j) * n + v)))))
-                reads += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(part, j) for j in range(k)])
+                reads += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(part, j) for j in range(k)],
+                                 snaps[v] or None)
         out += [ir.If(lane0, ir.Seq(tuple(writes))), ir.Barrier(f"{dst.name}'s partial results are in shared memory"),
                 *(reads if everyone else [ir.If(first, ir.Seq(tuple(reads)))])]
         if ctx.repeated or not everyone:
@@ -667,6 +685,8 @@ def _cluster_combine(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, accs: list
     spec = node.spec
     dst = spec.dst
     C = ctx.cluster.size
+    # the blocks' parts fold one after another and carry their counts (none is kept)
+    op = attrs.evolve(op, even=False)
     k = op.k
     n = lay.size
     if accs[0].dtype.bits != 32:
