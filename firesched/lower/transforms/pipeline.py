@@ -608,25 +608,23 @@ def _elected_guard(ring, ctx):
     return guard
 
 
+def _shared_reads(stmts, *, src_only: bool = False, skip: str | None = None) -> set[str]:
+    """The shared buffers the atom calls of ``stmts`` name as operands: every memory operand,
+    or (``src_only``) only those passed as ``src``; ``skip``: an atom family left out (WGMMA,
+    whose descriptors name the ring's stages themselves)."""
+    return {a.buffer.name for s in walk_ir(stmts) if isinstance(s, ir.AtomCall) and s.atom.family != skip
+            for name, a in s.args
+            if isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) and (name == "src" or not src_only)}
+
+
 def _reads_generic(stmts, buffers: set) -> bool:
     """Whether a statement of ``stmts`` other than a wgmma reads one of the shared ``buffers``."""
-    for s in walk_ir(stmts):
-        if isinstance(s, ir.AtomCall) and s.atom.family != WGMMA:
-            for name, a in s.args:
-                if name == "src" and isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) \
-                        and a.buffer.name in buffers:
-                    return True
-    return False
+    return bool(_shared_reads(stmts, src_only=True, skip=WGMMA) & buffers)
 
 
 def _reads_only(stmts, buffers: set) -> bool:
-    """Whether every shared-memory read of ``stmts`` is from one of ``buffers``."""
-    for s in walk_ir(stmts):
-        if isinstance(s, ir.AtomCall):
-            for _, a in s.args:
-                if isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer) and a.buffer.name not in buffers:
-                    return False
-    return True
+    """Whether every shared-memory operand of ``stmts`` is one of ``buffers``."""
+    return _shared_reads(stmts) <= buffers
 
 
 def _fenced_group(body: list) -> tuple[list, bool]:
@@ -680,18 +678,13 @@ def split_ksteps(compute: list):
             seen_math = True
             math.append(st)
     has_mma = any(_issues_mma(s) for s in math)
-    if not loads or not has_mma or _reads_shared(math):
+    if not loads or not has_mma or bool(_shared_reads(math)):
         return None
     return loop.var, loads, math
 
 
 def _issues_mma(st) -> bool:
     return any(isinstance(s, ir.AtomCall) and s.atom.family == MMA for s in walk_ir([st]))
-
-
-def _reads_shared(stmts) -> bool:
-    return any(isinstance(s, ir.AtomCall) and any(isinstance(a, ir.MemRef) and isinstance(a.buffer, ir.SharedBuffer)
-                                                  for _, a in s.args) for s in walk_ir(stmts))
 
 
 def _written_registers(stmts) -> dict:
