@@ -82,7 +82,10 @@ def main(argv=None) -> dict:
     p.add_argument("--smoke", action="store_true", help="compile only (no GPU): print registers and spills")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
-    R, C = (int(v) for v in args.shape.split("x"))
+    try:
+        R, C = (int(v) for v in args.shape.split("x"))
+    except ValueError:
+        raise SystemExit(f"shape {args.shape!r}: expected ROWSxCOLS, e.g. 4096x4096") from None
     names = [n for n in args.variants.split(",") if n]
     bad = [n for n in names if n not in VARIANTS]
     if bad:

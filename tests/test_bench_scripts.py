@@ -48,6 +48,8 @@ def test_layernorm_variants_compile_small():
     assert early_loads.EARLY_SHARE == keep           # the what-if budget does not leak out
     with pytest.raises(SystemExit, match="allowed"):
         lv.main(["64x1000", "bf16", "--smoke", "--variants", "fast"])
+    with pytest.raises(SystemExit, match="ROWSxCOLS"):
+        lv.main(["4096", "bf16", "--smoke"])
 
 
 def test_row_spills_runs_small():

@@ -479,10 +479,11 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
         ends = land(*[lt(so[d] + e.get(d, 0), lim[d]) for e in (head, tail) for d in src.tensor.storage_dims
                       if d in lim],
                     *[ge(so[d] + head.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
-    # whether every element of this fold is present unconditionally: where all of an
-    # accumulator's folds are, every part of it counts the same elements (Combine.even)
-    even = ends is None and all(p == 1 for xs in groups.values() for _, p in xs)
-    lw.notes.setdefault("uneven_folds" if not even else "even_folds", set()).add(acc.name)
+    if m is not None:
+        # whether every element of this fold is present unconditionally: where all of an
+        # accumulator's folds are, every part of it counts the same elements (Combine.even)
+        even = ends is None and all(p == 1 for xs in groups.values() for _, p in xs)
+        lw.notes.setdefault("even_folds" if even else "uneven_folds", set()).add(acc.name)
     if m is None:
         stmts += _window_split(ends, [f for f, _ in folds], guarded(folds))
     else:

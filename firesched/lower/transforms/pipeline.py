@@ -678,7 +678,7 @@ def split_ksteps(compute: list):
             seen_math = True
             math.append(st)
     has_mma = any(_issues_mma(s) for s in math)
-    if not loads or not has_mma or bool(_shared_reads(math)):
+    if not loads or not has_mma or _shared_reads(math):
         return None
     return loop.var, loads, math
 
