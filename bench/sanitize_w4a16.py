@@ -59,6 +59,12 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                    warps_k=4, stages=4)),
     (16, 264, 2048, 64, True, "bf16", W4A16Params(block_m=16, block_n=16, block_k=256, warps_n=1, warp_k=64,
                                                   warps_k=4, stages=3, split_k=2)),
+    # the codes straight from global memory on a ring of registers (an odd N: the last columns'
+    # words are not read), split over blocks, and with warps sharing the K part
+    (5, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=1024, warps_n=4, warp_k=128,
+                                                   stages=8, split_k=4, direct=True)),
+    (16, 264, 2048, 32, True, "bf16", W4A16Params(block_m=16, block_n=32, block_k=2048, warps_n=2, warp_k=128,
+                                                  warps_k=4, stages=3, direct=True)),
 ]
 
 

@@ -451,18 +451,23 @@ def chains(draw):
     stages = draw(st.sampled_from([1, 2, 3]))
     split = draw(st.sampled_from([1, 2]))
     zeros = draw(st.booleans())
+    # the codes staged in shared memory, or loaded straight from global memory by each warp with
+    # the ring (if any) on the block's K loop (A alone) or on the warps' (in registers)
+    codes = draw(st.sampled_from(["SH", "GL", "GL ring"]))
     spec = w4a16_spec(M, N, K, dtype=dtype, signed=signed)
     chain = [split_k(split, across=BLOCK)] if split > 1 else []
-    chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("A"), move_to_smem("B")]
-    chain += [pipeline(stages=stages)] if stages > 1 else []
+    chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("A")]
+    chain += [move_to_smem("B")] if codes == "SH" else []
+    chain += [pipeline(stages=stages)] if stages > 1 and codes != "GL ring" else []
     chain += [tile(m=bm // wm, n=bn // wn) >> to_warps(wm, wn), tile(k=wk), move_to_regs("A"), move_to_regs("B"),
               prologue("B", ops.group_scale("S", gs, zeros="Z") if zeros else
-                       ops.group_scale("S", gs, zero=0 if signed else 8)),
-              tile(m=16, n=8, k=16) >> done(MMA[dtype])]
+                       ops.group_scale("S", gs, zero=0 if signed else 8))]
+    chain += [pipeline(stages=stages + 1)] if codes == "GL ring" else []
+    chain += [tile(m=16, n=8, k=16) >> done(MMA[dtype])]
     return spec, chain
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chains())
 def test_hand_written_chains_are_refused_or_right(case):
     spec, chain = case
@@ -945,3 +950,63 @@ def test_transposed_stores_swap_rows_between_lanes():
     names = [s.atom.name for s in walk([k.body]) if isinstance(s, ir.AtomCall)]
     assert names.count("shfl_sync_bfly_b32") == names.count("st_global_4") > 0
     assert "st_global_2" not in names
+
+
+# --------------------------------------------------------------------------- codes from global memory
+
+DIRECT = [
+    # M, N, K, group, params: split over blocks, odd N, a K part the ring covers in fewer steps than
+    # it has slots, warps sharing the K part, a block K loop of two tiles (the ring filled twice)
+    (16, 64, 1024, 128, W4A16Params(block_n=64, warps_n=4, block_k=512, warp_k=128, stages=8, split_k=2,
+                                    direct=True)),
+    (5, 72, 512, 32, W4A16Params(block_n=64, warps_n=4, block_k=512, warp_k=64, stages=3, direct=True)),
+    (3, 40, 768, 64, W4A16Params(block_n=16, warps_n=2, block_k=768, warp_k=128, warps_k=2, stages=3,
+                                 direct=True)),
+    (1, 200, 1024, None, W4A16Params(block_n=32, warps_n=2, block_k=256, warp_k=64, stages=4, split_k=2,
+                                     direct=True)),
+]
+
+
+@pytest.mark.parametrize("M,N,K,gs,p", DIRECT)
+@pytest.mark.parametrize("kw", [{}, {"dtype": "bf16", "signed": True}, {"zero_point": True}])
+def test_codes_straight_from_global_memory(M, N, K, gs, p, kw):
+    """``direct=True``: no shared tile of codes; each warp's words come from global memory on a
+    ring of register slots, right on odd shapes, every group size, signed codes and zero points."""
+    sched = gemm_w4a16(M, N, K, group_size=gs, arch="sm_80", params=p, **kw)
+    src = fs.compile(sched, "sm_80").source
+    assert "B_smem" not in src and "B codes, from global memory" in src and "register slots" in src
+    assert_schedule_correct(sched, examples=1)
+
+
+def test_the_register_ring_starts_beside_the_activations():
+    """Where the ring runs once per block, its first loads follow the commit of the activations'
+    copies and come before their wait: both in flight together; each step loads the slot
+    ``stages - 1`` ahead of the one it reads."""
+    p = W4A16Params(block_n=64, warps_n=4, block_k=1024, warp_k=128, stages=8, split_k=4, direct=True)
+    src = fs.compile(gemm_w4a16(16, 4096, 4096, arch="sm_90a", params=p), "sm_90a").source
+    commit, ring, wait = (src.index(t) for t in ("cp.async.commit_group", "register slots; steps 0 .. 6",
+                                                 "cp.async.wait_group"))
+    assert commit < ring < wait
+    assert "B_codes_ring[(k1 + 7) % 8 * 32" in src and "B_codes_ring[k1 * 32" in src      # k1 < 8: k1 % 8 = k1
+    # a block K loop of several tiles fills the ring again in each: its loads stay in the loop
+    p2 = attrs.evolve(p, block_k=512)
+    src2 = fs.compile(gemm_w4a16(16, 4096, 4096, arch="sm_90a", params=p2), "sm_90a").source
+    assert src2.index("cp.async.wait_group") < src2.index("register slots; steps 0 .. 3")
+
+
+def test_register_ring_refusals():
+    spec = w4a16_spec(16, 64, 256)
+    head = [tile(m=16, n=64) >> to_blocks(), tile(k=256), move_to_smem("A"), tile(m=16, n=16) >> to_warps(1, 4),
+            tile(k=64), move_to_regs("A"), move_to_regs("B"), prologue("B", ops.group_scale("S", 128, zero=8))]
+    with pytest.raises(ScheduleError, match="overlap and separate are for rings of shared memory"):
+        spec.schedule(*head, pipeline(stages=2, overlap=True))
+    # only int4 codes are loaded into fragments from global memory; f16 operands come by ldmatrix
+    f16 = fs.MatMul.kernel(16, 64, 256, a="f16", b="f16", c="f16")
+    with pytest.raises(ScheduleError, match="int4 codes in SH or GL"):
+        f16.schedule(tile(m=16, n=64) >> to_blocks(), tile(k=64), move_to_smem("B"),
+                     tile(m=16, n=16) >> to_warps(1, 4), move_to_regs("A"))
+    # a loop whose moves are all from shared memory has nothing for pipeline() to put in flight
+    with pytest.raises(ScheduleError, match="moves nothing from global to shared memory"):
+        f16.schedule(tile(m=16, n=64) >> to_blocks(), move_to_smem("A"), move_to_smem("B"),
+                     tile(m=16, n=16) >> to_warps(1, 4), tile(k=64), move_to_regs("A"), move_to_regs("B"),
+                     pipeline(stages=2))

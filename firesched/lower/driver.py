@@ -44,6 +44,7 @@ from .transforms.batch_loads import batched_loads
 from .transforms.blocks import block_order
 from .transforms.early_loads import early_loads
 from .transforms.launches import programmatic_launches
+from .transforms.register_ring import place_early_rings
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
 REG_OVERHEAD = 40             # registers a kernel spends on addresses, loop state, predicates
@@ -321,7 +322,8 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         hoists = Hoists()
         c = _enter_scope(ctx, block, scope, hoists=hoists, hoist_node=block)
         work = lw.lower(block, c)
-        body = without_redundant_barriers([*lw.notes.get("setup", []), *per_tile(work), *hoists.scope_end])
+        setup, work = place_early_rings(lw, lw.notes.get("setup", []), work)
+        body = without_redundant_barriers([*setup, *per_tile(work), *hoists.scope_end])
         body = early_loads(batched_loads(body, kb), kb)
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)

@@ -135,6 +135,14 @@ class W4A16Params:
     * ``cluster_combine``: ``split_k(..., combine="cluster")`` instead: a tile's K parts form a
       thread-block cluster (sm_90a, 2 to 8 parts) and push their partial sums into the last
       part's shared memory; one of ``fixup`` and ``cluster_combine``;
+    * ``direct``: the codes go straight from global memory into each warp's registers (no shared
+      memory, no barriers in the K loop: ``move_to_regs("B")`` of the codes left in GL), on a ring
+      of ``stages`` register slots of ``warp_k`` each (``pipeline`` in registers,
+      ``lower.transforms.register_ring``), the first slots loaded at the kernel's start;
+      ``block_k`` is then the K of A a block copies into shared memory at once, before its warps'
+      loop (the whole K part: one copy, and the ring's first loads issued beside it).  Measured
+      slower on an H100 at M <= 16 (N = K = 4096: 7.4-8.5 us against the shared-memory ring's
+      6.1-6.7; bench/README.md), so ``plan`` leaves it off;
     * ``stream_k``: K chunks per output tile spread over a persistent grid instead
       (``strategies.stream_k``): the partial tiles are added in the same kernel, through a
       workspace and flags, so there is no second launch.  One of the two, not both.  Measured
@@ -154,10 +162,14 @@ class W4A16Params:
     stream_k: int = 1
     fixup: bool = False
     cluster_combine: bool = False
+    direct: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
         _check_combine(self)
+        if self.direct and self.stream_k > 1:
+            raise ValueError(f"W4A16Params: direct=True keeps a block's whole K part of A in shared memory; "
+                             f"stream_k={self.stream_k} walks K chunks of several tiles: choose one")
         if self.split_k > 1 and self.stream_k > 1:
             raise ValueError(f"W4A16Params: split_k={self.split_k} and stream_k={self.stream_k} both cut K; "
                              f"choose one (the other 1)")
@@ -434,6 +446,25 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
     sw = swizzle_for_words(_MMA[dtype], "b", words, p.block_n, p.block_k, 4)
     chain = [_split(p)] if p.split_k > 1 else []
     chain += [stream_k(p.stream_k)] if p.stream_k > 1 else []
+    if p.direct:
+        # the weights stream from global memory into registers, `stages` warp K steps in flight;
+        # the activations (the block's K part) wait in shared memory, copied once
+        chain += [
+            tile(m=p.block_m, n=p.block_n) >> to_blocks(),
+            tile(k=p.block_k),
+            move_to_smem("A"),
+            *([split_k(p.warps_k, across=WARP)] if p.warps_k > 1 else []),
+            tile(m=p.block_m // p.warps_m, n=p.block_n // p.warps_n) >> to_warps(p.warps_m, p.warps_n),
+            tile(k=p.warp_k),
+            move_to_regs("A"), move_to_regs("B"),
+            prologue("B", _group_scale(group_size, signed, zero_point)),
+            pipeline(stages=p.stages),
+            tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
+        ]
+        sched = spec.schedule(*chain)
+        if check:
+            sched.check(tgt)
+        return sched
     chain += [
         tile(m=p.block_m, n=p.block_n) >> to_blocks(),
         tile(k=p.block_k),

@@ -19,7 +19,7 @@ from ..errors import ScheduleError
 from ..ops import Cast, EpilogueOp, GroupScale
 from ..schedule import find_store
 from ..spec import Move
-from ..tensor import RF, SH
+from ..tensor import GL, RF, SH
 from .base import Strategy
 from .split_k import _replace_node
 
@@ -122,14 +122,14 @@ def _recast(sched, tensor, dt):
 
 @attrs.frozen(repr=False)
 class prologue(Strategy):
-    """``prologue(operand, *ops)``: apply unary ops to an input's fragments as they are loaded from
-    shared memory into registers::
+    """``prologue(operand, *ops)``: apply unary ops to an input's fragments as they are loaded into
+    registers (from shared memory; int4 codes also straight from global memory)::
 
         Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32])
             ==> prologue("A", ops.relu())
         Move<warp>(A:SH f16[64x32] Sw<2,3,3> -> A:RF f16[64x32]) with relu()
 
-    Every shared -> register move of the operand gets the ops (the focus is unchanged); it needs
+    Every register move of the operand gets the ops (the focus is unchanged); it needs
     ``move_to_regs(operand)`` first.
 
     * ``operand``: an input of the schedule's spec (``"A"`` or ``"B"``).
@@ -152,7 +152,8 @@ class prologue(Strategy):
         _check_ops(self, root, self.ops, allow_extras=False)
         if not self.ops:
             raise ScheduleError("give at least one op", strategy=self, spec=root, fix='prologue("A", relu())')
-        hits = [n for n in sched.nodes() if isinstance(n.spec, Move) and n.spec.src.memory == SH
+        # register moves of the operand: from shared memory, or (int4 codes) straight from global
+        hits = [n for n in sched.nodes() if isinstance(n.spec, Move) and n.spec.src.memory in (SH, GL)
                 and n.spec.dst.memory == RF and n.spec.dst.name == self.operand]
         if not hits:
             raise ScheduleError(f"no register move of {self.operand} to fuse into", strategy=self, spec=root,

@@ -256,10 +256,10 @@ class move_to_regs(Strategy):
             raise ScheduleError("register fragments are loaded by warps", strategy=self, spec=spec,
                                 field="level", value=str(spec.level), allowed="warp, block, warpgroup",
                                 fix="apply move_to_regs after tile(...) >> to_warps()")
-        if t.memory != SH:
+        if t.memory != SH and not (t.memory == GL and t.dtype.name in QUANTISED):
             raise ScheduleError(f"operand {t.name} is in {t.memory}; fragments are loaded from shared "
                                 "memory (ldmatrix)", strategy=self, spec=spec, field="operand",
-                                value=self.operand, allowed="operands in SH",
+                                value=self.operand, allowed="operands in SH; int4 codes in SH or GL",
                                 fix=f"apply move_to_smem({t.name!r}) at the block level first")
         if self.atom is not None and (not isinstance(self.atom, Atom) or self.atom.family != "ldmatrix"):
             raise ScheduleError("move_to_regs takes an ldmatrix atom", strategy=self, spec=spec,

@@ -16,7 +16,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..spec import Move
-from ..tensor import GL, SH
+from ..tensor import GL, RF, SH
 from .base import Strategy
 
 #: deep enough for a 64 x 64 tile's ring to fill an H100's 227 KB of shared memory (14 stages of
@@ -38,6 +38,18 @@ class pipeline(Strategy):
     The focus is unchanged, so ``pipeline`` may come anywhere after the moves (also after
     ``done``).  With ``cp.async`` moves the ring is kept with commit/wait groups; with TMA moves
     (``via=(sm90a.tma_load_2d,)``) with full/empty mbarriers.
+
+    A K loop whose only moves load int4 codes from global memory straight into registers
+    (``move_to_regs`` of a u4/i4 operand left in GL) pipelines *in registers*: each thread keeps
+    ``stages`` K steps of codes and group scales, the loads of step k + stages - 1 issued before
+    step k computes (``lower.transforms.register_ring``) — a weight-streaming kernel at small M
+    keeps its DRAM reads in flight without shared memory or barriers::
+
+        for k1 in seq(8):                                      tile(k=128), move_to_regs('B')
+          Move<warp>(B:GL u4[128x16] packed -> B:RF f16[128x16])
+            ==> pipeline(stages=8)
+        for k1 in seq(8) pipelined(8 stages):
+          Move<warp>(B:GL u4[128x16] packed -> B:RF f16[128x16])
 
     * ``stages``: shared buffers per staged operand, 1..16 (1: no overlap, 2: double buffering).
     * ``prefetch``: also load the register fragments of the next warp K step while the current one
@@ -75,9 +87,15 @@ class pipeline(Strategy):
             if not kloops:
                 continue
             moved = _staged_tensors(path[i:])
-            if not moved:
+            if not moved and not _register_moves(path[i:]):
+                # (int4 codes loaded into registers from global memory would make a ring of registers)
                 raise ScheduleError("the K loop moves nothing from global to shared memory", strategy=self,
                                     spec=node.spec, fix="apply move_to_smem(...) before pipeline(...)")
+            if not moved and (self.overlap or self.separate):
+                raise ScheduleError("overlap and separate are for rings of shared memory; this K loop's ring is "
+                                    "in registers (its only moves load int4 codes from global memory)",
+                                    strategy=self, spec=node.spec, field="overlap" if self.overlap else "separate",
+                                    value=True, allowed="False", fix=f"pipeline(stages={self.stages})")
             deep = sorted((name, n) for name, n in moved.items() if n not in (1, self.stages))
             if deep:
                 name, n = deep[0]
@@ -115,6 +133,13 @@ def _staged_tensors(path) -> dict:
             if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
                 names[c.spec.dst.name] = c.spec.dst.tensor.stages
     return names
+
+
+def _register_moves(path) -> list:
+    """The moves under ``path`` that load global memory straight into registers (int4 codes
+    dequantised into an MMA fragment): a K loop of those alone pipelines in registers."""
+    return [c for node in path for c in node.body
+            if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == RF]
 
 
 def _restage(sched, names, stages):

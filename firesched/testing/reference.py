@@ -190,7 +190,10 @@ def _loaded_dtypes(schedule: Schedule) -> dict:
     out = {}
     for node in schedule.root.walk():
         sp = node.spec
-        if isinstance(sp, Move) and sp.src.name in inputs and sp.dst.dtype != sp.src.dtype and sp.src.memory != GL:
+        # a conversion out of global memory is the spec's own (a cast), except int4 codes, which
+        # may be dequantised straight from global memory into a fragment
+        if isinstance(sp, Move) and sp.src.name in inputs and sp.dst.dtype != sp.src.dtype and (
+                sp.src.memory != GL or sp.src.dtype.is_subbyte):
             out.setdefault(sp.src.name, sp.dst.dtype)
     return out
 

@@ -106,6 +106,31 @@ def test_random_tiles():
     assert ran >= 15
 
 
+def test_direct_random_tiles():
+    """``W4A16Params(direct=True)``: the codes straight from global memory on a ring of registers
+    (``pipeline`` in registers), random tiles, odd shapes, zero points, both architectures."""
+    rnd = random.Random(11)
+    ran = 0
+    for i in range(24):
+        bn = rnd.choice([16, 32, 64, 128])
+        wn = rnd.choice([w for w in (1, 2, 4, 8) if bn % (8 * w) == 0 and bn // w <= 32])
+        wk = rnd.choice([32, 64, 128])
+        split = rnd.choice([1, 2, 4])
+        M, N, K = rnd.choice([1, 5, 16]), rnd.choice([64, 200, 1000]), rnd.choice([512, 1024, 2048])
+        kw = rnd.choice([w for w in (1, 2, 4) if (K // split) % (w * wk) == 0] or [1])
+        bk = rnd.choice([b for b in (K // split, K // split // 2) if b % (kw * wk) == 0] or [K // split])
+        p = W4A16Params(block_m=16, block_n=bn, block_k=bk, warps_n=wn, warp_k=wk, warps_k=kw,
+                        stages=rnd.choice([2, 3, 4, 8]), split_k=split, direct=True)
+        try:
+            _run(M, N, K, group_size=rnd.choice([32, 64, 128, None]), signed=rnd.random() < 0.5,
+                 dtype=rnd.choice(["f16", "bf16"]), params=p, seed=i, arch=rnd.choice(["sm_80", "sm_90a"]),
+                 zero_point=rnd.random() < 0.25)
+        except (fs.ScheduleError, ValueError):
+            continue
+        ran += 1
+    assert ran >= 12
+
+
 # --------------------------------------------------------------------------- the wgmma family
 
 WG = W4A16WgmmaParams

@@ -227,6 +227,22 @@ def copy_atom(node: Node, cols: int, ld: int, eb: int):
     return catalog.copy_atom("GL", "SH", w) if w >= 4 else SyncCopy(w)
 
 
+# --------------------------------------------------------------------------- GL -> RF
+
+@spec_rule(Move, "GL", "RF")
+def global_to_registers(lw: Lowerer, node: Node, ctx) -> list:
+    """A warp's (or warpgroup's) operand fragment loaded straight from global memory: only the
+    dequantising move of int4 codes does so (``rules.dequant``; each lane's words are contiguous
+    in the packed tensor); other fragments come through shared memory (``ldmatrix``)."""
+    src = node.spec.src
+    if src.dtype.name not in QUANTISED:
+        raise err(node, f"{src.name} is {src.dtype} in global memory: MMA fragments of it are loaded from shared "
+                        f"memory (ldmatrix)", field="operand", value=src.name,
+                  allowed="int4 codes (u4, i4) in GL; any operand in SH",
+                  fix=f"apply move_to_smem({src.name!r}) at the block level first")
+    return dequant_to_registers(lw, node, ctx)
+
+
 # --------------------------------------------------------------------------- SH -> RF
 
 @spec_rule(Move, "SH", "RF")

@@ -1,4 +1,6 @@
-"""``Move SH -> RF`` of int4 codes into a float operand fragment: the dequantising move.
+"""``Move SH -> RF`` (or ``GL -> RF``) of int4 codes into a float operand fragment: the
+dequantising move.  From global memory each lane reads its words where the packed tensor keeps
+them (contiguous, as in shared memory), predicated at the tensor's edges.
 
 The unit that issues the MMA (a warp for ``mma.sync``'s B, a warpgroup of 128 threads for
 wgmma's ``_rs`` A) loads its part of a packed int4 tile one 32-bit word (eight codes) at a time, converts
@@ -30,10 +32,10 @@ from ...hardware.atoms.convert import source_index
 from ...ir.expr import IntExpr, land, lt, to_c
 from ...ops import GroupScale
 from ...schedule import Node
-from ...tensor import WARP, WARPGROUP
+from ...tensor import GL, WARP, WARPGROUP
 from ..context import err, key
 from ..lowerer import Lowerer
-from .smem import sh_offset, shared_buffer
+from .smem import gl_offset, sh_offset, shared_buffer
 from .threads import alignment
 
 WORD_CODES = 8          # codes in one 32-bit word
@@ -192,7 +194,9 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     ln = _lane_expr(dn, lane, node, "column")
     lk = _lane_expr(dk, lane, node, "word")
     so = ctx.origin[key(src)]
-    sbuf = shared_buffer(lw, src)
+    from_global = src.memory == GL
+    sbuf = None if from_global else shared_buffer(lw, src)
+    gbuf = lw.kb.gbuf(src) if from_global else None
     rbuf = lw.kb.reg(f"{dst.name}_frag", dst.dtype, lay.size)
     wbuf = lw.kb.reg(f"{src.name}_codes", src.dtype, WORD_CODES * len(words))
     src_of = source_index(conv)
@@ -212,10 +216,23 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
         add = catalog.by_name(f"scale_add_{dst.dtype.name}x2")
     for i, r in _vector_runs(words, dk):
         n, s, _m = words[i]
-        at = sh_offset(lw, src, ctx, {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln})
-        stmts.append(ir.AtomCall(catalog.copy_atom("SH", "RF", 4 * r),
-                                 (("dst", ir.RegRef(wbuf, WORD_CODES * i)), ("src", ir.MemRef(sbuf, at))),
-                                 comment=f"{src.name} codes"))
+        coord = {kdim: so[kdim] + s + lk, ndim: so[ndim] + n + ln}
+        if sbuf is None:
+            # straight from global memory: a word past the tensor's columns (or K) is not read;
+            # its zeroed codes meet zero scales (and zero activations past K), and C's columns
+            # past N are not stored
+            lim = ctx.limit[key(src)]
+            ok = land(*[lt(coord[d], lim[d]) for d in (ndim, kdim) if d in lim])
+            call = ir.AtomCall(catalog.copy_atom("GL", "RF", 4 * r),
+                               (("dst", ir.RegRef(wbuf, WORD_CODES * i)),
+                                ("src", ir.MemRef(gbuf, gl_offset(gbuf, src.tensor, coord)))),
+                               ok, comment=f"{src.name} codes, from global memory")
+        else:
+            call = ir.AtomCall(catalog.copy_atom("SH", "RF", 4 * r),
+                               (("dst", ir.RegRef(wbuf, WORD_CODES * i)),
+                                ("src", ir.MemRef(sbuf, sh_offset(lw, src, ctx, coord)))),
+                               comment=f"{src.name} codes")
+        stmts.append(call)
     muls: list = []
     # converted front to back in the fragment (the loads above stay in storage order): a wgmma
     # that reads the first k16 slices can issue while the later ones are converted
@@ -286,6 +303,9 @@ def _group_loads(lw, node, ctx, scale: GroupScale, which: int, src, dst, words, 
         per_word.append(2 * where[tag])
     reg = lw.kb.reg(f"{extra.name}_pair", dst.dtype, 2 * len(loads))
     what = f"{extra.name}[k / {scale.group_size or 'K'}, n]"
+    # every load first, then the copies into the pairs' upper halves: the loads lead the move, so
+    # a ring in registers (transforms.register_ring) can issue them steps ahead
+    pairs = []
     for j, (g, col) in enumerate(loads):
         if staged is not None:
             ld = catalog.copy_atom("SH", "RF", dst.dtype.bits // 8)
@@ -296,7 +316,8 @@ def _group_loads(lw, node, ctx, scale: GroupScale, which: int, src, dst, words, 
             ok = land(lt(col, cols), lt(g, rows)) if not isinstance(g, int) else lt(col, cols)
             stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
                                      ok, comment=what))
-        stmts.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
+        pairs.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
+    stmts += pairs
     return reg, per_word
 
 

@@ -58,11 +58,18 @@ from .staged_scales import issue_scales, issue_scales_tma, plan_scales
 def staged_moves(node: Node) -> list[Node]:
     """The global -> shared moves a reduction loop of ``node`` fills every iteration: those of the
     chain of loop-less refinements below it (the moves ``move_to_smem`` added beside the focus)."""
+    return chain_moves(node, GL, SH)
+
+
+def chain_moves(node: Node, src, dst) -> list[Node]:
+    """The moves from memory ``src`` to ``dst`` a reduction loop of ``node`` makes every
+    iteration: those of the chain of loop-less refinements below it (the moves ``move_to_smem``
+    or ``move_to_regs`` added beside the focus)."""
     out = []
     n = node
     while True:
         for c in n.body:
-            if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+            if isinstance(c.spec, Move) and c.spec.src.memory == src and c.spec.dst.memory == dst:
                 out.append(c)
         nxt = n.body[-1] if n.body else None
         if nxt is None or type(nxt.spec) is not type(node.spec) or nxt.loops or nxt.atom is not None:
@@ -762,4 +769,4 @@ def _call(atom, comment="", pred=1, **args):
 
 
 __all__ = ["pipeline", "pipelined", "staged_moves", "ring_kind", "ring_stages", "stage_bytes", "tile_bytes",
-           "CpAsyncRing", "MbarrierRing", "OperandRings", "split_ksteps", "prefetch_fragments", "walk_ir", "Scope"]
+           "chain_moves", "CpAsyncRing", "MbarrierRing", "OperandRings", "split_ksteps", "prefetch_fragments", "walk_ir", "Scope"]
