@@ -19,7 +19,7 @@ from __future__ import annotations
 import attrs
 
 from .. import ir
-from ..errors import ScheduleError
+from ..errors import InternalError, ScheduleError
 from ..hardware.atoms.base import TMA, WGMMA
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
@@ -327,6 +327,9 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         body = early_loads(batched_loads(body, kb), kb)
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
+        if lw.notes.get("early_ring"):
+            # (register rings issue their first loads early only in one-role kernels)
+            raise InternalError("a register ring's prologue was left unplaced in a warp-specialized kernel")
     check_resources(lw, block, body)
     pb.kernels.append(kb.build(ir.Seq(tuple(body)), header=str(pb.sched)))
 
