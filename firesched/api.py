@@ -435,11 +435,20 @@ _MEMO: dict = {}
 _MEMO_MAX = 64
 
 
-def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = True) -> CompiledProgram:
+def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = True,
+            programmatic: bool | None = None) -> CompiledProgram:
     """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU).
 
     ``arch`` None is the default target (``hardware.target.default_target``: the GPU present,
     else sm_90a).  sm_70 is the interpreter's alone: NVRTC 13 cannot build it (``CompileError``).
+
+    ``programmatic`` (None: wherever the target can, i.e. sm_90a): the program's first kernel is
+    launched with programmatic stream serialization and waits (``griddepcontrol.wait``) before
+    its first global access, and its last kernel lets the next launch start early, so calls one
+    after another on a stream overlap each launch with the tail of the one before
+    (``lower.transforms.launches``; measured on an H100: 0.4-0.7 us a call).  False launches the
+    first kernel the ordinary way; True on a target without ``griddepcontrol`` is a
+    ``ScheduleError``.
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
     (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
@@ -457,11 +466,11 @@ def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = Tr
     arch = tgt.arch
     if not tgt.compiles:
         raise CompileError(nvrtc.unbuildable_message(arch))
-    key = (schedule, arch, nvrtc.cache_dir())
+    key = (schedule, arch, nvrtc.cache_dir(), programmatic)
     out = _MEMO.get(key) if use_cache else None
     if out is None:
         t0 = time.perf_counter()
-        prog = schedule.lower(arch)
+        prog = schedule.lower(arch, programmatic=programmatic)
         modules = []
         sources = []
         for kern in prog.kernels:

@@ -256,9 +256,14 @@ class Schedule:
         _lowering("check")(self, _target(target))
         return self
 
-    def lower(self, target=None):
-        """The kernel IR ``Program`` of this schedule for ``target`` (None: the default target)."""
-        return _lowering("lower")(self, _target(target))
+    def lower(self, target=None, *, programmatic: bool | None = None):
+        """The kernel IR ``Program`` of this schedule for ``target`` (None: the default target).
+
+        ``programmatic``: whether the program's first kernel is launched programmatically, so
+        that it overlaps the tail of the launch before it on the stream (it waits with
+        ``griddepcontrol.wait`` before touching global memory); None: wherever the target can
+        (sm_90a).  A program's later kernels are launched so there in any case."""
+        return _lowering("lower")(self, _target(target), programmatic=programmatic)
 
     # ------------------------------------------------------------------ printing
 
@@ -311,7 +316,7 @@ _LOWER = None
 
 
 def bind_lowering(lower) -> None:
-    """Called by ``firesched.lower``: ``lower(schedule, target) -> ir.Program``."""
+    """Called by ``firesched.lower``: ``lower(schedule, target, programmatic=None) -> ir.Program``."""
     global _LOWER
     _LOWER = lower
 

@@ -486,8 +486,9 @@ class Kernel:
     header: str = ""                 # text printed as a comment on top (the schedule tree)
     min_blocks_per_sm: int = 1
     cluster: int = 1                 # blocks per thread-block cluster, along x (grid[0] a multiple of it)
-    # launched programmatically (PDL): it may start before the kernel before it in the program has
-    # finished, and must wait (griddep_wait) before touching any buffer that one touched
+    # launched programmatically (PDL): it may start before the kernel before it (in the program; for
+    # the first kernel, the launch before the program on the stream) has finished, and must wait
+    # (griddep_wait) before touching any buffer that one may have touched
     programmatic: bool = False
 
     @property

@@ -60,14 +60,23 @@ def resolve_target(sched: Schedule, target):
     return get_target(target)
 
 
-def lower(sched: Schedule, target=None) -> ir.Program:
+def lower(sched: Schedule, target=None, programmatic: bool | None = None) -> ir.Program:
     """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered
-    (checking a schedule is lowering it)."""
+    (checking a schedule is lowering it).  ``programmatic``: whether the program's first kernel is
+    launched programmatically too (``transforms.launches``, chained); None: where the target has
+    ``griddepcontrol`` (sm_90a)."""
     tgt = resolve_target(sched, target)
+    if programmatic is not None and not isinstance(programmatic, bool):
+        raise ScheduleError("programmatic is None, True or False", field="programmatic", value=programmatic,
+                            allowed="None (where the target can), True, False")
+    if programmatic and not tgt.has_pdl:
+        raise ScheduleError(f"a programmatic launch needs griddepcontrol, which {tgt.name} lacks",
+                            field="programmatic", value=programmatic, allowed="False or None on this target",
+                            fix="compile(schedule, arch='sm_90a', programmatic=True), or leave programmatic=None")
     checks.precheck(sched, tgt)
     pb = ProgramBuilder(sched, tgt)
     _launches(pb, sched.root, outer=())
-    return programmatic_launches(pb.program(), tgt)
+    return programmatic_launches(pb.program(), tgt, chained=tgt.has_pdl if programmatic is None else programmatic)
 
 
 def _launches(pb: ProgramBuilder, node: Node, outer: tuple) -> None:

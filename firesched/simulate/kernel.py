@@ -72,9 +72,14 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
 
     memory = {name: load_global(b, arrays.get(name)) for name, b in buffers.items()}
     inputs = {b.name for b in program.inputs}
-    touched: set = set()                # buffers (not inputs) of the kernels run so far
-    for k in program.kernels:
+    # buffers a programmatic kernel may touch only after its griddep_wait: those (not inputs) of
+    # the kernels run so far; for the first kernel, every buffer (the launch before the program,
+    # which it overlaps, may have written any of them)
+    touched: set = set(buffers)
+    for i, k in enumerate(program.kernels):
         run_kernel(k, memory, pending=frozenset(touched) if getattr(k, "programmatic", False) else frozenset())
+        if i == 0:
+            touched = set()
         touched |= {(p.buffer if isinstance(p, ir.TensorMapParam) else p).name for p in k.params} - inputs
     return {name: unload_global(buffers[name], memory[name]) for name in buffers}
 

@@ -292,11 +292,13 @@ class Memory:
 
     def check_dependent(self, name: str) -> None:
         """A programmatic launch touches global buffer ``name``: an earlier kernel of the program
-        touched it too, so every thread must have waited for that kernel first."""
+        touched it too (or, for the program's first kernel, the launch before the program may
+        have), so every thread must have waited for that kernel first."""
         if name in self.pending and not self.waited.all():
             self.ctx.hazard(f"kernel {self.kernel_name!r} is launched programmatically (it may run while the "
                             f"kernel before it finishes) and touches {name!r}, which an earlier kernel of the "
-                            f"program also touches, before every thread has executed griddep_wait",
+                            f"program (or, for its first kernel, the launch before the program) may also "
+                            f"touch, before every thread has executed griddep_wait",
                             on=f"GL buffer {name!r}")
 
     # ----------------------------------------------------------------- buffers and addresses
