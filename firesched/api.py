@@ -442,13 +442,13 @@ def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = Tr
     ``arch`` None is the default target (``hardware.target.default_target``: the GPU present,
     else sm_90a).  sm_70 is the interpreter's alone: NVRTC 13 cannot build it (``CompileError``).
 
-    ``programmatic`` (None: wherever the target can, i.e. sm_90a): the program's first kernel is
-    launched with programmatic stream serialization and waits (``griddepcontrol.wait``) before
-    its first global access, and its last kernel lets the next launch start early, so calls one
-    after another on a stream overlap each launch with the tail of the one before
-    (``lower.transforms.launches``; measured on an H100: 0.4-0.7 us a call).  False launches the
-    first kernel the ordinary way; True on a target without ``griddepcontrol`` is a
-    ``ScheduleError``.
+    ``programmatic``: the program's first kernel is launched with programmatic stream
+    serialization and waits (``griddepcontrol.wait``) before its first global access, and its
+    last kernel lets the next launch start early, so calls one after another on a stream overlap
+    each launch with the tail of the one before (``lower.transforms.launches``; measured on an
+    H100: 0.3-0.7 us a call).  None (the default): so on sm_90a, except for a grid sized to the
+    SMs (a persistent or stream-K schedule), which gains nothing from it; False: the first kernel
+    launched the ordinary way; True on a target without ``griddepcontrol``: ``ScheduleError``.
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
     (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.

@@ -262,7 +262,8 @@ class Schedule:
         ``programmatic``: whether the program's first kernel is launched programmatically, so
         that it overlaps the tail of the launch before it on the stream (it waits with
         ``griddepcontrol.wait`` before touching global memory); None: wherever the target can
-        (sm_90a).  A program's later kernels are launched so there in any case."""
+        (sm_90a), unless the grid is sized to the SMs (persistent, stream-K).  A program's later
+        kernels are launched so there in any case."""
         return _lowering("lower")(self, _target(target), programmatic=programmatic)
 
     # ------------------------------------------------------------------ printing

@@ -41,19 +41,29 @@ def test_split_k_reduction_launches_programmatically():
 
 def test_chained_by_default_on_sm90a():
     """The first kernel waits for the launch before the program, the last lets the next start."""
-    prog = _split(block_m=64, block_n=64).lower(SM90A)
+    prog = _split(block_m=64, block_n=64, atoms="sm80").lower(SM90A)
     first, second = prog.kernels
     assert (first.programmatic, second.programmatic) == (True, True)
-    assert _head(first) == ["griddep_launch_dependents", "griddep_wait"]
-    assert _head(second) == ["griddep_launch_dependents", "griddep_wait"]
-    one = fs.recipes.gemm(256, 256, 256, "f16", "sm_90a").lower(SM90A)
+    assert _head(first) == ["griddep_launch_dependents", "griddep_wait"]    # the reduction may start
+    assert _head(second) == ["griddep_wait", "griddep_launch_dependents"]   # the next call once it runs
+    one = fs.recipes.gemm(256, 256, 256, "f16", "sm_90a", atoms="sm80").lower(SM90A)
     assert len(one.kernels) == 1 and one.kernels[0].programmatic
-    assert _head(one.kernels[0]) == ["griddep_launch_dependents", "griddep_wait"]
+    assert _head(one.kernels[0]) == ["griddep_wait", "griddep_launch_dependents"]
     rows = fs.recipes.layernorm(4, 4096, dtype="bf16", arch="sm_90a")
     k = fs.compile(rows, arch="sm_90a")
     assert k.program.kernels[0].programmatic and "griddepcontrol.wait;" in k.source
     plain = fs.compile(rows, arch="sm_90a", programmatic=False)
     assert not plain.program.kernels[0].programmatic and "griddepcontrol" not in plain.source
+
+
+def test_a_grid_sized_to_the_sms_is_not_chained_by_default():
+    """A persistent or stream-K grid holds the GPU for its whole life: launched the ordinary way
+    unless asked (its later kernels stay programmatic)."""
+    for sched in (fs.recipes.gemm(2048, 2048, 2048, "f16", "sm_90a", warp_specialized=True, persistent=True),
+                  fs.recipes.gemm(512, 512, 4096, "f16", "sm_90a", stream_k_parts=2)):
+        assert any(lp.persistent or lp.stream for n in sched.nodes() for lp in n.loops)
+        assert not sched.lower(SM90A).kernels[0].programmatic
+        assert sched.lower(SM90A, programmatic=True).kernels[0].programmatic
 
 
 def test_programmatic_needs_griddepcontrol():
@@ -71,8 +81,8 @@ def test_three_kernels_chain():
     sched = fs.recipes.gemm(100, 136, 1001, "f16", "sm_90a", split_k_blocks=2, block_m=64, block_n=64)
     prog = sched.lower(SM90A, programmatic=False)
     assert [k.programmatic for k in prog.kernels] == [False, True, True]
-    assert _head(prog.kernels[1]) == ["griddep_launch_dependents", "griddep_wait"]
-    assert [k.programmatic for k in sched.lower(SM90A).kernels] == [True, True, True]
+    assert _head(prog.kernels[1]) == ["griddep_wait", "griddep_launch_dependents"]
+    assert [k.programmatic for k in sched.lower(SM90A, programmatic=True).kernels] == [True, True, True]
     assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
@@ -110,7 +120,7 @@ def test_the_first_kernels_wait_is_checked(recipe):
     """Chained, the first kernel may touch no buffer before its wait — not even an input, which the
     launch before it may still be writing (LayerNorm's weight loads come first in its kernel)."""
     if recipe == "gemm":
-        prog = fs.recipes.gemm(256, 256, 256, "f16", "sm_90a").lower(SM90A)
+        prog = fs.recipes.gemm(256, 256, 256, "f16", "sm_90a").lower(SM90A, programmatic=True)
         feed = {"A": np.ones((256, 256)), "B": np.ones((256, 256))}
     else:
         prog = fs.recipes.layernorm(3, 4096, dtype="bf16", arch="sm_90a").lower(SM90A)
@@ -123,12 +133,12 @@ def test_the_first_kernels_wait_is_checked(recipe):
 
 def test_a_wait_after_a_tma_load_is_too_late():
     """The product after a padding copy reads the padded A by TMA: the check covers tensor maps."""
-    prog = fs.recipes.gemm(100, 136, 1001, "f16", "sm_90a", block_m=64, block_n=64).lower(SM90A)
+    prog = fs.recipes.gemm(100, 136, 1001, "f16", "sm_90a", block_m=64, block_n=64).lower(SM90A, programmatic=False)
     assert [k.name for k in prog.kernels] == ["firesched_pad_A", "firesched_matmul"]
     k = prog.kernels[1]
-    trigger, wait, rest = k.body.body[0], k.body.body[1], k.body.body[2:]
-    assert (trigger.atom.name, wait.atom.name) == ("griddep_launch_dependents", "griddep_wait")
-    planted = attrs.evolve(prog, kernels=(prog.kernels[0], attrs.evolve(k, body=ir.Seq((trigger, *rest, wait)))))
+    wait, rest = k.body.body[0], k.body.body[1:]
+    assert wait.atom.name == "griddep_wait"
+    planted = attrs.evolve(prog, kernels=(prog.kernels[0], attrs.evolve(k, body=ir.Seq((*rest, wait)))))
     rng = np.random.default_rng(1)
     feed = {"A": rng.standard_normal((100, 1001)), "B": rng.standard_normal((1001, 136))}
     interp.run_program(prog, dict(feed))

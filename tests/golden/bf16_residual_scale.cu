@@ -277,13 +277,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
     alignas(16) float xf_residual[2] = {};  // f32 x 2
     alignas(16) unsigned short out_bf16[2] = {};  // bf16 x 2
 
-    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
-    asm volatile("griddepcontrol.launch_dependents;"
+    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
+    asm volatile("griddepcontrol.wait;"
         :
         :
         : "memory");
-    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
-    asm volatile("griddepcontrol.wait;"
+    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
+    asm volatile("griddepcontrol.launch_dependents;"
         :
         :
         : "memory");

@@ -236,11 +236,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_pad_A(
         :
         :
         : "memory");
-    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
-    asm volatile("griddepcontrol.wait;"
-        :
-        :
-        : "memory");
     // A (4095x1023, rows of 2046 bytes) -> A_padded (rows of 2048 bytes)
     if (bid_x * 256 + tid < 524160) {
         // sm70.ld_global_2: element 0 (zero past the row's end)
@@ -537,13 +532,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_pad_B(
     const int bid_x = blockIdx.x;
     alignas(16) unsigned short chunk[8] = {};  // f16 x 8
 
-    // sm90a.griddep_launch_dependents: firesched_matmul may be scheduled once every block is here
-    asm volatile("griddepcontrol.launch_dependents;"
+    // sm90a.griddep_wait: launched programmatically: wait until firesched_pad_A has completed
+    asm volatile("griddepcontrol.wait;"
         :
         :
         : "memory");
-    // sm90a.griddep_wait: launched programmatically: wait until firesched_pad_A has completed
-    asm volatile("griddepcontrol.wait;"
+    // sm90a.griddep_launch_dependents: firesched_matmul may be scheduled once every block is here
+    asm volatile("griddepcontrol.launch_dependents;"
         :
         :
         : "memory");
@@ -906,11 +901,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
-    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
-    asm volatile("griddepcontrol.launch_dependents;"
-        :
-        :
-        : "memory");
     // sm90a.griddep_wait: launched programmatically: wait until firesched_pad_B has completed
     asm volatile("griddepcontrol.wait;"
         :

@@ -9,32 +9,34 @@ programmatic-stream-serialization attribute)::
 
     kernel i      griddepcontrol.launch_dependents       at its start: once every block has issued
                   ...                                      it, kernel i+1's blocks may be scheduled
-    kernel i+1    griddepcontrol.launch_dependents       (for kernel i+2, if any)
-                  griddepcontrol.wait                    blocks until kernel i has completed and
-                  ...                                      its writes are visible
+    kernel i+1    griddepcontrol.wait                    at its start: blocks until kernel i has
+                  griddepcontrol.launch_dependents         completed and its writes are visible,
+                  ...                                      then lets kernel i+2 (if any) start
 
 so kernel i+1's launch and block scheduling overlap kernel i's tail instead of following it
 (measured on an H100: 0.3-0.7 us of a split W4A16 call, bench/README.md).  The trigger is issued
 only when every block of kernel i has started, so the waiting blocks never take the place of a
 block of kernel i.  The interpreter checks the wait (``simulate.families.griddep``).
 
-**Chained** (``chained=True``, the default where the target has ``griddepcontrol``): the program's
-first kernel is launched programmatically too, and its last one lets the next launch start, so a
+**Chained** (``chained=True``, the default where the target has ``griddepcontrol`` and the grid is
+not sized to the SMs — ``driver._sm_sized_grid``): the program's first kernel is launched
+programmatically too, and its last one lets the next launch start, so a
 stream of programs — a decode step's norms and products one after another — overlaps each
 launch with the tail of the one before, whatever program that was::
 
-    kernel 0      griddepcontrol.launch_dependents       (kernel 1's trigger, as above)
+    kernel 0      [griddepcontrol.launch_dependents]     (kernel 1's trigger, as above, if any)
                   griddepcontrol.wait                    before its first global access: the
                   ...                                      launch before it on the stream (any
                                                            kernel) has completed, writes visible
-    kernel n-1    griddepcontrol.launch_dependents       the next launch on the stream, if it is
+    kernel n-1    griddepcontrol.wait                    (kernel n-2's, or the one above)
+                  griddepcontrol.launch_dependents       the next launch on the stream, if it is
                   ...                                      programmatic, may be scheduled
 
 A kernel before it that never issues the trigger lets it start as its blocks exit; one that is
 not a kernel (a copy, an event wait) serializes as without the attribute.  Measured on an H100
-(bench/README.md, "Launches that overlap the one before"): 0.4-0.7 us a call, e.g. LayerNorm
-4096 x 4096 bf16 25.0 -> 24.6 us, W4A16 M = 16, N = K = 4096 6.7 -> 6.0 us, each after another call
-of itself.  ``chained=False`` (``compile(..., programmatic=False)``) launches the first kernel the
+(bench/README.md, "Launches that overlap the one before"): 0.3-0.7 us a call, e.g. LayerNorm
+4096 x 4096 f16 2.68 -> 2.73 TB/s, W4A16 M = 16, N = K = 4096 6.7 -> 6.3 us, each after another
+call of itself.  ``chained=False`` (``compile(..., programmatic=False)``) launches the first kernel the
 ordinary way.
 """
 
@@ -55,21 +57,26 @@ def programmatic_launches(prog: ir.Program, target, chained: bool = False) -> ir
         return prog
     kernels = []
     for i, k in enumerate(prog.kernels):
-        # the trigger first: a block lets the next launch start as soon as it runs, whether or not
-        # the launch before it has completed (the next launch waits for this one all the same)
-        head = []
+        trigger = wait = None
         if i + 1 < n:
-            head.append(ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
-                                    f"{prog.kernels[i + 1].name} may be scheduled once every block is here"))
+            trigger = ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
+                                  f"{prog.kernels[i + 1].name} may be scheduled once every block is here")
         elif chained:
-            head.append(ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
-                                    "the next launch on the stream may be scheduled once every block is here"))
+            trigger = ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
+                                  "the next launch on the stream may be scheduled once every block is here")
         if i > 0:
-            head.append(ir.AtomCall(sm90a.griddep_wait, (), 1,
-                                    f"launched programmatically: wait until {prog.kernels[i - 1].name} has completed"))
+            wait = ir.AtomCall(sm90a.griddep_wait, (), 1,
+                               f"launched programmatically: wait until {prog.kernels[i - 1].name} has completed")
         elif chained:
-            head.append(ir.AtomCall(sm90a.griddep_wait, (), 1,
-                                    "launched programmatically: wait until the launch before this program has "
-                                    "completed (before any global memory access)"))
+            wait = ir.AtomCall(sm90a.griddep_wait, (), 1,
+                               "launched programmatically: wait until the launch before this program has "
+                               "completed (before any global memory access)")
+        # the first kernel lets the program's second start before it waits (its blocks are then
+        # resident as soon as the first's are all running); every later kernel, and a kernel that
+        # lets the next program start, waits first, so that a stream of calls runs at most one
+        # kernel ahead of what has completed (measured on an H100: a split W4A16 product whose
+        # reduction let the next call start at once took 8.4 us a call against 6.2)
+        head = (trigger, wait) if i == 0 and i + 1 < n else (wait, trigger)
+        head = tuple(h for h in head if h is not None)
         kernels.append(attrs.evolve(k, body=ir.Seq((*head, k.body)), programmatic=i > 0 or chained))
     return attrs.evolve(prog, kernels=tuple(kernels))
