@@ -60,34 +60,23 @@ def resolve_target(sched: Schedule, target):
     return get_target(target)
 
 
-def lower(sched: Schedule, target=None, programmatic: bool | None = None) -> ir.Program:
+def lower(sched: Schedule, target=None, programmatic: bool = False) -> ir.Program:
     """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered
-    (checking a schedule is lowering it).  ``programmatic``: whether the program's first kernel is
-    launched programmatically too (``transforms.launches``, chained); None: where the target has
-    ``griddepcontrol`` (sm_90a), unless the schedule's grid is sized to the SMs (``_sm_sized_grid``)."""
+    (checking a schedule is lowering it).  ``programmatic``: the program's first kernel is launched
+    programmatically too, chained to whatever launch comes before it (``transforms.launches``);
+    the target must have ``griddepcontrol`` (sm_90a)."""
     tgt = resolve_target(sched, target)
-    if programmatic is not None and not isinstance(programmatic, bool):
-        raise ScheduleError("programmatic is None, True or False", field="programmatic", value=programmatic,
-                            allowed="None (where the target can), True, False")
+    if not isinstance(programmatic, bool):
+        raise ScheduleError("programmatic is True or False", field="programmatic", value=programmatic,
+                            allowed="True, False")
     if programmatic and not tgt.has_pdl:
         raise ScheduleError(f"a programmatic launch needs griddepcontrol, which {tgt.name} lacks",
-                            field="programmatic", value=programmatic, allowed="False or None on this target",
-                            fix="compile(schedule, arch='sm_90a', programmatic=True), or leave programmatic=None")
+                            field="programmatic", value=programmatic, allowed="False on this target",
+                            fix="compile(schedule, arch='sm_90a', programmatic=True), or programmatic=False")
     checks.precheck(sched, tgt)
     pb = ProgramBuilder(sched, tgt)
     _launches(pb, sched.root, outer=())
-    if programmatic is None:
-        programmatic = tgt.has_pdl and not _sm_sized_grid(sched)
     return programmatic_launches(pb.program(), tgt, chained=programmatic)
-
-
-def _sm_sized_grid(sched: Schedule) -> bool:
-    """Whether ``sched`` launches a grid sized to the SMs (``to_blocks(persistent=True)``, stream-K),
-    which ``lower`` does not chain by default: such a launch holds the GPU for its whole life, so
-    overlapping its launch saves nothing measurable, and a GEMM of 8192³ on a persistent grid
-    measured 3.4 % slower chained on an H100 (bench/README.md, "Launches that overlap the one
-    before"; why was not established)."""
-    return any(lp.persistent or lp.stream for n in sched.nodes() for lp in n.loops)
 
 
 def _launches(pb: ProgramBuilder, node: Node, outer: tuple) -> None:

@@ -288,11 +288,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
         :
         :
         : "memory");
-    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
-    asm volatile("griddepcontrol.wait;"
-        :
-        :
-        : "memory");
     // C_part_acc[0 .. +32] = 0.0
     #pragma unroll
     for (int fs_r = 0; fs_r < 32; ++fs_r) {
@@ -748,11 +743,6 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_reduce(
 
     // sm90a.griddep_wait: launched programmatically: wait until firesched_matmul has completed
     asm volatile("griddepcontrol.wait;"
-        :
-        :
-        : "memory");
-    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
-    asm volatile("griddepcontrol.launch_dependents;"
         :
         :
         : "memory");
