@@ -5,6 +5,7 @@ weights and next to torch's unpack + scale + matmul, in one process, same inputs
     PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 8192 --dtypes f16,bf16
     PYTHONPATH=. python bench/gemm_w4a16.py --smoke         # CPU: a small instance, interpreted
     PYTHONPATH=. python bench/gemm_w4a16.py --old ../other  # also that checkout's kernel, same rounds
+    PYTHONPATH=. python bench/gemm_w4a16.py --programmatic --old .   # ours chained, against ours plain
 
 For each shape: microseconds of ours (the recipe's default schedule, group size 128, unsigned codes
 with zero point 8), of ``torch.nn.functional.linear`` on the fp16/bf16 weights (cuBLAS), and of the
@@ -70,13 +71,13 @@ def _weights(N: int, K: int, dt_name: str):
     return q, s, dequantize_int4(q, s.astype(np.float32), None, GROUP)
 
 
-def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None) -> dict:
+def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None, programmatic: bool = False) -> dict:
     """One shape timed: ours, cuBLAS, the torch path and, with ``other`` (another version's
     ``firesched`` package, ``ab_versions.load_other``), that version's kernel for the same shape."""
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
     q, s, deq = _weights(N, K, dt_name)
     sched = fs.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
-    k = fs.compile(sched, arch="sm_90a")
+    k = fs.compile(sched, arch="sm_90a", programmatic=programmatic)
     k.prepare(torch.cuda.current_device())
     wdq = torch.from_numpy(deq).cuda()                                                    # (K, N) f32
     packed = torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
@@ -337,6 +338,8 @@ def main(argv=None) -> list:
                     help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
                          "timed next to the plan at each shape")
     ap.add_argument("--old", default="", help="another checkout whose kernel is timed in the same rounds")
+    ap.add_argument("--programmatic", action="store_true",
+                    help="ours chained (compile(..., programmatic=True)): each call overlaps the one before")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     other = None
@@ -372,7 +375,8 @@ def main(argv=None) -> list:
             for dt in args.dtypes.split(","):
                 for p in [None, *extra]:
                     try:
-                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p, other=other)
+                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p, other=other,
+                                    programmatic=args.programmatic)
                     except fs.ScheduleError as e:
                         print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
                         continue

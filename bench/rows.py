@@ -4,6 +4,7 @@
     PYTHONPATH=. python bench/rows.py --ops rmsnorm --dtypes bf16 --shapes 16384x4096 --rounds 9
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --exchange barrier,push   # both, one run
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --old ../other    # also that checkout's kernels
+    PYTHONPATH=. python bench/rows.py --programmatic --old .     # ours chained, against ours launched plainly
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
@@ -150,10 +151,10 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
 
 
 def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
-            other=None) -> dict:
+            other=None, programmatic: bool = False) -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
-    k = fs.compile(sched, arch="sm_90a")
+    k = fs.compile(sched, arch="sm_90a", programmatic=programmatic)
     ko = other.compile(_recipe(op, exchange, other)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a") \
         if other is not None else None
     peer = _peer(torch, op, cols)
@@ -248,6 +249,8 @@ def main(argv=None) -> list:
                         "or a comma list (each timed)")
     p.add_argument("--out", default=None)
     p.add_argument("--old", default="", help="another checkout whose recipes are timed in the same rounds")
+    p.add_argument("--programmatic", action="store_true",
+                   help="ours chained (compile(..., programmatic=True)): each call overlaps the one before")
     args = p.parse_args(argv)
     exchanges = [e for e in args.exchange.split(",") if e]
     if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
@@ -271,8 +274,8 @@ def main(argv=None) -> list:
         from bench.ab_versions import load_other
 
         other = load_other(args.old)
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other) for op in ops for dt in dtypes
-            for r, c in shapes for ex in exchanges]
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other, args.programmatic)
+            for op in ops for dt in dtypes for r, c in shapes for ex in exchanges]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
     from cuda.bindings import nvrtc
