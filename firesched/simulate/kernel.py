@@ -75,11 +75,10 @@ def run_program(program: ir.Program, arrays: dict[str, np.ndarray]) -> dict[str,
     # buffers a programmatic kernel may touch only after its griddep_wait: those (not inputs) of
     # the kernels run so far; for the first kernel, every buffer (the launch before the program,
     # which it overlaps, may have written any of them)
-    touched: set = set(buffers)
+    touched: set = set()                # buffers (not inputs) of the kernels run so far
     for i, k in enumerate(program.kernels):
-        run_kernel(k, memory, pending=frozenset(touched) if getattr(k, "programmatic", False) else frozenset())
-        if i == 0:
-            touched = set()
+        pending = frozenset(buffers if i == 0 else touched) if getattr(k, "programmatic", False) else frozenset()
+        run_kernel(k, memory, pending=pending)
         touched |= {(p.buffer if isinstance(p, ir.TensorMapParam) else p).name for p in k.params} - inputs
     return {name: unload_global(buffers[name], memory[name]) for name in buffers}
 
