@@ -5,7 +5,7 @@ weights and next to torch's unpack + scale + matmul, in one process, same inputs
     PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 8192 --dtypes f16,bf16
     PYTHONPATH=. python bench/gemm_w4a16.py --smoke         # CPU: a small instance, interpreted
     PYTHONPATH=. python bench/gemm_w4a16.py --old ../other  # also that checkout's kernel, same rounds
-    PYTHONPATH=. python bench/gemm_w4a16.py --programmatic --old .   # ours chained, against ours plain
+    PYTHONPATH=. python bench/gemm_w4a16.py --launches plain --old .   # ours launched plainly, against ours (chained)
 
 For each shape: microseconds of ours (the recipe's default schedule, group size 128, unsigned codes
 with zero point 8), of ``torch.nn.functional.linear`` on the fp16/bf16 weights (cuBLAS), and of the
@@ -48,6 +48,10 @@ NKS = (4096, 8192)
 GROUP = 128
 
 
+# --launches: what compile(..., programmatic=) is asked
+LAUNCHES = {"default": None, "chained": True, "plain": False}
+
+
 def torch_dequant_matmul(torch, a, plain, scales, group: int):
     """The eager torch path: ``plain`` is ``(N, K / 2)`` bytes, code ``k`` of row ``n`` in the low
     (even ``k``) or high (odd ``k``) nibble of byte ``k / 2``; weights ``(code - 8) * scale``."""
@@ -71,7 +75,7 @@ def _weights(N: int, K: int, dt_name: str):
     return q, s, dequantize_int4(q, s.astype(np.float32), None, GROUP)
 
 
-def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None, programmatic: bool = False) -> dict:
+def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None, programmatic: bool | None = None) -> dict:
     """One shape timed: ours, cuBLAS, the torch path and, with ``other`` (another version's
     ``firesched`` package, ``ab_versions.load_other``), that version's kernel for the same shape."""
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
@@ -338,8 +342,9 @@ def main(argv=None) -> list:
                     help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
                          "timed next to the plan at each shape")
     ap.add_argument("--old", default="", help="another checkout whose kernel is timed in the same rounds")
-    ap.add_argument("--programmatic", action="store_true",
-                    help="ours chained (compile(..., programmatic=True)): each call overlaps the one before")
+    ap.add_argument("--launches", choices=("default", "chained", "plain"), default="default",
+                    help="ours as compile(..., programmatic=None / True / False) launches it: the default "
+                         "(chained on sm_90a unless the grid is sized to the SMs), chained, or plainly")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"w4a16-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     other = None
@@ -376,7 +381,7 @@ def main(argv=None) -> list:
                 for p in [None, *extra]:
                     try:
                         r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p, other=other,
-                                    programmatic=args.programmatic)
+                                    programmatic=LAUNCHES[args.launches])
                     except fs.ScheduleError as e:
                         print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
                         continue

@@ -4,7 +4,7 @@
     PYTHONPATH=. python bench/rows.py --ops rmsnorm --dtypes bf16 --shapes 16384x4096 --rounds 9
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --exchange barrier,push   # both, one run
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --old ../other    # also that checkout's kernels
-    PYTHONPATH=. python bench/rows.py --programmatic --old .     # ours chained, against ours launched plainly
+    PYTHONPATH=. python bench/rows.py --launches plain --old .   # ours launched plainly, against ours (chained)
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
@@ -59,6 +59,10 @@ OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal")
 #: ops ``--ops`` also takes, not timed by default: LayerNorm without weight and bias (what the
 #: output's two extra loads cost, against ``layernorm``)
 EXTRA_OPS = ("layernorm_plain",)
+
+
+# --launches: what compile(..., programmatic=) is asked
+LAUNCHES = {"default": None, "chained": True, "plain": False}
 
 
 def _recipe(op: str, exchange: str = "default", lib=fs):
@@ -151,7 +155,7 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
 
 
 def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
-            other=None, programmatic: bool = False) -> dict:
+            other=None, programmatic: bool | None = None) -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, arch="sm_90a", programmatic=programmatic)
@@ -249,8 +253,9 @@ def main(argv=None) -> list:
                         "or a comma list (each timed)")
     p.add_argument("--out", default=None)
     p.add_argument("--old", default="", help="another checkout whose recipes are timed in the same rounds")
-    p.add_argument("--programmatic", action="store_true",
-                   help="ours chained (compile(..., programmatic=True)): each call overlaps the one before")
+    p.add_argument("--launches", choices=("default", "chained", "plain"), default="default",
+                    help="ours as compile(..., programmatic=None / True / False) launches it: the default "
+                         "(chained on sm_90a unless the grid is sized to the SMs), chained, or plainly")
     args = p.parse_args(argv)
     exchanges = [e for e in args.exchange.split(",") if e]
     if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
@@ -274,7 +279,7 @@ def main(argv=None) -> list:
         from bench.ab_versions import load_other
 
         other = load_other(args.old)
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other, args.programmatic)
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other, LAUNCHES[args.launches])
             for op in ops for dt in dtypes for r, c in shapes for ex in exchanges]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")

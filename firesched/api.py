@@ -436,20 +436,21 @@ _MEMO_MAX = 64
 
 
 def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = True,
-            programmatic: bool = False) -> CompiledProgram:
+            programmatic: bool | None = None) -> CompiledProgram:
     """Lower, print and NVRTC-compile ``schedule`` for ``arch`` (works without a GPU).
 
     ``arch`` None is the default target (``hardware.target.default_target``: the GPU present,
     else sm_90a).  sm_70 is the interpreter's alone: NVRTC 13 cannot build it (``CompileError``).
 
-    ``programmatic=True`` (sm_90a): the program's first kernel is launched with programmatic stream
+    ``programmatic``: the program's first kernel is launched with programmatic stream
     serialization and waits (``griddepcontrol.wait``) before its first global access, and its
     last kernel lets the next launch start early, so calls one after another on a stream overlap
-    each launch with the tail of the one before (``lower.transforms.launches``).  Measured on an
-    H100, each call after another of itself: 0.3-0.7 us a call (LayerNorm 4096 x 4096 2.68 ->
-    2.73 TB/s, W4A16 M = 16, N = K = 4096 6.7 -> 6.3 us) — and a GEMM of 8192³ 3.4 % slower, for a
-    reason not established, so it is not the default.  On a target without ``griddepcontrol`` it
-    is a ``ScheduleError``.
+    each launch with the tail of the one before (``lower.transforms.launches``; measured on an
+    H100: 0.3-0.7 us a call).  None (the default): the first kernel so on sm_90a, except for a
+    grid sized to the SMs (a persistent or stream-K schedule), which gains nothing from it, and the
+    last lets the next launch start only in a program of one kernel (a split product's reduction
+    that did so measured up to 12 % slower); True: both on every program; False: the first kernel
+    launched the ordinary way.  True on a target without ``griddepcontrol`` is a ``ScheduleError``.
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
     (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.

@@ -256,14 +256,16 @@ class Schedule:
         _lowering("check")(self, _target(target))
         return self
 
-    def lower(self, target=None, *, programmatic: bool = False):
+    def lower(self, target=None, *, programmatic: bool | None = None):
         """The kernel IR ``Program`` of this schedule for ``target`` (None: the default target).
 
-        ``programmatic=True`` (sm_90a): the program's first kernel too is launched
-        programmatically, so that it overlaps the tail of the launch before it on the stream (it
-        waits with ``griddepcontrol.wait`` before touching global memory), and its last kernel
-        lets the next launch start (``firesched.compile``).  A program's later kernels are launched
-        so on sm_90a in any case."""
+        ``programmatic``: whether the program's first kernel is launched programmatically, so
+        that it overlaps the tail of the launch before it on the stream (it waits with
+        ``griddepcontrol.wait`` before touching global memory), and its last kernel lets the next
+        launch start; None: wherever the target can (sm_90a), unless the grid is sized to the SMs
+        (persistent, stream-K), the last kernel letting the next start only in a program of one
+        kernel (``firesched.compile``).  A program's later kernels are launched so there in any
+        case."""
         return _lowering("lower")(self, _target(target), programmatic=programmatic)
 
     # ------------------------------------------------------------------ printing
@@ -317,7 +319,7 @@ _LOWER = None
 
 
 def bind_lowering(lower) -> None:
-    """Called by ``firesched.lower``: ``lower(schedule, target, programmatic=False) -> ir.Program``."""
+    """Called by ``firesched.lower``: ``lower(schedule, target, programmatic=None) -> ir.Program``."""
     global _LOWER
     _LOWER = lower
 

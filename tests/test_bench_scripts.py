@@ -12,7 +12,7 @@ import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
            "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
-           "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants"]
+           "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants", "bench.launches"]
 
 
 def test_profile_rows_smoke():
@@ -25,6 +25,19 @@ def test_profile_rows_smoke():
         main(["--smoke", "layernorm:4096"])
     with pytest.raises(ValueError, match="allowed: rmsnorm"):
         main(["--smoke", "causal:3x65:f16"])
+
+
+def test_launches_smoke():
+    """The three ways a program launches: plain, the default (a split program's reduction does not
+    let the next launch start), chained."""
+    from bench.launches import main
+
+    split, one = main(["--smoke"])
+    assert split["launches"]["plain"] == [("firesched_matmul", False, True), ("firesched_reduce", True, False)]
+    assert split["launches"]["default"] == [("firesched_matmul", True, True), ("firesched_reduce", True, False)]
+    assert split["launches"]["chained"] == [("firesched_matmul", True, True), ("firesched_reduce", True, True)]
+    assert one["launches"]["default"] == one["launches"]["chained"] == [("firesched_matmul", True, True)]
+    assert one["launches"]["plain"] == [("firesched_matmul", False, False)]
 
 
 def test_profile_w4a16_smoke():
@@ -86,7 +99,8 @@ def test_w4a16_split_cost_smoke():
     rows = main(["--smoke"])
     # both plans split K (two launches; one with the fix-up) and none spill
     assert [(r["kernels"], r["fixup_kernels"], r["spills"]) for r in rows] == [(2, 1, 0), (2, 1, 0)]
-    assert all(r["programmatic"] == [False, True] for r in rows)
+    # the first kernel overlaps the launch before the call, the second waits for the first
+    assert all(r["programmatic"] == [True, True] for r in rows)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -284,6 +284,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         :
         :
         : "memory");
+    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
+    asm volatile("griddepcontrol.wait;"
+        :
+        :
+        : "memory");
     // C_part_acc[0 .. +32] = 0.0
     #pragma unroll
     for (int fs_r = 0; fs_r < 32; ++fs_r) {

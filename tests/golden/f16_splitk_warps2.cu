@@ -176,6 +176,51 @@ static __device__ __forceinline__ void fs_4bit_set(unsigned char* p, int i, int 
 
 #endif  // FIRESCHED_PRELUDE
 
+// ---- firesched sm_90a prelude: arch check, tensor maps, wgmma descriptors ----
+#ifndef FIRESCHED_PRELUDE_SM90
+#define FIRESCHED_PRELUDE_SM90
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "firesched: this unit uses sm_90a instructions (wgmma, TMA, mbarrier, stmatrix, setmaxnreg); compile it with arch='sm_90a'"
+#endif
+
+// A TMA descriptor as cuTensorMapEncodeTiled writes it: 128 opaque bytes, 64-byte aligned.
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
+
+// wgmma shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte offset
+// >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset 0, swizzle mode in 62-63
+// (0 none, 1 128B, 2 64B, 3 32B).
+static __device__ __forceinline__ unsigned long long fs_smem_desc(unsigned addr, unsigned lbo, unsigned sbo,
+                                                                  unsigned mode)
+{
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4)
+        | ((unsigned long long)((lbo >> 4) & 0x3FFFu) << 16)
+        | ((unsigned long long)((sbo >> 4) & 0x3FFFu) << 32)
+        | ((unsigned long long)(mode & 3u) << 62);
+}
+
+// The descriptor ``units`` x 16 bytes past ``desc``'s start: the start field (bits 0-13, the
+// address >> 4) takes the sum without a carry, a shared address being below 2^18.
+static __device__ __forceinline__ unsigned long long fs_desc_add(unsigned long long desc, unsigned units)
+{
+    return (desc & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)desc + units);
+}
+
+// Register fences: the compiler may not move accesses of the register across them.
+static __device__ __forceinline__ void fs_fence_reg(float& r)
+{
+    asm volatile("" : "+f"(r) : : "memory");
+}
+
+static __device__ __forceinline__ void fs_fence_reg(unsigned short& r)
+{
+    asm volatile("" : "+h"(r) : : "memory");
+}
+
+#endif  // FIRESCHED_PRELUDE_SM90
+
 // MatMul<kernel>(A:GL f16[1024x2048], B:GL f16[2048x1024], C:GL f16[1024x1024]) acc f32
 //   tile(m=64, n=64) >> to_blocks()
 //   for m0 in block(16), n0 in block(16):
@@ -233,6 +278,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
+    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
+    asm volatile("griddepcontrol.wait;"
+        :
+        :
+        : "memory");
+    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
+    asm volatile("griddepcontrol.launch_dependents;"
+        :
+        :
+        : "memory");
     // C_acc[0 .. +32] = 0.0
     #pragma unroll
     for (int fs_r = 0; fs_r < 32; ++fs_r) {

@@ -267,6 +267,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
+    // sm90a.griddep_wait: launched programmatically: wait until the launch before this program has completed (before any global memory access)
+    asm volatile("griddepcontrol.wait;"
+        :
+        :
+        : "memory");
+    // sm90a.griddep_launch_dependents: the next launch on the stream may be scheduled once every block is here
+    asm volatile("griddepcontrol.launch_dependents;"
+        :
+        :
+        : "memory");
     if (tid < 1) {
         // sm90a.mbarrier_init
         //   bar = &full[0], count = 1

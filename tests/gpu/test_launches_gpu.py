@@ -1,9 +1,10 @@
-"""Chained launches on the GPU (``compile(..., programmatic=True)``, ``lower.transforms.launches``):
-a program's first kernel overlaps the launch before it and waits for it before touching memory,
-and its last kernel lets the next launch start early.  Each case chains launches that read what the one before wrote,
+"""Programmatic launches on the GPU (``lower.transforms.launches``): on sm_90a every program's first
+kernel overlaps the launch before it and waits for it before touching memory, and its last kernel
+lets the next launch start early.  Each case chains launches that read what the one before wrote,
 without a synchronization between them, eagerly and in a CUDA graph, and compares with torch:
 ours after ours (both programmatic), ours after a torch kernel (which never lets the next start),
-a torch kernel after ours, and a split-K product (two kernels) after a copy into its input."""
+a torch kernel after ours, and a split-K product (two kernels, chained on request) after a copy
+into its input."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ R, C = 2048, 4096
 
 
 def _kernels():
-    cast = fs.compile(fs.recipes.cast((R, C), src="f32", dst="bf16", arch="sm_90a"), arch="sm_90a", programmatic=True)
-    norm = fs.compile(fs.recipes.layernorm(R, C, dtype="bf16", arch="sm_90a"), arch="sm_90a", programmatic=True)
+    cast = fs.compile(fs.recipes.cast((R, C), src="f32", dst="bf16", arch="sm_90a"), arch="sm_90a")
+    norm = fs.compile(fs.recipes.layernorm(R, C, dtype="bf16", arch="sm_90a"), arch="sm_90a")
     assert cast.program.kernels[0].programmatic and norm.program.kernels[0].programmatic
     return cast, norm
 
@@ -86,7 +87,7 @@ def test_split_k_after_a_copy_into_its_input():
     """A two-kernel program (split-K product, then its reduction) chained after a copy into A."""
     M, N, K = 256, 384, 4096
     k = fs.compile(fs.recipes.gemm(M, N, K, "f16", "sm_90a", split_k_blocks=4, block_m=64, block_n=64),
-                   arch="sm_90a", programmatic=True)
+                   arch="sm_90a", programmatic=True)      # a persistent grid: chained only when asked
     assert len(k.program.kernels) == 2 and all(kk.programmatic for kk in k.program.kernels)
     a = torch.empty(M, K, device="cuda", dtype=torch.float16)
     bm = torch.randn(K, N, device="cuda", dtype=torch.float16)

@@ -18,8 +18,9 @@ so kernel i+1's launch and block scheduling overlap kernel i's tail instead of f
 only when every block of kernel i has started, so the waiting blocks never take the place of a
 block of kernel i.  The interpreter checks the wait (``simulate.families.griddep``).
 
-**Chained** (``chained=True``: ``compile(..., programmatic=True)``): the program's first kernel is
-launched programmatically too, and its last one lets the next launch start, so a
+**Chained** (``chained=True``, the default where the target has ``griddepcontrol`` and the grid is
+not sized to the SMs — ``driver._sm_sized_grid``): the program's first kernel is launched
+programmatically too, and (``release=True``) its last one lets the next launch start, so a
 stream of programs — a decode step's norms and products one after another — overlaps each
 launch with the tail of the one before, whatever program that was::
 
@@ -35,8 +36,15 @@ A kernel before it that never issues the trigger lets it start as its blocks exi
 not a kernel (a copy, an event wait) serializes as without the attribute.  Measured on an H100
 (bench/README.md, "Launches that overlap the one before"): 0.3-0.7 us a call, e.g. LayerNorm
 4096 x 4096 f16 2.68 -> 2.73 TB/s, W4A16 M = 16, N = K = 4096 6.7 -> 6.3 us, each after another
-call of itself; a GEMM of 8192³ on a persistent grid measured 3.4 % slower chained (why was not
-established), so programs are not chained unless asked.
+call of itself; a GEMM of 2048³ (a plain grid) 2.5 % faster.  ``chained=False``
+(``compile(..., programmatic=False)``) launches the first kernel the ordinary way.
+
+The last kernel's trigger is what lets the next call start early, and it is not always a gain: a
+split W4A16 call of M = 256, N = K = 4096 (a product of one 384-thread block an SM, then a
+reduction of 4,096 blocks) read 21.3 us a call with it, 19.0 without it and 18.9 launched plainly,
+while at M = 16 it read 6.4 / 6.7 / 7.0 (bench/README.md, "Chained launches by default").  So by
+default (``compile(..., programmatic=None)``) only a program of one kernel releases the next launch;
+``programmatic=True`` asks for it on every program.
 """
 
 from __future__ import annotations
@@ -47,10 +55,13 @@ from ... import ir
 from ...hardware.atoms import sm90a
 
 
-def programmatic_launches(prog: ir.Program, target, chained: bool = False) -> ir.Program:
+def programmatic_launches(prog: ir.Program, target, chained: bool = False,
+                          release: bool | None = None) -> ir.Program:
     """``prog`` with its later kernels launched programmatically where ``target`` can; with
-    ``chained`` its first kernel too (it waits for whatever the stream ran before it), and its
-    last kernel lets the next launch on the stream start early."""
+    ``chained`` its first kernel too (it waits for whatever the stream ran before it), and with
+    ``release`` (None: ``chained``) its last kernel lets the next launch on the stream start early."""
+    if release is None:
+        release = chained
     n = len(prog.kernels)
     if not target.has_pdl or (n < 2 and not chained):
         return prog
@@ -60,7 +71,7 @@ def programmatic_launches(prog: ir.Program, target, chained: bool = False) -> ir
         if i + 1 < n:
             trigger = ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
                                   f"{prog.kernels[i + 1].name} may be scheduled once every block is here")
-        elif chained:
+        elif chained and release:
             trigger = ir.AtomCall(sm90a.griddep_launch_dependents, (), 1,
                                   "the next launch on the stream may be scheduled once every block is here")
         if i > 0:
