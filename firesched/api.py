@@ -30,6 +30,7 @@ from .cuda import printer as cuda
 from .errors import CompileError, LaunchError, PerformanceWarning, ScheduleError
 from .hardware.target import target as get_target
 from .hardware.target import target_names
+from .lower.driver import check_programmatic
 from .schedule import Schedule
 
 
@@ -468,6 +469,7 @@ def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = Tr
     arch = tgt.arch
     if not tgt.compiles:
         raise CompileError(nvrtc.unbuildable_message(arch))
+    check_programmatic(programmatic)            # before the memo's lookup: the value is part of its key
     key = (schedule, arch, nvrtc.cache_dir(), programmatic)
     out = _MEMO.get(key) if use_cache else None
     if out is None:

@@ -75,6 +75,8 @@ def test_programmatic_needs_griddepcontrol():
         _split(atoms="sm80").lower(SM80, programmatic=True)
     with pytest.raises(ScheduleError, match="programmatic is None, True or False"):
         _split().lower(SM90A, programmatic="yes")
+    with pytest.raises(ScheduleError, match="programmatic is None, True or False"):
+        fs.compile(_split(), arch="sm_90a", programmatic=["yes"])       # unhashable: before the memo
     # None on a target without it: the ordinary launches
     assert not any(k.programmatic for k in _split(atoms="sm80").lower(SM80).kernels)
 

@@ -68,9 +68,7 @@ def lower(sched: Schedule, target=None, programmatic: bool | None = None) -> ir.
     schedule's grid is sized to the SMs (``_sm_sized_grid``), and the last only in a program of one
     kernel."""
     tgt = resolve_target(sched, target)
-    if programmatic is not None and not isinstance(programmatic, bool):
-        raise ScheduleError("programmatic is None, True or False", field="programmatic", value=programmatic,
-                            allowed="None (where the target can), True, False")
+    check_programmatic(programmatic)
     if programmatic and not tgt.has_pdl:
         raise ScheduleError(f"a programmatic launch needs griddepcontrol, which {tgt.name} lacks",
                             field="programmatic", value=programmatic, allowed="False or None on this target",
@@ -83,6 +81,13 @@ def lower(sched: Schedule, target=None, programmatic: bool | None = None) -> ir.
         chained = tgt.has_pdl and not _sm_sized_grid(sched)
         return programmatic_launches(prog, tgt, chained=chained, release=chained and len(prog.kernels) == 1)
     return programmatic_launches(prog, tgt, chained=programmatic)
+
+
+def check_programmatic(programmatic) -> None:
+    """``ScheduleError`` unless ``programmatic`` is None, True or False (``lower``, ``compile``)."""
+    if programmatic is not None and not isinstance(programmatic, bool):
+        raise ScheduleError("programmatic is None, True or False", field="programmatic", value=programmatic,
+                            allowed="None (where the target can), True, False")
 
 
 def _sm_sized_grid(sched: Schedule) -> bool:
