@@ -51,8 +51,8 @@ def _sm80_chain(parts, bm=64, bn=64, bk=32, stages=3, combine="fixup", **blocks)
             tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32)]
 
 
-def _sm90_chain(parts, bm=128, bn=128, ws=True, stages=3, combine="fixup"):
-    chain = [split_k(parts, across=BLOCK, combine=combine), tile(m=bm, n=bn) >> to_blocks(), tile(k=64),
+def _sm90_chain(parts, bm=128, bn=128, ws=True, stages=3, combine="fixup", bk=64):
+    chain = [split_k(parts, across=BLOCK, combine=combine), tile(m=bm, n=bn) >> to_blocks(), tile(k=bk),
              move_to_smem("A", via=(sm90a.tma_load_2d,)), move_to_smem("B", via=(sm90a.tma_load_2d,)),
              pipeline(stages=stages)]
     if ws:
@@ -61,10 +61,10 @@ def _sm90_chain(parts, bm=128, bn=128, ws=True, stages=3, combine="fixup"):
                     tile(k=16) >> done(sm90a.wgmma_atom(bn, fs.dtypes.f16, b_mn_major=True))]
 
 
-def _chain(fam, parts, combine="fixup", bm=64):
+def _chain(fam, parts, combine="fixup", bm=64, bk=None):
     if fam == "sm80":
-        return _sm80_chain(parts, bm=bm, combine=combine)
-    return _sm90_chain(parts, bm=bm, ws=fam == "sm90a", combine=combine)
+        return _sm80_chain(parts, bm=bm, combine=combine, **({} if bk is None else {"bk": bk}))
+    return _sm90_chain(parts, bm=bm, ws=fam == "sm90a", combine=combine, bk=bk or 64)
 
 
 def _inputs(M, N, K, seed=0):
@@ -124,7 +124,8 @@ def test_grouped_block_order():
 cases = st.fixed_dictionaries(dict(
     M=st.integers(1, 200), N=st.integers(1, 24).map(lambda n: 8 * n), K=st.integers(1, 1200),
     parts=st.integers(2, 8), family=st.sampled_from(["sm80", "sm90a", "sm90a-one-role"]),
-    combine=st.sampled_from(["fixup", "cluster"]), bm=st.sampled_from([64, 128]), seed=st.integers(0, 2 ** 16)))
+    combine=st.sampled_from(["fixup", "cluster", "launch"]), bm=st.sampled_from([64, 128]),
+    bk=st.sampled_from([32, 64, 128]), seed=st.integers(0, 2 ** 16)))
 
 
 @settings(max_examples=60 if settings().max_examples >= 500 else 6, deadline=None,
@@ -133,18 +134,52 @@ cases = st.fixed_dictionaries(dict(
 def test_random_chains(case):
     """Hand-written fix-up and cluster chains over odd sizes: refused at check() with a
     ScheduleError, or hazard-free in the interpreter and equal to numpy."""
-    M, N, K, parts, fam, bm, combine = (case[k] for k in ("M", "N", "K", "parts", "family", "bm", "combine"))
+    M, N, K, parts, fam, bm, combine, bk = (case[k] for k in ("M", "N", "K", "parts", "family", "bm", "combine",
+                                                              "bk"))
     # the mma.sync family runs on sm_90a too, where clusters are
-    target = SM80 if fam == "sm80" and combine == "fixup" else SM90A
+    target = SM80 if fam == "sm80" and combine != "cluster" else SM90A
     try:
-        sched = _spec(M, N, K).schedule(*_chain(fam, parts, combine, bm))
+        sched = _spec(M, N, K).schedule(*_chain(fam, parts, combine, bm, bk))
         sched.check(target)
     except ScheduleError as e:
-        # the refusals: more parts than K has 64-element pieces for, or a cluster's pushed tiles
-        # beside the ring overflowing shared memory
-        assert "parts" in str(e) or "shared memory" in str(e), str(e)
+        # the refusals: more parts than K has 64-element pieces for, a cluster's pushed tiles
+        # beside the ring overflowing shared memory, a K tile of 128 over a 128-row tile past the
+        # register budget, or a TMA box reaching into the next part
+        assert any(w in str(e) for w in ("parts", "shared memory", "registers", "another block's part")), str(e)
         return
     _check(sched, M, N, K, target, case["seed"])
+
+
+@pytest.mark.parametrize("combine", ["launch", "fixup", "cluster"])
+def test_tma_tiles_do_not_reach_into_the_next_part(combine):
+    """K = 1344 in 3 parts of 448 with K tiles of 128: a part's last TMA box (384..511) would read
+    the next part's elements (TMA zero-fills only past the tensor's end), so check() refuses it;
+    K tiles of 64 divide the parts, and cp.async copies predicate at the part's end."""
+    M, N, K = 128, 128, 1344
+    spec = _spec(M, N, K)
+    bm = 64 if combine == "cluster" else 128          # a cluster's pushed tiles take shared memory too
+    with pytest.raises(ScheduleError, match="another block's part") as e:
+        spec.schedule(*_sm90_chain(3, bm=bm, combine=combine, bk=128)).check(SM90A)
+    assert e.value.field == "via" and "whole K tiles" in e.value.fix
+    _check(spec.schedule(*_sm90_chain(3, bm=bm, combine=combine, bk=64)).check(SM90A), M, N, K, SM90A)
+    if combine != "cluster":
+        _check(spec.schedule(*_sm80_chain(3, combine=combine, bk=128)).check(SM80), M, N, K, SM80)
+    # the last part may end inside a tile: past the tensor's end TMA fills zeros
+    _check(_spec(M, N, 1000).schedule(*_sm90_chain(2, bm=bm, combine=combine, bk=128)).check(SM90A), M, N, 1000, SM90A)
+
+
+def test_w4a16_producer_parts_are_whole_k_tiles():
+    """The same for the W4A16 codes: 512 k tiles over parts of 256 are refused, parts of 1024 run."""
+    p = W4A16WgmmaParams(block_m=16, block_n=64, block_k=512, stages=2, split_k=2, producer=True)
+    with pytest.raises(ScheduleError, match="another block's part"):
+        gemm_w4a16(1, 200, 512, group_size=128, arch="sm_90a", params=p)
+    sched = gemm_w4a16(1, 200, 2048, group_size=128, arch="sm_90a", params=p)
+    q, s, _ = quantize_int4(np.random.default_rng(0).standard_normal((2048, 200)) * 0.1, 128, signed=False,
+                            scale_dtype="f16")
+    a = np.random.default_rng(1).standard_normal((1, 2048)).astype(np.float16).astype(np.float32)
+    got = fs.interpret(sched, a, q.astype(np.float64), s.astype(np.float32), target="sm_90a")
+    want = w4a16_reference(a, q, s, None, 128)
+    assert np.abs(got.astype(np.float64) - want).max() <= 1e-2 * (1 + np.abs(want).max())
 
 
 @pytest.mark.parametrize("params, arch, M, N, K, gs", [

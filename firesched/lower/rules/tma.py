@@ -18,11 +18,14 @@ its share into all of them.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.descriptors import SWIZZLE_SPANS
 from ...hardware.tma import TMA_DATA_TYPES
-from ...ir.expr import IntExpr, lt, minimum
+from ...ir.expr import IntExpr, bounds, evaluate, free_vars, lt, minimum, substitute
 from ...layout import Swizzle
 from ...schedule import Node
 from ...spec import Move
@@ -83,6 +86,14 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
     if multicast and rank != 2:
         raise err(node, "TMA multicast of batched tensors is not built (2-d maps only)", field="cluster", value=C,
                   fix="cluster=1 for a batched GEMM")
+    for d, extent in ((rdim, rows), (cdim, lay.cols)):
+        reach = _reads_past_its_part(ctx, src, d, extent)
+        if reach is not None:
+            raise err(node, f"a TMA box of {extent} along {d} from the tile's origin reaches past the elements the "
+                            f"block owns (up to {reach[0]}, where {reach[1]} of {t.name} goes on): TMA fills zeros only "
+                            f"past the tensor's end, so the box would read another block's part", field="via",
+                      value=node.via, fix="split K into parts that are whole K tiles (K / parts a multiple of the K "
+                                          "tile), or copy with cp.async (drop via=)")
     box_rows = rows // C if (multicast and bx == lay.cols) else rows
     # the dims of the tensor the tile does not span (a batch index) are boxes of extent 1
     outer = tuple(d for d in t.storage_dims[:-2])
@@ -122,6 +133,40 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
                      c0=ir.Scalar(o[cdim]), c1=ir.Scalar(row0 + rank * h), mbar=bar, mask=mask,
                      comment=f"{t.name} rows rank * {h}..+{h}, to every block of the cluster"))
     return out
+
+
+#: the most assignments of a limit's variables ``_reads_past_its_part`` enumerates
+LIMIT_CASES = 1 << 16
+
+
+def _reads_past_its_part(ctx, src, d: str, extent: int):
+    """``(limit, tensor extent)`` where a box of ``extent`` elements along ``d`` from ``src``'s
+    origin can reach past the tile's limit while the tensor goes on, else None.  TMA zero-fills
+    only what lies past the tensor map's extent, so such a box reads elements another block owns —
+    a K split across blocks whose parts are not whole K tiles::
+
+        K = 1344 in 3 parts of 448, K tiles of 128:   part 0 | 0 .. 447 | its 4th tile 384 .. 511
+                                                                            reads part 1's 448 .. 511
+
+    Every assignment of the limit's variables (a few block indices) is tried, with the origin's
+    largest value over the others (``ir.expr.bounds``)."""
+    lim = ctx.limit.get(key(src), {}).get(d)
+    if lim is None:
+        return None
+    T = src.tensor.extent(d)
+    o = ctx.origin[key(src)][d]
+    names = sorted({v.name: v for v in free_vars(lim)}.values(), key=lambda v: v.name)
+    if any(v.extent is None for v in names) or math.prod(v.extent for v in names) > LIMIT_CASES:
+        return None          # not decidable here: the interpreter's bounds checks still see it
+    for values in itertools.product(*(range(v.extent) for v in names)):
+        env = {v.name: x for v, x in zip(names, values)}
+        stop = evaluate(lim, env)
+        if stop >= T:
+            continue
+        hi = bounds(substitute(o, env))[1]
+        if hi is not None and hi + extent > stop:
+            return stop, T
+    return None
 
 
 def tma_smem_layout(node: Node, tensor, stages: int) -> SmemLayout:
