@@ -65,6 +65,12 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                    stages=8, split_k=4, direct=True)),
     (16, 264, 2048, 32, True, "bf16", W4A16Params(block_m=16, block_n=32, block_k=2048, warps_n=2, warp_k=128,
                                                   warps_k=4, stages=3, direct=True)),
+    # consumer warpgroups sharing each K tile (split_k across warpgroups), with a producer: two
+    # parts on two column groups, and four parts with K split over blocks too
+    (5, 1000, 4096, 128, False, "f16", W4A16WgmmaParams(block_m=8, block_n=128, block_k=512, stages=3,
+                                                        producer=True, warpgroups_k=2)),
+    (16, 264, 2048, 64, True, "bf16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=256, stages=2, split_k=2,
+                                                       producer=True, warpgroups_k=4)),
 ]
 
 

@@ -268,10 +268,10 @@ def test_invalid_schedule_is_a_schedule_error(make, words):
 
 def test_split_k_across_a_plain_int():
     """``across`` is a Level; a plain int (a count of something?) is refused, naming the levels."""
-    with pytest.raises(ScheduleError, match="across blocks or across warps") as e:
+    with pytest.raises(ScheduleError, match="across blocks, warpgroups or warps") as e:
         KERNEL.apply(split_k(2, across=2))
     assert (e.value.field, e.value.value) == ("across", 2)
-    assert e.value.allowed == "Level.BLOCK, Level.WARP"
+    assert e.value.allowed == "Level.BLOCK, Level.WARPGROUP, Level.WARP"
 
 
 def test_error_fields_are_attributes():

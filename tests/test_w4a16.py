@@ -48,7 +48,7 @@ from firesched.strategies import (
     to_warpgroups,
     to_warps,
 )
-from firesched.tensor import BLOCK
+from firesched.tensor import BLOCK, WARPGROUP
 from firesched.testing.check import assert_schedule_correct
 from firesched.testing.reference import schedule_reference, w4a16_reference
 
@@ -715,11 +715,13 @@ def wgmma_chains(draw):
     stages = draw(st.sampled_from([1, 2, 3]))
     words = draw(st.sampled_from([1, 2, 4]))
     split = draw(st.sampled_from([1, 1, 2]))
+    parts = draw(st.sampled_from([1, 1, 2, 4]))        # consumer warpgroups sharing each K tile
     atom = sm90a.wgmma_atom(bm, dtype, a_in_registers=True)
     spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=bm, words=words)
     chain = [split_k(split, across=BLOCK)] if split > 1 else []
     chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("B"), move_to_smem("A")]
     chain += [pipeline(stages=stages)] if stages > 1 else []
+    chain += [split_k(parts, across=WARPGROUP)] if parts > 1 else []
     chain += [tile(n=64) >> to_warpgroups(), move_to_regs("B"),
               prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)), tile(k=16) >> done(atom)]
     return spec, chain
@@ -843,6 +845,60 @@ def test_wgmma_producer_stage_is_released_after_every_reader():
         return attrs.evolve(s, args=tuple((n, ir.Scalar(1)) if n == "count" else (n, a) for n, a in s.args))
 
     _found_only_when_planted(one_per_warpgroup, sched, "sm_90a", match="race")
+
+
+@pytest.mark.parametrize("M,N,K,gs,signed,dtype,zero_point,bk,parts,producer,bn", [
+    (5, 100, 2048, 32, False, "f16", False, 512, 2, True, 64),
+    (16, 130, 1024, 64, True, "bf16", True, 256, 2, True, 128),
+    (3, 64, 1536, None, False, "f16", False, 512, 4, True, 64),
+    (9, 72, 1024, 128, False, "f16", False, 256, 2, False, 64)])
+def test_consumers_sharing_a_k_tile_match_the_reference(M, N, K, gs, signed, dtype, zero_point, bk, parts, producer,
+                                                        bn):
+    """``W4A16WgmmaParams(warpgroups_k=...)``: ``split_k(..., across=WARPGROUP)``, each consumer
+    warpgroup dequantising ``bk / parts`` of every stage; more K tiles than stages, so a stage is
+    refilled only after every part released it; odd M and N, zero points, two column groups of
+    two parts each (four consumers), and the same without a producer.  The parts meet behind the
+    consumers' own named barrier (a block barrier would wait for the producer too: the interpreter
+    reports it as divergent)."""
+    p = W4A16WgmmaParams(block_m=-(-M // 8) * 8, block_n=bn, block_k=bk, stages=2, producer=producer, warpgroups_k=parts)
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zero_point, arch="sm_90a",
+                       params=p)
+    assert f"split_k({parts}, across=warpgroup)" in str(sched)
+    _interprets_like_numpy(sched, M, N, K, gs, signed, dtype, zero_point, M + N, 0.05 if zero_point else 0)
+    k = fs.compile(sched, "sm_90a")
+    assert k.spills == 0
+    consumers = parts * bn // 64
+    assert ('"n"(15), "n"(%d)' % (128 * consumers) in k.source) == producer
+
+
+@pytest.mark.parametrize("plant", ["dropped", "block-wide"])
+def test_consumers_sharing_a_k_tile_planted_barriers(plant):
+    """The barrier between the parts' partial sums in shared memory and part 0's reads: dropped,
+    part 0 reads them before they are written (a race); as a block-wide __syncthreads inside the
+    consumers' role it waits for the producer, which never comes (divergent)."""
+    from firesched import ir
+
+    sched = gemm_w4a16(5, 64, 512, group_size=64, arch="sm_90a",
+                       params=W4A16WgmmaParams(block_m=8, block_n=64, block_k=128, stages=2, producer=True,
+                                               warpgroups_k=2))
+
+    def partials(s):
+        if not (isinstance(s, ir.Barrier) and s.comment == "partials written"):
+            return False
+        return True if plant == "dropped" else ir.Barrier(s.comment)
+
+    _found_only_when_planted(partials, sched, "sm_90a", match="race" if plant == "dropped" else "divergent")
+
+
+def test_consumers_sharing_a_k_tile_errors():
+    with pytest.raises(ValueError, match="each a multiple of 32 k"):
+        W4A16WgmmaParams(block_k=64, warpgroups_k=4)
+    with pytest.raises(ValueError, match="6 consumer warpgroups; at most 4"):
+        W4A16WgmmaParams(block_n=192, block_k=128, warpgroups_k=2)
+    with pytest.raises(ValueError, match="pingpong"):
+        W4A16WgmmaParams(block_k=128, producer=True, pingpong=True, warpgroups_k=2)
+    with pytest.raises(ValueError, match="positive int"):
+        W4A16WgmmaParams(warpgroups_k=0)
 
 
 def test_wgmma_producer_errors():

@@ -79,7 +79,7 @@ from ..strategies import (
     to_warps,
     warp_specialize,
 )
-from ..tensor import BLOCK, GL, KERNEL, WARP, Tensor, Tile
+from ..tensor import BLOCK, GL, KERNEL, WARP, WARPGROUP, Tensor, Tile
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 #: K elements of one packed block (a 16-byte chunk of a column): K must be a multiple
@@ -92,6 +92,9 @@ MIN_PART_K = 1024
 #: consumer thread takes (what the GEMM's warp-specialized schedule uses)
 PRODUCER_REGS = 40
 CONSUMER_REGS_MAX = 240
+# consumer warpgroups a block may hold (warpgroups_k x block_n / 64): each has a named barrier of its
+# own (lower.context.WARPGROUP_BARRIER + w, ids 1..4)
+MAX_CONSUMERS = 4
 
 
 def _check_field_types(params) -> None:
@@ -205,7 +208,11 @@ class W4A16WgmmaParams:
     * ``producer``: a producer warpgroup loads codes and activations by TMA into an mbarrier ring
       (``warp_specialize``; the codes travel as bytes, unswizzled), and the consumer warpgroups
       load the group scales themselves; with ``pingpong`` they take turns to dequantise and issue,
-      so one's dequantisation runs while the other's wgmma do.
+      so one's dequantisation runs while the other's wgmma do;
+    * ``warpgroups_k``: consumer warpgroups sharing each K tile (``split_k(warpgroups_k,
+      across=WARPGROUP)``): each dequantises and multiplies ``block_k / warpgroups_k`` of every
+      stage into an accumulator of its own, and the parts are added through shared memory before
+      C is stored — a few blocks then stream K as fast as more blocks would, in one launch.
 
     A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
     next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is
@@ -222,10 +229,21 @@ class W4A16WgmmaParams:
     producer: bool = False
     pingpong: bool = False
     cluster_combine: bool = False
+    warpgroups_k: int = 1
 
     def __attrs_post_init__(self):
         _check_field_types(self)
         _check_combine(self)
+        if self.block_k % (self.warpgroups_k * PACK_K):
+            raise ValueError(f"W4A16WgmmaParams: block_k={self.block_k} is shared by warpgroups_k={self.warpgroups_k} "
+                             f"consumer warpgroups, each a multiple of {PACK_K} k (a word of codes)")
+        if self.warpgroups_k * (self.block_n // 64) > MAX_CONSUMERS:
+            raise ValueError(f"W4A16WgmmaParams: warpgroups_k={self.warpgroups_k} x block_n={self.block_n} / 64 is "
+                             f"{self.warpgroups_k * (self.block_n // 64)} consumer warpgroups; at most "
+                             f"{MAX_CONSUMERS} (one named barrier each)")
+        if self.pingpong and self.warpgroups_k > 1:
+            raise ValueError("W4A16WgmmaParams: pingpong=True with warpgroups_k > 1 is not built (the turns pass "
+                             "between warpgroups of different columns): choose one")
         if self.pingpong and not self.producer:
             raise ValueError("W4A16WgmmaParams: pingpong=True takes turns between the consumers of a producer "
                              "warpgroup: set producer=True too")
@@ -526,7 +544,8 @@ def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4
         raise ScheduleError(f"W4A16WgmmaParams schedule wgmma, which {tgt.name} does not have", field="params",
                             value=p, allowed="W4A16Params on targets before sm_90a",
                             fix="arch='sm_90a', or params=W4A16Params(...)")
-    words = next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and p.block_k % (w * PACK_K) == 0)
+    part_k = p.block_k // p.warpgroups_k                # what one consumer warpgroup dequantises a stage
+    words = next(w for w in (4, 2, 1) if K % (w * PACK_K) == 0 and part_k % (w * PACK_K) == 0)
     spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=p.block_m, words=words)
     atom = sm90a.wgmma_atom(p.block_m, dtype, a_in_registers=True)
     chain = [_split(p)] if p.split_k > 1 else []
@@ -538,11 +557,13 @@ def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4
         chain += [move_to_smem("B", swizzle=Swizzle(0, 0, 0), via=tma), move_to_smem("A", via=tma),
                   pipeline(stages=p.stages),
                   warp_specialize(producer_regs=PRODUCER_REGS, pingpong=p.pingpong,
-                                  consumer_regs=consumer_regs_for(tgt, p.block_n // 64, PRODUCER_REGS,
-                                                                  cap=CONSUMER_REGS_MAX))]
+                                  consumer_regs=consumer_regs_for(tgt, p.warpgroups_k * p.block_n // 64,
+                                                                  PRODUCER_REGS, cap=CONSUMER_REGS_MAX))]
     else:
         sw = swizzle_for_words(atom, "a", words, p.block_n, p.block_k, 4)
         chain += [move_to_smem("B", swizzle=sw), move_to_smem("A"), pipeline(stages=p.stages)]
+    if p.warpgroups_k > 1:
+        chain.append(split_k(p.warpgroups_k, across=WARPGROUP))   # the consumers share each K tile
     chain += [
         tile(n=64) >> to_warpgroups(),
         move_to_regs("B"), prologue("B", _group_scale(group_size, signed, zero_point)),

@@ -1,4 +1,4 @@
-"""``split_k(parts, across=Level.BLOCK | Level.WARP)``: parallelise the reduction over K.
+"""``split_k(parts, across=Level.BLOCK | Level.WARPGROUP | Level.WARP)``: parallelise the reduction over K.
 
 Across blocks (on the kernel-level spec, before ``to_blocks``), the parts added by a second
 launch (``combine="launch"``)::
@@ -42,7 +42,10 @@ flags, no second launch::
 
 Across warps (on a block-level spec inside the K loop, seed 000's intra-block split-K): the K
 tile is divided between groups of warps, each keeping its own partial accumulator; the store of
-the accumulator becomes a ``Reduce`` through shared memory before the epilogue.
+the accumulator becomes a ``Reduce`` through shared memory before the epilogue.  Across
+warpgroups the same, each part a warpgroup (or several, mapped below it by ``to_warpgroups``):
+a warp-specialized kernel's consumer warpgroups sharing each stage of the ring, their parts
+meeting behind the consumers' own named barrier.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import attrs
 from ..errors import ScheduleError
 from ..schedule import Loop, Node, find_store
 from ..spec import MatMul, Reduce
-from ..tensor import BLOCK, GL, KERNEL, RF, WARP, Level, Tensor, Tile
+from ..tensor import BLOCK, GL, KERNEL, RF, WARP, WARPGROUP, Level, Tensor, Tile
 from .base import Strategy, fresh_var, positive_int
 
 # Block-level parts are rounded to this many K elements, so a part's loads stay whole 16-byte chunks.
@@ -80,6 +83,17 @@ class split_k(Strategy):
             MatMul<block>(A:SH f16[128x16] Sw<2,3,3>, B:SH f16[16x128] Sw<3,3,4>, C:RF f32[128x128]) acc f32   <- focus
         Reduce<block>(sum over kp0: C:RF f32[128x128] -> C:GL f16[128x128])     (was a Move)
 
+    Across warpgroups (``across=Level.WARPGROUP``, the same place, before ``tile(...) >>
+    to_warpgroups()``): each part is a warpgroup's (wgmma accumulators), e.g. the consumers of a
+    warp-specialized W4A16 kernel each dequantising half of every stage
+    (``W4A16WgmmaParams(warpgroups_k=2)``)::
+
+        MatMul<block>(B:SH u4[512x64] x4 stages packed, A:SH f16[8x512] Sw<3,3,6> x4 stages, C:RF f32[8x64]) acc f32
+          split_k(2, across=warpgroup)
+          for kp0 in warpgroup(2):
+            MatMul<block>(B:SH u4[256x64] x4 stages packed, A:SH f16[8x256] Sw<3,3,6> x4 stages, C:RF f32[8x64]) acc f32   <- focus
+        Reduce<block>(sum over kp0: C:RF f32[8x64] -> C:GL f16[8x64])     (was a Move)
+
     Across blocks (``across=Level.BLOCK``, on the kernel-level focus, before ``to_blocks``): each
     block of parts writes an f32 workspace, and a second launch adds them (``combine="launch"``),
     or the block of each tile's last part adds them in the same launch (``combine="fixup"``: no
@@ -89,9 +103,9 @@ class split_k(Strategy):
     elements.
 
     * ``parts``: a positive int (1 changes nothing); 2 to 8 with ``combine="cluster"``.
-    * ``across``: ``Level.WARP`` or ``Level.BLOCK``.
-    * ``combine``: across blocks, ``"launch"``, ``"fixup"`` or ``"cluster"``; across warps it must
-      stay ``"launch"`` (the warps' parts meet in shared memory).
+    * ``across``: ``Level.WARP``, ``Level.WARPGROUP`` or ``Level.BLOCK``.
+    * ``combine``: across blocks, ``"launch"``, ``"fixup"`` or ``"cluster"``; across warps or
+      warpgroups it must stay ``"launch"`` (the parts meet in shared memory).
     """
 
     parts: int
@@ -105,10 +119,11 @@ class split_k(Strategy):
             raise ScheduleError("split_k divides a MatMul's k; other reductions map their reduced dimension "
                                 "onto units with tile(...) >> to_threads() / to_warps()", strategy=self, spec=spec)
         positive_int(self, spec, "parts", self.parts)
-        if not isinstance(self.across, Level) or self.across not in (BLOCK, WARP):
-            raise ScheduleError("split-K runs across blocks or across warps", strategy=self, spec=spec,
-                                field="across", value=self.across, allowed="Level.BLOCK, Level.WARP")
-        if self.combine not in COMBINES or (self.across == WARP and self.combine != "launch"):
+        if not isinstance(self.across, Level) or self.across not in (BLOCK, WARPGROUP, WARP):
+            raise ScheduleError("split-K runs across blocks, warpgroups or warps", strategy=self, spec=spec,
+                                field="across", value=self.across,
+                                allowed="Level.BLOCK, Level.WARPGROUP, Level.WARP")
+        if self.combine not in COMBINES or (self.across != BLOCK and self.combine != "launch"):
             allowed = ", ".join(map(repr, COMBINES)) if self.across == BLOCK else "'launch' (across warps)"
             raise ScheduleError("split_k's parts are added by a second launch or by the block of the last part",
                                 strategy=self, spec=spec, field="combine", value=self.combine, allowed=allowed,
@@ -158,19 +173,19 @@ class split_k(Strategy):
 
     def _warps(self, sched, node, spec):
         if spec.level != BLOCK or spec.c.memory != RF:
-            raise ScheduleError("split_k across warps divides a block's K tile between warps: the focus "
+            raise ScheduleError(f"split_k across {self.across}s divides a block's K tile between them: the focus "
                                 "must be a block-level MatMul whose C is the register accumulator",
                                 strategy=self, spec=spec, field="level/C",
                                 value=f"{spec.level}/{spec.c.memory}", allowed="block/RF",
                                 fix="apply it after tile(k=...) (and the moves to shared memory), "
-                                    "before tile(...) >> to_warps()")
+                                    "before tile(...) >> to_warps() (or to_warpgroups())")
         if spec.k % self.parts:
             raise ScheduleError(f"the K tile {spec.k} does not divide into {self.parts} parts",
                                 strategy=self, spec=spec, field="parts", value=self.parts,
                                 allowed=f"divisors of {spec.k}")
         kp = spec.k // self.parts
         var = fresh_var(sched, "kp")
-        loop = Loop(var, self.parts, ((spec.k_dim, kp),), WARP)
+        loop = Loop(var, self.parts, ((spec.k_dim, kp),), self.across)
         child = spec.with_extents(**{spec.k_dim: kp})
         sched = sched.replace_focus(attrs.evolve(node, strategy=self, loops=(loop,), body=(Node(child),)))
         found = find_store(sched, spec.c.name)

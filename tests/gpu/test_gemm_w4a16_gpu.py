@@ -168,6 +168,18 @@ def _random_wgmma_runs(seed: int, count: int, draw) -> int:
     return ran
 
 
+def test_consumers_sharing_a_k_tile_random_tiles():
+    """``W4A16WgmmaParams(warpgroups_k=...)``: 2 or 4 consumer warpgroups sharing each K tile (their
+    partial sums added through shared memory behind the consumers' named barrier), with and
+    without a producer, alone or with K split over blocks, random shapes."""
+    def draw(rnd):
+        parts = rnd.choice([2, 2, 4])
+        return WG(block_m=rnd.choice([8, 16, 40]), block_n=64 if parts == 4 else rnd.choice([64, 128]),
+                  block_k=rnd.choice([128, 256, 512]), stages=rnd.choice([2, 3, 4]), split_k=rnd.choice([1, 1, 2]),
+                  producer=rnd.random() < 0.75, warpgroups_k=parts)
+    assert _random_wgmma_runs(23, 16, draw) >= 8
+
+
 def test_wgmma_random_tiles():
     assert _random_wgmma_runs(11, 30, lambda rnd: WG(
         block_m=rnd.choice([8, 16, 40, 64, 128, 192]), block_n=rnd.choice([64, 128, 192]),

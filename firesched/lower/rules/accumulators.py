@@ -33,7 +33,7 @@ from ...ir.expr import IntExpr, Var, binop, ge, land, lt
 from ...schedule import Node
 from ...spec import Init, Move, Reduce
 from ...tensor import GL, SH
-from ..context import WARPGROUP_BARRIER, err, key
+from ..context import WARPGROUP_BARRIER, err, key, scope_barrier
 from ..layouts import RFLayout, ThreadLayout, coord_table, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .combine import components
@@ -97,7 +97,7 @@ def _store_tile(lw: Lowerer, node: Node, ctx, reduce_vars, lay, acc) -> list:
     out: list = [ir.Comment(f"{spec}")]
     rep = [(v, c) for v, c in lay.replicas if v in reduce_vars or not reduce_vars]
     if reduce_vars and rep:
-        out += _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep)
+        out += _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep, frag_loop)
     rdim, cdim = lay.dims
     # a run of fragment values lies along the accumulator's columns; where those are not C's
     # contiguous dim (Cᵀ = Bᵀ Aᵀ: the accumulator's rows are C's columns) a pair of lanes holding
@@ -228,9 +228,10 @@ def frag_iter(lw: Lowerer, ctx, lay: RFLayout):
     return vars_, base, items, j
 
 
-def _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep) -> list:
-    """Partial results over units (split-K across warps): parts 1.. write their fragments to
-    shared memory, part 0 adds them up."""
+def _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep, frag_loop=None) -> list:
+    """Partial results over units (split-K across warps or warpgroups): parts 1.. write their
+    fragments to shared memory, part 0 adds them up.  ``items`` may index the repeated value
+    blocks of a long fragment through ``frag_loop`` (``frag_iter``), which then encloses them."""
     if len(rep) != 1:
         raise err(node, "split-K across warps can be applied once per block")
     (var, parts), = rep
@@ -254,12 +255,14 @@ def _unit_reduce(lw, node, ctx, lay, acc, vars_, base, items, rep) -> list:
 
     def nest(stmts):
         b = ir.Seq(tuple(stmts))
+        if frag_loop is not None:
+            b = ir.For(frag_loop, frag_loop.extent, b, unroll=True)
         for v in reversed(vars_):
             b = ir.For(v, v.extent, b, unroll=True)
         return b
 
     return [ir.Comment(f"split-K over {parts} warp groups: reduce through shared memory"),
-            ir.If(ge(kp, 1), nest(writes)), ir.Barrier("partials written"), ir.If(lt(kp, 1), nest(reads))]
+            ir.If(ge(kp, 1), nest(writes)), scope_barrier(ctx, "partials written"), ir.If(lt(kp, 1), nest(reads))]
 
 
 @functools.lru_cache(maxsize=None)
