@@ -212,7 +212,8 @@ class W4A16WgmmaParams:
     * ``warpgroups_k``: consumer warpgroups sharing each K tile (``split_k(warpgroups_k,
       across=WARPGROUP)``): each dequantises and multiplies ``block_k / warpgroups_k`` of every
       stage into an accumulator of its own, and the parts are added through shared memory before
-      C is stored — a few blocks then stream K as fast as more blocks would, in one launch.
+      C is stored: fewer blocks stream K in one launch (measured slower than the plan at N = K =
+      4096 and equal at 8192, bench/README.md; ``plan`` does not use it).
 
     A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
     next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is

@@ -90,7 +90,7 @@ def tma_load(lw: Lowerer, node: Node, ctx) -> list:
         reach = _reads_past_its_part(ctx, src, d, extent)
         if reach is not None:
             raise err(node, f"a TMA box of {extent} along {d} from the tile's origin reaches past the elements the "
-                            f"block owns (up to {reach[0]}, where {reach[1]} of {t.name} goes on): TMA fills zeros only "
+                            f"block owns ({d} < {reach[0]} in a block, of {reach[1]} in {t.name}): TMA fills zeros only "
                             f"past the tensor's end, so the box would read another block's part", field="via",
                       value=node.via, fix="split K into parts that are whole K tiles (K / parts a multiple of the K "
                                           "tile), or copy with cp.async (drop via=)")
@@ -157,7 +157,7 @@ def _reads_past_its_part(ctx, src, d: str, extent: int):
     o = ctx.origin[key(src)][d]
     names = sorted({v.name: v for v in free_vars(lim)}.values(), key=lambda v: v.name)
     if any(v.extent is None for v in names) or math.prod(v.extent for v in names) > LIMIT_CASES:
-        return None          # not decidable here: the interpreter's bounds checks still see it
+        return None          # too many block indices to try: left undecided
     for values in itertools.product(*(range(v.extent) for v in names)):
         env = {v.name: x for v, x in zip(names, values)}
         stop = evaluate(lim, env)
