@@ -22,6 +22,7 @@ from firesched import ops
 from firesched.errors import ScheduleError
 from firesched.hardware.atoms import catalog, sm80, sm90a
 from firesched.hardware.atoms import convert as cv
+from firesched.layout import Swizzle
 from firesched.lower.layouts import coords
 from firesched.lower.synthesis import packing_for
 from firesched.packing import Packing
@@ -47,6 +48,7 @@ from firesched.strategies import (
     to_blocks,
     to_warpgroups,
     to_warps,
+    warp_specialize,
 )
 from firesched.tensor import BLOCK, WARPGROUP
 from firesched.testing.check import assert_schedule_correct
@@ -732,6 +734,45 @@ def wgmma_chains(draw):
 def test_hand_written_wgmma_chains_are_refused_or_right(case):
     """A user's own chain over the wgmma spec (any tile sizes, packings of 1, 2 or 4 words a load
     that may not divide the K tile, no pipeline): refused at check(), or right."""
+    spec, chain = case
+    try:
+        sched = spec.schedule(*chain)
+        sched.check("sm_90a")
+    except ScheduleError:
+        return
+    assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@st.composite
+def wgmma_producer_chains(draw):
+    """A user's own warp-specialized chain: TMA loads of the codes (as bytes) and activations into
+    a ring, K split over blocks (a second launch or the fix-up) and over consumer warpgroups,
+    ping-pong between two column groups, K tiles of 64 to 512 that may not divide a block's part."""
+    M, N, K = draw(st.integers(1, 90)), draw(st.integers(1, 140)), 32 * draw(st.integers(1, 40))
+    gs = draw(st.sampled_from([32, 64, 128, None]))
+    signed = draw(st.booleans())
+    dtype = draw(st.sampled_from(["f16", "bf16"]))
+    bm, bn = draw(st.sampled_from([8, 16, 24, 40])), draw(st.sampled_from([64, 128]))
+    bk, stages = draw(st.sampled_from([64, 128, 256, 512])), draw(st.sampled_from([2, 3, 4]))
+    words, split, parts = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2]))
+    pingpong = draw(st.booleans()) and bn == 128 and parts == 1
+    tma = (sm90a.tma_load_2d,)
+    chain = [split_k(split, across=BLOCK, combine=draw(st.sampled_from(["launch", "fixup"])))] if split > 1 else []
+    chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("B", swizzle=Swizzle(0, 0, 0), via=tma),
+              move_to_smem("A", via=tma), pipeline(stages=stages),
+              warp_specialize(producer_regs=40, pingpong=pingpong, consumer_regs=232 if parts * bn <= 128 else 152)]
+    chain += [split_k(parts, across=WARPGROUP)] if parts > 1 else []
+    chain += [tile(n=64) >> to_warpgroups(), move_to_regs("B"),
+              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)),
+              tile(k=16) >> done(sm90a.wgmma_atom(bm, dtype, a_in_registers=True))]
+    return wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=bm, words=words), chain
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wgmma_producer_chains())
+def test_hand_written_producer_chains_are_refused_or_right(case):
+    """Refused at check() (a TMA box reaching into the next block's part, a packing block cut by
+    K, shared memory or registers over budget), or hazard-free and right."""
     spec, chain = case
     try:
         sched = spec.schedule(*chain)
