@@ -755,7 +755,7 @@ def wgmma_producer_chains(draw):
     bm, bn = draw(st.sampled_from([8, 16, 24, 40])), draw(st.sampled_from([64, 128]))
     bk, stages = draw(st.sampled_from([64, 128, 256, 512])), draw(st.sampled_from([2, 3, 4]))
     words, split, parts = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2]))
-    pingpong = draw(st.booleans()) and bn == 128 and parts == 1
+    pingpong = draw(st.booleans()) and parts * bn >= 128
     tma = (sm90a.tma_load_2d,)
     chain = [split_k(split, across=BLOCK, combine=draw(st.sampled_from(["launch", "fixup"])))] if split > 1 else []
     chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("B", swizzle=Swizzle(0, 0, 0), via=tma),
@@ -931,15 +931,26 @@ def test_consumers_sharing_a_k_tile_planted_barriers(plant):
     _found_only_when_planted(partials, sched, "sm_90a", match="race" if plant == "dropped" else "divergent")
 
 
+@pytest.mark.parametrize("bn, parts, pingpong", [(192, 2, False), (128, 2, True)])
+def test_many_consumers_sharing_k_tiles(bn, parts, pingpong):
+    """Six consumer warpgroups (three column groups of two parts), and four taking turns to issue
+    (ping-pong) while pairs of them share each K tile: right, and free of hazards."""
+    p = W4A16WgmmaParams(block_m=16, block_n=bn, block_k=512, stages=2, producer=True, pingpong=pingpong,
+                         warpgroups_k=parts)
+    sched = gemm_w4a16(5, 200, 2048, group_size=64, arch="sm_90a", params=p)
+    _interprets_like_numpy(sched, 5, 200, 2048, 64, False, "f16", False, 1)
+
+
 def test_consumers_sharing_a_k_tile_errors():
     with pytest.raises(ValueError, match="each a multiple of 32 k"):
         W4A16WgmmaParams(block_k=64, warpgroups_k=4)
-    with pytest.raises(ValueError, match="6 consumer warpgroups; at most 4"):
-        W4A16WgmmaParams(block_n=192, block_k=128, warpgroups_k=2)
-    with pytest.raises(ValueError, match="pingpong"):
-        W4A16WgmmaParams(block_k=128, producer=True, pingpong=True, warpgroups_k=2)
     with pytest.raises(ValueError, match="positive int"):
         W4A16WgmmaParams(warpgroups_k=0)
+    # eight consumer warpgroups and the producer: more threads than a block has
+    with pytest.raises(ScheduleError, match="1152 threads per block"):
+        gemm_w4a16(16, 1024, 4096, arch="sm_90a",
+                   params=W4A16WgmmaParams(block_m=16, block_n=128, block_k=512, stages=2, producer=True,
+                                           warpgroups_k=4))
 
 
 def test_wgmma_producer_errors():

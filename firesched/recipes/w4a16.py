@@ -92,9 +92,6 @@ MIN_PART_K = 1024
 #: consumer thread takes (what the GEMM's warp-specialized schedule uses)
 PRODUCER_REGS = 40
 CONSUMER_REGS_MAX = 240
-# consumer warpgroups a block may hold (warpgroups_k x block_n / 64): each has a named barrier of its
-# own (lower.context.WARPGROUP_BARRIER + w, ids 1..4)
-MAX_CONSUMERS = 4
 
 
 def _check_field_types(params) -> None:
@@ -238,13 +235,6 @@ class W4A16WgmmaParams:
         if self.block_k % (self.warpgroups_k * PACK_K):
             raise ValueError(f"W4A16WgmmaParams: block_k={self.block_k} is shared by warpgroups_k={self.warpgroups_k} "
                              f"consumer warpgroups, each a multiple of {PACK_K} k (a word of codes)")
-        if self.warpgroups_k * (self.block_n // 64) > MAX_CONSUMERS:
-            raise ValueError(f"W4A16WgmmaParams: warpgroups_k={self.warpgroups_k} x block_n={self.block_n} / 64 is "
-                             f"{self.warpgroups_k * (self.block_n // 64)} consumer warpgroups; at most "
-                             f"{MAX_CONSUMERS} (one named barrier each)")
-        if self.pingpong and self.warpgroups_k > 1:
-            raise ValueError("W4A16WgmmaParams: pingpong=True with warpgroups_k > 1 is not built (the turns pass "
-                             "between warpgroups of different columns): choose one")
         if self.pingpong and not self.producer:
             raise ValueError("W4A16WgmmaParams: pingpong=True takes turns between the consumers of a producer "
                              "warpgroup: set producer=True too")
