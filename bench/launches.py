@@ -15,8 +15,8 @@ The three ways (``compile(..., programmatic=...)``, ``lower.transforms.launches`
   launch start only in a program of one kernel;
 * ``chained`` (True): both, on every program.
 
-W4A16 shapes are ``MxNK`` (N = K, group 128, f16, unsigned codes; the peer is cuBLAS on the fp16
-weights), GEMM shapes ``N`` (N³, f16, row-major, ``bench.gemm.params_sm90``'s tiles; the peer is
+W4A16 shapes are ``MxNK`` (N = K, ``bench.gemm_w4a16``'s weights: group 128, f16, unsigned codes;
+the peer is cuBLAS on the fp16 weights), GEMM shapes ``N`` (N³, f16, row-major, ``bench.gemm.params_sm90``'s tiles; the peer is
 ``torch.matmul``).
 """
 
@@ -37,7 +37,6 @@ import numpy as np  # noqa: E402
 import firesched as fs  # noqa: E402
 
 WAYS = {"plain": False, "default": None, "chained": True}
-GROUP = 128
 
 
 def _compiled(sched) -> dict:
@@ -55,12 +54,11 @@ def _caller(kernel, inputs, out):
 
 
 def w4a16_row(torch, M: int, nk: int, rounds: int) -> dict:
+    from bench.gemm_w4a16 import GROUP, _weights
     from firesched import timing
-    from firesched.quant import dequantize_int4, quantize_int4
 
-    w = np.random.default_rng(nk).standard_normal((nk, nk)).astype(np.float32) * 0.05
-    q, s, _ = quantize_int4(w, GROUP, signed=False, scale_dtype="f16")
-    deq = torch.from_numpy(dequantize_int4(q, s.astype(np.float32), None, GROUP)).cuda()
+    q, s, deq = _weights(nk, nk, "f16")
+    deq = torch.from_numpy(deq).cuda()
     sched = fs.recipes.gemm_w4a16(M, nk, nk, group_size=GROUP, arch="sm_90a")
     ks = _compiled(sched)
     packs = [torch.from_numpy(fs.recipes.pack_weights(q, sched)).cuda()
