@@ -124,7 +124,8 @@ class split_k(Strategy):
                                 field="across", value=self.across,
                                 allowed="Level.BLOCK, Level.WARPGROUP, Level.WARP")
         if self.combine not in COMBINES or (self.across != BLOCK and self.combine != "launch"):
-            allowed = ", ".join(map(repr, COMBINES)) if self.across == BLOCK else "'launch' (across warps)"
+            allowed = (", ".join(map(repr, COMBINES)) if self.across == BLOCK
+                       else "'launch' (across warps or warpgroups)")
             raise ScheduleError("split_k's parts are added by a second launch or by the block of the last part",
                                 strategy=self, spec=spec, field="combine", value=self.combine, allowed=allowed,
                                 fix=f"combine={self.combine!r} needs across=Level.BLOCK")
