@@ -52,7 +52,8 @@ def softmax_ref(x, scale, dt):
     return _r(z / z.sum(1, keepdims=True), dt)
 
 
-SHAPES = [(1, 1), (7, 1), (3, 5), (5, 64), (10, 256), (33, 100), (4, 512), (5, 1001), (2, 4096), (3, 6000)]
+SHAPES = [(1, 1), (7, 1), (3, 5), (5, 64), (10, 256), (33, 100), (4, 512), (6, 512), (5, 1024), (5, 1001), (2, 4096),
+          (3, 6000)]
 RNG = np.random.default_rng(5)
 
 
@@ -167,7 +168,14 @@ def test_causal_rows_of_few_passes_take_half_blocks():
 
 
 def test_plans_of_the_tile_model():
-    assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 4)
+    assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 8)
+    # rows on fewer than 256 threads share a block (rows.MIN_BLOCK_THREADS), never more rows than
+    # the tensor's (rounded up to a power of two)
+    assert row_model.row_plan(32768, 512) == row_model.RowPlan(64, 8, 1, 4)
+    assert row_model.row_plan(16384, 1024) == row_model.RowPlan(128, 8, 1, 2)
+    assert row_model.row_plan(1, 1024) == row_model.RowPlan(128, 8, 1, 1)
+    assert row_model.row_plan(3, 300).rows == 2 and row_model.row_plan(3, 512).rows == 4   # (a row masked)
+    assert row_model.row_plan(16384, 2048) == row_model.RowPlan(256, 8, 1, 1)
     assert row_model.row_plan(4096, 4096) == row_model.RowPlan(256, 8, 2, 1)
     assert row_model.row_plan(4096, 32768).threads == 1024
     # an odd 16-bit row one block holds may walk 16-byte windows (align(c=8)); element accesses
@@ -195,9 +203,14 @@ def test_plans_of_the_tile_model():
     assert "align(c=8)" in repr(recipes.layernorm(64, 24569, dtype="bf16").strategies)
     assert "align(" not in repr(recipes.layernorm(64, 4095, dtype="bf16").strategies)
     # odd rows element by element: more elements a thread, fewer threads (rows.ODD_ROW_VALUES)
-    assert row_model.odd_row_values("layernorm", 1023) == 16 and row_model.odd_row_values("softmax", 8191) == 32
+    assert row_model.odd_row_values("layernorm", 1023) == 8 and row_model.odd_row_values("softmax", 8191) == 32
     assert row_model.row_plan(64, 4095, element_values=16) == row_model.RowPlan(256, 1, 16, 1)
     assert row_model.row_plan(64, 511, element_values=16) == row_model.row_plan(64, 511)     # (short: as before)
+    assert row_model.row_plan(64, 1023, element_values=8) == row_model.RowPlan(128, 1, 8, 2)   # (two rows a block)
+    assert row_model.row_plan(64, 1023, element_values=8, element_min_threads=0).rows == 1
+    assert row_model.measured_plan_args("softmax", 1023, "bf16", True)["element_min_threads"] == 0
+    with pytest.raises(ValueError, match="element_min_threads"):
+        row_model.row_plan(64, 1023, element_values=8, element_min_threads=-1)
     with pytest.raises(ValueError, match="allowed"):
         row_model.odd_row_values("cast", 4095)
     # rows of 4-byte accesses: 16-bit pairs (LayerNorm, softmax) and odd f32 rows, from 4,000 columns

@@ -24,15 +24,17 @@ aims at three things, in this order —
   threads share an SM.  Rows one block would hold in fewer than four passes, or with a partial
   last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns);
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
-  warp, several rows per warp and four warps per block (a short row alone would leave most lanes
-  idle); a longer row takes a whole block of ``lanes`` threads (warps combine their partial
-  results through shared memory), with two vectors per thread from 4,096 columns on, so that
-  every thread has two 16-byte loads in flight before its first use::
+  warp, several rows per warp and eight warps per block (a short row alone would leave most lanes
+  idle); a longer row takes ``lanes`` threads of a block (warps combine their partial results
+  through shared memory), with two vectors per thread from 4,096 columns on, so that every thread
+  has two 16-byte loads in flight before its first use; rows on fewer than 256 threads share a
+  block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts blocks)::
 
       cols (fp16)   lanes  vec  reps  rows/block   threads
-      64              8     8     1       16          128
-      256            32     8     1        4          128
-      1,024         128     8     1        1          128
+      64              8     8     1       32          256
+      256            32     8     1        8          256
+      512             64    8     1        4          256
+      1,024         128     8     1        2          256
       4,096         256     8     2        1          256
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
       32,768       1024     8     4        1         1024
@@ -66,7 +68,17 @@ CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block
 # 65,536 columns): softmax 2.27 TB/s at 256 threads x 32 values, four blocks per SM (cluster of
 # 8), 2.10 at 512 x two, 1.85-1.98 at 1024 x one; rmsnorm 2.47-2.50 at any of them
 CLUSTER_THREADS = (256, 512, 1024)
-WARPS_FOR_SHORT_ROWS = 4       # warps per block when several rows share a warp (or one row a warp)
+# threads a block of short rows takes at least: rows of up to 128 threads' vectors share a block
+# (several rows a warp, a row a warp, or a row on a few warps).  What limits such kernels is the
+# rate at which the GPU starts blocks, not its bandwidth: measured on an H200 (bf16,
+# bench/row_plans.py, TB/s), 32768 x 512 RMSNorm 1.66 on blocks of one 64-thread row against 3.92
+# on four rows a block (torch 2.33), LayerNorm 1.68 / 3.78, softmax 1.67 / 3.87; 32768 x 1024
+# RMSNorm 3.34 / 4.11 (128 threads a row, two rows a block), LayerNorm 3.28 / 4.07, softmax 3.32 /
+# 4.07 (add + RMSNorm, which moves 2.5 times the bytes a row, 4.17 / 4.14); 65536 x 256 RMSNorm
+# 3.29 / 3.95 (eight warps of a row each against four), LayerNorm 3.18 / 3.70, softmax 3.29 / 3.88.
+# Blocks of 512 threads read 2-5 % under 256 (bench/README.md, "Rows a block")
+MIN_BLOCK_THREADS = 256
+WARPS_FOR_SHORT_ROWS = MIN_BLOCK_THREADS // 32   # warps per block when several rows share a warp
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 # a cluster's row part staged in shared memory (RowPlan.row_memory = "SH"): up to 64 elements a
 # thread (the registers hold none of them: 30-40 a thread, STAGED_REGISTERS), as many blocks per
@@ -120,8 +132,19 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # 1.57, 0.89, 1.20, 1.28 (32 a thread spilled 40 bytes); RMSNorm 2.50 at 4 a thread over 1,023
 # (2.40 at 8), 2.26 at 8 over 2,047, 2.10 at 16 over 4,095 (1.70); add + RMSNorm 2.76 and 2.71 at 4
 # over 1,023 and 2,047 (2.62, 2.52 at 8), and 32 a thread spilled it and RMSNorm
-ODD_ROW_VALUES = {"rmsnorm": (4, 16, 16), "add_rmsnorm": (4, 16, 16), "layernorm": (16, 16, 16),
-                  "softmax": (8, 16, 32), "causal": (8, 16, 32)}
+# The values are for rows of up to 1,024, up to 2,048, up to 4,096 and longer.  LayerNorm's rows of
+# up to 1,024 take 8 a thread on blocks of two rows (ODD_ROWS_SHARE_BLOCKS): measured on an H200
+# (bf16, 16384 x 1023) 2.37 TB/s on 128 threads x 8 x 2 rows against 1.99 on 64 x 16 (one row or
+# four a block) and 1.83 on 128 x 8 alone; at 8192 x 2047, 8 a thread on 256 threads read 1.78
+# against 1.95 at 16 on 128 (bench/README.md, "Rows a block")
+ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "layernorm": (8, 16, 16, 16),
+                  "softmax": (8, 8, 16, 32), "causal": (8, 8, 16, 32)}
+# the recipes whose element plans put rows of fewer than MIN_BLOCK_THREADS threads on a block
+# together (row_plan's element_min_threads), as the plans of 16-byte vectors do.  Measured on an
+# H200 (bf16 and f16, bench/rows.py against one row a block): LayerNorm 16384 x 1023, 32768 x 1001
+# and 65536 x 1023 0.83-0.87 of the time, causal softmax 0.90-0.92; softmax 1.03-1.05 (128
+# threads x 8 a row), which keeps a row a block
+ODD_ROWS_SHARE_BLOCKS = ("rmsnorm", "add_rmsnorm", "layernorm", "causal")
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
 # columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
 # bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
@@ -145,8 +168,8 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
         raise ValueError(f"odd_row_values: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
     eb = max(1, _dtype(dtype).bits // 8)
     if eb == 2 and cols % 2:
-        short, mid, long = ODD_ROW_VALUES[op]
-        return short if cols <= 2048 else mid if cols <= 4096 else long
+        shortest, short, mid, long = ODD_ROW_VALUES[op]
+        return shortest if cols <= 1024 else short if cols <= 2048 else mid if cols <= 4096 else long
     if cols < NARROW_FROM:
         return None
     if eb == 2 and cols % 4 == 2 and op in PAIR_ROW_VALUES:
@@ -234,7 +257,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``staged_window`` (``staged_window_faster``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
-            "staged_window": staged_window_faster(op, cols)}
+            "staged_window": staged_window_faster(op, cols),
+            "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0}
     if op == "causal" and eb == 2:
         args["half_block_values"] = CAUSAL_VALUES
     if op in STAGED_ODD_VALUES and clusters:
@@ -323,7 +347,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None, half_block_values: int | None = None,
-             element_values: int | None = None, staged_window: bool = False) -> RowPlan:
+             element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
+             staged_window: bool = False) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -345,7 +370,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
     ``CAUSAL_VALUES``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
     4 bytes that one block holds takes as few threads as hold it at about this many elements a
-    thread (the recipes ask for ``odd_row_values``); ``staged_window`` (with ``stage``): an odd
+    thread (the recipes ask for ``odd_row_values``), with rows on fewer than
+    ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
     on one block of ``STAGED_WINDOW_THREADS`` threads (``RowPlan(aligned=True,
     row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks (the recipes ask
@@ -355,6 +381,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
+    if isinstance(element_min_threads, bool) or not isinstance(element_min_threads, int) or element_min_threads < 0:
+        raise ValueError(f"row_plan: element_min_threads must be an int >= 0 (0: a row a block), got "
+                         f"{element_min_threads!r}")
     eb = max(1, _dtype(dtype).bits // 8)
     if max_values is None:
         max_values = VALUES_IN_REGISTERS[2 if eb <= 2 else 4]
@@ -422,12 +451,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     one = _one_block(1, part // vec, vec, threads)
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
-    plan = _one_block(rows, vectors, vec, MAX_THREADS)
+    plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS)
     if element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
+        # (rows on fewer than element_min_threads threads share a block, as above)
         lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // max(1, element_values // vec))))
-        plan = RowPlan(lanes, vec, -(-vectors // lanes), 1)
+        shared = max(1, min(element_min_threads // lanes, _pow2_at_least(rows)))
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), shared)
         max_values = max(max_values, element_values)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):
@@ -506,9 +537,11 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
                    row_memory="SH")
 
 
-def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:
+def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads: int = 0) -> RowPlan:
     """The plan of rows of ``vectors`` accesses of ``vec`` elements on blocks of at most
-    ``max_threads`` threads (``reps`` may exceed what fits in registers: the caller checks)."""
+    ``max_threads`` threads (``reps`` may exceed what fits in registers: the caller checks); a
+    row on fewer than ``min_threads`` threads shares its block with other rows (as many as make
+    ``min_threads``, at most the tensor's rows rounded up to a power of two)."""
     if vectors <= 32:
         lanes = _pow2_at_least(vectors)
         per_warp = 32 // lanes
@@ -522,7 +555,7 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int) -> RowPlan:
     reps = 1 if vectors <= 256 else 2 if vectors <= 512 else 4
     lanes = min(max_threads, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
-    return RowPlan(lanes, vec, reps, 1)
+    return RowPlan(lanes, vec, reps, max(1, min(min_threads // lanes, _pow2_at_least(rows))))
 
 
 def one_pass(plan: RowPlan) -> bool:
