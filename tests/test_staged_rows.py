@@ -325,3 +325,16 @@ def test_place_swizzle_is_a_bool_and_round_trips():
     with pytest.raises(ScheduleError, match="swizzle"):
         norms.layernorm(4, 64, dtype="f16", arch="sm_90a").spec.schedule(
             tile(r=1) >> to_blocks(), place("Xr", SH, swizzle="no"))
+
+
+@pytest.mark.parametrize("R, C", [(2, 20000), (1, 32768)])
+def test_softmax_rows_on_one_block_wait_in_shared_memory(R, C):
+    # a softmax row of 16-byte vectors on one block of 1,024 threads (sm_90a) waits in shared
+    # memory (rows.STAGE_ONE_BLOCK); 20,000: the last pass partial, its buffer padded to whole
+    # passes.  The norms keep such rows in registers
+    sched = fs.recipes.softmax(R, C, dtype="bf16", arch="sm_90a")
+    assert "Memory.SH" in repr(sched.strategies) and "cluster" not in repr(sched.strategies[0])
+    assert "Memory.SH" not in repr(fs.recipes.layernorm(R, C, dtype="bf16", arch="sm_90a").strategies)
+    assert "Memory.SH" not in repr(fs.recipes.softmax(R, C, dtype="bf16", arch="sm_90a", causal=True).strategies)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    assert fs.compile(sched, arch="sm_90a").spills == 0

@@ -145,6 +145,10 @@ ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "lay
 # and 65536 x 1023 0.83-0.87 of the time, causal softmax 0.90-0.92; softmax 1.03-1.05 (128
 # threads x 8 a row), which keeps a row a block
 ODD_ROWS_SHARE_BLOCKS = ("rmsnorm", "add_rmsnorm", "layernorm", "causal")
+# the recipes whose rows on one block of 1,024 threads wait in shared memory (row_plan's
+# stage_one_block; measured there).  Not measured on an H100, where softmax 8192 x 32,768 read
+# 2.92 TB/s in registers, at its copy rate
+STAGE_ONE_BLOCK = ("softmax",)
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
 # columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
 # bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
@@ -258,7 +262,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
-            "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0}
+            "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
+            "stage_one_block": op in STAGE_ONE_BLOCK}
     if op == "causal" and eb == 2:
         args["half_block_values"] = CAUSAL_VALUES
     if op in STAGED_ODD_VALUES and clusters:
@@ -348,7 +353,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None, half_block_values: int | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
-             staged_window: bool = False) -> RowPlan:
+             staged_window: bool = False, stage_one_block: bool = False) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -375,7 +380,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
     on one block of ``STAGED_WINDOW_THREADS`` threads (``RowPlan(aligned=True,
     row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks (the recipes ask
-    for it where ``staged_window_faster``)."""
+    for it where ``staged_window_faster``); ``stage_one_block`` (with ``stage``): a row of
+    16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
+    (``row_memory="SH"``) instead of registers (the recipes ask for it for softmax:
+    ``STAGE_ONE_BLOCK``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -473,6 +481,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         staged = _staged_cluster(vectors, vec, eb)
         if staged is not None and staged.cluster * staged.part == vectors * vec:
             return staged
+    if stage_one_block and stage and clusters and plan.lanes == MAX_THREADS and vec * eb == 16 and eb == 2 and \
+            plan.reps * vec <= max_values:
+        # a 16-bit row on one block of 1024 threads waits in shared memory (softmax: its two passes
+        # over the row then read shared memory, and the registers left let a second block share
+        # the SM).  Measured on an H200 (bf16, bench/row_plans.py): softmax 8192 x 32,768 4.09-4.10
+        # TB/s against 3.33 in registers (a cluster of four staged parts 4.10, 512 threads x 64
+        # staged 4.11); LayerNorm 2.88 against 3.48-3.51 in registers (not taken)
+        plan = attrs.evolve(plan, row_memory="SH")
     half = MAX_THREADS // 2
     # (a partial last pass keeps its tests in registers: one vector fewer a thread there)
     if half_block_values and plan.lanes == MAX_THREADS and plan.reps < 4 and \
