@@ -169,6 +169,19 @@ def test_causal_rows_of_few_passes_take_half_blocks():
     assert fs.compile(causal, arch="sm_90a").spills == 0
 
 
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_norm_rows_of_few_passes_take_half_blocks(kind):
+    # 16,385 to 20,479 columns: 512 threads x 40 (two blocks an SM) on sm_90a, the last pass
+    # partial (rows.HALF_BLOCK_VALUES); on sm_80 (not measured there) 1,024 threads as before
+    args = row_model.measured_plan_args(kind, 20000, "bf16", True)
+    assert row_model.row_plan(64, 20000, "bf16", clusters=True, stage=True, **args) == row_model.RowPlan(512, 8, 5, 1)
+    assert "half_block_values" not in row_model.measured_plan_args(kind, 20000, "bf16", False)
+    sched = getattr(recipes, kind)(3, 16392, dtype="bf16", arch="sm_90a")
+    assert repr(sched.strategies[0]) == "tile(r=1) >> to_blocks(occupancy=2)"
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    assert fs.compile(sched, arch="sm_90a").spills == 0
+
+
 def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 8)
     # rows on fewer than 256 threads share a block (rows.MIN_BLOCK_THREADS), never more rows than

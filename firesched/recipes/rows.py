@@ -214,6 +214,12 @@ STAGED_ODD_VALUES = {"rmsnorm": 8}
 # (3.21 against 3.35 on 1,024 x 32); f16 rows of 20,488 to 23,560 columns (48 a thread, the last
 # pass partial) spilled 8 bytes (sm_90a) and 40 (sm_80)
 CAUSAL_VALUES = 48
+# the same for LayerNorm's and RMSNorm's rows (their 16-bit rows of 16,385 to 20,479 columns: 40
+# a thread on 512 threads, the last pass partial).  Measured on an H200 (bf16, 8192 x 20,000,
+# bench/row_plans.py): LayerNorm 4.02 TB/s on 512 threads x 40 (two blocks an SM, 64 registers,
+# no spills) against 2.58 on 1,024 x 24, RMSNorm 3.87 against 2.62; clusters of staged or register
+# parts 1.96-3.08 and 2.88-3.40
+HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": 48, "rmsnorm": 48}
 
 
 # odd 16-bit rows of these many columns wait in shared memory in their aligned window
@@ -255,8 +261,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     """The ``row_plan`` arguments the measurements above choose for recipe ``op`` (``rmsnorm``,
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
-    ``element_values`` (``odd_row_values``), causal softmax's ``half_block_values``
-    (``CAUSAL_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
+    ``element_values`` (``odd_row_values``), the ``half_block_values`` of causal softmax, LayerNorm
+    and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``), and
     ``staged_window`` (``staged_window_faster``)."""
     eb = max(1, _dtype(dtype).bits // 8)
@@ -264,8 +270,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
             "staged_window": staged_window_faster(op, cols),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK}
-    if op == "causal" and eb == 2:
-        args["half_block_values"] = CAUSAL_VALUES
+    if op in HALF_BLOCK_VALUES and eb == 2 and (clusters or op == "causal"):
+        # (the norms' on sm_90a, where measured: compiled for sm_80, LayerNorm f16 spilled 8 bytes)
+        args["half_block_values"] = HALF_BLOCK_VALUES[op]
     if op in STAGED_ODD_VALUES and clusters:
         args["odd_values"] = STAGED_ODD_VALUES[op]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:

@@ -72,7 +72,7 @@ def test_long_rows_on_clusters(op, rows, cols):
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
-@pytest.mark.parametrize("rows, cols", [(3, 32769), (5, 40960), (2, 40000)])
+@pytest.mark.parametrize("rows, cols", [(3, 32769), (5, 40960), (2, 40000), (3, 20000), (2, 16392)])
 def test_long_rows_on_one_block(op, rows, cols):
     assert fs.recipes.rows.row_plan(rows, cols, "bf16", clusters=True).cluster == 1 or op == "add_rmsnorm"
     _run(op, rows, cols, "bf16")
