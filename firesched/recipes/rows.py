@@ -36,8 +36,10 @@ aims at three things, in this order —
       512             64    8     1        4          256
       1,024         128     8     1        2          256
       4,096         256     8     2        1          256
+      20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, causal softmax:
+                                                         half_block_values); 1024 x 3 otherwise
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
-      32,768       1024     8     4        1         1024
+      32,768       1024     8     4        1         1024 (softmax: in shared memory, stage_one_block)
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
