@@ -493,8 +493,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if stage_one_block and stage and clusters and plan.lanes == MAX_THREADS and vec * eb == 16 and eb == 2 and \
             plan.reps * vec <= max_values:
         # a 16-bit row on one block of 1024 threads waits in shared memory (softmax: its two passes
-        # over the row then read shared memory, and the registers left let a second block share
-        # the SM).  Measured on an H200 (bf16, bench/row_plans.py): softmax 8192 x 32,768 4.09-4.10
+        # over the row then read shared memory, and its registers fall from 56 to 28 a thread; why
+        # that is faster was not profiled).  Measured on an H200 (bf16, bench/row_plans.py): softmax 8192 x 32,768 4.09-4.10
         # TB/s against 3.33 in registers (a cluster of four staged parts 4.10, 512 threads x 64
         # staged 4.11); LayerNorm 2.88 against 3.48-3.51 in registers (not taken)
         plan = attrs.evolve(plan, row_memory="SH")
