@@ -182,6 +182,30 @@ def test_norm_rows_of_few_passes_take_half_blocks(kind):
     assert fs.compile(sched, arch="sm_90a").spills == 0
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(R=5, C=1000, kind="layernorm", lanes=128, vec=8, reps=1, rows=2, dt="bf16")   # the last block half empty
+@example(R=3, C=1023, kind="causal", lanes=128, vec=1, reps=8, rows=2, dt="f16")
+@given(R=st.integers(1, 9), C=st.integers(1, 1200),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"]),
+       lanes=st.sampled_from([8, 32, 64, 128, 256]), vec=st.sampled_from([1, 2, 4, 8]), reps=st.integers(1, 4),
+       rows=st.sampled_from([1, 2, 3, 4, 8]), dt=st.sampled_from(["f16", "bf16", "f32"]))
+def test_hand_written_plans_of_several_rows_a_block_are_refused_or_right(R, C, kind, lanes, vec, reps, rows, dt):
+    # a user's RowPlan with several rows on a block (as the tile model's short rows now take:
+    # rows.MIN_BLOCK_THREADS): rows of a warp or of several warps, passes that may not cover the
+    # row or cover it with room to spare, blocks past the tensor's last row.  check() refuses it
+    # or the interpreter matches numpy
+    plan = row_model.RowPlan(lanes, vec, reps, rows)
+    try:
+        if kind == "causal":
+            sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True, plan=plan)
+        else:
+            sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a", plan=plan)
+        sched.check("sm_90a")
+    except (ScheduleError, ValueError):
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
 def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 8)
     # rows on fewer than 256 threads share a block (rows.MIN_BLOCK_THREADS), never more rows than
