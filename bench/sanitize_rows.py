@@ -13,7 +13,9 @@ with ``barrier.cluster`` instead.
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
 per block, the largest plan (1024 threads), rows split over thread-block clusters of 2 and 4
 blocks (an odd row included), and cluster parts staged in shared memory (20,480 and 65,536
-columns; 50,000: the last block's part shorter than its buffer).  Causal softmax too."""
+columns; 50,000: the last block's part shorter than its buffer), rows of 20,000 on half blocks
+(512 threads, two an SM: LayerNorm, RMSNorm, causal softmax) and softmax's rows staged on one
+block (20,000 to 40,000).  Causal softmax too."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import firesched as fs  # noqa: E402
 
 SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768), (3, 40000), (2, 65537), (3, 20480),
-          (2, 50000), (2, 65536)]
+          (3, 20000), (2, 50000), (2, 65536)]
 
 
 def main(argv=None) -> None:
