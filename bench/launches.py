@@ -142,8 +142,9 @@ def main(argv=None) -> list:
         meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
                     torch=torch.__version__, firesched=fs.version.__version__,
                     command="bench/launches.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        from bench.gemm import write_results
+
+        write_results(args.out, meta, rows)
     return rows
 
 
