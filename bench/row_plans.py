@@ -5,6 +5,7 @@ recipe at one shape, interleaved with torch's peer: the measurements behind ``ro
     PYTHONPATH=. python bench/row_plans.py --op rmsnorm --shape 1024x262144 --threads 512,1024 --values 16,32
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 4096x65536 --row-memory RF,SH --occupancy 0,4,6
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 16384x1024 --plan 128,8,1,1 --plan 32,8,4,4
+    PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 16384x2560 --together --plan default --plan 128,8,3,1
 
 Each plan splits the row over a thread-block cluster of the fewest blocks (2, 4 or 8) whose
 ``threads x values`` elements hold their part, or one block when it fits.  Timing as in
@@ -74,7 +75,9 @@ def main(argv=None) -> None:
     p.add_argument("--exchange", default="push", choices=["push", "barrier"])
     p.add_argument("--plan", action="append", default=[],
                    help="a plan of one block per rows: LANES,VEC,REPS,ROWS (RowPlan's first four fields; "
-                        "repeatable), instead of --threads / --values")
+                        "repeatable), or 'default' (the recipe's own), instead of --threads / --values")
+    p.add_argument("--together", action="store_true",
+                   help="time every plan and the peer in one interleaved set (default: each plan with the peer)")
     p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off"],
                    help="softmax and LayerNorm: statistics in one tuple reduction (on) or two (off); default: "
                         "one where the row is split over a cluster")
@@ -94,31 +97,39 @@ def main(argv=None) -> None:
     peer = _peer(torch, args.op, C)
     base = [_plan(p) for p in args.plan] or \
         plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
-    todo = [_with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
+    todo = [plan if plan is None else
+            _with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
+    todo = list(dict.fromkeys(todo))
+    kernels = []
     for plan in todo:
         try:
             sched = getattr(fs.recipes, kind)(R, C, dtype=args.dtype, arch="sm_90a", plan=plan, **extra)
-            k = fs.compile(sched, arch="sm_90a")
+            kernels.append((plan, fs.compile(sched, arch="sm_90a")))
         except fs.ScheduleError as e:
             print(f"{plan}: refused: {str(e).splitlines()[0]}")
-            continue
-
-        def ours(i, k=k):
-            return k(*sets[i % nsets][0], *sets[i % nsets][1])
-
-        us = timing.interleaved({"ours": ours, "peer": lambda i: peer(*sets[i % nsets][0])}, rounds=args.rounds)
-        o, q = us["ours"] * 1e-3, us["peer"] * 1e-3
-        print(f"{args.op} {args.dtype} {R}x{C} threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} "
-              f"cluster {plan.cluster} occupancy {plan.occupancy} row in {plan.row_memory}"
-              f"{' aligned' if plan.aligned else ''}: ours "
-              f"{nbytes / o / 1e9:5.2f} TB/s  torch {nbytes / q / 1e9:5.2f} TB/s  registers "
-              f"{max(r.registers for r in k.resources.values())}  spills {k.spills}", flush=True)
+    groups = [kernels] if args.together else [[pk] for pk in kernels]
+    for group in groups:
+        fns = {j: (lambda i, k=k: k(*sets[i % nsets][0], *sets[i % nsets][1])) for j, (_, k) in enumerate(group)}
+        fns["peer"] = lambda i: peer(*sets[i % nsets][0])
+        us = timing.interleaved(fns, rounds=args.rounds)
+        q = us["peer"] * 1e-3
+        for j, (plan, k) in enumerate(group):
+            o = us[j] * 1e-3
+            what = "the recipe's plan" if plan is None else (
+                f"threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} cluster {plan.cluster} "
+                f"occupancy {plan.occupancy} row in {plan.row_memory}{' aligned' if plan.aligned else ''}")
+            print(f"{args.op} {args.dtype} {R}x{C} {what}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
+                  f"{nbytes / q / 1e9:5.2f} TB/s  registers {max(r.registers for r in k.resources.values())}  "
+                  f"spills {k.spills}", flush=True)
 
 
 def _plan(text: str):
     """``--plan lanes,vec,reps,rows[,cluster,part][,a]``: a ``RowPlan``; a last ``a`` makes it an
-    aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``)."""
+    aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``); ``default``: None, the
+    recipe's own plan."""
+    if text == "default":
+        return None
     parts = text.split(",")
     aligned = parts[-1] == "a"
     return rows.RowPlan(*(int(v) for v in parts[:len(parts) - aligned]), aligned=aligned)

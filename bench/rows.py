@@ -49,7 +49,10 @@ SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), 
           (65536, 1024), (8192, 32768),
           # rows of 512 columns (blocks of one such row read 1.66 TB/s on an H200: rows.MIN_BLOCK_THREADS)
           # and of 20,000 (three passes of 1,024 threads, the last partial: rows.HALF_BLOCK_VALUES)
-          (65536, 512), (8192, 20000)]
+          (65536, 512), (8192, 20000),
+          # models' hidden sizes whose vectors are not a power of two (rows.FILL_THREADS: on
+          # power-of-two passes 2,560 columns left 3/8 of the slots idle; LayerNorm 3.28 TB/s)
+          (32768, 1536), (16384, 2560), (8192, 5120), (4096, 10240), (4096, 14336)]
 #: Rows longer than one block holds: thread-block clusters of 2, 4 and 8 blocks.  The 16 GiB
 #: case last: shapes timed right after it read about 12 % slower, ours and torch's alike
 #: (add + RMSNorm 2048 x 131072 bf16 on an H100: 2.86 -> 2.53 TB/s, torch 1.95 -> 1.72; not

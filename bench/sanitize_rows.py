@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import firesched as fs  # noqa: E402
 
 SHAPES = [(37, 1001), (5, 1), (33, 100), (64, 256), (16, 4096), (3, 32768), (3, 40000), (2, 65537), (3, 20480),
-          (3, 20000), (2, 50000), (2, 65536)]
+          (3, 20000), (2, 50000), (2, 65536), (5, 2560), (2, 4104), (2, 14336)]
 
 
 def main(argv=None) -> None:

@@ -159,6 +159,18 @@ def test_bench_gemm_quick(tmp_path):
 
 
 @pytest.mark.gpu
+def test_row_plans_runs_small(capsys):
+    """bench/row_plans.py times the recipe's plan and a plan of the caller's in one set."""
+    pytest.importorskip("torch")
+    from bench import row_plans
+
+    row_plans.main(["--op", "layernorm", "--shape", "64x2560", "--together", "--plan", "default",
+                    "--plan", "128,8,3,1", "--rounds", "1"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "TB/s" in line]
+    assert len(lines) == 2 and "the recipe's plan" in lines[0] and "threads  128" in lines[1]
+
+
+@pytest.mark.gpu
 def test_sanitize_cases_run():
     torch = pytest.importorskip("torch")
     from bench.sanitize_cases import CASES, run_case

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import firesched as fs
 from firesched import recipes
 from firesched.errors import ScheduleError
+from firesched.recipes import norms
 from firesched.recipes import rows as row_model
 from firesched.spec import Fused, Move, Pointwise, Reduce
 from firesched.strategies import done, part, place, tile, to_blocks, to_threads
@@ -218,6 +219,21 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(16384, 2048) == row_model.RowPlan(256, 8, 1, 1)
     assert row_model.row_plan(4096, 4096) == row_model.RowPlan(256, 8, 2, 1)
     assert row_model.row_plan(4096, 32768).threads == 1024
+    # a row whose vectors are not a power of two takes the power-of-two threads (64 to 256) whose
+    # passes leave the fewest slots idle, a block each (rows.FILL_THREADS, FILL_VALUES)
+    assert row_model.row_plan(32768, 1536) == row_model.RowPlan(64, 8, 3, 1)
+    assert row_model.row_plan(16384, 2560) == row_model.RowPlan(64, 8, 5, 1)
+    assert row_model.row_plan(8192, 7168) == row_model.RowPlan(128, 8, 7, 1)
+    assert row_model.row_plan(4096, 14336) == row_model.RowPlan(256, 8, 7, 1)
+    assert row_model.row_plan(4096, 4104) == row_model.RowPlan(128, 8, 5, 1)     # the last pass partial
+    assert row_model.row_plan(4096, 13312) == row_model.RowPlan(512, 8, 4, 1)    # 256 x 7 partial: 56 a thread
+    assert row_model.row_plan(65536, 768) == row_model.RowPlan(128, 8, 1, 2)     # 64 x 2 idles as many
+    assert row_model.row_plan(4096, 1536, "f32") == row_model.RowPlan(256, 4, 2, 1)   # 16-bit rows only
+    # add + RMSNorm f16 on 512 threads with a partial last pass: one block an SM (it spilled at two)
+    add = {(c, d): norms.plan_rows(8, c, d, "sm_90a", max_values=32, op="add_rmsnorm")
+           for c in (13312, 16384) for d in ("f16", "bf16")}
+    assert add[13312, "f16"].occupancy == 1 and add[13312, "bf16"].occupancy == 2
+    assert add[16384, "f16"].occupancy == 2
     # an odd 16-bit row one block holds may walk 16-byte windows (align(c=8)); element accesses
     # without (the default, and where the recipes measured windows slower: rows.aligned_faster)
     assert row_model.row_plan(5, 1001, align=True) == row_model.RowPlan(128, 8, 1, 1, aligned=True)

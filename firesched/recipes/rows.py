@@ -27,15 +27,20 @@ aims at three things, in this order —
   warp, several rows per warp and eight warps per block (a short row alone would leave most lanes
   idle); a longer row takes ``lanes`` threads of a block (warps combine their partial results
   through shared memory), with two vectors per thread from 4,096 columns on, so that every thread
-  has two 16-byte loads in flight before its first use; rows on fewer than 256 threads share a
-  block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts blocks)::
+  has two 16-byte loads in flight before its first use; rows on fewer than 256 threads in one
+  pass share a block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts
+  blocks); a row whose vectors are not a power of two takes the power-of-two threads (64 to
+  256) whose passes leave the fewest slots idle, up to 56 elements a thread (``FILL_VALUES``)::
 
       cols (fp16)   lanes  vec  reps  rows/block   threads
       64              8     8     1       32          256
       256            32     8     1        8          256
       512             64    8     1        4          256
       1,024         128     8     1        2          256
+      2,560          64     8     5        1           64 (vectors not a power of two: the power-of-two
+                                                         threads whose passes idle least, FILL_THREADS)
       4,096         256     8     2        1          256
+      14,336        256     8     7        1          256 (1,792 vectors; 512 x 4 would idle 256 slots)
       20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, causal softmax:
                                                          half_block_values); 1024 x 3 otherwise
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
@@ -80,6 +85,20 @@ CLUSTER_THREADS = (256, 512, 1024)
 # 3.29 / 3.95 (eight warps of a row each against four), LayerNorm 3.18 / 3.70, softmax 3.29 / 3.88.
 # Blocks of 512 threads read 2-5 % under 256 (bench/README.md, "Rows a block")
 MIN_BLOCK_THREADS = 256
+# a 16-bit row of 16-byte vectors one block holds takes the power-of-two threads, up to
+# FILL_THREADS, whose passes leave the fewest slots idle (_fewest_idle), at up to FILL_VALUES
+# elements a thread (whatever the recipe's max_values, which budget 1,024 threads): a block of
+# 256 threads, two an SM, leaves each thread twice the registers of 1024.  Measured on
+# an H200 (bf16, TB/s against the plan of power-of-two passes before; 56 a thread compiled without
+# spills, LayerNorm 96 registers): RMSNorm / LayerNorm / softmax 32768 x 1536 on 64 threads x 3
+# 4.10 / 4.08 / 4.13 (3.71 / 3.38 / 3.41 on 256 x 1), 16384 x 3072 on 128 x 3 4.10 / 4.08 / 4.11
+# (3.95 / 3.57 / 4.10 on 256 x 2), 8192 x 5120 on 128 x 5 4.02 / 3.98 / 4.07 (3.75 / 3.54 / 4.05
+# on 256 x 3), 8192 x 7168 on 128 x 7 4.02 / 3.98 / 4.06 (3.90 / 3.59 / 4.06 on 256 x 4), 4096 x
+# 10240 on 256 x 5 3.95 / 3.90 / 3.96 (2.89 / 3.14 / 3.11 on 512 x 3), 4096 x 14336 on 256 x 7
+# 3.98 / 3.82 / 4.00 (3.36 / 3.70 / 3.74 on 512 x 4); such rows keep a block each (their
+# threads have several loads in flight: two rows a block of 128 x 3 or 128 x 5 read 0.98-1.01 of one)
+FILL_THREADS = 256
+FILL_VALUES = 56
 WARPS_FOR_SHORT_ROWS = MIN_BLOCK_THREADS // 32   # warps per block when several rows share a warp
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 # a cluster's row part staged in shared memory (RowPlan.row_memory = "SH"): up to 64 elements a
@@ -253,6 +272,14 @@ STAGED_WINDOW_THREADS = 256
 STAGED_WINDOW_BLOCKS = 3
 
 
+# blocks an SM a row of 16-byte vectors on 512 threads whose last pass is partial asks for, by
+# recipe and type (row_plan's partial_pass_blocks): at two (64 registers a thread) add + RMSNorm
+# f16 spilled 96 bytes at 13,312 and 15,360 columns (512 x 4), at one it takes 84 registers.
+# Measured on an H200 (bench/row_plans.py, 8192 rows): 4.02 and 4.14 TB/s against 3.66 and 3.65
+# spilling (1,024 threads x 2: 3.94, 4.09)
+PARTIAL_PASS_BLOCKS = {("add_rmsnorm", "f16"): 1}
+
+
 # 16-bit rows of 2 mod 4 columns (pairs) in add + RMSNorm wait in shared memory from this many
 # pairs a thread of one block (row_plan's odd_values): in registers the f16 kernel spilled 32-120
 # bytes a thread from 20,482 columns (sm_90a and sm_80)
@@ -265,8 +292,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
     ``element_values`` (``odd_row_values``), the ``half_block_values`` of causal softmax, LayerNorm
     and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
-    (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``), and
-    ``staged_window`` (``staged_window_faster``)."""
+    (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
+    ``staged_window`` (``staged_window_faster``) and ``partial_pass_blocks``
+    (``PARTIAL_PASS_BLOCKS``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -277,6 +305,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         args["half_block_values"] = HALF_BLOCK_VALUES[op]
     if op in STAGED_ODD_VALUES and clusters:
         args["odd_values"] = STAGED_ODD_VALUES[op]
+    if (op, str(_dtype(dtype))) in PARTIAL_PASS_BLOCKS:
+        args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
         args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
     return args
@@ -362,7 +392,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None, half_block_values: int | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
-             staged_window: bool = False, stage_one_block: bool = False) -> RowPlan:
+             staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -392,7 +422,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     for it where ``staged_window_faster``); ``stage_one_block`` (with ``stage``): a row of
     16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
     (``row_memory="SH"``) instead of registers (the recipes ask for it for softmax:
-    ``STAGE_ONE_BLOCK``)."""
+    ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
+    whose last pass is partial asks for this many blocks an SM (0: ``RowPlan.occupancy``'s;
+    add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -468,7 +500,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     one = _one_block(1, part // vec, vec, threads)
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
-    plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS)
+    fill = FILL_VALUES if vec * eb == 16 and eb == 2 else 0
+    plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS, fill_values=fill)
+    max_values = max(max_values, plan.reps * vec if plan.lanes <= FILL_THREADS and fill else 0)
     if element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
@@ -507,6 +541,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # also differ in their work: bench/README.md)
         plan = RowPlan(half, vec, -(-vectors // half), 1)
         max_values = max(max_values, half_block_values)
+    if partial_pass_blocks and plan.lanes == MAX_THREADS // 2 and plan.cluster == 1 and vectors % plan.lanes and \
+            vec * eb == 16:
+        plan = attrs.evolve(plan, blocks_per_sm=partial_pass_blocks)
     if plan.reps * vec > max_values:
         most = longest * CLUSTERS[-1]
         raise ValueError(f"row_plan: a row of {cols} {_dtype(dtype)} elements does not fit in the registers of one "
@@ -562,11 +599,15 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
                    row_memory="SH")
 
 
-def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads: int = 0) -> RowPlan:
+def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads: int = 0,
+               fill_values: int = 0) -> RowPlan:
     """The plan of rows of ``vectors`` accesses of ``vec`` elements on blocks of at most
     ``max_threads`` threads (``reps`` may exceed what fits in registers: the caller checks); a
-    row on fewer than ``min_threads`` threads shares its block with other rows (as many as make
-    ``min_threads``, at most the tensor's rows rounded up to a power of two)."""
+    row on fewer than ``min_threads`` threads in one pass shares its block with other rows (as
+    many as make ``min_threads``, at most the tensor's rows rounded up to a power of two);
+    ``fill_values``: a row of more than 32 accesses may instead take the power-of-two threads,
+    64 to ``FILL_THREADS``, whose passes leave the fewest of them idle, at up to this many
+    elements a thread (``_fewest_idle``)."""
     if vectors <= 32:
         lanes = _pow2_at_least(vectors)
         per_warp = 32 // lanes
@@ -580,7 +621,36 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads:
     reps = 1 if vectors <= 256 else 2 if vectors <= 512 else 4
     lanes = min(max_threads, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
-    return RowPlan(lanes, vec, reps, max(1, min(min_threads // lanes, _pow2_at_least(rows))))
+    if fill_values:
+        lanes, reps = _fewest_idle(vectors, lanes, reps, min(max_threads, FILL_THREADS), fill_values // vec)
+    shared = max(1, min(min_threads // lanes, _pow2_at_least(rows))) if reps == 1 else 1
+    return RowPlan(lanes, vec, reps, shared)
+
+
+def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps: int) -> tuple[int, int]:
+    """``(lanes, reps)``: of the power-of-two thread counts from 64 to ``most_lanes`` whose passes
+    cover ``vectors`` accesses in at most ``most_reps`` each (one fewer where the last pass is
+    partial), the one that leaves the fewest
+    slots idle (``lanes x reps - vectors``), then the most threads; the given ``lanes, reps``
+    where none leaves fewer idle than they do.  A row of 2,560 columns of 16-bit values (320
+    vectors) takes 64 threads x 5 instead of 256 x 2, whose second pass ran three quarters idle::
+
+        256 x 2:  pass 0 |################################|   pass 1 |########........................|
+        64 x 5:   passes 0-4 |########| x 5, every slot a vector
+    """
+    best = (lanes * reps - vectors, -lanes, lanes, reps)
+    # (from 64: a row of a warp keeps a block of its own here, and a block of 32 threads starts
+    # as slowly as MIN_BLOCK_THREADS says; 65536 x 768 on warps of a row each, eight rows a
+    # block, read 0.99-1.05 of 128 threads x 1, two rows a block)
+    n = 64
+    while n <= most_lanes:
+        r = -(-vectors // n)
+        # (a partial last pass keeps its edge tests in registers: one vector fewer a thread there;
+        # add + RMSNorm f16 at 13,312 columns on 256 x 7 spilled 16 bytes)
+        if r <= most_reps - (1 if vectors % n else 0):
+            best = min(best, (n * r - vectors, -n, n, r))
+        n *= 2
+    return best[2], best[3]
 
 
 def one_pass(plan: RowPlan) -> bool:

@@ -51,6 +51,22 @@ def test_row_recipes_match_torch(op, rows, cols):
     _run(op, rows, cols, "bf16")
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(7, 1536), (5, 2560), (3, 3584), (2, 4104), (3, 7168), (2, 14336)])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_rows_of_passes_that_fill_their_threads(op, rows, cols, dtype):
+    # vectors not a power of two: 64 to 256 threads of up to 7 passes (rows.FILL_THREADS)
+    assert fs.recipes.rows.row_plan(rows, cols, dtype).lanes <= 256
+    _run(op, rows, cols, dtype)
+
+
+@pytest.mark.parametrize("cols", [13312, 15360])
+def test_add_rmsnorm_partial_passes_on_one_block_an_sm(cols):
+    # 512 threads x 4, the last pass partial: f16 spilled at two blocks an SM (rows.PARTIAL_PASS_BLOCKS)
+    assert "occupancy" not in repr(fs.recipes.add_rmsnorm(3, cols, dtype="f16", arch="sm_90a").strategies[0])
+    _run("add_rmsnorm", 3, cols, "f16")
+
+
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
 def test_large_magnitudes(op):
     _run(op, 64, 2048, "f16", magnitude=3000.0)
