@@ -5,6 +5,7 @@
     compute-sanitizer --tool synccheck python bench/sanitize_rows.py
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py 3x40000 2x65537   # some shapes
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py --exchange barrier 3x40961 2x100003
+    compute-sanitizer --tool racecheck python bench/sanitize_rows.py --dtype f32 2x10240   # bf16 by default
 
 The rows split over clusters combine as the recipes do by default (``to_blocks(exchange="push")``:
 ``st.async`` into each other's shared memory and an mbarrier); ``--exchange barrier`` runs them
@@ -15,7 +16,8 @@ per block, the largest plan (1024 threads), rows split over thread-block cluster
 blocks (an odd row included), and cluster parts staged in shared memory (20,480 and 65,536
 columns; 50,000: the last block's part shorter than its buffer), rows of 20,000 on half blocks
 (512 threads, two an SM: LayerNorm, RMSNorm, causal softmax) and softmax's rows staged on one
-block (20,000 to 40,000).  Causal softmax too."""
+block (20,000 to 40,000), and rows whose vectors are not a power of two (2,560, 4,104 and 14,336
+columns: passes that fill their threads, ``rows.FILL_THREADS``).  Causal softmax too."""
 
 from __future__ import annotations
 
@@ -35,22 +37,26 @@ def main(argv=None) -> None:
     import torch
 
     args = list(sys.argv[1:] if argv is None else argv)
-    exchange = None
+    exchange, dtype = None, "bf16"
     if "--exchange" in args:
         i = args.index("--exchange")
         exchange = args[i + 1]
         del args[i:i + 2]
+    if "--dtype" in args:
+        i = args.index("--dtype")
+        dtype = args[i + 1]
+        del args[i:i + 2]
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or SHAPES
     for op in ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "softmax_causal"):
         for rows, cols in shapes:
             kind, kw = ("softmax", {"causal": True}) if op == "softmax_causal" else (op, {})
-            sched = getattr(fs.recipes, kind)(rows, cols, dtype="bf16", arch="sm_90a", exchange=exchange, **kw)
+            sched = getattr(fs.recipes, kind)(rows, cols, dtype=dtype, arch="sm_90a", exchange=exchange, **kw)
             k = fs.compile(sched, arch="sm_90a")
             ins = []
             for b in k.program.inputs:
-                ins.append(torch.randn(b.shape, device="cuda", dtype=torch.bfloat16))
-            outs = [torch.empty(b.shape, device="cuda", dtype={"bf16": torch.bfloat16, "f32": torch.float32}[b.dtype.name])
-                    for b in k.program.outputs]
+                ins.append(torch.randn(b.shape, device="cuda", dtype=tdt[dtype]))
+            outs = [torch.empty(b.shape, device="cuda", dtype=tdt[b.dtype.name]) for b in k.program.outputs]
             k(*ins, *outs)
             torch.cuda.synchronize()
             assert all(torch.isfinite(o.float()).all() for o in outs), (op, rows, cols)

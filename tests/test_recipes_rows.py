@@ -228,7 +228,8 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 4104) == row_model.RowPlan(128, 8, 5, 1)     # the last pass partial
     assert row_model.row_plan(4096, 13312) == row_model.RowPlan(512, 8, 4, 1)    # 256 x 7 partial: 56 a thread
     assert row_model.row_plan(65536, 768) == row_model.RowPlan(128, 8, 1, 2)     # 64 x 2 idles as many
-    assert row_model.row_plan(4096, 1536, "f32") == row_model.RowPlan(256, 4, 2, 1)   # 16-bit rows only
+    assert row_model.row_plan(4096, 1536, "f32") == row_model.RowPlan(128, 4, 3, 1)   # f32: up to 512 x 7
+    assert row_model.row_plan(4096, 10240, "f32", clusters=True, stage=True) == row_model.RowPlan(512, 4, 5, 1)
     # add + RMSNorm f16 on 512 threads with a partial last pass: one block an SM (it spilled at two)
     add = {(c, d): norms.plan_rows(8, c, d, "sm_90a", max_values=32, op="add_rmsnorm")
            for c in (13312, 16384) for d in ("f16", "bf16")}

@@ -30,7 +30,8 @@ aims at three things, in this order —
   has two 16-byte loads in flight before its first use; rows on fewer than 256 threads in one
   pass share a block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts
   blocks); a row whose vectors are not a power of two takes the power-of-two threads (64 to
-  256) whose passes leave the fewest slots idle, up to 56 elements a thread (``FILL_VALUES``)::
+  256; f32 up to 512) whose passes leave the fewest slots idle, up to 56 elements a thread
+  (``FILL_VALUES``; f32 28)::
 
       cols (fp16)   lanes  vec  reps  rows/block   threads
       64              8     8     1       32          256
@@ -99,6 +100,16 @@ MIN_BLOCK_THREADS = 256
 # threads have several loads in flight: two rows a block of 128 x 3 or 128 x 5 read 0.98-1.01 of one)
 FILL_THREADS = 256
 FILL_VALUES = 56
+# the same for f32 rows of 16-byte vectors: up to 512 threads x 28 elements (LayerNorm 64
+# registers at 512 x 28, no spills).  Measured on an H200 (TB/s, RMSNorm / LayerNorm / softmax,
+# against the plans before): 4096 x 10240 on 512 x 5 4.05 / 4.01 / 4.04 (3.68 / 3.55 / 3.94 on a
+# cluster of two staged parts), 2048 x 14336 on 512 x 7 3.94 / 3.89 / 3.97 (3.72 / 3.62 / 3.88),
+# 8192 x 5120 on 256 x 5 4.06 / 4.06 / 4.07 (4.12 / 3.61 / 4.14 on 512 x 3), 16384 x 1536 on 128 x 3
+# 4.10 / 4.08 / 4.12 (4.14 / 3.87 / 4.12), 4096 x 7168 on 256 x 7 3.98 / 3.95 / 4.02 (4.04 /
+# 3.89 / 4.05), 8192 x 2560 on 128 x 5 4.02 / 4.02 / 4.05 (4.03 / 4.02 / 4.03): LayerNorm's gains
+# and the clusters' outweigh RMSNorm's and softmax's 1-2 %
+FILL_THREADS_F32 = 512
+FILL_VALUES_F32 = 28
 WARPS_FOR_SHORT_ROWS = MIN_BLOCK_THREADS // 32   # warps per block when several rows share a warp
 REGISTERS_PER_SM = 65536       # every target's register file (hardware.target.Target.regs_per_sm)
 # a cluster's row part staged in shared memory (RowPlan.row_memory = "SH"): up to 64 elements a
@@ -500,9 +511,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     one = _one_block(1, part // vec, vec, threads)
                     per_sm = max(1, REGISTERS_PER_SM // (one.threads * 64))
                     return attrs.evolve(one, cluster=C, part=part, blocks_per_sm=per_sm)
-    fill = FILL_VALUES if vec * eb == 16 and eb == 2 else 0
-    plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS, fill_values=fill)
-    max_values = max(max_values, plan.reps * vec if plan.lanes <= FILL_THREADS and fill else 0)
+    # (16-byte vectors of 16-bit or f32 values: FILL_THREADS, FILL_THREADS_F32)
+    fill, fill_threads = {2: (FILL_VALUES, FILL_THREADS), 4: (FILL_VALUES_F32, FILL_THREADS_F32)}.get(eb, (0, 0)) \
+        if vec * eb == 16 else (0, 0)
+    plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS, fill_values=fill, fill_threads=fill_threads)
+    max_values = max(max_values, plan.reps * vec if plan.lanes <= fill_threads else 0)
     if element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
@@ -600,13 +613,13 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
 
 
 def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads: int = 0,
-               fill_values: int = 0) -> RowPlan:
+               fill_values: int = 0, fill_threads: int = FILL_THREADS) -> RowPlan:
     """The plan of rows of ``vectors`` accesses of ``vec`` elements on blocks of at most
     ``max_threads`` threads (``reps`` may exceed what fits in registers: the caller checks); a
     row on fewer than ``min_threads`` threads in one pass shares its block with other rows (as
     many as make ``min_threads``, at most the tensor's rows rounded up to a power of two);
     ``fill_values``: a row of more than 32 accesses may instead take the power-of-two threads,
-    64 to ``FILL_THREADS``, whose passes leave the fewest of them idle, at up to this many
+    64 to ``fill_threads``, whose passes leave the fewest of them idle, at up to this many
     elements a thread (``_fewest_idle``)."""
     if vectors <= 32:
         lanes = _pow2_at_least(vectors)
@@ -622,7 +635,7 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads:
     lanes = min(max_threads, _pow2_at_least(-(-vectors // reps)))
     reps = -(-vectors // lanes)
     if fill_values:
-        lanes, reps = _fewest_idle(vectors, lanes, reps, min(max_threads, FILL_THREADS), fill_values // vec)
+        lanes, reps = _fewest_idle(vectors, lanes, reps, min(max_threads, fill_threads), fill_values // vec)
     shared = max(1, min(min_threads // lanes, _pow2_at_least(rows))) if reps == 1 else 1
     return RowPlan(lanes, vec, reps, shared)
 
@@ -630,15 +643,15 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads:
 def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps: int) -> tuple[int, int]:
     """``(lanes, reps)``: of the power-of-two thread counts from 64 to ``most_lanes`` whose passes
     cover ``vectors`` accesses in at most ``most_reps`` each (one fewer where the last pass is
-    partial), the one that leaves the fewest
-    slots idle (``lanes x reps - vectors``), then the most threads; the given ``lanes, reps``
-    where none leaves fewer idle than they do.  A row of 2,560 columns of 16-bit values (320
+    partial), the one that leaves the fewest slots idle (``lanes x reps - vectors``), then the
+    most threads; the given ``lanes, reps`` where none leaves fewer idle than they do (a row of
+    1,024 f32 vectors keeps 256 x 4, not 512 x 2).  A row of 2,560 columns of 16-bit values (320
     vectors) takes 64 threads x 5 instead of 256 x 2, whose second pass ran three quarters idle::
 
         256 x 2:  pass 0 |################################|   pass 1 |########........................|
         64 x 5:   passes 0-4 |########| x 5, every slot a vector
     """
-    best = (lanes * reps - vectors, -lanes, lanes, reps)
+    best = (lanes * reps - vectors, 0, -lanes, lanes, reps)      # (the given plan first among equals)
     # (from 64: a row of a warp keeps a block of its own here, and a block of 32 threads starts
     # as slowly as MIN_BLOCK_THREADS says; 65536 x 768 on warps of a row each, eight rows a
     # block, read 0.99-1.05 of 128 threads x 1, two rows a block)
@@ -648,9 +661,9 @@ def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps
         # (a partial last pass keeps its edge tests in registers: one vector fewer a thread there;
         # add + RMSNorm f16 at 13,312 columns on 256 x 7 spilled 16 bytes)
         if r <= most_reps - (1 if vectors % n else 0):
-            best = min(best, (n * r - vectors, -n, n, r))
+            best = min(best, (n * r - vectors, 1, -n, n, r))
         n *= 2
-    return best[2], best[3]
+    return best[3], best[4]
 
 
 def one_pass(plan: RowPlan) -> bool:

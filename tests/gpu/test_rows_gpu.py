@@ -60,6 +60,13 @@ def test_rows_of_passes_that_fill_their_threads(op, rows, cols, dtype):
     _run(op, rows, cols, dtype)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols", [(5, 1536), (3, 2560), (2, 5120), (2, 10240), (2, 14336), (3, 4100)])
+def test_f32_rows_of_passes_that_fill_their_threads(op, rows, cols):
+    # f32: up to 512 threads x 7 passes (rows.FILL_THREADS_F32; 4,100 columns on 256 x 5: the last pass partial)
+    _run(op, rows, cols, "f32")
+
+
 @pytest.mark.parametrize("cols", [13312, 15360])
 def test_add_rmsnorm_partial_passes_on_one_block_an_sm(cols):
     # 512 threads x 4, the last pass partial: f16 spilled at two blocks an SM (rows.PARTIAL_PASS_BLOCKS)
