@@ -3,6 +3,7 @@ weights and next to torch's unpack + scale + matmul, in one process, same inputs
 
     PYTHONPATH=. python bench/gemm_w4a16.py                 # M = 1, 16, 64, 4096 at N = K = 4096, 8192
     PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 8192 --dtypes f16,bf16
+    PYTHONPATH=. python bench/gemm_w4a16.py --m 1,16 --nk 11008x4096,4096x11008   # N x K
     PYTHONPATH=. python bench/gemm_w4a16.py --smoke         # CPU: a small instance, interpreted
     PYTHONPATH=. python bench/gemm_w4a16.py --old ../other  # also that checkout's kernel, same rounds
     PYTHONPATH=. python bench/gemm_w4a16.py --launches plain --old .   # ours launched plainly, against ours (chained)
@@ -264,8 +265,21 @@ def sweep(torch, M, N, K, dt_name, rounds, deep: bool = False, family: str = "mm
     return rows
 
 
+def shapes_nk(text: str) -> list[tuple[int, int]]:
+    """``--nk``: comma-separated ``N`` (N = K) or ``NxK`` entries -> ``[(N, K), ...]``."""
+    out = []
+    for entry in text.split(","):
+        n, _, k = entry.partition("x")
+        out.append((int(n), int(k or n)))
+    return out
+
+
+def _nk_label(N: int, K: int) -> str:
+    return f"N = K = {N}" if N == K else f"N x K = {N} x {K}"
+
+
 def plot(rows: list, path: str) -> str | None:
-    """Speedup over cuBLAS fp16 against M, one line per (N = K, dtype); None without matplotlib."""
+    """Speedup over cuBLAS fp16 against M, one line per (N, K, dtype); None without matplotlib."""
     try:
         import matplotlib
 
@@ -274,9 +288,9 @@ def plot(rows: list, path: str) -> str | None:
     except ImportError:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
-    for nk, dt in sorted({(r["N"], r["dtype"]) for r in rows}):
-        sel = sorted((r for r in rows if (r["N"], r["dtype"]) == (nk, dt)), key=lambda r: r["M"])
-        ax.plot([r["M"] for r in sel], [r["speedup_cublas"] for r in sel], marker="o", label=f"N = K = {nk}, {dt}")
+    for N, K, dt in sorted({(r["N"], r["K"], r["dtype"]) for r in rows}):
+        sel = sorted((r for r in rows if (r["N"], r["K"], r["dtype"]) == (N, K, dt)), key=lambda r: r["M"])
+        ax.plot([r["M"] for r in sel], [r["speedup_cublas"] for r in sel], marker="o", label=f"{_nk_label(N, K)}, {dt}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M (tokens)")
@@ -361,37 +375,38 @@ def main(argv=None) -> list:
 
     if args.sweep:
         rows = []
-        for nk in (int(x) for x in args.nk.split(",")):
+        for N, K in shapes_nk(args.nk):
             for M in (int(x) for x in args.m.split(",")):
-                best = sweep(torch, M, nk, nk, args.dtypes.split(",")[0], args.rounds, args.deep, args.family)
+                best = sweep(torch, M, N, K, args.dtypes.split(",")[0], args.rounds, args.deep, args.family)
                 rows += best
-                print(f"M={M} N=K={nk}: {len(best)} variants; plan "
-                      f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, nk, nk, wgmma=True))), 0):.1f} us")
+                print(f"M={M} N={N} K={K}: {len(best)} variants; plan "
+                      f"{next((r['ours_us'] for r in best if r['params'] == str(fs.recipes.w4a16.plan(M, N, K, wgmma=True))), 0):.1f} us")
                 for r in best:
                     print(f"   {r['ours_us']:8.1f} us {r['speedup_cublas']:5.2f}x  {r['params']}", flush=True)
         write_results(args.out.replace(".json", "-sweep.json"), dict(date=str(datetime.date.today()),
                       device=torch.cuda.get_device_name(), command=" ".join(sys.argv)), rows)
         return rows
     rows = []
-    print(f"{'M':>5} {'N=K':>5} {'dt':>4} {'ours us':>8} {'cuBLAS':>8} {'torch':>8} {'/cuBLAS':>8} {'/torch':>7} "
+    print(f"{'M':>5} {'N x K':>11} {'dt':>4} {'ours us':>8} {'cuBLAS':>8} {'torch':>8} {'/cuBLAS':>8} {'/torch':>7} "
           f"{'TB/s':>5} regs")
-    for nk in (int(x) for x in args.nk.split(",")):
+    for N, K in shapes_nk(args.nk):
+        nk = f"{N}x{K}"
         for M in (int(x) for x in args.m.split(",")):
             for dt in args.dtypes.split(","):
                 for p in [None, *extra]:
                     try:
-                        r = gpu_row(torch, M, nk, nk, dt, args.rounds, params=p, other=other,
+                        r = gpu_row(torch, M, N, K, dt, args.rounds, params=p, other=other,
                                     programmatic=LAUNCHES[args.launches])
                     except fs.ScheduleError as e:
-                        print(f"{M:5d} {nk:5d} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
+                        print(f"{M:5d} {nk:>11} {dt:>4} refused: {p}: {str(e).splitlines()[0]}")
                         continue
                     except SystemExit as e:          # a wrong --params candidate: say so, time the rest
                         if p is None:
                             raise
-                        print(f"{M:5d} {nk:5d} {dt:>4} WRONG: {e}", flush=True)
+                        print(f"{M:5d} {nk:>11} {dt:>4} WRONG: {e}", flush=True)
                         continue
                     rows.append(r)
-                    print(f"{M:5d} {nk:5d} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
+                    print(f"{M:5d} {nk:>11} {dt:>4} {r['ours_us']:8.1f} {r['cublas_us']:8.1f} {r['torch_us']:8.1f} "
                           f"{r['speedup_cublas']:8.2f} {r['speedup_torch']:7.1f} {r['weight_tbps']:5.2f} "
                           f"{r['registers']:4d} {r['spills']} {'plan' if p is None else r['params']}"
                           + (f"  old {r['old_us']:.1f} us, ours/old {r['speedup_old']:.3f}x" if other else ""),

@@ -238,6 +238,7 @@ def test_gemm_w4a16_smoke_runs():
     plain = b.plain_bytes(q.astype(fs.dtypes.u4.np))
     assert plain.shape == (8, 4)
     assert plain[3, 1] == q[2, 3] | (q[3, 3] << 4)
+    assert b.shapes_nk("4096,11008x4096") == [(4096, 4096), (11008, 4096)]
     wg = "W4A16WgmmaParams(block_m=128, block_n=128, producer=True, pingpong=False)"
     assert b.parse_params(f"{wg}; W4A16Params(stream_k=4)") == [
         fs.recipes.w4a16.W4A16WgmmaParams(block_m=128, block_n=128, producer=True, pingpong=False),

@@ -304,17 +304,31 @@ def test_wgmma_plan_up_to_256_rows_fills_one_wave(M, N, K, rows, cols, split, bk
     assert (K // split) % p.block_k == 0
 
 
-@pytest.mark.parametrize("M,N,K,family", [(1, 8192, 8192, "wgmma"), (16, 8192, 8192, "wgmma"),
-                                          (1, 4096, 4096, "mma"), (16, 4096, 4096, "mma"),
-                                          (7, 1000, 4128, "mma"), (1, 11008, 4096, "mma"), (17, 4096, 4096, "wgmma")])
-def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family):
-    """M <= 16 runs the wgmma family only where 64-column tiles fill more than half a wave with
-    K unsplit (no second launch); otherwise the mma.sync tiles, which split K.  Above 16 rows, wgmma."""
+@pytest.mark.parametrize("M,N,K,family,cols", [(1, 8192, 8192, "wgmma", 64), (16, 8192, 8192, "wgmma", 64),
+                                               (1, 4096, 4096, "mma", 64), (16, 4096, 4096, "mma", 64),
+                                               (7, 1000, 4128, "mma", 64), (1, 11008, 4096, "wgmma", 128),
+                                               (1, 28672, 8192, "wgmma", 128), (16, 14336, 4096, "wgmma", 128),
+                                               (16, 22016, 4096, "mma", 128), (17, 4096, 4096, "wgmma", 64)])
+def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family, cols):
+    """M <= 16 runs the wgmma family only where its tiles fill more than half a wave with K
+    unsplit (no second launch): 64 columns a block, or 128 where they make one wave or K is long
+    (w4a16.WIDE_WGMMA_K); otherwise the mma.sync tiles, which split K, and take 128 columns on 8
+    warps where 64 would make more than two waves.  Above 16 rows, wgmma."""
     p = plan(M, N, K, wgmma=True)
     assert isinstance(p, W4A16WgmmaParams if family == "wgmma" else W4A16Params)
-    if family == "wgmma" and M <= 16:
-        assert p.split_k == 1 and p.block_n == 64
+    assert p.block_n == cols
+    if M <= 16:
+        assert p.split_k == 1 or family == "mma"
     assert isinstance(plan(M, N, K), W4A16Params)           # sm_80: always the mma.sync family
+    assert plan(M, N, K).block_n == 64 or M > 16            # (and its 64 columns)
+
+
+def test_small_m_k_tiles_of_64_where_128_stop_the_split():
+    """11,008 = 86 x 128: two parts of whole 128-k tiles, four of 64-k tiles (w4a16.SHORT_K_TILES)."""
+    p = plan(1, 4096, 11008, wgmma=True)
+    assert (p.block_k, p.stages, p.split_k) == (64, 8, 4)
+    assert plan(1, 1024, 4096).block_k == 128               # its split stops on the parts' length, not tiles
+    assert plan(1, 4096, 8000).block_k == 128               # tiles of 64 split it no further
 
 
 @pytest.mark.parametrize("N,K", [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (28672, 8192),

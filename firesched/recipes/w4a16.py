@@ -86,6 +86,16 @@ _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
 PACK_K = 32
 #: K per split-K part: split_k across blocks cuts K in multiples of 64
 SPLIT_UNIT = 64
+# M <= 16 on sm_90a, weights of many columns (bench/README.md, "W4A16 at models' shapes"; measured
+# on an H200, f16, M = 1 / 16, us): the wgmma family's 128 columns a block, K unsplit, where its
+# blocks make one wave or K is this long — 28672 x 8192 45.2 / 46.9 against 80.7 / 79.3 on the
+# cp.async tiles of 64 columns, 14336 x 4096 (112 blocks) 13.6 / 13.4 against 14.7 / 14.3; but
+# 22016 x 4096 (172 blocks, 1.3 waves) 24.2 / 24.9 against 24.2 / 24.3 — there the cp.async tiles
+# take 128 columns on 8 warps (WIDE_COLUMNS: 21.7 / 21.9)
+WIDE_WGMMA_K = 8192
+# (WIDE_COLUMNS: where 64-column tiles unsplit would make more than two waves of blocks).
+# SHORT_K_TILES: 4096 x 11008 (86 tiles of 128 k, split 2) 16.6 / 16.4 us against 15.2 / 14.8 on
+# 64 k a stage, 8 stages, split 4 (12 stages: 16.0 / 16.0)
 #: the least K a part of the wgmma family's K split keeps (eight K tiles of 128)
 MIN_PART_K = 1024
 #: registers a thread of the producer warpgroup keeps (it only issues TMA copies), and the most a
@@ -258,7 +268,9 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
       4 warps, 128 k a stage in two steps of 64 (a warp's 16 columns x 64 k are 16 registers), 6
       stages from K = 8192 (4 below: equal at 4096), and K split until the grid holds about two
       blocks an SM (a deeper ring on fewer blocks: 2.58 -> 2.69x cuBLAS at M = 1, N = K = 8192;
-      ``--sweep --deep``);
+      ``--sweep --deep``); on sm_90a 128 columns on 8 warps where 64 unsplit would make more than
+      two waves (``WIDE_WGMMA_K``'s measurements), and 64 k a stage on 8 stages where K's tiles of
+      128 stop the split short of the wave (``SHORT_K_TILES``: K = 11,008);
     * M <= 32: 32 rows, 128 columns on 4 warps, 128 k a step, 3 stages;
     * M <= 128: 64 rows on one warp row, 64 columns (N <= 4096) or 128 on 4 warps, 64 k a stage
       and a step, 4 stages (1.43 -> 1.51x at M = 64, N = K = 8192);
@@ -278,14 +290,26 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     at M = 32, N = K = 4096 (bench/README.md).  So does M <= 16 where the wgmma family's tile is
     64 columns with K unsplit, more than half a wave without a second launch: 2.80 -> 3.07x at M = 1 and
     2.71 -> 3.06x at M = 16, N = K = 8192; where it would split K the tiles above stay (2.50x
-    against 2.36x at M = 1, N = K = 4096)."""
+    against 2.36x at M = 1, N = K = 4096).  Its tile of 128 columns (wide weights: N above 132 x
+    64) is taken where it makes one wave or K is at least ``WIDE_WGMMA_K`` (measured on an H200:
+    28672 x 8192 0.56-0.59 of the time of the 64-column cp.async tiles, 14336 x 4096 0.93-0.94,
+    12288 and 11008 x 4096 0.96-0.98)."""
     if wgmma:
         p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point)
         blocks = -(-M // p.block_m) * -(-N // p.block_n)
-        if M > 16 or (p.split_k == 1 and p.block_n == 64 and 2 * blocks > sms):
+        if M > 16 or (p.split_k == 1 and 2 * blocks > sms and
+                      (p.block_n == 64 or blocks <= sms or K >= WIDE_WGMMA_K)):
             return p
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
+        if wgmma and -(-N // bn) > 2 * sms:
+            # (more than two waves of 64 columns unsplit: 128 columns on 8 warps, WIDE_COLUMNS)
+            bn, wn = 128, 8
+        elif _split_stops_on_tiles(-(-N // bn), K, bk, 2 * sms) and \
+                _k_split(-(-N // bn), K, 64, 2 * sms) > _k_split(-(-N // bn), K, bk, 2 * sms):
+            # K's tiles of 128 stop the split short of the wave (11,008 = 86 x 128: two parts of
+            # 43 tiles, where four of 43 tiles of 64 fit): 64 k a stage, twice the stages (SHORT_K_TILES)
+            bk, st = 64, 8
     elif M <= 32:
         bm, wm, bn, wn, bk, wk, st = 32, 1, 128, 4, 128, 128, 3
     elif M <= 128:
@@ -295,14 +319,27 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     tiles = -(-M // bm) * -(-N // bn)
     # small M streams the weights: the ring keeps them in flight, a second wave of parts only
     # adds reduction traffic
-    want = 2 * sms
+    return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
+                       stages=st, split_k=_k_split(tiles, K, bk, 2 * sms))
+
+
+def _split_stops_on_tiles(tiles: int, K: int, bk: int, want: int) -> bool:
+    """Whether ``_k_split`` stops doubling only because a part would not be whole K tiles of
+    ``bk`` (the grid and the parts' length would allow it)."""
+    split = _k_split(tiles, K, bk, want)
+    return tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and \
+        (K % (split * 2) != 0 or (K // (split * 2)) % max(SPLIT_UNIT, bk) != 0)
+
+
+def _k_split(tiles: int, K: int, bk: int, want: int) -> int:
+    """The K split (a power of two) of ``tiles`` output tiles: doubled while the grid stays
+    within ``want`` blocks and each part keeps at least 4 K tiles of ``bk``, in parts of whole K
+    tiles (a part starting inside a tile would cut the codes' packed blocks)."""
     split = 1
-    # parts of whole K tiles: a part starting inside a tile would cut the codes' packed blocks
     while (tiles * split * 2 <= want and K // (split * 2) >= 4 * bk and K % (split * 2) == 0
            and (K // (split * 2)) % max(SPLIT_UNIT, bk) == 0):
         split *= 2
-    return W4A16Params(block_m=bm, block_n=bn, block_k=bk, warps_m=wm, warps_n=wn, warp_k=wk,
-                       stages=st, split_k=split)
+    return split
 
 
 #: shared memory a block's ring may take (sm_90a's 227 KiB a block, less room for its mbarriers)
