@@ -71,7 +71,7 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                         producer=True, warpgroups_k=2)),
     (16, 264, 2048, 64, True, "bf16", W4A16WgmmaParams(block_m=16, block_n=64, block_k=256, stages=2, split_k=2,
                                                        producer=True, warpgroups_k=4)),
-    # the small-M plans of wide weights (w4a16.WIDE_WGMMA_K, WIDE_COLUMNS, SHORT_K_TILES): 128
+    # the small-M plans of wide weights (w4a16.WIDE_WGMMA_K, WIDE_COLUMN_WAVES, SHORT_K_STAGES): 128
     # columns of the wgmma family in one wave, 128 columns on 8 warps, K tiles of 64 split in four
     (1, 11008, 1024, 128, False, "f16", None), (16, 17024, 256, 128, False, "f16", None),
     (1, 4096, 2176, 128, False, "f16", None),

@@ -324,7 +324,7 @@ def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family, cols):
 
 
 def test_small_m_k_tiles_of_64_where_128_stop_the_split():
-    """11,008 = 86 x 128: two parts of whole 128-k tiles, four of 64-k tiles (w4a16.SHORT_K_TILES)."""
+    """11,008 = 86 x 128: two parts of whole 128-k tiles, four of 64-k tiles (w4a16.SHORT_K_STAGES)."""
     p = plan(1, 4096, 11008, wgmma=True)
     assert (p.block_k, p.stages, p.split_k) == (64, 8, 4)
     assert plan(1, 1024, 4096).block_k == 128               # its split stops on the parts' length, not tiles

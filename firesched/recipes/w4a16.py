@@ -91,11 +91,15 @@ SPLIT_UNIT = 64
 # blocks make one wave or K is this long — 28672 x 8192 45.2 / 46.9 against 80.7 / 79.3 on the
 # cp.async tiles of 64 columns, 14336 x 4096 (112 blocks) 13.6 / 13.4 against 14.7 / 14.3; but
 # 22016 x 4096 (172 blocks, 1.3 waves) 24.2 / 24.9 against 24.2 / 24.3 — there the cp.async tiles
-# take 128 columns on 8 warps (WIDE_COLUMNS: 21.7 / 21.9)
+# take 128 columns on 8 warps (21.7 / 21.9)
 WIDE_WGMMA_K = 8192
-# (WIDE_COLUMNS: where 64-column tiles unsplit would make more than two waves of blocks).
-# SHORT_K_TILES: 4096 x 11008 (86 tiles of 128 k, split 2) 16.6 / 16.4 us against 15.2 / 14.8 on
-# 64 k a stage, 8 stages, split 4 (12 stages: 16.0 / 16.0)
+#: ... that is, where their 64-column tiles unsplit would make more than this many waves of blocks
+WIDE_COLUMN_WAVES = 2
+# M <= 16 where K's tiles of 128 stop the split short of the wave but tiles of 64 do not: 64 k a
+# stage on this many stages.  Measured on an H200 (f16, M = 1 / 16): 4096 x 11008 (86 tiles of
+# 128 k, split 2) 16.6 / 16.4 us against 15.2 / 14.8 on 64 k a stage, 8 stages, split 4 (12
+# stages: 16.0 / 16.0)
+SHORT_K_STAGES = 8
 #: the least K a part of the wgmma family's K split keeps (eight K tiles of 128)
 MIN_PART_K = 1024
 #: registers a thread of the producer warpgroup keeps (it only issues TMA copies), and the most a
@@ -269,8 +273,8 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
       stages from K = 8192 (4 below: equal at 4096), and K split until the grid holds about two
       blocks an SM (a deeper ring on fewer blocks: 2.58 -> 2.69x cuBLAS at M = 1, N = K = 8192;
       ``--sweep --deep``); on sm_90a 128 columns on 8 warps where 64 unsplit would make more than
-      two waves (``WIDE_WGMMA_K``'s measurements), and 64 k a stage on 8 stages where K's tiles of
-      128 stop the split short of the wave (``SHORT_K_TILES``: K = 11,008);
+      ``WIDE_COLUMN_WAVES`` waves, and 64 k a stage on ``SHORT_K_STAGES`` stages where K's tiles
+      of 128 stop the split short of the wave (K = 11,008);
     * M <= 32: 32 rows, 128 columns on 4 warps, 128 k a step, 3 stages;
     * M <= 128: 64 rows on one warp row, 64 columns (N <= 4096) or 128 on 4 warps, 64 k a stage
       and a step, 4 stages (1.43 -> 1.51x at M = 64, N = K = 8192);
@@ -302,14 +306,12 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
             return p
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
-        if wgmma and -(-N // bn) > 2 * sms:
-            # (more than two waves of 64 columns unsplit: 128 columns on 8 warps, WIDE_COLUMNS)
+        if wgmma and -(-N // bn) > WIDE_COLUMN_WAVES * sms:
             bn, wn = 128, 8
         elif _split_stops_on_tiles(-(-N // bn), K, bk, 2 * sms) and \
                 _k_split(-(-N // bn), K, 64, 2 * sms) > _k_split(-(-N // bn), K, bk, 2 * sms):
-            # K's tiles of 128 stop the split short of the wave (11,008 = 86 x 128: two parts of
-            # 43 tiles, where four of 43 tiles of 64 fit): 64 k a stage, twice the stages (SHORT_K_TILES)
-            bk, st = 64, 8
+            # (11,008 = 86 x 128: two parts of 43 tiles, where four of 43 tiles of 64 fit)
+            bk, st = 64, SHORT_K_STAGES
     elif M <= 32:
         bm, wm, bn, wn, bk, wk, st = 32, 1, 128, 4, 128, 128, 3
     elif M <= 128:
