@@ -194,11 +194,11 @@ def main(argv=None):
     return rows
 
 
-def write_results(path: str, meta: dict, rows: list) -> None:
-    """Write ``{"meta": meta, "rows": rows}`` as JSON to ``path`` (creating its folder)."""
+def write_results(path: str, meta: dict, rows: list, **extra) -> None:
+    """Write ``{"meta": meta, **extra, "rows": rows}`` as JSON to ``path`` (creating its folder)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        json.dump(dict(meta=meta, **extra, rows=rows), f, indent=1)
     print(f"wrote {path}")
 
 

@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
+from bench.gemm import write_results  # noqa: E402
 from firesched import ops, timing  # noqa: E402
 from firesched.hardware.target import target as get_target  # noqa: E402
 from firesched.tuner import compile_jobs  # noqa: E402
@@ -234,10 +235,7 @@ def main(argv=None) -> list:
                 timing="firesched.timing.interleaved: CUDA graphs, interleaved rounds, median; inputs rotated past L2")
     name = f"gemm-suite{'-fused' if args.fused else ''}{'-tuned' if args.tuned else ''}-{meta['date']}"
     out = args.out or os.path.join(HERE, "results", name + ".json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(dict(meta=meta, summary=summary, rows=rows), f, indent=1)
-    print(f"wrote {out}")
+    write_results(out, meta, rows, summary=summary)
     png = plot(rows, out[:-5] + ".png")
     if png:
         print(f"wrote {png}")

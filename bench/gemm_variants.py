@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import firesched as fs  # noqa: E402
+from bench.gemm import write_results  # noqa: E402
 from firesched import timing  # noqa: E402
 from firesched.hardware.target import target as get_target  # noqa: E402
 from firesched.recipes.gemm import SM80_FIELDS, SM90_FIELDS  # noqa: E402
@@ -147,8 +148,7 @@ def main(argv=None) -> list:
         meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
                     torch=torch.__version__, firesched=fs.version.__version__,
                     command="bench/gemm_variants.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        write_results(args.out, meta, rows)
     return rows
 
 

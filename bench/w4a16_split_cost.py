@@ -40,6 +40,7 @@ import attrs  # noqa: E402
 import numpy as np  # noqa: E402
 
 import firesched as fs  # noqa: E402
+from bench.gemm import write_results  # noqa: E402
 
 SHAPES = ((1, 4096), (16, 4096), (64, 4096), (1, 8192))
 GROUP = 128
@@ -168,8 +169,7 @@ def main(argv=None) -> list:
         meta = dict(date=datetime.date.today().isoformat(), device=torch.cuda.get_device_name(),
                     torch=torch.__version__, firesched=fs.version.__version__,
                     command="bench/w4a16_split_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        write_results(args.out, meta, rows)
     return rows
 
 
