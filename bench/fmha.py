@@ -6,6 +6,7 @@ the cuDNN backend and with the flash (FlashAttention-2) backend, in one process,
     PYTHONPATH=. python bench/fmha.py --smoke               # CPU: a tiny instance, interpreted
     PYTHONPATH=. python bench/fmha.py --old ../other        # also that checkout's kernels, same rounds
     PYTHONPATH=. python bench/fmha.py --arch sm_80          # the sm_80 schedule (mma.sync), run on this GPU
+    PYTHONPATH=. python bench/fmha.py --shapes 1x32x4096x128 --kv-heads 8   # grouped-query heads
 
 Shapes are batch x heads x seq x head_dim (seq_q = seq_kv).  For each: TFLOP/s of ours, cuDNN and
 flash (4 * batch * heads * seq^2 * head_dim flops, half of that when causal), and the ratios.
@@ -47,30 +48,33 @@ def flops(b, h, s, d, causal) -> float:
     return f / 2 if causal else f
 
 
-def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None, arch="sm_90a") -> dict:
+def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None, arch="sm_90a", kv=None) -> dict:
     """One shape timed: ours (the schedule ``recipes.fmha`` gives for ``arch``, compiled for this
-    GPU, an sm_90a one), cuDNN, flash and, with ``other``, that checkout's kernel."""
+    GPU, an sm_90a one), cuDNN, flash and, with ``other``, that checkout's kernel; ``kv``: key /
+    value heads (grouped-query attention; None: ``h``), given to SDPA as ``enable_gqa``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dt_name]
-    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal, params=params)
+    kv = kv or h
+    gqa = {"enable_gqa": True} if kv != h else {}
+    sched = fs.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal, kv_heads=kv, params=params)
     k = fs.compile(sched, arch="sm_90a")
-    per_set = 4 * b * h * s * d * 2
+    per_set = 2 * (b * h + b * kv) * s * d * 2
     nsets = max(1, min(8, math.ceil(2 * L2_BYTES / per_set)))
-    sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=tdt) for _ in range(3)) for _ in range(nsets)]
+    sets = [tuple(torch.randn(b, n, s, d, device="cuda", dtype=tdt) for n in (h, kv, kv)) for _ in range(nsets)]
     outs = [torch.empty(b, h, s, d, device="cuda", dtype=tdt) for _ in range(nsets)]
 
     def view(x):
-        return x.view(b, h, 1, s, d)
+        return x.view(b, kv, h // kv, s, d)
 
     q, kk, v = sets[0]
     k(view(q), kk, v, view(outs[0]))
     with sdpa_kernel(SDPBackend.MATH):
-        ref = sdpa(q.float(), kk.float(), v.float(), is_causal=causal)
+        ref = sdpa(q.float(), kk.float(), v.float(), is_causal=causal, **gqa)
     err = (outs[0].float() - ref).abs().max().item()
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        err_cudnn = (sdpa(q, kk, v, is_causal=causal).float() - ref).abs().max().item()
+        err_cudnn = (sdpa(q, kk, v, is_causal=causal, **gqa).float() - ref).abs().max().item()
 
     def ours(i):
         q, kk, v = sets[i % nsets]
@@ -80,7 +84,7 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None,
         def fn(i):
             q, kk, v = sets[i % nsets]
             with sdpa_kernel(backend):
-                sdpa(q, kk, v, is_causal=causal)
+                sdpa(q, kk, v, is_causal=causal, **gqa)
         return fn
 
     fns = {"ours": ours, "cudnn": peer(SDPBackend.CUDNN_ATTENTION), "flash": peer(SDPBackend.FLASH_ATTENTION)}
@@ -88,7 +92,7 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None,
         # the other checkout's kernel for the same call (its own plan when params is None)
         # the fields that checkout's FmhaParams knows (an older one lacks the newer fields)
         known = {f.name for f in attrs.fields(other.recipes.FmhaParams)}
-        ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal,
+        ko = other.compile(other.recipes.fmha(b, h, s, s, d, dtype=dt_name, arch=arch, causal=causal, kv_heads=kv,
                                               params=None if params is None else other.recipes.FmhaParams(
                                                   **{k: v for k, v in attrs.asdict(params).items() if k in known})),
                            arch="sm_90a")
@@ -106,7 +110,7 @@ def gpu_row(torch, b, h, s, d, dt_name, causal, rounds, params=None, other=None,
     us = timing.interleaved(fns, reps=reps, rounds=rounds)
     t = {n: v / 1e3 for n, v in us.items()}                 # milliseconds
     res = k.resources
-    row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal,
+    row = dict(batch=b, heads=h, seq=s, head_dim=d, dtype=dt_name, causal=causal, kv_heads=kv,
                arch=arch,
                params=str(fs.recipes.fmha_plan(b, h, s, s, d, arch=arch, causal=causal) if params is None else params),
                max_abs_err=err, cudnn_max_abs_err=err_cudnn,
@@ -213,6 +217,8 @@ def main(argv=None) -> list:
     ap.add_argument("--old", default="", help="another checkout whose kernels are timed in the same rounds")
     ap.add_argument("--arch", default="sm_90a", choices=("sm_90a", "sm_80"),
                     help="whose schedule to time: sm_90a's (wgmma) or sm_80's (mma.sync), either run on this GPU")
+    ap.add_argument("--kv-heads", type=int, default=0,
+                    help="key / value heads of every shape (grouped-query attention; SDPA with enable_gqa); 0: the heads")
     ap.add_argument("--out", default=os.path.join(HERE, "results", f"fmha-{datetime.date.today()}.json"))
     args = ap.parse_args(argv)
     if args.smoke:
@@ -238,7 +244,7 @@ def main(argv=None) -> list:
         for dt in args.dtypes.split(","):
             for c in causal:
                 for params in (variants(*shp, c, vary, args.arch) if vary else [None]):
-                    row = gpu_row(torch, *shp, dt, c, args.rounds, params, other, args.arch)
+                    row = gpu_row(torch, *shp, dt, c, args.rounds, params, other, args.arch, kv=args.kv_heads or None)
                     rows.append(row)
                     print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
                           f"{row['cudnn_tflops']:7.1f} {row['flash_tflops']:7.1f} {row['ratio_cudnn']:7.2f} "
