@@ -208,6 +208,41 @@ def test_hand_written_plans_of_several_rows_a_block_are_refused_or_right(R, C, k
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(R=2, C=2560, kind="layernorm", lanes=64, reps=5, dt="bf16")       # 320 vectors, every slot one
+@example(R=1, C=4104, kind="causal", lanes=128, reps=5, dt="f16")          # the last pass partial
+@given(R=st.integers(1, 3), C=st.integers(200, 4200),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"]),
+       lanes=st.sampled_from([64, 128, 256, 512]), reps=st.integers(1, 8), dt=st.sampled_from(["f16", "bf16", "f32"]))
+def test_hand_written_plans_of_many_passes_are_refused_or_right(R, C, kind, lanes, reps, dt):
+    # a user's RowPlan of one row a block in up to 8 passes of 16-byte vectors (as the tile model
+    # takes for rows whose vectors are not a power of two: rows.FILL_THREADS): passes that may not
+    # cover the row, cover it exactly or end partial.  check() refuses it or the interpreter
+    # matches numpy
+    plan = row_model.RowPlan(lanes, 4 if dt == "f32" else 8, reps, 1)
+    try:
+        if kind == "causal":
+            sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True, plan=plan)
+        else:
+            sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a", plan=plan)
+        sched.check("sm_90a")
+    except (ScheduleError, ValueError):
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("R, C, dt", [(2, 2560, "bf16"), (3, 4104, "f16"), (2, 5120, "f32")])
+def test_rows_of_passes_that_fill_their_threads_interpret(kind, R, C, dt):
+    # the tile model's own plans there (64 x 5, 128 x 5 with the last pass partial, f32 256 x 5)
+    if kind == "causal":
+        sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True)
+    else:
+        sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a")
+    assert "to_threads" in repr(sched.strategies)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
 def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 256) == row_model.RowPlan(32, 8, 1, 8)
     # rows on fewer than 256 threads share a block (rows.MIN_BLOCK_THREADS), never more rows than
