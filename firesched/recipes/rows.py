@@ -29,15 +29,15 @@ aims at three things, in this order —
   through shared memory), with two vectors per thread from 4,096 columns on, so that every thread
   has two 16-byte loads in flight before its first use; rows on fewer than 256 threads in one
   pass share a block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts
-  blocks); a row whose vectors are not a power of two takes the power-of-two threads (64 to
+  blocks) — several rows a warp, or each thread its columns of several rows; a row whose vectors are not a power of two takes the power-of-two threads (64 to
   256; f32 up to 512) whose passes leave the fewest slots idle, up to 56 elements a thread
   (``FILL_VALUES``; f32 28)::
 
       cols (fp16)   lanes  vec  reps  rows/block   threads
       64              8     8     1       32          256
       256            32     8     1        8          256
-      512             64    8     1        4          256
-      1,024         128     8     1        2          256
+      512             64    8     1        4           64 (each thread: its 8 columns of 4 rows)
+      1,024         128     8     1        2          128
       2,560          64     8     5        1           64 (vectors not a power of two: the power-of-two
                                                          threads whose passes idle least, FILL_THREADS)
       4,096         256     8     2        1          256
@@ -76,8 +76,9 @@ CLUSTERS = (2, 4, 8)           # blocks per cluster a row too long for one block
 # 65,536 columns): softmax 2.27 TB/s at 256 threads x 32 values, four blocks per SM (cluster of
 # 8), 2.10 at 512 x two, 1.85-1.98 at 1024 x one; rmsnorm 2.47-2.50 at any of them
 CLUSTER_THREADS = (256, 512, 1024)
-# threads a block of short rows takes at least: rows of up to 128 threads' vectors share a block
-# (several rows a warp, a row a warp, or a row on a few warps).  What limits such kernels is the
+# threads' worth of rows a block of short rows takes at least: rows of up to 128 threads' vectors
+# share a block (several rows a warp and eight warps; a row of 64 or 128 threads: each thread
+# holds its columns of 4 or 2 rows).  What limits such kernels is the
 # rate at which the GPU starts blocks, not its bandwidth: measured on an H200 (bf16,
 # bench/row_plans.py, TB/s), 32768 x 512 RMSNorm 1.66 on blocks of one 64-thread row against 3.92
 # on four rows a block (torch 2.33), LayerNorm 1.68 / 3.78, softmax 1.67 / 3.87; 32768 x 1024
@@ -378,8 +379,10 @@ class RowPlan:
 
     @property
     def threads(self) -> int:
-        """Threads per block: ``lanes`` for a row per block, whole warps of rows otherwise."""
-        return max(32, self.rows * self.lanes)
+        """Threads per block: whole warps of rows where rows share a warp (``lanes`` <= 32),
+        else ``lanes`` (a block's rows on the same threads: each holds its columns of every row,
+        ``part_strategies``)."""
+        return max(32, self.rows * self.lanes) if self.lanes <= 32 else self.lanes
 
     @property
     def occupancy(self) -> int:
