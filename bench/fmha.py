@@ -152,9 +152,10 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
-def variants(b, h, s, d, causal, vary: dict, arch: str = "sm_90a") -> list:
+def variants(b, h, s, d, causal, vary: dict, arch: str = "sm_90a", kv=None) -> list:
     """The plan's parameters (None) and each combination of ``vary`` (``FmhaParams`` field ->
-    values) over them that builds a schedule; with wgmma, ``warps`` follows ``block_q``."""
+    values) over them that builds a schedule (with ``kv`` key / value heads); with wgmma,
+    ``warps`` follows ``block_q``."""
     import itertools
 
     base = fs.recipes.fmha_plan(b, h, s, s, d, arch=arch, causal=causal)
@@ -167,7 +168,7 @@ def variants(b, h, s, d, causal, vary: dict, arch: str = "sm_90a") -> list:
             p = attrs.evolve(base, **over)
             if p == base:
                 continue
-            fs.recipes.fmha(b, h, s, s, d, arch=arch, causal=causal, params=p).check(arch)
+            fs.recipes.fmha(b, h, s, s, d, arch=arch, causal=causal, kv_heads=kv, params=p).check(arch)
         except (ValueError, fs.ScheduleError) as e:
             print(f"{b}x{h}x{s}x{d} {over}: refused ({str(e).splitlines()[0][:90]})")
             continue
@@ -243,7 +244,7 @@ def main(argv=None) -> list:
     for shp in shapes:
         for dt in args.dtypes.split(","):
             for c in causal:
-                for params in (variants(*shp, c, vary, args.arch) if vary else [None]):
+                for params in (variants(*shp, c, vary, args.arch, args.kv_heads or None) if vary else [None]):
                     row = gpu_row(torch, *shp, dt, c, args.rounds, params, other, args.arch, kv=args.kv_heads or None)
                     rows.append(row)
                     print(f"{'x'.join(map(str, shp)):>18} {dt:>4} {str(c):>6} {row['ours_tflops']:7.1f} "
