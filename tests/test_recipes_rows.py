@@ -184,6 +184,19 @@ def test_norm_rows_of_few_passes_take_half_blocks(kind):
     assert fs.compile(sched, arch="sm_90a").spills == 0
 
 
+def _refused_or_right(kind, R, C, dt, plan):
+    """Recipe ``kind`` on ``plan``: ``check()`` refuses it, or the interpreter matches numpy."""
+    try:
+        if kind == "causal":
+            sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True, plan=plan)
+        else:
+            sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a", plan=plan)
+        sched.check("sm_90a")
+    except (ScheduleError, ValueError):
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(R=5, C=1000, kind="layernorm", lanes=128, vec=8, reps=1, rows=2, dt="bf16")   # the last block half empty
 @example(R=3, C=1023, kind="causal", lanes=128, vec=1, reps=8, rows=2, dt="f16")
@@ -196,16 +209,7 @@ def test_hand_written_plans_of_several_rows_a_block_are_refused_or_right(R, C, k
     # rows.MIN_BLOCK_THREADS): rows of a warp or of several warps, passes that may not cover the
     # row or cover it with room to spare, blocks past the tensor's last row.  check() refuses it
     # or the interpreter matches numpy
-    plan = row_model.RowPlan(lanes, vec, reps, rows)
-    try:
-        if kind == "causal":
-            sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True, plan=plan)
-        else:
-            sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a", plan=plan)
-        sched.check("sm_90a")
-    except (ScheduleError, ValueError):
-        return
-    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    _refused_or_right(kind, R, C, dt, row_model.RowPlan(lanes, vec, reps, rows))
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -219,16 +223,7 @@ def test_hand_written_plans_of_many_passes_are_refused_or_right(R, C, kind, lane
     # takes for rows whose vectors are not a power of two: rows.FILL_THREADS): passes that may not
     # cover the row, cover it exactly or end partial.  check() refuses it or the interpreter
     # matches numpy
-    plan = row_model.RowPlan(lanes, 4 if dt == "f32" else 8, reps, 1)
-    try:
-        if kind == "causal":
-            sched = recipes.softmax(R, C, dtype=dt, arch="sm_90a", causal=True, plan=plan)
-        else:
-            sched = getattr(recipes, kind)(R, C, dtype=dt, arch="sm_90a", plan=plan)
-        sched.check("sm_90a")
-    except (ScheduleError, ValueError):
-        return
-    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    _refused_or_right(kind, R, C, dt, row_model.RowPlan(lanes, 4 if dt == "f32" else 8, reps, 1))
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
