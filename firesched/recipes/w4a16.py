@@ -297,7 +297,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     against 2.36x at M = 1, N = K = 4096).  Its tile of 128 columns (wide weights: N above 132 x
     64) is taken where it makes one wave or K is at least ``WIDE_WGMMA_K`` (measured on an H200:
     28672 x 8192 0.56-0.59 of the time of the 64-column cp.async tiles, 14336 x 4096 0.93-0.94,
-    12288 and 11008 x 4096 0.96-0.98)."""
+    12288 and 11008 x 4096 0.97-0.98)."""
     if wgmma:
         p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point)
         blocks = -(-M // p.block_m) * -(-N // p.block_n)
