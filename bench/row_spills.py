@@ -2,7 +2,7 @@
 the check behind "every row recipe compiles without spills" (no GPU needed: NVRTC and ptxas
 report the spills).
 
-    PYTHONPATH=. python bench/row_spills.py                       # sm_90a, 24 lengths, 3 dtypes
+    PYTHONPATH=. python bench/row_spills.py                       # sm_90a, 34 lengths, 3 dtypes
     PYTHONPATH=. python bench/row_spills.py --arch sm_80
     PYTHONPATH=. python bench/row_spills.py --cols 1000,65537 --dtypes bf16
 
@@ -24,10 +24,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import firesched as fs  # noqa: E402
 from firesched.errors import PerformanceWarning  # noqa: E402
 
-#: row lengths: powers of two, odd lengths, and the staged and cluster ranges up to 262,144
-COLS = {"sm_90a": (256, 1000, 1024, 4096, 8190, 8191, 16384, 16385, 20480, 20482, 24576, 32766, 32767, 32768, 36000,
-                   40000, 40961, 50000, 50001, 65536, 65537, 99999, 131071, 131072, 200000, 262143, 262144),
-        "sm_80": (256, 1001, 4096, 8190, 8191, 16385, 20479, 20482, 24577, 32767, 32768, 40960)}
+#: row lengths: powers of two, odd lengths, models' hidden sizes whose vectors are not a power of
+#: two (passes that fill their threads: rows.FILL_THREADS; 13,312 and 15,360 on 512 threads with
+#: a partial last pass), and the staged and cluster ranges up to 262,144
+COLS = {"sm_90a": (256, 1000, 1024, 2560, 4096, 4104, 7168, 8190, 8191, 10240, 13312, 14336, 15360, 16384, 16385,
+                   20480, 20482, 24576, 32766, 32767, 32768, 36000, 40000, 40961, 50000, 50001, 65536, 65537, 99999,
+                   131071, 131072, 200000, 262143, 262144),
+        "sm_80": (256, 1001, 2560, 4096, 7168, 8190, 8191, 14336, 15360, 16385, 20479, 20482, 24577, 32767, 32768,
+                  40960)}
 KINDS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal")
 
 

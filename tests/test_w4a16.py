@@ -361,14 +361,17 @@ def test_default_plan_with_zero_points_at_wide_n_builds(M, N, K, gs):
 @pytest.mark.parametrize("M,N,K,gs,signed,dtype", [(1, 4096, 4096, 128, False, "f16"), (16, 8192, 8192, 128, False, "f16"),
                                                   (24, 11008, 4096, 32, False, "f16"),
                                                   (64, 4096, 4096, 64, True, "bf16"), (4096, 4096, 4096, 32, False, "f16"),
-                                                  (7, 1000, 4128, None, False, "bf16")])
+                                                  (7, 1000, 4128, None, False, "bf16"),
+                                                  # the small-M plans of wide weights and of K = 11,008
+                                                  (1, 28672, 8192, 128, False, "f16"), (16, 22016, 4096, 32, True, "bf16"),
+                                                  (1, 4096, 11008, 64, False, "f16")])
 def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, "sm_90a")
     assert k.spills == 0
     # the plan's wgmma tiles (above M = 16, and M <= 16 at N = K = 8192) dequantise into its A fragment
     wg = isinstance(plan(M, N, K, wgmma=True), W4A16WgmmaParams)
-    assert wg == (M > 16 or (N, K) == (8192, 8192))
+    assert wg == (M > 16 or (N, K) in ((8192, 8192), (28672, 8192)))
     assert "lop3.b32" in k.source and ("wgmma.mma_async" if wg else "mma.sync") in k.source
 
 
