@@ -331,6 +331,20 @@ def test_small_m_k_tiles_of_64_where_128_stop_the_split():
     assert plan(1, 4096, 8000).block_k == 128               # tiles of 64 split it no further
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(M=st.one_of(st.integers(1, 16), st.integers(17, 300)), N=st.one_of(st.integers(1, 2000), st.integers(8000, 40000)),
+       k=st.one_of(st.integers(1, 40), st.integers(100, 512)), gs=st.sampled_from([32, 64, 128, None]),
+       zp=st.booleans(), arch=st.sampled_from(["sm_90a", "sm_80"]))
+def test_the_plan_builds_for_any_shape(M, N, k, gs, zp, arch):
+    """The default plan of any shape (wide weights, K of few or many tiles, every group size, zero
+    points) builds a schedule that check() accepts, its K parts whole K tiles."""
+    sched = gemm_w4a16(M, N, 32 * k, group_size=gs, zero_point=zp and gs is not None, arch=arch)
+    p = plan(M, N, 32 * k, wgmma=arch == "sm_90a", group_size=gs, zero_point=zp and gs is not None)
+    assert p.split_k == 1 or (32 * k) % p.split_k == 0 and (32 * k // p.split_k) % p.block_k == 0
+    # (the wgmma family computes C^T: the weights are its A operand, the activations its N side)
+    assert sorted((sched.spec.m, sched.spec.n)) == sorted((M, N)) and sched.spec.k == 32 * k
+
+
 @pytest.mark.parametrize("N,K", [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (28672, 8192),
                                  (8192, 28672), (1000, 4128)])
 def test_wgmma_plans_fit_shared_memory(N, K):
