@@ -380,7 +380,7 @@ def driver_version() -> str:
 
 def plot(rows: list, path: str) -> str | None:
     """Bandwidth against cols, one panel per (op, dtype): ours solid, torch dashed, one colour per
-    row count, and the device-to-device copy bandwidth for scale."""
+    row count, and the H100's device-to-device copy bandwidth for scale (ANCHORS.md)."""
     try:
         import matplotlib
 
@@ -407,7 +407,7 @@ def plot(rows: list, path: str) -> str | None:
             c = f"C{i % 10}"
             ax.plot(x, [r["ours_tbs"] for r in sel], "-o", color=c, label=f"ours, rows={nrows}")
             ax.plot(x, [r["peer_tbs"] for r in sel], "--x", color=c, label=f"torch, rows={nrows}")
-        ax.axhline(COPY_TBS, color="grey", lw=0.8, ls=":", label=f"D2D copy {COPY_TBS} TB/s")
+        ax.axhline(COPY_TBS, color="grey", lw=0.8, ls=":", label=f"H100 D2D copy {COPY_TBS} TB/s")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("cols")
         ax.set_ylabel("TB/s (bytes read + written / time)")
