@@ -226,6 +226,23 @@ def test_hand_written_plans_of_many_passes_are_refused_or_right(R, C, kind, lane
     _refused_or_right(kind, R, C, dt, row_model.RowPlan(lanes, 4 if dt == "f32" else 8, reps, 1))
 
 
+@settings(max_examples=200, deadline=None)
+@given(vectors=st.integers(33, 5000), lanes=st.sampled_from([64, 128, 256, 512, 1024]),
+       most_lanes=st.sampled_from([64, 256, 512]), most_reps=st.integers(1, 8))
+def test_fewest_idle_never_idles_more(vectors, lanes, most_lanes, most_reps):
+    # rows._fewest_idle: a power-of-two thread count in [64, most_lanes] covering the row in at
+    # most most_reps passes (one fewer with a partial last pass) that idles fewer slots, else the
+    # given plan
+    reps = -(-vectors // lanes)
+    got_lanes, got_reps = row_model._fewest_idle(vectors, lanes, reps, most_lanes, most_reps)
+    assert got_lanes * got_reps >= vectors
+    assert got_lanes * got_reps - vectors <= lanes * reps - vectors
+    if (got_lanes, got_reps) != (lanes, reps):
+        assert got_lanes * got_reps < lanes * reps
+        assert 64 <= got_lanes <= most_lanes and got_lanes & (got_lanes - 1) == 0
+        assert got_reps <= most_reps - (1 if vectors % got_lanes else 0)
+
+
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
 @pytest.mark.parametrize("R, C, dt", [(2, 2560, "bf16"), (3, 4104, "f16"), (2, 5120, "f32")])
 def test_rows_of_passes_that_fill_their_threads_interpret(kind, R, C, dt):
