@@ -270,6 +270,8 @@ def shapes_nk(text: str) -> list[tuple[int, int]]:
     out = []
     for entry in text.split(","):
         n, _, k = entry.partition("x")
+        if not n.isdigit() or not (k or n).isdigit():
+            raise SystemExit(f"--nk: {entry!r} is neither N (N = K) nor NxK, e.g. 4096 or 11008x4096")
         out.append((int(n), int(k or n)))
     return out
 

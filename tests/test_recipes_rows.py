@@ -452,3 +452,10 @@ def test_a_mask_is_refused_where_only_values_are_known():
     with pytest.raises(ValueError, match="two different dim names"):
         ops.causal(row="c", col="c")
     assert eval(repr(ops.causal(2, row="m", col="n")), {"ops": ops}) == ops.causal(2, row="m", col="n")
+
+
+@pytest.mark.parametrize("field", ["element_min_threads", "partial_pass_blocks"])
+@pytest.mark.parametrize("value", [-1, True, 2.0])
+def test_row_plan_refuses_bad_counts(field, value):
+    with pytest.raises(ValueError, match=f"row_plan: {field} must be an int >= 0"):
+        row_model.row_plan(8, 4096, **{field: value})

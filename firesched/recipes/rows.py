@@ -444,9 +444,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
-    if isinstance(element_min_threads, bool) or not isinstance(element_min_threads, int) or element_min_threads < 0:
-        raise ValueError(f"row_plan: element_min_threads must be an int >= 0 (0: a row a block), got "
-                         f"{element_min_threads!r}")
+    for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
+                          ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
     eb = max(1, _dtype(dtype).bits // 8)
     if max_values is None:
         max_values = VALUES_IN_REGISTERS[2 if eb <= 2 else 4]
@@ -518,14 +519,15 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     fill, fill_threads = {2: (FILL_VALUES, FILL_THREADS), 4: (FILL_VALUES_F32, FILL_THREADS_F32)}.get(eb, (0, 0)) \
         if vec * eb == 16 else (0, 0)
     plan = _one_block(rows, vectors, vec, MAX_THREADS, MIN_BLOCK_THREADS, fill_values=fill, fill_threads=fill_threads)
-    max_values = max(max_values, plan.reps * vec if plan.lanes <= fill_threads else 0)
+    if plan.lanes <= fill_threads:
+        # (a plan of fewer passes than the fill allows is within max_values anyway)
+        max_values = max(max_values, min(plan.reps * vec, fill))
     if element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
         # (rows on fewer than element_min_threads threads share a block, as above)
         lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // max(1, element_values // vec))))
-        shared = max(1, min(element_min_threads // lanes, _pow2_at_least(rows)))
-        plan = RowPlan(lanes, vec, -(-vectors // lanes), shared)
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, element_min_threads))
         max_values = max(max_values, element_values)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):
@@ -639,8 +641,13 @@ def _one_block(rows: int, vectors: int, vec: int, max_threads: int, min_threads:
     reps = -(-vectors // lanes)
     if fill_values:
         lanes, reps = _fewest_idle(vectors, lanes, reps, min(max_threads, fill_threads), fill_values // vec)
-    shared = max(1, min(min_threads // lanes, _pow2_at_least(rows))) if reps == 1 else 1
-    return RowPlan(lanes, vec, reps, shared)
+    return RowPlan(lanes, vec, reps, _rows_a_block(rows, lanes, min_threads) if reps == 1 else 1)
+
+
+def _rows_a_block(rows: int, lanes: int, min_threads: int) -> int:
+    """Rows a block of rows on ``lanes`` threads takes so that it holds ``min_threads`` threads'
+    worth of rows, at most the tensor's ``rows`` rounded up to a power of two, at least one."""
+    return max(1, min(min_threads // lanes, _pow2_at_least(rows)))
 
 
 def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps: int) -> tuple[int, int]:

@@ -306,10 +306,11 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
             return p
     if M <= 16:
         bm, wm, bn, wn, bk, wk, st = 16, 1, 64, 4, 128, 64, 6 if K >= 8192 else 4
-        if wgmma and -(-N // bn) > WIDE_COLUMN_WAVES * sms:
+        columns = -(-N // bn)
+        if wgmma and columns > WIDE_COLUMN_WAVES * sms:
             bn, wn = 128, 8
-        elif _split_stops_on_tiles(-(-N // bn), K, bk, 2 * sms) and \
-                _k_split(-(-N // bn), K, 64, 2 * sms) > _k_split(-(-N // bn), K, bk, 2 * sms):
+        elif _split_stops_on_tiles(columns, K, bk, 2 * sms) and \
+                _k_split(columns, K, 64, 2 * sms) > _k_split(columns, K, bk, 2 * sms):
             # (11,008 = 86 x 128: two parts of 43 tiles, where four of 43 tiles of 64 fit)
             bk, st = 64, SHORT_K_STAGES
     elif M <= 32:
