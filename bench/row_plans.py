@@ -118,21 +118,24 @@ def main(argv=None) -> None:
             o = us[j] * 1e-3
             what = "the recipe's plan" if plan is None else (
                 f"threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} cluster {plan.cluster} "
-                f"occupancy {plan.occupancy} row in {plan.row_memory}{' aligned' if plan.aligned else ''}")
+                f"occupancy {plan.occupancy} row in {plan.row_memory}{' aligned' if plan.aligned else ''}"
+                f"{' persistent' if plan.persistent else ''}")
             print(f"{args.op} {args.dtype} {R}x{C} {what}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
                   f"{nbytes / q / 1e9:5.2f} TB/s  registers {max(r.registers for r in k.resources.values())}  "
                   f"spills {k.spills}", flush=True)
 
 
 def _plan(text: str):
-    """``--plan lanes,vec,reps,rows[,cluster,part][,a]``: a ``RowPlan``; a last ``a`` makes it an
-    aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``); ``default``: None, the
-    recipe's own plan."""
+    """``--plan lanes,vec,reps,rows[,cluster,part][,a][,p]``: a ``RowPlan``; an ``a`` makes it an
+    aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``), a ``p`` a persistent
+    grid's (``RowPlan.persistent``); ``default``: None, the recipe's own plan."""
     if text == "default":
         return None
     parts = text.split(",")
-    aligned = parts[-1] == "a"
-    return rows.RowPlan(*(int(v) for v in parts[:len(parts) - aligned]), aligned=aligned)
+    flags = set()
+    while parts and parts[-1] in ("a", "p"):
+        flags.add(parts.pop())
+    return rows.RowPlan(*(int(v) for v in parts), aligned="a" in flags, persistent="p" in flags)
 
 
 if __name__ == "__main__":

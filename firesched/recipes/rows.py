@@ -50,7 +50,10 @@ aims at three things, in this order —
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
       4,095         256     1    16        1          256, element by element (layernorm: 16 a thread); add +
-                                                         rmsnorm: an aligned window of 513 vectors, 256 x 3
+                                                         rmsnorm: an aligned window of 513 vectors, 256 x 3;
+                                                         RMSNorm: the window in shared memory on a persistent
+                                                         grid of 8 blocks an SM, each block's rows of one phase,
+                                                         its weight shifted once a block (PERSISTENT_WINDOW_COLS)
       16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
                                                          memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax,
                                                          add + RMSNorm from 4,096-8,000 columns: staged_window_faster)
@@ -283,6 +286,28 @@ STAGED_WINDOW_WHOLE_PASSES = ("add_rmsnorm",)
 STAGED_WINDOW_THREADS = 256
 STAGED_WINDOW_BLOCKS = 3
 
+# odd 16-bit rows of these many columns (first to last, inclusive) wait in their staged window on a
+# persistent grid (RowPlan(persistent=True), row_plan's persistent_window): a multiple of 8 blocks,
+# so each block's rows keep one phase, and the weights (ROW_OPERANDS of them) are shifted into the
+# window's frame once a block, into shared memory (lower.rules.threads.staged_run), not once a row;
+# with less shared memory a block, up to PERSISTENT_WINDOW_BLOCKS blocks an SM (those that fit).
+# Measured on an H200 (bench/row_plans.py, bf16, 256 threads; TB/s against the plan then, the
+# element plan below 4,096 columns): RMSNorm 4096 x 4095 at 8 blocks an SM 2.74 (1.96; f16 2.76
+# against 2.23), 16384 x 4097 at 6 3.03 (2.41), 8192 x 6001 at 5 3.47 (3.20), 8192 x 8191 at 4-6
+# 3.35-3.43 (3.15), but 4096 x 12289 3.25 (3.32), 2048 x 16383 2.88 (3.03), 1024 x 32767 2.12
+# (2.75) and 16384 x 1023 1.91 (2.63); LayerNorm 8192 x 8191 at 4 2.25 (2.01), at 3 2.13, but 4096
+# x 4095 1.46-1.58 (the element plan's 1.83) and 8192 x 6001 at 3 2.11 (2.26); add + RMSNorm
+# 8192 x 8191 at 4 3.26 (3.11), at 5 it spilled; softmax (no weight) 8192 x 8191 2.48-2.63 (3.01).
+# As the plan (bench/rows.py --old, bf16 / f16, time new / old): RMSNorm 4096 x 4095 0.72 / 0.82,
+# 16384 x 4097 0.75 / 0.76, 16384 x 4095 0.78 / 0.91, 8192 x 6001 0.95 / 0.96, 8192 x 8191 0.94 /
+# 0.95, but 4096 x 9999 1.07 / 1.07 (5 blocks); LayerNorm 8192 x 6001 0.94 / 0.96, 8192 x 8191
+# 0.89 / 0.91, but 4096 x 9999 1.02 / 1.06 (3 blocks); add + RMSNorm 8192 x 8191 0.96 / 0.95,
+# 4096 x 9999 0.98 / 0.98.  Hence the ranges, RMSNorm's and LayerNorm's to 8,191 columns
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (4000, 8191), "layernorm": (6000, 8191), "add_rmsnorm": (8000, 10000)}
+PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 4, "add_rmsnorm": 4}
+#: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
+ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
+
 
 # blocks an SM a row of 16-byte vectors on 512 threads whose last pass is partial asks for, by
 # recipe and type (row_plan's partial_pass_blocks): at two (64 registers a thread) add + RMSNorm
@@ -305,8 +330,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``element_values`` (``odd_row_values``), the ``half_block_values`` of causal softmax, LayerNorm
     and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
-    ``staged_window`` (``staged_window_faster``) and ``partial_pass_blocks``
-    (``PARTIAL_PASS_BLOCKS``)."""
+    ``staged_window`` (``staged_window_faster``), ``partial_pass_blocks``
+    (``PARTIAL_PASS_BLOCKS``) and, on sm_90a, the persistent staged windows of
+    ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -321,6 +347,11 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
         args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
+    lo, hi = PERSISTENT_WINDOW_COLS.get(op, (0, -1))
+    if clusters and lo <= cols <= hi:
+        # (measured on sm_90a only)
+        args.update(staged_window=True, persistent_window_blocks=PERSISTENT_WINDOW_BLOCKS[op],
+                    row_operands=ROW_OPERANDS[op])
     return args
 
 
@@ -371,6 +402,10 @@ class RowPlan:
     # a row not a whole number of 16-byte vectors long, walked in a window that starts at the
     # aligned vector holding its first element (align(c=vec)): vec is then 16 bytes of elements
     aligned: bool = False
+    # a grid of as many blocks as the SMs hold at once, each walking rows (to_blocks(persistent=
+    # True)); with ``aligned``, a multiple of 8 blocks whose rows keep one phase, so that a weight
+    # is shifted into the window's frame once a block (rules.threads.staged_run)
+    persistent: bool = False
 
     @property
     def span(self) -> int:
@@ -406,7 +441,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
              aligned_values: int | None = None, half_block_values: int | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
-             staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0) -> RowPlan:
+             staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
+             persistent_window_blocks: int = 0, row_operands: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -438,14 +474,20 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     (``row_memory="SH"``) instead of registers (the recipes ask for it for softmax:
     ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
     whose last pass is partial asks for this many blocks an SM (0: ``RowPlan.occupancy``'s;
-    add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``)."""
+    add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``); ``persistent_window_blocks`` (with
+    ``staged_window``): the staged window goes on a persistent grid (``RowPlan.persistent``) of up
+    to this many blocks an SM, as many as ``shared_per_sm`` holds with the row's window and
+    ``row_operands`` windows of its weights (the recipes ask for it where
+    ``PERSISTENT_WINDOW_COLS`` says)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
-                          ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's")):
+                          ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
+                          ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
+                          ("row_operands", row_operands, "no weight")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
     eb = max(1, _dtype(dtype).bits // 8)
@@ -463,6 +505,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         wide = 16 // eb
         lanes = STAGED_WINDOW_THREADS
         reps = -(-(cols + wide - 1) // (wide * lanes))
+        if persistent_window_blocks:
+            # the weights' windows beside the row's, once a block (rules.threads.staged_run)
+            window = -(-(cols + wide - 1) // wide) * wide * eb
+            per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // lanes,
+                         shared_per_sm // (reps * lanes * wide * eb + row_operands * window + 1024))
+            if per_sm >= 2:
+                return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
+                               persistent=True)
         per_sm = min(STAGED_WINDOW_BLOCKS, shared_per_sm // (reps * lanes * wide * eb + 1024))
         if per_sm >= 2:
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
@@ -695,9 +745,10 @@ def kernel_strategies(plan: RowPlan) -> list:
     if plan.cluster > 1:
         return [tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
                                                             exchange=plan.exchange)]
+    blocks = to_blocks(occupancy=plan.occupancy, persistent=plan.persistent)
     if plan.aligned:
-        return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy) >> align(c=plan.vec)]
-    return [tile(r=plan.rows) >> to_blocks(occupancy=plan.occupancy)]
+        return [tile(r=plan.rows) >> blocks >> align(c=plan.vec)]
+    return [tile(r=plan.rows) >> blocks]
 
 
 def part_strategies(plan: RowPlan, *, walk_row: bool = True) -> tuple:

@@ -383,6 +383,13 @@ def to_blocks(*arrangement: int, group: int = 1, persistent: bool = False, clust
         for m0 in block(32), n0 in block(16) grouped(8)     # 512 blocks, one tile each
         for m0 in block(32), n0 in block(16) grouped(8) persistent   # 132 blocks, ~3.9 tiles each
 
+    Under an aligned window (``align(c=vec)``) the persistent grid is a multiple of ``vec`` blocks
+    (rounded down), so the rows a block walks all start at one phase and what depends on the phase
+    alone — a weight shifted into the window's frame — is done once a block
+    (``lower.rules.threads.staged_run``)::
+
+        tile(r=1) >> to_blocks(persistent=True, occupancy=8) >> align(c=8)   # 1,056 blocks (132 x 8)
+
     ``cluster=C`` (sm_90a) launches thread-block clusters of C blocks.  For a MatMul (C = 2 or 4)
     they take C consecutive M tiles of one N tile: the B tile they share is loaded once, each block
     fetching 1/C of it with a TMA multicast into the shared memory of every block of the cluster

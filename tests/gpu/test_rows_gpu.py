@@ -166,6 +166,29 @@ def test_odd_rows_staged_in_their_window(op, shift, rows, cols, dtype, arch):
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, arch=arch, plan=plan)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "add_rmsnorm"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols, dtype, blocks", [(2500, 4095, "bf16", 8), (1500, 6001, "f16", 4),
+                                                       (900, 8191, "bf16", 4), (5, 4097, "f16", 8),
+                                                       (700, 9999, "bf16", 2), (1100, 4097, "f16", 6)])
+def test_odd_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, blocks):
+    # odd 16-bit rows in their staged window on a persistent grid (the recipes' default for RMSNorm,
+    # LayerNorm and add + RMSNorm at some lengths, rows.PERSISTENT_WINDOW_COLS; given here for every
+    # op): a multiple of 8 blocks, each walking rows of one phase, more rows than blocks (but the
+    # 5 rows), the weights shifted into the window once a block; outputs start as NaN
+    plan = fs.recipes.rows.row_plan(rows, cols, dtype, stage=True, staged_window=True,
+                                    persistent_window_blocks=blocks, row_operands=2)
+    assert plan.persistent and plan.aligned and plan.row_memory == "SH", plan
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, plan=plan)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm"])
+@pytest.mark.parametrize("rows, cols, dtype", [(3000, 4095, "bf16"), (1200, 8191, "f16"), (600, 9999, "bf16"),
+                                               (1500, 6001, "f16")])
+def test_the_recipes_persistent_windows(op, rows, cols, dtype):
+    _run(op, rows, cols, dtype, magnitude=3.0)
+
+
 ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4097, "bf16"),
            (5, 8193, "f16"), (33, 257, "bf16"), (2, 16383, "f16")]
 

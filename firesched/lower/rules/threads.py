@@ -41,7 +41,7 @@ from ... import ops as fops
 from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm70, sm90a
 from ...hardware.atoms import convert as cv
-from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, binop, ge, land, lt, mod
+from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, add, binop, free_vars, ge, land, lt, mod
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
 from ...tensor import GL, RF, SH
@@ -170,7 +170,10 @@ def access(lw: Lowerer, ctx, tile, regs: ir.RegBuffer, *, write: bool, what: str
                 elementwise = window_access(buf, t, at, step, regs, reg_index(tile, local), write, what, lim, low,
                                             skip, aligned=window > 1)
                 if window == 1 and not write and skip is None and _shifts_whole_runs(ctx, t, step):
-                    out += shifted_run(lw, ctx, buf, t, at, regs, reg_index(tile, local), what, lim, low, elementwise)
+                    r0 = reg_index(tile, local)
+                    staged = staged_run(lw, ctx, buf, t, at, regs, r0, what, lim, low)
+                    out += staged if staged is not None else shifted_run(lw, ctx, buf, t, at, regs, r0, what, lim,
+                                                                         low, elementwise)
                 else:
                     out += elementwise
             continue
@@ -287,6 +290,65 @@ def shifted_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: i
     # (in a rolled loop of many passes batch_loads hoists the pair's loads out of the branch,
     # predicated, and keeps several passes' of them in flight)
     return [ir.If(inside, ir.Seq((*loads, take))), ir.If(binop("==", inside, 0), ir.Seq(tuple(elementwise)))]
+
+
+def staged_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: int, what: str, lim: dict,
+               low: dict) -> list | None:
+    """A run of 8 elements of an operand along the row only, in the aligned window of a
+    persistent block whose rows all start at one phase (``to_blocks(persistent=True)`` with a grid
+    of a multiple of 8 blocks, ``transforms.blocks``): the block shifts the whole operand once,
+    before its first row, into a shared buffer in the window's frame (``shifted_run`` per vector,
+    zero outside the operand), and each row's run is one aligned 16-byte shared load::
+
+        W (global):     | w0 .. w7 | w8 .. w15 | ...                       phase 3: q = 5
+        W_win (shared): | 0 0 0 w0 .. w4 | w5 .. w12 | w13 .. w20 | ...    filled once a block
+        a run:                            [  one ld.shared.v4  ]          every row of the block
+
+    None where the phase changes from tile to tile (a block of one tile, a grid of other sizes),
+    or the code is not one role's: ``shifted_run`` then."""
+    tv = ctx.tile_index
+    if not isinstance(tv, Var) or ctx.part is not None or ctx.specialized or ctx.scope is None \
+            or ctx.scope.elected or ctx.scope.first:
+        return None
+    c = t.major
+    shift, vec = ctx.shift[c]
+    bounds_ = [shift, *lim.values(), *low.values()]
+    if any(tv in free_vars(e) for e in bounds_):
+        return None
+    eb = t.dtype.bits // 8
+    n = -(-(t.extent(c) + vec - 1) // vec) * vec          # the window's length, whole vectors
+    sbuf = lw.kb.shared.get(f"{t.name}_win")
+    if sbuf is None:
+        sbuf = lw.kb.shared_buf(f"{t.name}_win", t.dtype, n, 16,
+                                f"{t.name} in the window's frame of this block's phase, shifted once a block")
+        lw.notes.setdefault("setup", []).extend(_stage_window(lw, ctx, buf, t, sbuf, n, what, lim, low))
+    p = add(coord[c], -1 * shift)                         # the run's place in the window: aligned
+    ld = _copy("SH", False, vec * eb)
+    return [ir.AtomCall(ld, (("dst", ir.RegRef(regs, r0)), ("src", ir.MemRef(sbuf, p))), lt(p, n),
+                        comment=f"{what}: the run, shifted once a block")]
+
+
+def _stage_window(lw: Lowerer, ctx, buf, t, sbuf, n: int, what: str, lim: dict, low: dict) -> list:
+    """The setup of ``staged_run``: the block's threads fill ``sbuf`` (``n`` elements) with ``t``
+    in the window's frame, a vector each a pass, then wait for each other."""
+    c = t.major
+    shift, vec = ctx.shift[c]
+    threads, tid = ctx.scope.threads, ctx.scope.tid
+    passes = -(-(n // vec) // threads)
+    k = Var(f"{t.name}_win_pass", passes)
+    p = vec * (k * threads + tid)
+    regs = lw.kb.reg(f"{t.name}_win_run", t.dtype, vec)
+    at = {c: add(p, shift)}
+    elementwise = window_access(buf, t, at, vec, regs, 0, False, f"{t.name} for the window", lim, low, None,
+                                aligned=False)
+    run = shifted_run(lw, ctx, buf, t, at, regs, 0, f"{t.name} for the window", lim, low, elementwise)
+    st = ir.AtomCall(_copy("SH", True, vec * (t.dtype.bits // 8)),
+                     (("dst", ir.MemRef(sbuf, p)), ("src", ir.RegRef(regs, 0))), 1,
+                     comment=f"{t.name}'s run, in the window's frame")
+    body = ir.Seq((*run, st))
+    fill = ir.For(k, passes, body if passes * threads * vec == n else ir.If(lt(p, n), body))
+    return [ir.Comment(f"{t.name} shifted into the window's frame once a block ({what})"), fill,
+            ir.Barrier(comment=f"{t.name}_win is filled")]
 
 
 def _copy(mem: str, write: bool, width: int):

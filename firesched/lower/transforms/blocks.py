@@ -230,7 +230,7 @@ def block_order(block_loops, node, target) -> BlockOrder:
     elif cluster > 1:
         order = _clusters(loops, node, target, cluster, persistent)
     elif persistent:
-        order = _persistent(loops, target)
+        order = _persistent(loops, target, max((lp.align for m in node.walk() for lp in m.loops), default=0))
     else:
         order = _grid(loops, node)
     fixups = [lp for lp in loops if lp.fixup]
@@ -299,12 +299,17 @@ def _grid(loops, node) -> BlockOrder:
     return BlockOrder(tuple(grid), bind)
 
 
-def _persistent(loops, target) -> BlockOrder:
+def _persistent(loops, target, phase: int = 0) -> BlockOrder:
     tiles = 1
     for lp in loops:
         tiles *= lp.count
     # one block per SM, or as many as to_blocks(occupancy=N) keeps resident on each
     blocks = min(tiles, target.sm_count * max(lp.occupancy for lp in loops))
+    if phase > 1 and blocks > phase:
+        # rows in an aligned window (align(c=vec)): a grid of a multiple of vec blocks walks rows
+        # whose starts keep one phase in each block (row r + k * blocks starts k * blocks * cols
+        # later), so what depends on the phase alone is done once a block (rules.threads.staged_run)
+        blocks -= blocks % phase
     iters = -(-tiles // blocks)
     ti = Var("tile_i", iters)
     t = ir.bid(0, blocks) + ti * blocks

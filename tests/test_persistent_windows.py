@@ -1,0 +1,131 @@
+"""Odd rows on a persistent grid (``RowPlan(persistent=True)``): a multiple of 8 blocks walks the
+rows, so each block's rows start at one phase, and a weight is shifted into the window's frame
+once a block, into shared memory (``lower.rules.threads.staged_run``), not once a row.  The
+interpreter proves the rows right over every phase and the setup's barrier necessary."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import firesched as fs
+from firesched import ir
+from firesched.recipes import norms
+from firesched.recipes import rows as row_model
+from firesched.recipes.rows import RowPlan
+from firesched.simulate.interp import run_program
+from firesched.testing.planting import planted
+
+
+def _recipe(kind, *args, **kw):
+    if kind == "causal":
+        return fs.recipes.softmax(*args, causal=True, **kw)
+    return getattr(fs.recipes, kind)(*args, **kw)
+
+
+def _plan(cols, memory, lanes=64):
+    return RowPlan(lanes, 8, -(-(cols + 7) // (8 * lanes)), 1, aligned=True, row_memory=memory, persistent=True)
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("memory", ["RF", "SH"])
+@pytest.mark.parametrize("dt, cols", [("bf16", 1001), ("f16", 263)])
+def test_persistent_windows_match_numpy(kind, memory, dt, cols):
+    # 27 rows on 24 blocks (the grid rounded down to a multiple of 8): three blocks take a second
+    # row, at the phase of their first; the rows start at every offset modulo 8
+    sched = _recipe(kind, 27, cols, dtype=dt, arch="sm_90a", plan=_plan(cols, memory))
+    assert "persistent=True" in repr(sched.strategies)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def _tile_loop(body):
+    return next(s for s in ir.rewrite.walk([body]) if isinstance(s, ir.For) and s.var.name == "tile_i")
+
+
+def _reads_of(stmt, name):
+    return [s for s in ir.rewrite.walk(stmt if isinstance(stmt, list) else [stmt]) if isinstance(s, ir.AtomCall)
+            and any(isinstance(v, ir.MemRef) and v.buffer.name == name for _, v in s.args)]
+
+
+def test_a_persistent_block_shifts_its_weights_once():
+    sched = fs.recipes.layernorm(40, 1001, dtype="bf16", arch="sm_90a", plan=_plan(1001, "SH"))
+    (kernel,) = sched.lower("sm_90a").kernels
+    assert kernel.grid[0] == 40 - 40 % 8
+    loop = _tile_loop(kernel.body)
+    # the weight and the bias are read from global memory before the tile loop only; inside it
+    # every run is one aligned shared load of their windows
+    for name in ("W", "B"):
+        assert _reads_of(kernel.body, name) and not _reads_of(loop, name), name
+        assert _reads_of(loop, f"{name}_win"), name
+    src = fs.compile(sched, arch="sm_90a").source
+    assert "W_win is filled" in src and "B_win is filled" in src
+
+
+def test_the_rows_read_the_blocks_window():
+    # the rows' runs of W are the setup's: with the setup's stores into W_win dropped, Y changes
+    # (and the second row of a block reads what its first did: the same window)
+    sched = fs.recipes.rmsnorm(20, 333, dtype="f16", arch="sm_90a", plan=_plan(333, "SH"))
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    good = run_program(prog, dict(feed))["Y"]
+
+    def no_window_stores(s):
+        stores = isinstance(s, ir.AtomCall) and s.atom.name.startswith("st_shared") and _reads_of([s], "W_win")
+        return None if stores else s
+
+    bad = run_program(planted(prog, no_window_stores), dict(feed))["Y"]
+    assert not np.array_equal(np.asarray(good, np.float32), np.asarray(bad, np.float32))
+
+
+def test_an_unpersistent_window_keeps_its_shifted_runs():
+    # one row a block: the weight's runs come from its aligned vectors every row, no window buffer
+    plan = attrs.evolve(_plan(1001, "SH"), persistent=False)
+    src = fs.compile(fs.recipes.rmsnorm(20, 1001, dtype="bf16", arch="sm_90a", plan=plan), arch="sm_90a").source
+    assert "W_win" not in src and "shift_halves" in src
+
+
+def test_the_persistent_plans_come_from_the_tile_model():
+    args = row_model.measured_plan_args
+    a = args("rmsnorm", 4095, "bf16", True)
+    assert a["staged_window"] and a["persistent_window_blocks"] == row_model.PERSISTENT_WINDOW_BLOCKS["rmsnorm"]
+    assert "persistent_window_blocks" not in args("rmsnorm", 4095, "bf16", False)      # measured on sm_90a only
+    assert "persistent_window_blocks" not in args("rmsnorm", 9999, "bf16", True)
+    assert "persistent_window_blocks" not in args("softmax", 8191, "bf16", True)
+    p = norms.plan_rows(4096, 4095, "bf16", "sm_90a", op="rmsnorm")
+    assert p.persistent and p.aligned and p.row_memory == "SH" and p.blocks_per_sm == 8
+    # shared memory bounds the blocks: the row's window and two weights' a block
+    ln = norms.plan_rows(4096, 8191, "bf16", "sm_90a", op="layernorm")
+    window = -(-(8191 + 7) // 8) * 8 * 2
+    assert ln.persistent and ln.blocks_per_sm * (ln.reps * ln.span * 2 + 2 * window + 1024) <= row_model.SHARED_PER_SM
+    assert not norms.plan_rows(4096, 4095, "bf16", "sm_80", op="rmsnorm").persistent
+    with pytest.raises(ValueError, match="persistent_window_blocks"):
+        row_model.row_plan(8, 4095, "bf16", persistent_window_blocks=-1)
+
+
+@pytest.mark.parametrize("kind, cols", [("rmsnorm", 4095), ("rmsnorm", 8191), ("layernorm", 6001),
+                                        ("layernorm", 8191), ("add_rmsnorm", 9999)])
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_the_persistent_plans_compile_without_spills(kind, cols, dt):
+    sched = getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a")
+    assert "persistent=True" in repr(sched.strategies)
+    assert fs.compile(sched, arch="sm_90a").spills == 0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(R=st.integers(1, 30), C=st.integers(1, 400), dt=st.sampled_from(["f16", "bf16", "f32"]),
+       kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax"]),
+       lanes=st.sampled_from([32, 64]), memory=st.sampled_from(["RF", "SH"]), occupancy=st.sampled_from([0, 1, 3]))
+def test_hand_written_persistent_windows(R, C, dt, kind, lanes, memory, occupancy):
+    # any row count (fewer than 8 blocks, or a grid rounded down to a multiple of 8), any length,
+    # any phase, the row in registers or in shared memory: ScheduleError at check(), or the
+    # interpreter equals numpy with no hazard
+    plan = attrs.evolve(_plan(C, memory, lanes), blocks_per_sm=occupancy)
+    try:
+        sched = _recipe(kind, R, C, dtype=dt, arch="sm_90a", plan=plan)
+        sched.check("sm_90a")
+    except fs.ScheduleError:
+        return
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
