@@ -302,9 +302,14 @@ STAGED_WINDOW_BLOCKS = 3
 # 16384 x 4097 0.75 / 0.76, 16384 x 4095 0.78 / 0.91, 8192 x 6001 0.95 / 0.96, 8192 x 8191 0.94 /
 # 0.95, but 4096 x 9999 1.07 / 1.07 (5 blocks); LayerNorm 8192 x 6001 0.94 / 0.96, 8192 x 8191
 # 0.89 / 0.91, but 4096 x 9999 1.02 / 1.06 (3 blocks); add + RMSNorm 8192 x 8191 0.96 / 0.95,
-# 4096 x 9999 0.98 / 0.98.  Hence the ranges, RMSNorm's and LayerNorm's to 8,191 columns
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (4000, 8191), "layernorm": (6000, 8191), "add_rmsnorm": (8000, 10000)}
-PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 4, "add_rmsnorm": 4}
+# 4096 x 9999 0.98 / 0.98.  Hence the ranges, RMSNorm's and LayerNorm's to 8,191 columns.  Then
+# (bench/row_plans.py, bf16, against the plan then): add + RMSNorm 4096 x 4095 at 4 3.15, at 6
+# 3.01 (2.61, its window in registers), 8192 x 6001 at 4 3.57 (3.45); LayerNorm 8192 x 6001 at 6
+# 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
+# element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
+# (2.31).  Hence add + RMSNorm from 4,000 columns, LayerNorm up to 6 blocks an SM
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (4000, 8191), "layernorm": (6000, 8191), "add_rmsnorm": (4000, 10000)}
+PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
