@@ -267,21 +267,23 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
     # + RMSNorm (its sum staged) from 8,000 but where its window in registers fills whole passes
     # (24,569: 3,072 vectors on 1,024 threads); 256 threads, three blocks an SM while two fit
     # (more on a persistent grid, rows.PERSISTENT_WINDOW_COLS: RMSNorm and add + RMSNorm from 4,000
-    # columns); not
+    # columns; causal softmax from 20,000 to 41,000 columns at two, rows.STAGED_WINDOW_UPTO); not
     # causal softmax, not even rows, not rows two such blocks do not fit beside each other
     from firesched.recipes.norms import plan_rows
 
     for op, cols in [("rmsnorm", 16383), ("layernorm", 6001), ("softmax", 40959), ("rmsnorm", 4097),
                      ("rmsnorm", 40959), ("add_rmsnorm", 16383), ("add_rmsnorm", 32767), ("rmsnorm", 4095),
-                     ("add_rmsnorm", 6001)]:
+                     ("add_rmsnorm", 6001), ("causal", 24569), ("causal", 20001)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
         assert p.aligned and p.row_memory == "SH" and p.lanes == row_model.STAGED_WINDOW_THREADS, (op, cols, p)
-        most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else row_model.STAGED_WINDOW_BLOCKS
+        most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
+            row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)
         assert 2 <= p.occupancy <= most
         lo, hi = row_model.PERSISTENT_WINDOW_COLS.get(op, (0, -1))
         assert p.persistent == (lo <= cols <= hi), (op, cols, p)
     for op, cols in [("rmsnorm", 3999), ("softmax", 4097), ("causal", 16383), ("add_rmsnorm", 24569),
-                     ("add_rmsnorm", 3999), ("softmax", 16384), ("softmax", 65537)]:
+                     ("add_rmsnorm", 3999), ("softmax", 16384), ("softmax", 65537), ("causal", 41001),
+                     ("causal", 19999)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
         assert not (p.aligned and p.row_memory == "SH"), (op, cols, p)
     assert not row_model.row_plan(8, 16383, "f32", staged_window=True, stage=True).aligned

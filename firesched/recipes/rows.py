@@ -279,7 +279,15 @@ HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": 48, "rmsnorm": 48}
 # 2.28 (2.40), LayerNorm 8192 x 4095 1.38 (2.02).  As the plan (bench/rows.py --old, bf16 / f16):
 # RMSNorm 16384 x 4097 2.32 / 2.31 (2.06 / 2.07), but 8192 x 4095 2.17 / 2.24 (2.09 / 2.43: its
 # element plan, 256 threads x 16, fills its passes): from 4,096.  Columns from
-STAGED_WINDOW_COLS = {"rmsnorm": 4096, "layernorm": 6000, "softmax": 6000, "add_rmsnorm": 8000}
+STAGED_WINDOW_COLS = {"rmsnorm": 4096, "layernorm": 6000, "softmax": 6000, "add_rmsnorm": 8000, "causal": 20000}
+# causal softmax's staged windows: up to these many columns, two blocks an SM
+# (STAGED_WINDOW_BLOCKS_BY_OP).  Measured on an H200 (bench/row_plans.py, bf16, 256 threads; TB/s
+# against the plan then: half blocks or clusters of element copies): 2048 x 20481 at 2 blocks an SM
+# 2.72, at 3 2.40 (2.12); 2048 x 24569 at 2 3.14, at 3 2.69 (2.24; f16 2.75 against 2.21); 1024 x
+# 32767 2.82 (2.26); 1024 x 40959 2.66 (2.34); but 8192 x 8191 2.39 (3.22), 4096 x 12289 2.30
+# (3.01) and 4096 x 16383 2.73 (3.09), where one block's registers hold the row
+STAGED_WINDOW_UPTO = {"causal": 41000}
+STAGED_WINDOW_BLOCKS_BY_OP = {"causal": 2}
 # recipes that keep an odd row's window in registers where it fills whole passes of the block's
 # threads (row_plan(align=True); measured at 24,569 columns only, above)
 STAGED_WINDOW_WHOLE_PASSES = ("add_rmsnorm",)
@@ -341,6 +349,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
+            "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK}
     if op in HALF_BLOCK_VALUES and eb == 2 and (clusters or op == "causal"):
@@ -363,12 +372,12 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
 def staged_window_faster(op: str, cols: int) -> bool:
     """Whether an odd 16-bit row of ``cols`` columns in recipe ``op`` waits in shared memory in
     its aligned window (``row_plan(staged_window=True)``): where measured faster,
-    ``STAGED_WINDOW_COLS`` (but add + RMSNorm's register windows of whole passes,
-    ``STAGED_WINDOW_WHOLE_PASSES``)."""
+    ``STAGED_WINDOW_COLS`` up to ``STAGED_WINDOW_UPTO`` (but add + RMSNorm's register windows of
+    whole passes, ``STAGED_WINDOW_WHOLE_PASSES``)."""
     if op not in ODD_ROW_VALUES:
         raise ValueError(f"staged_window_faster: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
     lo = STAGED_WINDOW_COLS.get(op)
-    if lo is None or cols < lo:
+    if lo is None or cols < lo or cols > STAGED_WINDOW_UPTO.get(op, cols):
         return False
     if op in STAGED_WINDOW_WHOLE_PASSES and cols % 2:
         regs = row_plan(1, cols, "bf16", align=True, clusters=True)
@@ -447,7 +456,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              aligned_values: int | None = None, half_block_values: int | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
-             persistent_window_blocks: int = 0, row_operands: int = 0) -> RowPlan:
+             persistent_window_blocks: int = 0, row_operands: int = 0,
+             staged_window_blocks: int = STAGED_WINDOW_BLOCKS) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -473,8 +483,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
     on one block of ``STAGED_WINDOW_THREADS`` threads (``RowPlan(aligned=True,
-    row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks (the recipes ask
-    for it where ``staged_window_faster``); ``stage_one_block`` (with ``stage``): a row of
+    row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks, at up to
+    ``staged_window_blocks`` blocks an SM (the recipes ask for it where ``staged_window_faster``,
+    causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``); ``stage_one_block`` (with ``stage``): a row of
     16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
     (``row_memory="SH"``) instead of registers (the recipes ask for it for softmax:
     ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
@@ -492,7 +503,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
-                          ("row_operands", row_operands, "no weight")):
+                          ("row_operands", row_operands, "no weight"),
+                          ("staged_window_blocks", staged_window_blocks, "no staged window")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
     eb = max(1, _dtype(dtype).bits // 8)
@@ -518,7 +530,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             if per_sm >= 2:
                 return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True)
-        per_sm = min(STAGED_WINDOW_BLOCKS, shared_per_sm // (reps * lanes * wide * eb + 1024))
+        per_sm = min(staged_window_blocks, shared_per_sm // (reps * lanes * wide * eb + 1024))
         if per_sm >= 2:
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
