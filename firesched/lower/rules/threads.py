@@ -304,16 +304,17 @@ def staged_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: in
         W_win (shared): | 0 0 0 w0 .. w4 | w5 .. w12 | w13 .. w20 | ...    filled once a block
         a run:                            [  one ld.shared.v4  ]          every row of the block
 
-    None where the phase changes from tile to tile (a block of one tile, a grid of other sizes),
-    or the code is not one role's: ``shifted_run`` then."""
+    None where the block walks no tiles (not persistent), where the phase is not proved the same
+    from tile to tile (a grid of other sizes), or where the code is not the whole block's (a role
+    of a warp-specialized block): ``shifted_run`` then."""
     tv = ctx.tile_index
     if not isinstance(tv, Var) or ctx.part is not None or ctx.specialized or ctx.scope is None \
             or ctx.scope.elected or ctx.scope.first:
         return None
     c = t.major
     shift, vec = ctx.shift[c]
-    bounds_ = [shift, *lim.values(), *low.values()]
-    if any(tv in free_vars(e) for e in bounds_):
+    frame = [shift, *lim.values(), *low.values()]
+    if any(tv in free_vars(e) for e in frame):
         return None
     eb = t.dtype.bits // 8
     n = -(-(t.extent(c) + vec - 1) // vec) * vec          # the window's length, whole vectors
