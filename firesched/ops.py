@@ -62,6 +62,10 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         ScalarOp("mul", 2, lambda x, y: f"{x} * {y}", lambda x, y: x * y),
         ScalarOp("sub", 2, lambda x, y: f"{x} - {y}", lambda x, y: x - y),
         ScalarOp("div", 2, lambda x, y: f"{x} / {y}", lambda x, y: x / y),
+        # x / y within 2 ulp (div.approx: a reciprocal and a multiply), for 2^-126 <= |y| <= 2^126:
+        # the weight of a merge of statistics (firesched.monoids.welford), where the IEEE
+        # division's routine (a dozen instructions and a slow path) took LayerNorm's issue slots
+        ScalarOp("div_approx", 2, lambda x, y: f"__fdividef({x}, {y})", lambda x, y: x / y),
         ScalarOp("max", 2, lambda x, y: f"fmaxf({x}, {y})", np.maximum),
         ScalarOp("min", 2, lambda x, y: f"fminf({x}, {y})", np.minimum),
         ScalarOp("exp", 1, lambda x: f"expf({x})", np.exp),

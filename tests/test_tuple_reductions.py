@@ -360,12 +360,15 @@ def test_one_block_plans_compile_without_spills(kind, cols):
 def test_an_even_row_does_not_exchange_its_count(C, even):
     # every thread folds as many elements of a row of 4,096 (no element skipped): Welford's
     # count is the same in every part, so the lanes and warps move only (mean, M2), and the
-    # divisions by the counts fold into constants; an odd row's edge threads count fewer
+    # divisions by the counts fold into constants — the means' and the variance's IEEE divisions
+    # (the merges' approximate ones, div.approx, stay: ptxas's to fold); an odd row's edge
+    # threads count fewer: IEEE divisions at run time
     sched = fs.recipes.layernorm(8, C, dtype="bf16", arch="sm_90a", tuple_stats=True)
     k = fs.compile(sched, arch="sm_90a", use_cache=False)
     levels = 5 + 3                             # lanes of a warp, then 8 warps' tuples over lanes
     assert k.source.count("shfl.sync.bfly") == levels * (2 if even else 3)
     assert ("div.rn.f32" in k.ptx or "div.full.f32" in k.ptx) != even
+    assert "__fdividef" in k.source
 
 
 @pytest.mark.parametrize("stats", [True, False])
