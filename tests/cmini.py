@@ -235,6 +235,8 @@ INTRINSICS = {
     "expf": _libm(lambda a: float(np.exp(np.float64(a)))),
     "tanhf": _libm(lambda a: float(np.tanh(a))),
     "erff": _libm(lambda a: __import__("math").erf(a)),
+    # (div.approx: within 2 ulp of the quotient for 2^-126 <= |b| <= 2^126)
+    "__fdividef": _libm(lambda a, b: a / b),
 
     "__float_as_uint": lambda v: Val("unsigned", int(np.array([_f32(v)], np.float32).view(np.uint32)[0])),
     "__uint_as_float": lambda v: Val("float", np.array([convert(v, "unsigned").v], np.uint32).view(np.float32)[0]),

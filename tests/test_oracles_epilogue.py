@@ -55,6 +55,18 @@ def test_cuda_spelling_of_binary_ops(name, want):
             assert got == float(np.float32(want(np.float32(x), np.float32(y)))), (name, x, y, got)
 
 
+def test_cuda_spelling_of_the_approximate_division():
+    # div_approx (a merge of Welford statistics: a count by a count) is x / y, in that order
+    op = SCALAR_OPS["div_approx"]
+    assert op.arity == 2
+    prog = _c_function(op.c("x", "y"), 2)
+    for x in POINTS:
+        for y in (1.0, 3.0, 8.0, 1000.0, 7.0e5, 2.0 ** 31):
+            got = float(prog.call("f", cmini.f32_val(x), cmini.f32_val(y)).v)
+            assert abs(got - x / y) <= 2.5e-7 * abs(x / y), (x, y, got)
+            assert float(op.np(np.float64(x), np.float64(y))) == x / y
+
+
 @pytest.mark.parametrize("name", [n for n in UNARY if n not in ("copy", "cvt")] + ["add", "mul", "max"])
 def test_numpy_meaning_of_scalar_ops(name):
     """The interpreter's meaning of each op, against the same formulas."""
