@@ -1,7 +1,7 @@
 """Odd rows on a persistent grid (``RowPlan(persistent=True)``): a multiple of 8 blocks walks the
 rows, so each block's rows start at one phase, and a weight is shifted into the window's frame
 once a block, into shared memory (``lower.rules.threads.staged_run``), not once a row.  The
-interpreter proves the rows right over every phase and the setup's barrier necessary."""
+interpreter proves the rows right over every phase, and that they read the block's window."""
 
 from __future__ import annotations
 
