@@ -170,3 +170,18 @@ def test_a_users_fused_rows_on_a_persistent_grid(R, C, dt, lanes, occupancy):
         # element, and even rows read them in pairs or vectors in place)
         assert _reads_of(_tile_loop(kernel.body), "W_win") and _reads_of(_tile_loop(kernel.body), "B_win")
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+@pytest.mark.parametrize("exchange", ["barrier", "push"])
+def test_a_persistent_cluster_plan_is_honoured_or_refused(exchange):
+    # RowPlan(persistent=True) on a cluster's rows reaches to_blocks: with barrier.cluster the
+    # clusters walk the rows (right against numpy); with pushes (one exchange buffer a launch) the
+    # strategy refuses it and says why, rather than the plan dropping persistent silently
+    plan = RowPlan(64, 8, 1, 1, cluster=2, part=512, persistent=True)
+    if exchange == "push":
+        with pytest.raises(fs.ScheduleError, match="not persistent"):
+            fs.recipes.rmsnorm(10, 1000, dtype="f16", arch="sm_90a", exchange=exchange, plan=plan)
+        return
+    sched = fs.recipes.rmsnorm(10, 1000, dtype="f16", arch="sm_90a", exchange=exchange, plan=plan)
+    assert "persistent=True" in repr(sched.strategies)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -761,7 +761,7 @@ def kernel_strategies(plan: RowPlan) -> list:
                          "with cluster=1, or aligned=False")
     if plan.cluster > 1:
         return [tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
-                                                            exchange=plan.exchange)]
+                                                            exchange=plan.exchange, persistent=plan.persistent)]
     blocks = to_blocks(occupancy=plan.occupancy, persistent=plan.persistent)
     if plan.aligned:
         return [tile(r=plan.rows) >> blocks >> align(c=plan.vec)]
