@@ -119,23 +119,31 @@ def main(argv=None) -> None:
             what = "the recipe's plan" if plan is None else (
                 f"threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} cluster {plan.cluster} "
                 f"occupancy {plan.occupancy} row in {plan.row_memory}{' aligned' if plan.aligned else ''}"
-                f"{' persistent' if plan.persistent else ''}")
+                f"{' persistent' if plan.persistent else ''}"
+                f"{f' {plan.tile_stages} rows in flight' if plan.tile_stages > 1 else ''}")
             print(f"{args.op} {args.dtype} {R}x{C} {what}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
                   f"{nbytes / q / 1e9:5.2f} TB/s  registers {max(r.registers for r in k.resources.values())}  "
                   f"spills {k.spills}", flush=True)
 
 
 def _plan(text: str):
-    """``--plan lanes,vec,reps,rows[,cluster,part][,a][,p]``: a ``RowPlan``; an ``a`` makes it an
+    """``--plan lanes,vec,reps,rows[,cluster,part][,a][,p][,sN]``: a ``RowPlan``; an ``a`` makes it an
     aligned row's (``RowPlan.aligned``: the window of ``align(c=vec)``), a ``p`` a persistent
-    grid's (``RowPlan.persistent``); ``default``: None, the recipe's own plan."""
+    grid's (``RowPlan.persistent``), ``sN`` a persistent block's rows N in flight
+    (``RowPlan.tile_stages``); ``default``: None, the recipe's own plan."""
     if text == "default":
         return None
     parts = text.split(",")
     flags = set()
-    while parts and parts[-1] in ("a", "p"):
-        flags.add(parts.pop())
-    return rows.RowPlan(*(int(v) for v in parts), aligned="a" in flags, persistent="p" in flags)
+    stages = 1
+    while parts and (parts[-1] in ("a", "p") or parts[-1].startswith("s")):
+        flag = parts.pop()
+        if flag.startswith("s"):
+            stages = int(flag[1:])
+        else:
+            flags.add(flag)
+    return rows.RowPlan(*(int(v) for v in parts), aligned="a" in flags, persistent="p" in flags,
+                        tile_stages=stages)
 
 
 if __name__ == "__main__":

@@ -266,8 +266,8 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
     # rows.staged_window_faster: RMSNorm from 4,096 columns, LayerNorm and softmax from 6,000, add
     # + RMSNorm (its sum staged) from 8,000 but where its window in registers fills whole passes
     # (24,569: 3,072 vectors on 1,024 threads); 256 threads, three blocks an SM while two fit
-    # (more on a persistent grid, rows.PERSISTENT_WINDOW_COLS: RMSNorm and add + RMSNorm from 4,000
-    # columns; causal softmax from 20,000 to 41,000 columns at two, rows.STAGED_WINDOW_UPTO); not
+    # (more on a persistent grid, rows.PERSISTENT_WINDOW_COLS: RMSNorm from 1,500 columns, LayerNorm
+    # and add + RMSNorm from 4,000; causal softmax from 20,000 to 41,000 columns at two, rows.STAGED_WINDOW_UPTO); not
     # causal softmax, not even rows, not rows two such blocks do not fit beside each other
     from firesched.recipes.norms import plan_rows
 
@@ -275,13 +275,17 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
                      ("rmsnorm", 40959), ("add_rmsnorm", 16383), ("add_rmsnorm", 32767), ("rmsnorm", 4095),
                      ("add_rmsnorm", 6001), ("causal", 24569), ("causal", 20001)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
-        assert p.aligned and p.row_memory == "SH" and p.lanes == row_model.STAGED_WINDOW_THREADS, (op, cols, p)
+        # (a persistent block keeping two rows in flight takes the threads of
+        # rows.PERSISTENT_WINDOW_THREADS)
+        threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else \
+            [t for first, t in row_model.PERSISTENT_WINDOW_THREADS[op] if cols >= first][-1]
+        assert p.aligned and p.row_memory == "SH" and p.lanes == threads, (op, cols, p)
         most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
             row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)
         assert 2 <= p.occupancy <= most
         lo, hi = row_model.PERSISTENT_WINDOW_COLS.get(op, (0, -1))
         assert p.persistent == (lo <= cols <= hi), (op, cols, p)
-    for op, cols in [("rmsnorm", 3999), ("softmax", 4097), ("causal", 16383), ("add_rmsnorm", 24569),
+    for op, cols in [("rmsnorm", 1499), ("layernorm", 3999), ("softmax", 4097), ("causal", 16383), ("add_rmsnorm", 24569),
                      ("add_rmsnorm", 3999), ("softmax", 16384), ("softmax", 65537), ("causal", 41001),
                      ("causal", 19999)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)

@@ -95,11 +95,15 @@ def test_the_persistent_plans_come_from_the_tile_model():
     assert "persistent_window_blocks" not in args("rmsnorm", 9999, "bf16", True)
     assert "persistent_window_blocks" not in args("softmax", 8191, "bf16", True)
     p = norms.plan_rows(4096, 4095, "bf16", "sm_90a", op="rmsnorm")
-    assert p.persistent and p.aligned and p.row_memory == "SH" and p.blocks_per_sm == 8
-    # shared memory bounds the blocks: the row's window and two weights' a block
-    ln = norms.plan_rows(4096, 8191, "bf16", "sm_90a", op="layernorm")
-    window = -(-(8191 + 7) // 8) * 8 * 2
-    assert ln.persistent and ln.blocks_per_sm * (ln.reps * ln.span * 2 + 2 * window + 1024) <= row_model.SHARED_PER_SM
+    assert p.persistent and p.aligned and p.row_memory == "SH" and p.tile_stages == 2 and p.lanes == 128
+    # shared memory bounds the blocks: the row's windows (two: the next one in flight) and the weights'
+    shared = 228 * 1024
+    for op, cols, weights in (("rmsnorm", 4095, 1), ("layernorm", 8191, 2), ("rmsnorm", 8191, 1)):
+        q = norms.plan_rows(4096, cols, "bf16", "sm_90a", op=op)
+        window = -(-(cols + 7) // 8) * 8 * 2
+        block = q.tile_stages * q.reps * q.span * 2 + weights * window + 1024
+        assert q.persistent and q.blocks_per_sm * block <= shared, (op, cols, q)
+        assert q.blocks_per_sm == row_model.PERSISTENT_WINDOW_BLOCKS[op] or (q.blocks_per_sm + 1) * block > shared
     assert not norms.plan_rows(4096, 4095, "bf16", "sm_80", op="rmsnorm").persistent
     with pytest.raises(ValueError, match="persistent_window_blocks"):
         row_model.row_plan(8, 4095, "bf16", persistent_window_blocks=-1)

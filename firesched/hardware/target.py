@@ -62,6 +62,9 @@ class Target:
     # kernel before finishes, and wait for it in the kernel)
     has_pdl: bool = False
     smem_per_block: int = 48 * KIB  # without the opt-in (static shared memory limit)
+    # what the driver keeps of the SM's shared memory for each resident block (sm_80 and later:
+    # 1 KiB, cudaDevAttrReservedSharedMemoryPerBlock): N blocks of B bytes fit where N (B + this) do
+    smem_reserved_per_block: int = 0
     regs_per_thread: int = 255
     regs_per_sm: int = 65536
     regs_per_block: int = 65536
@@ -103,7 +106,7 @@ SM70 = Target(
 
 SM80 = Target(
     name="sm_80", arch="sm_80", sm_count=108, capability=(8, 0),
-    smem_per_block_optin=163 * KIB, smem_per_sm=164 * KIB,
+    smem_per_block_optin=163 * KIB, smem_per_sm=164 * KIB, smem_reserved_per_block=KIB,
     families=_AMPERE_FAMILIES,
 )
 
@@ -111,20 +114,20 @@ SM80 = Target(
 # memory and 1536 threads (16 blocks) per SM.
 SM86 = Target(
     name="sm_86", arch="sm_86", sm_count=82, capability=(8, 6),
-    smem_per_block_optin=99 * KIB, smem_per_sm=100 * KIB,
+    smem_per_block_optin=99 * KIB, smem_per_sm=100 * KIB, smem_reserved_per_block=KIB,
     families=_AMPERE_FAMILIES, max_threads_per_sm=1536, max_blocks_per_sm=16,
 )
 
 # AD104 (L4: 58 SMs): Ada keeps the sm_86 limits except 24 blocks per SM.
 SM89 = Target(
     name="sm_89", arch="sm_89", sm_count=58, capability=(8, 9),
-    smem_per_block_optin=99 * KIB, smem_per_sm=100 * KIB,
+    smem_per_block_optin=99 * KIB, smem_per_sm=100 * KIB, smem_reserved_per_block=KIB,
     families=_AMPERE_FAMILIES, max_threads_per_sm=1536, max_blocks_per_sm=24,
 )
 
 SM90A = Target(
     name="sm_90a", arch="sm_90a", sm_count=132, capability=(9, 0),
-    smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB,
+    smem_per_block_optin=227 * KIB, smem_per_sm=228 * KIB, smem_reserved_per_block=KIB,
     families=_AMPERE_FAMILIES + SM90A_FAMILIES,
     has_wgmma=True, has_tma=True, has_clusters=True, has_pdl=True,
 )

@@ -80,6 +80,9 @@ class Ctx:
     # the ring of the copies a warp-specialized producer issues once per block tile, above the
     # pipelined loop (``transforms.tile_moves.TileRing``)
     tiles: object = None
+    # pipeline(stages=S) over a persistent block's tile loop: the copies issued S - 1 tiles ahead
+    # (``transforms.tile_prefetch.TileCopies``)
+    tile_copies: object = None
     tile_index: IntExpr = 0                      # a persistent block's tile iteration
     hoists: Hoists | None = None
     hoist_node: object = None                    # the block-tile node whose lowering splices them

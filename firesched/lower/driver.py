@@ -39,6 +39,7 @@ from .rules.tma import tma_smem_layout
 from .transforms import pipeline as pipe
 from .transforms import specialize as ws
 from .transforms import tile_moves as tm
+from .transforms import tile_prefetch as tp
 from .transforms.barriers import without_redundant_barriers
 from .transforms.batch_loads import batched_loads
 from .transforms.blocks import block_order
@@ -346,14 +347,31 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         return [ir.Comment(f"tiles of this block: {order.tile_var.extent}"),
                 ir.For(order.tile_var, order.tile_var.extent, ir.Seq(tuple(body)))]
 
+    tile_stages = max((lp.stages for lp, _ in block_loops), default=1)
+    if tile_stages > 1 and (order.tile_var is None or spec_loop is not None):
+        raise err(block, f"pipeline(stages={tile_stages}) over the block's tile loop needs a persistent grid of "
+                         "one role (its blocks walk tiles; a warp-specialized producer has a ring of its own)",
+                  field="stages", value=tile_stages, allowed="1",
+                  fix="to_blocks(persistent=True) without warp_specialize(), or drop this pipeline(...)")
     if spec_loop is None:
         kb.threads = threads
         scope = Scope(threads, ir.tid(threads))
         hoists = Hoists()
         c = _enter_scope(ctx, block, scope, hoists=hoists, hoist_node=block)
+        copies = None
+        if tile_stages > 1:
+            moves = tp.prefetched_moves(block)
+            copies = tp.TileCopies(frozenset(m.spec.dst.name for m in moves), tile_stages, order.tile_var)
+            c = attrs.evolve(c, tile_copies=copies, stage={**c.stage, **{n: copies.stage() for n in copies.names}})
         work = lw.lower(block, c)
         setup, work = place_early_rings(lw, lw.notes.get("setup", []), work)
-        body = without_redundant_barriers([*setup, *per_tile(work), *hoists.scope_end])
+        if copies is not None:
+            prologue, loop = tp.pipelined_tiles(copies, order.tile_var.extent, order.tile_valid, work)
+            tiles = [*prologue, ir.Comment(f"tiles of this block: {order.tile_var.extent}, "
+                                           f"{tile_stages - 1} copied ahead"), loop]
+        else:
+            tiles = per_tile(work)
+        body = without_redundant_barriers([*setup, *tiles, *hoists.scope_end])
         body = early_loads(batched_loads(body, kb), kb)
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
@@ -482,7 +500,8 @@ def check_resources(lw: Lowerer, block: Node, body) -> None:
         # the registers the compiler may use follow from the occupancy (it caps them); threads and
         # shared memory are what they are, and must fit ``occ`` times on one SM
         for what, need, have in (("threads", kb.threads * occ, tgt.max_threads_per_sm),
-                                 ("shared memory", (smem if kb.shared else 0) * occ, tgt.smem_per_sm),
+                                 ("shared memory", (smem + tgt.smem_reserved_per_block if kb.shared else 0) * occ,
+                                  tgt.smem_per_sm),
                                  ("blocks", occ, tgt.max_blocks_per_sm)):
             if need > have:
                 raise err(block, f"to_blocks(occupancy={occ}) needs {need} {what} per SM ({occ} blocks); "

@@ -52,7 +52,7 @@ from ..hardware.target import target as get_target
 from ..hardware.target import target_names
 from ..schedule import Schedule
 from ..spec import Fused, Init, Move, Pointwise, Reduce
-from ..strategies import part, place
+from ..strategies import part, pipeline, place
 from ..tensor import GL, KERNEL, RF, SH, Tensor, Tile
 from . import rows as _rows
 
@@ -157,6 +157,9 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
         if isinstance(sp, Init):
             continue          # a constant every thread sets in its registers (lower.rules.accumulators)
         strategies.append(part(i, *_rows.part_strategies(plan, walk_row="c" in sp.dims)))
+    if plan.tile_stages > 1:
+        # the next rows' copies in flight while the block computes one (lower.transforms.tile_prefetch)
+        strategies.append(pipeline(stages=plan.tile_stages))
     return spec.schedule(*strategies)
 
 

@@ -49,11 +49,14 @@ aims at three things, in this order —
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
-      4,095         256     1    16        1          256, element by element (layernorm: 16 a thread); add +
-                                                         rmsnorm: an aligned window of 513 vectors, 256 x 3;
-                                                         RMSNorm: the window in shared memory on a persistent
-                                                         grid of 8 blocks an SM, each block's rows of one phase,
-                                                         its weight shifted once a block (PERSISTENT_WINDOW_COLS)
+      4,095         256     1    16        1          256, element by element (softmax); add + rmsnorm: an
+                                                         aligned window of 513 vectors, 256 x 3; RMSNorm and
+                                                         LayerNorm: the window in shared memory on a persistent
+                                                         grid of a multiple of 8 blocks, each block's rows of one
+                                                         phase, its weights shifted once a block
+                                                         (PERSISTENT_WINDOW_COLS), two rows a block in flight
+                                                         (PERSISTENT_PREFETCH_COLS: RMSNorm 256 x 6 per SM,
+                                                         LayerNorm 128 x 6)
       16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
                                                          memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax,
                                                          add + RMSNorm from 4,096-8,000 columns: staged_window_faster)
@@ -147,6 +150,11 @@ STAGED_REGISTERS = 40          # registers a thread of a staged plan needs (meas
 ODD_VALUES = 16
 MAX_THREADS_PER_SM = 2048
 SHARED_PER_SM = 227 * 1024     # the shared memory an H100 SM gives its blocks (sm_90a)
+RESERVED_SHARED = 1024         # what the driver keeps of it for each resident block (Target.smem_reserved_per_block)
+# a cluster part's shared memory besides its row: the partial results, the exchange's buffers and
+# mbarriers (up to about 700 bytes; 580-700 in the recipes' f32 parts of 14,336 elements on 7
+# blocks, whose four blocks an SM did not fit with the driver's reserve)
+PART_OVERHEAD = 512
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
 # 40 bf16 values: LayerNorm 2.65, softmax 2.63, RMSNorm 2.89 TB/s over 40,000 columns, no spills;
 # 48 spill in LayerNorm's f32 intermediates, 56-64 everywhere), of f32 32 (LayerNorm's register
@@ -316,8 +324,26 @@ STAGED_WINDOW_BLOCKS = 3
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
 # (2.31).  Hence add + RMSNorm from 4,000 columns, LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (4000, 8191), "layernorm": (6000, 8191), "add_rmsnorm": (4000, 10000)}
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (4000, 8191), "add_rmsnorm": (4000, 10000)}
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
+# ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
+# flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
+# loop, lower.transforms.tile_prefetch), LayerNorm's on blocks of PERSISTENT_WINDOW_THREADS.
+# add + RMSNorm's row is a sum the kernel computes, not a copy: it has nothing to prefetch.
+# Measured on an H200 (bench/row_plans.py --together, bf16 / f16, TB/s against the plan then):
+# LayerNorm on 128 threads, 4096 x 4095 at 6 blocks an SM 1.98 / 1.99 (1.82 / 1.83, the element
+# plan), 16384 x 4097 at 6 2.48 / 2.48 (1.95 / 1.95), 8192 x 6001 at 4 2.84 / 2.90 (2.73 / 2.73),
+# 8192 x 8191 at 3 2.47 / 2.44 (2.43 / 2.46; 256 threads 2.50 / 2.51), where 256 threads read
+# 1.64-1.66 at 4,095 columns and 64 threads, three stages or fewer blocks were slower; RMSNorm on
+# 256 threads at 6 blocks, 4096 x 4095 2.75 / 2.77 (2.74 / 2.75), 16384 x 4097 3.31 / 3.30 (3.20 /
+# 3.17), 8192 x 6001 3.39 / 3.36 (3.34 / 3.30), but 8192 x 8191 at 4 blocks 2.68 / 2.67 (3.38 /
+# 3.37; at 3 blocks 3.43 / 3.41).  Hence RMSNorm's range ends at 6,100 columns (6 blocks fit)
+# Shorter RMSNorm rows take the persistent window too, on 128 threads (bench/row_plans.py, bf16):
+# 8192 x 2047 at 8 blocks an SM 2.75 (2.31), at 12 2.76; 16384 x 2047 3.01 (2.40), at 12 3.04,
+# where 256 threads read 2.16-2.31; but 16384 x 1023 on 64 threads 2.43-2.52 (2.62) and LayerNorm's
+# short rows 1.05-1.79 (2.23-2.73).  (first column, threads) of each recipe's windows:
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 6100), "layernorm": (4000, 8191)}
+PERSISTENT_WINDOW_THREADS = {"layernorm": ((0, 128),), "rmsnorm": ((0, 128), (5500, 256))}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
@@ -366,6 +392,10 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         # (measured on sm_90a only)
         args.update(staged_window=True, persistent_window_blocks=PERSISTENT_WINDOW_BLOCKS[op],
                     row_operands=ROW_OPERANDS[op])
+        lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
+        if lo <= cols <= hi:
+            threads = [t for first, t in PERSISTENT_WINDOW_THREADS.get(op, ()) if cols >= first]
+            args.update(tile_stages=2, persistent_window_threads=threads[-1] if threads else STAGED_WINDOW_THREADS)
     return args
 
 
@@ -420,6 +450,10 @@ class RowPlan:
     # True)); with ``aligned``, a multiple of 8 blocks whose rows keep one phase, so that a weight
     # is shifted into the window's frame once a block (rules.threads.staged_run)
     persistent: bool = False
+    # rows a persistent block has in flight in shared memory: the next ``tile_stages - 1`` rows'
+    # copies are issued while it computes one (pipeline(stages=...) over the tile loop;
+    # row_memory "SH" and persistent only)
+    tile_stages: int = 1
 
     @property
     def span(self) -> int:
@@ -457,7 +491,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
-             staged_window_blocks: int = STAGED_WINDOW_BLOCKS) -> RowPlan:
+             staged_window_blocks: int = STAGED_WINDOW_BLOCKS,
+             persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -494,7 +529,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``staged_window``): the staged window goes on a persistent grid (``RowPlan.persistent``) of up
     to this many blocks an SM, as many as ``shared_per_sm`` holds with the row's window and
     ``row_operands`` windows of its weights (the recipes ask for it where
-    ``PERSISTENT_WINDOW_COLS`` says)."""
+    ``PERSISTENT_WINDOW_COLS`` says), on blocks of ``persistent_window_threads`` threads, each
+    with ``tile_stages`` rows in shared memory (``RowPlan.tile_stages``: the next rows' copies in
+    flight while it computes one; the recipes ask for two where ``PERSISTENT_PREFETCH_COLS`` says)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -507,6 +544,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                           ("staged_window_blocks", staged_window_blocks, "no staged window")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
+    if persistent_window_threads not in (32, 64, 128, 256, 512, 1024):
+        raise ValueError(f"row_plan: persistent_window_threads={persistent_window_threads!r}; allowed: 32, 64, "
+                         "128, 256, 512, 1024")
+    if isinstance(tile_stages, bool) or not isinstance(tile_stages, int) or not 1 <= tile_stages <= 4:
+        raise ValueError(f"row_plan: tile_stages={tile_stages!r}; allowed: 1 (a row at a time) to 4")
     eb = max(1, _dtype(dtype).bits // 8)
     if max_values is None:
         max_values = VALUES_IN_REGISTERS[2 if eb <= 2 else 4]
@@ -523,13 +565,16 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         lanes = STAGED_WINDOW_THREADS
         reps = -(-(cols + wide - 1) // (wide * lanes))
         if persistent_window_blocks:
-            # the weights' windows beside the row's, once a block (rules.threads.staged_run)
+            # the weights' windows beside the row's (tile_stages of them), once a block
+            # (rules.threads.staged_run)
+            pl = persistent_window_threads
+            pr = -(-(cols + wide - 1) // (wide * pl))
             window = -(-(cols + wide - 1) // wide) * wide * eb
-            per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // lanes,
-                         shared_per_sm // (reps * lanes * wide * eb + row_operands * window + 1024))
+            per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // pl,
+                         shared_per_sm // (tile_stages * pr * pl * wide * eb + row_operands * window + 1024))
             if per_sm >= 2:
-                return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
-                               persistent=True)
+                return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
+                               persistent=True, tile_stages=tile_stages)
         per_sm = min(staged_window_blocks, shared_per_sm // (reps * lanes * wide * eb + 1024))
         if per_sm >= 2:
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
@@ -564,7 +609,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         if staged is not None:
             return staged
     if vectors * vec > longest and clusters and stage:
-        staged = _staged_cluster(vectors, vec, eb)
+        staged = _staged_cluster(vectors, vec, eb, shared_per_sm=shared_per_sm)
         if staged is not None:
             return staged
     if vectors * vec > longest and clusters:
@@ -606,7 +651,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # parts would leave the last block short (8192 x 36,000: softmax 2.63 against 2.23).  A
         # causal row's work is uneven across its parts: it stays on one block (16384 x 24,576:
         # 2.38 staged against 2.52)
-        staged = _staged_cluster(vectors, vec, eb)
+        staged = _staged_cluster(vectors, vec, eb, shared_per_sm=shared_per_sm)
         if staged is not None and staged.cluster * staged.part == vectors * vec:
             return staged
     if stage_one_block and stage and clusters and plan.lanes == MAX_THREADS and vec * eb == 16 and eb == 2 and \
@@ -678,8 +723,10 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
     if best is None:
         return None
     _, threads, C, passes, part = best
+    # (a block's partial results, exchange buffers and barriers, and the 1 KiB the driver keeps for
+    # each block)
     per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
-                 shared_per_sm // (part * eb + 1024))
+                 shared_per_sm // (part * eb + PART_OVERHEAD + RESERVED_SHARED))
     return RowPlan(threads, vec, passes, 1, cluster=C, part=part if C > 1 else 0, blocks_per_sm=max(1, per_sm),
                    row_memory="SH")
 

@@ -1,4 +1,5 @@
-"""``pipeline(stages=)``: turn the K loop and its global → shared moves into a software pipeline.
+"""``pipeline(stages=)``: turn the K loop and its global → shared moves into a software pipeline
+(or, with no K loop, a persistent block's tile loop and the copies it makes once a tile).
 
 ::
 
@@ -16,7 +17,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..spec import Move
-from ..tensor import GL, RF, SH
+from ..tensor import BLOCK, GL, RF, SH
 from .base import Strategy
 
 #: deep enough for a 64 x 64 tile's ring to fill an H100's 227 KB of shared memory (14 stages of
@@ -50,6 +51,18 @@ class pipeline(Strategy):
             ==> pipeline(stages=8)
         for k1 in seq(8) pipelined(8 stages):
           Move<warp>(B:GL u4[128x16] packed -> B:RF f16[128x16])
+
+    With no K loop at or above the focus, ``pipeline`` takes a persistent grid's tile loop
+    (``to_blocks(persistent=True)``) instead: each shared tensor a ``Move`` fills from global
+    memory once a tile becomes ``stages`` deep, and a block copies its next ``stages - 1`` tiles
+    while it computes one (``lower.transforms.tile_prefetch``) — a row kernel whose row waits in
+    shared memory keeps a row's loads in flight all the time::
+
+        for r0 in block(4096) persistent occupancy(6):            place(Xr, SH), part(...)
+          Move<block>(X:GL bf16[1x4102] -> Xr:SH bf16[1x4102])
+            ==> pipeline(stages=2)
+        for r0 in block(4096) pipelined(2 stages) persistent occupancy(6):
+          Move<block>(X:GL bf16[1x4102] -> Xr:SH bf16[1x4102] x2 stages)
 
     * ``stages``: shared buffers per staged operand, 1..16 (1: no overlap, 2: double buffering).
     * ``prefetch``: also load the register fragments of the next warp K step while the current one
@@ -113,6 +126,38 @@ class pipeline(Strategy):
                           if lp is kloops[-1] else lp for lp in node.loops)
             sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
             return _restage(sched, moved, self.stages)
+        return self._tile_loop(sched, path, spec)
+
+    def _tile_loop(self, sched, path, spec):
+        """No K loop: pipeline the tile loop of a persistent block instead (each block copies its
+        next tiles' shared operands while it computes the current one)."""
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            blocks = [lp for lp in node.loops if lp.unit == BLOCK]
+            if not blocks:
+                continue
+            if not any(lp.persistent for lp in blocks):
+                raise ScheduleError("there is no sequential K loop to pipeline, and the block loops are not a "
+                                    "persistent grid's tile loop (a block of a plain grid computes one tile: there "
+                                    "is no next tile to copy ahead)", strategy=self, spec=node.spec,
+                                    field="persistent", value=False, allowed="to_blocks(persistent=True)",
+                                    fix="tile(k=...) inside a block for a K-loop pipeline, or "
+                                        "to_blocks(persistent=True) to pipeline the block's tiles")
+            for f in ("overlap", "separate"):
+                if getattr(self, f) is not False:
+                    raise ScheduleError(f"{f} is for a K loop's ring; a tile loop's ring is cp.async copies of "
+                                        "whole tiles", strategy=self, spec=node.spec, field=f,
+                                        value=getattr(self, f), allowed="False",
+                                        fix=f"pipeline(stages={self.stages})")
+            moved = _tile_moves(path[i:], self)
+            if not moved:
+                raise ScheduleError("the persistent block's tile loop moves nothing from global to shared memory "
+                                    "once a tile", strategy=self, spec=node.spec,
+                                    fix="place the row (or tile) the parts read in shared memory first: "
+                                        "place(name, SH) of a tensor a Move fills from global memory")
+            loops = tuple(attrs.evolve(lp, stages=self.stages) if lp is blocks[-1] else lp for lp in node.loops)
+            sched = sched.replace_path(path[:i + 1], attrs.evolve(node, loops=loops))
+            return _restage(sched, moved, self.stages)
         raise ScheduleError("there is no sequential K loop to pipeline", strategy=self, spec=spec,
                             fix="tile(k=...) inside a block first")
 
@@ -131,6 +176,24 @@ def _staged_tensors(path) -> dict:
     for node in path:
         for c in node.body:
             if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+                names[c.spec.dst.name] = c.spec.dst.tensor.stages
+    return names
+
+
+def _tile_moves(path, strategy) -> dict:
+    """The shared tensors the moves under ``path`` (from the node of a persistent block's tile loop
+    along the focus) fill from global memory once a tile, and their stages; a move under a loop of
+    more than one step besides the block loops is refused (it is issued several times a tile)."""
+    names = {}
+    for j, node in enumerate(path):
+        for c in node.body:
+            if isinstance(c.spec, Move) and c.spec.src.memory == GL and c.spec.dst.memory == SH:
+                inner = [lp for n in path[:j + 1] for lp in n.loops if lp.count > 1 and lp.unit != BLOCK]
+                if inner:
+                    raise ScheduleError(f"{c.spec.dst.name} is copied inside loop {inner[0].var} of "
+                                        f"{inner[0].count} steps, not once a tile", strategy=strategy,
+                                        spec=c.spec, field="stages", value=strategy.stages,
+                                        fix="pipeline the K loop (tile(k=...) first), or copy the tile whole")
                 names[c.spec.dst.name] = c.spec.dst.tensor.stages
     return names
 

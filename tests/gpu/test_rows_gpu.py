@@ -189,6 +189,21 @@ def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     _run(op, rows, cols, dtype, magnitude=3.0)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols, dtype, lanes, stages, blocks", [
+    (2500, 4095, "bf16", 128, 2, 6), (1500, 6001, "f16", 256, 2, 4), (900, 8191, "bf16", 128, 2, 3),
+    (5, 4097, "f16", 128, 2, 6), (3000, 4097, "bf16", 256, 3, 4), (2000, 4096, "f16", 256, 2, 6),
+    (777, 1000, "bf16", 64, 3, 8)])
+def test_prefetched_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, lanes, stages, blocks):
+    # pipeline(stages=...) over a persistent block's tile loop (RowPlan.tile_stages): the next rows'
+    # copies in flight while a block computes one; odd rows in their windows (the weights shifted
+    # once a block) and even rows, more rows than blocks (but the 5 rows), outputs starting as NaN
+    plan = fs.recipes.rows.RowPlan(lanes, 8, -(-(cols + 7) // (8 * lanes)), 1, blocks_per_sm=blocks,
+                                   row_memory="SH", aligned=cols % 8 != 0, persistent=True, tile_stages=stages)
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, plan=plan)
+
+
 ALIGNED = [(9, 1001, "bf16"), (17, 4095, "f16"), (8, 12289, "bf16"), (3, 24569, "f16"), (11, 4097, "bf16"),
            (5, 8193, "f16"), (33, 257, "bf16"), (2, 16383, "f16")]
 

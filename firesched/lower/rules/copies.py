@@ -150,6 +150,14 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
             load, store = (attrs.evolve(st, pred=land(more, st.pred)) for st in (load, store))
         body = ir.Seq((ir.For(j, batch, load, unroll=True), ir.For(j, batch, store, unroll=True)))
         out.append(ir.For(ob, outer, body, unroll=True))
+    if ctx.tile_copies is not None and dst.name in ctx.tile_copies.names:
+        if atom.family != CP_ASYNC:
+            raise err(node, f"{dst.name} is copied one tile ahead (pipeline over the block's tile loop), but its "
+                            "copy goes through registers (rows not a whole number of 4-byte words): only "
+                            "cp.async copies are in flight while the block computes", field="stages",
+                      value=dst.tensor.stages, allowed="1 for this move",
+                      fix="align(c=...) the row to 16-byte windows, or drop pipeline(...) over the tile loop")
+        return ctx.tile_copies.record(node, out[1:])
     if dst.name in ctx.staged:
         return out
     # no ring fills this tile: the copy is synchronous — the tile's previous readers are done
