@@ -55,8 +55,8 @@ aims at three things, in this order —
                                                          grid of a multiple of 8 blocks, each block's rows of one
                                                          phase, its weights shifted once a block
                                                          (PERSISTENT_WINDOW_COLS), two rows a block in flight
-                                                         (PERSISTENT_PREFETCH_COLS: RMSNorm 256 x 6 per SM,
-                                                         LayerNorm 128 x 6)
+                                                         (PERSISTENT_PREFETCH_COLS: 128 x 7 per SM, LayerNorm
+                                                         128 x 6)
       16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
                                                          memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax,
                                                          add + RMSNorm from 4,096-8,000 columns: staged_window_faster)
@@ -337,13 +337,18 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # 1.64-1.66 at 4,095 columns and 64 threads, three stages or fewer blocks were slower; RMSNorm on
 # 256 threads at 6 blocks, 4096 x 4095 2.75 / 2.77 (2.74 / 2.75), 16384 x 4097 3.31 / 3.30 (3.20 /
 # 3.17), 8192 x 6001 3.39 / 3.36 (3.34 / 3.30), but 8192 x 8191 at 4 blocks 2.68 / 2.67 (3.38 /
-# 3.37; at 3 blocks 3.43 / 3.41).  Hence RMSNorm's range ends at 6,100 columns (6 blocks fit)
+# 3.37; at 3 blocks 3.43 / 3.41: 4 blocks did not fit with the driver's reserve)
 # Shorter RMSNorm rows take the persistent window too, on 128 threads (bench/row_plans.py, bf16):
 # 8192 x 2047 at 8 blocks an SM 2.75 (2.31), at 12 2.76; 16384 x 2047 3.01 (2.40), at 12 3.04,
 # where 256 threads read 2.16-2.31; but 16384 x 1023 on 64 threads 2.43-2.52 (2.62) and LayerNorm's
-# short rows 1.05-1.79 (2.23-2.73).  (first column, threads) of each recipe's windows:
-PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 6100), "layernorm": (4000, 8191)}
-PERSISTENT_WINDOW_THREADS = {"layernorm": ((0, 128),), "rmsnorm": ((0, 128), (5500, 256))}
+# short rows 1.05-1.79 (2.23-2.73).  As the plan (bench/rows.py --old, bf16 / f16, time new / old):
+# RMSNorm 8192 x 1535 0.715 / 0.738, 8192 x 2047 0.832 / 0.865, 16384 x 2047 0.792 / 0.815, 8192 x
+# 2049 0.803 / 0.805, 8192 x 3001 0.700 / 0.774, 8192 x 3071 0.745 / 0.826, 4096 x 4095 1.003 /
+# 0.997, 16384 x 4097 0.962 / 0.960, but 4096 x 5001 1.029 / 1.039 (on 256 threads 1.020 / 1.025)
+# and 8192 x 6001 0.988 / 0.983 (256 threads).  Hence RMSNorm's range ends at 4,200 columns.
+# (first column, threads) of each recipe's prefetching windows:
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 8191)}
+PERSISTENT_WINDOW_THREADS = {"layernorm": ((0, 128),), "rmsnorm": ((0, 128),)}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
