@@ -169,3 +169,20 @@ def test_row_plan_sizes_the_stages():
         row_model.row_plan(8192, 6001, "bf16", tile_stages=0)
     with pytest.raises(ValueError, match="persistent_window_threads"):
         row_model.row_plan(8192, 6001, "bf16", persistent_window_threads=96)
+
+
+def test_element_copies_are_not_prefetched():
+    # an odd row outside an aligned window is copied element by element through registers: nothing
+    # stays in flight, so the tile loop cannot run ahead of it
+    plan = RowPlan(64, 1, 16, 1, row_memory="SH", persistent=True, tile_stages=2, blocks_per_sm=1)
+    with pytest.raises(fs.ScheduleError, match="not cp.async") as e:
+        fs.recipes.rmsnorm(300, 1001, dtype="bf16", arch="sm_90a", plan=plan).lower("sm_90a")
+    assert "align(c=...)" in str(e.value)
+
+
+def test_the_occupancy_check_counts_the_drivers_reserve():
+    # 7 blocks of 33 KB pass without the 1 KiB the driver keeps for each block, not with it
+    plan = RowPlan(256, 8, 3, 1, aligned=True, row_memory="SH", persistent=True, tile_stages=2, blocks_per_sm=7)
+    with pytest.raises(fs.ScheduleError, match="bytes the driver keeps for a block"):
+        fs.recipes.rmsnorm(4096, 4095, dtype="bf16", arch="sm_90a", plan=plan).lower("sm_90a")
+    fs.recipes.rmsnorm(4096, 4095, dtype="bf16", arch="sm_90a", plan=attrs.evolve(plan, blocks_per_sm=6)).lower("sm_90a")

@@ -504,7 +504,9 @@ def check_resources(lw: Lowerer, block: Node, body) -> None:
                                   tgt.smem_per_sm),
                                  ("blocks", occ, tgt.max_blocks_per_sm)):
             if need > have:
-                raise err(block, f"to_blocks(occupancy={occ}) needs {need} {what} per SM ({occ} blocks); "
+                each = (f", each with the {tgt.smem_reserved_per_block} bytes the driver keeps for a block"
+                        if what == "shared memory" and tgt.smem_reserved_per_block else "")
+                raise err(block, f"to_blocks(occupancy={occ}) needs {need} {what} per SM ({occ} blocks{each}); "
                                  f"{tgt.name} has {have}", field="occupancy", value=occ,
                           allowed=f"<= {max(1, occ * have // need)}",
                           fix="lower the occupancy, or use fewer threads / less shared memory per block")

@@ -328,7 +328,8 @@ PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (4000, 8191), "a
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
-# loop, lower.transforms.tile_prefetch), LayerNorm's on blocks of PERSISTENT_WINDOW_THREADS.
+# loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_WINDOW_THREADS (the first
+# measurements below took RMSNorm's on 256).
 # add + RMSNorm's row is a sum the kernel computes, not a copy: it has nothing to prefetch.
 # Measured on an H200 (bench/row_plans.py --together, bf16 / f16, TB/s against the plan then):
 # LayerNorm on 128 threads, 4096 x 4095 at 6 blocks an SM 1.98 / 1.99 (1.82 / 1.83, the element

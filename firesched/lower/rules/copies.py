@@ -152,9 +152,11 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
         out.append(ir.For(ob, outer, body, unroll=True))
     if ctx.tile_copies is not None and dst.name in ctx.tile_copies.names:
         if atom.family != CP_ASYNC:
+            how = getattr(atom, "name", "element copies")
             raise err(node, f"{dst.name} is copied one tile ahead (pipeline over the block's tile loop), but its "
-                            "copy goes through registers (rows not a whole number of 4-byte words): only "
-                            "cp.async copies are in flight while the block computes", field="stages",
+                            f"copy goes element by element through registers ({how}, not cp.async: rows not "
+                            "4-byte aligned, or a target without cp.async): only cp.async copies stay in flight "
+                            "while the block computes", field="stages",
                       value=dst.tensor.stages, allowed="1 for this move",
                       fix="align(c=...) the row to 16-byte windows, or drop pipeline(...) over the tile loop")
         return ctx.tile_copies.record(node, out[1:])
