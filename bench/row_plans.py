@@ -78,8 +78,8 @@ def main(argv=None) -> None:
                         "repeatable), or 'default' (the recipe's own), instead of --threads / --values")
     p.add_argument("--together", action="store_true",
                    help="time every plan and the peer in one interleaved set (default: each plan with the peer)")
-    p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off"],
-                   help="softmax and LayerNorm: statistics in one tuple reduction (on) or two (off); default: "
+    p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off", "both"],
+                   help="softmax and LayerNorm: statistics in one tuple reduction (on), two (off) or each plan both ways (both); default: "
                         "one where the row is split over a cluster")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
@@ -88,8 +88,9 @@ def main(argv=None) -> None:
 
     kind = "softmax" if args.op == "softmax_causal" else args.op
     extra = {"causal": True} if args.op == "softmax_causal" else {}
+    stats = [None]
     if args.tuple_stats != "default" and kind in ("softmax", "layernorm"):
-        extra["tuple_stats"] = args.tuple_stats == "on"
+        stats = [True, False] if args.tuple_stats == "both" else [args.tuple_stats == "on"]
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[args.dtype]
     nbytes = bytes_moved(args.op, R, C, dt.itemsize)
     nsets = max(1, math.ceil(2 * L2_BYTES / nbytes))
@@ -103,24 +104,27 @@ def main(argv=None) -> None:
     todo = list(dict.fromkeys(todo))
     kernels = []
     for plan in todo:
-        try:
-            sched = getattr(fs.recipes, kind)(R, C, dtype=args.dtype, arch="sm_90a", plan=plan, **extra)
-            kernels.append((plan, fs.compile(sched, arch="sm_90a")))
-        except fs.ScheduleError as e:
-            print(f"{plan}: refused: {str(e).splitlines()[0]}")
+        for one in stats:
+            kw = dict(extra, **({} if one is None else {"tuple_stats": one}))
+            try:
+                sched = getattr(fs.recipes, kind)(R, C, dtype=args.dtype, arch="sm_90a", plan=plan, **kw)
+                kernels.append(((plan, one), fs.compile(sched, arch="sm_90a")))
+            except fs.ScheduleError as e:
+                print(f"{plan}: refused: {str(e).splitlines()[0]}")
     groups = [kernels] if args.together else [[pk] for pk in kernels]
     for group in groups:
         fns = {j: (lambda i, k=k: k(*sets[i % nsets][0], *sets[i % nsets][1])) for j, (_, k) in enumerate(group)}
         fns["peer"] = lambda i: peer(*sets[i % nsets][0])
         us = timing.interleaved(fns, rounds=args.rounds)
         q = us["peer"] * 1e-3
-        for j, (plan, k) in enumerate(group):
+        for j, ((plan, one), k) in enumerate(group):
             o = us[j] * 1e-3
             what = "the recipe's plan" if plan is None else (
                 f"threads {plan.lanes:4d} x rows {plan.rows} values {plan.reps * plan.vec:3d} cluster {plan.cluster} "
                 f"occupancy {plan.occupancy} row in {plan.row_memory}{' aligned' if plan.aligned else ''}"
                 f"{' persistent' if plan.persistent else ''}"
                 f"{f' {plan.tile_stages} rows in flight' if plan.tile_stages > 1 else ''}")
+            what += "" if one is None else (" tuple statistics" if one else " two reductions")
             print(f"{args.op} {args.dtype} {R}x{C} {what}: ours {nbytes / o / 1e9:5.2f} TB/s  torch "
                   f"{nbytes / q / 1e9:5.2f} TB/s  registers {max(r.registers for r in k.resources.values())}  "
                   f"spills {k.spills}", flush=True)

@@ -241,7 +241,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
     one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
-    cluster (module docstring).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
+    cluster or waits in shared memory (module docstring).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")

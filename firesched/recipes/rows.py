@@ -151,9 +151,10 @@ ODD_VALUES = 16
 MAX_THREADS_PER_SM = 2048
 SHARED_PER_SM = 227 * 1024     # the shared memory an H100 SM gives its blocks (sm_90a)
 RESERVED_SHARED = 1024         # what the driver keeps of it for each resident block (Target.smem_reserved_per_block)
-# a cluster part's shared memory besides its row: the partial results, the exchange's buffers and
-# mbarriers (up to about 700 bytes; 580-700 in the recipes' f32 parts of 14,336 elements on 7
-# blocks, whose four blocks an SM did not fit with the driver's reserve)
+# a block's shared memory besides its row (and its weights' windows): the partial results, a
+# cluster's exchange buffers and mbarriers (580-700 bytes in the recipes' f32 parts of 14,336
+# elements on 7 blocks, whose four blocks an SM did not fit with the driver's reserve; LayerNorm's
+# and RMSNorm's persistent windows of 4,219-7,961 columns asked for one block more than fits without it)
 PART_OVERHEAD = 512
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
 # 40 bf16 values: LayerNorm 2.65, softmax 2.63, RMSNorm 2.89 TB/s over 40,000 columns, no spills;
@@ -577,7 +578,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             pr = -(-(cols + wide - 1) // (wide * pl))
             window = -(-(cols + wide - 1) // wide) * wide * eb
             per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // pl,
-                         shared_per_sm // (tile_stages * pr * pl * wide * eb + row_operands * window + 1024))
+                         shared_per_sm // (tile_stages * pr * pl * wide * eb + row_operands * window
+                                           + PART_OVERHEAD + RESERVED_SHARED))
             if per_sm >= 2:
                 return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True, tile_stages=tile_stages)
