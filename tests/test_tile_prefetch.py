@@ -146,12 +146,14 @@ def test_hand_written_prefetched_rows(rows, passes, lanes, stages, occupancy, ra
 
 
 def test_the_recipes_prefetch_where_measured():
-    for op, cols in (("rmsnorm", 4095), ("layernorm", 4097), ("layernorm", 8191)):
+    for op, cols in (("rmsnorm", 4095), ("layernorm", 4097), ("layernorm", 7001), ("rmsnorm", 1501)):
         plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op=op, what=op)
         assert plan.persistent and plan.tile_stages == 2, (op, cols, plan)
-    lo, hi = row_model.PERSISTENT_PREFETCH_COLS["rmsnorm"]
-    plan = norms.plan_rows(8192, hi + 2, "bf16", "sm_90a", op="rmsnorm", what="rmsnorm")
-    assert plan.tile_stages == 1
+    for op in ("rmsnorm", "layernorm"):
+        # past the range: the persistent window one row at a time
+        lo, hi = row_model.PERSISTENT_PREFETCH_COLS[op]
+        plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op=op, what=op)
+        assert plan.persistent and plan.tile_stages == 1, (op, plan)
     # a target without the measurements keeps its plans (sm_80: no persistent windows)
     assert norms.plan_rows(8192, 4095, "bf16", "sm_80", op="layernorm", what="layernorm").tile_stages == 1
     # the blocks an SM count both rows a block holds, and fit the SM with what the driver reserves

@@ -348,8 +348,12 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # 2049 0.803 / 0.805, 8192 x 3001 0.700 / 0.774, 8192 x 3071 0.745 / 0.826, 4096 x 4095 1.003 /
 # 0.997, 16384 x 4097 0.962 / 0.960, but 4096 x 5001 1.029 / 1.039 (on 256 threads 1.020 / 1.025)
 # and 8192 x 6001 0.988 / 0.983 (256 threads).  Hence RMSNorm's range ends at 4,200 columns.
+# LayerNorm's (bench/rows.py --old, bf16 / f16): 8192 x 4251 0.848 / 0.851, 8192 x 5171 0.759 /
+# 0.742, 8192 x 7067 0.923 / 0.970, but 8192 x 7803 1.061 / 1.097 (2.80 -> 2.64 TB/s: four blocks
+# of 256 threads, one row each, against three of 128 with two) and 8192 x 8191 0.985 / 1.008.
+# Hence LayerNorm's range ends at 7,200 columns.
 # (first column, threads) of each recipe's prefetching windows:
-PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 8191)}
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 7200)}
 PERSISTENT_WINDOW_THREADS = {"layernorm": ((0, 128),), "rmsnorm": ((0, 128),)}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
