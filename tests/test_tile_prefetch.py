@@ -191,3 +191,13 @@ def test_the_occupancy_check_counts_the_drivers_reserve():
     with pytest.raises(fs.ScheduleError, match="bytes the driver keeps for a block"):
         fs.recipes.rmsnorm(4096, 4095, dtype="bf16", arch="sm_90a", plan=plan).lower("sm_90a")
     fs.recipes.rmsnorm(4096, 4095, dtype="bf16", arch="sm_90a", plan=attrs.evolve(plan, blocks_per_sm=6)).lower("sm_90a")
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm"])
+def test_prefetched_cluster_rows(kind):
+    # rows split over clusters of two blocks that walk the rows (persistent, barrier exchange), each
+    # part's next row copied while the cluster combines this one's statistics
+    plan = RowPlan(64, 8, 2, 1, cluster=2, part=1024, blocks_per_sm=1, exchange="barrier", row_memory="SH",
+                   persistent=True, tile_stages=2)
+    sched = _recipe(kind, 300, 2048, dtype="bf16", arch="sm_90a", plan=plan)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
