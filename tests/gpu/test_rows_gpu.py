@@ -289,3 +289,16 @@ def test_odd_rows_on_one_staged_block_without_clusters(op, shift, rows, cols):
     plan = fs.recipes.rows.row_plan(rows, cols, "f16", stage=True, shared_per_sm=164 * 1024)
     assert plan.row_memory == "SH" or op == "softmax"
     _run(op, rows, cols, "f16", magnitude=3.0, shift=shift, arch="sm_80")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("rows, cols, dtype, cluster, stages", [(700, 65536, "bf16", 4, 1), (700, 65536, "f16", 4, 2),
+                                                                (1500, 32768, "bf16", 2, 2), (3, 32768, "f16", 2, 2)])
+def test_rows_on_persistent_clusters(op, rows, cols, dtype, cluster, stages):
+    # clusters that walk the rows (to_blocks(cluster=..., persistent=True), the barrier exchange),
+    # one or two rows' parts a block in shared memory (RowPlan.tile_stages); more rows than clusters
+    # (but the 3 rows); means -3000
+    part = cols // cluster
+    plan = fs.recipes.rows.RowPlan(256, 8, part // 2048, 1, cluster=cluster, part=part, blocks_per_sm=2,
+                                   exchange="barrier", row_memory="SH", persistent=True, tile_stages=stages)
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0, exchange="barrier", plan=plan)
