@@ -275,10 +275,8 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
                      ("rmsnorm", 40959), ("add_rmsnorm", 16383), ("add_rmsnorm", 32767), ("rmsnorm", 4095),
                      ("add_rmsnorm", 6001), ("causal", 24569), ("causal", 20001)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
-        # (a persistent block keeping two rows in flight takes the threads of
-        # rows.PERSISTENT_WINDOW_THREADS)
-        threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else \
-            [t for first, t in row_model.PERSISTENT_WINDOW_THREADS[op] if cols >= first][-1]
+        # (a persistent block keeping two rows in flight takes rows.PERSISTENT_PREFETCH_THREADS)
+        threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else row_model.PERSISTENT_PREFETCH_THREADS
         assert p.aligned and p.row_memory == "SH" and p.lanes == threads, (op, cols, p)
         most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
             row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)

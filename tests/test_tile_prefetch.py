@@ -201,3 +201,8 @@ def test_prefetched_cluster_rows(kind):
                    persistent=True, tile_stages=2)
     sched = _recipe(kind, 300, 2048, dtype="bf16", arch="sm_90a", plan=plan)
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
+def test_a_plans_stages_are_checked():
+    with pytest.raises(ValueError, match="tile_stages"):
+        fs.recipes.rmsnorm(300, 1001, dtype="bf16", arch="sm_90a", plan=attrs.evolve(_plan(1001, 2), tile_stages="2"))

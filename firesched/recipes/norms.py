@@ -141,6 +141,9 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
     the row in registers while the statistics are exchanged, so more blocks fit an SM."""
     if plan.row_memory not in ("RF", "SH"):
         raise ValueError(f"schedule_rows: plan.row_memory={plan.row_memory!r}; allowed: 'RF', 'SH'")
+    if isinstance(plan.tile_stages, bool) or not isinstance(plan.tile_stages, int) or plan.tile_stages < 1:
+        raise ValueError(f"schedule_rows: plan.tile_stages={plan.tile_stages!r}; allowed: an int >= 1 (2 and more: "
+                         "a persistent block's next rows in flight, with persistent=True and row_memory='SH')")
     staged = row if plan.row_memory == "SH" else None
     if plan.row_memory == "SH" and staged not in local:
         raise ValueError(f"schedule_rows: row={row!r} must name one of the intermediates {local} to stage it in "

@@ -156,6 +156,12 @@ RESERVED_SHARED = 1024         # what the driver keeps of it for each resident b
 # elements on 7 blocks, whose four blocks an SM did not fit with the driver's reserve; LayerNorm's
 # and RMSNorm's persistent windows of 4,219-7,961 columns asked for one block more than fits without it)
 PART_OVERHEAD = 512
+
+
+def blocks_that_fit(block_bytes: int, shared_per_sm: int) -> int:
+    """How many blocks of ``block_bytes`` of staged data (rows, parts, weights' windows) an SM's
+    ``shared_per_sm`` holds beside each one's partial results and the driver's reserve."""
+    return shared_per_sm // (block_bytes + PART_OVERHEAD + RESERVED_SHARED)
 # elements of its row a thread may hold: of 16-bit types 40 (measured on an H100, 1024 threads x
 # 40 bf16 values: LayerNorm 2.65, softmax 2.63, RMSNorm 2.89 TB/s over 40,000 columns, no spills;
 # 48 spill in LayerNorm's f32 intermediates, 56-64 everywhere), of f32 32 (LayerNorm's register
@@ -329,7 +335,7 @@ PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (4000, 8191), "a
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
-# loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_WINDOW_THREADS (the first
+# loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_PREFETCH_THREADS (the first
 # measurements below took RMSNorm's on 256).
 # add + RMSNorm's row is a sum the kernel computes, not a copy: it has nothing to prefetch.
 # Measured on an H200 (bench/row_plans.py --together, bf16 / f16, TB/s against the plan then):
@@ -352,9 +358,9 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # 0.742, 8192 x 7067 0.923 / 0.970, but 8192 x 7803 1.061 / 1.097 (2.80 -> 2.64 TB/s: four blocks
 # of 256 threads, one row each, against three of 128 with two) and 8192 x 8191 0.985 / 1.008.
 # Hence LayerNorm's range ends at 7,200 columns.
-# (first column, threads) of each recipe's prefetching windows:
+# The prefetching windows' threads:
 PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 7200)}
-PERSISTENT_WINDOW_THREADS = {"layernorm": ((0, 128),), "rmsnorm": ((0, 128),)}
+PERSISTENT_PREFETCH_THREADS = 128
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
@@ -405,8 +411,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
                     row_operands=ROW_OPERANDS[op])
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
         if lo <= cols <= hi:
-            threads = [t for first, t in PERSISTENT_WINDOW_THREADS.get(op, ()) if cols >= first]
-            args.update(tile_stages=2, persistent_window_threads=threads[-1] if threads else STAGED_WINDOW_THREADS)
+            args.update(tile_stages=2, persistent_window_threads=PERSISTENT_PREFETCH_THREADS)
     return args
 
 
@@ -582,12 +587,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             pr = -(-(cols + wide - 1) // (wide * pl))
             window = -(-(cols + wide - 1) // wide) * wide * eb
             per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // pl,
-                         shared_per_sm // (tile_stages * pr * pl * wide * eb + row_operands * window
-                                           + PART_OVERHEAD + RESERVED_SHARED))
+                         blocks_that_fit(tile_stages * pr * pl * wide * eb + row_operands * window, shared_per_sm))
             if per_sm >= 2:
                 return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True, tile_stages=tile_stages)
-        per_sm = min(staged_window_blocks, shared_per_sm // (reps * lanes * wide * eb + 1024))
+        per_sm = min(staged_window_blocks, blocks_that_fit(reps * lanes * wide * eb, shared_per_sm))
         if per_sm >= 2:
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
@@ -720,7 +724,7 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
     fewest = CLUSTER_THREADS[0]
     # (16-byte vectors, and parts of which three blocks fit an SM, as measured)
     long_row = vec * eb == 16 and -(-vectors // max(sizes)) > fewest * (STAGED_VALUES // vec) and \
-        shared_per_sm // (fewest * STAGED_VALUES_LONG * eb + 1024) >= 3
+        blocks_that_fit(fewest * STAGED_VALUES_LONG * eb, shared_per_sm) >= 3
     for threads in CLUSTER_THREADS:
         most = STAGED_VALUES_LONG if long_row and threads == fewest else STAGED_VALUES
         for C in sizes:
@@ -735,10 +739,8 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
     if best is None:
         return None
     _, threads, C, passes, part = best
-    # (a block's partial results, exchange buffers and barriers, and the 1 KiB the driver keeps for
-    # each block)
     per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
-                 shared_per_sm // (part * eb + PART_OVERHEAD + RESERVED_SHARED))
+                 blocks_that_fit(part * eb, shared_per_sm))
     return RowPlan(threads, vec, passes, 1, cluster=C, part=part if C > 1 else 0, blocks_per_sm=max(1, per_sm),
                    row_memory="SH")
 

@@ -159,7 +159,7 @@ def global_to_shared(lw: Lowerer, node: Node, ctx) -> list:
                             "while the block computes", field="stages",
                       value=dst.tensor.stages, allowed="1 for this move",
                       fix="align(c=...) the row to 16-byte windows, or drop pipeline(...) over the tile loop")
-        return ctx.tile_copies.record(node, out[1:])
+        return ctx.tile_copies.record(node, out)
     if dst.name in ctx.staged:
         return out
     # no ring fills this tile: the copy is synchronous — the tile's previous readers are done

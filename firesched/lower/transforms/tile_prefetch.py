@@ -75,12 +75,12 @@ class TileCopies:
         seen: set = set()
 
         def note(x):
-            seen.update(v for v in free_vars(x) if not isinstance(v, Var) or v.name not in allowed)
+            seen.update(v.name for v in free_vars(x) if v.name not in allowed and not _hardware(v))
             return x
 
         for st in stmts:
             map_stmt(st, note)
-        loop_vars = sorted(str(v) for v in seen if isinstance(v, Var) and not _hardware(v))
+        loop_vars = sorted(seen)
         if loop_vars:
             raise err(node, f"{node.spec.dst.name} is copied one tile ahead, but its addresses name "
                             f"{', '.join(loop_vars)}, a loop's variable other than the tile's",
@@ -111,9 +111,11 @@ def pipelined_tiles(ring: TileCopies, extent: int, valid, work: list) -> tuple[l
 
     prologue = []
     for s in range(S - 1):
+        # (a commit group for every tile, empty where no block has it: the waits count S - 2)
         ok = exists(s)
-        prologue += [ir.If(ok, ir.Seq(tuple(ring.issue(s)))) if ok != 1 else ir.Seq(tuple(ring.issue(s))),
-                     ir.AsyncCommit()]
+        copies = ir.Seq(tuple(ring.issue(s)))
+        prologue += [copies if ok == 1 else ir.If(ok, copies)] if ok != 0 else []
+        prologue.append(ir.AsyncCommit())
     ahead = ti + (S - 1)
     body = [ir.AsyncWait(max(S - 2, 0)),
             ir.Barrier(f"tile {ti.name} landed; every thread is done with the stage it refills"),
