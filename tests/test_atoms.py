@@ -170,7 +170,8 @@ def test_register_bits_hold_the_values(atom):
             assert (o.regs, o.reg_bits, o.values) == (1, 16, 1)
             continue
         assert o.regs * o.reg_bits == o.values * bits, o
-        assert o.float_regs == (atom.family == MMA and atom.dtype_of(o.name) == dt.f32)
+        # f32 values print with the "f" constraint: MMA accumulators, a conversion's f32 source
+        assert o.float_regs == (atom.family in (MMA, CONVERT) and atom.dtype_of(o.name) == dt.f32)
         assert o.constraint in ("r", "f", "h")
 
 

@@ -45,6 +45,7 @@ from .transforms.batch_loads import batched_loads
 from .transforms.blocks import block_order
 from .transforms.early_loads import early_loads
 from .transforms.launches import programmatic_launches
+from .transforms.pair_conversions import paired_conversions
 from .transforms.register_ring import place_early_rings
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
@@ -378,6 +379,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         if lw.notes.get("early_ring"):
             # (register rings issue their first loads early only in one-role kernels)
             raise InternalError("a register ring's prologue was left unplaced in a warp-specialized kernel")
+    body = paired_conversions(body, lw.target)
     check_resources(lw, block, body)
     pb.kernels.append(kb.build(ir.Seq(tuple(body)), header=str(pb.sched)))
 

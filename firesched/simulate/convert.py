@@ -23,7 +23,8 @@ def to_dtype(values, dt: DType) -> np.ndarray:
     if dt.kind in ("int", "uint") and values.dtype.kind == "f":
         info = int_range(dt)
         values = np.clip(np.rint(values.astype(np.float64)), info[0], info[1])
-    return values.astype(dt.np)
+    with np.errstate(over="ignore"):        # past the largest finite value: infinity, as the GPU rounds
+        return values.astype(dt.np)
 
 
 def int_range(dt: DType) -> tuple[int, int]:

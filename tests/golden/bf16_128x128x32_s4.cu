@@ -598,8 +598,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int f9 = 0; f9 < 8; ++f9) {
             epi[0] = C_acc[f8 * 32 + f9 * 4];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
-            out_bf16[0] = fs_f32_to_bf16(epi[0]);
-            out_bf16[1] = fs_f32_to_bf16(epi[1]);
+            // convert.cvt_f32x2_bf16x2: two elements rounded into one register
+            //   d = out_bf16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.bf16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 16, 8) * 262144 + bid_x % 128 / min(-bid_x / 128 * 8 + 16, 8) * 128 + bid_x / 128 * 2097152 + f8 * 32768 + f9 * 8 + tid % 32 / 4 * 2048 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 131072], src = out_bf16[0 .. +2]
             if (bid_x % 128 % min(-bid_x / 128 * 8 + 16, 8) * 128 + bid_x / 128 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 < 2048 && bid_x % 128 / min(-bid_x / 128 * 8 + 16, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 2048) {
@@ -610,8 +613,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             }
             epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
-            out_bf16[0] = fs_f32_to_bf16(epi[0]);
-            out_bf16[1] = fs_f32_to_bf16(epi[1]);
+            // convert.cvt_f32x2_bf16x2: two elements rounded into one register
+            //   d = out_bf16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.bf16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 16, 8) * 262144 + bid_x % 128 / min(-bid_x / 128 * 8 + 16, 8) * 128 + bid_x / 128 * 2097152 + f8 * 32768 + f9 * 8 + tid % 32 / 4 * 2048 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 131072 + 16384], src = out_bf16[0 .. +2]
             if (bid_x % 128 % min(-bid_x / 128 * 8 + 16, 8) * 128 + bid_x / 128 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 2048 && bid_x % 128 / min(-bid_x / 128 * 8 + 16, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 2048) {

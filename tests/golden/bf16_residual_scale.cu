@@ -492,8 +492,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             xf_residual[1] = fs_bf16_at(x_residual, 1);
             epi[0] = epi[0] + xf_residual[0];
             epi[1] = epi[1] + xf_residual[1];
-            out_bf16[0] = fs_f32_to_bf16(epi[0]);
-            out_bf16[1] = fs_f32_to_bf16(epi[1]);
+            // convert.cvt_f32x2_bf16x2: two elements rounded into one register
+            //   d = out_bf16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.bf16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576], src = out_bf16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"
@@ -514,8 +517,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             xf_residual[1] = fs_bf16_at(x_residual, 1);
             epi[0] = epi[0] + xf_residual[0];
             epi[1] = epi[1] + xf_residual[1];
-            out_bf16[0] = fs_f32_to_bf16(epi[0]);
-            out_bf16[1] = fs_f32_to_bf16(epi[1]);
+            // convert.cvt_f32x2_bf16x2: two elements rounded into one register
+            //   d = out_bf16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.bf16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_bf16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 49152 + f4 * 12288 + f5 * 8 + tid % 32 / 4 * 768 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 24576 + 6144], src = out_bf16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"

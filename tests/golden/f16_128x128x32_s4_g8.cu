@@ -598,8 +598,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int f9 = 0; f9 < 8; ++f9) {
             epi[0] = C_acc[f8 * 32 + f9 * 4];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144], src = out_f16[0 .. +2]
             if (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4096) {
@@ -610,8 +613,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             }
             epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 524288 + bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 4194304 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262144 + 32768], src = out_f16[0 .. +2]
             if (bid_x % 256 % min(-bid_x / 256 * 8 + 32, 8) * 128 + bid_x / 256 * 1024 + f8 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4096 && bid_x % 256 / min(-bid_x / 256 * 8 + 32, 8) * 128 + f9 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4096) {

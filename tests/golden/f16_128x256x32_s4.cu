@@ -599,8 +599,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
         for (int f9 = 0; f9 < 8; ++f9) {
             epi[0] = C_acc[f8 * 32 + f9 * 4];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 1];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 256 + bid_y * 524288 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 128 * 262144 + tid / 32 % 4 * 64], src = out_f16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"
@@ -609,8 +612,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
                 : "memory");
             epi[0] = C_acc[f8 * 32 + f9 * 4 + 2];
             epi[1] = C_acc[f8 * 32 + f9 * 4 + 3];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 256 + bid_y * 524288 + f8 * 65536 + f9 * 8 + tid % 32 / 4 * 4096 + tid % 4 * 2 + tid / 128 * 262144 + tid / 32 % 4 * 64 + 32768], src = out_f16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"

@@ -477,8 +477,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int f5 = 0; f5 < 4; ++f5) {
             epi[0] = C_acc[f4 * 16 + f5 * 4];
             epi[1] = C_acc[f4 * 16 + f5 * 4 + 1];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 64000 + f4 * 16000 + f5 * 8 + tid % 32 / 4 * 1000 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 32000], src = out_f16[0 .. +2]
             if (bid_y * 64 + f4 * 16 + tid % 32 / 4 + tid / 64 * 32 < 1000 && bid_x * 64 + f5 * 8 + tid % 4 * 2 + tid / 32 % 2 * 32 < 1000) {
@@ -489,8 +492,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             }
             epi[0] = C_acc[f4 * 16 + f5 * 4 + 2];
             epi[1] = C_acc[f4 * 16 + f5 * 4 + 3];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 64000 + f4 * 16000 + f5 * 8 + tid % 32 / 4 * 1000 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 32000 + 8000], src = out_f16[0 .. +2]
             if (bid_y * 64 + f4 * 16 + tid % 32 / 4 + tid / 64 * 32 + 8 < 1000 && bid_x * 64 + f5 * 8 + tid % 4 * 2 + tid / 32 % 2 * 32 < 1000) {

@@ -480,8 +480,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
             for (int f5 = 0; f5 < 4; ++f5) {
                 epi[0] = C_acc[f4 * 16 + f5 * 4];
                 epi[1] = C_acc[f4 * 16 + f5 * 4 + 1];
-                out_f16[0] = fs_f32_to_f16(epi[0]);
-                out_f16[1] = fs_f32_to_f16(epi[1]);
+                // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                    : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                    : "f"(epi[0]), "f"(epi[1]));
                 // sm70.st_global_4: C
                 //   dst = &C[bid_x * 64 + bid_y * 65536 + f4 * 16384 + f5 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 % 2 * 32768], src = out_f16[0 .. +2]
                 asm volatile("st.global.b32 [%0], %1;"
@@ -490,8 +493,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
                     : "memory");
                 epi[0] = C_acc[f4 * 16 + f5 * 4 + 2];
                 epi[1] = C_acc[f4 * 16 + f5 * 4 + 3];
-                out_f16[0] = fs_f32_to_f16(epi[0]);
-                out_f16[1] = fs_f32_to_f16(epi[1]);
+                // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                    : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                    : "f"(epi[0]), "f"(epi[1]));
                 // sm70.st_global_4: C
                 //   dst = &C[bid_x * 64 + bid_y * 65536 + f4 * 16384 + f5 * 8 + tid % 32 / 4 * 1024 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 % 2 * 32768 + 8192], src = out_f16[0 .. +2]
                 asm volatile("st.global.b32 [%0], %1;"

@@ -377,8 +377,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int f3 = 0; f3 < 4; ++f3) {
             epi[0] = C_acc[f2 * 16 + f3 * 4];
             epi[1] = C_acc[f2 * 16 + f3 * 4 + 1];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 32768 + f2 * 8192 + f3 * 8 + tid % 32 / 4 * 512 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 16384], src = out_f16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"
@@ -387,8 +390,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
                 : "memory");
             epi[0] = C_acc[f2 * 16 + f3 * 4 + 2];
             epi[1] = C_acc[f2 * 16 + f3 * 4 + 3];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_4: C
             //   dst = &C[bid_x * 64 + bid_y * 32768 + f2 * 8192 + f3 * 8 + tid % 32 / 4 * 512 + tid % 4 * 2 + tid / 32 % 2 * 32 + tid / 64 * 16384 + 4096], src = out_f16[0 .. +2]
             asm volatile("st.global.b32 [%0], %1;"

@@ -604,8 +604,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
         for (int f25 = 0; f25 < 8; ++f25) {
             epi[0] = C_acc[f24 * 32 + f25 * 4];
             epi[1] = C_acc[f24 * 32 + f25 * 4 + 1];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_2: C
             //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208], src = out_f16[0 .. +1]
             if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {
@@ -624,8 +627,11 @@ extern "C" __global__ void __launch_bounds__(128, 1) firesched_matmul(
             }
             epi[0] = C_acc[f24 * 32 + f25 * 4 + 2];
             epi[1] = C_acc[f24 * 32 + f25 * 4 + 3];
-            out_f16[0] = fs_f32_to_f16(epi[0]);
-            out_f16[1] = fs_f32_to_f16(epi[1]);
+            // convert.cvt_f32x2_f16x2: two elements rounded into one register
+            //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+            asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                : "f"(epi[0]), "f"(epi[1]));
             // sm70.st_global_2: C
             //   dst = &C[bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 524416 + bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 4195328 + f24 * 65552 + f25 * 8 + tid % 32 / 4 * 4097 + tid % 4 * 2 + tid / 32 % 2 * 64 + tid / 64 * 262208 + 32776], src = out_f16[0 .. +1]
             if (bid_x % 264 % min(-bid_x / 264 * 8 + 32, 8) * 128 + bid_x / 264 * 1024 + f24 * 16 + tid % 32 / 4 + tid / 64 * 64 + 8 < 4095 && bid_x % 264 / min(-bid_x / 264 * 8 + 32, 8) * 128 + f25 * 8 + tid % 4 * 2 + tid / 32 % 2 * 64 < 4097) {

@@ -514,8 +514,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                 for (int e0 = 0; e0 < 8; ++e0) {
                     epi[0] = C_acc[e0 * 4];
                     epi[1] = C_acc[e0 * 4 + 1];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -524,8 +527,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                         : "memory");
                     epi[0] = C_acc[e0 * 4 + 2];
                     epi[1] = C_acc[e0 * 4 + 3];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -572,8 +578,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                 for (int e1 = 0; e1 < 8; ++e1) {
                     epi[0] = C_acc[e1 * 4 + 32];
                     epi[1] = C_acc[e1 * 4 + 33];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -582,8 +591,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                         : "memory");
                     epi[0] = C_acc[e1 * 4 + 34];
                     epi[1] = C_acc[e1 * 4 + 35];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -630,8 +642,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                 for (int e2 = 0; e2 < 8; ++e2) {
                     epi[0] = C_acc[e2 * 4 + 64];
                     epi[1] = C_acc[e2 * 4 + 65];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -640,8 +655,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                         : "memory");
                     epi[0] = C_acc[e2 * 4 + 66];
                     epi[1] = C_acc[e2 * 4 + 67];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -688,8 +706,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                 for (int e3 = 0; e3 < 8; ++e3) {
                     epi[0] = C_acc[e3 * 4 + 96];
                     epi[1] = C_acc[e3 * 4 + 97];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -698,8 +719,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) f
                         : "memory");
                     epi[0] = C_acc[e3 * 4 + 98];
                     epi[1] = C_acc[e3 * 4 + 99];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"

@@ -535,8 +535,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
     for (int f0 = 0; f0 < 32; ++f0) {
         epi[0] = C_acc[f0 * 4];
         epi[1] = C_acc[f0 * 4 + 1];
-        out_f16[0] = fs_f32_to_f16(epi[0]);
-        out_f16[1] = fs_f32_to_f16(epi[1]);
+        // convert.cvt_f32x2_f16x2: two elements rounded into one register
+        //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+        asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+            : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+            : "f"(epi[0]), "f"(epi[1]));
         // sm70.st_global_4: C
         //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 4 * 2 + tid / 128 * 262144 + tid / 4 % 8 * 4096], src = out_f16[0 .. +2]
         if (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 128 + bid_x / 128 * 1024 + tid % 128 / 32 * 16 + tid / 128 * 64 + tid / 4 % 8 < 4096 && bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + f0 * 8 + tid % 4 * 2 < 4096) {
@@ -547,8 +550,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) firesched_matmul(
         }
         epi[0] = C_acc[f0 * 4 + 2];
         epi[1] = C_acc[f0 * 4 + 3];
-        out_f16[0] = fs_f32_to_f16(epi[0]);
-        out_f16[1] = fs_f32_to_f16(epi[1]);
+        // convert.cvt_f32x2_f16x2: two elements rounded into one register
+        //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+        asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+            : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+            : "f"(epi[0]), "f"(epi[1]));
         // sm70.st_global_4: C
         //   dst = &C[bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 524288 + bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + bid_x / 128 * 4194304 + f0 * 8 + tid % 128 / 32 * 65536 + tid % 4 * 2 + tid / 128 * 262144 + tid / 4 % 8 * 4096 + 32768], src = out_f16[0 .. +2]
         if (bid_x % 128 % min(-bid_x / 128 * 8 + 32, 8) * 128 + bid_x / 128 * 1024 + tid % 128 / 32 * 16 + tid / 128 * 64 + tid / 4 % 8 + 8 < 4096 && bid_x % 128 / min(-bid_x / 128 * 8 + 32, 8) * 256 + f0 * 8 + tid % 4 * 2 < 4096) {

@@ -1119,8 +1119,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                 for (int f0 = 0; f0 < 16; ++f0) {
                     epi[0] = C_acc[f0 * 4];
                     epi[1] = C_acc[f0 * 4 + 1];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_global_2: C
                     //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
                     if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
@@ -1139,8 +1142,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                     }
                     epi[0] = C_acc[f0 * 4 + 2];
                     epi[1] = C_acc[f0 * 4 + 3];
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_global_2: C
                     //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
                     if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {

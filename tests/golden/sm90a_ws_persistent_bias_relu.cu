@@ -549,8 +549,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -563,8 +566,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -623,8 +629,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -637,8 +646,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -697,8 +709,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -711,8 +726,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -771,8 +789,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"
@@ -785,8 +806,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     epi[1] = epi[1] + xf_bias[1];
                     epi[0] = fmaxf(epi[0], 0.0f);
                     epi[1] = fmaxf(epi[1], 0.0f);
-                    out_f16[0] = fs_f32_to_f16(epi[0]);
-                    out_f16[1] = fs_f32_to_f16(epi[1]);
+                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
+                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
+                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
+                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
+                        : "f"(epi[0]), "f"(epi[1]));
                     // sm70.st_shared_4: C pair
                     //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
                     asm volatile("st.shared.b32 [%0], %1;"

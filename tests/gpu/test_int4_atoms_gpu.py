@@ -1,5 +1,5 @@
-"""The ``convert`` atoms (int4 dequantisation, f16x2 / bf16x2 group scales, shifted halves) on a GPU, bit
-for bit.
+"""The ``convert`` atoms (int4 dequantisation, f16x2 / bf16x2 group scales, shifted halves, f32 pairs
+rounded into f16x2 / bf16x2) on a GPU, bit for bit.
 
 Each atom's one-atom microkernel (``testing.microkernel.atom_program``: a warp loads one source
 word per thread, issues the atom once, stores the destination registers) is printed, compiled
@@ -13,7 +13,9 @@ What a failure points at:
 * every bf16 dequant atom — the shifts by 4, 8, 12 or the bf16 fma constants;
 * a scale atom on finite inputs — the rounding model of ``convert.fma16`` (subnormals, ties,
   overflow), or ``fma.rn.bf16x2`` with a -0 addend not being a multiply;
-* ``test_scale_nan_is_canonical`` only — the NaN the instruction returns is not ``0x7fff``.
+* ``test_scale_nan_is_canonical`` only — the NaN the instruction returns is not ``0x7fff``;
+* ``test_pair_conversion_on_gpu`` — the halves swapped (cvt's first source is the high half), or
+  ``convert._round_f32_to_16``'s model of ``cvt.rn`` (ties, subnormals, overflow).
 """
 
 from __future__ import annotations
@@ -258,3 +260,34 @@ def test_shift_halves_on_gpu(gpu):
             np.testing.assert_array_equal(got, want)
     finally:
         gpu.unload(loaded)
+
+
+# =========================================================================== f32 pairs rounded
+
+def _pair_inputs(rng) -> np.ndarray:
+    """f32 words: ties and near-ties of both 16-bit types, their subnormals and overflow, signed
+    zeros, infinities, NaNs, and random words."""
+    special = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x7F800001,
+               0x00000001, 0x807FFFFF, 0x477FF000, 0x477FEFFF, 0x477FF001, 0x7F7FFFFF, 0x33800000,
+               0x33000000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F800001, 0x387FE000, 0x38800000]
+    ties = [(int(rng.integers(0, 1 << 32)) & 0xFFFF0000) | 0x8000 for _ in range(96)]
+    ties += [(int(rng.integers(0, 1 << 32)) & 0xFFFFE000) | 0x1000 for _ in range(96)]
+    words = np.array(special + ties, np.uint64).astype(np.uint32)
+    words = np.concatenate([words, rng.integers(0, 1 << 32, size=1024, dtype=np.uint64).astype(np.uint32)])
+    return np.stack([words, np.roll(words, 7)], axis=-1)
+
+
+@pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in cv.PAIR_ATOMS])
+def test_pair_conversion_on_gpu(atom, gpu):
+    """``cvt.rn.{f16x2,bf16x2}.f32`` against its semantics, bit for bit (NaN as NaN): value 0 in the
+    low half, ties to even, subnormals kept, overflow to infinity."""
+    kind = str(atom.dtype_of("d"))
+    src = _pair_inputs(np.random.default_rng(14))
+    got = _run(gpu, atom, [src])
+    want = atom.semantics(src)
+    nan_got, nan_want = _is_nan(got, kind), _is_nan(want, kind)
+    assert np.array_equal(nan_got, nan_want), "NaN results differ"
+    halves_got = np.stack([got & 0xFFFF, got >> 16], axis=-1)
+    halves_want = np.stack([want & 0xFFFF, want >> 16], axis=-1)
+    same = (halves_got == halves_want) | nan_want
+    assert same.all(), _mismatches(np.where(same.all(axis=-1), want, got), want, [src])

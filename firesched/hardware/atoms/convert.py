@@ -1,6 +1,7 @@
-"""Register -> register conversions of one thread: int4 dequantisation, group scaling, and a run
+"""Register -> register conversions of one thread: int4 dequantisation, group scaling, a run
 of 16-bit values that starts anywhere taken from the two aligned vectors holding it
-(``shift_halves_b16x8``, below).
+(``shift_halves_b16x8``, below), and two f32 values rounded into one f16x2 / bf16x2 register
+(``cvt_f32x2_f16x2``, ``cvt_f32x2_bf16x2``).
 
 Family ``convert`` (``Atom.family``), the foundation of weight-only int4 GEMMs (W4A16): a 32-bit
 register holding eight packed 4-bit weights becomes four registers of f16x2 (or bf16x2) without
@@ -445,12 +446,59 @@ shift_halves_b16x8 = Atom(
 )
 
 
+# --------------------------------------------------------------------------- rounding pairs
+
+def _round_f32_to_16(words, kind: str) -> np.ndarray:
+    """f32 bit patterns rounded to one 16-bit float type (``cvt.rn``: nearest even, subnormals
+    kept, overflow to infinity), NaN as the canonical ``0x7fff``."""
+    f = np.array(words, dtype=np.uint32, order="C").view(np.float32)     # (a 0-d array stays 0-d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.array(f.astype(_F16_BITS[kind]), order="C").view(np.uint16).astype(np.uint32)
+    out[np.isnan(f)] = _CANONICAL_NAN
+    return out
+
+
+def _pair_semantics(kind: str):
+    def semantics(src):
+        w = np.asarray(src, dtype=np.uint32)
+        return (_round_f32_to_16(w[..., 0], kind) | (_round_f32_to_16(w[..., 1], kind) << np.uint32(16)))[..., None]
+
+    semantics.__name__ = f"cvt_f32x2_{kind}x2"
+    return semantics
+
+
+def _pair(kind: dt.DType) -> Atom:
+    return Atom(
+        name=f"cvt_f32x2_{kind}x2", family=CONVERT, group=THREAD, kind="Move", shape=(1, 2),
+        dtypes=(("d", kind), ("src", dt.f32)),
+        operands=(
+            Operand("d", "out", "RF", regs=1, values=2, tv=TV_HALVES),
+            Operand("src", "in", "RF", regs=2, values=2, float_regs=True, tv=TV_HALVES),
+        ),
+        # cvt's first source goes to the upper half
+        ptx=f"cvt.rn.{kind}x2.f32 $d, $src[1], $src[0];", min_target="sm_80", src_memory="RF",
+        dst_memory="RF", semantics=_pair_semantics(str(kind)), catalog=CATALOG,
+        doc=f"Thread conversion of two f32 registers into one {kind}x2 register (round to nearest even, "
+            f"subnormals kept, NaN canonical): value 0 in the low half.",
+    )
+
+
+#: d = (round(src[0]) in the low half, round(src[1]) in the high half): two elements of a 16-bit
+#: output rounded by one instruction, where one conversion each and a byte permute to pack them
+#: took three (``transforms.pair_conversions`` puts it where a kernel converts element pairs)::
+#:
+#:     src[0] = 1.0f  src[1] = -2.5f   ->   d = | hi: -2.5 | lo: 1.0 |   (bits 31..16 | 15..0)
+cvt_f32x2_f16x2 = _pair(dt.f16)
+cvt_f32x2_bf16x2 = _pair(dt.bf16)
+
+
 DEQUANT_ATOMS: tuple[Atom, ...] = (
     dequant_u4_f16, dequant_u4z8_f16, dequant_i4_f16, dequant_u4_bf16, dequant_u4z8_bf16, dequant_i4_bf16,
 )
 SCALE_ATOMS: tuple[Atom, ...] = (scale_f16x2, scale_bf16x2, scale_add_f16x2, scale_add_bf16x2)
 SHIFT_ATOMS: tuple[Atom, ...] = (shift_halves_b16x8,)
-ATOMS: tuple[Atom, ...] = DEQUANT_ATOMS + SCALE_ATOMS + SHIFT_ATOMS
+PAIR_ATOMS: tuple[Atom, ...] = (cvt_f32x2_f16x2, cvt_f32x2_bf16x2)
+ATOMS: tuple[Atom, ...] = DEQUANT_ATOMS + SCALE_ATOMS + SHIFT_ATOMS + PAIR_ATOMS
 
 
 # --------------------------------------------------------------------------- value order

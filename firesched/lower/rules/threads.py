@@ -415,7 +415,9 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
     direct = op == "copy" and not steps
     bits = op == "copy" and bool(steps) and all(n == "mask" for n, _ in steps) and out.memory == SH and \
         all(t.dtype == out.dtype for t in inputs)
-    work = None if direct or bits else lw.kb.reg("w", f32, 1)
+    # two work registers: a pair of elements computed, then rounded into the output's 16-bit pair
+    # by one instruction (transforms.pair_conversions)
+    work = None if direct or bits else lw.kb.reg("w_pair", f32, 2)
     if out.memory == RF:
         y, y_at = _operand_regs(lw, ctx, out, [], "y")
     else:
@@ -424,20 +426,26 @@ def _elementwise(lw: Lowerer, node: Node, ctx, op: str, inputs, out, ops_) -> li
         def y_at(coord):
             return reg_index(out, coord)
     where = _positions(node, ctx, (*inputs, out)) if any(n == "mask" for n, _ in steps) else None
-    for e in elements(out):
+    converts: list = []
+    for i, e in enumerate(elements(out)):
         args = tuple(ir.RegRef(r, at(e)) for r, at in srcs)
         if direct or bits:
             stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), args))
             for _, a in steps if bits else ():
                 stmts += _mask(node, a[0], where(e), ir.RegRef(y, y_at(e)))
             continue
-        stmts.append(ir.Pointwise(op, ir.RegRef(work, 0), args))
+        w = ir.RegRef(work, i % 2)
+        stmts.append(ir.Pointwise(op, w, args))
         for name, a in steps:
             if name == "mask":
-                stmts += _mask(node, a[0], where(e), ir.RegRef(work, 0))
+                stmts += _mask(node, a[0], where(e), w)
                 continue
-            stmts.append(ir.Pointwise(name, ir.RegRef(work, 0), (ir.RegRef(work, 0), *a)))
-        stmts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), (ir.RegRef(work, 0),)))
+            stmts.append(ir.Pointwise(name, w, (w, *a)))
+        converts.append(ir.Pointwise("cvt", ir.RegRef(y, y_at(e)), (w,)))
+        if len(converts) == 2:
+            stmts += converts
+            converts = []
+    stmts += converts
     if out.memory != RF:
         stmts += access(lw, ctx, out, y, write=True, what=f"{out.name} of this thread")
     return [ir.Comment(str(node.spec)), *stmts]
