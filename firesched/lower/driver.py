@@ -500,9 +500,12 @@ def check_resources(lw: Lowerer, block: Node, body) -> None:
     occ = kb.min_blocks_per_sm
     if occ > 1:
         # the registers the compiler may use follow from the occupancy (it caps them); threads and
-        # shared memory are what they are, and must fit ``occ`` times on one SM
+        # shared memory are what they are, and must fit ``occ`` times on one SM: the bytes the
+        # launch asks for (the buffers laid out as the kernel lays them out), each block beside
+        # the driver's reserve
+        laid = ir.shared_bytes(kb.shared.values())
         for what, need, have in (("threads", kb.threads * occ, tgt.max_threads_per_sm),
-                                 ("shared memory", (smem + tgt.smem_reserved_per_block if kb.shared else 0) * occ,
+                                 ("shared memory", (laid + tgt.smem_reserved_per_block if kb.shared else 0) * occ,
                                   tgt.smem_per_sm),
                                  ("blocks", occ, tgt.max_blocks_per_sm)):
             if need > have:

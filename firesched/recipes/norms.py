@@ -31,7 +31,9 @@ mean of squared deviations, which does not cancel as E[x²] - E[x]² does for ro
 mean.  A row split over a thread-block cluster takes both in one tuple reduction instead
 (``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
 exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
-cost more than the block barrier they save: bench/README.md, "One exchange per row").  On a
+cost more than the block barrier they save: bench/README.md, "One exchange per row"), and so they
+do on a persistent block whose next rows are in flight where 128 registers a thread hold the
+deviations (``rows.deviations_fit``: 4 - 11 % on odd rows of 4,095 - 7,067 columns on an H200).  On a
 cluster the output is one pass from the row (``normalize_affine``: (x - mean) · rstd · w + b;
 RMSNorm's ``mul_mul``, its squares folded straight from the row by ``monoids.sum_squares``), and
 the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=...)``).
@@ -244,7 +246,8 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
     one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
-    cluster or waits in shared memory (module docstring).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
+    cluster or waits in shared memory (module docstring), but two on a persistent block that
+    prefetches its rows with room for the deviations in registers (``rows.deviations_fit``).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
@@ -261,7 +264,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     f32 = "f32"
     mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
     w, b = s.t("W", ("c",)), s.t("B", ("c",))
-    if _rows.one_pass(plan) if tuple_stats is None else tuple_stats:
+    if _rows.one_pass(plan) and not _rows.deviations_fit(plan) if tuple_stats is None else tuple_stats:
         # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean,
         # M2), merged across lanes, warps and the blocks of the cluster in one exchange each),
         # then the output in one pass, (x - mean) · rstd · w + b: no f32 copy of the row waits

@@ -361,6 +361,19 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # The prefetching windows' threads:
 PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 7200)}
 PERSISTENT_PREFETCH_THREADS = 128
+# LayerNorm's statistics on the prefetching windows: two plain reductions (the mean, then the mean
+# of the squared deviations, kept in registers for the output) where every thread may take 128
+# registers, at most this many threads an SM; the Welford tuple elsewhere.  On an H200
+# (bench/row_plans.py --tuple-stats both, bf16, 128 threads, TB/s two reductions / the tuple at
+# the blocks an SM named): 16384 x 4097 at 4 2.74 / 2.41 (at 6 2.80 / 2.53), 4096 x 4095 at 4
+# 2.13 / 1.97 (the tuple at 6 2.03), 4096 x 5001 at 4 2.58 / 2.41 (the tuple at 5 2.47), 8192 x
+# 6001 at 4 3.13 / 2.93, 8192 x 7067 at 3 2.80 / 2.77.  Where each thread has fewer registers
+# the deviations spill at some lengths (4,095 and 4,123 columns at 6 blocks: 88 bytes, 1.57 TB/s;
+# at 5: 12-24 bytes), which the compiler decides, not the plan; and so do 56 values a thread at 4
+# blocks (40 bytes at half the odd lengths of 6,139 - 7,161 columns sampled, 128 registers), where
+# the tuple stays
+LAYERNORM_TWO_REDUCTION_THREADS = 512
+LAYERNORM_TWO_REDUCTION_VALUES = 48
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
@@ -412,6 +425,10 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
         if lo <= cols <= hi:
             args.update(tile_stages=2, persistent_window_threads=PERSISTENT_PREFETCH_THREADS)
+            if op == "layernorm":
+                # room for the deviations of two plain reductions (LAYERNORM_TWO_REDUCTION_THREADS)
+                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op], LAYERNORM_TWO_REDUCTION_THREADS
+                                                       // PERSISTENT_PREFETCH_THREADS)
     return args
 
 
@@ -802,6 +819,17 @@ def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps
             best = min(best, (n * r - vectors, 1, -n, n, r))
         n *= 2
     return best[3], best[4]
+
+
+def deviations_fit(plan: RowPlan) -> bool:
+    """Whether LayerNorm on ``plan`` takes its mean and variance in two plain reductions, the
+    deviations from the mean kept in registers, though its row waits in shared memory: a
+    persistent block with the next rows in flight (``tile_stages`` > 1) whose SM runs at most
+    ``LAYERNORM_TWO_REDUCTION_THREADS`` threads (128 registers each), each holding at most
+    ``LAYERNORM_TWO_REDUCTION_VALUES`` elements of the row."""
+    return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and \
+        0 < plan.lanes * plan.rows * plan.blocks_per_sm <= LAYERNORM_TWO_REDUCTION_THREADS and \
+        plan.reps * plan.vec <= LAYERNORM_TWO_REDUCTION_VALUES
 
 
 def one_pass(plan: RowPlan) -> bool:
