@@ -152,16 +152,33 @@ def test_the_recipes_prefetch_where_measured():
     for op, cols in (("rmsnorm", 4095), ("layernorm", 4097), ("layernorm", 7001), ("rmsnorm", 1501)):
         plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op=op, what=op)
         assert plan.persistent and plan.tile_stages == 2, (op, cols, plan)
-    for op in ("rmsnorm", "layernorm"):
-        # past the range: the persistent window one row at a time
-        lo, hi = row_model.PERSISTENT_PREFETCH_COLS[op]
-        plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op=op, what=op)
-        assert plan.persistent and plan.tile_stages == 1, (op, plan)
+    # past RMSNorm's range: the persistent window one row at a time
+    lo, hi = row_model.PERSISTENT_PREFETCH_COLS["rmsnorm"]
+    plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op="rmsnorm", what="rmsnorm")
+    assert plan.persistent and plan.tile_stages == 1, plan
+    # LayerNorm's longer rows on 256 threads, two blocks an SM; shorter ones on 128, at most four
+    wlo, whi, wide = row_model.PERSISTENT_PREFETCH_WIDE["layernorm"]
+    for cols, lanes in ((wlo, wide), (7803, wide), (whi, wide), (4097, 128), (6001, 128), (7001, 128)):
+        plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
+        assert plan.tile_stages == 2 and plan.lanes == lanes and plan.lanes * plan.blocks_per_sm <= 512, (cols, plan)
     # a target without the measurements keeps its plans (sm_80: no persistent windows)
     assert norms.plan_rows(8192, 4095, "bf16", "sm_80", op="layernorm", what="layernorm").tile_stages == 1
     # the blocks an SM count both rows a block holds, and fit the SM with what the driver reserves
     sched = fs.recipes.layernorm(8192, 4097, dtype="bf16", arch="sm_90a")
     sched.check("sm_90a")
+
+
+@pytest.mark.parametrize("cols, two", [(4033, True), (4097, True), (6001, True), (6137, True), (7067, False),
+                                       (7803, True), (8191, True), (4096, False), (9999, False)])
+def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
+    # two plain reductions (the deviations in registers) on prefetching windows of at most 512
+    # threads an SM and 48 values a thread (rows.deviations_fit); the Welford tuple elsewhere on
+    # rows in shared memory
+    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
+    assert row_model.deviations_fit(plan) == two, plan
+    spec = fs.recipes.layernorm(8192, cols, dtype="bf16", arch="sm_90a").spec
+    welford = [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
+    assert bool(welford) == (not two and plan.row_memory == "SH"), (cols, plan)
 
 
 def test_row_plan_sizes_the_stages():

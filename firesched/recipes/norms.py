@@ -33,7 +33,7 @@ mean.  A row split over a thread-block cluster takes both in one tuple reduction
 exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
 cost more than the block barrier they save: bench/README.md, "One exchange per row"), and so they
 do on a persistent block whose next rows are in flight where 128 registers a thread hold the
-deviations (``rows.deviations_fit``: 4 - 11 % on odd rows of 4,095 - 7,067 columns on an H200).  On a
+deviations (``rows.deviations_fit``: 4 - 9 % on odd rows of 4,033 - 8,191 columns on an H200).  On a
 cluster the output is one pass from the row (``normalize_affine``: (x - mean) · rstd · w + b;
 RMSNorm's ``mul_mul``, its squares folded straight from the row by ``monoids.sum_squares``), and
 the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=...)``).

@@ -374,6 +374,12 @@ PERSISTENT_PREFETCH_THREADS = 128
 # the tuple stays
 LAYERNORM_TWO_REDUCTION_THREADS = 512
 LAYERNORM_TWO_REDUCTION_VALUES = 48
+# LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
+# (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
+# the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
+# (2.80), 8192 x 8191 2.67 (2.55; f16 2.57), 4096 x 7501 2.69, 8192 x 7067 2.82 (2.75, the 128-thread
+# prefetch with the tuple); but 8192 x 6501 2.57, where 128 threads keep it
+PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 8191, 256)}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
 
@@ -423,7 +429,11 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         args.update(staged_window=True, persistent_window_blocks=PERSISTENT_WINDOW_BLOCKS[op],
                     row_operands=ROW_OPERANDS[op])
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
-        if lo <= cols <= hi:
+        wlo, whi, wide = PERSISTENT_PREFETCH_WIDE.get(op, (0, -1, 0))
+        if wlo <= cols <= whi:
+            args.update(tile_stages=2, persistent_window_threads=wide,
+                        persistent_window_blocks=min(PERSISTENT_WINDOW_BLOCKS[op], LAYERNORM_TWO_REDUCTION_THREADS // wide))
+        elif lo <= cols <= hi:
             args.update(tile_stages=2, persistent_window_threads=PERSISTENT_PREFETCH_THREADS)
             if op == "layernorm":
                 # room for the deviations of two plain reductions (LAYERNORM_TWO_REDUCTION_THREADS)
