@@ -79,6 +79,22 @@ def test_the_next_rows_copy_is_issued_before_this_rows_work():
     assert "2 stage(s) x 1x" in src and "issued 1 tile(s) ahead" in src
 
 
+def test_the_first_rows_copies_are_in_flight_while_the_block_stages_its_weights():
+    # the prologue's copies (tile 0) are issued before the weights' windows a block stages once
+    # (a block of a 4,096-row grid walks about eight rows: the set-up is not hidden by many)
+    prog = fs.recipes.layernorm(40, 4095, dtype="bf16", arch="sm_90a").lower("sm_90a")
+    stmts = list(ir.rewrite.walk([prog.kernels[0].body]))
+
+    def first(pred):
+        return next(i for i, s in enumerate(stmts) if pred(s))
+
+    copy = first(lambda s: isinstance(s, ir.AtomCall) and s.atom.family == "cp_async")
+    window = first(lambda s: isinstance(s, ir.AtomCall) and any(
+        isinstance(v, ir.MemRef) and v.buffer.name == "W_win" for _, v in s.args))
+    loop = first(lambda s: isinstance(s, ir.For) and s.var.name == "tile_i")
+    assert copy < window < loop
+
+
 def test_a_wait_that_lets_the_row_in_flight_is_caught():
     sched, prog, feed = _prefetched(300, 1001)
     good = run_program(prog, dict(feed))["Y"]

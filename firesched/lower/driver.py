@@ -21,6 +21,7 @@ import attrs
 from .. import ir
 from ..errors import InternalError, ScheduleError
 from ..hardware.atoms.base import TMA, WGMMA
+from ..ir.rewrite import walk
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
 from ..schedule import Node, Schedule
@@ -368,8 +369,13 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         setup, work = place_early_rings(lw, lw.notes.get("setup", []), work)
         if copies is not None:
             prologue, loop = tp.pipelined_tiles(copies, order.tile_var.extent, order.tile_valid, work)
-            tiles = [*prologue, ir.Comment(f"tiles of this block: {order.tile_var.extent}, "
-                                           f"{tile_stages - 1} copied ahead"), loop]
+            tiles = [ir.Comment(f"tiles of this block: {order.tile_var.extent}, {tile_stages - 1} copied ahead"), loop]
+            if any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)):
+                tiles = [*prologue, *tiles]
+            else:
+                # the first tiles' copies in flight while the block sets up (the weights' windows it
+                # stages once: tile_prefetch.prefetched_moves)
+                setup = [*prologue, *setup]
         else:
             tiles = per_tile(work)
         body = without_redundant_barriers([*setup, *tiles, *hoists.scope_end])
