@@ -103,9 +103,9 @@ def test_the_persistent_plans_come_from_the_tile_model():
         window = -(-(cols + 7) // 8) * 8 * 2
         block = q.tile_stages * q.reps * q.span * 2 + weights * window + 1024
         assert q.persistent and q.blocks_per_sm * block <= shared, (op, cols, q)
-        # (LayerNorm's prefetching windows: at most 512 threads an SM, room for its two reductions)
+        # (LayerNorm's prefetching windows: room for its two reductions' registers)
         cap = row_model.PERSISTENT_WINDOW_BLOCKS[op] if op != "layernorm" or q.tile_stages == 1 else \
-            min(row_model.PERSISTENT_WINDOW_BLOCKS[op], row_model.LAYERNORM_TWO_REDUCTION_THREADS // q.lanes)
+            min(row_model.PERSISTENT_WINDOW_BLOCKS[op], row_model.deviation_blocks(q.lanes, q.reps * q.vec))
         assert q.blocks_per_sm == cap or (q.blocks_per_sm + 1) * block > shared
     assert not norms.plan_rows(4096, 4095, "bf16", "sm_80", op="rmsnorm").persistent
     with pytest.raises(ValueError, match="persistent_window_blocks"):

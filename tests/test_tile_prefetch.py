@@ -172,11 +172,15 @@ def test_the_recipes_prefetch_where_measured():
     lo, hi = row_model.PERSISTENT_PREFETCH_COLS["rmsnorm"]
     plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op="rmsnorm", what="rmsnorm")
     assert plan.persistent and plan.tile_stages == 1, plan
-    # LayerNorm's longer rows on 256 threads, two blocks an SM; shorter ones on 128, at most four
+    # LayerNorm's longer rows on 256 threads, two blocks an SM; shorter ones on 128, four to six
+    # (the registers of its two reductions: 80 at 24 values, 96 at 32, 112 at 40, 128 at 48)
     wlo, whi, wide = row_model.PERSISTENT_PREFETCH_WIDE["layernorm"]
-    for cols, lanes in ((wlo, wide), (7803, wide), (whi, wide), (4097, 128), (6001, 128), (7001, 128)):
+    for cols, lanes, blocks in ((wlo, wide, 2), (7803, wide, 2), (whi, wide, 2), (2801, 128, 6), (3583, 128, 5),
+                                (4097, 128, 4), (6001, 128, 4)):
         plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
-        assert plan.tile_stages == 2 and plan.lanes == lanes and plan.lanes * plan.blocks_per_sm <= 512, (cols, plan)
+        assert (plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (2, lanes, blocks), (cols, plan)
+        assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
+    assert norms.plan_rows(8192, 7001, "bf16", "sm_90a", op="layernorm", what="layernorm").tile_stages == 2
     # a target without the measurements keeps its plans (sm_80: no persistent windows)
     assert norms.plan_rows(8192, 4095, "bf16", "sm_80", op="layernorm", what="layernorm").tile_stages == 1
     # the blocks an SM count both rows a block holds, and fit the SM with what the driver reserves
@@ -184,12 +188,13 @@ def test_the_recipes_prefetch_where_measured():
     sched.check("sm_90a")
 
 
-@pytest.mark.parametrize("cols, two", [(4033, True), (4097, True), (6001, True), (6137, True), (7067, False),
-                                       (7803, True), (8191, True), (4096, False), (9999, False)])
+@pytest.mark.parametrize("cols, two", [(2801, True), (3583, True), (4033, True), (4097, True), (6001, True),
+                                       (6137, True), (6501, False), (7067, False), (7803, True), (8191, True),
+                                       (4096, False), (9999, False), (2047, False)])
 def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
-    # two plain reductions (the deviations in registers) on prefetching windows of at most 512
-    # threads an SM and 48 values a thread (rows.deviations_fit); the Welford tuple elsewhere on
-    # rows in shared memory
+    # two plain reductions (the deviations in registers) on prefetching windows of at most 48
+    # values a thread with the registers for them (rows.deviations_fit); the Welford tuple
+    # elsewhere on rows in shared memory
     plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
     assert row_model.deviations_fit(plan) == two, plan
     spec = fs.recipes.layernorm(8192, cols, dtype="bf16", arch="sm_90a").spec

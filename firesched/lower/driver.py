@@ -21,9 +21,9 @@ import attrs
 from .. import ir
 from ..errors import InternalError, ScheduleError
 from ..hardware.atoms.base import TMA, WGMMA
-from ..ir.rewrite import walk
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
+from ..ir.rewrite import walk
 from ..schedule import Node, Schedule
 from ..spec import Fused, MatMul, Reduce
 from ..tensor import BLOCK, GL, KERNEL, SH, THREAD, WARP, WARPGROUP

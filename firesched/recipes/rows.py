@@ -331,7 +331,7 @@ STAGED_WINDOW_BLOCKS = 3
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
 # (2.31).  Hence add + RMSNorm from 4,000 columns, LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (4000, 8191), "add_rmsnorm": (4000, 10000)}
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (4000, 10000)}
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
@@ -359,11 +359,12 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
 # of 256 threads, one row each, against three of 128 with two) and 8192 x 8191 0.985 / 1.008.
 # Hence LayerNorm's range ends at 7,200 columns.
 # The prefetching windows' threads:
-PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (4000, 7200)}
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (2800, 7200)}
 PERSISTENT_PREFETCH_THREADS = 128
 # LayerNorm's statistics on the prefetching windows: two plain reductions (the mean, then the mean
-# of the squared deviations, kept in registers for the output) where every thread may take 128
-# registers, at most this many threads an SM; the Welford tuple elsewhere.  On an H200
+# of the squared deviations, kept in registers for the output) where every thread holds at most
+# LAYERNORM_TWO_REDUCTION_VALUES elements and has the registers for them (below); the Welford
+# tuple elsewhere.  On an H200
 # (bench/row_plans.py --tuple-stats both, bf16, 128 threads, TB/s two reductions / the tuple at
 # the blocks an SM named): 16384 x 4097 at 4 2.74 / 2.41 (at 6 2.80 / 2.53), 4096 x 4095 at 4
 # 2.13 / 1.97 (the tuple at 6 2.03), 4096 x 5001 at 4 2.58 / 2.41 (the tuple at 5 2.47), 8192 x
@@ -372,10 +373,18 @@ PERSISTENT_PREFETCH_THREADS = 128
 # at 5: 12-24 bytes), which the compiler decides, not the plan; and so do 56 values a thread at 4
 # blocks (40 bytes at half the odd lengths of 6,139 - 7,161 columns sampled, 128 registers), where
 # the tuple stays
-LAYERNORM_TWO_REDUCTION_THREADS = 512
 LAYERNORM_TWO_REDUCTION_VALUES = 48
+# The registers a thread of those two reductions takes: 2 a value it holds (its deviation, the
+# output's) and 32 besides (compiled for sm_90a: 72 at 24 values, 118 at 40, 127 at 48 — 96 at 40
+# spilled 12-24 bytes, 80 at 40 88 bytes, 80 at 32 168 bytes); the blocks an SM leave each thread
+# that many (REGISTERS_PER_SM / threads, in steps of 8)
+LAYERNORM_DEVIATION_REGISTERS = (2, 32)
+REGISTERS_PER_SM = 65536
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
-# (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
+# (two reductions, 32 - 40 values a thread); and so do its rows of 2,800 - 4,000 columns, on 128
+# threads, five or six blocks an SM (24 - 32 values a thread, the registers the rule leaves): 8192
+# x 3001 at 6 blocks 2.96, at 5 2.89, at 4 2.73 (the element plan then 2.01), where 1,535 and 2,047
+# columns read 2.06 and 1.98 on such windows against their element plans' 2.17 and 2.21.  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
 # (2.80), 8192 x 8191 2.67 (2.55; f16 2.57), 4096 x 7501 2.69, 8192 x 7067 2.82 (2.75, the 128-thread
 # prefetch with the tuple); but 8192 x 6501 2.57, where 128 threads keep it
@@ -430,16 +439,36 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
                     row_operands=ROW_OPERANDS[op])
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
         wlo, whi, wide = PERSISTENT_PREFETCH_WIDE.get(op, (0, -1, 0))
-        if wlo <= cols <= whi:
-            args.update(tile_stages=2, persistent_window_threads=wide,
-                        persistent_window_blocks=min(PERSISTENT_WINDOW_BLOCKS[op], LAYERNORM_TWO_REDUCTION_THREADS // wide))
-        elif lo <= cols <= hi:
-            args.update(tile_stages=2, persistent_window_threads=PERSISTENT_PREFETCH_THREADS)
-            if op == "layernorm":
-                # room for the deviations of two plain reductions (LAYERNORM_TWO_REDUCTION_THREADS)
-                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op], LAYERNORM_TWO_REDUCTION_THREADS
-                                                       // PERSISTENT_PREFETCH_THREADS)
+        lanes = wide if wlo <= cols <= whi else PERSISTENT_PREFETCH_THREADS
+        if wlo <= cols <= whi or lo <= cols <= hi:
+            args.update(tile_stages=2, persistent_window_threads=lanes)
+            values = -(-(cols + 7) // (8 * lanes)) * 8          # (the window's 16-byte chunks a thread)
+            if op == "layernorm" and values <= LAYERNORM_TWO_REDUCTION_VALUES:
+                # room for the deviations of two plain reductions (deviations_fit)
+                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op], deviation_blocks(lanes, values))
     return args
+
+
+def thread_registers(threads_per_sm: int) -> int:
+    """The registers each of ``threads_per_sm`` resident threads may take (allocated in steps of 8,
+    at most 255)."""
+    return min(255, REGISTERS_PER_SM // max(threads_per_sm, 1) // 8 * 8)
+
+
+def deviation_registers(values: int) -> int:
+    """The registers a thread of LayerNorm's two reductions holding ``values`` elements of its row
+    takes (``LAYERNORM_DEVIATION_REGISTERS``)."""
+    per, base = LAYERNORM_DEVIATION_REGISTERS
+    return per * values + base
+
+
+def deviation_blocks(lanes: int, values: int) -> int:
+    """The most blocks of ``lanes`` threads an SM whose threads have the registers of
+    ``deviation_registers(values)`` (at least 1)."""
+    b = 1
+    while thread_registers(lanes * (b + 1)) >= deviation_registers(values) and lanes * (b + 1) <= MAX_THREADS_PER_SM:
+        b += 1
+    return b
 
 
 def staged_window_faster(op: str, cols: int) -> bool:
@@ -834,12 +863,13 @@ def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps
 def deviations_fit(plan: RowPlan) -> bool:
     """Whether LayerNorm on ``plan`` takes its mean and variance in two plain reductions, the
     deviations from the mean kept in registers, though its row waits in shared memory: a
-    persistent block with the next rows in flight (``tile_stages`` > 1) whose SM runs at most
-    ``LAYERNORM_TWO_REDUCTION_THREADS`` threads (128 registers each), each holding at most
-    ``LAYERNORM_TWO_REDUCTION_VALUES`` elements of the row."""
-    return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and \
-        0 < plan.lanes * plan.rows * plan.blocks_per_sm <= LAYERNORM_TWO_REDUCTION_THREADS and \
-        plan.reps * plan.vec <= LAYERNORM_TWO_REDUCTION_VALUES
+    persistent block with the next rows in flight (``tile_stages`` > 1) whose threads each hold at
+    most ``LAYERNORM_TWO_REDUCTION_VALUES`` elements of the row and have the registers for them
+    beside the SM's other blocks (``deviation_registers``, ``thread_registers``)."""
+    values = plan.reps * plan.vec
+    return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and plan.blocks_per_sm > 0 and \
+        values <= LAYERNORM_TWO_REDUCTION_VALUES and \
+        thread_registers(plan.lanes * plan.rows * plan.blocks_per_sm) >= deviation_registers(values)
 
 
 def one_pass(plan: RowPlan) -> bool:

@@ -197,7 +197,8 @@ def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     (777, 1000, "bf16", 64, 3, 8),
     # at most 512 threads an SM: LayerNorm's statistics in two plain reductions (rows.deviations_fit)
     (2500, 4095, "bf16", 128, 2, 4), (1500, 6001, "f16", 128, 2, 4), (700, 4033, "f16", 128, 2, 4),
-    (333, 5001, "bf16", 128, 3, 4), (1100, 7803, "bf16", 256, 2, 2), (400, 8191, "f16", 256, 2, 2)])
+    (333, 5001, "bf16", 128, 3, 4), (1100, 7803, "bf16", 256, 2, 2), (400, 8191, "f16", 256, 2, 2),
+    (1300, 3001, "bf16", 128, 2, 6), (800, 3583, "f16", 128, 2, 5)])
 def test_prefetched_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, lanes, stages, blocks):
     # pipeline(stages=...) over a persistent block's tile loop (RowPlan.tile_stages): the next rows'
     # copies in flight while a block computes one; odd rows in their windows (the weights shifted
