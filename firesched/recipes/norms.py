@@ -32,8 +32,9 @@ mean.  A row split over a thread-block cluster takes both in one tuple reduction
 (``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
 exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
 cost more than the block barrier they save: bench/README.md, "One exchange per row"), and so they
-do on a persistent block whose next rows are in flight where 128 registers a thread hold the
-deviations (``rows.deviations_fit``: 4 - 9 % on odd rows of 4,033 - 8,191 columns on an H200).  On a
+do on a persistent block whose next rows are in flight where each thread has the registers to hold
+the deviations (``rows.deviations_fit``: on an H200 4 - 9 % on odd rows of 4,033 - 8,191 columns,
+and 30 % from 2,800, where such windows with the tuple were slower than the element plans).  On a
 cluster the output is one pass from the row (``normalize_affine``: (x - mean) · rstd · w + b;
 RMSNorm's ``mul_mul``, its squares folded straight from the row by ``monoids.sum_squares``), and
 the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=...)``).
@@ -247,7 +248,8 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
     one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
     cluster or waits in shared memory (module docstring), but two on a persistent block that
-    prefetches its rows with room for the deviations in registers (``rows.deviations_fit``).  ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
+    prefetches its rows with room for the deviations in registers (``rows.deviations_fit``).
+    ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")

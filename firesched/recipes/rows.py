@@ -381,13 +381,14 @@ LAYERNORM_TWO_REDUCTION_VALUES = 48
 LAYERNORM_DEVIATION_REGISTERS = (2, 32)
 REGISTERS_PER_SM = 65536
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
-# (two reductions, 32 - 40 values a thread); and so do its rows of 2,800 - 4,000 columns, on 128
-# threads, five or six blocks an SM (24 - 32 values a thread, the registers the rule leaves): 8192
-# x 3001 at 6 blocks 2.96, at 5 2.89, at 4 2.73 (the element plan then 2.01), where 1,535 and 2,047
-# columns read 2.06 and 1.98 on such windows against their element plans' 2.17 and 2.21.  Same H200 (bench/row_plans.py, bf16, TB/s against
+# (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
-# (2.80), 8192 x 8191 2.67 (2.55; f16 2.57), 4096 x 7501 2.69, 8192 x 7067 2.82 (2.75, the 128-thread
-# prefetch with the tuple); but 8192 x 6501 2.57, where 128 threads keep it
+# (2.80), 8192 x 8191 2.67 (2.55; f16 2.57), 4096 x 7501 2.69, 8192 x 7067 2.82 (2.75, the
+# 128-thread prefetch with the tuple); but 8192 x 6501 2.57, where 128 threads keep it.
+# So do its rows of 2,800 - 4,000 columns (PERSISTENT_PREFETCH_COLS), on 128 threads, five or six
+# blocks an SM (24 - 32 values a thread, the blocks deviation_blocks leaves): 8192 x 3001 at 6
+# blocks 2.96, at 5 2.89, at 4 2.73 (its element plan then 2.01), where 1,535 and 2,047 columns read
+# 2.06 and 1.98 on such windows against their element plans' 2.17 and 2.21
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 8191, 256)}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
