@@ -113,7 +113,11 @@ def test_the_persistent_plans_come_from_the_tile_model():
 
 
 @pytest.mark.parametrize("kind, cols", [("rmsnorm", 4095), ("rmsnorm", 8191), ("layernorm", 6001),
-                                        ("layernorm", 8191), ("add_rmsnorm", 9999)])
+                                        ("layernorm", 8191), ("add_rmsnorm", 9999),
+                                        # LayerNorm's two reductions at the registers the rule leaves
+                                        # (rows.deviation_blocks): 24, 32, 40 and 48 values a thread
+                                        ("layernorm", 2801), ("layernorm", 3583), ("layernorm", 4095),
+                                        ("layernorm", 6137), ("layernorm", 7803)])
 @pytest.mark.parametrize("dt", ["bf16", "f16"])
 def test_the_persistent_plans_compile_without_spills(kind, cols, dt):
     sched = getattr(fs.recipes, kind)(4096, cols, dtype=dt, arch="sm_90a")
