@@ -377,9 +377,8 @@ LAYERNORM_TWO_REDUCTION_VALUES = 48
 # The registers a thread of those two reductions takes: 2 a value it holds (its deviation, the
 # output's) and 32 besides (compiled for sm_90a: 72 at 24 values, 118 at 40, 127 at 48 — 96 at 40
 # spilled 12-24 bytes, 80 at 40 88 bytes, 80 at 32 168 bytes); the blocks an SM leave each thread
-# that many (REGISTERS_PER_SM / threads, in steps of 8)
+# that many (thread_registers)
 LAYERNORM_DEVIATION_REGISTERS = (2, 32)
-REGISTERS_PER_SM = 65536
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
 # (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
@@ -443,17 +442,27 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         lanes = wide if wlo <= cols <= whi else PERSISTENT_PREFETCH_THREADS
         if wlo <= cols <= whi or lo <= cols <= hi:
             args.update(tile_stages=2, persistent_window_threads=lanes)
-            values = -(-(cols + 7) // (8 * lanes)) * 8          # (the window's 16-byte chunks a thread)
+            values = window_passes(cols, lanes, 8) * 8          # (the window's 16-byte chunks a thread)
             if op == "layernorm" and values <= LAYERNORM_TWO_REDUCTION_VALUES:
                 # room for the deviations of two plain reductions (deviations_fit)
                 args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op], deviation_blocks(lanes, values))
     return args
 
 
+def window_passes(cols: int, lanes: int, wide: int) -> int:
+    """The passes of ``lanes`` threads over the aligned window of a row of ``cols`` elements, ``wide``
+    elements a chunk (the window holds the row and up to ``wide - 1`` elements before it)."""
+    return -(-(cols + wide - 1) // (wide * lanes))
+
+
 def thread_registers(threads_per_sm: int) -> int:
-    """The registers each of ``threads_per_sm`` resident threads may take (allocated in steps of 8,
-    at most 255)."""
-    return min(255, REGISTERS_PER_SM // max(threads_per_sm, 1) // 8 * 8)
+    """The registers each of ``threads_per_sm`` resident threads may take: what the compiler caps a
+    kernel at for that occupancy (``lower.transforms.specialize.launch_regs``; the register file is
+    the same on every target, ``REGISTERS_PER_SM``)."""
+    from ..hardware.target import SM90A
+    from ..lower.transforms.specialize import launch_regs
+
+    return launch_regs(SM90A, max(threads_per_sm, 1))
 
 
 def deviation_registers(values: int) -> int:
@@ -636,12 +645,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # row's element copies kept few bytes in flight: STAGED_WINDOW_COLS's measurements)
         wide = 16 // eb
         lanes = STAGED_WINDOW_THREADS
-        reps = -(-(cols + wide - 1) // (wide * lanes))
+        reps = window_passes(cols, lanes, wide)
         if persistent_window_blocks:
             # the weights' windows beside the row's (tile_stages of them), once a block
             # (rules.threads.staged_run)
             pl = persistent_window_threads
-            pr = -(-(cols + wide - 1) // (wide * pl))
+            pr = window_passes(cols, pl, wide)
             window = -(-(cols + wide - 1) // wide) * wide * eb
             per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // pl,
                          blocks_that_fit(tile_stages * pr * pl * wide * eb + row_operands * window, shared_per_sm))
