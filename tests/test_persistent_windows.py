@@ -112,8 +112,23 @@ def test_the_persistent_plans_come_from_the_tile_model():
         row_model.row_plan(8, 4095, "bf16", persistent_window_blocks=-1)
 
 
+def test_add_rmsnorms_short_rows_take_eight_blocks_of_the_fuller_window():
+    assert row_model.fuller_window_threads(2047, (128, 256)) == 128      # 257 chunks: 384 slots, not 512
+    assert row_model.fuller_window_threads(3583, (128, 256)) == 256      # 449 chunks: 512 slots either way
+    assert row_model.fuller_window_threads(1535, (256, 128)) == 256
+    for cols, lanes in ((1535, 256), (2047, 128), (3001, 128), (3583, 256), (3999, 256)):
+        p = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="add_rmsnorm")
+        assert p.persistent and p.aligned and p.row_memory == "SH" and (p.lanes, p.blocks_per_sm) == (lanes, 8), p
+    # from 4,000 columns as before: four blocks of 256 threads
+    p = norms.plan_rows(8192, 4095, "bf16", "sm_90a", op="add_rmsnorm")
+    assert p.persistent and (p.lanes, p.blocks_per_sm) == (256, 4)
+    assert not norms.plan_rows(8192, 1499, "bf16", "sm_90a", op="add_rmsnorm").persistent
+    assert not norms.plan_rows(8192, 3001, "bf16", "sm_80", op="add_rmsnorm").persistent
+
+
 @pytest.mark.parametrize("kind, cols", [("rmsnorm", 4095), ("rmsnorm", 8191), ("layernorm", 6001),
                                         ("layernorm", 8191), ("add_rmsnorm", 9999),
+                                        ("add_rmsnorm", 1501), ("add_rmsnorm", 2047), ("add_rmsnorm", 3583),
                                         # LayerNorm's two reductions at the registers the rule leaves
                                         # (rows.deviation_blocks): 24, 32, 40 and 48 values a thread
                                         ("layernorm", 2801), ("layernorm", 3583), ("layernorm", 4095),

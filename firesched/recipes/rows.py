@@ -330,9 +330,17 @@ STAGED_WINDOW_BLOCKS = 3
 # 3.01 (2.61, its window in registers), 8192 x 6001 at 4 3.57 (3.45); LayerNorm 8192 x 6001 at 6
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
-# (2.31).  Hence add + RMSNorm from 4,000 columns, LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (4000, 10000)}
+# (2.31).  Hence add + RMSNorm from 4,000 columns (since from 1,500: below), LayerNorm up to 6 blocks an SM
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (1500, 10000)}
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
+# add + RMSNorm's shorter rows (below the first number of columns) take eight blocks an SM, of 128
+# or 256 threads, whichever leaves fewer of the window's chunks idle (the more threads on a tie:
+# fuller_window_threads).  Measured on an H200 (bench/row_plans.py --together, bf16, TB/s; the
+# element plans then in brackets): 4096 x 3583 on 256 threads at 8 blocks 3.31, at 4 3.30, on 128
+# at 8 3.30 (2.28); 8192 x 3001 on 128 at 6 3.55, at 8 3.40, on 256 at 8 3.36 (2.43); 8192 x 2047
+# on 128 at 8 3.18, on 256 2.34-2.42 (2.86); 16384 x 1535 on 256 at 8 3.40, on 128 at 8 3.31, on
+# 64 2.47 (3.09); fewer blocks were slower at every length but 3,583
+PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256))}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
 # loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_PREFETCH_THREADS (the first
@@ -437,6 +445,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         # (measured on sm_90a only)
         args.update(staged_window=True, persistent_window_blocks=PERSISTENT_WINDOW_BLOCKS[op],
                     row_operands=ROW_OPERANDS[op])
+        below, blocks, threads = PERSISTENT_SHORT_WINDOWS.get(op, (0, 0, ()))
+        if cols < below:
+            args.update(persistent_window_blocks=blocks, persistent_window_threads=fuller_window_threads(cols, threads))
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
         wlo, whi, wide = PERSISTENT_PREFETCH_WIDE.get(op, (0, -1, 0))
         lanes = wide if wlo <= cols <= whi else PERSISTENT_PREFETCH_THREADS
@@ -453,6 +464,16 @@ def window_passes(cols: int, lanes: int, wide: int) -> int:
     """The passes of ``lanes`` threads over the aligned window of a row of ``cols`` elements, ``wide``
     elements a chunk (the window holds the row and up to ``wide - 1`` elements before it)."""
     return -(-(cols + wide - 1) // (wide * lanes))
+
+
+def fuller_window_threads(cols: int, threads: tuple[int, ...], wide: int = 8) -> int:
+    """Of ``threads`` (block sizes), the one whose passes over a row's aligned window of ``cols``
+    elements (``wide`` a chunk) leave the fewest chunks idle; the largest of those that tie::
+
+        2,047 columns (257 chunks):  128 threads x 3 passes = 384 slots   <- fewer idle
+                                     256 threads x 2 passes = 512 slots
+    """
+    return min(sorted(threads, reverse=True), key=lambda t: window_passes(cols, t, wide) * t)
 
 
 def thread_registers(threads_per_sm: int) -> int:
