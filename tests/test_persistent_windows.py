@@ -129,6 +129,7 @@ def test_add_rmsnorms_short_rows_take_eight_blocks_of_the_fuller_window():
 @pytest.mark.parametrize("kind, cols", [("rmsnorm", 4095), ("rmsnorm", 8191), ("layernorm", 6001),
                                         ("layernorm", 8191), ("add_rmsnorm", 9999),
                                         ("add_rmsnorm", 1501), ("add_rmsnorm", 2047), ("add_rmsnorm", 3583),
+                                        ("softmax", 2817), ("softmax", 4095), ("softmax", 5999),
                                         # LayerNorm's two reductions at the registers the rule leaves
                                         # (rows.deviation_blocks): 24, 32, 40 and 48 values a thread
                                         ("layernorm", 2801), ("layernorm", 3583), ("layernorm", 4095),

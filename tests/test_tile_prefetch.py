@@ -202,6 +202,23 @@ def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
     assert bool(welford) == (not two and plan.row_memory == "SH"), (cols, plan)
 
 
+@pytest.mark.parametrize("cols, blocks", [(2817, 6), (3583, 6), (4095, 6), (5001, 6), (5999, 5)])
+def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
+    # softmax's odd rows of 2,800 - 5,999 columns: 128 threads, two rows in flight, the maximum and
+    # the sum in two plain reductions with the exponentials in registers (2 a value: at 48 values
+    # five blocks an SM, not six); not the online (max, sum) tuple
+    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="softmax", what="softmax")
+    assert (plan.persistent, plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (True, 2, 128, blocks), plan
+    assert row_model.deviations_fit(plan, "softmax")
+    assert row_model.thread_registers(128 * blocks) >= row_model.deviation_registers(plan.reps * plan.vec, "softmax")
+    spec = fs.recipes.softmax(8192, cols, dtype="bf16", arch="sm_90a").spec
+    assert not [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
+    # outside the range, and causal softmax, as before
+    for c, kw in ((2047, {}), (6001, {}), (cols, {"causal": True})):
+        p = norms.plan_rows(8192, c, "bf16", "sm_90a", op="causal" if kw else "softmax", what="softmax")
+        assert not (p.persistent and p.tile_stages > 1), (c, kw, p)
+
+
 def test_row_plan_sizes_the_stages():
     one = row_model.row_plan(8192, 6001, "bf16", stage=True, staged_window=True, persistent_window_blocks=8,
                              row_operands=2, shared_per_sm=228 * 1024)

@@ -331,8 +331,9 @@ STAGED_WINDOW_BLOCKS = 3
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
 # (2.31).  Hence add + RMSNorm from 4,000 columns (since from 1,500: below), LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (1500, 10000)}
-PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4}
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (1500, 10000),
+                          "softmax": (2800, 5999)}
+PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4, "softmax": 6}
 # add + RMSNorm's shorter rows (below the first number of columns) take eight blocks an SM, of 128
 # or 256 threads, whichever leaves fewer of the window's chunks idle (the more threads on a tie:
 # fuller_window_threads).  Measured on an H200 (bench/row_plans.py --together, bf16, TB/s; the
@@ -367,7 +368,7 @@ PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256))}
 # of 256 threads, one row each, against three of 128 with two) and 8192 x 8191 0.985 / 1.008.
 # Hence LayerNorm's range ends at 7,200 columns.
 # The prefetching windows' threads:
-PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (2800, 7200)}
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (2800, 7200), "softmax": (2800, 5999)}
 PERSISTENT_PREFETCH_THREADS = 128
 # LayerNorm's statistics on the prefetching windows: two plain reductions (the mean, then the mean
 # of the squared deviations, kept in registers for the output) where every thread holds at most
@@ -387,6 +388,19 @@ LAYERNORM_TWO_REDUCTION_VALUES = 48
 # spilled 12-24 bytes, 80 at 40 88 bytes, 80 at 32 168 bytes); the blocks an SM leave each thread
 # that many (thread_registers)
 LAYERNORM_DEVIATION_REGISTERS = (2, 32)
+# Softmax on the prefetching windows alike: its maximum and its sum of exponentials in two plain
+# reductions (the exponentials kept in registers for the output), where the tuple (the online
+# merge of (max, sum)) is much slower.  On an H200 (bench/row_plans.py --tuple-stats both, bf16,
+# 128 threads, TB/s two reductions / the tuple): 4096 x 4095 at 4 blocks an SM 2.68 / 2.29, at 6
+# 2.93 / 2.27, at 8 2.79 / 2.36 (8 bytes spilled), against the element plan's 2.63; the tuple at
+# 4096 x 5001 2.75 - 2.87 (2.42), 4096 x 3583 2.34 - 2.53 (2.32); but 8192 x 2047 1.69 - 1.83
+# (2.82).  A thread holding v exponentials takes 2v registers (compiled for sm_90a: 64 at 32
+# values, 80 at 40 and 48; 64 at 40 spilled 8 bytes, at 48 68)
+SOFTMAX_TWO_REDUCTION_VALUES = 48
+SOFTMAX_EXPONENTIAL_REGISTERS = (2, 0)
+#: by recipe: (the most values a thread of the two reductions holds, its registers (per value, besides))
+TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIATION_REGISTERS),
+                  "softmax": (SOFTMAX_TWO_REDUCTION_VALUES, SOFTMAX_EXPONENTIAL_REGISTERS)}
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
 # (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
@@ -398,7 +412,7 @@ LAYERNORM_DEVIATION_REGISTERS = (2, 32)
 # 2.06 and 1.98 on such windows against their element plans' 2.17 and 2.21
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 8191, 256)}
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
-ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1}
+ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
 
 
 # blocks an SM a row of 16-byte vectors on 512 threads whose last pass is partial asks for, by
@@ -454,9 +468,10 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         if wlo <= cols <= whi or lo <= cols <= hi:
             args.update(tile_stages=2, persistent_window_threads=lanes)
             values = window_passes(cols, lanes, 8) * 8          # (the window's 16-byte chunks a thread)
-            if op == "layernorm" and values <= LAYERNORM_TWO_REDUCTION_VALUES:
-                # room for the deviations of two plain reductions (deviations_fit)
-                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op], deviation_blocks(lanes, values))
+            if op in TWO_REDUCTIONS and values <= TWO_REDUCTIONS[op][0]:
+                # room for the deviations (exponentials) of two plain reductions (deviations_fit)
+                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op],
+                                                       deviation_blocks(lanes, values, op))
     return args
 
 
@@ -486,18 +501,19 @@ def thread_registers(threads_per_sm: int) -> int:
     return launch_regs(SM90A, max(threads_per_sm, 1))
 
 
-def deviation_registers(values: int) -> int:
-    """The registers a thread of LayerNorm's two reductions holding ``values`` elements of its row
-    takes (``LAYERNORM_DEVIATION_REGISTERS``)."""
-    per, base = LAYERNORM_DEVIATION_REGISTERS
+def deviation_registers(values: int, op: str = "layernorm") -> int:
+    """The registers a thread of recipe ``op``'s two reductions holding ``values`` elements of its
+    row takes (``TWO_REDUCTIONS``: LayerNorm's deviations, softmax's exponentials)."""
+    per, base = TWO_REDUCTIONS[op][1]
     return per * values + base
 
 
-def deviation_blocks(lanes: int, values: int) -> int:
+def deviation_blocks(lanes: int, values: int, op: str = "layernorm") -> int:
     """The most blocks of ``lanes`` threads an SM whose threads have the registers of
-    ``deviation_registers(values)`` (at least 1)."""
+    ``deviation_registers(values, op)`` (at least 1)."""
     b = 1
-    while thread_registers(lanes * (b + 1)) >= deviation_registers(values) and lanes * (b + 1) <= MAX_THREADS_PER_SM:
+    while thread_registers(lanes * (b + 1)) >= deviation_registers(values, op) and \
+            lanes * (b + 1) <= MAX_THREADS_PER_SM:
         b += 1
     return b
 
@@ -891,16 +907,18 @@ def _fewest_idle(vectors: int, lanes: int, reps: int, most_lanes: int, most_reps
     return best[3], best[4]
 
 
-def deviations_fit(plan: RowPlan) -> bool:
-    """Whether LayerNorm on ``plan`` takes its mean and variance in two plain reductions, the
-    deviations from the mean kept in registers, though its row waits in shared memory: a
-    persistent block with the next rows in flight (``tile_stages`` > 1) whose threads each hold at
-    most ``LAYERNORM_TWO_REDUCTION_VALUES`` elements of the row and have the registers for them
-    beside the SM's other blocks (``deviation_registers``, ``thread_registers``)."""
+def deviations_fit(plan: RowPlan, op: str = "layernorm") -> bool:
+    """Whether recipe ``op`` (``layernorm``, ``softmax``) on ``plan`` takes its statistics in two
+    plain reductions, LayerNorm's deviations from the mean (softmax's exponentials) kept in
+    registers, though its row waits in shared memory: a persistent block with the next rows in
+    flight (``tile_stages`` > 1) whose threads each hold at most ``TWO_REDUCTIONS[op][0]`` elements
+    of the row and have the registers for them beside the SM's other blocks
+    (``deviation_registers``, ``thread_registers``)."""
     values = plan.reps * plan.vec
+    most = TWO_REDUCTIONS[op][0]
     return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and plan.blocks_per_sm > 0 and \
-        values <= LAYERNORM_TWO_REDUCTION_VALUES and \
-        thread_registers(plan.lanes * plan.rows * plan.blocks_per_sm) >= deviation_registers(values)
+        values <= most and \
+        thread_registers(plan.lanes * plan.rows * plan.blocks_per_sm) >= deviation_registers(values, op)
 
 
 def one_pass(plan: RowPlan) -> bool:

@@ -47,7 +47,9 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``diagonal >= 0``).  ``exchange``: how a row split over a cluster combines, ``"push"``
     (``st.async`` pushes and an mbarrier; None, the default) or ``"barrier"`` (``barrier.cluster``),
     as ``to_blocks(exchange=...)``.  ``tuple_stats``: the maximum and the sum in one tuple
-    reduction (True) or two (False); None: one where the row is split over a cluster.  ``plan``:
+    reduction (True) or two (False); None: one where the row is split over a cluster or waits in
+    shared memory, but two on a persistent block that prefetches its rows with room for the
+    exponentials in registers (``rows.deviations_fit``).  ``plan``:
     a ``recipes.rows.RowPlan`` instead of the tile model's (``rows.row_plan``)."""
     check_args("softmax", rows, cols, dtype, arch)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
@@ -69,7 +71,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     # Z holds 1 / sum: the row's elements multiply by it (a division per element would take the
     # slow path of the IEEE division for every masked, i.e. zero, exponential)
     load = Move(s.t("X"), xr, KERNEL, (ops.causal(diagonal),) if causal else ())
-    if _rows.one_pass(plan) if tuple_stats is None else tuple_stats:
+    if _rows.one_pass(plan) and not _rows.deviations_fit(plan, "softmax") if tuple_stats is None else tuple_stats:
         # the maximum and the sum of exponentials in one reduction: the cluster's blocks exchange
         # once per row; then the output in one pass, exp(scale · (x - max)) · (1 / sum) with the
         # scale in a register c: no f32 copy of the row's exponentials waits between parts

@@ -182,7 +182,7 @@ def test_odd_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, blocks):
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift, plan=plan)
 
 
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("rows, cols, dtype", [(3000, 4095, "bf16"), (1200, 8191, "f16"), (600, 9999, "bf16"),
                                                (1500, 6001, "f16"), (2100, 3001, "bf16"), (1900, 2047, "f16"),
                                                (2500, 1535, "bf16"), (1000, 3583, "f16")])
