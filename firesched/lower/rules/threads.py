@@ -346,8 +346,15 @@ def _stage_window(lw: Lowerer, ctx, buf, t, sbuf, n: int, what: str, lim: dict, 
     st = ir.AtomCall(_copy("SH", True, vec * (t.dtype.bits // 8)),
                      (("dst", ir.MemRef(sbuf, p)), ("src", ir.RegRef(regs, 0))), 1,
                      comment=f"{t.name}'s run, in the window's frame")
-    body = ir.Seq((*run, st))
-    fill = ir.For(k, passes, body if passes * threads * vec == n else ir.If(lt(p, n), body))
+    if passes * threads * vec != n:
+        # the last pass's idle threads: folded into the run's branches (not a branch around them)
+        # so that transforms.batch_loads finds the pair's loads at the head of a branch
+        idle = lt(p, n)
+        run = [ir.If(land(idle, s.cond), s.then) if isinstance(s, ir.If) else s for s in run]
+        st = attrs.evolve(st, pred=idle)
+    fill = ir.For(k, passes, ir.Seq((*run, st)))
+    # the passes' loads all in flight at once (the block's work holds no registers yet)
+    lw.kb.setup_loops.add(k.name)
     return [ir.Comment(f"{t.name} shifted into the window's frame once a block ({what})"), fill,
             ir.Barrier(comment=f"{t.name}_win is filled")]
 
