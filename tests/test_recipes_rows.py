@@ -461,3 +461,15 @@ def test_a_mask_is_refused_where_only_values_are_known():
 def test_row_plan_refuses_bad_counts(field, value):
     with pytest.raises(ValueError, match=f"row_plan: {field} must be an int >= 0"):
         row_model.row_plan(8, 4096, **{field: value})
+
+
+@pytest.mark.parametrize("rows, cols, dtype, bias", [(5, 1023, "bf16", True), (3, 2047, "f16", False), (4, 1001, "f16", True)])
+def test_layernorms_odd_rows_in_registers_take_the_output_from_the_row(rows, cols, dtype, bias):
+    # an odd row (element accesses) in registers: (x - mean) · rstd · w + b from the row, the
+    # deviations dying with the variance; rows of 16-byte vectors keep the output from the deviations
+    sched = fs.recipes.layernorm(rows, cols, dtype=dtype, arch="sm_90a", bias=bias)
+    ops_ = [getattr(sp, "op", None) for sp in sched.spec.body]
+    assert ("normalize_affine" if bias else "normalize_scale") in ops_, ops_
+    fs.testing.assert_schedule_correct(sched, examples=2, arch="sm_90a")
+    even = fs.recipes.layernorm(rows, 4096, dtype=dtype, arch="sm_90a", bias=bias).spec.body
+    assert not {"normalize_affine", "normalize_scale"} & {getattr(sp, "op", None) for sp in even}

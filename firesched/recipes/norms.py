@@ -294,6 +294,17 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
         local += ["D", "D2"] + ([] if stats else ["Mean", "Rstd"])
         steps = [("mul", rstd)] + ([("mul", w)] if weight else []) + ([("add", b)] if bias else [])
         cur = d
+        if plan.row_memory == "RF" and weight and dtype != "f32" and plan.vec * 2 < 16:
+            # an odd row (accesses narrower than 16 bytes) waits in registers: the output from it,
+            # (x - mean) · rstd · w (+ b), so the deviations die with the variance instead of
+            # waiting beside the row for the output (fewer registers: 48 -> 38 at 16384 x 1023).
+            # Measured on an H200 (bench/rows.py --old, bf16 / f16): 16384 x 1023 2.33 -> 2.46 /
+            # 2.44 -> 2.51 TB/s, 32768 x 1001 2.62 -> 2.77, 16384 x 2047 2.68 -> 2.75; the rows of
+            # 16-byte vectors read 0.8-1.2 % slower with it (4096 x 4096, 4096 x 1536) and keep
+            # the deviations
+            op, ins = ("normalize_affine", (x, mean, rstd, w, b)) if bias else ("normalize_scale", (x, mean, rstd, w))
+            body.append(Pointwise(op, ins, s.t("Y"), KERNEL))
+            steps = []
         for i, (op, other) in enumerate(steps):
             last = i == len(steps) - 1
             nxt = s.t("Y") if last else s.t(f"N{i}", dt=f32)
