@@ -315,6 +315,14 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(64, 1023, element_values=8) == row_model.RowPlan(128, 1, 8, 2)   # (two rows a block)
     assert row_model.row_plan(64, 1023, element_values=8, element_min_threads=0).rows == 1
     assert row_model.measured_plan_args("softmax", 1023, "bf16", True)["element_min_threads"] == 0
+    # LayerNorm's odd rows of up to 2,048 columns: 8 a thread on blocks of 512 threads
+    # (rows.SHORT_ROWS_SHARE_THREADS): four rows of 1,023 columns on 128 threads, two of 2,047 on 256
+    for cols, dt, arch, first in ((1023, "bf16", "sm_90a", (128, 1, 8, 4)), (2047, "f16", "sm_80", (256, 1, 8, 2))):
+        p = norms.plan_rows(8192, cols, dt, arch, op="layernorm")
+        assert (p.lanes, p.vec, p.reps, p.rows) == first, p
+    assert norms.plan_rows(8192, 2049, "bf16", "sm_90a", op="layernorm").rows == 1
+    assert row_model.measured_plan_args("rmsnorm", 1023, "bf16", True)["element_min_threads"] == \
+        row_model.MIN_BLOCK_THREADS
     with pytest.raises(ValueError, match="element_min_threads"):
         row_model.row_plan(64, 1023, element_values=8, element_min_threads=-1)
     with pytest.raises(ValueError, match="allowed"):

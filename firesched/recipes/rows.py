@@ -188,7 +188,7 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # (bf16, 16384 x 1023) 2.37 TB/s on 128 threads x 8 x 2 rows against 1.99 on 64 x 16 (one row or
 # four a block) and 1.83 on 128 x 8 alone; at 8192 x 2047, 8 a thread on 256 threads read 1.78
 # against 1.95 at 16 on 128 (bench/README.md, "Rows a block")
-ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "layernorm": (8, 16, 16, 16),
+ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "layernorm": (8, 8, 16, 16),
                   "softmax": (8, 8, 16, 32), "causal": (8, 8, 16, 32)}
 # the recipes whose element plans put rows of fewer than MIN_BLOCK_THREADS threads on a block
 # together (row_plan's element_min_threads), as the plans of 16-byte vectors do.  Measured on an
@@ -196,6 +196,16 @@ ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "lay
 # and 65536 x 1023 0.83-0.87 of the time, causal softmax 0.90-0.92; softmax 1.03-1.05 (128
 # threads x 8 a row), which keeps a row a block
 ODD_ROWS_SHARE_BLOCKS = ("rmsnorm", "add_rmsnorm", "layernorm", "causal")
+# LayerNorm's odd rows of up to 2,048 columns share blocks of 512 threads (8 a thread: four rows of
+# 1,023 on 128 threads, two of 2,047 on 256).  Measured on an H200 (bench/row_plans.py, bf16, TB/s
+# against 128 threads x 16 (2,047) or x 8 (1,023) on blocks of two rows, the output from the row):
+# 8192 x 2047 2.39 (2.22), 16384 x 2047 2.74 (2.72), 16384 x 1023 2.54 (2.45); one row of 256
+# threads 2.03, 512 threads x 4 1.53, 128 x 16 on four rows 2.05, 64 x 16 on four 2.06
+# (results/row-plans-ln-element-2026-11-28-h200.txt).  As the plan (bench/rows.py --old, bf16 / f16,
+# time new / old): 8192 x 2047 0.923 / 0.932, 8192 x 1535 0.933 / 0.928, 16384 x 1023 0.961 /
+# 0.989, 32768 x 1001 0.948 / 0.969, 65536 x 1023 0.950 / 0.942, but 16384 x 2047 1.000 / 1.011 and
+# 32768 x 1535 1.016 / 1.008.  By recipe: (up to this many columns, threads)
+SHORT_ROWS_SHARE_THREADS = {"layernorm": (2048, 512)}
 # the recipes whose rows on one block of 1,024 threads wait in shared memory (row_plan's
 # stage_one_block; measured there).  Not measured on an H100, where softmax 8192 x 32,768 read
 # 2.92 TB/s in registers, at its copy rate
@@ -445,6 +455,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK}
+    upto, threads = SHORT_ROWS_SHARE_THREADS.get(op, (0, 0))
+    if cols <= upto:
+        args["element_min_threads"] = threads
     if op in HALF_BLOCK_VALUES and eb == 2 and (clusters or op == "causal"):
         # (the norms' on sm_90a, where measured: compiled for sm_80, LayerNorm f16 spilled 8 bytes)
         args["half_block_values"] = HALF_BLOCK_VALUES[op]
