@@ -187,7 +187,8 @@ ALIGNED_VALUES = {2: 28, 4: 16}
 # up to 1,024 take 8 a thread on blocks of two rows (ODD_ROWS_SHARE_BLOCKS): measured on an H200
 # (bf16, 16384 x 1023) 2.37 TB/s on 128 threads x 8 x 2 rows against 1.99 on 64 x 16 (one row or
 # four a block) and 1.83 on 128 x 8 alone; at 8192 x 2047, 8 a thread on 256 threads read 1.78
-# against 1.95 at 16 on 128 (bench/README.md, "Rows a block")
+# against 1.95 at 16 on 128 (bench/README.md, "Rows a block"), one row a block; on blocks of two
+# rows 8 a thread is the faster (SHORT_ROWS_SHARE_THREADS below), and rows up to 2,048 take it
 ODD_ROW_VALUES = {"rmsnorm": (4, 4, 16, 16), "add_rmsnorm": (4, 4, 16, 16), "layernorm": (8, 8, 16, 16),
                   "softmax": (8, 8, 16, 32), "causal": (8, 8, 16, 32)}
 # the recipes whose element plans put rows of fewer than MIN_BLOCK_THREADS threads on a block
@@ -443,7 +444,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     """The ``row_plan`` arguments the measurements above choose for recipe ``op`` (``rmsnorm``,
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
-    ``element_values`` (``odd_row_values``), the ``half_block_values`` of causal softmax, LayerNorm
+    ``element_values`` (``odd_row_values``), ``element_min_threads`` (``ODD_ROWS_SHARE_BLOCKS``,
+    ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm
     and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
     ``staged_window`` (``staged_window_faster``), ``partial_pass_blocks``
