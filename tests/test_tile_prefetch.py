@@ -219,6 +219,14 @@ def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
         assert not (p.persistent and p.tile_stages > 1), (c, kw, p)
 
 
+def test_two_reductions_name_the_recipes_they_know():
+    plan = norms.plan_rows(8192, 4095, "bf16", "sm_90a", op="softmax", what="softmax")
+    with pytest.raises(ValueError, match="allowed: 'layernorm', 'softmax'"):
+        row_model.deviations_fit(plan, "rmsnorm")
+    with pytest.raises(ValueError, match="op='causal'"):
+        row_model.deviation_registers(40, "causal")
+
+
 def test_row_plan_sizes_the_stages():
     one = row_model.row_plan(8192, 6001, "bf16", stage=True, staged_window=True, persistent_window_blocks=8,
                              row_operands=2, shared_per_sm=228 * 1024)

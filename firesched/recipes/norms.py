@@ -239,6 +239,13 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     return schedule_rows(spec, plan, tuple(local + more), row="Hr")
 
 
+def _from_row(x, mean, rstd, w, b, y) -> Pointwise:
+    """LayerNorm's output in one pass from the row: ``(x - mean) · rstd · w (+ b)``."""
+    if b is None:
+        return Pointwise("normalize_scale", (x, mean, rstd, w), y, KERNEL)
+    return Pointwise("normalize_affine", (x, mean, rstd, w, b), y, KERNEL)
+
+
 def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, weight: bool = True,
               bias: bool = True, eps: float = 1e-5, stats: bool = False, exchange: str | None = None,
               tuple_stats: bool | None = None, plan: _rows.RowPlan | None = None) -> Schedule:
@@ -275,8 +282,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
                        more_ops=((ops.shift(eps), ops.rsqrt()),))]
         local += [] if stats else ["Mean", "Rstd"]
         if weight:
-            op, ins = ("normalize_affine", (x, mean, rstd, w, b)) if bias else ("normalize_scale", (x, mean, rstd, w))
-            body.append(Pointwise(op, ins, s.t("Y"), KERNEL))
+            body.append(_from_row(x, mean, rstd, w, b if bias else None, s.t("Y")))
         elif bias:
             body += [Pointwise("normalize", (x, mean, rstd), s.t("N0", dt=f32), KERNEL),
                      Pointwise("add", (s.t("N0", dt=f32), b), s.t("Y"), KERNEL)]
@@ -293,7 +299,6 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
                 Reduce("mean", d2, rstd, ("c",), KERNEL, (ops.shift(eps), ops.rsqrt()))]
         local += ["D", "D2"] + ([] if stats else ["Mean", "Rstd"])
         steps = [("mul", rstd)] + ([("mul", w)] if weight else []) + ([("add", b)] if bias else [])
-        cur = d
         if plan.row_memory == "RF" and weight and dtype != "f32" and plan.vec * 2 < 16:
             # an odd row (accesses narrower than 16 bytes) waits in registers: the output from it,
             # (x - mean) · rstd · w (+ b), so the deviations die with the variance instead of
@@ -302,9 +307,9 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
             # 2.44 -> 2.51 TB/s, 32768 x 1001 2.62 -> 2.77, 16384 x 2047 2.68 -> 2.75; the rows of
             # 16-byte vectors read 0.8-1.2 % slower with it (4096 x 4096, 4096 x 1536) and keep
             # the deviations
-            op, ins = ("normalize_affine", (x, mean, rstd, w, b)) if bias else ("normalize_scale", (x, mean, rstd, w))
-            body.append(Pointwise(op, ins, s.t("Y"), KERNEL))
+            body.append(_from_row(x, mean, rstd, w, b if bias else None, s.t("Y")))
             steps = []
+        cur = d
         for i, (op, other) in enumerate(steps):
             last = i == len(steps) - 1
             nxt = s.t("Y") if last else s.t(f"N{i}", dt=f32)

@@ -519,6 +519,8 @@ def thread_registers(threads_per_sm: int) -> int:
 def deviation_registers(values: int, op: str = "layernorm") -> int:
     """The registers a thread of recipe ``op``'s two reductions holding ``values`` elements of its
     row takes (``TWO_REDUCTIONS``: LayerNorm's deviations, softmax's exponentials)."""
+    if op not in TWO_REDUCTIONS:
+        raise ValueError(f"rows.deviation_registers: op={op!r}; allowed: {', '.join(map(repr, TWO_REDUCTIONS))}")
     per, base = TWO_REDUCTIONS[op][1]
     return per * values + base
 
@@ -929,6 +931,8 @@ def deviations_fit(plan: RowPlan, op: str = "layernorm") -> bool:
     flight (``tile_stages`` > 1) whose threads each hold at most ``TWO_REDUCTIONS[op][0]`` elements
     of the row and have the registers for them beside the SM's other blocks
     (``deviation_registers``, ``thread_registers``)."""
+    if op not in TWO_REDUCTIONS:
+        raise ValueError(f"rows.deviations_fit: op={op!r}; allowed: {', '.join(map(repr, TWO_REDUCTIONS))}")
     values = plan.reps * plan.vec
     most = TWO_REDUCTIONS[op][0]
     return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and plan.blocks_per_sm > 0 and \
