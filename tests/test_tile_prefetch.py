@@ -50,6 +50,15 @@ def test_prefetched_rows_match_numpy(kind, dt, cols, rows, stages):
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
+@pytest.mark.parametrize("tuple_stats", [False, True])
+def test_a_wide_block_alone_matches_numpy(tuple_stats):
+    # LayerNorm's long odd rows' plan (rows.PERSISTENT_PREFETCH_WIDE): 512 threads, one block an SM,
+    # two rows in flight; its statistics in two reductions (the deviations in registers) or the tuple
+    sched = fs.recipes.layernorm(11, 4601, dtype="bf16", arch="sm_90a", plan=_plan(4601, 2, lanes=512),
+                                 tuple_stats=tuple_stats)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
 def _prefetched(rows, cols, stages=2, kind="rmsnorm", dt="bf16"):
     sched = _recipe(kind, rows, cols, dtype=dt, arch="sm_90a", plan=_plan(cols, stages))
     prog = sched.lower("sm_90a")
@@ -172,14 +181,27 @@ def test_the_recipes_prefetch_where_measured():
     lo, hi = row_model.PERSISTENT_PREFETCH_COLS["rmsnorm"]
     plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op="rmsnorm", what="rmsnorm")
     assert plan.persistent and plan.tile_stages == 1, plan
-    # LayerNorm's longer rows on 256 threads, two blocks an SM; shorter ones on 128, four to six
-    # (the registers of its two reductions: 80 at 24 values, 96 at 32, 112 at 40, 128 at 48)
+    # LayerNorm's longer rows on 256 threads, two blocks an SM, while two fit the SM's shared
+    # memory, then on 512 alone; shorter ones on 128, four to six (the registers of its two
+    # reductions: 80 at 24 values, 96 at 32, 112 at 40, 128 at 48)
     wlo, whi, wide = row_model.PERSISTENT_PREFETCH_WIDE["layernorm"]
-    for cols, lanes, blocks in ((wlo, wide, 2), (7803, wide, 2), (whi, wide, 2), (2801, 128, 6), (3583, 128, 5),
-                                (4097, 128, 4), (6001, 128, 4)):
+    assert wide == (256, 512)
+    for cols, lanes, blocks in ((wlo, 256, 2), (7803, 256, 2), (8191, 256, 2), (9999, 256, 2), (12289, 256, 2),
+                                (14001, 256, 2), (14335, 512, 1), (16383, 512, 1), (whi, 512, 1), (2801, 128, 6),
+                                (3583, 128, 5), (4097, 128, 4), (6001, 128, 4)):
         plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
         assert (plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (2, lanes, blocks), (cols, plan)
-        assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
+        if row_model.deviations_fit(plan):
+            assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
+        # the blocks fit the SM's shared memory with what the driver keeps (and two of 256 would not
+        # fit where 512 threads take the SM alone)
+        need = row_model.persistent_window_bytes(cols, lanes, 2, 2)
+        assert row_model.blocks_that_fit(need, row_model.SHARED_PER_SM) >= blocks
+        assert lanes != 512 or row_model.blocks_that_fit(row_model.persistent_window_bytes(cols, 256, 2, 2),
+                                                         row_model.SHARED_PER_SM) < 2
+    # past the range: a row at a time on three staged windows an SM
+    plan = norms.plan_rows(2048, whi + 2, "bf16", "sm_90a", op="layernorm", what="layernorm")
+    assert not plan.persistent and plan.row_memory == "SH", plan
     assert norms.plan_rows(8192, 7001, "bf16", "sm_90a", op="layernorm", what="layernorm").tile_stages == 2
     # a target without the measurements keeps its plans (sm_80: no persistent windows)
     assert norms.plan_rows(8192, 4095, "bf16", "sm_80", op="layernorm", what="layernorm").tile_stages == 1
@@ -190,7 +212,8 @@ def test_the_recipes_prefetch_where_measured():
 
 @pytest.mark.parametrize("cols, two", [(2801, True), (3583, True), (4033, True), (4097, True), (6001, True),
                                        (6137, True), (6501, False), (7067, False), (7803, True), (8191, True),
-                                       (4096, False), (9999, False), (2047, False)])
+                                       (9999, True), (12289, False), (14001, False), (16383, True), (24569, True),
+                                       (4096, False), (24571, False), (2047, False)])
 def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
     # two plain reductions (the deviations in registers) on prefetching windows of at most 48
     # values a thread with the registers for them (rows.deviations_fit); the Welford tuple
@@ -237,6 +260,16 @@ def test_row_plan_sizes_the_stages():
         row_model.row_plan(8192, 6001, "bf16", tile_stages=0)
     with pytest.raises(ValueError, match="persistent_window_threads"):
         row_model.row_plan(8192, 6001, "bf16", persistent_window_threads=96)
+
+
+def test_a_persistent_window_block_takes_an_sm_alone_only_when_wide():
+    # 16,383 columns: one block an SM holds two stages of the row's window and the weight's and
+    # bias's windows; 512 threads take the SM alone, 256 fall back to a row at a time
+    kw = dict(stage=True, staged_window=True, persistent_window_blocks=6, row_operands=2, tile_stages=2)
+    wide = row_model.row_plan(2048, 16383, "bf16", persistent_window_threads=512, **kw)
+    assert (wide.persistent, wide.lanes, wide.blocks_per_sm) == (True, 512, 1), wide
+    narrow = row_model.row_plan(2048, 16383, "bf16", persistent_window_threads=256, **kw)
+    assert not narrow.persistent and narrow.blocks_per_sm >= 2, narrow
 
 
 def test_element_copies_are_not_prefetched():

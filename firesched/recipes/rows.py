@@ -58,8 +58,11 @@ aims at three things, in this order —
                                                          (PERSISTENT_PREFETCH_COLS: 128 x 7 per SM, LayerNorm
                                                          128 x 6)
       16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
-                                                         memory, copied in 16-byte chunks (RMSNorm, LayerNorm, softmax,
-                                                         add + RMSNorm from 4,096-8,000 columns: staged_window_faster)
+                                                         memory, copied in 16-byte chunks (RMSNorm, softmax, add +
+                                                         RMSNorm from 4,096-8,000 columns: staged_window_faster);
+                                                         LayerNorm's on a persistent grid, 512 x 5, one block an SM
+                                                         with two rows in flight (256 x 2 per SM to about 14,000
+                                                         columns: PERSISTENT_PREFETCH_WIDE)
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
                                                          copied element by element, 8 loads in flight)
 
@@ -342,7 +345,7 @@ STAGED_WINDOW_BLOCKS = 3
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
 # (2.31).  Hence add + RMSNorm from 4,000 columns (since from 1,500: below), LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 8191), "add_rmsnorm": (1500, 10000),
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 24569), "add_rmsnorm": (1500, 10000),
                           "softmax": (2800, 5999)}
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4, "softmax": 6}
 # add + RMSNorm's shorter rows (below the first number of columns) take eight blocks an SM, of 128
@@ -421,7 +424,21 @@ TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIAT
 # blocks an SM (24 - 32 values a thread, the blocks deviation_blocks leaves): 8192 x 3001 at 6
 # blocks 2.96, at 5 2.89, at 4 2.73 (its element plan then 2.01), where 1,535 and 2,047 columns read
 # 2.06 and 1.98 on such windows against their element plans' 2.17 and 2.21
-PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 8191, 256)}
+# Longer ones, to 24,569 columns (48 values a thread of 512), prefetch on the first of these
+# block sizes two of whose blocks an SM's shared memory holds (the row's two stages and the
+# weight's and bias's windows: persistent_window_bytes), else on the last alone
+# (ALONE_WINDOW_THREADS): 256 threads two an SM up to about 14,000 columns, 512 one an SM above.
+# Same H200 (bench/row_plans.py --tuple-stats both, bf16, TB/s the tuple / two reductions, against
+# the plan then: three staged windows of 256 threads an SM, a row at a time, with the tuple):
+# 256 threads two an SM 4096 x 8193 2.27 / 2.48 (2.12), 4096 x 9001 2.62 / 2.76 (2.39), 4096 x
+# 12289 2.70 / 2.74 (2.34), where one such block an SM read 1.59-2.07 and 512 threads two an SM
+# 1.88-2.53; 512 threads alone 2048 x 16383 2.22 / 2.29 (2.12), 4096 x 16383 2.34 / 2.43 (2.28),
+# 2048 x 20479 2.34 / 2.40 (2.10), 2048 x 24569 3.08 / 3.03 (2.56), where 1,024 threads read 1.99 /
+# 2.07 / 2.47 / 2.94 and 256 threads alone 1.85-2.63
+PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 24569, (256, 512))}
+#: a persistent window's block of at least this many threads may take an SM alone (16 warps keep
+#: its schedulers busy through a row's reductions; fewer wait on them: 256 threads one an SM above)
+ALONE_WINDOW_THREADS = 512
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
 
@@ -478,8 +495,12 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         if cols < below:
             args.update(persistent_window_blocks=blocks, persistent_window_threads=fuller_window_threads(cols, threads))
         lo, hi = PERSISTENT_PREFETCH_COLS.get(op, (0, -1))
-        wlo, whi, wide = PERSISTENT_PREFETCH_WIDE.get(op, (0, -1, 0))
-        lanes = wide if wlo <= cols <= whi else PERSISTENT_PREFETCH_THREADS
+        wlo, whi, wide = PERSISTENT_PREFETCH_WIDE.get(op, (0, -1, ()))
+        lanes = PERSISTENT_PREFETCH_THREADS
+        if wlo <= cols <= whi:
+            # the first block size two of whose blocks fit an SM, else the last (alone)
+            lanes = next((t for t in wide if blocks_that_fit(
+                persistent_window_bytes(cols, t, 2, ROW_OPERANDS[op]), SHARED_PER_SM) >= 2), wide[-1])
         if wlo <= cols <= whi or lo <= cols <= hi:
             args.update(tile_stages=2, persistent_window_threads=lanes)
             values = window_passes(cols, lanes, 8) * 8          # (the window's 16-byte chunks a thread)
@@ -488,6 +509,15 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
                 args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op],
                                                        deviation_blocks(lanes, values, op))
     return args
+
+
+def persistent_window_bytes(cols: int, lanes: int, tile_stages: int, row_operands: int, eb: int = 2) -> int:
+    """The shared memory a block of a persistent window stages (``row_plan(persistent_window_blocks=)``):
+    ``tile_stages`` rows' windows of whole passes of its ``lanes`` threads over a row of ``cols``
+    elements of ``eb`` bytes in 16-byte chunks, and ``row_operands`` weights' windows beside them."""
+    wide = 16 // eb
+    window = -(-(cols + wide - 1) // wide) * wide * eb
+    return tile_stages * window_passes(cols, lanes, wide) * lanes * wide * eb + row_operands * window
 
 
 def window_passes(cols: int, lanes: int, wide: int) -> int:
@@ -664,10 +694,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``); ``persistent_window_blocks`` (with
     ``staged_window``): the staged window goes on a persistent grid (``RowPlan.persistent``) of up
     to this many blocks an SM, as many as ``shared_per_sm`` holds with the row's window and
-    ``row_operands`` windows of its weights (the recipes ask for it where
+    ``row_operands`` windows of its weights (``persistent_window_bytes``; at least two, or one of
+    at least ``ALONE_WINDOW_THREADS`` threads; the recipes ask for it where
     ``PERSISTENT_WINDOW_COLS`` says), on blocks of ``persistent_window_threads`` threads, each
     with ``tile_stages`` rows in shared memory (``RowPlan.tile_stages``: the next rows' copies in
-    flight while it computes one; the recipes ask for two where ``PERSISTENT_PREFETCH_COLS`` says)."""
+    flight while it computes one; the recipes ask for two where ``PERSISTENT_PREFETCH_COLS`` and
+    ``PERSISTENT_PREFETCH_WIDE`` say)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -705,10 +737,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             # (rules.threads.staged_run)
             pl = persistent_window_threads
             pr = window_passes(cols, pl, wide)
-            window = -(-(cols + wide - 1) // wide) * wide * eb
             per_sm = min(persistent_window_blocks, MAX_THREADS_PER_SM // pl,
-                         blocks_that_fit(tile_stages * pr * pl * wide * eb + row_operands * window, shared_per_sm))
-            if per_sm >= 2:
+                         blocks_that_fit(persistent_window_bytes(cols, pl, tile_stages, row_operands, eb),
+                                         shared_per_sm))
+            if per_sm >= 2 or (per_sm == 1 and pl >= ALONE_WINDOW_THREADS):
                 return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True, tile_stages=tile_stages)
         per_sm = min(staged_window_blocks, blocks_that_fit(reps * lanes * wide * eb, shared_per_sm))

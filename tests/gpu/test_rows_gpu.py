@@ -185,7 +185,8 @@ def test_odd_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, blocks):
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("rows, cols, dtype", [(3000, 4095, "bf16"), (1200, 8191, "f16"), (600, 9999, "bf16"),
                                                (1500, 6001, "f16"), (2100, 3001, "bf16"), (1900, 2047, "f16"),
-                                               (2500, 1535, "bf16"), (1000, 3583, "f16")])
+                                               (2500, 1535, "bf16"), (1000, 3583, "f16"), (700, 10001, "f16"),
+                                               (400, 14335, "bf16"), (300, 20479, "f16"), (250, 24569, "bf16")])
 def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     _run(op, rows, cols, dtype, magnitude=3.0)
 
@@ -199,7 +200,10 @@ def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     # room for the deviations in registers: LayerNorm's statistics in two plain reductions (rows.deviations_fit)
     (2500, 4095, "bf16", 128, 2, 4), (1500, 6001, "f16", 128, 2, 4), (700, 4033, "f16", 128, 2, 4),
     (333, 5001, "bf16", 128, 3, 4), (1100, 7803, "bf16", 256, 2, 2), (400, 8191, "f16", 256, 2, 2),
-    (1300, 3001, "bf16", 128, 2, 6), (800, 3583, "f16", 128, 2, 5)])
+    (1300, 3001, "bf16", 128, 2, 6), (800, 3583, "f16", 128, 2, 5),
+    # LayerNorm's long odd rows (rows.PERSISTENT_PREFETCH_WIDE): 256 threads two an SM, 512 alone
+    (900, 12289, "bf16", 256, 2, 2), (500, 14001, "f16", 256, 2, 2), (300, 16383, "bf16", 512, 2, 1),
+    (200, 24569, "f16", 512, 2, 1), (7, 20479, "bf16", 512, 2, 1)])
 def test_prefetched_rows_on_a_persistent_grid(op, shift, rows, cols, dtype, lanes, stages, blocks):
     # pipeline(stages=...) over a persistent block's tile loop (RowPlan.tile_stages): the next rows'
     # copies in flight while a block computes one; odd rows in their windows (the weights shifted
