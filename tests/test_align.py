@@ -298,3 +298,28 @@ def test_plain_moves_align_too():
     sched = Move(x, y, KERNEL).schedule(tile(r=1) >> to_blocks() >> align(c=8), tile(c=8) >> to_threads(), done())
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     assert "ld.global.v4.b32" in fs.compile(sched, arch="sm_90a").source
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "softmax"])
+def test_a_leaf_wholly_past_the_row_folds_and_stores_nothing(kind):
+    # 601 columns in a window of 76 chunks on 64 threads: the second pass holds chunks 64-75, so
+    # thread 40's leaf there lies past the row.  Its folds and stores sit under one test that
+    # fails (no element-by-element guards run); only its loads take their edge path (they leave
+    # its registers zero)
+    from firesched.ir.expr import free_vars
+    from firesched.simulate.exprs import compile_expr
+
+    sched = _recipe(kind, 3, 601, dtype="bf16", arch="sm_90a", plan=RowPlan(64, 8, 2, 1, aligned=True))
+    kernel = sched.lower("sm_90a").kernels[0]
+    loops = {str(st.var) for st in ir.rewrite.walk([kernel.body]) if isinstance(st, ir.For)}
+    taken = []
+    for st in ir.rewrite.walk([kernel.body]):
+        names = {str(v) for v in free_vars(st.cond)} if isinstance(st, ir.If) else set()
+        if not names & loops:
+            continue
+        env = {n: 1 if n in loops else 40 if n == "tid" else 1 for n in names}
+        if compile_expr(st.cond)(env):
+            taken.append(st)
+    inner = [x for st in taken for x in ir.rewrite.walk([st.then])]
+    assert taken and all(isinstance(x, ir.AtomCall) for x in inner if not isinstance(x, (ir.Seq, ir.If))), taken
+    assert not [x for x in inner if isinstance(x, ir.AtomCall) and isinstance(dict(x.args).get("dst"), ir.MemRef)]

@@ -247,7 +247,20 @@ def window_access(buf, t, coord: dict, v: int, regs: ir.RegBuffer, r0: int, writ
     vec = _copy("GL", write, v * eb)
     if whole == 1:
         return [call(vec, coord, r0, 1)]
-    return [call(vec, coord, r0, whole), ir.If(binop("==", whole, 0), ir.Seq(tuple(parts)))]
+    # a store writes nothing of a vector wholly outside the row (a window's pass past its end):
+    # its element stores are skipped under one test, not predicated off one by one (a load
+    # still takes them, which leave its registers zero)
+    edge = binop("==", whole, 0)
+    if write:
+        edge = land(edge, _touches(t, first, last, lim, low))
+    return [call(vec, coord, r0, whole), ir.If(edge, ir.Seq(tuple(parts)))]
+
+
+def _touches(t, first: dict, last: dict, lim: dict, low: dict) -> IntExpr:
+    """Whether any element from ``first`` to ``last`` (consecutive along ``t.major``) lies inside
+    ``t``: the first below the limits, the last at or above the lower ones (``_inside``)."""
+    return land(*[lt(first[d], lim[d]) for d in t.storage_dims if d in lim],
+                *[ge(last[d], low[d]) for d in t.storage_dims if d in low])
 
 
 def _shifts_whole_runs(ctx, t, n: int) -> bool:
@@ -551,19 +564,23 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
     # in an aligned window (align) only the leaves at the row's two ends hold elements outside
     # it: a leaf tests its first and last element once, and folds them all unguarded where both
     # lie in the row
-    ends = None
+    ends = touches = None
     if low:
         head, tail = elements(src)[0], elements(src)[-1]
         ends = land(*[lt(so[d] + e.get(d, 0), lim[d]) for e in (head, tail) for d in src.tensor.storage_dims
                       if d in lim],
                     *[ge(so[d] + head.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
+        # (whether any of the leaf's elements lies in the row: a leaf wholly past its end, a
+        # window's last pass on most threads, folds nothing and skips its guarded fold)
+        touches = land(*[lt(so[d] + head.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim],
+                       *[ge(so[d] + tail.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
     if m is not None:
         # whether every element of this fold is present unconditionally: where all of an
         # accumulator's folds are, every part of it counts the same elements (Combine.even)
         even = ends is None and all(p == 1 for xs in groups.values() for _, p in xs)
         lw.notes.setdefault("even_folds" if even else "uneven_folds", set()).add(acc.name)
     if m is None:
-        stmts += _window_split(ends, [f for f, _ in folds], guarded(folds))
+        stmts += _window_split(ends, [f for f, _ in folds], guarded(folds), touches)
     else:
         # a monoid folds the elements of each accumulator element as one tuple (its passes),
         # combined once into the running tuple
@@ -578,18 +595,21 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
                 # divides by is a constant (Welford's mean: a multiply, not a division)
                 stmts.append(ir.If(preds[0], ir.Seq(tuple(whole_fold))))
                 continue
-            stmts += _window_split(ends, whole_fold, fold_elements(lw, m, accs, v, [a for a, _ in xs], preds))
+            stmts += _window_split(ends, whole_fold, fold_elements(lw, m, accs, v, [a for a, _ in xs], preds),
+                                   touches)
     return [ir.Comment(str(spec)), *stmts]
 
 
-def _window_split(ends, whole: list, edge: list) -> list:
+def _window_split(ends, whole: list, edge: list, touches=1) -> list:
     """``edge`` (the guarded statements), or in an aligned window ``whole`` where ``ends`` (the
-    leaf's first and last elements lie in the row) and ``edge`` elsewhere."""
+    leaf's first and last elements lie in the row) and ``edge`` where not but ``touches`` (some
+    element lies in it: a fold of no element changes nothing, so a leaf wholly outside the row
+    skips it)."""
     if ends is None or whole == edge:
         return edge
     if ends == 1:
         return whole
-    return [ir.If(ends, ir.Seq(tuple(whole))), ir.If(binop("==", ends, 0), ir.Seq(tuple(edge)))]
+    return [ir.If(ends, ir.Seq(tuple(whole))), ir.If(land(binop("==", ends, 0), touches), ir.Seq(tuple(edge)))]
 
 
 # --------------------------------------------------------------------------- combine and store
