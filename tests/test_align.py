@@ -311,15 +311,15 @@ def test_a_leaf_wholly_past_the_row_folds_and_stores_nothing(kind):
 
     sched = _recipe(kind, 3, 601, dtype="bf16", arch="sm_90a", plan=RowPlan(64, 8, 2, 1, aligned=True))
     kernel = sched.lower("sm_90a").kernels[0]
-    loops = {str(st.var) for st in ir.rewrite.walk([kernel.body]) if isinstance(st, ir.For)}
+    loops = {str(s.var) for s in ir.rewrite.walk([kernel.body]) if isinstance(s, ir.For)}
     taken = []
-    for st in ir.rewrite.walk([kernel.body]):
-        names = {str(v) for v in free_vars(st.cond)} if isinstance(st, ir.If) else set()
+    for s in ir.rewrite.walk([kernel.body]):
+        names = {str(v) for v in free_vars(s.cond)} if isinstance(s, ir.If) else set()
         if not names & loops:
             continue
         env = {n: 1 if n in loops else 40 if n == "tid" else 1 for n in names}
-        if compile_expr(st.cond)(env):
-            taken.append(st)
-    inner = [x for st in taken for x in ir.rewrite.walk([st.then])]
+        if compile_expr(s.cond)(env):
+            taken.append(s)
+    inner = [x for s in taken for x in ir.rewrite.walk([s.then])]
     assert taken and all(isinstance(x, ir.AtomCall) for x in inner if not isinstance(x, (ir.Seq, ir.If))), taken
     assert not [x for x in inner if isinstance(x, ir.AtomCall) and isinstance(dict(x.args).get("dst"), ir.MemRef)]
