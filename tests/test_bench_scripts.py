@@ -12,7 +12,8 @@ import firesched as fs
 
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
            "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
-           "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants", "bench.launches"]
+           "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants", "bench.launches",
+           "bench.row_fixed_cost"]
 
 
 def test_profile_rows_smoke():
@@ -283,3 +284,17 @@ def test_profile_fmha_smoke(capsys):
     profile_fmha.main(["--shape", "2x2x256x128", "--persistent", "--smoke"])
     profile_fmha.main(["--shape", "2x2x256x128", "--arch", "sm_80", "--smoke"])
     assert capsys.readouterr().out.count("compiled, 0 spill bytes") == 2
+
+
+def test_row_fixed_cost_smoke():
+    from bench.row_fixed_cost import fit, main
+
+    ks = main(["--smoke", "--cols", "1001", "--rows", "8,16"])["kernels"]
+    assert set(ks) == {"ln_wb", "ln_w", "ln", "rms", "softmax"}
+    assert [b.name for b in ks["ln_w"].program.inputs] == ["X", "W"]
+    assert [b.name for b in ks["ln"].program.inputs] == ["X"]
+    # a line through (rows, µs): 2 µs fixed, then 1 µs a row of 1,000 2-byte elements (4 kB moved)
+    fixed, rate = fit({1: 3.0, 2: 4.0, 4: 6.0}, 1000, 2)
+    assert abs(fixed - 2.0) < 1e-9 and abs(rate - 0.004) < 1e-9
+    with pytest.raises(SystemExit, match="at least two"):
+        main(["--smoke", "--rows", "8"])
