@@ -436,8 +436,8 @@ TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIAT
 # 2048 x 20479 2.34 / 2.40 (2.10), 2048 x 24569 3.08 / 3.03 (2.56), where 1,024 threads read 1.99 /
 # 2.07 / 2.47 / 2.94 and 256 threads alone 1.85-2.63
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 24569, (256, 512))}
-#: a persistent window's block of at least this many threads may take an SM alone (16 warps keep
-#: its schedulers busy through a row's reductions; fewer wait on them: 256 threads one an SM above)
+#: a persistent window's block of at least this many threads may take an SM alone (measured
+#: above: one block of 256 threads an SM read 1.59-2.63 TB/s where one of 512 read 2.29-3.08)
 ALONE_WINDOW_THREADS = 512
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
