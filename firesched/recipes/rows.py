@@ -437,7 +437,8 @@ TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIAT
 # 2.07 / 2.47 / 2.94 and 256 threads alone 1.85-2.63
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 24569, (256, 512))}
 #: a persistent window's block of at least this many threads may take an SM alone (measured
-#: above: one block of 256 threads an SM read 1.59-2.63 TB/s where one of 512 read 2.29-3.08)
+#: above, at 16,383-24,569 columns: one block of 256 threads an SM read 1.68-2.63 TB/s, one of
+#: 512 2.22-3.08)
 ALONE_WINDOW_THREADS = 512
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
