@@ -51,7 +51,10 @@ def main(argv=None) -> dict:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--smoke", action="store_true", help="compile the kernels of the first row count only")
     args = p.parse_args(argv)
-    counts = [int(v) for v in args.rows.split(",")]
+    try:
+        counts = [int(v) for v in args.rows.split(",")]
+    except ValueError:
+        counts = []
     if len(counts) < 2 or min(counts) < 1:
         raise SystemExit(f"--rows {args.rows!r}: at least two positive row counts, e.g. 2048,4096,8192")
     if args.smoke:

@@ -298,3 +298,5 @@ def test_row_fixed_cost_smoke():
     assert abs(fixed - 2.0) < 1e-9 and abs(rate - 0.004) < 1e-9
     with pytest.raises(SystemExit, match="at least two"):
         main(["--smoke", "--rows", "8"])
+    with pytest.raises(SystemExit, match="at least two"):
+        main(["--smoke", "--rows", "2048,4k"])

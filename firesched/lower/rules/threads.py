@@ -572,8 +572,9 @@ def reduce_leaf(lw: Lowerer, node: Node, ctx) -> list:
                     *[ge(so[d] + head.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
         # (whether any of the leaf's elements lies in the row: a leaf wholly past its end, a
         # window's last pass on most threads, folds nothing and skips its guarded fold)
-        touches = land(*[lt(so[d] + head.get(d, 0), lim[d]) for d in src.tensor.storage_dims if d in lim],
-                       *[ge(so[d] + tail.get(d, 0), low[d]) for d in src.tensor.storage_dims if d in low])
+        dims = [d for d in src.tensor.storage_dims if d in lim or d in low]
+        touches = _touches(src.tensor, {d: so[d] + head.get(d, 0) for d in dims},
+                           {d: so[d] + tail.get(d, 0) for d in dims}, lim, low)
     if m is not None:
         # whether every element of this fold is present unconditionally: where all of an
         # accumulator's folds are, every part of it counts the same elements (Combine.even)
