@@ -275,8 +275,11 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
                      ("rmsnorm", 40959), ("add_rmsnorm", 16383), ("add_rmsnorm", 32767), ("rmsnorm", 4095),
                      ("add_rmsnorm", 6001), ("causal", 24569), ("causal", 20001)]:
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
-        # (a persistent block keeping two rows in flight takes rows.PERSISTENT_PREFETCH_THREADS)
+        # (a persistent block keeping two rows in flight takes rows.PERSISTENT_PREFETCH_THREADS;
+        # the longest windows rows.STAGED_WINDOW_WIDE's blocks)
+        wide_from, wide = row_model.STAGED_WINDOW_WIDE.get(op, (cols + 1, 0))
         threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else row_model.PERSISTENT_PREFETCH_THREADS
+        threads = wide if cols >= wide_from and not p.persistent else threads
         assert p.aligned and p.row_memory == "SH" and p.lanes == threads, (op, cols, p)
         most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
             row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)
@@ -289,6 +292,18 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
         assert not (p.aligned and p.row_memory == "SH"), (op, cols, p)
     assert not row_model.row_plan(8, 16383, "f32", staged_window=True, stage=True).aligned
+    # the wide blocks from rows.STAGED_WINDOW_WIDE's columns on, not below, not without clusters
+    for op, (wide_from, wide) in row_model.STAGED_WINDOW_WIDE.items():
+        assert wide_from % 2 == 0        # (odd rows on either side)
+        assert plan_rows(1024, wide_from + 1, "bf16", "sm_90a", op=op).lanes == wide, op
+        below = plan_rows(1024, wide_from - 1, "bf16", "sm_90a", op=op)
+        assert below.lanes == row_model.STAGED_WINDOW_THREADS and below.row_memory == "SH", (op, below)
+        on_sm80 = plan_rows(2, 36001, "bf16", "sm_80", op=op)
+        assert on_sm80.lanes == row_model.STAGED_WINDOW_THREADS and on_sm80.row_memory == "SH", (op, on_sm80)
+    assert row_model.row_plan(9, 45001, "bf16", stage=True, staged_window=True, staged_window_threads=512) == \
+        row_model.RowPlan(512, 8, 11, 1, blocks_per_sm=2, row_memory="SH", aligned=True)
+    with pytest.raises(ValueError, match="staged_window_threads=384; allowed"):
+        row_model.row_plan(9, 45001, "bf16", stage=True, staged_window=True, staged_window_threads=384)
     with pytest.raises(ValueError, match="allowed"):
         row_model.staged_window_faster("transpose", 8191)
 

@@ -322,6 +322,13 @@ STAGED_WINDOW_BLOCKS_BY_OP = {"causal": 2}
 STAGED_WINDOW_WHOLE_PASSES = ("add_rmsnorm",)
 STAGED_WINDOW_THREADS = 256
 STAGED_WINDOW_BLOCKS = 3
+# odd 16-bit rows from these many columns stage their window on blocks of these many threads
+# (row_plan's staged_window_threads), on sm_90a.  Measured on an H200 (bench/row_plans.py, bf16,
+# 1024 x 40959, TB/s against 256 threads): RMSNorm 512 threads 2.87, 1,024 3.04 (2.66); add +
+# RMSNorm 3.17, 3.31 spilling 16 bytes (2.54); LayerNorm 2.13, 2.19 (2.08).  From 24,000
+# columns 512 threads spilled RMSNorm bf16 at 28,671 and 32,767 (three blocks an SM, 42 registers)
+STAGED_WINDOW_WIDE = {"rmsnorm": (36000, 512), "add_rmsnorm": (36000, 512), "layernorm": (36000, 512),
+                      "softmax": (36000, 512)}
 
 # odd 16-bit rows of these many columns (first to last, inclusive) wait in their staged window on a
 # persistent grid (RowPlan(persistent=True), row_plan's persistent_window): a multiple of 8 blocks,
@@ -466,7 +473,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm
     and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
-    ``staged_window`` (``staged_window_faster``), ``partial_pass_blocks``
+    ``staged_window`` (``staged_window_faster``) and, on sm_90a, its blocks' threads
+    (``STAGED_WINDOW_WIDE``), ``partial_pass_blocks``
     (``PARTIAL_PASS_BLOCKS``) and, on sm_90a, the persistent staged windows of
     ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``)."""
     eb = max(1, _dtype(dtype).bits // 8)
@@ -475,6 +483,10 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK}
+    wide_from, wide_threads = STAGED_WINDOW_WIDE.get(op, (0, 0))
+    if clusters and args["staged_window"] and wide_threads and cols >= wide_from:
+        # (measured on sm_90a only)
+        args["staged_window_threads"] = wide_threads
     upto, threads = SHORT_ROWS_SHARE_THREADS.get(op, (0, 0))
     if cols <= upto:
         args["element_min_threads"] = threads
@@ -658,7 +670,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
-             staged_window_blocks: int = STAGED_WINDOW_BLOCKS,
+             staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
@@ -684,7 +696,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     thread (the recipes ask for ``odd_row_values``), with rows on fewer than
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
-    on one block of ``STAGED_WINDOW_THREADS`` threads (``RowPlan(aligned=True,
+    on one block of ``staged_window_threads`` threads (default ``STAGED_WINDOW_THREADS``; the
+    recipes ask for 512 on their longest such rows: ``STAGED_WINDOW_WIDE``) (``RowPlan(aligned=True,
     row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks, at up to
     ``staged_window_blocks`` blocks an SM (the recipes ask for it where ``staged_window_faster``,
     causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``); ``stage_one_block`` (with ``stage``): a row of
@@ -713,9 +726,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                           ("staged_window_blocks", staged_window_blocks, "no staged window")):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
-    if persistent_window_threads not in (32, 64, 128, 256, 512, 1024):
-        raise ValueError(f"row_plan: persistent_window_threads={persistent_window_threads!r}; allowed: 32, 64, "
-                         "128, 256, 512, 1024")
+    for name, v in (("persistent_window_threads", persistent_window_threads),
+                    ("staged_window_threads", staged_window_threads)):
+        if v not in (32, 64, 128, 256, 512, 1024):
+            raise ValueError(f"row_plan: {name}={v!r}; allowed: 32, 64, 128, 256, 512, 1024")
     if isinstance(tile_stages, bool) or not isinstance(tile_stages, int) or not 1 <= tile_stages <= 4:
         raise ValueError(f"row_plan: tile_stages={tile_stages!r}; allowed: 1 (a row at a time) to 4")
     eb = max(1, _dtype(dtype).bits // 8)
@@ -731,7 +745,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # the row's window (align) in shared memory: its copy takes whole 16-byte chunks (an odd
         # row's element copies kept few bytes in flight: STAGED_WINDOW_COLS's measurements)
         wide = 16 // eb
-        lanes = STAGED_WINDOW_THREADS
+        lanes = staged_window_threads
         reps = window_passes(cols, lanes, wide)
         if persistent_window_blocks:
             # the weights' windows beside the row's (tile_stages of them), once a block
@@ -744,7 +758,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             if per_sm >= 2 or (per_sm == 1 and pl >= ALONE_WINDOW_THREADS):
                 return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True, tile_stages=tile_stages)
-        per_sm = min(staged_window_blocks, blocks_that_fit(reps * lanes * wide * eb, shared_per_sm))
+        per_sm = min(staged_window_blocks, MAX_THREADS_PER_SM // lanes,
+                     blocks_that_fit(reps * lanes * wide * eb, shared_per_sm))
         if per_sm >= 2:
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
