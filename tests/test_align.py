@@ -277,9 +277,9 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
         p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
         # (a persistent block keeping two rows in flight takes rows.PERSISTENT_PREFETCH_THREADS;
         # the longest windows rows.STAGED_WINDOW_WIDE's blocks)
-        wide_from, wide = row_model.STAGED_WINDOW_WIDE.get(op, (cols + 1, 0))
+        wide = [t for start, t in row_model.STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
         threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else row_model.PERSISTENT_PREFETCH_THREADS
-        threads = wide if cols >= wide_from and not p.persistent else threads
+        threads = wide[-1] if wide and not p.persistent else threads
         assert p.aligned and p.row_memory == "SH" and p.lanes == threads, (op, cols, p)
         most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
             row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)
@@ -293,11 +293,15 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
         assert not (p.aligned and p.row_memory == "SH"), (op, cols, p)
     assert not row_model.row_plan(8, 16383, "f32", staged_window=True, stage=True).aligned
     # the wide blocks from rows.STAGED_WINDOW_WIDE's columns on, not below, not without clusters
-    for op, (wide_from, wide) in row_model.STAGED_WINDOW_WIDE.items():
-        assert wide_from % 2 == 0        # (odd rows on either side)
-        assert plan_rows(1024, wide_from + 1, "bf16", "sm_90a", op=op).lanes == wide, op
-        below = plan_rows(1024, wide_from - 1, "bf16", "sm_90a", op=op)
-        assert below.lanes == row_model.STAGED_WINDOW_THREADS and below.row_memory == "SH", (op, below)
+    for op, steps in row_model.STAGED_WINDOW_WIDE.items():
+        before = row_model.STAGED_WINDOW_THREADS
+        for wide_from, wide in steps:
+            assert wide_from % 2 == 0        # (odd rows on either side)
+            p = plan_rows(1024, wide_from + 1, "bf16", "sm_90a", op=op)
+            assert p.lanes == wide and p.row_memory == "SH" and 2 <= p.occupancy <= 3, (op, p)
+            below = plan_rows(1024, wide_from - 1, "bf16", "sm_90a", op=op)
+            assert below.lanes == before and below.row_memory == "SH", (op, below)
+            before = wide
         on_sm80 = plan_rows(2, 36001, "bf16", "sm_80", op=op)
         assert on_sm80.lanes == row_model.STAGED_WINDOW_THREADS and on_sm80.row_memory == "SH", (op, on_sm80)
     assert row_model.row_plan(9, 45001, "bf16", stage=True, staged_window=True, staged_window_threads=512) == \

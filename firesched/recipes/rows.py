@@ -323,12 +323,16 @@ STAGED_WINDOW_WHOLE_PASSES = ("add_rmsnorm",)
 STAGED_WINDOW_THREADS = 256
 STAGED_WINDOW_BLOCKS = 3
 # odd 16-bit rows from these many columns stage their window on blocks of these many threads
-# (row_plan's staged_window_threads), on sm_90a.  Measured on an H200 (bench/row_plans.py, bf16,
-# 1024 x 40959, TB/s against 256 threads): RMSNorm 512 threads 2.87, 1,024 3.04 (2.66); add +
-# RMSNorm 3.17, 3.31 spilling 16 bytes (2.54); LayerNorm 2.13, 2.19 (2.08).  From 24,000
-# columns 512 threads spilled RMSNorm bf16 at 28,671 and 32,767 (three blocks an SM, 42 registers)
-STAGED_WINDOW_WIDE = {"rmsnorm": (36000, 512), "add_rmsnorm": (36000, 512), "layernorm": (36000, 512),
-                      "softmax": (36000, 512)}
+# (row_plan's staged_window_threads; the last step whose columns a row reaches), on sm_90a.
+# Measured on an H200 (bench/rows.py --old, 1,024-2,048 rows of 36,001-57,001 columns, bf16 / f16,
+# the time against 256 threads three or two blocks an SM): 512 threads RMSNorm 0.88-0.95, add +
+# RMSNorm 0.79-0.93, LayerNorm 0.89-1.004, softmax 0.81-0.92; from 24,000 columns 512 threads
+# spilled RMSNorm bf16 at 28,671 and 32,767 (three blocks an SM, 42 registers).  1,024 threads two
+# an SM (32 registers; bench/row_plans.py, bf16, TB/s against 512): RMSNorm 1024 x 36001 3.02
+# (3.02), 40959 3.03 (2.87), 49999 3.10 (2.95), 57001 3.25 (3.11); softmax 3.09 (3.42), 3.13
+# (3.07), 3.30 (3.18), 3.37 (3.22); add + RMSNorm spilled 8-112 bytes there, LayerNorm 4-8 at some
+STAGED_WINDOW_WIDE = {"rmsnorm": ((36000, 512), (40000, 1024)), "softmax": ((36000, 512), (40000, 1024)),
+                      "add_rmsnorm": ((36000, 512),), "layernorm": ((36000, 512),)}
 
 # odd 16-bit rows of these many columns (first to last, inclusive) wait in their staged window on a
 # persistent grid (RowPlan(persistent=True), row_plan's persistent_window): a multiple of 8 blocks,
@@ -483,10 +487,10 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK}
-    wide_from, wide_threads = STAGED_WINDOW_WIDE.get(op, (0, 0))
-    if clusters and args["staged_window"] and wide_threads and cols >= wide_from:
+    wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
+    if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
-        args["staged_window_threads"] = wide_threads
+        args["staged_window_threads"] = wide[-1]
     upto, threads = SHORT_ROWS_SHARE_THREADS.get(op, (0, 0))
     if cols <= upto:
         args["element_min_threads"] = threads
@@ -697,7 +701,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
     on one block of ``staged_window_threads`` threads (default ``STAGED_WINDOW_THREADS``; the
-    recipes ask for 512 on their longest such rows: ``STAGED_WINDOW_WIDE``) (``RowPlan(aligned=True,
+    recipes ask for 512 or 1,024 on their longest such rows: ``STAGED_WINDOW_WIDE``) (``RowPlan(aligned=True,
     row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks, at up to
     ``staged_window_blocks`` blocks an SM (the recipes ask for it where ``staged_window_faster``,
     causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``); ``stage_one_block`` (with ``stage``): a row of
