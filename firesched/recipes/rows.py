@@ -330,8 +330,10 @@ STAGED_WINDOW_BLOCKS = 3
 # spilled RMSNorm bf16 at 28,671 and 32,767 (three blocks an SM, 42 registers).  1,024 threads two
 # an SM (32 registers; bench/row_plans.py, bf16, TB/s against 512): RMSNorm 1024 x 36001 3.02
 # (3.02), 40959 3.03 (2.87), 49999 3.10 (2.95), 57001 3.25 (3.11); softmax 3.09 (3.42), 3.13
-# (3.07), 3.30 (3.18), 3.37 (3.22); add + RMSNorm spilled 8-112 bytes there, LayerNorm 4-8 at some
-STAGED_WINDOW_WIDE = {"rmsnorm": ((36000, 512), (40000, 1024)), "softmax": ((36000, 512), (40000, 1024)),
+# (3.07), 3.30 (3.18), 3.37 (3.22); add + RMSNorm spilled 8-112 bytes there, LayerNorm 4-8 at some.
+# As the plan from 40,000 columns (bench/rows.py --old, against 512): RMSNorm 0.93-0.985 of the
+# time at 40,001-57,001 columns; softmax 0.94-1.06 (slower at 40,001 and 45,001), not taken
+STAGED_WINDOW_WIDE = {"rmsnorm": ((36000, 512), (40000, 1024)), "softmax": ((36000, 512),),
                       "add_rmsnorm": ((36000, 512),), "layernorm": ((36000, 512),)}
 
 # odd 16-bit rows of these many columns (first to last, inclusive) wait in their staged window on a
