@@ -48,6 +48,7 @@ from .transforms.early_loads import early_loads
 from .transforms.launches import programmatic_launches
 from .transforms.pair_conversions import paired_conversions
 from .transforms.register_ring import place_early_rings
+from .transforms.split_guards import split_guards
 
 UNIT_THREADS = {WARPGROUP: 128, WARP: 32, THREAD: 1}
 REG_OVERHEAD = 40             # registers a kernel spends on addresses, loop state, predicates
@@ -379,7 +380,7 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         else:
             tiles = per_tile(work)
         body = without_redundant_barriers([*setup, *tiles, *hoists.scope_end])
-        body = early_loads(batched_loads(body, kb), kb)
+        body = split_guards(early_loads(batched_loads(body, kb), kb), kb.threads)
     else:
         body = _specialized(lw, ctx, block, spec_loop, threads, per_tile)
         if lw.notes.get("early_ring"):
