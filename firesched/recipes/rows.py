@@ -411,10 +411,15 @@ PERSISTENT_PREFETCH_THREADS = 128
 # the tuple stays
 LAYERNORM_TWO_REDUCTION_VALUES = 48
 # The registers a thread of those two reductions takes: 2 a value it holds (its deviation, the
-# output's) and 32 besides (compiled for sm_90a: 72 at 24 values, 118 at 40, 127 at 48 — 96 at 40
-# spilled 12-24 bytes, 80 at 40 88 bytes, 80 at 32 168 bytes); the blocks an SM leave each thread
-# that many (thread_registers)
-LAYERNORM_DEVIATION_REGISTERS = (2, 32)
+# output's); the blocks an SM leave each thread that many (thread_registers).  It was 2 a value and
+# 32 besides (then 96 registers at 40 values spilled 12-24 bytes, 80 at 40 88 bytes); since the
+# window's edge skip and the loops split around their guards (lower.transforms.split_guards) the
+# kernels compile to 80 registers at 40 values and 95 at 48 without spills (sm_90a, 2,801-9,001
+# columns, bf16 and f16).  Measured on an H200 (bench/rows.py --old, bf16 / f16, against 32
+# besides): 8192 x 3583 at 6 blocks an SM 0.970 / 0.966 of the time, 4096 x 4095 at 6 0.953 /
+# 0.961 (2.38 -> 2.51 TB/s), 16384 x 4097 0.975 / 0.949, 8192 x 4123 0.972 / 0.975, 4096 x 5001 at
+# 5 0.986 / 0.998, 8192 x 5119 at 5 0.999 / 0.972, 4096 x 8193 at 3 (256 threads) 0.929 / 0.922
+LAYERNORM_DEVIATION_REGISTERS = (2, 0)
 # Softmax on the prefetching windows alike: its maximum and its sum of exponentials in two plain
 # reductions (the exponentials kept in registers for the output), where the tuple (the online
 # merge of (max, sum)) is much slower.  On an H200 (bench/row_plans.py --tuple-stats both, bf16,
