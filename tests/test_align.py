@@ -220,6 +220,16 @@ def test_a_staged_window_is_copied_in_whole_chunks(kind, dt, rows, cols):
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("lanes, blocks", [(512, 3), (1024, 2)])
+def test_a_staged_window_on_wide_blocks_matches_numpy(kind, lanes, blocks):
+    # the recipes' longest odd windows take 512 or 1,024 threads (rows.STAGED_WINDOW_WIDE); the
+    # same plans on a row of 9,001 columns (two or three passes, the last one partial)
+    plan = RowPlan(lanes, 8, -(-(9001 + 7) // (8 * lanes)), 1, blocks_per_sm=blocks, aligned=True, row_memory="SH")
+    sched = _recipe(kind, 2, 9001, dtype="bf16", arch="sm_90a", plan=plan)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+
+
 def test_a_staged_windows_whole_last_chunk_is_caught():
     # planted: the window's chunks read whole (no src-size): the last row's last chunk passes the
     # end of X (9 x 1001 = 9009 elements; its chunk runs to 9016)
