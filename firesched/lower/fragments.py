@@ -68,16 +68,14 @@ class FragTable:
     @functools.cached_property
     def numeric(self) -> np.ndarray:
         """``numeric[lane, i]``: the coordinate tuple (one entry per dim) of register ``i``."""
-        out = np.zeros((self.lanes, self.size, len(self.dims)), dtype=np.int64)
-        cs = coords(self.base.tv)
-        seq = [_seq_coord(self.base, r) for r in self.regs]
-        vals = [r % self.base.values for r in self.regs]
         di = [self.base.dims.index(d) for d in self.dims]
-        for lane in range(self.lanes):
-            for i, (sc, v) in enumerate(zip(seq, vals)):
-                for j, k in enumerate(di):
-                    out[lane, i, j] = sc[self.base.dims[k]] + cs[lane][v][k]
-        return out
+        tab = np.asarray(coords(self.base.tv), dtype=np.int64)[:self.lanes]
+        seq = np.array([[_seq_coord(self.base, r)[self.base.dims[k]] for k in di] for r in self.regs],
+                       dtype=np.int64).reshape(self.size, len(di))
+        vals = np.array([r % self.base.values for r in self.regs], dtype=np.int64)
+        # one numpy gather for every (lane, register, dim): the tables of wgmma fragments are 128
+        # lanes by up to a few hundred registers, and are built for every fragment leaf
+        return seq[None, :, :] + tab[:, vals][:, :, di]
 
 
 def _seq_coord(lay: RFLayout, r: int) -> dict:
@@ -118,36 +116,33 @@ def project(t: FragTable, key, dims: tuple[str, ...], node: Node) -> FragTable:
                             f"{c} units ({var}): the fragments' lanes cannot combine across units",
                       fix=f"keep {d} inside one warp (tile and map the other dims onto warps)")
     sub = t.numeric[:, :, [t.dims.index(d) for d in dims]]
+    cid = _ids(sub)
     slots: dict = {}
-    slot_of = []
-    for i in range(t.size):
-        slot_of.append(slots.setdefault(tuple(sub[0, i]), len(slots)))
-    slot_of = np.array(slot_of)
-    for lane in range(t.lanes):
-        seen: dict = {}
-        for i in range(t.size):
-            c = tuple(sub[lane, i])
-            if seen.setdefault(c, slot_of[i]) != slot_of[i]:
-                raise err(node, f"{key.name} cannot be held with the rows of {t.key.name}: its registers group "
-                                "different elements in different lanes")
+    slot_of = np.array([slots.setdefault(c, len(slots)) for c in cid[0].tolist()], dtype=np.int64)
+    # in every lane, the registers that hold one coordinate are in one slot (the slot lane 0 gives them)
+    if _splits(cid, slot_of):
+        raise err(node, f"{key.name} cannot be held with the rows of {t.key.name}: its registers group "
+                        "different elements in different lanes")
     first = [int(np.argmax(slot_of == j)) for j in range(len(slots))]
     out = FragTable(key, tuple(dims), t.base, tuple(t.regs[i] for i in first))
     rows = out.numeric
     masks = []
     bit = 1
+    lanes = np.arange(t.lanes)
     while bit < t.lanes:
-        if all(np.array_equal(rows[lane], rows[lane ^ bit]) for lane in range(t.lanes)):
+        if np.array_equal(rows, rows[lanes ^ bit]):
             masks.append(bit)
         bit <<= 1
     # the lanes that hold an element must be exactly one group of replicas: a reduction's
     # butterfly over the masks then sees every lane's part once
     group = 1 << len(masks)
-    for lane in range(t.lanes):
-        for j in range(out.size):
-            holders = int(np.sum(np.all(rows[:, j] == rows[lane, j], axis=-1)))
-            if holders != group:
-                raise err(node, f"{key.name}: {holders} lanes hold the same element of {t.key.name}'s rows, which "
-                                f"no butterfly over lane bits {masks} combines")
+    rid = _ids(rows)
+    holders = (rid[:, None, :] == rid[None, :, :]).sum(axis=1)      # [lane, j]: lanes holding its element
+    bad = np.argwhere(holders != group)
+    if len(bad):
+        lane, j = bad[0]
+        raise err(node, f"{key.name}: {int(holders[lane, j])} lanes hold the same element of {t.key.name}'s rows, "
+                        f"which no butterfly over lane bits {masks} combines")
     return attrs.evolve(out, masks=tuple(masks))
 
 
@@ -156,26 +151,52 @@ def register_map(dst: FragTable, src: FragTable, node: Node) -> list[int]:
     to ``src``'s dims) in the same lane — the same index in every lane."""
     pos = [dst.dims.index(d) for d in src.dims]
     want = dst.numeric[:, :, pos]
-    have = src.numeric
-    out = []
+    have = src.numeric[:dst.lanes]
+    # every coordinate numbered, then eq[lane, i, j]: src register j of the lane holds the element of
+    # its dst register i (one comparison of small integers instead of a search per lane and register)
+    ids = _ids(np.concatenate([want, have], axis=1))
+    want_id, have_id = ids[:, :dst.size], ids[:, dst.size:]
+    eq = want_id[:, :, None] == have_id[:, None, :]
+    hit = eq.any(axis=2)
+    first = eq.argmax(axis=2)                       # the first src register holding it, per lane
+    found = first[0]                                # lane 0's, where it has one
+    # lane by lane, register by register: the first lane without the element, or whose register
+    # ``found`` does not hold it, is the error (the first one in that order, as a search would meet it)
+    agree = np.take_along_axis(eq, found[None, :, None], axis=2)[:, :, 0]
+    bad = ~hit | ~agree
     for i in range(dst.size):
-        found = None
-        for lane in range(dst.lanes):
-            hits = np.nonzero(np.all(have[lane] == want[lane, i], axis=-1))[0]
-            if not len(hits):
-                raise err(node, f"element {dict(zip(src.dims, want[lane, i].tolist()))} of {src.key.name} is not held "
-                                f"by lane {lane}, which needs it for {dst.key.name}: the two fragments are laid out by "
-                                "different lanes, so the conversion cannot stay in registers",
-                          fix=f"use MMA tiles whose fragments agree (e.g. the m16n8k16 accumulator of "
-                              f"{src.key.name} and the A operand of the next m16n8k16)")
-            j = int(hits[0])
-            if found is None:
-                found = j
-            elif found != j and not np.array_equal(have[lane, found], want[lane, i]):
-                raise err(node, f"{dst.key.name} and {src.key.name} number their registers differently in different "
-                                "lanes; a register-to-register conversion needs the same numbering in every lane")
-        out.append(found)
-    return out
+        lanes = np.nonzero(bad[:, i])[0]
+        if not len(lanes):
+            continue
+        lane = int(lanes[0])
+        if not hit[lane, i]:
+            raise err(node, f"element {dict(zip(src.dims, want[lane, i].tolist()))} of {src.key.name} is not held "
+                            f"by lane {lane}, which needs it for {dst.key.name}: the two fragments are laid out by "
+                            "different lanes, so the conversion cannot stay in registers",
+                      fix=f"use MMA tiles whose fragments agree (e.g. the m16n8k16 accumulator of "
+                          f"{src.key.name} and the A operand of the next m16n8k16)")
+        raise err(node, f"{dst.key.name} and {src.key.name} number their registers differently in different "
+                        "lanes; a register-to-register conversion needs the same numbering in every lane")
+    return [int(j) for j in found]
+
+
+def _ids(a: np.ndarray) -> np.ndarray:
+    """``a[..., k]`` coordinate tuples numbered: equal tuples get equal ids; shape ``a.shape[:-1]``."""
+    flat = a.reshape(-1, a.shape[-1])
+    if not len(flat):
+        return np.zeros(a.shape[:-1], dtype=np.int64)
+    _, inv = np.unique(flat, axis=0, return_inverse=True)
+    return inv.reshape(a.shape[:-1])
+
+
+def _splits(cid: np.ndarray, slot_of: np.ndarray) -> bool:
+    """Whether some lane holds one coordinate (``cid[lane, i]``) in registers of different slots."""
+    lanes, size = cid.shape
+    key = (np.arange(lanes, dtype=np.int64)[:, None] * (int(cid.max(initial=0)) + 1) + cid).ravel()
+    slot = np.broadcast_to(slot_of, (lanes, size)).ravel()
+    order = np.lexsort((slot, key))
+    k, s = key[order], slot[order]
+    return bool(np.any((k[1:] == k[:-1]) & (s[1:] != s[:-1])))
 
 
 def is_fragment_leaf(n: Node) -> bool:
