@@ -182,9 +182,9 @@ def register_map(dst: FragTable, src: FragTable, node: Node) -> list[int]:
 
 def _ids(a: np.ndarray) -> np.ndarray:
     """``a[..., k]`` coordinate tuples numbered: equal tuples get equal ids; shape ``a.shape[:-1]``."""
-    flat = a.reshape(-1, a.shape[-1])
-    if not len(flat):
+    if a.size == 0:             # no registers, or no dims (every tuple the empty one)
         return np.zeros(a.shape[:-1], dtype=np.int64)
+    flat = a.reshape(-1, a.shape[-1])
     _, inv = np.unique(flat, axis=0, return_inverse=True)
     return inv.reshape(a.shape[:-1])
 
