@@ -87,11 +87,18 @@ def _seq_coord(lay: RFLayout, r: int) -> dict:
 
 
 def _base_coord(lay: RFLayout, lane, r: int) -> dict:
+    return dict(_base_coord_items(lay, lane, r))
+
+
+@functools.lru_cache(maxsize=65536)
+def _base_coord_items(lay: RFLayout, lane, r: int) -> tuple:
+    # remembered: the lowering asks for every register's coordinate of the same lane expression at
+    # each fragment leaf, and building the index expressions is most of the cost
     c = _seq_coord(lay, r)
     a, b = lay.tv.coord(lane, r % lay.values)
     c[lay.dims[0]] = c[lay.dims[0]] + a
     c[lay.dims[1]] = c[lay.dims[1]] + b
-    return c
+    return tuple(c.items())
 
 
 def table_of(lay) -> FragTable:
