@@ -13,6 +13,7 @@ around it.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -288,6 +289,13 @@ def ldmatrix_fits(atom: Atom, lay: RFLayout, src, rdim: str, cdim: str) -> str |
         return "not an ldmatrix"
     if src.dtype.bits != 16:
         return f"ldmatrix moves 16-bit elements, {src.name} is {src.dtype}"
+    return _ldmatrix_tiles_fit(atom, lay, rdim, cdim)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ldmatrix_tiles_fit(atom: Atom, lay: RFLayout, rdim: str, cdim: str) -> str | None:
+    # remembered: a lowering asks this of every candidate atom at each operand load, and the
+    # check walks every lane and value of every atom tile of the warp's part
     ar, ac = atom.operand("dst").tv.tile
     g = {rdim: ar, cdim: ac}
     part = lay.unit_part()
