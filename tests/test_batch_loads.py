@@ -140,11 +140,11 @@ def test_a_setup_loop_keeps_its_branchs_loads_in_flight_whatever_its_length():
 
 def test_a_persistent_blocks_weight_windows_load_every_pass_at_once():
     # LayerNorm 4096 x 4095 on prefetching windows: W and B shifted into their windows once a
-    # block, five passes of two 16-byte loads each (8 registers), four passes' in flight at a time
-    # (a quarter of the 128 registers four blocks of 128 threads leave: SETUP_SHARE); the
-    # interpreter runs it
+    # block, five passes of two 16-byte loads each (8 registers), as many passes in flight at a
+    # time as a quarter of the registers the blocks leave (SETUP_SHARE): two at the recipe's six
+    # blocks of 128 threads an SM (85 registers), four at four blocks (128); the interpreter runs it
     src = fs.compile(fs.recipes.layernorm(4096, 4095, dtype="bf16", arch="sm_90a"), arch="sm_90a").source
-    assert src.count("the loads of 4 iterations in flight at a time") == 2
+    assert src.count("the loads of 2 iterations in flight at a time") == 2
     plan = RowPlan(128, 8, 5, 1, blocks_per_sm=4, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
     sched = fs.recipes.layernorm(19, 4095, dtype="bf16", arch="sm_90a", plan=plan)
     assert "the loads of 4 iterations in flight at a time" in fs.compile(sched, arch="sm_90a").source
