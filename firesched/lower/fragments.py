@@ -205,11 +205,14 @@ def _ids(a: np.ndarray) -> np.ndarray:
 def _splits(cid: np.ndarray, slot_of: np.ndarray) -> bool:
     """Whether some lane holds one coordinate (``cid[lane, i]``) in registers of different slots."""
     lanes, size = cid.shape
-    key = (np.arange(lanes, dtype=np.int64)[:, None] * (int(cid.max(initial=0)) + 1) + cid).ravel()
+    lane = np.broadcast_to(np.arange(lanes, dtype=np.int64)[:, None], (lanes, size)).ravel()
+    c = cid.ravel()
     slot = np.broadcast_to(slot_of, (lanes, size)).ravel()
-    order = np.lexsort((slot, key))
-    k, s = key[order], slot[order]
-    return bool(np.any((k[1:] == k[:-1]) & (s[1:] != s[:-1])))
+    # sorted by lane, then coordinate, then slot (three keys: a combined lane * range + id key
+    # would overflow where the ids run near 2**62)
+    order = np.lexsort((slot, c, lane))
+    ln, k, s = lane[order], c[order], slot[order]
+    return bool(np.any((ln[1:] == ln[:-1]) & (k[1:] == k[:-1]) & (s[1:] != s[:-1])))
 
 
 def is_fragment_leaf(n: Node) -> bool:

@@ -108,7 +108,7 @@ def _synchronizes(body) -> bool:
 PIPELINED = (CP_ASYNC, TMA, MMA, WGMMA, LDMATRIX, STMATRIX)
 
 
-def _copies(body) -> bool:
+def _pipelined(body) -> bool:
     return any(isinstance(s, ir.AtomCall) and s.atom.family in PIPELINED for s in walk([body]))
 
 
@@ -135,7 +135,7 @@ def _split(loop: ir.For, write_out: bool):
     # its iteration count, a pipeline's look-ahead index another)
     conds = [c for c in _conditions(loop.body) if any(x.name == v.name for x in free_vars(c))]
     if (not conds or sum(1 for _ in walk([loop.body])) > MAX_BODY or _synchronizes(loop.body)
-            or _widest_access(loop.body) < MIN_ACCESS_BYTES or _copies(loop.body)):
+            or _widest_access(loop.body) < MIN_ACCESS_BYTES or _pipelined(loop.body)):
         return loop
     if loop.unroll:
         return _written_out(loop, conds)
