@@ -138,7 +138,7 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None, programmat
     t["torch"] = timing.interleaved({"ours": ours, "torch": torch_path}, reps=reps, rounds=rounds)["torch"]
     weight_bytes = N * K // 2 + S.numel() * S.element_size()
     res = k.resources
-    p = fs.recipes.w4a16.plan(M, N, K, wgmma=True) if params is None else params
+    p = fs.recipes.w4a16.plan(M, N, K, wgmma=True, dtype=dt_name) if params is None else params
     return dict(M=M, N=N, K=K, dtype=dt_name, group_size=GROUP, params=str(p),
                 ours_us=t["ours"], cublas_us=t["cublas"], torch_us=t["torch"],
                 speedup_cublas=t["cublas"] / t["ours"], speedup_torch=t["torch"] / t["ours"],

@@ -3,7 +3,8 @@ unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and th
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
 split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
-stage, split-K in a thread-block cluster, warps sharing a K tile), for compute-sanitizer:
+stage, split-K in a thread-block cluster, warps sharing a K tile, consumer warpgroups sharing one),
+for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -75,6 +76,9 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     # columns of the wgmma family in one wave, 128 columns on 8 warps, K tiles of 64 split in four
     (1, 11008, 1024, 128, False, "f16", None), (16, 17024, 256, 128, False, "f16", None),
     (1, 4096, 2176, 128, False, "f16", None),
+    # consumer warpgroups sharing each K tile where K is not split (w4a16.SHARED_K_CONSUMERS): four
+    # with zero points, two of 40 rows with signed codes
+    (16, 8200, 1024, 64, False, "f16", "zero_point"), (40, 8200, 1024, 128, True, "bf16", None),
 ]
 
 

@@ -28,6 +28,8 @@ from firesched.lower.synthesis import packing_for
 from firesched.packing import Packing
 from firesched.quant import dequantize_int4, pack_int4, quantize_int4, unpack_int4
 from firesched.recipes.w4a16 import (
+    MIN_SHARE_K,
+    SHARED_K_CONSUMERS,
     W4A16Params,
     W4A16WgmmaParams,
     gemm_w4a16,
@@ -321,6 +323,29 @@ def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family, cols):
         assert p.split_k == 1 or family == "mma"
     assert isinstance(plan(M, N, K), W4A16Params)           # sm_80: always the mma.sync family
     assert plan(M, N, K).block_n == 64 or M > 16            # (and its 64 columns)
+
+
+@pytest.mark.parametrize("M,N,K,dtype,shared", [
+    (1, 8192, 8192, "f16", 4), (16, 8192, 28672, "f16", 4), (1, 28672, 8192, "f16", 2), (16, 14336, 4096, "f16", 2),
+    (32, 8192, 8192, "f16", 2), (64, 8192, 8192, "f16", 2), (17, 4096, 4096, "f16", 1), (64, 4096, 4096, "f16", 1),
+    (32, 28672, 8192, "f16", 1), (128, 8192, 8192, "f16", 1), (300, 4096, 4096, "f16", 1),
+    (1, 8192, 8192, "bf16", 4), (8, 28672, 8192, "bf16", 2), (16, 8192, 8192, "bf16", 1),
+    (32, 8192, 8192, "bf16", 1), (64, 8192, 8192, "bf16", 2)])
+def test_consumers_share_k_tiles_where_k_is_not_split(M, N, K, dtype, shared):
+    """Where K is not split over blocks, consumer warpgroups share each K tile until a block has
+    as many consumers as w4a16.SHARED_K_CONSUMERS gives its rows and type (f16: four up to M =
+    16, two up to 64), each with ``MIN_SHARE_K`` of a tile or more; a split K keeps one a 64
+    columns."""
+    p = plan(M, N, K, wgmma=True, dtype=dtype)
+    assert isinstance(p, W4A16WgmmaParams) and p.warpgroups_k == shared, p
+    assert p.warpgroups_k == 1 or (p.split_k == 1 and p.block_k // p.warpgroups_k >= MIN_SHARE_K)
+    assert p.warpgroups_k == 1 or (p.block_n // 64) * p.warpgroups_k <= next(
+        c for rows, c in SHARED_K_CONSUMERS[dtype] if M <= rows)
+
+
+def test_plan_refuses_an_unknown_dtype():
+    with pytest.raises(ValueError, match="dtype='f32'"):
+        plan(1, 4096, 4096, dtype="f32")
 
 
 def test_small_m_k_tiles_of_64_where_128_stop_the_split():

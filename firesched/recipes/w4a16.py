@@ -223,8 +223,9 @@ class W4A16WgmmaParams:
     * ``warpgroups_k``: consumer warpgroups sharing each K tile (``split_k(warpgroups_k,
       across=WARPGROUP)``): each dequantises and multiplies ``block_k / warpgroups_k`` of every
       stage into an accumulator of its own, and the parts are added through shared memory before
-      C is stored: fewer blocks stream K in one launch (measured slower than the plan at N = K =
-      4096 and equal at 8192, bench/README.md; ``plan`` does not use it).
+      C is stored: more warps dequantise what one block streams (``plan_wgmma`` takes it where K
+      is not split over blocks, ``SHARED_K_CONSUMERS``; measured slower with K split over blocks,
+      bench/README.md).
 
     A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
     next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is
@@ -263,7 +264,7 @@ class W4A16WgmmaParams:
 
 
 def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_size: int | None = 128,
-         zero_point: bool = False) -> W4A16Params | W4A16WgmmaParams:
+         zero_point: bool = False, dtype: str = "f16") -> W4A16Params | W4A16WgmmaParams:
     """The tiles for a shape, from a sweep on an H100 (``bench/gemm_w4a16.py --sweep``,
     bench/README.md).  Every warp holds all of its block's rows where it can, so a weight is
     dequantised once per block, not once per warp row:
@@ -286,7 +287,8 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     one to two blocks an SM while each part keeps at least 4 K tiles.  ``group_size`` and
     ``zero_point`` (what ``gemm_w4a16`` is called with) size the scale (and zero-point) rows a
     wgmma ring stage holds beside its tiles, and with zero points a K tile spans at most 8 groups
-    (the registers of their zero points).
+    (the registers of their zero points); ``dtype`` (the activations', f16 or bf16) how many
+    consumer warpgroups of the wgmma family share a K tile (``SHARED_K_CONSUMERS``).
 
     With ``wgmma`` (an sm_90a target), M above 16 takes the wgmma family instead
     (``plan_wgmma``): measured on an H100 against the tiles above, 1.14 -> 1.31x cuBLAS at M = 64,
@@ -298,8 +300,10 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     64) is taken where it makes one wave or K is at least ``WIDE_WGMMA_K`` (measured on an H200:
     28672 x 8192 0.56-0.59 of the time of the 64-column cp.async tiles, 14336 x 4096 0.93-0.94,
     12288 and 11008 x 4096 0.97-0.98)."""
+    if dtype not in SHARED_K_CONSUMERS:
+        raise ValueError(f"w4a16.plan: dtype={dtype!r}; allowed: {', '.join(map(repr, SHARED_K_CONSUMERS))}")
     if wgmma:
-        p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point)
+        p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point, dtype=dtype)
         blocks = -(-M // p.block_m) * -(-N // p.block_n)
         if M > 16 or (p.split_k == 1 and 2 * blocks > sms and
                       (p.block_n == 64 or blocks <= sms or K >= WIDE_WGMMA_K)):
@@ -345,6 +349,17 @@ def _k_split(tiles: int, K: int, bk: int, want: int) -> int:
     return split
 
 
+#: consumer warpgroups a producer-fed block of K unsplit runs, per activation type, by the most
+#: rows it holds (M up to the first entry's rows: its count; past the last: one a 64 columns):
+#: the consumers share each K tile (``warpgroups_k``) where one per 64 columns would leave the SM
+#: waiting on their dequantisation.  Measured on an H200 (bench/README.md), f16: M = 1, N = K =
+#: 8192 14.4 -> 13.0 us with four consumers of 128 k each, 8192 x 28672 43.4 -> 37.6, 28672 x
+#: 8192 44.6 -> 41.0 with two a column half, M = 64, N = K = 8192 21.2 -> 20.0 with two; bf16
+#: gains at M = 1 (4-5 %) and M = 64 (4-8 %) but lost 0-2 % at M = 16 and 2-4 % at M = 32.
+#: Shares of less than ``MIN_SHARE_K`` measured slower, and so did K split over blocks.
+SHARED_K_CONSUMERS = {"f16": ((16, 4), (64, 2)), "bf16": ((8, 4), (32, 1), (64, 2))}
+MIN_SHARE_K = 128
+
 #: shared memory a block's ring may take (sm_90a's 227 KiB a block, less room for its mbarriers)
 RING_BYTES = 227 * 1024 - 1024
 #: activation rows a producer-fed block takes above M = 256, with the rate each was measured to
@@ -353,7 +368,7 @@ ROW_RATES = {256: 1.0, 192: 0.92, 128: 0.80}
 
 
 def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None = 128,
-               zero_point: bool = False) -> W4A16WgmmaParams:
+               zero_point: bool = False, dtype: str = "f16") -> W4A16WgmmaParams:
     """The sm_90a family's tiles for a shape (measured on an H100, bench/README.md).  A
     warpgroup's dequantisation and its wgmmas take turns (the wgmma reads the fragment the
     dequantisation writes), so the overlap comes from other warpgroups:
@@ -374,7 +389,9 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
       dequantises a whole K tile, then retires its wgmmas: longer tiles take fewer such turns).
       Measured on an H100 (``bench/gemm_w4a16.py --sweep --family wgmma``): M = 64, N = K = 4096
       1.50 -> 1.63x cuBLAS (64 columns, split 2, 256 k); M = 32, 4096 1.89x and 8192 2.91x;
-      M = 16, 8192 3.06x (64 columns, no split, 512 k);
+      M = 16, 8192 3.06x (64 columns, no split, 512 k); where K is not split, consumer
+      warpgroups share each K tile (``SHARED_K_CONSUMERS``: for f16 four of 128 k up to M = 16,
+      two up to 64; measured on an H200, M = 1, N = K = 8192 2.68 -> 3.03x cuBLAS);
     * above: a producer warpgroup loads codes and activations by TMA (``producer=True``) for two
       consumer warpgroups that both dequantise and issue at once (taking turns, ``pingpong``,
       measured 2-5% slower), with 256, 192 or 128 activation rows a block — whichever finishes
@@ -410,7 +427,8 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
         bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
         stage = _stage_bytes(bm, bn, bk, group_size, zero_point)
         return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
-                                split_k=split, producer=True)
+                                split_k=split, producer=True,
+                                warpgroups_k=_shared_k(M, bn, bk, split, dtype))
 
     def finish(bm: int) -> float:
         """The grid's time in units of a 256-row block's: its waves, each as long as a block."""
@@ -421,6 +439,17 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
     stage = _stage_bytes(bm, 128, bk, group_size, zero_point)
     return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
                             producer=True)
+
+
+def _shared_k(M: int, bn: int, bk: int, split: int, dtype: str = "f16") -> int:
+    """Consumer warpgroups sharing each K tile of a producer-fed block (``SHARED_K_CONSUMERS``):
+    as many as make the block's consumers up to the count for ``M`` and ``dtype``, each with at
+    least ``MIN_SHARE_K`` of the tile (a power of two); 1 where K is split over blocks."""
+    most = next((c for rows, c in SHARED_K_CONSUMERS.get(dtype, ()) if M <= rows), 1)
+    share = 1
+    while split == 1 and 2 * share * (bn // 64) <= most and bk // (2 * share) >= MIN_SHARE_K:
+        share *= 2
+    return share
 
 
 def _stage_bytes(rows: int, cols: int, bk: int, group_size: int | None, zero_point: bool = False) -> int:
@@ -483,7 +512,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
                          f"{PACK_K} k (pad K with zero activations and zero-point codes)")
     tgt = get_target(arch)
     p = params if params is not None else plan(M, N, K, sms=tgt.sm_count, wgmma=tgt.has_wgmma,
-                                               group_size=group_size, zero_point=zero_point)
+                                               group_size=group_size, zero_point=zero_point, dtype=dtype)
     if isinstance(p, W4A16WgmmaParams):
         return _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p, check)
     if not isinstance(p, W4A16Params):

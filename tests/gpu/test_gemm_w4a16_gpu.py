@@ -83,6 +83,19 @@ def test_default_plan_above_256_rows(M, N, K, group_size, signed, dtype, zero_po
     _run(M, N, K, group_size=group_size, signed=signed, dtype=dtype, zero_point=zero_point)
 
 
+@pytest.mark.parametrize("M,N,K,group_size,signed,dtype,zero_point", [
+    (1, 8200, 1024, 64, False, "f16", True), (5, 8192, 2048, 32, True, "bf16", False),
+    (40, 8200, 1024, 128, True, "bf16", False), (5, 11000, 1024, None, False, "f16", False),
+])
+def test_default_plan_with_consumers_sharing_k_tiles(M, N, K, group_size, signed, dtype, zero_point):
+    """The default tiles of M up to 64 where K is not split over blocks: consumer warpgroups share
+    each K tile (w4a16.SHARED_K_CONSUMERS), at odd shapes, zero points, signed codes, whole-column
+    scales."""
+    p = fs.recipes.w4a16.plan(M, N, K, wgmma=True, group_size=group_size, zero_point=zero_point, dtype=dtype)
+    assert isinstance(p, W4A16WgmmaParams) and p.warpgroups_k > 1, p
+    _run(M, N, K, group_size=group_size, signed=signed, dtype=dtype, zero_point=zero_point)
+
+
 def test_random_tiles():
     rnd = random.Random(7)
     ran = 0
