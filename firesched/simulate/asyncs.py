@@ -214,6 +214,7 @@ class WgmmaGroups:
         for name, off, cnt in regs:
             self.regs.busy[name][thr, off:off + cnt] += 1
             self.regs.busy_stmt[name][thr, off:off + cnt] = sid
+            self.regs.busy_any[name] = True
 
     def track(self, thr: np.ndarray, regs: list, smem: list, sid: int):
         """Remember the wgmma issued by ``thr`` until every thread of it retires its group; then
@@ -234,6 +235,7 @@ class WgmmaGroups:
                 t = rec.thr[done]
                 for name, off, cnt in rec.regs:
                     self.regs.busy[name][t, off:off + cnt] -= 1
+                    self.regs.busy_any[name] = bool(self.regs.busy[name].any())
                 rec.retired |= done
             if rec.retired.all():
                 for sh, e in rec.smem:

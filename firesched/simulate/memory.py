@@ -699,32 +699,37 @@ class Memory:
             else:
                 sh.proxy_w[np.isin(sh.proxy_w, act)] = -1
 
-    def async_write_check(self, sh: Shared, a: np.ndarray, t: int):
-        """Checks for an async-proxy write (a TMA load landing) of ``a`` by thread ``t``'s issue."""
+    def async_write_check(self, sh: Shared, a: np.ndarray, t):
+        """Checks for an async-proxy write (a TMA load landing) of ``a`` by thread ``t``'s issue
+        (``t``: one thread, or one per element of ``a``)."""
         ctx = self.ctx
-        thr = np.full(a.size, t, dtype=np.int64)
+        thr = np.full(a.size, t, dtype=np.int64) if np.ndim(t) == 0 else np.asarray(t, dtype=np.int64)
         self.sm90_write_check(sh, a, thr)
-        u = np.unique(a)
-        other, war = self.unordered_reader(sh, u, np.full(u.size, t, dtype=np.int64))
+        u, first = np.unique(a, return_index=True)
+        issuer = thr[first]
+        other, war = self.unordered_reader(sh, u, issuer)
         if war.any():
             i = np.flatnonzero(war)
             j = i[0]
-            ctx.hazard(f"race (write after read): the TMA load issued by thread {t} overwrites SH buffer "
-                       f"{sh.buf.name!r} offset {int(u[j])}, read by thread {int(other[j])} since the last "
+            ctx.hazard(f"race (write after read): the TMA load issued by thread {int(issuer[j])} overwrites SH "
+                       f"buffer {sh.buf.name!r} offset {int(u[j])}, read by thread {int(other[j])} since the last "
                        f"barrier (at {ctx.stmt_str(sh.r_stmt[u[j]])}); {i.size} element(s) race — a barrier "
-                       f"(or an 'empty' mbarrier) must separate the readers from the refill", thread=t,
+                       f"(or an 'empty' mbarrier) must separate the readers from the refill", thread=int(issuer[j]),
                        other=sh.r_stmt[u[j]], other_thread=int(other[j]), on=f"SH buffer {sh.buf.name!r}")
         inf = sh.inflight[a]
         if (inf >= 0).any():
             i = np.flatnonzero(inf >= 0)[0]
             ctx.hazard(f"TMA load into in-flight async data: SH buffer {sh.buf.name!r} offset {int(a[i])} is "
                        f"the destination of a cp.async by thread {int(inf[i])} that no AsyncWait completed",
-                       thread=t, other=sh.inflight_stmt[a[i]], other_thread=int(inf[i]),
+                       thread=int(thr[i]), other=sh.inflight_stmt[a[i]], other_thread=int(inf[i]),
                        on=f"SH buffer {sh.buf.name!r}")
 
-    def tma_land(self, sh: Shared, e: np.ndarray, t: int, values: np.ndarray, bar_id: int, phase: int, sid: int):
+    def tma_land(self, sh: Shared, e: np.ndarray, t, values: np.ndarray, bar_id, phase, sid: int):
         """A TMA load issued by thread ``t`` writes ``values`` at ``e``, tagged with the mbarrier
-        phase that completes it (the async proxy writes it, so no proxy fence is owed)."""
+        phase that completes it (the async proxy writes it, so no proxy fence is owed).  ``t``,
+        ``bar_id`` and ``phase`` are one each or one per element of ``e`` (the pushes of several
+        threads landing at once, ``families.copies.dsmem_push``); nothing is written where a check
+        fails."""
         self.async_write_check(sh, e, t)
         sh.data[e] = values
         sh.writer[e] = t

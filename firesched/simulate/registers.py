@@ -38,6 +38,9 @@ class Registers:
             self.touch = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.arrays.items()}
             self.busy = {n: np.zeros(r.shape, dtype=np.int64) for n, r in self.arrays.items()}
             self.busy_stmt = {n: np.full(r.shape, -1, dtype=np.int64) for n, r in self.arrays.items()}
+            # whether any register of a buffer is in flight (set by a wgmma's hold, recomputed when
+            # one retires): most accesses touch buffers no wgmma owns, and skip the lookup
+            self.busy_any = dict.fromkeys(self.arrays, False)
 
     def declared(self, buf) -> bool:
         """Whether register buffer ``buf`` is one of the kernel's."""
@@ -79,8 +82,8 @@ class Registers:
     def watch(self, name: str, sel, thr):
         """A non-wgmma access of registers ``sel`` of buffer ``name``: a hazard while a wgmma uses
         them; remembered so that a wgmma without a wgmma.fence in between is caught."""
-        busy = self.busy[name][sel]
-        if busy.any():
+        busy = self.busy[name][sel] if self.busy_any[name] else None
+        if busy is not None and busy.any():
             b = np.broadcast_to(self.busy_stmt[name][sel], busy.shape)[busy > 0]
             rows = np.broadcast_to(np.asarray(thr)[:, None], busy.shape)[busy > 0] if np.ndim(thr) else thr
             self.ctx.hazard(f"read or write of wgmma registers before wgmma.wait_group: threads "

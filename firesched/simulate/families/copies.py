@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from ... import ir
-from ...errors import InternalError
+from ...errors import HazardError, InternalError
 from ..messages import describe
 from .operands import bar_ids, scalar
 
@@ -140,15 +140,57 @@ def dsmem_push(k, s):
     if sdt != ddt:
         vals = vals.view(ddt.np)
     ids = bar_ids(k, s, "bar", on)
-    target = ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta
+    target = (ctx.rank[on] - ctx.rank[on] % ctx.cluster + cta).astype(np.int64)
+    bar_id = ids.astype(np.int64) % max(bars.n, 1) + target * bars.n
+    elems = (base + target * sh.n)[:, None] + lane[None, :]
+    nbytes = n * ddt.bits // 8
+    if _push_at_once(k, s, sh, on, elems, vals, bar_id, nbytes):
+        return
     for i, t in enumerate(on.tolist()):
-        q = int(target[i])
-        bar_id = int(ids[i]) % max(bars.n, 1) + q * bars.n
-        bar = bars.get(bar_id, t)
-        mem.tma_land(sh, base[i] + lane + q * sh.n, t, vals[i], bar_id, bar.phase, ctx.sid(s))
-        k.tma.load(bar_id, bar.phase, ctx.sid(s))
-        bar.tx -= n * ddt.bits // 8
+        b = int(bar_id[i])
+        bar = bars.get(b, t)
+        mem.tma_land(sh, elems[i], t, vals[i], b, bar.phase, ctx.sid(s))
+        k.tma.load(b, bar.phase, ctx.sid(s))
+        bar.tx -= nbytes
         bar.complete()
+
+
+def _push_at_once(k, s, sh, on, elems, vals, bar_id, nbytes: int) -> bool:
+    """Land the ``st.async`` pushes of all threads ``on`` as one write where that is exactly what
+    landing them thread by thread (``dsmem_push``'s loop) does: each element is written once, each
+    thread's mbarrier is initialised and visible to it, and no check fails (the loop then finds the
+    hazard and reports it as it meets it).  The bytes of each thread land in the phase its
+    mbarrier is in when they do, after the pushes before it (a push can complete a phase).
+    Returns whether it landed them."""
+    ctx, mem, bars = k.ctx, k.mem, k.bars
+    flat = elems.ravel()
+    if np.unique(flat).size != flat.size:
+        return False
+    threads, ids = on.tolist(), bar_id.tolist()
+    state: dict[int, tuple[int, int, int]] = {}      # mbarrier -> (tx, pending, phase) as the pushes go
+    phases = np.empty(on.size, dtype=np.int64)
+    for i, (t, b) in enumerate(zip(threads, ids)):
+        bar = bars.by_id.get(b)
+        if bar is None or (bar.init_epoch == bars.order.epoch and bar.init_thread != t):
+            return False                             # bars.get reports it, in the loop
+        tx, pending, phase = state.get(b, (bar.tx, bar.pending, bar.phase))
+        phases[i] = phase
+        tx -= nbytes
+        if pending == 0 and tx == 0:
+            phase, pending = phase + 1, bar.count
+        state[b] = (tx, pending, phase)
+    n = elems.shape[1]
+    try:
+        mem.tma_land(sh, flat, np.repeat(on, n), vals.reshape(-1), np.repeat(bar_id, n), np.repeat(phases, n),
+                     ctx.sid(s))
+    except HazardError:
+        return False
+    for i, (t, b) in enumerate(zip(threads, ids)):
+        bar = bars.get(b, t)
+        k.tma.load(b, int(phases[i]), ctx.sid(s))
+        bar.tx -= nbytes
+        bar.complete()
+    return True
 
 
 def cp_async(k, s):
