@@ -35,6 +35,7 @@ from firesched.recipes.w4a16 import (
     gemm_w4a16,
     pack_weights,
     plan,
+    plan_wgmma,
     w4a16_spec,
     weight_packing,
     wgmma_spec,
@@ -346,6 +347,8 @@ def test_consumers_share_k_tiles_where_k_is_not_split(M, N, K, dtype, shared):
 def test_plan_refuses_an_unknown_dtype():
     with pytest.raises(ValueError, match="dtype='f32'"):
         plan(1, 4096, 4096, dtype="f32")
+    with pytest.raises(ValueError, match="plan_wgmma: dtype='f32'"):
+        plan_wgmma(1, 8192, 8192, dtype="f32")
 
 
 def test_small_m_k_tiles_of_64_where_128_stop_the_split():

@@ -300,8 +300,7 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     64) is taken where it makes one wave or K is at least ``WIDE_WGMMA_K`` (measured on an H200:
     28672 x 8192 0.56-0.59 of the time of the 64-column cp.async tiles, 14336 x 4096 0.93-0.94,
     12288 and 11008 x 4096 0.97-0.98)."""
-    if dtype not in SHARED_K_CONSUMERS:
-        raise ValueError(f"w4a16.plan: dtype={dtype!r}; allowed: {', '.join(map(repr, SHARED_K_CONSUMERS))}")
+    _check_dtype("plan", dtype)
     if wgmma:
         p = plan_wgmma(M, N, K, sms=sms, group_size=group_size, zero_point=zero_point, dtype=dtype)
         blocks = -(-M // p.block_m) * -(-N // p.block_n)
@@ -402,6 +401,7 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
       the ring and every consumer thread releasing its stage: M = 4096 0.94-0.96x, M = 512-2048
       0.93-1.01x.
     """
+    _check_dtype("plan_wgmma", dtype)
     bk = 128 if K % 128 == 0 else (64 if K % 64 == 0 else PACK_K)
     cols = -(-N // 128)
     if M <= 256:
@@ -441,11 +441,17 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
                             producer=True)
 
 
+def _check_dtype(who: str, dtype: str) -> None:
+    if dtype not in SHARED_K_CONSUMERS:
+        raise ValueError(f"w4a16.{who}: dtype={dtype!r} (the activations'); allowed: "
+                         f"{', '.join(map(repr, SHARED_K_CONSUMERS))}")
+
+
 def _shared_k(M: int, bn: int, bk: int, split: int, dtype: str = "f16") -> int:
     """Consumer warpgroups sharing each K tile of a producer-fed block (``SHARED_K_CONSUMERS``):
     as many as make the block's consumers up to the count for ``M`` and ``dtype``, each with at
     least ``MIN_SHARE_K`` of the tile (a power of two); 1 where K is split over blocks."""
-    most = next((c for rows, c in SHARED_K_CONSUMERS.get(dtype, ()) if M <= rows), 1)
+    most = next((c for rows, c in SHARED_K_CONSUMERS[dtype] if M <= rows), 1)
     share = 1
     while split == 1 and 2 * share * (bn // 64) <= most and bk // (2 * share) >= MIN_SHARE_K:
         share *= 2
