@@ -27,7 +27,7 @@ from .api import CompiledProgram, compile, interpret
 from .errors import CompileError, FireschedError, HazardError, LaunchError, ScheduleError
 from .layout import Layout, Swizzle, TVLayout
 from .schedule import Schedule
-from .spec import Attention, Fused, Init, MatMul, Move, Pointwise, Reduce
+from .spec import Attention, Fused, Init, MatMul, Move, Pointwise, Reduce, ScaleAdd
 from .tensor import BLOCK, CLUSTER, GL, KERNEL, RF, SH, THREAD, WARP, WARPGROUP, Level, Memory, Tensor, Tile
 from .torch_ops import matmul  # torch is imported on the first call, not here
 from .tuner import tune
@@ -36,7 +36,7 @@ from .version import __version__
 __all__ = [
     "dtypes", "ops", "recipes", "ir", "lower", "cuda", "simulate", "runtime", "compile", "interpret", "CompiledProgram",
     "FireschedError", "ScheduleError", "CompileError", "HazardError", "LaunchError",
-    "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "Fused", "Attention",
+    "Layout", "Swizzle", "TVLayout", "Schedule", "MatMul", "Move", "Init", "Pointwise", "Reduce", "ScaleAdd", "Fused", "Attention",
     "Level", "Memory", "Tensor", "Tile", "GL", "SH", "RF", "KERNEL", "CLUSTER", "BLOCK", "WARPGROUP", "WARP",
     "THREAD", "matmul", "tune", "__version__",
 ]

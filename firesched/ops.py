@@ -104,6 +104,8 @@ SCALAR_OPS: dict[str, ScalarOp] = {
                  lambda x, m, c, z: _ftz(np.exp2(c * (x - m))) * z),
         # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
         # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
+        # x * y + z rounded once (a group's scale times its partial product, added: rules.partials)
+        ScalarOp("fma", 3, lambda x, y, z: f"fmaf({x}, {y}, {z})", lambda x, y, z: x * y + z),
         ScalarOp("mul_mul", 3, lambda x, r, w: f"{x} * {r} * {w}", lambda x, r, w: x * r * w),
         ScalarOp("normalize", 3, lambda x, m, r: f"({x} - {m}) * {r}", lambda x, m, r: (x - m) * r),
         ScalarOp("normalize_scale", 4, lambda x, m, r, w: f"({x} - {m}) * {r} * {w}",
@@ -222,12 +224,17 @@ class GroupScale(EpilogueOp):
     zero point (0 for i4, 0 or 8 for u4: ``firesched.quant``).  With ``zeros`` (a name) the zero
     point is per group instead: a second extra input of the scales' shape holding each group's
     zero point as a number in the dequantised type (``quantize_int4(zero_point=True)``'s codes,
-    converted), and ``zero`` is 0."""
+    converted), and ``zero`` is 0.
+
+    ``partials=True`` (set by the ``scale_partials()`` strategy): the dequantising move leaves
+    ``x - zero`` (exact: an integer of at most 15 in magnitude), and the scale multiplies each
+    group's f32 partial product of the MatMul instead (``spec.ScaleAdd``)."""
 
     name: str = "scales"
     group_size: int | None = 128
     zero: int = 0
     zeros: str | None = None
+    partials: bool = False
 
     def extras(self):
         g = self.group_size or 0
@@ -238,22 +245,24 @@ class GroupScale(EpilogueOp):
             sub = (("sub", (self.extras()[1],)),)
         else:
             sub = (("sub", (float(self.zero),)),) if self.zero else ()
-        return sub + (("mul", (self.extras()[0],)),)
+        return sub + (() if self.partials else (("mul", (self.extras()[0],)),))
 
     def reference(self, x, extras):
         if not self.group_size:       # one group: every row of a column shares its scale
             e = Extra(self.name, "groups", x.shape[0])
             z = extras_at(Extra(self.zeros, "groups", x.shape[0]), extras, x.shape) if self.zeros else float(self.zero)
-            return (x - z) * extras_at(e, extras, x.shape)
+            return (x - z) if self.partials else (x - z) * extras_at(e, extras, x.shape)
         return super().reference(x, extras)
 
     def __str__(self):
         z = f", zero={self.zero}" if self.zero else ""
         z += f", zeros={self.zeros}" if self.zeros else ""
-        return f"group_scale({self.name}[k/{self.group_size or 'K'}, n]{z})"
+        on = " on partials" if self.partials else ""
+        return f"group_scale({self.name}[k/{self.group_size or 'K'}, n]{z}){on}"
 
     def __repr__(self):
         z = f", zeros={self.zeros!r}" if self.zeros else ""
+        z += ", partials=True" if self.partials else ""
         return f"ops.group_scale({self.name!r}, {self.group_size!r}, zero={self.zero!r}{z})"
 
 
@@ -419,10 +428,12 @@ def bias(name: str = "bias", axis: str = "n") -> Bias:
 
 
 def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 0,
-                zeros: str | None = None) -> GroupScale:
+                zeros: str | None = None, partials: bool = False) -> GroupScale:
     """Dequantise int4 codes with group scales: ``(code - zero) * name[k // group_size, n]``
     (``GroupScale``); ``group_size`` 32, 64, 128 or None (one group per column); ``zeros``
-    names a tensor of per-group zero points instead of the one ``zero``."""
+    names a tensor of per-group zero points instead of the one ``zero``.  ``partials`` is what
+    the ``scale_partials()`` strategy sets (the scale moves onto each group's partial product);
+    a prologue takes only ``partials=False``."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"group_scale(name={name!r}): the scales' tensor name, an identifier")
     if group_size is not None and (isinstance(group_size, bool) or group_size not in (32, 64, 128)):
@@ -433,7 +444,9 @@ def group_scale(name: str = "scales", group_size: int | None = 128, zero: int = 
     if zeros is not None and (not isinstance(zeros, str) or not zeros.isidentifier() or zeros == name or zero):
         raise ValueError(f"group_scale(zeros={zeros!r}, zero={zero!r}): zeros names the per-group zero points' "
                          f"tensor (an identifier other than {name!r}), and then zero is 0")
-    return GroupScale(name, group_size, zero, zeros)
+    if not isinstance(partials, bool):
+        raise ValueError(f"group_scale(partials={partials!r}): True or False")
+    return GroupScale(name, group_size, zero, zeros, partials)
 
 
 def residual(name: str = "residual") -> Residual:

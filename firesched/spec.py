@@ -282,6 +282,36 @@ class Init(SpecBase):
 
 
 @attrs.frozen(repr=False)
+class ScaleAdd(SpecBase):
+    """``dst += Σ_g scale[group g of the K tile, n] · src[g]``: the partial products of a MatMul's
+    K tile, one per group of ``scale.group_size`` k of the dequantised operand ``operand``, each
+    multiplied in f32 by its group's scale and added to the accumulator.  ``scale_partials()``
+    leaves it after the MatMul that computes ``src`` (``groups`` register copies of it)::
+
+        MatMul<warpgroup>(B:RF f16[128x64], A:SH f16[16x128], C_part:RF f32[16x64]) acc f32
+        ScaleAdd<warpgroup>(C_part:RF f32[16x64] x1 groups -> C:RF f32[16x64]) by S[k/128, n]
+    """
+
+    _TILES = ("src", "dst")
+
+    src: Tile
+    dst: Tile
+    level: Level
+    scale: object           # an ops.GroupScale with partials=True
+    operand: str            # the dequantised operand: its k and n index the scales
+    groups: int = 1
+
+    def __repr__(self):
+        return (f"ScaleAdd({self.src!r}, {self.dst!r}, {self.level!r}, {self.scale!r}, {self.operand!r}, "
+                f"{self.groups!r})")
+
+    def __str__(self):
+        g = self.scale.group_size or "K"
+        return (f"ScaleAdd<{self.level}>({self.src} x{self.groups} group{'s' if self.groups > 1 else ''} "
+                f"-> {self.dst}) by {self.scale.name}[k/{g}, n]")
+
+
+@attrs.frozen(repr=False)
 class Pointwise(SpecBase):
     """``out = op(*inputs)`` element by element; an input without one of ``out``'s dimensions is
     broadcast along it.  ``op`` names a scalar op of ``firesched.ops.SCALAR_OPS`` whose arity is

@@ -98,6 +98,8 @@ class Ctx:
     spans: dict = attrs.field(factory=dict)      # unit loop var -> (thread stride, count)
     repeated: bool = False                       # inside a sequential loop (or a block's tile loop)
     units: tuple = ()                            # the unit-mapped loops (below the block) around the node
+    # accumulator name -> its register copies of group partial products (``rules.partials``)
+    partials: dict = attrs.field(factory=dict)
 
     def with_origin(self, key, dims: dict) -> "Ctx":
         o = dict(self.origin)

@@ -35,7 +35,7 @@ from ..ir import nodes as ir_nodes
 from ..ir.expr import IntExpr, Sum, bounds, free_vars
 from ..layout import Swizzle
 from ..schedule import Node
-from ..spec import Fused, MatMul
+from ..spec import Fused, MatMul, ScaleAdd
 from ..tensor import RF, SH, THREAD, WARP, WARPGROUP
 from .context import err
 
@@ -157,6 +157,9 @@ def register_layouts(block: Node) -> dict:
     the tensor (two register tensors may share a name: a fused part's accumulator and the next
     part's fragments of it)."""
     out: dict[tuple[str, str], RFLayout] = {}
+    # an accumulator that a ScaleAdd adds group partial products into (``scale_partials``) is no
+    # MMA's C itself: it is laid out as the MMA that writes the partial products would lay it out
+    folded = {n.spec.src.tensor: n.spec.dst for n in block.walk() if isinstance(n.spec, ScaleAdd)}
 
     def go(n: Node, path: list):
         here = path + [n]
@@ -167,6 +170,9 @@ def register_layouts(block: Node) -> dict:
                 k = t.tensor
                 if k not in out:
                     out[k] = _derive(k, t, which, n.atom, here)
+                dst = folded.get(k) if which == "c" else None
+                if dst is not None and dst.tensor not in out:
+                    out[dst.tensor] = _derive(dst.tensor, dst, which, n.atom, here)
         for c in n.children:
             go(c, here)
 

@@ -71,6 +71,7 @@ from ..strategies import (
     move_to_smem,
     pipeline,
     prologue,
+    scale_partials,
     split_k,
     stream_k,
     tile,
@@ -225,7 +226,10 @@ class W4A16WgmmaParams:
       stage into an accumulator of its own, and the parts are added through shared memory before
       C is stored: more warps dequantise what one block streams (``plan_wgmma`` takes it where K
       is not split over blocks, ``SHARED_K_CONSUMERS``; measured slower with K split over blocks,
-      bench/README.md).
+      bench/README.md);
+    * ``scale_partials``: the group scales multiply each group's f32 partial product once the
+      stage's wgmmas are done, instead of every dequantised weight (``strategies.scale_partials``):
+      a consumer thread then converts a word of codes without its four ``mul.f16x2``.
 
     A warpgroup dequantises its whole K tile, then issues its wgmmas and retires them before the
     next tile's dequantisation overwrites the fragment (the wgmma reads A registers until it is
@@ -243,6 +247,7 @@ class W4A16WgmmaParams:
     pingpong: bool = False
     cluster_combine: bool = False
     warpgroups_k: int = 1
+    scale_partials: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
@@ -426,9 +431,10 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
             longest = min(longest, max(128, 8 * group_size))
         bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
         stage = _stage_bytes(bm, bn, bk, group_size, zero_point)
+        share = _shared_k(M, bn, bk, split, dtype)
         return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
-                                split_k=split, producer=True,
-                                warpgroups_k=_shared_k(M, bn, bk, split, dtype))
+                                split_k=split, producer=True, warpgroups_k=share,
+                                scale_partials=_partials(bm, bk // share, group_size))
 
     def finish(bm: int) -> float:
         """The grid's time in units of a 256-row block's: its waves, each as long as a block."""
@@ -439,6 +445,24 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
     stage = _stage_bytes(bm, 128, bk, group_size, zero_point)
     return W4A16WgmmaParams(block_m=bm, block_n=128, block_k=bk, stages=min(4, RING_BYTES // stage),
                             producer=True)
+
+
+#: scale_partials where a consumer's copies of the accumulator (one per group of its K share, each
+#: ``block_m / 2`` f32 a thread) add at most this many columns' worth: ``block_m x copies``
+PARTIALS_MAX_COLUMNS = 64
+
+
+def _partials(bm: int, part_k: int, group_size: int | None) -> bool:
+    """Whether a consumer that dequantises ``part_k`` of each K tile scales its group partial
+    products (``W4A16WgmmaParams.scale_partials``): where the groups and its share nest, and the
+    copies of its ``bm``-column accumulator stay few."""
+    if group_size is None or group_size % part_k == 0:
+        copies = 1
+    elif part_k % group_size == 0:
+        copies = part_k // group_size
+    else:
+        return False
+    return bm * copies <= PARTIALS_MAX_COLUMNS
 
 
 def _check_dtype(who: str, dtype: str) -> None:
@@ -633,6 +657,7 @@ def _gemm_w4a16_wgmma(M, N, K, group_size, dtype, tgt, signed, zero_point, p: W4
     chain += [
         tile(n=64) >> to_warpgroups(),
         move_to_regs("B"), prologue("B", _group_scale(group_size, signed, zero_point)),
+        *([scale_partials()] if p.scale_partials else []),
         tile(k=16) >> done(atom),
     ]
     sched = spec.schedule(*chain)

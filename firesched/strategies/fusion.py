@@ -193,6 +193,12 @@ def _check_dequant(strategy, root, hits) -> None:
         raise ScheduleError("one group_scale, first among the operand's prologue ops", strategy=strategy,
                             spec=root, field="ops", value=strategy.ops)
     op = scales[0]
+    if op.partials:
+        raise ScheduleError("group_scale(partials=True) is what scale_partials() leaves on the dequantising move; a "
+                            "prologue scales the weights themselves", strategy=strategy, spec=root, field="partials",
+                            value=True, allowed="False",
+                            fix="prologue(..., ops.group_scale(...)), then scale_partials() on the MatMul that "
+                                "reads the dequantised operand")
     allowed = (0, 8) if hits[0].spec.src.dtype.name == "u4" else (0,)
     if op.zero not in allowed:
         raise ScheduleError(f"{hits[0].spec.src.dtype} codes are dequantised with zero point "

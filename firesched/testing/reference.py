@@ -179,7 +179,10 @@ def _added_ops(schedule: Schedule):
         if sp.dst.name in outputs and sp.dst.memory == GL:
             epi.setdefault(sp.dst.name, tuple(sp.ops))
         elif sp.src.name in inputs:
-            pro.setdefault(sp.src.name, tuple(sp.ops))
+            # group scales that scale_partials() moved onto the partial products mean the same
+            # weights (the scale applied in f32 to the sums instead of rounded into each weight)
+            pro.setdefault(sp.src.name, tuple(attrs.evolve(op, partials=False) if getattr(op, "partials", False)
+                                              else op for op in sp.ops))
     return pro, epi
 
 

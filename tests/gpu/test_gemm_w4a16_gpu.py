@@ -200,6 +200,29 @@ def test_wgmma_random_tiles():
         split_k=rnd.choice([1, 1, 2]), occupancy=rnd.choice([1, 1, 2]))) >= 15
 
 
+@pytest.mark.parametrize("group_size", [32, 64, 128, None])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_scale_partials_groups_signs_dtypes(group_size, signed, dtype, zero_point):
+    """``scale_partials``: the group scales on each group's f32 partial product (2 or 8 register
+    copies of it a consumer for groups of 128 / 32 of its 256 k, one for whole columns)."""
+    _run(13, 200, 2048, group_size=group_size, signed=signed, dtype=dtype, zero_point=zero_point,
+         params=WG(block_m=16, block_n=128, block_k=256, stages=3, producer=True, scale_partials=True))
+
+
+def test_scale_partials_random_tiles():
+    """``scale_partials`` with random tiles: with and without a producer, consumers sharing K
+    tiles, K split over blocks, odd shapes, every group size, sign and dtype, zero points."""
+    def draw(rnd):
+        parts = rnd.choice([1, 1, 2, 4])
+        return WG(block_m=rnd.choice([8, 16, 24, 64]), block_n=64 if parts == 4 else rnd.choice([64, 128]),
+                  block_k=rnd.choice([b for b in (64, 128, 256, 512) if b >= 32 * parts]), stages=rnd.choice([2, 3, 4]),
+                  split_k=rnd.choice([1, 1, 2]), producer=rnd.random() < 0.75, warpgroups_k=parts,
+                  scale_partials=True)
+    assert _random_wgmma_runs(29, 24, draw) >= 12
+
+
 def _producer_tiles(rnd):
     bn = rnd.choice([64, 128, 192])
     return WG(block_m=rnd.choice([8, 16, 64, 128, 192, 256]), block_n=bn, block_k=rnd.choice([64, 128]),

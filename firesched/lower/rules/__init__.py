@@ -3,8 +3,22 @@
 Importing this package registers them: the decomposition and loop rules (``decompose``), moves
 between memories (``copies``, ``tma``), accumulators and their epilogues (``accumulators``), the MMA
 atoms (``mma``), element-wise work on register fragments (``fragments``), the launches of open kernel-level specs (``elementwise``), consumer warpgroups' turns to issue wgmma
-(``turns``), and aligned row windows (``align``)."""
+(``turns``), aligned row windows (``align``), and group scales on partial products (``partials``)."""
 
-from . import accumulators, align, copies, decompose, elementwise, fragments, mma, smem, threads, tma, turns
+from . import (
+           accumulators,
+           align,
+           copies,
+           decompose,
+           elementwise,
+           fragments,
+           mma,
+           partials,
+           smem,
+           threads,
+           tma,
+           turns,
+)
 
-__all__ = ["accumulators", "align", "copies", "decompose", "elementwise", "fragments", "mma", "smem", "threads", "tma", "turns"]
+__all__ = ["accumulators", "align", "copies", "decompose", "elementwise", "fragments", "mma", "partials", "smem",
+           "threads", "tma", "turns"]

@@ -37,6 +37,7 @@ from ..context import WARPGROUP_BARRIER, err, key, scope_barrier
 from ..layouts import RFLayout, ThreadLayout, coord_table, value_runs
 from ..lowerer import Lowerer, spec_rule
 from .combine import components
+from .partials import copies, zeroed_by_mma
 from .smem import gl_offset, sh_offset, shared_buffer
 from .stream_fixup import fixup, starts_tile
 from .threads import store_thread_accumulator
@@ -50,13 +51,16 @@ EPILOGUE_BARRIER = WARPGROUP_BARRIER   # the warpgroup's own named barrier (warp
 @spec_rule(Init, "RF")
 def init_registers(lw: Lowerer, node: Node, ctx) -> list:
     lay = lw.reg_layout(node.spec.dst, node)
-    buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, lay.size)
+    if zeroed_by_mma(ctx, node.spec.dst.name, lay.atom):
+        return []
+    size = lay.size * copies(ctx, node.spec.dst.name)      # (a copy per group: rules.partials)
+    buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, size)
     value = node.spec.value
     if isinstance(value, tuple):
         # a monoid's accumulator: each component's registers start at its identity
         fills = [ir.RegFill(ir.RegRef(b, 0), lay.size, float(v)) for b, v in zip(components(lw, buf, len(value)), value)]
         return starts_tile(ctx, node.spec.dst.name, fills)
-    return starts_tile(ctx, node.spec.dst.name, [ir.RegFill(ir.RegRef(buf, 0), lay.size, float(value))])
+    return starts_tile(ctx, node.spec.dst.name, [ir.RegFill(ir.RegRef(buf, 0), size, float(value))])
 
 
 @spec_rule(Move, "RF", "GL")

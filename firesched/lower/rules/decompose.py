@@ -31,6 +31,7 @@ from ...tensor import GL, RF, SH, WARPGROUP
 from ..context import err, frames, key
 from ..layouts import ThreadLayout
 from ..lowerer import Lowerer, decomposition_rule, loops_rule, special_loop, wants
+from . import partials
 from .turns import take_turn
 
 
@@ -48,6 +49,7 @@ def decomposition(lw: Lowerer, node: Node, ctx) -> list:
         return [*take_turn(ctx, group), ir.AtomCall(catalog.with_immediates(sm90a.wgmma_wait, n=0), (),
                                                     comment="the group is done: its accumulator is read next")]
     ctx = frames(ctx, [node.spec] + [p.spec for p in node.pre])
+    ctx = partials.enter(ctx, node)
     hoists = ctx.hoists if ctx.hoist_node is node else None
     if hoists is not None:
         # the hoists belong to this node only: children do not splice them again
@@ -61,6 +63,7 @@ def decomposition(lw: Lowerer, node: Node, ctx) -> list:
     for p in node.post:
         if wants(p, ctx):
             post += lw.lower(p, ctx)
+    out, post = partials.retire(ctx, node, out, post)
     if hoists is None:
         return out + post
     return hoists.tile_start + out + hoists.before_post + post

@@ -203,8 +203,11 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     stmts: list = [ir.Comment(f"{spec}: {len(words)} words of {WORD_CODES} codes a lane, {conv.name}")]
     # the scales' global loads first, then the words' shared loads, all conversions, and the
     # multiplies last: the loads' latency hides under the conversions
-    scales = _group_loads(lw, node, ctx, scale, 0, src, dst, words, ln, kdim, ndim, stmts) if scale else None
-    zeros = _group_loads(lw, node, ctx, scale, 1, src, dst, words, ln, kdim, ndim, stmts) \
+    # (with scale.partials the scale multiplies each group's partial product instead: ScaleAdd)
+    keys = _word_groups(node, scale, src, words) if scale else []
+    scales = group_loads(lw, node, ctx, scale, 0, key(src), dst.dtype, keys, ln, kdim, ndim, stmts) \
+        if scale and not scale.partials else None
+    zeros = group_loads(lw, node, ctx, scale, 1, key(src), dst.dtype, keys, ln, kdim, ndim, stmts) \
         if scale and scale.zeros else None
     if zeros is not None:
         # q - zero as q * 1 + (-zero): one rounding of an exact difference (|q - zero| <= 15)
@@ -245,14 +248,13 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
         base = offs[0] if direct else 0
         stmts.append(ir.AtomCall(conv, (("dst", ir.RegRef(out, base)), ("src", ir.RegRef(wbuf, WORD_CODES * i)))))
         scaled = []
-        if scales is not None:
-            sreg = ir.RegRef(scales[0], scales[1][i])
-            for r in range(WORD_CODES // 2):
-                q = ir.RegRef(out, base + 2 * r)
-                if zeros is not None:
-                    scaled.append(ir.AtomCall(add, (("d", q), ("q", q), ("s", ir.RegRef(one, 0)),
-                                                    ("z", ir.RegRef(zeros[0], zeros[1][i])))))
-                scaled.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", sreg))))
+        for r in range(WORD_CODES // 2 if scale else 0):
+            q = ir.RegRef(out, base + 2 * r)
+            if zeros is not None:
+                scaled.append(ir.AtomCall(add, (("d", q), ("q", q), ("s", ir.RegRef(one, 0)),
+                                                ("z", ir.RegRef(zeros[0], zeros[1][i])))))
+            if scales is not None:
+                scaled.append(ir.AtomCall(mul, (("d", q), ("q", q), ("s", ir.RegRef(scales[0], scales[1][i])))))
         if direct:
             muls += scaled          # in place in the fragment: after every conversion
         else:
@@ -263,26 +265,11 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     return stmts
 
 
-def _group_loads(lw, node, ctx, scale: GroupScale, which: int, src, dst, words, ln, kdim, ndim, stmts) -> tuple:
-    """Load each distinct (group, column) value of ``scale``'s extra input ``which`` (0: the
-    scales, 1: the zero points) for the lane's words into both halves of a register; returns
-    (the register buffer, each word's offset in it)."""
-    extra = scale.extras()[which]
-    sbuf_g = lw.kb.extra_buf(extra)
-    rows, cols = sbuf_g.shape
-    gl = ctx.origin.get((src.name, "GL"))
-    if gl is None:
-        raise err(node, f"the group scales of {src.name} are indexed by its global k and n; no global tile of "
-                        f"{src.name} encloses this move", field="op", value=scale)
+def _word_groups(node, scale: GroupScale, src, words) -> list[tuple[int, int]]:
+    """``(n, k)`` of each word's codes for ``group_loads``: its column in the fragment and the
+    first logical k (from the tile's origin) of the codes it holds, which lie in one group."""
     pk = src.tensor.packing
-    # the K loop's ring stages the scales (transforms.staged_scales): read its current stage
-    staged = lw.notes.get("staged_scales", {}).get(extra.name)
-    if staged is not None and (staged.src != src.name or src.name not in ctx.stage):
-        staged = None
-    so = ctx.origin[key(src)]
-    where: dict[str, int] = {}
-    loads = []
-    per_word = []
+    out = []
     for n, s, _m in words:
         # the logical k of the word's codes (global origins are absolute): a group holds them all
         ks = [s - s % pk.block + pk.order[(s + p) % pk.block] for p in range(WORD_CODES)]
@@ -290,35 +277,66 @@ def _group_loads(lw, node, ctx, scale: GroupScale, which: int, src, dst, words, 
             raise err(node, f"a word of {src.name}'s codes spans k {min(ks)}..{max(ks)}, across groups of "
                             f"{scale.group_size}", field="group_size", value=scale.group_size,
                       fix="a packing whose words hold k of one group (packing_for's are 32 k apart at most)")
+        out.append((n, min(ks)))
+    return out
+
+
+def group_loads(lw, node, ctx, scale: GroupScale, which: int, src: tuple[str, str], dtype, keys, ln, kdim, ndim,
+                stmts, pairs: bool = True) -> tuple:
+    """Load each distinct (group, column) value of ``scale``'s extra input ``which`` (0: the
+    scales, 1: the zero points) that ``keys`` name — ``(n, k)``: column ``n`` (plus the lane's
+    ``ln``) and logical k ``k`` from the origin of the codes' tile ``src`` (its name and memory, a
+    key of ``ctx.origin``) — into a register
+    (``pairs``: both halves of one, for the f16x2 / bf16x2 atoms); returns (the register buffer,
+    each key's offset in it)."""
+    extra = scale.extras()[which]
+    sbuf_g = lw.kb.extra_buf(extra)
+    rows, cols = sbuf_g.shape
+    name = src[0]
+    gl = ctx.origin.get((name, "GL"))
+    if gl is None:
+        raise err(node, f"the group scales of {name} are indexed by its global k and n; no global tile of "
+                        f"{name} encloses this move", field="op", value=scale)
+    # the K loop's ring stages the scales (transforms.staged_scales): read its current stage
+    staged = lw.notes.get("staged_scales", {}).get(extra.name)
+    if staged is not None and (staged.src != name or name not in ctx.stage):
+        staged = None
+    so = ctx.origin[src]
+    where: dict[str, int] = {}
+    loads = []
+    per_key = []
+    for n, k in keys:
         if staged is not None:
-            g = staged.row(so[kdim] + min(ks))                   # the row of this K tile's scales
+            g = staged.row(so[kdim] + k)                         # the row of this K tile's scales
             col = so[ndim] + n + ln                              # the block's column
         else:
-            g = 0 if not scale.group_size else (gl[kdim] + min(ks)) // scale.group_size
+            g = 0 if not scale.group_size else (gl[kdim] + k) // scale.group_size
             col = gl[ndim] + n + ln
         tag = f"{g if isinstance(g, int) else to_c(g)}|{n}"
         if tag not in where:
             where[tag] = len(loads)
             loads.append((g, col))
-        per_word.append(2 * where[tag])
-    reg = lw.kb.reg(f"{extra.name}_pair", dst.dtype, 2 * len(loads))
+        per_key.append((2 if pairs else 1) * where[tag])
+    width = 2 if pairs else 1
+    reg = lw.kb.reg(f"{extra.name}_{'pair' if pairs else 'one'}", dtype, width * len(loads))
     what = f"{extra.name}[k / {scale.group_size or 'K'}, n]"
     # every load first, then the copies into the pairs' upper halves: the loads lead the move, so
     # a ring in registers (transforms.register_ring) can issue them steps ahead
-    pairs = []
+    copies = []
     for j, (g, col) in enumerate(loads):
         if staged is not None:
-            ld = catalog.copy_atom("SH", "RF", dst.dtype.bits // 8)
-            at = ir.MemRef(staged.buf, staged.offset(ctx.stage[src.name], g, col))
-            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", at)), comment=f"{what}, staged"))
+            ld = catalog.copy_atom("SH", "RF", dtype.bits // 8)
+            at = ir.MemRef(staged.buf, staged.offset(ctx.stage[name], g, col))
+            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, width * j)), ("src", at)), comment=f"{what}, staged"))
         else:
-            ld = catalog.copy_atom("GL", "RF", dst.dtype.bits // 8)
+            ld = catalog.copy_atom("GL", "RF", dtype.bits // 8)
             ok = land(lt(col, cols), lt(g, rows)) if not isinstance(g, int) else lt(col, cols)
-            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, 2 * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
+            stmts.append(ir.AtomCall(ld, (("dst", ir.RegRef(reg, width * j)), ("src", ir.MemRef(sbuf_g, g * cols + col))),
                                      ok, comment=what))
-        pairs.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
-    stmts += pairs
-    return reg, per_word
+        if pairs:
+            copies.append(ir.Pointwise("copy", ir.RegRef(reg, 2 * j + 1), (ir.RegRef(reg, 2 * j),)))
+    stmts += copies
+    return reg, per_key
 
 
-__all__ = ["dequant_to_registers"]
+__all__ = ["dequant_to_registers", "group_loads"]

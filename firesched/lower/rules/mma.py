@@ -25,6 +25,7 @@ from ...tensor import RF, SH
 from ..context import err, key
 from ..layouts import matmul_operand_name
 from ..lowerer import Lowerer, atom_rule
+from .partials import accumulate, copies, copy_offset
 from .smem import shared_buffer
 
 MODES = SWIZZLE_SPANS
@@ -37,8 +38,12 @@ def mma_sync(lw: Lowerer, node: Node, ctx) -> list:
     for which, t in (("a", spec.a), ("b", spec.b), ("c", spec.c)):
         lay = lw.reg_layout(t, node)
         o = ctx.origin.get(key(t))
-        buf = lw.kb.reg(f"{t.name}_frag" if which != "c" else f"{t.name}_acc",
-                        t.dtype if which != "c" else spec.acc, lay.size)
+        if which == "c":
+            # (an accumulator of group partial products has a copy per group: rules.partials)
+            buf = lw.kb.reg(f"{t.name}_acc", spec.acc, lay.size * copies(ctx, t.name))
+            args[which] = ir.RegRef(buf, copy_offset(ctx, spec, lay.size) + lay.offset(o))
+            continue
+        buf = lw.kb.reg(f"{t.name}_frag", t.dtype, lay.size)
         args[which] = ir.RegRef(buf, lay.offset(o))
     return [ir.AtomCall(node.atom, (("d", args["c"]), ("a", args["a"]), ("b", args["b"]), ("c", args["c"])),
                         comment=str(spec))]
@@ -52,8 +57,8 @@ def wgmma(lw: Lowerer, node: Node, ctx) -> list:
         raise err(node, f"wgmma needs sm_90a; the target is {lw.target.name}", field="target",
                   value=lw.target.name, allowed="sm_90a", fix="check/compile with arch='sm_90a'")
     lay_c = lw.reg_layout(spec.c, node)
-    acc = lw.kb.reg(f"{spec.c.name}_acc", spec.acc, lay_c.size)
-    args = [("d", ir.RegRef(acc, lay_c.offset(ctx.origin[key(spec.c)])))]
+    acc = lw.kb.reg(f"{spec.c.name}_acc", spec.acc, lay_c.size * copies(ctx, spec.c.name))
+    args = [("d", ir.RegRef(acc, copy_offset(ctx, spec, lay_c.size) + lay_c.offset(ctx.origin[key(spec.c)])))]
     if spec.a.memory == RF:
         lay_a = lw.reg_layout(spec.a, node)
         a_frag = lw.kb.reg(f"{spec.a.name}_frag", spec.a.dtype, lay_a.size)
@@ -61,7 +66,7 @@ def wgmma(lw: Lowerer, node: Node, ctx) -> list:
     else:
         args.append(("desc_a", descriptor(lw, node, ctx, spec.a, spec.k_dim, "A")))
     args.append(("desc_b", descriptor(lw, node, ctx, spec.b, spec.k_dim, "B")))
-    args.append(("scale_d", ir.Scalar(1)))
+    args.append(("scale_d", ir.Scalar(accumulate(ctx, spec))))
     if not ctx.async_mma:
         # no pipeline retires this wgmma: fence, issue, commit and wait right here
         return [_call(sm90a.wgmma_fence), ir.AtomCall(atom, tuple(args), comment=str(spec)),

@@ -18,7 +18,8 @@ batch (PTX: a register write and a wgmma reading that register need a ``wgmma.fe
 them).  Nothing else moves, so the fill's own order decides how early each slice is ready
 (``rules.dequant`` fills the fragment front to back).  The statements left after a wgmma write
 other registers than those it reads, and never its accumulator: the pass applies only where that
-holds, and returns None elsewhere (the body is then issued as it was).
+holds, and returns None elsewhere (the body is then issued as it was).  Statements after the last
+wgmma (the wait and the scaling of ``scale_partials``' group partial products) stay after it.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def issue_when_ready(body: list) -> list | None:
     while first > 0 and isinstance(stmts[first - 1], ir.Comment):
         first -= 1              # the first wgmma's comments go with it
     fill = [s for s in stmts[:first] if not _is_fence(s)]
-    steps = stmts[first:]
+    # what follows the last wgmma (a wait for the group and the scaling of its partial products:
+    # rules.partials) stays after it, in order
+    last = max(i for i, s in enumerate(stmts) if _is_wgmma(s))
+    steps, tail = stmts[first:last + 1], stmts[last + 1:]
     if not all(isinstance(s, _FILL) for s in fill) or not all(_is_wgmma(s) or isinstance(s, ir.Comment)
                                                                for s in steps):
         return None
@@ -141,7 +145,7 @@ def issue_when_ready(body: list) -> list | None:
     for i, s in enumerate(fill):
         out.append(s)
         issue(i)
-    return out
+    return out + tail
 
 
 __all__ = ["issue_when_ready"]
