@@ -3,8 +3,8 @@ unsigned codes, per-group zero points, f16 and bf16, split-K, the 16-byte and th
 loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights dequantised into
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
 split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
-stage, split-K in a thread-block cluster, warps sharing a K tile, consumer warpgroups sharing one),
-for compute-sanitizer:
+stage, split-K in a thread-block cluster, warps sharing a K tile, consumer warpgroups sharing one,
+group scales on the partial products), for compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -79,6 +79,12 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     # consumer warpgroups sharing each K tile where K is not split (w4a16.SHARED_K_CONSUMERS): four
     # with zero points, two of 40 rows with signed codes
     (16, 8200, 1024, 64, False, "f16", "zero_point"), (40, 8200, 1024, 128, True, "bf16", None),
+    # group scales on the partial products (scale_partials): one copy a consumer of four sharing K,
+    # and eight copies (groups of 32 in a 256-k tile) with K split over blocks
+    (1, 8200, 1024, 128, False, "f16", W4A16WgmmaParams(block_m=8, block_n=64, block_k=512, stages=4, producer=True,
+                                                        warpgroups_k=4, scale_partials=True)),
+    (13, 1000, 2048, 32, True, "bf16", W4A16WgmmaParams(block_m=16, block_n=128, block_k=256, stages=3, split_k=2,
+                                                        producer=True, scale_partials=True)),
 ]
 
 

@@ -46,6 +46,7 @@ from firesched.strategies import (
     move_to_smem,
     pipeline,
     prologue,
+    scale_partials,
     split_k,
     tile,
     to_blocks,
@@ -513,6 +514,7 @@ def chains(draw):
     stages = draw(st.sampled_from([1, 2, 3]))
     split = draw(st.sampled_from([1, 2]))
     zeros = draw(st.booleans())
+    partials = draw(st.booleans())          # the scales on each group's partial product instead
     # the codes staged in shared memory, or loaded straight from global memory by each warp with
     # the ring (if any) on the block's K loop (A alone) or on the warps' (in registers)
     codes = draw(st.sampled_from(["SH", "GL", "GL ring"]))
@@ -525,6 +527,7 @@ def chains(draw):
               prologue("B", ops.group_scale("S", gs, zeros="Z") if zeros else
                        ops.group_scale("S", gs, zero=0 if signed else 8))]
     chain += [pipeline(stages=stages + 1)] if codes == "GL ring" else []
+    chain += [scale_partials()] if partials else []
     chain += [tile(m=16, n=8, k=16) >> done(MMA[dtype])]
     return spec, chain
 
@@ -583,6 +586,68 @@ def test_planted_hazards_are_found(what):
 
     pred = {"barrier": lambda s: isinstance(s, ir.Barrier), "cp.async wait": lambda s: isinstance(s, ir.AsyncWait)}[what]
     _found_only_when_planted(pred)
+
+
+# --------------------------------------------------------------------------- group scales on partial products
+
+WG = W4A16WgmmaParams
+
+
+@pytest.mark.parametrize("M,N,K,gs,zp,signed,dtype,p", [
+    (16, 128, 512, 128, False, False, "f16",        # one copy on each of four consumers sharing K
+     WG(block_m=16, block_n=64, block_k=512, stages=2, producer=True, warpgroups_k=4, scale_partials=True)),
+    (5, 64, 512, 32, True, True, "bf16",            # eight copies of a 256-k tile, zero points
+     WG(block_m=8, block_n=64, block_k=256, stages=2, producer=True, scale_partials=True)),
+    (9, 128, 256, 64, False, False, "f16",          # cp.async ring, two consumers along n
+     WG(block_m=16, block_n=128, block_k=128, stages=2, scale_partials=True)),
+    (3, 64, 384, None, True, False, "f16",          # whole columns, K split over blocks
+     WG(block_m=8, block_n=64, block_k=128, stages=2, producer=True, split_k=3, scale_partials=True)),
+    (5, 72, 512, 32, False, False, "f16",           # mma.sync: a warp's K step of two groups
+     W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=2, scale_partials=True)),
+    (5, 72, 512, 128, False, True, "bf16",          # mma.sync, codes straight from global memory
+     W4A16Params(block_m=16, block_n=64, block_k=256, warps_n=4, warp_k=64, stages=3, direct=True,
+                 scale_partials=True)),
+])
+def test_scale_partials_matches_the_reference(M, N, K, gs, zp, signed, dtype, p):
+    """``scale_partials``: the dequantising move leaves code - zero, each group's partial product
+    is scaled in f32 and added: interpreted against numpy, both families, every group size."""
+    arch = "sm_90a" if isinstance(p, WG) else "sm_80"
+    sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, zero_point=zp, arch=arch, params=p)
+    text = str(sched)
+    assert "on partials" in text and "ScaleAdd" in text and "_groups:RF" in text
+    assert_schedule_correct(sched, examples=1, arch=arch)
+
+
+def test_scale_partials_missing_wait_is_a_hazard():
+    """Without the wait before the scaling, ScaleAdd reads partial products a wgmma still owns."""
+    from firesched import ir
+
+    sched = gemm_w4a16(16, 128, 512, group_size=64, arch="sm_90a",
+                       params=WG(block_m=16, block_n=64, block_k=256, stages=2, producer=True, scale_partials=True))
+    _found_only_when_planted(lambda s: isinstance(s, ir.AtomCall) and "partial products are done" in s.comment,
+                             sched, "sm_90a", match="before wgmma.wait_group")
+
+
+def test_scale_partials_errors_and_repr():
+    spec = MatMul_u4(16, 32, 64)
+    with pytest.raises(ScheduleError, match="no operand of the MatMul is dequantised"):
+        spec.schedule(*_chain(spec, scale=False)[:-1], scale_partials())
+    with pytest.raises(ScheduleError, match="already multiply partial products"):
+        spec.schedule(*_chain(spec)[:-1], scale_partials(), scale_partials())
+    with pytest.raises(ScheduleError, match="a warp's or warpgroup's MatMul"):
+        spec.schedule(tile(m=16, n=32) >> to_blocks(), scale_partials())
+    wide = MatMul_u4(16, 32, 192)
+    with pytest.raises(ScheduleError, match="neither holds whole groups of 64"):
+        wide.schedule(tile(m=16, n=32) >> to_blocks(), tile(k=96), move_to_smem("A"), move_to_smem("B"),
+                      tile(m=16, n=16) >> to_warps(1, 2), move_to_regs("A"), move_to_regs("B"),
+                      prologue("B", ops.group_scale("S", 64, zero=8)), scale_partials())
+    with pytest.raises(ScheduleError, match="scale_partials"):
+        spec.schedule(*_chain(spec, scale=False)[:-1], prologue("B", ops.group_scale("S", 32, zero=8, partials=True)))
+    with pytest.raises(ValueError, match="partials"):
+        ops.group_scale("S", 32, partials=1)
+    assert eval(repr(scale_partials()), {"scale_partials": scale_partials}) == scale_partials()
+    op = ops.group_scale("S", 64, zero=8, partials=True)
+    assert eval(repr(op), {"ops": ops}) == op and str(op).endswith("on partials")
 
 
 # --------------------------------------------------------------------------- per-group zero points

@@ -162,7 +162,10 @@ class W4A16Params:
       (``strategies.stream_k``): the partial tiles are added in the same kernel, through a
       workspace and flags, so there is no second launch.  One of the two, not both.  Measured
       slower than split-K at M <= 16 on an H100 (0.74-1.49x cuBLAS against 2.0-2.6x: a block
-      waits for its neighbour's partial tile), so ``plan`` splits K.
+      waits for its neighbour's partial tile), so ``plan`` splits K;
+    * ``scale_partials``: the group scales multiply each group's f32 partial product of a warp's
+      K step instead of every dequantised weight (``strategies.scale_partials``; see
+      ``W4A16WgmmaParams``).
     """
 
     block_m: int = 16
@@ -178,6 +181,7 @@ class W4A16Params:
     fixup: bool = False
     cluster_combine: bool = False
     direct: bool = False
+    scale_partials: bool = False
 
     def __attrs_post_init__(self):
         _check_field_types(self)
@@ -448,8 +452,10 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
 
 
 #: scale_partials where a consumer's copies of the accumulator (one per group of its K share, each
-#: ``block_m / 2`` f32 a thread) add at most this many columns' worth: ``block_m x copies``
-PARTIALS_MAX_COLUMNS = 64
+#: ``block_m / 2`` f32 a thread) add at most this many columns' worth, ``block_m x copies``: measured
+#: on an H200 (bench/README.md), 1.03-1.10x at 8 and 16 (M = 1 and 16 with one copy, M = 1 with
+#: two), 0.94-0.99x at 32-64 but for M = 32, N = K = 8192 (1.04x)
+PARTIALS_MAX_COLUMNS = 16
 
 
 def _partials(bm: int, part_k: int, group_size: int | None) -> bool:
@@ -567,6 +573,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
             move_to_regs("A"), move_to_regs("B"),
             prologue("B", _group_scale(group_size, signed, zero_point)),
             pipeline(stages=p.stages),
+            *([scale_partials()] if p.scale_partials else []),
             tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
         ]
         sched = spec.schedule(*chain)
@@ -583,6 +590,7 @@ def gemm_w4a16(M: int, N: int, K: int, *, group_size: int | None = 128, dtype: s
         tile(k=p.warp_k),
         move_to_regs("A"), move_to_regs("B"),
         prologue("B", _group_scale(group_size, signed, zero_point)),
+        *([scale_partials()] if p.scale_partials else []),
         tile(m=16, n=8, k=16) >> done(_MMA[dtype]),
     ]
     sched = spec.schedule(*chain)

@@ -211,6 +211,20 @@ def test_scale_partials_groups_signs_dtypes(group_size, signed, dtype, zero_poin
          params=WG(block_m=16, block_n=128, block_k=256, stages=3, producer=True, scale_partials=True))
 
 
+@pytest.mark.parametrize("group_size", [32, 128, None])
+@pytest.mark.parametrize("params", [
+    W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=2, scale_partials=True),
+    W4A16Params(block_m=32, block_n=32, block_k=256, warps_m=2, warps_n=2, warp_k=128, warps_k=2, stages=3,
+                scale_partials=True),
+    W4A16Params(block_m=16, block_n=64, block_k=256, warps_n=4, warp_k=64, stages=3, direct=True,
+                scale_partials=True)], ids=["split", "warps_k", "direct"])
+def test_scale_partials_mma_sync(params, group_size):
+    """``scale_partials`` in the mma.sync family (sm_80): a warp's K step's groups in register
+    copies zeroed by their Init, scaled and added after the step's MMAs."""
+    _run(17, 1000, 2048, group_size=group_size, dtype="bf16" if group_size == 32 else "f16", params=params,
+         arch="sm_80", zero_point=group_size == 128)
+
+
 def test_scale_partials_random_tiles():
     """``scale_partials`` with random tiles: with and without a producer, consumers sharing K
     tiles, K split over blocks, odd shapes, every group size, sign and dtype, zero points."""
