@@ -363,9 +363,11 @@ def _k_split(tiles: int, K: int, bk: int, want: int) -> int:
 #: waiting on their dequantisation.  Measured on an H200 (bench/README.md), f16: M = 1, N = K =
 #: 8192 14.4 -> 13.0 us with four consumers of 128 k each, 8192 x 28672 43.4 -> 37.6, 28672 x
 #: 8192 44.6 -> 41.0 with two a column half, M = 64, N = K = 8192 21.2 -> 20.0 with two; bf16
-#: gains at M = 1 (4-5 %) and M = 64 (4-8 %) but lost 0-2 % at M = 16 and 2-4 % at M = 32.
-#: Shares of less than ``MIN_SHARE_K`` measured slower, and so did K split over blocks.
-SHARED_K_CONSUMERS = {"f16": ((16, 4), (64, 2)), "bf16": ((8, 4), (32, 1), (64, 2))}
+#: gains at M = 1 (4-5 %) and M = 64 (4-8 %) but lost 0-2 % at M = 16 and 2-4 % at M = 32;
+#: with the group scales on the partial products (``_partials``), four at M = 16 read 14.3 ->
+#: 13.8 us against one.  Shares of less than ``MIN_SHARE_K`` measured slower, and so did K split
+#: over blocks.
+SHARED_K_CONSUMERS = {"f16": ((16, 4), (64, 2)), "bf16": ((16, 4), (32, 1), (64, 2))}
 MIN_SHARE_K = 128
 
 #: shared memory a block's ring may take (sm_90a's 227 KiB a block, less room for its mbarriers)

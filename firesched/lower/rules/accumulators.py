@@ -51,7 +51,7 @@ EPILOGUE_BARRIER = WARPGROUP_BARRIER   # the warpgroup's own named barrier (warp
 @spec_rule(Init, "RF")
 def init_registers(lw: Lowerer, node: Node, ctx) -> list:
     lay = lw.reg_layout(node.spec.dst, node)
-    if zeroed_by_mma(ctx, node.spec.dst.name, lay.atom):
+    if zeroed_by_mma(ctx, node.spec.dst.name, lay):
         return []
     size = lay.size * copies(ctx, node.spec.dst.name)      # (a copy per group: rules.partials)
     buf = lw.kb.reg(f"{node.spec.dst.name}_acc", node.spec.dst.dtype, size)

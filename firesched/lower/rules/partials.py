@@ -112,10 +112,11 @@ def copies(ctx, name: str) -> int:
     return pg.groups if pg is not None else 1
 
 
-def zeroed_by_mma(ctx, name: str, atom) -> bool:
-    """Whether the MMAs zero accumulator ``name``'s copies themselves: a wgmma's first k step of
-    each group starts from zero (``scale-d`` 0, ``accumulate``), so its ``Init`` writes nothing."""
-    return name in ctx.partials and atom.family == WGMMA
+def zeroed_by_mma(ctx, name: str, lay) -> bool:
+    """Whether the MMAs zero accumulator ``name``'s copies (register layout ``lay``) themselves: a
+    wgmma's first k step of each group starts from zero (``scale-d`` 0, ``accumulate``), so its
+    ``Init`` writes nothing."""
+    return name in ctx.partials and lay.atom.family == WGMMA
 
 
 def accumulate(ctx, spec) -> IntExpr:
