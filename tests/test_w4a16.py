@@ -602,6 +602,8 @@ WG = W4A16WgmmaParams
      WG(block_m=16, block_n=128, block_k=128, stages=2, scale_partials=True)),
     (3, 64, 384, None, True, False, "f16",          # whole columns, K split over blocks
      WG(block_m=8, block_n=64, block_k=128, stages=2, producer=True, split_k=3, scale_partials=True)),
+    (9, 64, 256, 64, False, False, "f16",           # no pipeline: the MatMul retires its own group
+     WG(block_m=16, block_n=64, block_k=128, stages=1, scale_partials=True)),
     (5, 72, 512, 32, False, False, "f16",           # mma.sync: a warp's K step of two groups
      W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=2, scale_partials=True)),
     (5, 72, 512, 128, False, True, "bf16",          # mma.sync, codes straight from global memory

@@ -6,18 +6,18 @@ atoms (``mma``), element-wise work on register fragments (``fragments``), the la
 (``turns``), aligned row windows (``align``), and group scales on partial products (``partials``)."""
 
 from . import (
-           accumulators,
-           align,
-           copies,
-           decompose,
-           elementwise,
-           fragments,
-           mma,
-           partials,
-           smem,
-           threads,
-           tma,
-           turns,
+    accumulators,
+    align,
+    copies,
+    decompose,
+    elementwise,
+    fragments,
+    mma,
+    partials,
+    smem,
+    threads,
+    tma,
+    turns,
 )
 
 __all__ = ["accumulators", "align", "copies", "decompose", "elementwise", "fragments", "mma", "partials", "smem",

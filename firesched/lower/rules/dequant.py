@@ -41,7 +41,7 @@ from .threads import alignment
 WORD_CODES = 8          # codes in one 32-bit word
 
 
-def _lane_expr(table: list[int], lane: IntExpr, node: Node, what: str) -> IntExpr:
+def lane_expr(table: list[int], lane: IntExpr, node: Node, what: str) -> IntExpr:
     """``table[lane]`` (``table[0] == 0``, one entry per thread of the unit: 32 lanes of a warp,
     128 threads of a warpgroup) as an expression of ``lane``: a sum over runs of lane bits, each a
     contiguous bit field times a stride (``(lane // 4) % 8 * 1``), which holds when ``table`` is
@@ -191,8 +191,8 @@ def dequant_to_registers(lw: Lowerer, node: Node, ctx) -> list:
     words.sort(key=lambda w: (w[0], w[1]))
 
     lane = ctx.scope.tid % lay.atom.threads
-    ln = _lane_expr(dn, lane, node, "column")
-    lk = _lane_expr(dk, lane, node, "word")
+    ln = lane_expr(dn, lane, node, "column")
+    lk = lane_expr(dk, lane, node, "word")
     so = ctx.origin[key(src)]
     from_global = src.memory == GL
     sbuf = None if from_global else shared_buffer(lw, src)
@@ -339,4 +339,4 @@ def group_loads(lw, node, ctx, scale: GroupScale, which: int, src: tuple[str, st
     return reg, per_key
 
 
-__all__ = ["dequant_to_registers", "group_loads"]
+__all__ = ["dequant_to_registers", "group_loads", "lane_expr"]

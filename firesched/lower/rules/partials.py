@@ -35,7 +35,7 @@ from ...tensor import RF
 from ..context import err, key
 from ..layouts import coords
 from ..lowerer import Lowerer, spec_rule
-from .dequant import _lane_expr, group_loads
+from .dequant import group_loads, lane_expr
 
 
 @attrs.frozen
@@ -174,7 +174,7 @@ def scale_add(lw: Lowerer, node: Node, ctx) -> list:
                       field="atom", value=lay_c.atom.name)
         dn.append(shifts.pop())
     lane = ctx.scope.tid % lay_c.atom.threads
-    ln = _lane_expr(dn, lane, node, "row")
+    ln = lane_expr(dn, lane, node, "row")
 
     # the fragment tiles of this node's tile, in registers of P (from 0) and of C (at its origin)
     f0, f1 = lay_c.frag
