@@ -645,6 +645,15 @@ def test_scale_partials_errors_and_repr():
                       prologue("B", ops.group_scale("S", 64, zero=8)), scale_partials())
     with pytest.raises(ScheduleError, match="scale_partials"):
         spec.schedule(*_chain(spec, scale=False)[:-1], prologue("B", ops.group_scale("S", 32, zero=8, partials=True)))
+    # a split-K part starting at k = 192 makes the K tiles of 128 straddle groups of 128: refused
+    # at check() (with the scales on the weights the same schedule is right)
+    odd = MatMul_u4(5, 32, 320)
+    chain = [split_k(2, across=BLOCK), tile(m=16, n=32) >> to_blocks(), tile(k=128), move_to_smem("A"),
+             move_to_smem("B"), tile(m=16, n=16) >> to_warps(1, 2), tile(k=128), move_to_regs("A"), move_to_regs("B"),
+             prologue("B", ops.group_scale("S", 128, zero=8))]
+    with pytest.raises(ScheduleError, match="span two groups of 128"):
+        odd.schedule(*chain, scale_partials(), tile(m=16, n=8, k=16) >> done(MMA["f16"])).check("sm_80")
+    assert_schedule_correct(odd.schedule(*chain, tile(m=16, n=8, k=16) >> done(MMA["f16"])), examples=1)
     with pytest.raises(ValueError, match="partials"):
         ops.group_scale("S", 32, partials=1)
     assert eval(repr(scale_partials()), {"scale_partials": scale_partials}) == scale_partials()
@@ -841,6 +850,7 @@ def wgmma_chains(draw):
     words = draw(st.sampled_from([1, 2, 4]))
     split = draw(st.sampled_from([1, 1, 2]))
     parts = draw(st.sampled_from([1, 1, 2, 4]))        # consumer warpgroups sharing each K tile
+    partials = draw(st.booleans())                     # the scales on each group's partial product
     atom = sm90a.wgmma_atom(bm, dtype, a_in_registers=True)
     spec = wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=bm, words=words)
     chain = [split_k(split, across=BLOCK)] if split > 1 else []
@@ -848,7 +858,8 @@ def wgmma_chains(draw):
     chain += [pipeline(stages=stages)] if stages > 1 else []
     chain += [split_k(parts, across=WARPGROUP)] if parts > 1 else []
     chain += [tile(n=64) >> to_warpgroups(), move_to_regs("B"),
-              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)), tile(k=16) >> done(atom)]
+              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)),
+              *([scale_partials()] if partials else []), tile(k=16) >> done(atom)]
     return spec, chain
 
 
@@ -866,7 +877,8 @@ def test_hand_written_wgmma_chains_are_refused_or_right(case):
 def wgmma_producer_chains(draw):
     """A user's own warp-specialized chain: TMA loads of the codes (as bytes) and activations into
     a ring, K split over blocks (a second launch or the fix-up) and over consumer warpgroups,
-    ping-pong between two column groups, K tiles of 64 to 512 that may not divide a block's part."""
+    ping-pong between two column groups, K tiles of 64 to 512 that may not divide a block's part,
+    the group scales on the weights or on each group's partial product."""
     M, N, K = draw(st.integers(1, 90)), draw(st.integers(1, 140)), 32 * draw(st.integers(1, 40))
     gs = draw(st.sampled_from([32, 64, 128, None]))
     signed = draw(st.booleans())
@@ -875,6 +887,7 @@ def wgmma_producer_chains(draw):
     bk, stages = draw(st.sampled_from([64, 128, 256, 512])), draw(st.sampled_from([2, 3, 4]))
     words, split, parts = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2]))
     pingpong = draw(st.booleans()) and parts * bn >= 128
+    partials = draw(st.booleans())
     tma = (sm90a.tma_load_2d,)
     chain = [split_k(split, across=BLOCK, combine=draw(st.sampled_from(["launch", "fixup"])))] if split > 1 else []
     chain += [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("B", swizzle=Swizzle(0, 0, 0), via=tma),
@@ -882,7 +895,7 @@ def wgmma_producer_chains(draw):
               warp_specialize(producer_regs=40, pingpong=pingpong, consumer_regs=232 if parts * bn <= 128 else 152)]
     chain += [split_k(parts, across=WARPGROUP)] if parts > 1 else []
     chain += [tile(n=64) >> to_warpgroups(), move_to_regs("B"),
-              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)),
+              prologue("B", ops.group_scale("S", gs, zero=0 if signed else 8)), *([scale_partials()] if partials else []),
               tile(k=16) >> done(sm90a.wgmma_atom(bm, dtype, a_in_registers=True))]
     return wgmma_spec(M, N, K, dtype=dtype, signed=signed, block_m=bm, words=words), chain
 

@@ -28,7 +28,7 @@ from ...dtypes import f32
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
-from ...ir.expr import IntExpr, minimum
+from ...ir.expr import IntExpr, minimum, to_c
 from ...schedule import Node
 from ...spec import ScaleAdd
 from ...tensor import RF
@@ -36,6 +36,7 @@ from ..context import err, key
 from ..layouts import coords
 from ..lowerer import Lowerer, spec_rule
 from .dequant import group_loads, lane_expr
+from .threads import alignment
 
 
 @attrs.frozen
@@ -65,6 +66,17 @@ def enter(ctx, node: Node):
         kdim = node.spec.k_dim
         ext = t.extent(kdim)
         group = ext // sa.groups if sa.groups > 1 else ext
+        # the K tile (each copy's share of it) must start where a group starts: a K tile of 128 at
+        # k = 64 (a split-K part of 64 k) straddles two groups of 128, each with its own scale
+        gk = ctx.origin.get((sa.operand, "GL"), {}).get(kdim)
+        need = min(group, sa.scale.group_size) if sa.scale.group_size else 0
+        if need and gk is not None and alignment(gk) % need:
+            raise err(node, f"{sa.operand}'s K tiles of {ext} start at k = {to_c(gk)}, not always a multiple of "
+                            f"{need}: a tile's partial product would span two groups of {sa.scale.group_size} with "
+                            f"different scales", strategy=node.strategy, field="k", value=ext,
+                      allowed=f"K tiles (and split-K parts) starting at multiples of {need}",
+                      fix="split K into parts of a multiple of the group size, a smaller K tile, or no "
+                          "scale_partials()")
         parts[sa.src.name] = PartialGroups(sa.groups, group, sa.operand, kdim, ctx.origin[key(t)][kdim])
     return attrs.evolve(ctx, partials=parts)
 
