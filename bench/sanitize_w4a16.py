@@ -85,6 +85,7 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
                                                         warpgroups_k=4, scale_partials=True)),
     (13, 1000, 2048, 32, True, "bf16", W4A16WgmmaParams(block_m=16, block_n=128, block_k=256, stages=3, split_k=2,
                                                         producer=True, scale_partials=True)),
+    (16, 8200, 1024, 128, True, "bf16", None),     # the bf16 plan up to M = 16: four consumers, partials
 ]
 
 

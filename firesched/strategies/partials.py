@@ -47,7 +47,9 @@ class scale_partials(Strategy):
     Apply it to the MatMul that reads the operand ``move_to_regs`` and ``prologue(...,
     ops.group_scale(...))`` dequantise, before ``tile(k=...) >> done(atom)``.  Its K tile holds
     ``K tile / group_size`` groups (a register copy of the accumulator each), or lies inside one
-    group (a group size that is a multiple of the K tile, or whole columns)."""
+    group (a group size that is a multiple of the K tile, or whole columns); ``check()`` refuses
+    a schedule whose K tiles do not start where groups start (a split-K part beginning inside a
+    group)."""
 
     def apply(self, sched):
         node = sched.open_focus(self)

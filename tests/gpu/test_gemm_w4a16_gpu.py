@@ -86,6 +86,7 @@ def test_default_plan_above_256_rows(M, N, K, group_size, signed, dtype, zero_po
 @pytest.mark.parametrize("M,N,K,group_size,signed,dtype,zero_point", [
     (1, 8200, 1024, 64, False, "f16", True), (5, 8192, 2048, 32, True, "bf16", False),
     (40, 8200, 1024, 128, True, "bf16", False), (5, 11000, 1024, None, False, "f16", False),
+    (13, 8200, 1024, 128, True, "bf16", True),      # bf16 up to M = 16: four, scales on the partials
 ])
 def test_default_plan_with_consumers_sharing_k_tiles(M, N, K, group_size, signed, dtype, zero_point):
     """The default tiles of M up to 64 where K is not split over blocks: consumer warpgroups share
