@@ -270,7 +270,7 @@ def cluster_cases(draw):
     )
 
 
-@settings(max_examples=40 if settings().max_examples >= 500 else 5, deadline=None,
+@settings(max_examples=20 if settings().max_examples >= 500 else 5, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cluster_cases())
 def test_random_cluster_schedules_match_numpy(case):

@@ -459,7 +459,7 @@ def hopper_cases(draw):
     )
 
 
-@settings(max_examples=150 if settings().max_examples >= 500 else 8, deadline=None,
+@settings(max_examples=75 if settings().max_examples >= 500 else 8, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(hopper_cases())
 def test_random_hopper_schedules_match_numpy(case):

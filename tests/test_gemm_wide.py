@@ -125,7 +125,7 @@ def sm80_recipe_cases(draw):
                 epilogue_ops=draw(epilogue_chains()), prologue=pro, seed=draw(st.integers(0, 2 ** 16)))
 
 
-@_examples(dev=25, ci=200)
+@_examples(dev=25, ci=100)
 @given(sm80_recipe_cases())
 def test_sm80_recipe_over_the_whole_space(case):
     case = dict(case)
@@ -199,7 +199,7 @@ def hand_chains(draw):
                 seed=draw(st.integers(0, 2 ** 16)))
 
 
-@_examples(dev=20, ci=150)
+@_examples(dev=20, ci=75)
 @given(hand_chains())
 def test_hand_built_chains(case):
     spec = fs.MatMul.kernel(case["M"], case["N"], case["K"], a=case["dtype"], b=case["dtype"], c=case["dtype"],
@@ -231,7 +231,7 @@ def hopper_cases(draw):
                 sms=draw(st.sampled_from([1, 2, 3])), seed=draw(st.integers(0, 2 ** 16)))
 
 
-@_examples(dev=8, ci=60)
+@_examples(dev=8, ci=30)
 @given(hopper_cases())
 def test_hopper_recipe_with_long_epilogues(case):
     case = dict(case)
