@@ -102,10 +102,10 @@ SCALAR_OPS: dict[str, ScalarOp] = {
         # row's maximum); a masked element x = -inf gives 0
         ScalarOp("exp2_scaled_diff_mul", 4, lambda x, m, c, z: f"fs_ex2(({x} - {m}) * {c}) * {z}",
                  lambda x, m, c, z: _ftz(np.exp2(c * (x - m))) * z),
-        # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
-        # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
         # x * y + z rounded once (a group's scale times its partial product, added: rules.partials)
         ScalarOp("fma", 3, lambda x, y, z: f"fmaf({x}, {y}, {z})", lambda x, y, z: x * y + z),
+        # (x - m) · r, times w, plus b: a normalization's output from its statistics (m the mean
+        # or 0, r the reciprocal deviation) and its weight and bias, in one pass over the row
         ScalarOp("mul_mul", 3, lambda x, r, w: f"{x} * {r} * {w}", lambda x, r, w: x * r * w),
         ScalarOp("normalize", 3, lambda x, m, r: f"({x} - {m}) * {r}", lambda x, m, r: (x - m) * r),
         ScalarOp("normalize_scale", 4, lambda x, m, r, w: f"({x} - {m}) * {r} * {w}",

@@ -288,8 +288,8 @@ class ScaleAdd(SpecBase):
     multiplied in f32 by its group's scale and added to the accumulator.  ``scale_partials()``
     leaves it after the MatMul that computes ``src`` (``groups`` register copies of it)::
 
-        MatMul<warpgroup>(B:RF f16[128x64], A:SH f16[16x128], C_part:RF f32[16x64]) acc f32
-        ScaleAdd<warpgroup>(C_part:RF f32[16x64] x1 groups -> C:RF f32[16x64]) by S[k/128, n]
+        MatMul<warpgroup>(B:RF f16[128x64], A:SH f16[16x128], C_groups:RF f32[16x64]) acc f32
+        ScaleAdd<warpgroup>(C_groups:RF f32[16x64] x1 group -> C:RF f32[16x64]) by S[k/128, n]
     """
 
     _TILES = ("src", "dst")
