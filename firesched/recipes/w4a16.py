@@ -80,6 +80,7 @@ from ..strategies import (
     to_warps,
     warp_specialize,
 )
+from ..strategies.partials import group_copies
 from ..tensor import BLOCK, GL, KERNEL, WARP, WARPGROUP, Tensor, Tile
 
 _MMA = {"f16": sm80.mma_m16n8k16_f16_f32, "bf16": sm80.mma_m16n8k16_bf16_f32}
@@ -464,13 +465,8 @@ def _partials(bm: int, part_k: int, group_size: int | None) -> bool:
     """Whether a consumer that dequantises ``part_k`` of each K tile scales its group partial
     products (``W4A16WgmmaParams.scale_partials``): where the groups and its share nest, and the
     copies of its ``bm``-column accumulator stay few."""
-    if group_size is None or group_size % part_k == 0:
-        copies = 1
-    elif part_k % group_size == 0:
-        copies = part_k // group_size
-    else:
-        return False
-    return bm * copies <= PARTIALS_MAX_COLUMNS
+    copies = group_copies(part_k, group_size)
+    return copies is not None and bm * copies <= PARTIALS_MAX_COLUMNS
 
 
 def _check_dtype(who: str, dtype: str) -> None:

@@ -34,6 +34,17 @@ from ..tensor import RF, WARP, WARPGROUP, Tensor, Tile
 from .base import Strategy
 
 
+def group_copies(k_tile: int, group_size: int | None) -> int | None:
+    """The register copies of the accumulator ``scale_partials`` keeps for a K tile of
+    ``k_tile``: one per group it holds, one where it lies inside a group (a group size that is a
+    multiple of it, or whole columns); None where the two do not nest."""
+    if group_size is None or group_size % k_tile == 0:
+        return 1
+    if k_tile % group_size == 0:
+        return k_tile // group_size
+    return None
+
+
 def _scale_of(spec) -> GroupScale | None:
     return next((op for op in spec.ops if isinstance(op, GroupScale)), None)
 
@@ -72,11 +83,8 @@ class scale_partials(Strategy):
                                 spec=spec, field="scale", value=op, fix="apply scale_partials() once")
         kt = spec.k
         g = op.group_size
-        if g is None or g % kt == 0:
-            groups = 1
-        elif kt % g == 0:
-            groups = kt // g
-        else:
+        groups = group_copies(kt, g)
+        if groups is None:
             raise ScheduleError(f"the K tile of {kt} neither holds whole groups of {g} nor lies in one", strategy=self,
                                 spec=spec, field="k", value=kt, allowed=f"a multiple or a divisor of {g}",
                                 fix=f"tile(k=...) so that the MatMul's K tile is a multiple or a divisor of {g}")
@@ -104,4 +112,4 @@ class scale_partials(Strategy):
     __str__ = __repr__
 
 
-__all__ = ["scale_partials"]
+__all__ = ["scale_partials", "group_copies"]
