@@ -645,6 +645,7 @@ def test_catalog_lookups():
     assert catalog.copy_atom("GL", "RF", 16) is sm70.ld_global_16
     assert catalog.copy_atom("RF", "SH", 2) is sm70.st_shared_2
     assert catalog.copy_atom("GL", "SH", 8) is sm80.cp_async_8
+    assert catalog.copy_atom("GL", "SH", 16) is sm80.cp_async_16        # L2 only; cp_async_16_ca by name
     with pytest.raises(ValueError, match=r"allowed: \[4, 8, 16\]"):
         catalog.copy_atom("GL", "SH", 2)
     with pytest.raises(ValueError, match="SH -> GL"):

@@ -122,35 +122,6 @@ def test_a_branchs_loads_lead_the_batch_predicated():
         assert len(lead) == 1 and "X" in str(lead[0])
 
 
-def test_a_setup_loop_keeps_its_branchs_loads_in_flight_whatever_its_length():
-    # a loop the kernel builder names as set-up (it runs once a block before the block's work
-    # holds registers) hoists its branch's loads even below HOISTED_FROM iterations
-    from firesched.lower.transforms.batch_loads import HOISTED_FROM
-
-    loop = _branch_loop(HOISTED_FROM - 3)
-    kb = _kb(threads=128, occupancy=4)
-    kb.setup_loops.add(loop.var.name)
-    (out,) = batched_loads([loop], kb)
-    loads = [s for s in out.body.body if isinstance(s, ir.For)][0]
-    assert len(_leaves(loads.body)) == 2 and loads.extent == HOISTED_FROM - 3
-    # (not named: its leading load only)
-    (out,) = batched_loads([loop], _kb(threads=128, occupancy=4))
-    assert len(_leaves([s for s in out.body.body if isinstance(s, ir.For)][0].body)) == 1
-
-
-def test_a_persistent_blocks_weight_windows_load_every_pass_at_once():
-    # LayerNorm 4096 x 4095 on prefetching windows: W and B shifted into their windows once a
-    # block, five passes of two 16-byte loads each (8 registers), as many passes in flight at a
-    # time as a quarter of the registers the blocks leave (SETUP_SHARE): two at the recipe's six
-    # blocks of 128 threads an SM (85 registers), four at four blocks (128); the interpreter runs it
-    src = fs.compile(fs.recipes.layernorm(4096, 4095, dtype="bf16", arch="sm_90a"), arch="sm_90a").source
-    assert src.count("the loads of 2 iterations in flight at a time") == 2
-    plan = RowPlan(128, 8, 5, 1, blocks_per_sm=4, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
-    sched = fs.recipes.layernorm(19, 4095, dtype="bf16", arch="sm_90a", plan=plan)
-    assert "the loads of 4 iterations in flight at a time" in fs.compile(sched, arch="sm_90a").source
-    fs.testing.assert_schedule_correct(sched, examples=2, arch="sm_90a")
-
-
 @pytest.mark.parametrize("kind", ["causal", "add_rmsnorm"])
 def test_batched_kernels_match_numpy(kind):
     # the masked row's loads (causal) and the two rows of the sum (add + RMSNorm) go into shared

@@ -61,7 +61,39 @@ def test_a_persistent_block_shifts_its_weights_once():
         assert _reads_of(kernel.body, name) and not _reads_of(loop, name), name
         assert _reads_of(loop, f"{name}_win"), name
     src = fs.compile(sched, arch="sm_90a").source
-    assert "W_win is filled" in src and "B_win is filled" in src
+    # copied as they are, through L1, then shifted in shared memory
+    assert "W copied as it is" in src and "B copied as it is" in src
+    assert src.count("cp.async.ca.shared.global") == 2 and "the operands' raw copies have landed" in src
+
+
+def test_a_window_shifts_in_batches_within_a_quarter_of_the_registers():
+    # LayerNorm 4096 x 4095 on prefetching windows: five window vectors a thread, two registers
+    # pairs (8 registers) each; six blocks of 128 threads an SM leave 85 registers, a quarter of
+    # them two vectors' pairs, so three batches of two; at four blocks an SM (128) batches of three.
+    # The interpreter runs the second
+    kernel = fs.recipes.layernorm(4096, 4095, dtype="bf16", arch="sm_90a").lower("sm_90a").kernels[0]
+    assert {r.name: r.size for r in kernel.regs}["W_win_pair"] == 2 * 16
+    plan = RowPlan(128, 8, 5, 1, blocks_per_sm=4, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
+    sched = fs.recipes.layernorm(19, 4095, dtype="bf16", arch="sm_90a", plan=plan)
+    assert {r.name: r.size for r in sched.lower("sm_90a").kernels[0].regs}["W_win_pair"] == 3 * 16
+    fs.testing.assert_schedule_correct(sched, examples=2, arch="sm_90a")
+
+
+@pytest.mark.parametrize("barrier", ["this batch's slots are read", "the operands' raw copies have landed"])
+def test_the_windows_fill_without_a_barrier_is_a_race(barrier):
+    # the shift's reads of the raw slots and its writes in place, and the raw copies' wait and the
+    # shift: without the barrier between them the interpreter reports the hazard
+    sched = fs.recipes.rmsnorm(20, 333, dtype="f16", arch="sm_90a", plan=_plan(333, "SH"))
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+
+    def drop(s):
+        return None if isinstance(s, ir.Barrier) and barrier in s.comment else s
+
+    bad = planted(prog, drop)
+    assert bad != prog
+    with pytest.raises(fs.HazardError):
+        run_program(bad, dict(feed))
 
 
 def test_the_rows_read_the_blocks_window():

@@ -424,10 +424,11 @@ def test_ldmatrix_and_stmatrix_templates(atom):
 
 @pytest.mark.parametrize("atom", [pytest.param(a, id=a.name) for a in catalog.ALL_ATOMS if a.family == "cp_async"])
 def test_cp_async_template(atom):
-    width = int(atom.name.rsplit("_", 1)[1])
+    m = re.fullmatch(r"cp_async_(\d+)(_ca)?", atom.name)
+    width = int(m.group(1))
     (instr,) = _instructions(atom.ptx)
-    # .cg (L2 only) exists for 16-byte copies alone
-    assert instr.split()[0] == f"cp.async.{'cg' if width == 16 else 'ca'}.shared.global"
+    # .cg (L2 only) exists for 16-byte copies alone; cp_async_16_ca caches them in L1 too
+    assert instr.split()[0] == f"cp.async.{'cg' if width == 16 and not m.group(2) else 'ca'}.shared.global"
     assert _operands(instr) == ["[$dst]", "[$src]", str(width), "$src_size"]
 
 

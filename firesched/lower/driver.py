@@ -371,7 +371,10 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         if copies is not None:
             prologue, loop = tp.pipelined_tiles(copies, order.tile_var.extent, order.tile_valid, work)
             tiles = [ir.Comment(f"tiles of this block: {order.tile_var.extent}, {tile_stages - 1} copied ahead"), loop]
-            if any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)):
+            # (a setup waiting on copies of its own waits for these too, unless it only fills the
+            # weights' windows from raw copies, which it wants in flight beside the first rows')
+            if any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)) \
+                    and not _only_window_copies(lw, setup):
                 tiles = [*prologue, *tiles]
             else:
                 # the first tiles' copies in flight while the block sets up (the weights' windows it
@@ -389,6 +392,17 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
     body = paired_conversions(body, lw.target)
     check_resources(lw, block, body)
     pb.kernels.append(kb.build(ir.Seq(tuple(body)), header=str(pb.sched)))
+
+
+def _only_window_copies(lw: Lowerer, setup: list) -> bool:
+    """Whether the only async copies of ``setup`` are the persistent windows' raw copies
+    (``rules.threads._stage_window_raw``), whose wait may as well cover the first rows' copies."""
+    raw = lw.notes.get("window_raw")
+    if raw is None:
+        return False
+    rest = [st for st in setup if st is not raw["stmt"]]
+    return not any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) or getattr(st, "atom", None) is not None
+                   and st.atom.family == "cp_async" for st in walk(rest))
 
 
 def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads: int, per_tile) -> list:

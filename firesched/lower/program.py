@@ -144,9 +144,6 @@ class KernelBuilder:
         self.grid = (1, 1, 1)
         self.cluster = 1
         self.min_blocks_per_sm = 1
-        # rolled loops (by variable name) that run once a block, before the block's work holds any
-        # registers: transforms.batch_loads keeps all their loads in flight whatever their length
-        self.setup_loops: set[str] = set()
 
     # ------------------------------------------------------------------ registers, shared memory
 

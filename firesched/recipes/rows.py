@@ -540,7 +540,9 @@ def persistent_window_bytes(cols: int, lanes: int, tile_stages: int, row_operand
     ``tile_stages`` rows' windows of whole passes of its ``lanes`` threads over a row of ``cols``
     elements of ``eb`` bytes in 16-byte chunks, and ``row_operands`` weights' windows beside them."""
     wide = 16 // eb
-    window = -(-(cols + wide - 1) // wide) * wide * eb
+    # a weight's window and the two 16-byte vectors its raw copy takes beside it
+    # (lower.rules.threads._stage_window_raw)
+    window = (-(-(cols + wide - 1) // wide) + 2) * wide * eb
     return tile_stages * window_passes(cols, lanes, wide) * lanes * wide * eb + row_operands * window
 
 

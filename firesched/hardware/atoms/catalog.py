@@ -69,7 +69,8 @@ def mma_atoms(a_dtype: DType | str, b_dtype: DType | str, acc_dtype: DType | str
 def copy_atom(src_mem: str, dst_mem: str, width: int) -> Atom:
     """The per-thread move of ``width`` bytes from ``src_mem`` to ``dst_mem``.
 
-    Memories are ``"GL"``, ``"SH"`` and ``"RF"``; global -> shared is ``cp.async``.
+    Memories are ``"GL"``, ``"SH"`` and ``"RF"``; global -> shared is ``cp.async`` (16 bytes:
+    ``cp_async_16``, which bypasses L1; ``cp_async_16_ca`` is asked for by name).
     """
     family = CP_ASYNC if (src_mem, dst_mem) == ("GL", "SH") else COPY
     cands = [a for a in ALL_ATOMS
@@ -82,7 +83,7 @@ def copy_atom(src_mem: str, dst_mem: str, width: int) -> Atom:
         if a.width == width:
             return a
     raise ValueError(f"no {src_mem} -> {dst_mem} copy atom of width {width!r} bytes; "
-                     f"allowed: {sorted(a.width for a in cands)}")
+                     f"allowed: {sorted({a.width for a in cands})}")
 
 
 def with_immediates(atom: Atom, **values: int) -> Atom:

@@ -10,7 +10,7 @@ Families (``Atom.family``) and records:
   matrices along the tile's columns first (x2 with .trans that way would make 8x16 fragments of
   k = 8, which no 16-bit MMA of the table reads);
 * ``cp_async`` — ``cp_async_4``, ``cp_async_8``, ``cp_async_16`` (global -> shared, asynchronous;
-  16 bytes bypass L1 with ``.cg``);
+  16 bytes bypass L1 with ``.cg``), ``cp_async_16_ca`` (16 bytes cached in L1 too);
 * ``sync`` — ``cp_async_commit``, ``cp_async_wait`` (``cp.async.commit_group``,
   ``cp.async.wait_group $n``).
 
@@ -174,11 +174,12 @@ ldmatrix_x4_trans_cols = _ldmatrix(4, True, cols=True)
 
 # --------------------------------------------------------------------------- cp.async
 
-def _cp_async(width: int) -> Atom:
+def _cp_async(width: int, cache: str | None = None) -> Atom:
     # .cg (bypass L1) only exists for 16-byte copies; smaller ones must use .ca.
-    cache = "cg" if width == 16 else "ca"
+    name = f"cp_async_{width}" if cache is None else f"cp_async_{width}_{cache}"
+    cache = cache or ("cg" if width == 16 else "ca")
     return Atom(
-        name=f"cp_async_{width}", family=CP_ASYNC, group=THREAD, kind="Move", shape=(1, width),
+        name=name, family=CP_ASYNC, group=THREAD, kind="Move", shape=(1, width),
         dtypes=(("dst", dt.u8), ("src", dt.u8)),
         operands=(
             Operand("dst", "in", "SH", values=width, addr=Layout(1, 0)),
@@ -195,6 +196,10 @@ def _cp_async(width: int) -> Atom:
 cp_async_4 = _cp_async(4)
 cp_async_8 = _cp_async(8)
 cp_async_16 = _cp_async(16)
+#: a 16-byte copy cached in L1 too (``.ca``): what every block of an SM reads alike, such as a
+#: row operand's raw vectors for its persistent window (``lower.rules.threads``), reaches L2 once
+#: an SM instead of once a block
+cp_async_16_ca = _cp_async(16, "ca")
 
 cp_async_commit = Atom(
     name="cp_async_commit", family=SYNC, group=THREAD, kind="Sync", shape=(), dtypes=(), operands=(),
@@ -214,5 +219,5 @@ ATOMS: tuple[Atom, ...] = (
     mma_m16n8k16_f16_f32, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f16, mma_m16n8k8_tf32_f32,
     ldmatrix_x1, ldmatrix_x2, ldmatrix_x4, ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans,
     ldmatrix_x2_cols, ldmatrix_x4_cols, ldmatrix_x4_trans_cols,
-    cp_async_4, cp_async_8, cp_async_16, cp_async_commit, cp_async_wait,
+    cp_async_4, cp_async_8, cp_async_16, cp_async_16_ca, cp_async_commit, cp_async_wait,
 )

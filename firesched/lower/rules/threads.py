@@ -39,9 +39,9 @@ import attrs
 from ... import ir
 from ... import ops as fops
 from ...dtypes import f32, i32
-from ...hardware.atoms import catalog, sm70, sm90a
+from ...hardware.atoms import catalog, sm70, sm80, sm90a
 from ...hardware.atoms import convert as cv
-from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, add, binop, free_vars, ge, land, lt, mod
+from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, add, binop, free_vars, ge, land, lt, minimum, mod
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
 from ...tensor import GL, RF, SH
@@ -310,16 +310,17 @@ def staged_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: in
     """A run of 8 elements of an operand along the row only, in the aligned window of a
     persistent block whose rows all start at one phase (``to_blocks(persistent=True)`` with a grid
     of a multiple of 8 blocks, ``transforms.blocks``): the block shifts the whole operand once,
-    before its first row, into a shared buffer in the window's frame (``shifted_run`` per vector,
-    zero outside the operand), and each row's run is one aligned 16-byte shared load::
+    before its first row, into a shared buffer in the window's frame (``_stage_window_raw``, zero
+    outside the operand), and each row's run is one aligned 16-byte shared load::
 
         W (global):     | w0 .. w7 | w8 .. w15 | ...                       phase 3: q = 5
         W_win (shared): | 0 0 0 w0 .. w4 | w5 .. w12 | w13 .. w20 | ...    filled once a block
         a run:                            [  one ld.shared.v4  ]          every row of the block
 
     None where the block walks no tiles (not persistent), where the phase is not proved the same
-    from tile to tile (a grid of other sizes), or where the code is not the whole block's (a role
-    of a warp-specialized block): ``shifted_run`` then."""
+    from tile to tile (a grid of other sizes), where the code is not the whole block's (a role
+    of a warp-specialized block), or where the window cannot be filled from a raw copy
+    (``_copies_raw``: no cp.async, or an operand of another form): ``shifted_run`` then."""
     tv = ctx.tile_index
     if not isinstance(tv, Var) or ctx.part is not None or ctx.specialized or ctx.scope is None \
             or ctx.scope.elected or ctx.scope.first:
@@ -329,47 +330,120 @@ def staged_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: in
     frame = [shift, *lim.values(), *low.values()]
     if any(tv in free_vars(e) for e in frame):
         return None
+    if not _copies_raw(lw, buf, t, lim, low):
+        return None
     eb = t.dtype.bits // 8
     n = -(-(t.extent(c) + vec - 1) // vec) * vec          # the window's length, whole vectors
     sbuf = lw.kb.shared.get(f"{t.name}_win")
     if sbuf is None:
-        sbuf = lw.kb.shared_buf(f"{t.name}_win", t.dtype, n, 16,
+        # (two vectors more than the window: the raw copy's, one before the operand and its last)
+        sbuf = lw.kb.shared_buf(f"{t.name}_win", t.dtype, n + 2 * vec, 16,
                                 f"{t.name} in the window's frame of this block's phase, shifted once a block")
-        lw.notes.setdefault("setup", []).extend(_stage_window(lw, ctx, buf, t, sbuf, n, what, lim, low))
+        _stage_window_raw(lw, ctx, buf, t, sbuf, n)
     p = add(coord[c], -1 * shift)                         # the run's place in the window: aligned
     ld = _copy("SH", False, vec * eb)
     return [ir.AtomCall(ld, (("dst", ir.RegRef(regs, r0)), ("src", ir.MemRef(sbuf, p))), lt(p, n),
                         comment=f"{what}: the run, shifted once a block")]
 
 
-def _stage_window(lw: Lowerer, ctx, buf, t, sbuf, n: int, what: str, lim: dict, low: dict) -> list:
-    """The setup of ``staged_run``: the block's threads fill ``sbuf`` (``n`` elements) with ``t``
-    in the window's frame, a vector each a pass, then wait for each other."""
+#: the most window vectors a thread shifts between two barriers when a persistent window is filled
+#: from its raw copy (``_stage_window_raw``): 8 registers each, before the block's rows hold any
+RAW_SHIFT_BATCH = 6
+RAW_SHIFT_SHARE = 4
+#: the raw copy's atom: cached in L1, so that the blocks of an SM fetch the operand from L2 once
+#: (the L2-only ``cp_async_16`` measured 1.26 times as slow at LayerNorm 4096 x 4095 on an H200;
+#: blocks starting their copies at slots of their own instead of slot 0 measured the same)
+RAW_COPY = sm80.cp_async_16_ca
+
+
+def _copies_raw(lw: Lowerer, buf, t, lim: dict, low: dict) -> bool:
+    """Whether a persistent window of ``t`` is filled from a raw copy (``_stage_window_raw``): the
+    target has cp.async, ``t`` is a 1-d contiguous global operand and the window's limits are its
+    own (zeros outside it, no other bound)."""
+    c = t.major
+    if "cp_async" not in lw.target.families or len(buf.shape) != 1 or tuple(buf.strides) != (1,):
+        return False
+    hi, lo = lim.get(c), low.get(c, 0)
+    return isinstance(hi, int) and hi == t.extent(c) == buf.shape[0] and isinstance(lo, int) and lo == 0
+
+
+def _stage_window_raw(lw: Lowerer, ctx, buf, t, sbuf, n: int) -> None:
+    """The setup of ``staged_run`` where the target has cp.async (``_copies_raw``): the block
+    copies the operand's aligned 16-byte vectors into ``sbuf`` as they are, one vector up, with
+    zeros around them (the last vector partial: cp.async's src-size zero-fills it), then shifts
+    each window vector in place from the two raw vectors holding it::
+
+        W (global):   | w0 .. w7 | w8 .. w15 | ... | w4088 .. w4094 |          4,095 values
+        slots:        |    0    |    1     |     2     | ... |      512        | 513, 514 |
+        raw copy:     | 0 .. 0  | w0 .. w7 | w8 .. w15 | ... | w4088 .. w4094 0 | 0 .. 0 |
+        phase 3 (q 5): window vector j = values 5 .. 12 of slots j, j + 1:
+                      | 0 0 0 w0 .. w4 | w5 .. w12 | ...      (phase 0: slot j + 1 itself)
+
+    The copies go out beside the first rows' copies (cp.async, cached in L1: the blocks of an SM
+    copy the same vectors) and one wait covers all of them; each window vector then costs two
+    shared loads, the shift (``convert.shift_halves_b16x8``) and a shared store.  Loading each
+    run's two vectors from global memory into registers instead took about 80 instructions a
+    vector and a memory round trip per batch of passes (bench/README.md, 2026-11-29, measured
+    on an H200).  Window vector j reads slot j + 1, which the thread of vector j + 1 overwrites:
+    a batch of vectors reads all its slots, the block meets, then the batch writes (a later
+    batch reads only slots above those an earlier one wrote)."""
     c = t.major
     shift, vec = ctx.shift[c]
     threads, tid = ctx.scope.threads, ctx.scope.tid
-    passes = -(-(n // vec) // threads)
-    k = Var(f"{t.name}_win_pass", passes)
-    p = vec * (k * threads + tid)
-    regs = lw.kb.reg(f"{t.name}_win_run", t.dtype, vec)
-    at = {c: add(p, shift)}
-    elementwise = window_access(buf, t, at, vec, regs, 0, False, f"{t.name} for the window", lim, low, None,
-                                aligned=False)
-    run = shifted_run(lw, ctx, buf, t, at, regs, 0, f"{t.name} for the window", lim, low, elementwise)
-    st = ir.AtomCall(_copy("SH", True, vec * (t.dtype.bits // 8)),
-                     (("dst", ir.MemRef(sbuf, p)), ("src", ir.RegRef(regs, 0))), 1,
-                     comment=f"{t.name}'s run, in the window's frame")
-    if passes * threads * vec != n:
-        # the last pass's idle threads: folded into the run's branches (not a branch around them)
-        # so that transforms.batch_loads finds the pair's loads at the head of a branch
-        idle = lt(p, n)
-        run = [ir.If(land(idle, s.cond), s.then) if isinstance(s, ir.If) else s for s in run]
-        st = attrs.evolve(st, pred=idle)
-    fill = ir.For(k, passes, ir.Seq((*run, st)))
-    # the passes' loads all in flight at once (the block's work holds no registers yet)
-    lw.kb.setup_loops.add(k.name)
-    return [ir.Comment(f"{t.name} shifted into the window's frame once a block ({what})"), fill,
-            ir.Barrier(comment=f"{t.name}_win is filled")]
+    eb = t.dtype.bits // 8
+    extent = t.extent(c)
+    slots = n // vec + 2
+    # the raw copy: slot i holds the operand's vector i - 1 (slot 0 and those past it: zeros),
+    # through L1 (the blocks of an SM read the same vectors)
+    k = Var(f"{t.name}_win_raw", -(-slots // threads))
+    i = k * threads + tid
+    first = (i - 1) * vec
+    inside = land(ge(i, 1), lt(first, extent))
+    copy = ir.AtomCall(RAW_COPY, (("dst", ir.MemRef(sbuf, i * vec)), ("src", ir.MemRef(buf, first))), inside,
+                       comment=f"{t.name}'s vector i - 1 as it is (zeros around it)",
+                       src_bytes=minimum(extent - first, vec) * eb)
+    raw = [ir.Comment(f"{t.name} copied as it is, a vector up, for its window ({t.name}_win)"),
+           ir.For(k, k.extent, ir.If(lt(i, slots), copy) if k.extent * threads != slots else copy, unroll=True)]
+    # the shift: window vector j = values q .. q + 7 of slots j + 1 + (shift - q) / vec and the next
+    q = mod(shift + vec, vec)
+    vectors = n // vec
+    passes = -(-vectors // threads)
+    # even batches of at most RAW_SHIFT_BATCH, their pairs within a quarter of the registers the
+    # launch leaves a thread (RMSNorm's 8,191-column windows on 40 registers spilled 88 bytes with six)
+    cap = min(255, lw.target.regs_per_sm // max(1, threads * lw.kb.min_blocks_per_sm))
+    most = max(1, min(RAW_SHIFT_BATCH, cap // RAW_SHIFT_SHARE // (2 * vec * eb // 4)))
+    batch = -(-passes // -(-passes // most))
+    pair = lw.kb.reg(f"{t.name}_win_pair", t.dtype, 2 * vec * batch)
+    run = lw.kb.reg(f"{t.name}_win_run", t.dtype, vec)
+    b = Var(f"{t.name}_win_batch", -(-passes // batch))
+    jj = Var(f"{t.name}_win_pass", batch)
+    j = (b * batch + jj) * threads + tid
+    live = land(lt(b * batch + jj, passes), lt(j, vectors))
+    lo = add(j * vec, add(shift, -1 * q)) + vec
+    ld = _copy("SH", False, vec * eb)
+    reads = ir.For(jj, batch, ir.If(live, ir.Seq(tuple(
+        ir.AtomCall(ld, (("dst", ir.RegRef(pair, jj * (2 * vec) + h * vec)), ("src", ir.MemRef(sbuf, lo + h * vec))),
+                    comment=f"{t.name}: slot {'j + 1' if h else 'j'} of window vector j (q = 0: j + 1, j + 2)")
+        for h in (0, 1)))), unroll=True)
+    take = ir.AtomCall(cv.shift_halves_b16x8, (("d", ir.RegRef(run, 0)), ("lo", ir.RegRef(pair, jj * (2 * vec))),
+                                               ("hi", ir.RegRef(pair, jj * (2 * vec) + vec)), ("q", ir.Scalar(q))),
+                       comment=f"{t.name}: window vector j, values q .. q + 7 of its slots")
+    st = ir.AtomCall(_copy("SH", True, vec * eb), (("dst", ir.MemRef(sbuf, j * vec)), ("src", ir.RegRef(run, 0))),
+                     comment=f"{t.name}'s window vector j, in place")
+    writes = ir.For(jj, batch, ir.If(live, ir.Seq((take, st))), unroll=True)
+    shiftloop = ir.For(b, b.extent, ir.Seq((reads, ir.Barrier(comment=f"{t.name}: this batch's slots are read"),
+                                            writes)))
+    # the setup: every window's raw copy (after the first rows' copies), one wait, the shifts;
+    # rebuilt as each operand adds its part
+    notes = lw.notes.setdefault("window_raw", {"copies": [], "shifts": [], "stmt": None})
+    notes["copies"] += raw
+    notes["shifts"] += [ir.Comment(f"{t.name} shifted into its window's frame in place"), shiftloop]
+    setup = lw.notes.setdefault("setup", [])
+    setup[:] = [x for x in setup if x is not notes["stmt"]]
+    notes["stmt"] = ir.Seq((*notes["copies"], ir.AsyncCommit(), ir.AsyncWait(0),
+                            ir.Barrier(comment="the operands' raw copies have landed"), *notes["shifts"],
+                            ir.Barrier(comment="the windows are filled")))
+    setup.append(notes["stmt"])
 
 
 def _copy(mem: str, write: bool, width: int):

@@ -35,9 +35,7 @@ not read)::
 
 (the shifted runs of a weight in an aligned window, ``threads.shifted_run``).  Loops of fewer than
 ``HOISTED_FROM`` iterations take their leading loads only: the hoisted loads' registers stay live
-across the batch — except a loop that runs once a block before its work holds registers (a
-persistent block's weights shifted into their window, ``rules.threads.staged_run``; the kernel
-builder's ``setup_loops``), whose every pass would otherwise wait a whole memory latency.
+across the batch.
 """
 
 from __future__ import annotations
@@ -63,10 +61,6 @@ VECTOR_SHARE = 2
 ELEMENT_SHARE = 6
 ELEMENT_REGISTERS = 2
 REGISTERS_PER_SM = 65536
-#: the share a setup loop's batch (the kernel builder's ``setup_loops``) may take: a quarter.  At a
-#: half, add + RMSNorm's persistent windows of 8,191 and 9,999 columns (64 registers a thread)
-#: spilled 8 bytes (NVRTC 13.0, sm_90a)
-SETUP_SHARE = 4
 #: the fewest iterations of a loop whose batch takes loads from further down its body (branches,
 #: later operands).  Measured on an H100 (bf16, LayerNorm and RMSNorm rows in shared memory in
 #: their aligned window, the weight's shifted runs, TB/s batched / not): LayerNorm 8192 x 6001
@@ -207,7 +201,7 @@ def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | No
     stmts = [x for x in flat([loop.body]) if not isinstance(x, ir.Comment)]
     if loop.extent < 2 or not stmts or not all(_straight(x) for x in stmts):
         return None
-    loads, rest = _leading(stmts, hoist=loop.extent >= HOISTED_FROM or loop.var.name in kb.setup_loops)
+    loads, rest = _leading(stmts, hoist=loop.extent >= HOISTED_FROM)
     if not loads or not rest:
         return None
     srcs = {dict(s.args)["src"].buffer for s in loads}
@@ -222,7 +216,7 @@ def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | No
         return None                     # a later statement reads what the loop's last load left
     per_iter = sum(-(-s.atom.width // 4) for s in loads)
     if all(s.atom.width == 16 for s in loads):
-        share = SETUP_SHARE if loop.var.name in kb.setup_loops else VECTOR_SHARE
+        share = VECTOR_SHARE
     elif per_iter <= ELEMENT_REGISTERS:
         share = ELEMENT_SHARE
     else:
