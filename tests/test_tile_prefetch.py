@@ -90,19 +90,39 @@ def test_the_next_rows_copy_is_issued_before_this_rows_work():
 
 
 def test_the_first_rows_copies_are_in_flight_while_the_block_stages_its_weights():
-    # the prologue's copies (tile 0) are issued before the weights' windows a block stages once
-    # (a block of a 4,096-row grid walks about eight rows: the set-up is not hidden by many)
+    # the weights' raw copies first, then the prologue's (tile 0), then a wait for the former
+    # alone: the block shifts its windows while tile 0 is still in flight (a block of a 4,096-row
+    # grid walks about five rows: the set-up is not hidden by many)
     prog = fs.recipes.layernorm(40, 4095, dtype="bf16", arch="sm_90a").lower("sm_90a")
     stmts = list(ir.rewrite.walk([prog.kernels[0].body]))
 
     def first(pred):
         return next(i for i, s in enumerate(stmts) if pred(s))
 
-    copy = first(lambda s: isinstance(s, ir.AtomCall) and s.atom.family == "cp_async")
-    window = first(lambda s: isinstance(s, ir.AtomCall) and any(
-        isinstance(v, ir.MemRef) and v.buffer.name == "W_win" for _, v in s.args))
+    def touches(s, name, family):
+        return isinstance(s, ir.AtomCall) and s.atom.family == family and any(
+            isinstance(v, ir.MemRef) and v.buffer.name == name for _, v in s.args)
+
+    raw = first(lambda s: touches(s, "W_win", "cp_async"))
+    copy = first(lambda s: touches(s, "Xr_smem", "cp_async"))
+    wait = first(lambda s: isinstance(s, ir.AsyncWait))
+    shift = first(lambda s: touches(s, "W_win", "copy"))
     loop = first(lambda s: isinstance(s, ir.For) and s.var.name == "tile_i")
-    assert copy < window < loop
+    assert raw < copy < wait < shift < loop
+    assert stmts[wait].pending == 1
+
+
+def test_a_wait_that_lets_the_windows_raw_copies_in_flight_is_caught():
+    sched = fs.recipes.layernorm(40, 4095, dtype="bf16", arch="sm_90a")
+    prog = sched.lower("sm_90a")
+    feed = {b.name: a for b, a in zip(prog.inputs, fs.testing.random_arrays(sched, 0))}
+    assert np.isfinite(np.asarray(run_program(prog, dict(feed))["Y"], np.float32)).all()
+
+    def weaker(s):
+        return ir.AsyncWait(2) if isinstance(s, ir.AsyncWait) and s.pending == 1 else s
+
+    with pytest.raises(fs.HazardError, match="in-flight"):
+        run_program(planted(prog, weaker), dict(feed))
 
 
 def test_a_wait_that_lets_the_row_in_flight_is_caught():

@@ -372,10 +372,12 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
             prologue, loop = tp.pipelined_tiles(copies, order.tile_var.extent, order.tile_valid, work)
             tiles = [ir.Comment(f"tiles of this block: {order.tile_var.extent}, {tile_stages - 1} copied ahead"), loop]
             # (a setup waiting on copies of its own waits for these too, unless it only fills the
-            # weights' windows from raw copies, which it wants in flight beside the first rows')
+            # weights' windows from raw copies: see _window_copies_first)
             if any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)) \
                     and not _only_window_copies(lw, setup):
                 tiles = [*prologue, *tiles]
+            elif _only_window_copies(lw, setup):
+                setup = _window_copies_first(lw, setup, prologue)
             else:
                 # the first tiles' copies in flight while the block sets up (the weights' windows it
                 # stages once: tile_prefetch.prefetched_moves)
@@ -403,6 +405,23 @@ def _only_window_copies(lw: Lowerer, setup: list) -> bool:
     rest = [st for st in setup if st is not raw["stmt"]]
     return not any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) or getattr(st, "atom", None) is not None
                    and st.atom.family == "cp_async" for st in walk(rest))
+
+
+def _window_copies_first(lw: Lowerer, setup: list, prologue: list) -> list:
+    """``setup`` with the persistent windows' raw copies issued first, the first tiles' copies
+    (``prologue``) after them, and a wait for the windows' group alone before their shift, so that
+    the block shifts its windows while its first rows are still in flight::
+
+        W, B raw copies; commit          group 1
+        tile 0's copies; commit          group 2 (and more with more stages)
+        wait_group 1; barrier            group 1 landed
+        shift W, B in shared memory      tile 0 still in flight
+    """
+    raw = lw.notes["window_raw"]
+    groups = sum(isinstance(st, ir.AsyncCommit) for st in prologue)
+    fill = ir.Seq((ir.AsyncWait(groups), ir.Barrier(comment="the operands' raw copies have landed"),
+                   *raw["shifts"], ir.Barrier(comment="the windows are filled")))
+    return [*raw["copies"], ir.AsyncCommit(), *prologue, *(fill if st is raw["stmt"] else st for st in setup)]
 
 
 def _specialized(lw: Lowerer, ctx: Ctx, block: Node, spec_loop, consumer_threads: int, per_tile) -> list:

@@ -379,9 +379,11 @@ def _stage_window_raw(lw: Lowerer, ctx, buf, t, sbuf, n: int) -> None:
         phase 3 (q 5): window vector j = values 5 .. 12 of slots j, j + 1:
                       | 0 0 0 w0 .. w4 | w5 .. w12 | ...      (phase 0: slot j + 1 itself)
 
-    The copies go out beside the first rows' copies (cp.async, cached in L1: the blocks of an SM
-    copy the same vectors) and one wait covers all of them; each window vector then costs two
-    shared loads, the shift (``convert.shift_halves_b16x8``) and a shared store.  Loading each
+    The copies (cp.async, cached in L1: the blocks of an SM copy the same vectors) go out in a
+    group of their own, which a block walking tiles issues before its first tiles' copies and
+    waits for alone (``driver._window_copies_first``): the shift runs while those are in flight.
+    Each window vector costs two shared loads, the shift (``convert.shift_halves_b16x8``) and a
+    shared store.  Loading each
     run's two vectors from global memory into registers instead took about 80 instructions a
     vector and a memory round trip per batch of passes (bench/README.md, 2026-11-29, measured
     on an H200).  Window vector j reads slot j + 1, which the thread of vector j + 1 overwrites:
