@@ -398,7 +398,8 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
 
 def _only_window_copies(lw: Lowerer, setup: list) -> bool:
     """Whether the only async copies of ``setup`` are the persistent windows' raw copies
-    (``rules.threads._stage_window_raw``), whose wait may as well cover the first rows' copies."""
+    (``rules.threads._stage_window_raw``), which go out before the first tiles' copies
+    (``_window_copies_first``)."""
     raw = lw.notes.get("window_raw")
     if raw is None:
         return False

@@ -349,6 +349,7 @@ def staged_run(lw: Lowerer, ctx, buf, t, coord: dict, regs: ir.RegBuffer, r0: in
 #: the most window vectors a thread shifts between two barriers when a persistent window is filled
 #: from its raw copy (``_stage_window_raw``): 8 registers each, before the block's rows hold any
 RAW_SHIFT_BATCH = 6
+#: ... and their pairs within a quarter of the registers the launch leaves a thread
 RAW_SHIFT_SHARE = 4
 #: the raw copy's atom: cached in L1, so that the blocks of an SM fetch the operand from L2 once
 #: (the L2-only ``cp_async_16`` measured 1.26 times as slow at LayerNorm 4096 x 4095 on an H200;
@@ -383,10 +384,9 @@ def _stage_window_raw(lw: Lowerer, ctx, buf, t, sbuf, n: int) -> None:
     group of their own, which a block walking tiles issues before its first tiles' copies and
     waits for alone (``driver._window_copies_first``): the shift runs while those are in flight.
     Each window vector costs two shared loads, the shift (``convert.shift_halves_b16x8``) and a
-    shared store.  Loading each
-    run's two vectors from global memory into registers instead took about 80 instructions a
-    vector and a memory round trip per batch of passes (bench/README.md, 2026-11-29, measured
-    on an H200).  Window vector j reads slot j + 1, which the thread of vector j + 1 overwrites:
+    shared store; loading each run's two vectors from global memory into registers instead took
+    about 80 instructions a vector and a memory round trip per batch of passes (bench/README.md,
+    2026-11-29, measured on an H200).  Window vector j reads slot j + 1, which the thread of vector j + 1 overwrites:
     a batch of vectors reads all its slots, the block meets, then the batch writes (a later
     batch reads only slots above those an earlier one wrote)."""
     c = t.major
@@ -435,8 +435,9 @@ def _stage_window_raw(lw: Lowerer, ctx, buf, t, sbuf, n: int) -> None:
     writes = ir.For(jj, batch, ir.If(live, ir.Seq((take, st))), unroll=True)
     shiftloop = ir.For(b, b.extent, ir.Seq((reads, ir.Barrier(comment=f"{t.name}: this batch's slots are read"),
                                             writes)))
-    # the setup: every window's raw copy (after the first rows' copies), one wait, the shifts;
-    # rebuilt as each operand adds its part
+    # the setup: every window's raw copy, one wait, the shifts, rebuilt as each operand adds its
+    # part (a block walking tiles issues the copies before its tiles' and waits for them alone:
+    # driver._window_copies_first)
     notes = lw.notes.setdefault("window_raw", {"copies": [], "shifts": [], "stmt": None})
     notes["copies"] += raw
     notes["shifts"] += [ir.Comment(f"{t.name} shifted into its window's frame in place"), shiftloop]
