@@ -256,3 +256,23 @@ def test_the_persistent_blocks_fit_their_sm(op, cols):
     # persistent grid's extra wave ran alone; at 7,025 and 7,027 the check counted 128 bytes of
     # alignment a buffer where the layout takes 48 in all, and refused four blocks that fit)
     getattr(fs.recipes, op)(8192, cols, dtype="bf16", arch="sm_90a").lower("sm_90a")
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_short_odd_rmsnorm_rows_take_a_warp_a_row_on_a_persistent_grid(dt):
+    # 1,000 - 1,499 columns from 8,192 rows: a warp a row, sixteen blocks an SM, the next row in
+    # flight; fewer rows keep the element plan (the window's fill is not paid back)
+    many = fs.recipes.rmsnorm(16384, 1023, dtype=dt, arch="sm_90a")
+    assert "persistent=True, occupancy=16" in repr(many.strategies) and "pipeline(stages=2)" in repr(many.strategies)
+    assert "tile(c=8) >> to_threads()" in repr(many.strategies)
+    for few in (fs.recipes.rmsnorm(4096, 1023, dtype=dt, arch="sm_90a"),
+                fs.recipes.rmsnorm(16384, 1023, dtype=dt, arch="sm_80")):
+        assert "persistent=True" not in repr(few.strategies)
+    assert row_model.measured_plan_args("rmsnorm", 1279, dt, True, 8192)["persistent_window_threads"] == 32
+    assert "persistent_window_threads" not in row_model.measured_plan_args("rmsnorm", 1279, dt, True, 8191)
+    # the plan on a few rows, through the interpreter: two rows a block, the last block's second
+    # missing, phases 0 .. 7
+    plan = RowPlan(32, 8, 5, 1, blocks_per_sm=16, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
+    sched = fs.recipes.rmsnorm(21, 1023, dtype=dt, arch="sm_90a", plan=plan)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    assert fs.compile(sched, arch="sm_90a").spills == 0

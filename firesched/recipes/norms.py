@@ -124,7 +124,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
             raise ValueError(f"recipes.{what}: plan.cluster={plan.cluster} needs thread-block clusters: arch='sm_90a'")
         return plan if exchange is None else attrs.evolve(plan, exchange=exchange)
     clusters = get_target(arch).has_clusters
-    measured = _rows.measured_plan_args(op, cols, dtype, clusters) if op is not None else {}
+    measured = _rows.measured_plan_args(op, cols, dtype, clusters, rows) if op is not None else {}
     measured.setdefault("odd_values", odd_values)
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=clusters, stage=stage,
                           stage_few_passes=stage_few_passes, shared_per_sm=get_target(arch).smem_per_sm,

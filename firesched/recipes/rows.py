@@ -369,6 +369,18 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4, "sof
 # on 128 at 8 3.18, on 256 2.34-2.42 (2.86); 16384 x 1535 on 256 at 8 3.40, on 128 at 8 3.31, on
 # 64 2.47 (3.09); fewer blocks were slower at every length but 3,583
 PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256))}
+# RMSNorm's odd rows of 1,000 - 1,499 columns: a warp a row, sixteen blocks an SM, the next row's
+# copy in flight (tile_stages=2), since the weight's window is filled from a raw copy
+# (lower.rules.threads._stage_window_raw).  Measured on an H200 (bench/row_plans.py --together
+# --row-memory SH, bf16, TB/s against the element plan's 2.63): 16384 x 1023 on 32 threads at 16
+# blocks an SM 3.11, at 12 2.83, at 8 2.27; on 64 threads at 12 2.78, at 16 2.75; on 128 at 8-16
+# 2.27-2.32; on 256 (one pass, no prefetch) 2.06.  With the register fill these had read 2.43-2.52.
+# As the plan (bench/rows.py --old, bf16 / f16, time new / old): 16384 x 1023 0.849 / 0.872 (3.11 /
+# 3.03 TB/s), 32768 x 1023 0.797 / 0.818, 65536 x 1023 0.781 / 0.807, 16384 x 1001 0.813 / 0.838,
+# 16384 x 1279 0.575 / 0.591, 16384 x 1499 0.608 / 0.632, 8192 x 1023 0.934 / 0.961, but 4096 x
+# 1023 1.084 / 1.089 (some two rows a block of 2,112: the window's fill is not paid back); hence
+# from 8,192 rows.  By recipe: (first, last columns, blocks an SM, the fewest rows)
+PERSISTENT_WARP_WINDOWS = {"rmsnorm": (1000, 1499, 16, 8192)}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
 # loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_PREFETCH_THREADS (the first
@@ -476,7 +488,7 @@ PARTIAL_PASS_BLOCKS = {("add_rmsnorm", "f16"): 1}
 ADD_RMSNORM_STAGED_PAIRS = 8
 
 
-def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
+def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | None = None) -> dict:
     """The ``row_plan`` arguments the measurements above choose for recipe ``op`` (``rmsnorm``,
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
@@ -487,7 +499,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
     ``staged_window`` (``staged_window_faster``) and, on sm_90a, its blocks' threads
     (``STAGED_WINDOW_WIDE``), ``partial_pass_blocks``
     (``PARTIAL_PASS_BLOCKS``) and, on sm_90a, the persistent staged windows of
-    ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``)."""
+    ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``), and those of a
+    warp a row of ``PERSISTENT_WARP_WINDOWS`` where there are ``rows`` enough (None: as many as
+    it takes)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -510,6 +524,12 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool) -> dict:
         args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
         args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
+    lo, hi, blocks, fewest = PERSISTENT_WARP_WINDOWS.get(op, (0, -1, 0, 0))
+    if clusters and lo <= cols <= hi and (rows is None or rows >= fewest):
+        # (measured on sm_90a only)
+        args.update(staged_window=True, persistent_window_blocks=blocks, row_operands=ROW_OPERANDS[op],
+                    persistent_window_threads=32, tile_stages=2)
+        return args
     lo, hi = PERSISTENT_WINDOW_COLS.get(op, (0, -1))
     if clusters and lo <= cols <= hi:
         # (measured on sm_90a only)

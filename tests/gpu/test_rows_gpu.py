@@ -191,6 +191,16 @@ def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     _run(op, rows, cols, dtype, magnitude=3.0)
 
 
+@pytest.mark.parametrize("rows, cols, dtype", [(8192, 1023, "bf16"), (8200, 1279, "f16"), (9001, 1001, "bf16"),
+                                               (8192, 1499, "f16")])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+def test_the_recipes_warp_windows(rows, cols, dtype, shift):
+    # RMSNorm's short odd rows from 8,192 rows: a warp a row on a persistent grid, sixteen blocks an
+    # SM, the next row in flight (rows.PERSISTENT_WARP_WINDOWS)
+    assert "occupancy=16" in repr(fs.recipes.rmsnorm(rows, cols, dtype=dtype, arch="sm_90a").strategies)
+    _run("rmsnorm", rows, cols, dtype, magnitude=3.0, shift=shift)
+
+
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
 @pytest.mark.parametrize("rows, cols, dtype", [(5, 40959, "bf16"), (3, 49999, "f16"), (4, 36001, "bf16"),
