@@ -49,6 +49,10 @@ aims at three things, in this order —
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
+      1,023          32     8     5        1          32, 16 per SM (RMSNorm from 8,192 rows: the window in
+                                                         shared memory on a persistent grid, a warp a row, the next
+                                                         row in flight, PERSISTENT_WARP_WINDOWS); element by
+                                                         element otherwise
       4,095         256     1    16        1          256, element by element (softmax); add + rmsnorm: an
                                                          aligned window of 513 vectors, 256 x 3; RMSNorm and
                                                          LayerNorm: the window in shared memory on a persistent
