@@ -20,7 +20,7 @@ import attrs
 
 from .. import ir
 from ..errors import InternalError, ScheduleError
-from ..hardware.atoms.base import TMA, WGMMA
+from ..hardware.atoms.base import CP_ASYNC, TMA, WGMMA
 from ..hardware.target import SM80, SM90A
 from ..hardware.target import target as get_target
 from ..ir.rewrite import walk
@@ -371,13 +371,11 @@ def _kernel(pb: ProgramBuilder, chain_node: Node, block: Node, block_loops) -> N
         if copies is not None:
             prologue, loop = tp.pipelined_tiles(copies, order.tile_var.extent, order.tile_valid, work)
             tiles = [ir.Comment(f"tiles of this block: {order.tile_var.extent}, {tile_stages - 1} copied ahead"), loop]
-            # (a setup waiting on copies of its own waits for these too, unless it only fills the
-            # weights' windows from raw copies: see _window_copies_first)
-            if any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)) \
-                    and not _only_window_copies(lw, setup):
-                tiles = [*prologue, *tiles]
-            elif _only_window_copies(lw, setup):
+            if _only_window_copies(lw, setup):
                 setup = _window_copies_first(lw, setup, prologue)
+            elif any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) for st in walk(setup)):
+                # (a setup waiting on copies of its own would wait for these too)
+                tiles = [*prologue, *tiles]
             else:
                 # the first tiles' copies in flight while the block sets up (the weights' windows it
                 # stages once: tile_prefetch.prefetched_moves)
@@ -401,11 +399,11 @@ def _only_window_copies(lw: Lowerer, setup: list) -> bool:
     (``rules.threads._stage_window_raw``), which go out before the first tiles' copies
     (``_window_copies_first``)."""
     raw = lw.notes.get("window_raw")
-    if raw is None:
+    if raw is None or not any(st is raw["stmt"] for st in setup):
         return False
     rest = [st for st in setup if st is not raw["stmt"]]
     return not any(isinstance(st, (ir.AsyncCommit, ir.AsyncWait)) or getattr(st, "atom", None) is not None
-                   and st.atom.family == "cp_async" for st in walk(rest))
+                   and st.atom.family == CP_ASYNC for st in walk(rest))
 
 
 def _window_copies_first(lw: Lowerer, setup: list, prologue: list) -> list:

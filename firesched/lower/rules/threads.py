@@ -41,6 +41,7 @@ from ... import ops as fops
 from ...dtypes import f32, i32
 from ...hardware.atoms import catalog, sm70, sm80, sm90a
 from ...hardware.atoms import convert as cv
+from ...hardware.atoms.base import CP_ASYNC
 from ...ir.expr import BinOp, IntExpr, Select, Sum, Var, add, binop, free_vars, ge, land, lt, minimum, mod
 from ...schedule import Node
 from ...spec import Move, Pointwise, Reduce
@@ -362,7 +363,7 @@ def _copies_raw(lw: Lowerer, buf, t, lim: dict, low: dict) -> bool:
     target has cp.async, ``t`` is a 1-d contiguous global operand and the window's limits are its
     own (zeros outside it, no other bound)."""
     c = t.major
-    if "cp_async" not in lw.target.families or len(buf.shape) != 1 or tuple(buf.strides) != (1,):
+    if CP_ASYNC not in lw.target.families or len(buf.shape) != 1 or tuple(buf.strides) != (1,):
         return False
     hi, lo = lim.get(c), low.get(c, 0)
     return isinstance(hi, int) and hi == t.extent(c) == buf.shape[0] and isinstance(lo, int) and lo == 0
