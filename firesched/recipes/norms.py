@@ -32,9 +32,10 @@ mean.  A row split over a thread-block cluster takes both in one tuple reduction
 (``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
 exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
 cost more than the block barrier they save: bench/README.md, "One exchange per row"), and so they
-do on a persistent block whose next rows are in flight where each thread has the registers to hold
-the deviations (``rows.deviations_fit``: on an H200 4 - 9 % on odd rows of 4,033 - 8,191 columns,
-and 30 % from 2,800, where such windows with the tuple were slower than the element plans).  On a
+do on a persistent block whose next rows are in flight, beside another block on its SM, where each
+thread has the registers to hold the deviations (``rows.deviations_fit``: on an H200 4 - 9 % on odd
+rows of 4,033 - 8,191 columns, and 30 % from 2,800, where such windows with the tuple were slower
+than the element plans; a block alone on its SM takes the tuple, 1 - 4 % faster there).  On a
 cluster the output is one pass from the row (``normalize_affine``: (x - mean) · rstd · w + b;
 RMSNorm's ``mul_mul``, its squares folded straight from the row by ``monoids.sum_squares``), and
 the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=...)``).

@@ -422,10 +422,17 @@ PERSISTENT_PREFETCH_THREADS = 128
 # 2.13 / 1.97 (the tuple at 6 2.03), 4096 x 5001 at 4 2.58 / 2.41 (the tuple at 5 2.47), 8192 x
 # 6001 at 4 3.13 / 2.93, 8192 x 7067 at 3 2.80 / 2.77.  Where each thread has fewer registers
 # the deviations spill at some lengths (4,095 and 4,123 columns at 6 blocks: 88 bytes, 1.57 TB/s;
-# at 5: 12-24 bytes), which the compiler decides, not the plan; and so do 56 values a thread at 4
-# blocks (40 bytes at half the odd lengths of 6,139 - 7,161 columns sampled, 128 registers), where
-# the tuple stays
-LAYERNORM_TWO_REDUCTION_VALUES = 48
+# at 5: 12-24 bytes), which the compiler decides, not the plan.  56 values a thread at 4 blocks
+# spilled too at first (40 bytes at half the odd lengths of 6,139 - 7,161 columns sampled, 128
+# registers); since the loops split around their guards none does (sm_90a, bf16 and f16: 128
+# threads at 6,139 - 7,161 columns, 256 at 12,283 - 14,313, 94 - 128 registers), and there the two
+# reductions are the faster (same H200, two reductions / the tuple, bf16 then f16): 128 threads 8192
+# x 6139 3.30 / 3.16, 3.22 / 3.20; 8192 x 6501 3.50 / 3.49, 3.48 / 3.38; 8192 x 6777 3.47 / 3.45,
+# 3.52 / 3.39; 8192 x 7067 3.39 / 3.40, 3.29 / 3.26; 4096 x 7161 3.27 / 3.30, 3.32 / 3.25; 16384 x
+# 6143 3.41 / 3.24, 3.29 / 3.28; 256 threads two an SM 4096 x 12287 3.16 / 3.06, 3.08 / 3.06; 4096
+# x 12501 3.31 / 3.24, 3.22 / 3.11; 4096 x 13313 3.44 / 3.40, 3.41 / 3.21; 4096 x 14001 3.44 /
+# 3.44, 3.45 / 3.32; 8192 x 12999 3.63 / 3.59, 3.61 / 3.52; 2048 x 13711 3.10 / 3.09, 3.13 / 3.06
+LAYERNORM_TWO_REDUCTION_VALUES = 56
 # The registers a thread of those two reductions takes: 2 a value it holds (its deviation, the
 # output's); the blocks an SM leave each thread that many (thread_registers).  It was 2 a value and
 # 32 besides (then 96 registers at 40 values spilled 12-24 bytes, 80 at 40 88 bytes); since the
@@ -449,6 +456,18 @@ SOFTMAX_EXPONENTIAL_REGISTERS = (2, 0)
 #: by recipe: (the most values a thread of the two reductions holds, its registers (per value, besides))
 TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIATION_REGISTERS),
                   "softmax": (SOFTMAX_TWO_REDUCTION_VALUES, SOFTMAX_EXPONENTIAL_REGISTERS)}
+# ... and only where another block shares the SM: its rows run while one block waits at the second
+# reduction's barriers.  A block alone on its SM (LayerNorm's 512-thread windows, below) has no one
+# to cover them and takes the tuple (one exchange a row).  Measured on an H200 (bench/row_plans.py
+# --tuple-stats both, 512 threads alone, two rows in flight; TB/s the tuple / two reductions),
+# bf16: 4096 x 14319 2.98 / 2.90, 4096 x 15001 2.98 / 2.93, 4096 x 16127 3.15 / 3.06, 4096 x
+# 16375 3.12 / 3.09, 2048 x 16383 2.62 / 2.55, 4096 x 16383 2.74 / 2.67, 8192 x 16383 2.79 / 2.73,
+# 4096 x 16385 2.85 / 2.82, 4096 x 16447 2.81 / 2.76, 4096 x 17001 3.02 / 2.91, 4096 x 18425 3.25 /
+# 3.14, 4096 x 20479 2.93 / 2.84, 2048 x 24569 3.32 / 3.29; f16: 4096 x 14319 2.99 / 2.89, 4096 x
+# 15001 2.98 / 2.93, 16,383 columns at 2048 / 4096 / 8192 rows 2.59 / 2.58, 2.68 / 2.69, 2.74 /
+# 2.75, 4096 x 17001 2.96 / 2.93, 4096 x 18425 3.18 / 3.13.  On 256 threads two an SM the two
+# reductions stay faster (2048 x 12287 2.92 / 2.84 bf16, 2.83 / 2.80 f16, two reductions / the tuple)
+TWO_REDUCTIONS_BLOCKS = 2
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
 # (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
@@ -468,7 +487,8 @@ TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIAT
 # 12289 2.70 / 2.74 (2.34), where one such block an SM read 1.59-2.07 and 512 threads two an SM
 # 1.88-2.53; 512 threads alone 2048 x 16383 2.22 / 2.29 (2.12), 4096 x 16383 2.34 / 2.43 (2.28),
 # 2048 x 20479 2.34 / 2.40 (2.10), 2048 x 24569 3.08 / 3.03 (2.56), where 1,024 threads read 1.99 /
-# 2.07 / 2.47 / 2.94 and 256 threads alone 1.85-2.63
+# 2.07 / 2.47 / 2.94 and 256 threads alone 1.85-2.63.  (Since the windows are filled from a raw
+# copy, 512 threads alone take the tuple, the faster there now: TWO_REDUCTIONS_BLOCKS.)
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 24569, (256, 512))}
 #: a persistent window's block of at least this many threads may take an SM alone (measured
 #: above, at 16,383-24,569 columns: one block of 256 threads an SM read 1.68-2.63 TB/s, one of
@@ -1013,15 +1033,15 @@ def deviations_fit(plan: RowPlan, op: str = "layernorm") -> bool:
     """Whether recipe ``op`` (``layernorm``, ``softmax``) on ``plan`` takes its statistics in two
     plain reductions, LayerNorm's deviations from the mean (softmax's exponentials) kept in
     registers, though its row waits in shared memory: a persistent block with the next rows in
-    flight (``tile_stages`` > 1) whose threads each hold at most ``TWO_REDUCTIONS[op][0]`` elements
-    of the row and have the registers for them beside the SM's other blocks
-    (``deviation_registers``, ``thread_registers``)."""
+    flight (``tile_stages`` > 1), beside at least one other block on its SM (``TWO_REDUCTIONS_BLOCKS``),
+    whose threads each hold at most ``TWO_REDUCTIONS[op][0]`` elements of the row and have the
+    registers for them beside the SM's other blocks (``deviation_registers``, ``thread_registers``)."""
     if op not in TWO_REDUCTIONS:
         raise ValueError(f"rows.deviations_fit: op={op!r}; allowed: {', '.join(map(repr, TWO_REDUCTIONS))}")
     values = plan.reps * plan.vec
     most = TWO_REDUCTIONS[op][0]
-    return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and plan.blocks_per_sm > 0 and \
-        values <= most and \
+    return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and \
+        plan.blocks_per_sm >= TWO_REDUCTIONS_BLOCKS and values <= most and \
         thread_registers(plan.lanes * plan.rows * plan.blocks_per_sm) >= deviation_registers(values, op)
 
 
