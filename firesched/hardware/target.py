@@ -84,6 +84,16 @@ class Target:
         setmaxnreg), neither on later GPUs nor through its PTX."""
         return self.name.endswith("a")
 
+    def thread_regs(self, threads: int, blocks: int = 1, granule: int = 1) -> int:
+        """The registers each thread may take where the SM holds ``blocks`` blocks of ``threads``
+        threads at once (``__launch_bounds__(threads, blocks)``, ``to_blocks(occupancy=...)``): the
+        register file over them, in units of ``granule`` (ptxas allocates a warp's in units of 8 a
+        thread), at most ``regs_per_thread``::
+
+            SM90A.thread_regs(512)          -> 128
+            SM90A.thread_regs(128, 6)       -> 85     (SM90A.thread_regs(128, 6, 8) -> 80)"""
+        return min(self.regs_per_thread, self.regs_per_sm // max(1, threads * blocks) // granule * granule)
+
     def supports(self, atom) -> bool:
         """Whether ``atom`` can be issued on this target (its min_target is not later than us)."""
         if atom.min_target not in ORDER:

@@ -413,7 +413,7 @@ def _stage_window_raw(lw: Lowerer, ctx, buf, t, sbuf, n: int) -> None:
     passes = -(-vectors // threads)
     # even batches of at most RAW_SHIFT_BATCH, their pairs within a quarter of the registers the
     # launch leaves a thread (RMSNorm's 8,191-column windows on 40 registers spilled 88 bytes with six)
-    cap = min(255, lw.target.regs_per_sm // max(1, threads * lw.kb.min_blocks_per_sm))
+    cap = lw.target.thread_regs(threads, lw.kb.min_blocks_per_sm)
     most = max(1, min(RAW_SHIFT_BATCH, cap // RAW_SHIFT_SHARE // (2 * vec * eb // 4)))
     batch = -(-passes // -(-passes // most))
     pair = lw.kb.reg(f"{t.name}_win_pair", t.dtype, 2 * vec * batch)

@@ -60,7 +60,6 @@ MAX_BATCH = 8
 VECTOR_SHARE = 2
 ELEMENT_SHARE = 6
 ELEMENT_REGISTERS = 2
-REGISTERS_PER_SM = 65536
 #: the fewest iterations of a loop whose batch takes loads from further down its body (branches,
 #: later operands).  Measured on an H100 (bf16, LayerNorm and RMSNorm rows in shared memory in
 #: their aligned window, the weight's shifted runs, TB/s batched / not): LayerNorm 8192 x 6001
@@ -221,7 +220,7 @@ def _batch(loop: ir.For, kb, events: list, span: tuple[int, int]) -> ir.For | No
         share = ELEMENT_SHARE
     else:
         return None
-    cap = min(255, REGISTERS_PER_SM // max(1, kb.threads * kb.min_blocks_per_sm))
+    cap = kb.target.thread_regs(kb.threads, kb.min_blocks_per_sm)
     batch = min(MAX_BATCH, loop.extent, cap // share // max(1, per_iter))
     if batch < 2:
         return None

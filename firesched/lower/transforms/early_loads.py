@@ -28,14 +28,15 @@ from __future__ import annotations
 
 from ... import ir
 from ...hardware.atoms.base import CLUSTER, MBARRIER, SYNC
+from ...hardware.target import SM90A
 from ...ir.expr import Var, free_vars
 from ...ir.rewrite import flat, map_stmt, substitute_stmt, walk
-from .batch_loads import REGISTERS_PER_SM, _dead_after, _events, _is_load, _straight, _written_buffers
+from .batch_loads import _dead_after, _events, _is_load, _straight, _written_buffers
 
 #: atom families that may wait for other threads or for memory
 WAITS = (CLUSTER, MBARRIER, SYNC)
 #: the registers a thread has when the SM holds its most threads (2048 on sm_80 and sm_90)
-FULL_OCCUPANCY_REGISTERS = REGISTERS_PER_SM // 2048
+FULL_OCCUPANCY_REGISTERS = SM90A.thread_regs(SM90A.max_threads_per_sm)
 #: the share of those the moved loads may hold: at most 8 registers a thread, whatever the
 #: block's size.  Measured on an H100 (bf16 row kernels): with up to 16, LayerNorm's weight and
 #: bias of 16 values a thread took it from 44 to 55 registers (five blocks an SM to four) and ran

@@ -36,7 +36,7 @@ def launch_regs(target, threads: int, blocks: int = 1) -> int:
     when the kernel uses ``setmaxnreg``: ptxas takes the whole file over the threads of the
     ``blocks`` blocks an SM holds at once (``to_blocks(occupancy=...)``), in units of 8 (a warp's
     allocation granularity), at most 255."""
-    return min(255, target.regs_per_sm // (threads * blocks) // 8 * 8)
+    return target.thread_regs(threads, blocks, granule=8)
 
 
 def consumer_regs_for(target, consumer_warpgroups: int, producer_regs: int, cap: int = 240, blocks: int = 1) -> int:
