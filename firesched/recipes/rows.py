@@ -457,8 +457,9 @@ SOFTMAX_EXPONENTIAL_REGISTERS = (2, 0)
 TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIATION_REGISTERS),
                   "softmax": (SOFTMAX_TWO_REDUCTION_VALUES, SOFTMAX_EXPONENTIAL_REGISTERS)}
 # ... and only where another block shares the SM: its rows run while one block waits at the second
-# reduction's barriers.  A block alone on its SM (LayerNorm's 512-thread windows, below) has no one
-# to cover them and takes the tuple (one exchange a row).  Measured on an H200 (bench/row_plans.py
+# reduction's barriers.  A block alone on its SM (LayerNorm's 512-thread windows, below; softmax's
+# plans never leave one alone, a user's plan may) has no one to cover them and takes the tuple (one
+# exchange a row).  Measured on an H200 (bench/row_plans.py
 # --tuple-stats both, 512 threads alone, two rows in flight; TB/s the tuple / two reductions),
 # bf16: 4096 x 14319 2.98 / 2.90, 4096 x 15001 2.98 / 2.93, 4096 x 16127 3.15 / 3.06, 4096 x
 # 16375 3.12 / 3.09, 2048 x 16383 2.62 / 2.55, 4096 x 16383 2.74 / 2.67, 8192 x 16383 2.79 / 2.73,
