@@ -32,22 +32,27 @@ def _recipe(kind, *args, **kw):
     return getattr(fs.recipes, kind)(*args, **kw)
 
 
-def _plan(cols, stages, lanes=64, aligned=None):
+def _plan(cols, stages, lanes=64, aligned=None, blocks=1):
     aligned = cols % 8 != 0 if aligned is None else aligned
     return RowPlan(lanes, 8, -(-(cols + 7) // (8 * lanes)), 1, aligned=aligned, row_memory="SH", persistent=True,
-                   tile_stages=stages, blocks_per_sm=1)
+                   tile_stages=stages, blocks_per_sm=blocks)
 
 
-@pytest.mark.parametrize("kind, dt, cols, rows, stages", [
-    ("rmsnorm", "bf16", 1001, 150, 2), ("layernorm", "f16", 263, 300, 3), ("softmax", "bf16", 512, 300, 2),
-    ("causal", "f16", 263, 150, 2), ("layernorm", "bf16", 512, 140, 2), ("rmsnorm", "f16", 263, 300, 3),
-    ("layernorm", "bf16", 1001, 27, 2), ("softmax", "f16", 1001, 27, 3), ("causal", "bf16", 1001, 27, 2)])
-def test_prefetched_rows_match_numpy(kind, dt, cols, rows, stages):
-    # more rows than blocks (the grid is the SMs' 132, rounded to a multiple of 8 for odd rows): the
-    # blocks take one to three rows each, the copies of tiles past the rows are not issued; 27 odd
-    # rows on 24 blocks: three take a second row
-    sched = _recipe(kind, rows, cols, dtype=dt, arch="sm_90a", plan=_plan(cols, stages))
+@pytest.mark.parametrize("kind, dt, cols, rows, stages, blocks", [
+    ("rmsnorm", "bf16", 1001, 150, 2, 1), ("layernorm", "f16", 263, 300, 3, 1), ("softmax", "bf16", 512, 300, 2, 1),
+    ("causal", "f16", 263, 150, 2, 1), ("layernorm", "bf16", 512, 300, 2, 2), ("rmsnorm", "f16", 263, 300, 3, 1),
+    ("layernorm", "bf16", 1001, 27, 2, 1), ("softmax", "f16", 1001, 27, 3, 1), ("causal", "bf16", 1001, 27, 2, 1)])
+def test_prefetched_rows_match_numpy(kind, dt, cols, rows, stages, blocks):
+    # more rows than blocks (the grid is the SMs' 132 times the blocks an SM, rounded to a multiple
+    # of 8 for odd rows): the blocks take one to three rows each, the copies of tiles past the rows
+    # are not issued; 27 odd rows on 24 blocks: three take a second row.  LayerNorm's statistics:
+    # the tuple on a block alone on its SM, two plain reductions beside another (rows.deviations_fit)
+    plan = _plan(cols, stages, blocks=blocks)
+    sched = _recipe(kind, rows, cols, dtype=dt, arch="sm_90a", plan=plan)
     assert f"pipeline(stages={stages})" in repr(sched.strategies)
+    if kind == "layernorm":
+        welford = [sp for sp in sched.spec.body if getattr(sp, "monoid", None) is not None]
+        assert bool(welford) == (blocks == 1) == (not row_model.deviations_fit(plan)), plan
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
