@@ -178,12 +178,15 @@ def test_the_persistent_plans_compile_without_spills(kind, cols, dt):
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(R=st.integers(1, 30), C=st.integers(1, 400), dt=st.sampled_from(["f16", "bf16", "f32"]),
        kind=st.sampled_from(["rmsnorm", "layernorm", "add_rmsnorm", "softmax"]),
-       lanes=st.sampled_from([32, 64]), memory=st.sampled_from(["RF", "SH"]), occupancy=st.sampled_from([0, 1, 3]))
-def test_hand_written_persistent_windows(R, C, dt, kind, lanes, memory, occupancy):
+       lanes=st.sampled_from([32, 64]), memory=st.sampled_from(["RF", "SH"]), occupancy=st.sampled_from([0, 1, 3]),
+       stages=st.integers(1, 2))
+def test_hand_written_persistent_windows(R, C, dt, kind, lanes, memory, occupancy, stages):
     # any row count (fewer than 8 blocks, or a grid rounded down to a multiple of 8), any length,
-    # any phase, the row in registers or in shared memory: ScheduleError at check(), or the
-    # interpreter equals numpy with no hazard
-    plan = attrs.evolve(_plan(C, memory, lanes), blocks_per_sm=occupancy)
+    # any phase, the row in registers or in shared memory, the next row in flight or not (with
+    # LayerNorm's and softmax's statistics in two reductions or the tuple by rows.deviations_fit):
+    # ScheduleError at check(), or the interpreter equals numpy with no hazard
+    plan = attrs.evolve(_plan(C, memory, lanes), blocks_per_sm=occupancy,
+                        tile_stages=stages if memory == "SH" else 1)
     try:
         sched = _recipe(kind, R, C, dtype=dt, arch="sm_90a", plan=plan)
         sched.check("sm_90a")
