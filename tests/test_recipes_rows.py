@@ -171,7 +171,7 @@ def test_causal_rows_of_few_passes_take_half_blocks():
     assert fs.compile(causal, arch="sm_90a").spills == 0
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "softmax"])
 def test_norm_rows_of_few_passes_take_half_blocks(kind):
     # 16,385 to 20,479 columns: 512 threads x 40 (two blocks an SM) on sm_90a, the last pass
     # partial (rows.HALF_BLOCK_VALUES); on sm_80 (not measured there) 1,024 threads as before
@@ -182,6 +182,59 @@ def test_norm_rows_of_few_passes_take_half_blocks(kind):
     assert repr(sched.strategies[0]) == "tile(r=1) >> to_blocks(occupancy=2)"
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     assert fs.compile(sched, arch="sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("kind, partial", [("layernorm", 64), ("rmsnorm", 56), ("softmax", 48)])
+def test_rows_of_partial_passes_take_half_blocks_before_clusters(kind, partial):
+    # rows.HALF_BLOCK_VALUES: where 1,024 threads' last pass would be partial, or they would take
+    # fewer than four passes, 512 threads hold the row in registers (two blocks an SM) in up to
+    # 40 elements a thread in whole passes and `partial` with their last pass partial; beyond
+    # that the cluster of staged parts or 1,024 threads as before
+    def plan(cols, dtype="bf16", arch="sm_90a"):
+        return norms.plan_rows(8192, cols, dtype, arch, op=kind)
+
+    for cols in (16392, 20480, partial * 512 - 8):
+        p = plan(cols)
+        assert (p.lanes, p.cluster, p.row_memory) == (512, 1, "RF"), (cols, p)
+        assert p.reps * p.vec <= (40 if cols % (512 * 8) == 0 else partial)
+    for cols in (24576, 28672):                   # 48, 56 a thread in whole passes: clusters
+        assert plan(cols).cluster == 2 and plan(cols).lanes == 256
+    assert plan(partial * 512 + 8).lanes != 512
+    assert plan(32768).lanes == 1024
+    assert plan(26624, arch="sm_80").lanes == 1024       # (measured on sm_90a only)
+    assert plan(26624, "f32").lanes != 512
+    # the longest of them compile without spills, LayerNorm with its per-row statistics too
+    kw = {"stats": True} if kind != "softmax" else {"scale": 0.125}
+    k = fs.compile(getattr(recipes, kind)(64, partial * 512 - 8, dtype="f16", arch="sm_90a", **kw), arch="sm_90a")
+    assert k.spills == 0
+
+
+@pytest.mark.parametrize("cols, tuple_stats", [(10752, True), (16384, True), (26624, True), (32768, True),
+                                               (40960, True), (8192, False), (4096, False), (2047, False),
+                                               (26625, False)])
+def test_layernorm_takes_the_tuple_on_wide_blocks(cols, tuple_stats):
+    # rows.wide_tuple: a 16-bit row of 16-byte vectors alone on one block of 512 or 1,024 threads
+    # in registers takes the Welford tuple (one exchange across its warps); 256 threads and fewer,
+    # rows sharing a block and odd rows keep the two plain reductions
+    spec = recipes.layernorm(8192, cols, dtype="bf16", arch="sm_90a").spec
+    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm")
+    welford = [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
+    assert bool(welford) == (tuple_stats or row_model.one_pass(plan)), (cols, plan)
+    assert row_model.wide_tuple(plan, "layernorm", "bf16", cols) == tuple_stats, plan
+    # ... not on 1,024 threads whose last pass is partial (sm_80's plans there), nor for f32 rows
+    # or other recipes
+    p80 = norms.plan_rows(8192, 26624, "f16", "sm_80", op="layernorm")
+    assert p80.lanes == 1024 and not row_model.wide_tuple(p80, "layernorm", "f16", 26624)
+    assert not row_model.wide_tuple(row_model.RowPlan(512, 8, 4, 1), "layernorm", "f32", 16384)
+    assert not row_model.wide_tuple(row_model.RowPlan(512, 8, 4, 1), "rmsnorm", "bf16", 16384)
+
+
+def test_layernorm_tuple_on_a_wide_block_interprets():
+    # the Welford tuple on a 512-thread element plan against numpy, a partial last pass and rows
+    # of large magnitude (the interpreter's reference checks the f32 statistics)
+    sched = recipes.layernorm(2, 16392, dtype="f16", arch="sm_90a", stats=True)
+    assert [sp for sp in sched.spec.body if getattr(sp, "monoid", None) is not None]
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
 
 
 def _refused_or_right(kind, R, C, dt, plan):

@@ -30,8 +30,11 @@ Statistics are computed in f32, LayerNorm's in two passes over the registers: th
 mean of squared deviations, which does not cancel as E[x²] - E[x]² does for rows with a large
 mean.  A row split over a thread-block cluster takes both in one tuple reduction instead
 (``monoids.welford``: each thread's (count, mean, M2), merged by Chan's formula), so the blocks
-exchange once per row; on one block the two plain reductions measured faster (the tuple's merges
-cost more than the block barrier they save: bench/README.md, "One exchange per row"), and so they
+exchange once per row, and so does a 16-bit row on one block of 512 or more threads, where the
+second exchange across 16 or 32 warps costs more than the tuple's merges (``rows.wide_tuple``: on
+an H200 up to 12 % at 32,768 columns).  On smaller blocks the two plain reductions measured faster
+(the tuple's merges cost more than the block barrier they save: bench/README.md, "One exchange per
+row"), and so they
 do on a persistent block whose next rows are in flight, beside another block on its SM, where each
 thread has the registers to hold the deviations (``rows.deviations_fit``: on an H200 4 - 9 % on odd
 rows of 4,033 - 8,191 columns, and 30 % from 2,800, where such windows with the tuple were slower
@@ -255,8 +258,9 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     inputs ``X``, then ``W`` and ``B`` (cols,) when ``weight`` / ``bias``; ``stats=True`` also
     returns ``Mean`` and ``Rstd`` (rows,) in f32.  ``tuple_stats``: the mean and the variance in
     one tuple reduction (True, Welford) or two (False); None: one where the row is split over a
-    cluster or waits in shared memory (module docstring), but two on a persistent block that
-    prefetches its rows with room for the deviations in registers (``rows.deviations_fit``).
+    cluster or waits in shared memory, or a 16-bit row on one block of 512 threads or more
+    (``rows.wide_tuple``; module docstring), but two on a persistent block that prefetches its
+    rows with room for the deviations in registers (``rows.deviations_fit``).
     ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
@@ -274,7 +278,8 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     f32 = "f32"
     mean, rstd = s.t("Mean", ("r",), f32), s.t("Rstd", ("r",), f32)
     w, b = s.t("W", ("c",)), s.t("B", ("c",))
-    if _rows.one_pass(plan) and not _rows.deviations_fit(plan) if tuple_stats is None else tuple_stats:
+    if (_rows.one_pass(plan) and not _rows.deviations_fit(plan)) or _rows.wide_tuple(plan, "layernorm", dtype, cols) \
+            if tuple_stats is None else tuple_stats:
         # the mean and the variance in one reduction (Welford / Chan: each thread's (count, mean,
         # M2), merged across lanes, warps and the blocks of the cluster in one exchange each),
         # then the output in one pass, (x - mean) · rstd · w + b: no f32 copy of the row waits

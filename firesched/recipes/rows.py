@@ -22,7 +22,9 @@ aims at three things, in this order —
   the last block's part possibly short, on clusters of 2 to 8 blocks chosen by an estimated cost
   (``BLOCK_COST``).  The registers then hold no row, 30-40 a thread, and six blocks of 256
   threads share an SM.  Rows one block would hold in fewer than four passes, or with a partial
-  last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns);
+  last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns) —
+  LayerNorm's and RMSNorm's take 512 threads first where they hold the row without spilling
+  (``HALF_BLOCK_VALUES``);
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and eight warps per block (a short row alone would leave most lanes
   idle); a longer row takes ``lanes`` threads of a block (warps combine their partial results
@@ -44,7 +46,11 @@ aims at three things, in this order —
       14,336        256     8     7        1          256 (1,792 vectors; 512 x 4 would idle 256 slots)
       20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, causal softmax:
                                                          half_block_values); 1024 x 3 otherwise
+      20,480        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm); 256 x a cluster
+                                                         of 2 otherwise
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
+      26,624        512     8     7        1          512, 2 per SM (LayerNorm, RMSNorm: 1,024 threads' last
+                                                         pass partial); 1024 x 4 otherwise
       32,768       1024     8     4        1         1024 (softmax: in shared memory, stage_one_block)
       40,960       1024     8     5        1         1024
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
@@ -283,12 +289,26 @@ STAGED_ODD_VALUES = {"rmsnorm": 8}
 # (3.21 against 3.35 on 1,024 x 32); f16 rows of 20,488 to 23,560 columns (48 a thread, the last
 # pass partial) spilled 8 bytes (sm_90a) and 40 (sm_80)
 CAUSAL_VALUES = 48
-# the same for LayerNorm's and RMSNorm's rows (their 16-bit rows of 16,385 to 20,479 columns: 40
-# a thread on 512 threads, the last pass partial).  Measured on an H200 (bf16, 8192 x 20,000,
-# bench/row_plans.py): LayerNorm 4.02 TB/s on 512 threads x 40 (two blocks an SM, 64 registers,
-# no spills) against 2.58 on 1,024 x 24, RMSNorm 3.87 against 2.62; clusters of staged or register
-# parts 1.96-3.08 and 2.88-3.40
-HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": 48, "rmsnorm": 48}
+# LayerNorm's and RMSNorm's rows take 512 threads (two blocks an SM) wherever 1,024 would hold
+# them in fewer than four passes or with the last pass partial, and 512 hold them in at most 40
+# elements a thread in whole passes or at most 64 (LayerNorm) / 56 (RMSNorm) with the last pass
+# partial: (whole, partial).  Measured on an H200 (bf16, 8192 x 20,000, bench/row_plans.py):
+# LayerNorm 4.02 TB/s on 512 threads x 40 (two blocks an SM, 64 registers, no spills) against 2.58
+# on 1,024 x 24, RMSNorm 3.87 against 2.62; clusters of staged or register parts 1.96-3.08 and
+# 2.88-3.40.  Later (bf16 / f16, 8192 rows, TB/s on 512 threads against the plan then; LayerNorm
+# with the tuple, TUPLE_THREADS): LayerNorm 20,480 x 40 4.12 / 4.11 against 3.56 / 3.53 (a
+# cluster of two staged parts), 22,528 x 48 4.13 / 4.13 against 2.92 / 2.75 (1,024 x 24), 26,624
+# x 56 4.08 / 4.10 against 3.18 / 2.91 (1,024 x 32), 30,720 x 64 4.09 / 4.09 against 3.40 / 3.16;
+# RMSNorm 22,528 4.05 against 2.78, 26,624 4.08 against 2.87, 30,720 x 64 3.87 against 3.06 but
+# spilling 56 bytes (bf16).  Whole passes of more than 40 spilled (bf16 LayerNorm 24,576 x 48 32
+# bytes, 28,672 x 56 64, 32,768 x 64 192): those rows keep their clusters (24,576, 28,672: 3.58
+# and 3.68 bf16) or 1,024 threads (32,768: 3.92); so do 72 and 80 a thread (36,864, 40,960:
+# 264-376 bytes spilled, bf16).  Softmax's rows alike at up to 48 a thread (its exponentials in
+# registers, two plain reductions), where it waited in shared memory on 1,024 threads
+# (stage_one_block) or a cluster (same H200, bf16, 8192 rows, TB/s on 512 threads against the plan
+# then): 17,000 x 40 3.88 against 3.18, 20,480 x 40 4.14 against 4.00 (a cluster of two), 22,528 x
+# 48 4.16 against 3.76, 24,568 x 48 4.09 against 3.82; at 26,624 x 56 it spilled 56 bytes
+HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": (40, 64), "rmsnorm": (40, 56), "softmax": (40, 48)}
 
 
 # odd 16-bit rows of these many columns wait in shared memory in their aligned window
@@ -469,6 +489,21 @@ TWO_REDUCTIONS = {"layernorm": (LAYERNORM_TWO_REDUCTION_VALUES, LAYERNORM_DEVIAT
 # 2.75, 4096 x 17001 2.96 / 2.93, 4096 x 18425 3.18 / 3.13.  On 256 threads two an SM the two
 # reductions stay faster (2048 x 12287 2.92 / 2.84 bf16, 2.83 / 2.80 f16, two reductions / the tuple)
 TWO_REDUCTIONS_BLOCKS = 2
+# LayerNorm's 16-bit rows on one block of 512 or more threads in registers (the element plans of
+# 12,289 - 40,960 columns) take the tuple too: one exchange across 16 or 32 warps instead of two.
+# Measured on an H200 (bench/row_plans.py --plan default --tuple-stats both, 8192 rows unless
+# named, TB/s the tuple / two reductions, bf16 then f16): 1,024 threads 8192 x 32,768 3.93 / 3.51,
+# 3.92 / 3.50; 32768 x 32,768 3.99 / 3.57, 3.99 / 3.56; 4096 x 40,960 3.85 / 3.68, 3.85 / 3.71;
+# 512 threads 4096 x 10,752 (24 a thread) 3.62 / 3.35, 3.36 / 3.34; 12,288 3.89 / 3.81, 3.88 /
+# 3.80; 16,384 4.14 / 4.11, 4.14 / 4.11; 4096 x 16,384 4.04 / 3.99, 4.03 / 3.99; 20,480 4.12 /
+# 4.12, 4.11 / 4.13; 18,432 (40 a thread) 4.04 / 4.09, 3.95 / 4.00 and 20,000 4.00 / 4.04, 3.92 /
+# 3.96 the exceptions; from 48 a thread the two reductions spill (HALF_BLOCK_VALUES).  Not on
+# 1,024 threads whose last pass is partial (the plans of sm_80 at 16,392 - 32,760 columns, where
+# sm_90a takes 512 threads): compiled for sm_90a, 8192 x 26,624 3.18 / 3.00 but f16 2.48 / 2.91,
+# 30,720 3.40 / 3.25, f16 2.56 / 3.16.  On 256
+# threads and fewer the two stay (level at 3,840 - 14,336 columns, 16384 x 1,024 on 128 x 2 rows
+# 3.77 / 3.56).  By recipe: the fewest threads of a row's block
+TUPLE_THREADS = {"layernorm": 512}
 # LayerNorm's odd rows of 7,201 - 8,191 columns prefetch too, on blocks of 256 threads, two an SM
 # (two reductions, 32 - 40 values a thread).  Same H200 (bench/row_plans.py, bf16, TB/s against
 # the plan then, four blocks of 256 threads a row at a time with the tuple): 8192 x 7803 3.09
@@ -724,7 +759,7 @@ def _pow2_at_least(n: int) -> int:
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
-             aligned_values: int | None = None, half_block_values: int | None = None,
+             aligned_values: int | None = None, half_block_values: int | tuple[int, int] | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
@@ -748,8 +783,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     accesses, up to ``aligned_values`` elements a thread (default ``ALIGNED_VALUES``); the recipes
     ask for it where it measured faster (``aligned_faster``); ``half_block_values``: a row that one
     block would hold on 1,024 threads in fewer than four passes takes 512 threads instead (two
-    blocks an SM) where that leaves at most this many elements a thread (causal softmax asks for
-    ``CAUSAL_VALUES``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
+    blocks an SM) where that leaves at most this many elements a thread (that many less a vector
+    where 512 threads' last pass is partial; causal softmax asks for ``CAUSAL_VALUES``), or, given
+    a pair (whole, partial), a row of 16-byte vectors that 1,024 threads would hold in fewer
+    than four passes or with a partial last pass, where 512 threads hold it in at most ``whole``
+    elements a thread in whole passes or ``partial`` with their last pass partial (LayerNorm and
+    RMSNorm ask for ``HALF_BLOCK_VALUES``), before a cluster of staged parts; ``element_values``: a row of more than 1,000 elements in accesses of 2 or
     4 bytes that one block holds takes as few threads as hold it at about this many elements a
     thread (the recipes ask for ``odd_row_values``), with rows on fewer than
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
@@ -883,6 +922,19 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         lanes = min(MAX_THREADS, _pow2_at_least(-(-vectors // max(1, element_values // vec))))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, element_min_threads))
         max_values = max(max_values, element_values)
+    half = MAX_THREADS // 2
+    if half_block_values and plan.lanes == MAX_THREADS:
+        # a row of 1024 threads' few passes on half the threads, two blocks an SM: while one
+        # block waits on its reductions' barriers the other loads (a causal row, whose blocks
+        # also differ in their work: bench/README.md); LayerNorm's and RMSNorm's rows also where
+        # 1024 threads' last pass is partial (HALF_BLOCK_VALUES)
+        whole, partial = (half_block_values, half_block_values - vec) if isinstance(half_block_values, int) \
+            else half_block_values
+        values = -(-vectors // half) * vec
+        few = plan.reps < 4 or (not isinstance(half_block_values, int) and vec * eb == 16 and vectors % MAX_THREADS)
+        if few and values <= (partial if vectors % half else whole):
+            plan = RowPlan(half, vec, -(-vectors // half), 1)
+            max_values = max(max_values, values)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
             (plan.reps < 4 or vectors % plan.lanes):
         # a row one block of 1024 threads holds in fewer than four passes, or with its last pass
@@ -904,15 +956,6 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # TB/s against 3.33 in registers (a cluster of four staged parts 4.10, 512 threads x 64
         # staged 4.11); LayerNorm 2.88 against 3.48-3.51 in registers (not taken)
         plan = attrs.evolve(plan, row_memory="SH")
-    half = MAX_THREADS // 2
-    # (a partial last pass keeps its tests in registers: one vector fewer a thread there)
-    if half_block_values and plan.lanes == MAX_THREADS and plan.reps < 4 and \
-            -(-vectors // half) * vec <= half_block_values - (vec if vectors % half else 0):
-        # a row of 1024 threads' few passes on half the threads, two blocks an SM: while one
-        # block waits on its reductions' barriers the other loads (a causal row, whose blocks
-        # also differ in their work: bench/README.md)
-        plan = RowPlan(half, vec, -(-vectors // half), 1)
-        max_values = max(max_values, half_block_values)
     if partial_pass_blocks and plan.lanes == MAX_THREADS // 2 and plan.cluster == 1 and vectors % plan.lanes and \
             vec * eb == 16:
         plan = attrs.evolve(plan, blocks_per_sm=partial_pass_blocks)
@@ -1044,6 +1087,18 @@ def deviations_fit(plan: RowPlan, op: str = "layernorm") -> bool:
     return plan.row_memory == "SH" and plan.cluster == 1 and plan.tile_stages > 1 and \
         plan.blocks_per_sm >= TWO_REDUCTIONS_BLOCKS and values <= most and \
         thread_registers(plan.lanes * plan.rows * plan.blocks_per_sm) >= deviation_registers(values, op)
+
+
+def wide_tuple(plan: RowPlan, op: str, dtype, cols: int) -> bool:
+    """Whether recipe ``op``'s statistics on ``plan`` are one tuple reduction although its row of
+    ``cols`` elements waits in registers: a row of 16-byte vectors of a 16-bit ``dtype`` alone on
+    one block of at least ``TUPLE_THREADS[op]`` threads (no cluster, no window, not persistent), where
+    the block's warps exchange once instead of twice, but not on 1,024 threads whose last pass is
+    partial (False for other recipes: ``TUPLE_THREADS``)."""
+    least = TUPLE_THREADS.get(op)
+    return least is not None and _dtype(dtype).bits == 16 and plan.vec == 8 and plan.rows == 1 and \
+        plan.row_memory == "RF" and plan.cluster == 1 and not plan.aligned and not plan.persistent and \
+        plan.lanes >= least and (plan.lanes < MAX_THREADS or cols == plan.lanes * plan.reps * plan.vec)
 
 
 def one_pass(plan: RowPlan) -> bool:

@@ -102,6 +102,18 @@ def test_long_rows_on_one_block(op, rows, cols):
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+@pytest.mark.parametrize("rows, cols, dtype", [(5, 20480, "bf16"), (3, 22528, "f16"), (7, 26624, "bf16"),
+                                               (4, 30720, "f16"), (3, 24568, "bf16"), (2, 16384, "f16"),
+                                               (3, 32768, "bf16")])
+def test_rows_on_half_blocks_and_wide_tuples(op, shift, rows, cols, dtype):
+    # the plans of rows.HALF_BLOCK_VALUES (512 threads, two blocks an SM, where 1,024 threads' last
+    # pass would be partial) and LayerNorm's Welford tuple on blocks of 512 and 1,024 threads
+    # (rows.wide_tuple), on rows of a large mean
+    _run(op, rows, cols, dtype, shift=shift)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
 def test_long_rows_large_magnitudes(op):
     _run(op, 8, 131072, "f16", magnitude=3000.0)
 
