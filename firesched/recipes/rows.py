@@ -23,8 +23,8 @@ aims at three things, in this order —
   (``BLOCK_COST``).  The registers then hold no row, 30-40 a thread, and six blocks of 256
   threads share an SM.  Rows one block would hold in fewer than four passes, or with a partial
   last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns) —
-  LayerNorm's and RMSNorm's take 512 threads first where they hold the row without spilling
-  (``HALF_BLOCK_VALUES``);
+  LayerNorm's, RMSNorm's and softmax's take 512 threads first where they hold the row without
+  spilling (``HALF_BLOCK_VALUES``);
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and eight warps per block (a short row alone would leave most lanes
   idle); a longer row takes ``lanes`` threads of a block (warps combine their partial results
@@ -44,10 +44,10 @@ aims at three things, in this order —
                                                          threads whose passes idle least, FILL_THREADS)
       4,096         256     8     2        1          256
       14,336        256     8     7        1          256 (1,792 vectors; 512 x 4 would idle 256 slots)
-      20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, causal softmax:
-                                                         half_block_values); 1024 x 3 otherwise
-      20,480        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm); 256 x a cluster
-                                                         of 2 otherwise
+      20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, softmax, causal
+                                                         softmax: half_block_values); 1024 x 3 otherwise
+      20,480        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, softmax); 256 x a
+                                                         cluster of 2 otherwise
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
       26,624        512     8     7        1          512, 2 per SM (LayerNorm, RMSNorm: 1,024 threads' last
                                                          pass partial); 1024 x 4 otherwise
@@ -553,8 +553,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
     ``element_values`` (``odd_row_values``), ``element_min_threads`` (``ODD_ROWS_SHARE_BLOCKS``,
-    ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm
-    and RMSNorm (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
+    ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm,
+    RMSNorm and softmax (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
     ``staged_window`` (``staged_window_faster``) and, on sm_90a, its blocks' threads
     (``STAGED_WINDOW_WIDE``), ``partial_pass_blocks``
