@@ -186,7 +186,7 @@ def test_norm_rows_of_few_passes_take_half_blocks(kind):
 
 @pytest.mark.parametrize("kind, partial", [("layernorm", 64), ("rmsnorm", 56), ("softmax", 48)])
 def test_rows_of_partial_passes_take_half_blocks_before_clusters(kind, partial):
-    # rows.HALF_BLOCK_VALUES: where 1,024 threads' last pass would be partial, or they would take
+    # rows.HALF_BLOCK_VECTORS: where 1,024 threads' last pass would be partial, or they would take
     # fewer than four passes, 512 threads hold the row in registers (two blocks an SM) in up to
     # 40 elements a thread in whole passes and `partial` with their last pass partial; beyond
     # that the cluster of staged parts or 1,024 threads as before
@@ -207,6 +207,20 @@ def test_rows_of_partial_passes_take_half_blocks_before_clusters(kind, partial):
     kw = {"stats": True} if kind != "softmax" else {"scale": 0.125}
     k = fs.compile(getattr(recipes, kind)(64, partial * 512 - 8, dtype="f16", arch="sm_90a", **kw), arch="sm_90a")
     assert k.spills == 0
+
+
+def test_half_block_vectors_leave_other_rows_as_they_were():
+    # rows.HALF_BLOCK_VECTORS takes rows of 16-byte vectors of LayerNorm, RMSNorm and softmax only:
+    # causal softmax's rows keep their clusters of staged parts, rows of 8-byte accesses the
+    # half blocks of rows.HALF_BLOCK_VALUES (after the clusters), as before
+    assert norms.plan_rows(4096, 20480, "bf16", "sm_90a", op="causal").cluster == 2
+    assert norms.plan_rows(4096, 24576, "f16", "sm_90a", op="causal").cluster == 2
+    p = norms.plan_rows(4096, 8828, "bf16", "sm_90a", op="layernorm")
+    assert (p.lanes, p.vec, p.reps) == (512, 4, 5)
+    assert norms.plan_rows(4096, 8828, "bf16", "sm_90a", op="softmax").lanes == 1024
+    for bad in ((40,), (40, 0), [40, 48], (40, True)):
+        with pytest.raises(ValueError, match="half_block_vectors"):
+            row_model.row_plan(4, 20480, "bf16", half_block_vectors=bad)
 
 
 @pytest.mark.parametrize("cols, tuple_stats", [(10752, True), (16384, True), (26624, True), (32768, True),

@@ -335,7 +335,7 @@ def test_place_swizzle_is_a_bool_and_round_trips():
 def test_softmax_rows_on_one_block_wait_in_shared_memory(R, C):
     # a softmax row of 16-byte vectors on one block of 1,024 threads (sm_90a) waits in shared
     # memory (rows.STAGE_ONE_BLOCK); 26,000: the last pass partial, its buffer padded to whole
-    # passes (shorter such rows take 512 threads in registers: rows.HALF_BLOCK_VALUES).  The norms
+    # passes (shorter such rows take 512 threads in registers: rows.HALF_BLOCK_VECTORS).  The norms
     # keep such rows in registers
     sched = fs.recipes.softmax(R, C, dtype="bf16", arch="sm_90a")
     assert "Memory.SH" in repr(sched.strategies) and "cluster" not in repr(sched.strategies[0])

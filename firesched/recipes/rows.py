@@ -24,7 +24,7 @@ aims at three things, in this order —
   threads share an SM.  Rows one block would hold in fewer than four passes, or with a partial
   last pass, take such a cluster where its parts are equal (20,480 and 24,576 columns) —
   LayerNorm's, RMSNorm's and softmax's take 512 threads first where they hold the row without
-  spilling (``HALF_BLOCK_VALUES``);
+  spilling (``HALF_BLOCK_VECTORS``);
 * **enough bytes in flight**: a row of at most 32 vectors goes to ``lanes`` < 32 threads of a
   warp, several rows per warp and eight warps per block (a short row alone would leave most lanes
   idle); a longer row takes ``lanes`` threads of a block (warps combine their partial results
@@ -289,13 +289,17 @@ STAGED_ODD_VALUES = {"rmsnorm": 8}
 # (3.21 against 3.35 on 1,024 x 32); f16 rows of 20,488 to 23,560 columns (48 a thread, the last
 # pass partial) spilled 8 bytes (sm_90a) and 40 (sm_80)
 CAUSAL_VALUES = 48
-# LayerNorm's and RMSNorm's rows take 512 threads (two blocks an SM) wherever 1,024 would hold
-# them in fewer than four passes or with the last pass partial, and 512 hold them in at most 40
-# elements a thread in whole passes or at most 64 (LayerNorm) / 56 (RMSNorm) with the last pass
-# partial: (whole, partial).  Measured on an H200 (bf16, 8192 x 20,000, bench/row_plans.py):
-# LayerNorm 4.02 TB/s on 512 threads x 40 (two blocks an SM, 64 registers, no spills) against 2.58
-# on 1,024 x 24, RMSNorm 3.87 against 2.62; clusters of staged or register parts 1.96-3.08 and
-# 2.88-3.40.  Later (bf16 / f16, 8192 rows, TB/s on 512 threads against the plan then; LayerNorm
+# the same for LayerNorm's and RMSNorm's rows (their 16-bit rows of 16,385 to 20,479 columns: 40
+# a thread on 512 threads, the last pass partial).  Measured on an H200 (bf16, 8192 x 20,000,
+# bench/row_plans.py): LayerNorm 4.02 TB/s on 512 threads x 40 (two blocks an SM, 64 registers,
+# no spills) against 2.58 on 1,024 x 24, RMSNorm 3.87 against 2.62; clusters of staged or register
+# parts 1.96-3.08 and 2.88-3.40
+HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": 48, "rmsnorm": 48}
+# Before that, and before a cluster of staged parts: LayerNorm's and RMSNorm's rows of 16-byte
+# vectors take 512 threads (two blocks an SM) wherever 1,024 would hold them in fewer than four
+# passes or with the last pass partial, and 512 hold them in at most 40 elements a thread in
+# whole passes or at most 64 (LayerNorm) / 56 (RMSNorm) with the last pass partial: (whole,
+# partial).  Measured on an H200 (bf16 / f16, 8192 rows, TB/s on 512 threads against the plan then; LayerNorm
 # with the tuple, TUPLE_THREADS): LayerNorm 20,480 x 40 4.12 / 4.11 against 3.56 / 3.53 (a
 # cluster of two staged parts), 22,528 x 48 4.13 / 4.13 against 2.92 / 2.75 (1,024 x 24), 26,624
 # x 56 4.08 / 4.10 against 3.18 / 2.91 (1,024 x 32), 30,720 x 64 4.09 / 4.09 against 3.40 / 3.16;
@@ -308,7 +312,7 @@ CAUSAL_VALUES = 48
 # (stage_one_block) or a cluster (same H200, bf16, 8192 rows, TB/s on 512 threads against the plan
 # then): 17,000 x 40 3.88 against 3.18, 20,480 x 40 4.14 against 4.00 (a cluster of two), 22,528 x
 # 48 4.16 against 3.76, 24,568 x 48 4.09 against 3.82; at 26,624 x 56 it spilled 56 bytes
-HALF_BLOCK_VALUES = {"causal": CAUSAL_VALUES, "layernorm": (40, 64), "rmsnorm": (40, 56), "softmax": (40, 48)}
+HALF_BLOCK_VECTORS = {"layernorm": (40, 64), "rmsnorm": (40, 56), "softmax": (40, 48)}
 
 
 # odd 16-bit rows of these many columns wait in shared memory in their aligned window
@@ -497,7 +501,7 @@ TWO_REDUCTIONS_BLOCKS = 2
 # 512 threads 4096 x 10,752 (24 a thread) 3.62 / 3.35, 3.36 / 3.34; 12,288 3.89 / 3.81, 3.88 /
 # 3.80; 16,384 4.14 / 4.11, 4.14 / 4.11; 4096 x 16,384 4.04 / 3.99, 4.03 / 3.99; 20,480 4.12 /
 # 4.12, 4.11 / 4.13; 18,432 (40 a thread) 4.04 / 4.09, 3.95 / 4.00 and 20,000 4.00 / 4.04, 3.92 /
-# 3.96 the exceptions; from 48 a thread the two reductions spill (HALF_BLOCK_VALUES).  Not on
+# 3.96 the exceptions; from 48 a thread the two reductions spill (HALF_BLOCK_VECTORS).  Not on
 # 1,024 threads whose last pass is partial (the plans of sm_80 at 16,392 - 32,760 columns, where
 # sm_90a takes 512 threads): compiled for sm_90a, 8192 x 26,624 3.18 / 3.00 but f16 2.48 / 2.91,
 # 30,720 3.40 / 3.25, f16 2.56 / 3.16.  On 256
@@ -553,8 +557,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) on a row of ``cols`` elements of
     ``dtype`` for a target with or without ``clusters``: ``align`` (``aligned_faster``),
     ``element_values`` (``odd_row_values``), ``element_min_threads`` (``ODD_ROWS_SHARE_BLOCKS``,
-    ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm,
-    RMSNorm and softmax (``HALF_BLOCK_VALUES``), the ``odd_values`` of RMSNorm's staged odd rows
+    ``SHORT_ROWS_SHARE_THREADS``), the ``half_block_values`` of causal softmax, LayerNorm
+    and RMSNorm (``HALF_BLOCK_VALUES``) and the ``half_block_vectors`` of LayerNorm, RMSNorm and
+    softmax (``HALF_BLOCK_VECTORS``), the ``odd_values`` of RMSNorm's staged odd rows
     (``STAGED_ODD_VALUES``) and add + RMSNorm's pairs (``ADD_RMSNORM_STAGED_PAIRS``),
     ``staged_window`` (``staged_window_faster``) and, on sm_90a, its blocks' threads
     (``STAGED_WINDOW_WIDE``), ``partial_pass_blocks``
@@ -578,6 +583,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     if op in HALF_BLOCK_VALUES and eb == 2 and (clusters or op == "causal"):
         # (the norms' on sm_90a, where measured: compiled for sm_80, LayerNorm f16 spilled 8 bytes)
         args["half_block_values"] = HALF_BLOCK_VALUES[op]
+    if op in HALF_BLOCK_VECTORS and eb == 2 and clusters:
+        # (measured on sm_90a only)
+        args["half_block_vectors"] = HALF_BLOCK_VECTORS[op]
     if op in STAGED_ODD_VALUES and clusters:
         args["odd_values"] = STAGED_ODD_VALUES[op]
     if (op, str(_dtype(dtype))) in PARTIAL_PASS_BLOCKS:
@@ -759,7 +767,8 @@ def _pow2_at_least(n: int) -> int:
 def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None,
              clusters: bool = False, stage: bool = False, stage_few_passes: bool = True,
              odd_values: int | None = None, shared_per_sm: int = SHARED_PER_SM, align: bool = False,
-             aligned_values: int | None = None, half_block_values: int | tuple[int, int] | None = None,
+             aligned_values: int | None = None, half_block_values: int | None = None,
+             half_block_vectors: tuple[int, int] | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
@@ -784,11 +793,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ask for it where it measured faster (``aligned_faster``); ``half_block_values``: a row that one
     block would hold on 1,024 threads in fewer than four passes takes 512 threads instead (two
     blocks an SM) where that leaves at most this many elements a thread (that many less a vector
-    where 512 threads' last pass is partial; causal softmax asks for ``CAUSAL_VALUES``), or, given
-    a pair (whole, partial), a row of 16-byte vectors that 1,024 threads would hold in fewer
-    than four passes or with a partial last pass, where 512 threads hold it in at most ``whole``
-    elements a thread in whole passes or ``partial`` with their last pass partial (LayerNorm and
-    RMSNorm ask for ``HALF_BLOCK_VALUES``), before a cluster of staged parts; ``element_values``: a row of more than 1,000 elements in accesses of 2 or
+    where 512 threads' last pass is partial; causal softmax, LayerNorm and RMSNorm ask for
+    ``HALF_BLOCK_VALUES``); ``half_block_vectors`` (whole, partial): first, before a cluster of
+    staged parts, a row of 16-byte vectors that 1,024 threads would hold in fewer than four
+    passes or with a partial last pass takes 512 threads where they hold it in at most ``whole``
+    elements a thread in whole passes or ``partial`` with their last pass partial (LayerNorm,
+    RMSNorm and softmax ask for ``HALF_BLOCK_VECTORS``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
     4 bytes that one block holds takes as few threads as hold it at about this many elements a
     thread (the recipes ask for ``odd_row_values``), with rows on fewer than
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
@@ -827,6 +837,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     ("staged_window_threads", staged_window_threads)):
         if v not in (32, 64, 128, 256, 512, 1024):
             raise ValueError(f"row_plan: {name}={v!r}; allowed: 32, 64, 128, 256, 512, 1024")
+    if half_block_vectors is not None and not (
+            isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
+        raise ValueError(f"row_plan: half_block_vectors={half_block_vectors!r}; allowed: None or a pair of positive "
+                         "ints (whole, partial): the most elements a thread of 512 holds in whole passes, and with "
+                         "the last pass partial")
     if isinstance(tile_stages, bool) or not isinstance(tile_stages, int) or not 1 <= tile_stages <= 4:
         raise ValueError(f"row_plan: tile_stages={tile_stages!r}; allowed: 1 (a row at a time) to 4")
     eb = max(1, _dtype(dtype).bits // 8)
@@ -923,16 +939,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, element_min_threads))
         max_values = max(max_values, element_values)
     half = MAX_THREADS // 2
-    if half_block_values and plan.lanes == MAX_THREADS:
-        # a row of 1024 threads' few passes on half the threads, two blocks an SM: while one
-        # block waits on its reductions' barriers the other loads (a causal row, whose blocks
-        # also differ in their work: bench/README.md); LayerNorm's and RMSNorm's rows also where
-        # 1024 threads' last pass is partial (HALF_BLOCK_VALUES)
-        whole, partial = (half_block_values, half_block_values - vec) if isinstance(half_block_values, int) \
-            else half_block_values
+    if half_block_vectors and plan.lanes == MAX_THREADS and vec * eb == 16 and \
+            (plan.reps < 4 or vectors % MAX_THREADS):
+        # LayerNorm's, RMSNorm's and softmax's rows of 16-byte vectors that 1024 threads would
+        # hold in few passes or with a partial last pass: on half the threads, two blocks an SM,
+        # before a cluster of staged parts (HALF_BLOCK_VECTORS: whole, partial)
+        whole, partial = half_block_vectors
         values = -(-vectors // half) * vec
-        few = plan.reps < 4 or (not isinstance(half_block_values, int) and vec * eb == 16 and vectors % MAX_THREADS)
-        if few and values <= (partial if vectors % half else whole):
+        if values <= (partial if vectors % half else whole):
             plan = RowPlan(half, vec, -(-vectors // half), 1)
             max_values = max(max_values, values)
     if clusters and stage and stage_few_passes and plan.lanes == MAX_THREADS and \
@@ -956,6 +970,14 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # TB/s against 3.33 in registers (a cluster of four staged parts 4.10, 512 threads x 64
         # staged 4.11); LayerNorm 2.88 against 3.48-3.51 in registers (not taken)
         plan = attrs.evolve(plan, row_memory="SH")
+    # (a partial last pass keeps its tests in registers: one vector fewer a thread there)
+    if half_block_values and plan.lanes == MAX_THREADS and plan.reps < 4 and \
+            -(-vectors // half) * vec <= half_block_values - (vec if vectors % half else 0):
+        # a row of 1024 threads' few passes on half the threads, two blocks an SM: while one
+        # block waits on its reductions' barriers the other loads (a causal row, whose blocks
+        # also differ in their work: bench/README.md)
+        plan = RowPlan(half, vec, -(-vectors // half), 1)
+        max_values = max(max_values, half_block_values)
     if partial_pass_blocks and plan.lanes == MAX_THREADS // 2 and plan.cluster == 1 and vectors % plan.lanes and \
             vec * eb == 16:
         plan = attrs.evolve(plan, blocks_per_sm=partial_pass_blocks)
