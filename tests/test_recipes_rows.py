@@ -174,10 +174,12 @@ def test_causal_rows_of_few_passes_take_half_blocks():
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm", "softmax"])
 def test_norm_rows_of_few_passes_take_half_blocks(kind):
     # 16,385 to 20,479 columns: 512 threads x 40 (two blocks an SM) on sm_90a, the last pass
-    # partial (rows.HALF_BLOCK_VALUES); on sm_80 (not measured there) 1,024 threads as before
+    # partial (rows.HALF_BLOCK_VALUES, HALF_BLOCK_VECTORS); on sm_80 (not measured there) 1,024
+    # threads as before
     args = row_model.measured_plan_args(kind, 20000, "bf16", True)
     assert row_model.row_plan(64, 20000, "bf16", clusters=True, stage=True, **args) == row_model.RowPlan(512, 8, 5, 1)
-    assert "half_block_values" not in row_model.measured_plan_args(kind, 20000, "bf16", False)
+    on_sm80 = row_model.measured_plan_args(kind, 20000, "bf16", False)
+    assert "half_block_values" not in on_sm80 and "half_block_vectors" not in on_sm80
     sched = getattr(recipes, kind)(3, 16392, dtype="bf16", arch="sm_90a")
     assert repr(sched.strategies[0]) == "tile(r=1) >> to_blocks(occupancy=2)"
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
@@ -211,8 +213,9 @@ def test_rows_of_partial_passes_take_half_blocks_before_clusters(kind, partial):
 
 def test_half_block_vectors_leave_other_rows_as_they_were():
     # rows.HALF_BLOCK_VECTORS takes rows of 16-byte vectors of LayerNorm, RMSNorm and softmax only:
-    # causal softmax's rows keep their clusters of staged parts, rows of 8-byte accesses the
-    # half blocks of rows.HALF_BLOCK_VALUES (after the clusters), as before
+    # causal softmax's plans keep their clusters of staged parts where asked for them
+    # (plan_rows' stage_few_passes; the recipe does not ask), rows of 8-byte accesses the half
+    # blocks of rows.HALF_BLOCK_VALUES (after the clusters), as before
     assert norms.plan_rows(4096, 20480, "bf16", "sm_90a", op="causal").cluster == 2
     assert norms.plan_rows(4096, 24576, "f16", "sm_90a", op="causal").cluster == 2
     p = norms.plan_rows(4096, 8828, "bf16", "sm_90a", op="layernorm")
@@ -244,8 +247,8 @@ def test_layernorm_takes_the_tuple_on_wide_blocks(cols, tuple_stats):
 
 
 def test_layernorm_tuple_on_a_wide_block_interprets():
-    # the Welford tuple on a 512-thread element plan against numpy, a partial last pass and rows
-    # of large magnitude (the interpreter's reference checks the f32 statistics)
+    # the Welford tuple on a 512-thread element plan, its last pass partial, with the per-row
+    # statistics, against numpy
     sched = recipes.layernorm(2, 16392, dtype="f16", arch="sm_90a", stats=True)
     assert [sp for sp in sched.spec.body if getattr(sp, "monoid", None) is not None]
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -107,7 +107,7 @@ def test_long_rows_on_one_block(op, rows, cols):
                                                (4, 30720, "f16"), (3, 24568, "bf16"), (2, 16384, "f16"),
                                                (3, 32768, "bf16")])
 def test_rows_on_half_blocks_and_wide_tuples(op, shift, rows, cols, dtype):
-    # the plans of rows.HALF_BLOCK_VALUES (512 threads, two blocks an SM, where 1,024 threads' last
+    # the plans of rows.HALF_BLOCK_VECTORS (512 threads, two blocks an SM, where 1,024 threads' last
     # pass would be partial) and LayerNorm's Welford tuple on blocks of 512 and 1,024 threads
     # (rows.wide_tuple), on rows of a large mean
     _run(op, rows, cols, dtype, shift=shift)
