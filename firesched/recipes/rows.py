@@ -798,8 +798,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     staged parts, a row of 16-byte vectors that 1,024 threads would hold in fewer than four
     passes or with a partial last pass takes 512 threads where they hold it in at most ``whole``
     elements a thread in whole passes or ``partial`` with their last pass partial (LayerNorm,
-    RMSNorm and softmax ask for ``HALF_BLOCK_VECTORS``); ``element_values``: a row of more than 1,000 elements in accesses of 2 or
-    4 bytes that one block holds takes as few threads as hold it at about this many elements a
+    RMSNorm and softmax ask for ``HALF_BLOCK_VECTORS``); ``element_values``: a row of more than
+    1,000 elements in accesses of 2 or 4 bytes that one block holds takes as few threads as hold it at about this many elements a
     thread (the recipes ask for ``odd_row_values``), with rows on fewer than
     ``element_min_threads`` threads sharing a block (0: a row a block); ``staged_window`` (with ``stage``): an odd
     row of a 16-bit type waits in shared memory in its aligned window, copied in 16-byte chunks,
