@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import firesched as fs
 from firesched import ops
 from firesched.hardware import sm80
+from firesched.ir import GUARDS
 from firesched.strategies import (
     done,
     epilogue,
@@ -81,11 +82,12 @@ OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
 @given(R=st.integers(1, 40), C=st.integers(1, 70), op=st.sampled_from(sorted(OPS)),
        bcast=st.sampled_from(["none", "row", "col"]), br=st.sampled_from([1, 2, 3, 4, 8]),
        bc=st.sampled_from([8, 16, 24, 32, 64]), tr=st.sampled_from([1, 2]), tc=st.sampled_from([1, 2, 3, 4, 8]),
-       seed=st.integers(0, 99))
-def test_pointwise_chains(R, C, op, bcast, br, bc, tr, tc, seed):
+       guard=st.sampled_from(GUARDS), seed=st.integers(0, 99))
+def test_pointwise_chains(R, C, op, bcast, br, bc, tr, tc, guard, seed):
     second = {"none": ("r", "c"), "row": ("c",), "col": ("r",)}[bcast]
     spec = fs.Pointwise.kernel(op, {"r": R, "c": C}, inputs=[("r", "c"), second])
-    sched = _accept_or_refuse(spec, [tile(r=br, c=bc) >> to_blocks(), tile(r=tr, c=tc) >> to_threads(), done()])
+    sched = _accept_or_refuse(spec, [tile(r=br, c=bc) >> to_blocks(), tile(r=tr, c=tc) >> to_threads(),
+                                     done(guard=guard)])
     if sched is None:
         return
     rng = np.random.default_rng(seed)
@@ -129,10 +131,10 @@ REDUCE = {"sum": lambda x: x.sum(1), "max": lambda x: x.max(1), "min": lambda x:
        rows=st.sampled_from(["warps", "threads", "block"]), br=st.sampled_from([1, 2, 4]),
        chunk=st.sampled_from([16, 64, 100, 256]), tc=st.sampled_from([1, 2, 4, 8, 3]),
        lanes=st.sampled_from([None, 4, 8, 32]), split=st.sampled_from([None, 32, 100, 512]),
-       seed=st.integers(0, 99))
+       guard=st.sampled_from(GUARDS), seed=st.integers(0, 99))
 # 64 threads inside a warp's row: accepted once, and summed two rows' lanes together
-@example(R=1, C=33, op="mean", rows="warps", br=2, chunk=64, tc=1, lanes=None, split=None, seed=0)
-def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, split, seed):
+@example(R=1, C=33, op="mean", rows="warps", br=2, chunk=64, tc=1, lanes=None, split=None, guard="branch", seed=0)
+def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, split, guard, seed):
     spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
     # split: the reduced dim tiled onto blocks too (partial results, then a second launch)
     chain = [tile(r=br) >> to_blocks() if split is None else tile(r=br, c=split) >> to_blocks()]
@@ -144,7 +146,7 @@ def test_reduce_chains(R, C, op, rows, br, chunk, tc, lanes, split, seed):
     if lanes is not None:
         chain.append(tile(c=max(1, chunk // lanes)) >> to_threads())
     chain.append(tile(c=tc) >> to_threads() if lanes is None else tile(c=tc))
-    chain.append(done())
+    chain.append(done(guard=guard))
     sched = _accept_or_refuse(spec, chain)
     if sched is None:
         return

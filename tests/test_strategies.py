@@ -58,6 +58,7 @@ VALUES = [
     pytest.param(lambda: pipeline(stages=3), id="pipeline"),
     pytest.param(lambda: pipeline(stages=4, prefetch=False), id="pipeline-no-prefetch"),
     pytest.param(lambda: done(MMA), id="done"),
+    pytest.param(lambda: done(guard="predicate"), id="done-guard"),
     pytest.param(lambda: tile(m=64, n=64) >> to_blocks() >> tile(k=32), id="chain"),
     pytest.param(lambda: epilogue(ops.bias("bias"), ops.relu()), id="epilogue"),
     pytest.param(lambda: epilogue(ops.bias("b", axis="m"), ops.gelu(), ops.scale(0.5), ops.cast("f32")),

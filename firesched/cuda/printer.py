@@ -32,8 +32,9 @@ once to the destination dtype: to nearest even for floats (ties away for tf32, a
 are all integers compute in 64-bit integers, saturated when stored; a copy between equal dtypes
 moves the bits.
 
-Predication (``AtomCall.pred``): a disabled COPY load writes zeros to its registers, a disabled
-store writes nothing, a disabled cp.async reads 0 bytes (``$src_size`` is 0, so it zero-fills)
+Predication (``AtomCall.pred``): a disabled COPY load writes zeros to its registers (an ``if``
+with an ``else`` of zeros, or with ``AtomCall.guard == "predicate"`` one asm statement, the zeros
+and ``@p ld``: ``catalog.predicated``), a disabled store writes nothing, a disabled cp.async reads 0 bytes (``$src_size`` is 0, so it zero-fills)
 from the buffer's base address (so no out-of-range address is ever formed), and MMA/LDMATRIX are
 branched over.
 
@@ -911,6 +912,17 @@ class _KernelPrinter:
 
             atom = catalog.with_immediates(atom, uid=self.wait_labels)
             self.wait_labels += 1
+        # a guarded load written as one statement under a PTX predicate (AtomCall.guard)
+        under_predicate = predicated and call.guard == "predicate"
+        if call.guard != "branch":
+            if atom.family != COPY or not zero:
+                raise InternalError(f"{self._where()}: {atom.name} takes guard={call.guard!r}; only a COPY load into "
+                                    f"registers can be written under a predicate")
+            if under_predicate:
+                from ..hardware.atoms import catalog
+
+                atom = catalog.predicated(atom)
+                bindings["guard"] = [f"(int)({cond})"]
         if call.src_bytes is not None and atom.family != CP_ASYNC:
             raise InternalError(f"{self._where()}: {atom.name} takes no src_bytes (a cp.async's partial read)")
         template_names = sorted(set(_TEMPLATE_NAME.findall(atom.ptx)) - set(operand_names))
@@ -919,6 +931,8 @@ class _KernelPrinter:
                 # the bytes read, the rest of the chunk zero-filled (AtomCall.src_bytes)
                 size = str(atom.width) if call.src_bytes is None else f"({self.c(call.src_bytes)})"
                 bindings[name] = [f"({cond}) ? {size} : 0" if predicated else size]
+            elif name == "guard" and under_predicate:
+                pass
             else:
                 raise InternalError(
                     f"{self._where()}: atom {atom.name} names ${name} in its PTX, which is neither an "
@@ -961,7 +975,7 @@ class _KernelPrinter:
             for c in copy_out:
                 self.emit(c)
 
-        if not predicated or cp_async:
+        if not predicated or cp_async or under_predicate:
             if temps:
                 self.emit("{")
                 self.depth += 1

@@ -307,6 +307,10 @@ class For:
     stop: IntExpr | None = None
 
 
+#: how a guarded COPY load is written (``AtomCall.guard``)
+GUARDS = ("branch", "predicate")
+
+
 @attrs.frozen
 class If:
     """Run ``then`` where ``cond`` is non-zero.  The condition may differ between threads."""
@@ -330,6 +334,16 @@ class AtomCall:
 
         chunk:  | b0 b1 ... b9 | b10 .. b15 |      src_bytes = 10
                   read           zero-filled
+
+    ``guard`` (a COPY load into registers under a ``pred`` other than 1): how the CUDA source
+    writes the test — the same semantics either way, a different program for ptxas to schedule::
+
+        "branch":     if (pred) { ld.global ... } else { regs = 0; }
+        "predicate":  { setp.ne p, pred, 0; mov regs, 0; @p ld.global ...; }    (one asm statement)
+
+    ptxas may keep a branch's load after the arithmetic of the loads before it (a second trip to
+    memory); under a PTX predicate it issues the load with the others.  Which is faster differs
+    by kernel: ``done(guard=...)`` chooses it for a leaf's loads.
     """
 
     atom: Atom
@@ -338,6 +352,7 @@ class AtomCall:
     comment: str = ""
     origin: Origin | None = _origin()
     src_bytes: IntExpr | None = attrs.field(default=None, kw_only=True)
+    guard: str = attrs.field(default="branch", kw_only=True, validator=attrs.validators.in_(GUARDS))
 
     def arg(self, name: str):
         for n, v in self.args:
@@ -548,4 +563,4 @@ class Program:
         return ((self.output,) if self.output is not None else ()) + self.side_outputs
 
 
-__all__ = ["Origin", "GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]
+__all__ = ["Origin", "GlobalBuffer", "SharedBuffer", "RegBuffer", "MBarrier", "TensorMapParam", "DescRef", "Scalar", "Buffer", "MemRef", "RegRef", "Seq", "For", "If", "GUARDS", "AtomCall", "Barrier", "Role", "Roles", "AsyncCommit", "AsyncWait", "RegFill", "Pointwise", "Comment", "Stmt", "TID_NAME", "BID_NAMES", "ROLE_TID_NAME", "role_tid", "tid", "bid", "Kernel", "shared_bytes", "Program"]

@@ -1,5 +1,5 @@
 """Walking and rewriting statements: flatten, visit every statement, substitute index variables,
-expand an unrolled loop into its iterations.
+expand an unrolled loop into its iterations, choose how guarded loads are written.
 
 Passes over the kernel IR (the pipeline's fragment prefetch, the loop rule's expansion of a loop
 of asynchronous issues) share these instead of each recursing over the node types.
@@ -11,8 +11,10 @@ from typing import Callable
 
 import attrs
 
+from ..hardware.atoms.base import COPY
 from .expr import IntExpr, Var, substitute
 from .nodes import (
+    GUARDS,
     AsyncCommit,
     AsyncWait,
     AtomCall,
@@ -75,6 +77,22 @@ def replace_leaves(st, fn: Callable):
     return fn(st)
 
 
+def guard_loads(stmts, guard: str) -> list:
+    """``stmts`` with each guarded load from global memory into registers (a COPY ``AtomCall``
+    whose ``pred`` is not 1) written the way ``guard`` says (``AtomCall.guard``: ``"branch"`` or
+    ``"predicate"``); the semantics are the same, only the CUDA source differs."""
+    if guard not in GUARDS:
+        raise ValueError(f"guard_loads: guard={guard!r}; allowed: {', '.join(map(repr, GUARDS))}")
+
+    def fn(st):
+        if isinstance(st, AtomCall) and st.atom.family == COPY and st.atom.src_memory == "GL" \
+                and st.atom.dst_memory == "RF" and not (isinstance(st.pred, int) and st.pred == 1):
+            return attrs.evolve(st, guard=guard)
+        return st
+
+    return [replace_leaves(st, fn) for st in stmts]
+
+
 def map_operand(r, expr: Callable[[IntExpr], IntExpr]):
     """Operand ``r`` (register, memory, descriptor or scalar) with its offset or value mapped
     through ``expr``; anything else unchanged."""
@@ -114,7 +132,8 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
             return Roles(tuple(Role(r.name, r.first, r.count, go(r.body), r.groups) for r in s.roles))
         if isinstance(s, AtomCall):
             return AtomCall(s.atom, tuple((k, operand(v)) for k, v in s.args), expr(s.pred), s.comment,
-                            origin=origin(s), src_bytes=None if s.src_bytes is None else expr(s.src_bytes))
+                            origin=origin(s), src_bytes=None if s.src_bytes is None else expr(s.src_bytes),
+                            guard=s.guard)
         if isinstance(s, Pointwise):
             return Pointwise(s.op, operand(s.dst), tuple(operand(x) for x in s.srcs), origin=origin(s))
         if isinstance(s, RegFill):

@@ -22,6 +22,7 @@ import attrs
 
 from .. import ir
 from ..errors import InternalError
+from ..ir.rewrite import guard_loads
 from ..schedule import Node
 from ..tensor import GL, SH
 from .context import CONSUMER, PRODUCER, Ctx, err
@@ -235,7 +236,8 @@ class Lowerer:
             rule = _LEAF_RULES.get(type(node.spec))
             if rule is None:  # pragma: no cover - done() accepts only kinds with a leaf rule
                 raise err(node, f"no rule lowers a thread's {type(node.spec).__name__}")
-            return rule(self, node, ctx)
+            # done(guard=...): how the leaf's guarded loads are written
+            return guard_loads(rule(self, node, ctx), getattr(node.strategy, "guard", "branch"))
         return self.default(node, ctx)
 
     def default(self, node: Node, ctx: Ctx) -> list:

@@ -114,7 +114,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     ``aligned_values``: as there, the elements a thread of an aligned window holds; ``op``: the
     recipe (``rmsnorm``, ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) whose measured
     choices to take (``rows.measured_plan_args``: aligned windows, element plans, half blocks, the
-    odd rows it stages; they replace ``odd_values`` where they name one);
+    odd rows it stages; they replace ``odd_values`` where they name one; and ``rows.load_guard``:
+    how its guarded loads are written);
     ``plan``: a ``rows.RowPlan`` of the caller's instead of the tile model's (its ``exchange``
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
@@ -133,7 +134,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=clusters, stage=stage,
                           stage_few_passes=stage_few_passes, shared_per_sm=get_target(arch).smem_per_sm,
                           aligned_values=aligned_values, **measured)
-    return attrs.evolve(plan, exchange="push" if exchange is None else exchange)
+    return attrs.evolve(plan, exchange="push" if exchange is None else exchange,
+                        guard=_rows.load_guard(op, plan, cols, dtype))
 
 
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row: str | None = None) -> Schedule:

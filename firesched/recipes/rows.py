@@ -538,6 +538,36 @@ ALONE_WINDOW_THREADS = 512
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
 
 
+# Guarded loads under a PTX predicate (done(guard="predicate"): the zeros and `@p ld` in one asm
+# statement) instead of a branch, by recipe and row: "vectors", a row of whole 16-byte vectors in
+# registers on one block whose last pass is partial (its last pass's loads are guarded);
+# "elements", a row not a whole number of 16-byte vectors.  ptxas issued RMSNorm bf16's guarded
+# last-pass load in a branch after the other passes' squares (a second trip to memory a row) and
+# f16's with the others; under a predicate both issue every load first.  Measured on an H200
+# (bench/rows.py, time predicate / branch, bf16 and f16): RMSNorm 4096 x 10,752 0.732, 0.987;
+# 8192 x 30,720 0.789, 1.005; 8192 x 17,000 0.882, 1.000; 8192 x 20,000 0.935, 1.002; causal
+# softmax's odd rows 0.894 - 0.937 (2,047 - 16,383 columns, both types) but 8192 x 1,023 (two
+# rows a block of 128 threads) 1.03 - 1.09.  Not the others: add + RMSNorm's odd rows 1.11,
+# LayerNorm 4096 x 10,752 1.06 - 1.10, softmax 8192 x 2,047 1.04 - 1.08
+PREDICATED_LOADS = {"rmsnorm": "vectors", "causal": "elements"}
+
+
+def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
+    """How recipe ``op``'s guarded loads on ``plan`` over rows of ``cols`` elements of ``dtype``
+    are written (``RowPlan.guard``, ``done(guard=...)``): ``"predicate"`` where
+    ``PREDICATED_LOADS`` names the recipe and the row is of its class — ``"vectors"``: whole
+    16-byte vectors in registers on one block (no window, no cluster) whose last pass is partial;
+    ``"elements"``: not a whole number of 16-byte vectors, a row a block —, else ``"branch"``."""
+    rows_of = PREDICATED_LOADS.get(op)
+    eb = max(1, _dtype(dtype).bits // 8)
+    if rows_of == "vectors" and plan.vec * eb == 16 and plan.row_memory == "RF" and plan.cluster == 1 and \
+            not plan.aligned and cols % plan.span:
+        return "predicate"
+    if rows_of == "elements" and (cols * eb) % 16 and plan.rows == 1:
+        return "predicate"
+    return "branch"
+
+
 # blocks an SM a row of 16-byte vectors on 512 threads whose last pass is partial asks for, by
 # recipe and type (row_plan's partial_pass_blocks): at two (64 registers a thread) add + RMSNorm
 # f16 spilled 96 bytes at 13,312 and 15,360 columns (512 x 4), at one it takes 84 registers.
@@ -734,6 +764,8 @@ class RowPlan:
     # copies are issued while it computes one (pipeline(stages=...) over the tile loop;
     # row_memory "SH" and persistent only)
     tile_stages: int = 1
+    # how its threads' guarded loads are written: done(guard=...) ("branch" or "predicate")
+    guard: str = "branch"
 
     @property
     def span(self) -> int:
@@ -1168,5 +1200,5 @@ def part_strategies(plan: RowPlan, *, walk_row: bool = True) -> tuple:
             out.append(tile(r=1) >> to_threads())
     else:
         out += [tile(c=plan.span), tile(c=plan.vec) >> to_threads()]
-    out.append(done())
+    out.append(done(guard=plan.guard))
     return tuple(out)

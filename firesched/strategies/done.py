@@ -13,6 +13,7 @@ import attrs
 
 from ..errors import ScheduleError
 from ..hardware.atoms.base import GROUP_THREADS, Atom
+from ..ir.nodes import GUARDS
 from ..spec import MatMul, Move, Pointwise, Reduce
 from ..tensor import BLOCK, RF, SH, THREAD, WARP, WARPGROUP
 from .base import Strategy
@@ -95,13 +96,30 @@ class done(Strategy):
 
     * ``atom``: an ``Atom`` record of ``firesched.hardware.sm70`` / ``sm80`` / ``sm90a``, or None for
       a thread's element-wise work.
+    * ``guard`` (element-wise work only): how a load the row's end (or a mask) guards is written
+      — ``"branch"`` (the default: ``if (in) load; else zeros``) or ``"predicate"`` (the zeros and
+      the load in one PTX statement under a predicate, no branch: ptxas then issues it with the
+      unguarded loads instead of, at times, after their arithmetic).  The same result either way;
+      which is faster differs by kernel (``recipes.rows.PREDICATED_LOADS`` holds the measured
+      choices)::
+
+          Move<thread>(copy: X:GL bf16[1x8] -> x:RF bf16[1x8])    # the last pass, c < cols
+            done(guard="predicate")   # { setp p; mov x, 0; @p ld.global.v4.b32 x, [X] }
     """
 
     atom: Atom | None = None
+    guard: str = "branch"
 
     def apply(self, sched):
         node = sched.open_focus(self)
         spec = node.spec
+        if self.guard not in GUARDS:
+            raise ScheduleError("done's guard is how a thread's guarded loads are written", strategy=self, spec=spec,
+                                field="guard", value=self.guard, allowed=", ".join(map(repr, GUARDS)))
+        if self.guard != "branch" and self.atom is not None:
+            raise ScheduleError("guard= chooses how a thread's element-wise loads are written; an atom's operands "
+                                "are not guarded that way", strategy=self, spec=spec, field="guard",
+                                value=self.guard, allowed="'branch' with an atom", fix=f"done({self.atom!r})")
         if self.atom is None:
             return self._thread_code(sched, node, spec)
         if not isinstance(self.atom, Atom):
@@ -134,7 +152,10 @@ class done(Strategy):
         return sched.replace_focus(attrs.evolve(node, strategy=self))
 
     def __repr__(self):
-        return "done()" if self.atom is None else f"done({self.atom!r})"
+        args = [] if self.atom is None else [repr(self.atom)]
+        if self.guard != "branch":
+            args.append(f"guard={self.guard!r}")
+        return f"done({', '.join(args)})"
 
     __str__ = __repr__
 

@@ -301,6 +301,36 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
     assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2)
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_guarded_loads_under_a_predicate(seed):
+    # done(guard="predicate") (the zeros and `@p ld` in one asm statement) on random recipes,
+    # rows and plans of the tile model: partial last passes, odd rows, rows sharing a warp,
+    # clusters, windows; softmax causal on its default plan (odd rows take it: rows.load_guard)
+    import attrs
+
+    rnd = random.Random(seed)
+    op = rnd.choice(["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+    dtype = rnd.choice(["f16", "bf16"])
+    rows = rnd.randint(1, 40)
+    cols = rnd.choice([rnd.randint(1, 3000), rnd.randint(1000, 5000) * 8 + 8 * rnd.randint(0, 1), rnd.randint(3000, 45000)])
+    if op == "causal":
+        diagonal = rnd.randint(0, cols)
+        plan = attrs.evolve(fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal"), guard="predicate")
+        x = (torch.randn(rows, cols, device="cuda") * 3.0).to(TDT[dtype])
+        k = fs.compile(fs.recipes.softmax(rows, cols, dtype=dtype, arch="sm_90a", causal=True, diagonal=diagonal,
+                                          plan=plan), arch="sm_90a")
+        y = torch.full_like(x, float("nan"))
+        k(x, y)
+        mask = torch.ones(rows, cols, device="cuda", dtype=torch.bool).tril(diagonal)
+        ref = torch.softmax(x.float().masked_fill(~mask, float("-inf")), dim=-1)
+        torch.cuda.synchronize()
+        assert (y.float()[~mask] == 0).all(), (rows, cols, dtype, plan)
+        assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2), plan
+        return
+    plan = attrs.evolve(fs.recipes.rows.row_plan(rows, cols, dtype, clusters=True), guard="predicate")
+    _run(op, rows, cols, dtype, shift=rnd.choice([0.0, -3000.0]), plan=plan)
+
+
 @pytest.mark.parametrize("rows, cols, aligned", [(64, 65536, False), (9, 50000, False), (40, 4096, False),
                                                  (3, 100000, False), (9, 4095, False), (20, 1001, False),
                                                  (9, 4095, True), (20, 1001, True), (11, 12289, True),

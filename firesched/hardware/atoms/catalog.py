@@ -11,7 +11,7 @@ issue (``every=True`` includes the sm90a records), ``mma_atoms`` the MMA atoms o
 combination and ``copy_atom`` the thread-level move of a width between two memories.
 ``with_immediates`` turns template parameters that PTX wants as literal constants (``$n`` of
 ``cp.async.wait_group``) into text before the atom reaches ``asm_node``; ``immediates_of`` reads
-them back.
+them back.  ``predicated`` writes a load and its zeros under one PTX predicate.
 """
 
 from __future__ import annotations
@@ -100,6 +100,28 @@ def with_immediates(atom: Atom, **values: int) -> Atom:
         if not pattern.search(ptx):
             raise ValueError(f"atom {atom.name}: its template {atom.ptx!r} has no ${name}")
         ptx = pattern.sub(str(v), ptx)
+    return attrs.evolve(atom, ptx=ptx)
+
+
+def predicated(atom: Atom) -> Atom:
+    """``atom``, a COPY load into registers, as one PTX statement under the predicate ``$guard``
+    (an integer operand; non-zero: load): its registers set to zero, then the load issued where
+    the predicate holds, with no branch around it (``ir.AtomCall.guard``)::
+
+        { .reg .pred fs_g;  setp.ne.b32 fs_g, $guard, 0;
+          mov.b32 $dst[0], 0;  ...  mov.b32 $dst[3], 0;
+          @fs_g ld.global.v4.b32 $dst, [$src]; }
+
+    A disabled load thus leaves zeros, as the branch form's ``else`` does."""
+    regs = [o for o in atom.operands if o.memory == "RF" and o.role == "out"]
+    if atom.family != COPY or len(regs) != 1 or atom.dst_memory != "RF":
+        raise ValueError(f"atom {atom.name}: only a COPY load into registers can be predicated this way "
+                         f"(family {atom.family}, {atom.src_memory} -> {atom.dst_memory})")
+    if "$guard" in atom.ptx:
+        raise ValueError(f"atom {atom.name}: already predicated ({atom.ptx!r})")
+    dst = regs[0]
+    zeros = " ".join(f"mov.b{dst.reg_bits} ${dst.name}[{r}], 0;" for r in range(dst.regs))
+    ptx = f"{{ .reg .pred fs_g; setp.ne.b32 fs_g, $guard, 0; {zeros} @fs_g {atom.ptx} }}"
     return attrs.evolve(atom, ptx=ptx)
 
 
