@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 import firesched as fs
 from firesched import recipes
+from firesched.dtypes import dtype as dtype_of
+from firesched.dtypes import round_to
 from firesched.errors import ScheduleError
 from firesched.recipes import norms
 from firesched.recipes import rows as row_model
@@ -224,6 +226,42 @@ def test_half_block_vectors_leave_other_rows_as_they_were():
     for bad in ((40,), (40, 0), [40, 48], (40, True)):
         with pytest.raises(ValueError, match="half_block_vectors"):
             row_model.row_plan(4, 20480, "bf16", half_block_vectors=bad)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_causal_rows_wait_in_shared_memory_on_half_blocks(dtype):
+    # rows.STAGE_ONE_BLOCK["causal"]: an even causal row that stays on 1,024 threads in registers
+    # after the half blocks (24,577 - 40,960 columns) waits in shared memory on 512 threads, two
+    # blocks an SM, its statistics in one tuple reduction; shorter rows keep their half blocks in
+    # registers, longer ones their clusters, sm_80 (no clusters, where not measured) 1,024 threads
+    def plan(cols, arch="sm_90a"):
+        return norms.plan_rows(8192, cols, dtype, arch, op="causal", stage_few_passes=False)
+
+    for cols in (24584, 26000, 32768, 40960):
+        p = plan(cols)
+        assert (p.lanes, p.row_memory, p.cluster, p.occupancy) == (512, "SH", 1, 2), (cols, p)
+        assert p.span * p.reps >= cols > p.span * (p.reps - 1)
+    for cols in (20000, 24576):
+        assert (plan(cols).lanes, plan(cols).row_memory) == (512, "RF")
+    assert plan(40968).cluster > 1
+    assert (plan(32768, "sm_80").lanes, plan(32768, "sm_80").row_memory) == (1024, "RF")
+    # softmax keeps its 1,024 staged threads there
+    assert norms.plan_rows(8192, 32768, dtype, "sm_90a", op="softmax").lanes == 1024
+    with pytest.raises(ValueError, match="staged_block_threads"):
+        row_model.row_plan(4, 32768, dtype, stage=True, clusters=True, stage_one_block=True, staged_block_threads=500)
+    sched = recipes.softmax(8192, 26000, dtype=dtype, arch="sm_90a", causal=True)
+    assert any(getattr(sp, "monoid", None) is not None for sp in sched.spec.body)     # one tuple reduction
+    k = fs.compile(sched, arch="sm_90a")
+    assert k.spills == 0
+    # the interpreter on two such rows (the last pass partial, most of each row masked or not)
+    x = np.random.default_rng(1).standard_normal((2, 26000)) * 3
+    got = np.asarray(fs.interpret(recipes.softmax(2, 26000, dtype=dtype, arch="sm_90a", causal=True,
+                                                  diagonal=25000), x), np.float64)
+    x = np.asarray(round_to(dtype_of(dtype), x), np.float64)
+    mask = np.tril(np.ones(x.shape, bool), 25000)
+    e = np.where(mask, np.exp(x - np.where(mask, x, -np.inf).max(1, keepdims=True)), 0.0)
+    ref = e / e.sum(1, keepdims=True)
+    assert (got[~mask] == 0).all() and np.abs(got - ref).max() <= 1e-2 * ref.max()
 
 
 @pytest.mark.parametrize("cols, tuple_stats", [(10752, True), (16384, True), (26624, True), (32768, True),

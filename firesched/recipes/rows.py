@@ -51,8 +51,9 @@ aims at three things, in this order —
       24,576        256     8     6        1          256 x a cluster of 2, 6 per SM, in shared memory
       26,624        512     8     7        1          512, 2 per SM (LayerNorm, RMSNorm: 1,024 threads' last
                                                          pass partial); 1024 x 4 otherwise
-      32,768       1024     8     4        1         1024 (softmax: in shared memory, stage_one_block)
-      40,960       1024     8     5        1         1024
+      32,768       1024     8     4        1         1024 (softmax: in shared memory, stage_one_block;
+                                                         causal softmax: 512 x 8 in shared memory, 2 per SM)
+      40,960       1024     8     5        1         1024 (causal softmax: 512 x 10 in shared memory, 2 per SM)
       65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
       1,023          32     8     5        1          32, 16 per SM (RMSNorm from 8,192 rows: the window in
@@ -221,9 +222,14 @@ ODD_ROWS_SHARE_BLOCKS = ("rmsnorm", "add_rmsnorm", "layernorm", "causal")
 # 32768 x 1535 1.016 / 1.008.  By recipe: (up to this many columns, threads)
 SHORT_ROWS_SHARE_THREADS = {"layernorm": (2048, 512)}
 # the recipes whose rows on one block of 1,024 threads wait in shared memory (row_plan's
-# stage_one_block; measured there).  Not measured on an H100, where softmax 8192 x 32,768 read
-# 2.92 TB/s in registers, at its copy rate
-STAGE_ONE_BLOCK = ("softmax",)
+# stage_one_block; measured there), and the threads of that block (staged_block_threads).  Not
+# measured on an H100, where softmax 8192 x 32,768 read 2.92 TB/s in registers, at its copy rate.
+# Causal softmax's on 512 threads, two blocks an SM, with one tuple reduction: measured on an H200
+# (bf16, bench/row_plans.py, TB/s; the plan then 1,024 threads x 32 in registers, two reductions):
+# 8192 x 32,768 4.59 (3.60), 32768 x 32,768 4.56 (3.44); 1,024 threads staged 3.20 / 3.13, 512 x 64
+# in registers 4.04 / 3.94 spilling 88 bytes, clusters of two or four 3.47 - 4.82 (4.82 at 8,192
+# rows only: 3.82 at 32,768)
+STAGE_ONE_BLOCK = {"softmax": MAX_THREADS, "causal": MAX_THREADS // 2}
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
 # columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
 # bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
@@ -602,7 +608,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_window": staged_window_faster(op, cols),
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
-            "stage_one_block": op in STAGE_ONE_BLOCK}
+            "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS)}
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -802,7 +808,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              aligned_values: int | None = None, half_block_values: int | None = None,
              half_block_vectors: tuple[int, int] | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
-             staged_window: bool = False, stage_one_block: bool = False, partial_pass_blocks: int = 0,
+             staged_window: bool = False, stage_one_block: bool = False, staged_block_threads: int = MAX_THREADS,
+             partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1) -> RowPlan:
@@ -841,8 +848,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``staged_window_blocks`` blocks an SM (the recipes ask for it where ``staged_window_faster``,
     causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``); ``stage_one_block`` (with ``stage``): a row of
     16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
-    (``row_memory="SH"``) instead of registers (the recipes ask for it for softmax:
-    ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
+    (``row_memory="SH"``) instead of registers, on one block of ``staged_block_threads`` threads
+    (512: two blocks an SM, where ``shared_per_sm`` holds them) (the recipes ask for it for
+    softmax and causal softmax: ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
     whose last pass is partial asks for this many blocks an SM (0: ``RowPlan.occupancy``'s;
     add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``); ``persistent_window_blocks`` (with
     ``staged_window``): the staged window goes on a persistent grid (``RowPlan.persistent``) of up
@@ -866,7 +874,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"row_plan: {name} must be an int >= 0 (0: {zero}), got {v!r}")
     for name, v in (("persistent_window_threads", persistent_window_threads),
-                    ("staged_window_threads", staged_window_threads)):
+                    ("staged_window_threads", staged_window_threads), ("staged_block_threads", staged_block_threads)):
         if v not in (32, 64, 128, 256, 512, 1024):
             raise ValueError(f"row_plan: {name}={v!r}; allowed: 32, 64, 128, 256, 512, 1024")
     if half_block_vectors is not None and not (
@@ -994,8 +1002,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         staged = _staged_cluster(vectors, vec, eb, shared_per_sm=shared_per_sm)
         if staged is not None and staged.cluster * staged.part == vectors * vec:
             return staged
-    if stage_one_block and stage and clusters and plan.lanes == MAX_THREADS and vec * eb == 16 and eb == 2 and \
-            plan.reps * vec <= max_values:
+    if stage_one_block and staged_block_threads == MAX_THREADS and stage and clusters and plan.lanes == MAX_THREADS \
+            and vec * eb == 16 and eb == 2 and plan.reps * vec <= max_values:
         # a 16-bit row on one block of 1024 threads waits in shared memory (softmax: its two passes
         # over the row then read shared memory, and its registers fall from 56 to 28 a thread; why
         # that is faster was not profiled).  Measured on an H200 (bf16, bench/row_plans.py): softmax 8192 x 32,768 4.09-4.10
@@ -1010,6 +1018,15 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # also differ in their work: bench/README.md)
         plan = RowPlan(half, vec, -(-vectors // half), 1)
         max_values = max(max_values, half_block_values)
+    if stage_one_block and staged_block_threads < MAX_THREADS and stage and clusters and plan.lanes == MAX_THREADS \
+            and plan.row_memory == "RF" and vec * eb == 16 and eb == 2 and plan.reps * vec <= max_values:
+        # (causal softmax: STAGE_ONE_BLOCK) a 16-bit row that stays on 1,024 threads in registers
+        # (after the half blocks above) waits in shared memory on fewer threads, two or more
+        # blocks an SM
+        reps = -(-vectors // staged_block_threads)
+        if blocks_that_fit(reps * staged_block_threads * vec * eb, shared_per_sm) >= 2:
+            plan = RowPlan(staged_block_threads, vec, reps, 1, row_memory="SH")
+            max_values = max(max_values, reps * vec)
     if partial_pass_blocks and plan.lanes == MAX_THREADS // 2 and plan.cluster == 1 and vectors % plan.lanes and \
             vec * eb == 16:
         plan = attrs.evolve(plan, blocks_per_sm=partial_pass_blocks)

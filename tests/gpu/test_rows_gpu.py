@@ -301,6 +301,32 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
     assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2)
 
 
+def _causal(rows, cols, dtype, diagonal, plan=None, magnitude=3.0):
+    """Causal softmax (rows masked right of ``diagonal``) against torch in f32; masked outputs 0."""
+    x = (torch.randn(rows, cols, device="cuda") * magnitude).to(TDT[dtype])
+    k = fs.compile(fs.recipes.softmax(rows, cols, dtype=dtype, arch="sm_90a", causal=True, diagonal=diagonal,
+                                      plan=plan), arch="sm_90a")
+    y = torch.full_like(x, float("nan"))
+    k(x, y)
+    mask = torch.ones(rows, cols, device="cuda", dtype=torch.bool).tril(diagonal)
+    ref = torch.softmax(x.float().masked_fill(~mask, float("-inf")), dim=-1)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y.float()).all(), (rows, cols, dtype, plan)
+    assert (y.float()[~mask] == 0).all(), (rows, cols, dtype, plan)
+    assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2), plan
+
+
+@pytest.mark.parametrize("rows, cols, diagonal", [(5, 32768, 0), (3, 26000, 20000), (4, 40960, 100),
+                                                  (2, 24584, 24583), (6, 36864, 36000)])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_causal_rows_staged_on_half_blocks(rows, cols, diagonal, dtype):
+    # causal softmax's even rows that 1,024 threads would hold in registers wait in shared
+    # memory on 512 threads, two blocks an SM (rows.STAGE_ONE_BLOCK), partial last passes too
+    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal", stage_few_passes=False)
+    assert plan.lanes == 512 and plan.row_memory == "SH" and plan.cluster == 1, plan
+    _causal(rows, cols, dtype, diagonal)
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_guarded_loads_under_a_predicate(seed):
     # done(guard="predicate") (the zeros and `@p ld` in one asm statement) on random recipes,
@@ -314,18 +340,8 @@ def test_guarded_loads_under_a_predicate(seed):
     rows = rnd.randint(1, 40)
     cols = rnd.choice([rnd.randint(1, 3000), rnd.randint(1000, 5000) * 8 + 8 * rnd.randint(0, 1), rnd.randint(3000, 45000)])
     if op == "causal":
-        diagonal = rnd.randint(0, cols)
         plan = attrs.evolve(fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal"), guard="predicate")
-        x = (torch.randn(rows, cols, device="cuda") * 3.0).to(TDT[dtype])
-        k = fs.compile(fs.recipes.softmax(rows, cols, dtype=dtype, arch="sm_90a", causal=True, diagonal=diagonal,
-                                          plan=plan), arch="sm_90a")
-        y = torch.full_like(x, float("nan"))
-        k(x, y)
-        mask = torch.ones(rows, cols, device="cuda", dtype=torch.bool).tril(diagonal)
-        ref = torch.softmax(x.float().masked_fill(~mask, float("-inf")), dim=-1)
-        torch.cuda.synchronize()
-        assert (y.float()[~mask] == 0).all(), (rows, cols, dtype, plan)
-        assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2), plan
+        _causal(rows, cols, dtype, rnd.randint(0, cols), plan=plan)
         return
     plan = attrs.evolve(fs.recipes.rows.row_plan(rows, cols, dtype, clusters=True), guard="predicate")
     _run(op, rows, cols, dtype, shift=rnd.choice([0.0, -3000.0]), plan=plan)
