@@ -81,6 +81,8 @@ def main(argv=None) -> None:
     p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off", "both"],
                    help="softmax and LayerNorm: statistics in one tuple reduction (on), two (off) or each plan both ways (both); default: "
                         "one where the row is split over a cluster")
+    p.add_argument("--with-default", action="store_true",
+                   help="time the recipe's own plan beside the --threads / --values grid")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
     R, C = (int(v) for v in args.shape.split("x"))
@@ -98,6 +100,8 @@ def main(argv=None) -> None:
     peer = _peer(torch, args.op, C)
     base = [_plan(p) for p in args.plan] or \
         plans(C, [int(t) for t in args.threads.split(",")], [int(v) for v in args.values.split(",")])
+    if args.with_default and None not in base:
+        base.insert(0, None)
     todo = [plan if plan is None else
             _with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]

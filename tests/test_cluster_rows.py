@@ -57,7 +57,10 @@ def _check(sched, seed=0):
 @pytest.mark.parametrize("rows, cols", [(2, 50000), (1, 65537)])
 def test_recipes_on_clusters_equal_their_spec(op, rows, cols):
     sched = getattr(fs.recipes, op)(rows, cols, arch="sm_90a")
-    assert "cluster=" in repr(sched.strategies[0])
+    # (RMSNorm's and add + RMSNorm's even rows of 50,000 wait in shared memory on one block:
+    # rows.STAGED_BLOCK_VALUES; their clusters at 262,144 columns below)
+    one_block = op in fs.recipes.rows.STAGED_BLOCK_VALUES and cols % 8 == 0
+    assert ("cluster=" in repr(sched.strategies[0])) != one_block
     _check(sched)
 
 

@@ -230,7 +230,7 @@ def gemm_cases(draw):
     )
 
 
-@settings(max_examples=150 if _ci() else 25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=100 if _ci() else 25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(gemm_cases())
 def test_gemm_random_schedules_match_numpy(case):
     case = dict(case)

@@ -5,6 +5,8 @@ kernel by hand."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -262,6 +264,41 @@ def test_causal_rows_wait_in_shared_memory_on_half_blocks(dtype):
     e = np.where(mask, np.exp(x - np.where(mask, x, -np.inf).max(1, keepdims=True)), 0.0)
     ref = e / e.sum(1, keepdims=True)
     assert (got[~mask] == 0).all() and np.abs(got - ref).max() <= 1e-2 * ref.max()
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "add_rmsnorm"])
+def test_long_rows_wait_in_shared_memory_on_one_block(op):
+    # rows.STAGED_BLOCK_VALUES: RMSNorm's and add + RMSNorm's rows of 16-byte vectors longer than
+    # one block's registers hold (40,968 - 98,304 columns) wait in shared memory on one block of
+    # 1,024 threads, alone on its SM, instead of a cluster; longer rows, odd rows, other recipes
+    # and sm_80 as before
+    def plan(cols, dtype="bf16", arch="sm_90a", kind=op):
+        return norms.plan_rows(8192, cols, dtype, arch, op=kind)
+
+    for cols in (40968, 45056, 65536, 98304):
+        p = plan(cols)
+        assert (p.lanes, p.cluster, p.row_memory, p.occupancy) == (1024, 1, "SH", 1), (cols, p)
+        assert p.span * p.reps >= cols > p.span * (p.reps - 1)
+    assert plan(65536, "f16").row_memory == "SH" and plan(65536, "f16").cluster == 1
+    assert plan(98312).cluster > 1 and plan(65537).cluster > 1
+    assert plan(40960).row_memory == "RF"
+    assert plan(65536, kind="layernorm").cluster > 1 and plan(65536, kind="softmax").cluster > 1
+    with pytest.raises(ValueError, match="staged_block_values"):
+        row_model.row_plan(4, 65536, "bf16", stage=True, clusters=True, staged_block_values=-1)
+    k = fs.compile(getattr(recipes, op)(64, 98304, dtype="bf16", arch="sm_90a"), arch="sm_90a")
+    smem = [int(m) for m in re.findall(r"x 1024 threads, (\d+) bytes of dynamic shared memory", k.source)]
+    assert k.spills == 0 and smem and max(smem) >= 98304 * 2
+    # the interpreter on two rows (the last pass partial)
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 45056)) * 10, rng.standard_normal(45056)
+    r = rng.standard_normal((2, 45056))
+    sched = getattr(recipes, op)(2, 45056, dtype="bf16", arch="sm_90a")
+    rnd = lambda a: np.asarray(round_to(dtype_of("bf16"), a), np.float64)   # noqa: E731
+    h = rnd(rnd(x) + rnd(r)) if op == "add_rmsnorm" else rnd(x)
+    got = fs.interpret(sched, x, r, w) if op == "add_rmsnorm" else fs.interpret(sched, x, w)
+    y = np.asarray(got[0] if op == "add_rmsnorm" else got, np.float64)
+    ref = h / np.sqrt((h * h).mean(1, keepdims=True) + 1e-6) * rnd(w)
+    assert np.abs(y - ref).max() <= 2e-2 * np.abs(ref).max()
 
 
 @pytest.mark.parametrize("cols, tuple_stats", [(10752, True), (16384, True), (26624, True), (32768, True),

@@ -136,7 +136,7 @@ cases = st.fixed_dictionaries(dict(
     bm=st.sampled_from([64, 128]), seed=st.integers(0, 2 ** 16)))
 
 
-@settings(max_examples=30 if settings().max_examples >= 500 else 6, deadline=None,
+@settings(max_examples=20 if settings().max_examples >= 500 else 6, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_random_chains(case):

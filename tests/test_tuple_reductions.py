@@ -280,7 +280,7 @@ def _count(src, text):
 @pytest.mark.parametrize("kind", ["softmax", "layernorm", "rmsnorm"])
 def test_a_cluster_row_costs_one_exchange(kind):
     # one barrier.cluster per exchange, plus the one that keeps every block until the others read
-    prog = _recipe(kind, 4096, 65536, "bf16", exchange="barrier").lower("sm_90a")
+    prog = _recipe(kind, 4096, 131072, "bf16", exchange="barrier").lower("sm_90a")
     (k,) = prog.kernels
     src = printer.emit(prog)
     assert _count(src, "barrier.cluster.arrive") == 2, kind
@@ -318,7 +318,9 @@ def test_cluster_plans_compile_without_spills(kind, cols):
         else:
             sched = getattr(fs.recipes, kind)(1024, cols, dtype=dt, arch="sm_90a")
         k = fs.compile(sched, arch="sm_90a")
-        assert "__cluster_dims__" in k.source and k.spills == 0, (kind, cols, dt, k.resources)
+        # (RMSNorm's and add + RMSNorm's rows of 65,536 wait on one block: rows.STAGED_BLOCK_VALUES)
+        one_block = kind in fs.recipes.rows.STAGED_BLOCK_VALUES and cols == 65536
+        assert ("__cluster_dims__" in k.source) != one_block and k.spills == 0, (kind, cols, dt, k.resources)
 
 
 def test_softmax_statistics_merge_in_the_exchange():

@@ -230,6 +230,15 @@ SHORT_ROWS_SHARE_THREADS = {"layernorm": (2048, 512)}
 # in registers 4.04 / 3.94 spilling 88 bytes, clusters of two or four 3.47 - 4.82 (4.82 at 8,192
 # rows only: 3.82 at 32,768)
 STAGE_ONE_BLOCK = {"softmax": MAX_THREADS, "causal": MAX_THREADS // 2}
+# RMSNorm's and add + RMSNorm's rows of 16-byte vectors longer than one block's registers hold
+# wait in shared memory on one block of 1,024 threads (alone on its SM) instead of a cluster of
+# staged parts, up to this many elements a thread (row_plan's staged_block_values).  Measured on
+# an H200 (bf16, bench/row_plans.py, TB/s against the plan then, a cluster of 256-thread staged
+# parts): RMSNorm 8192 x 45,056 3.96 (3.56), 8192 x 49,152 4.05 (3.60), 57,344 3.85 (3.59),
+# 4096 x 65,536 3.90 (3.56), 32768 x 65,536 3.97 (3.63), 4096 x 81,920 4.00 (3.58), 2048 x
+# 98,304 3.96 (3.56); add + RMSNorm 8192 x 49,152 4.13 (3.76), 4096 x 65,536 4.02 (3.69).  Not
+# LayerNorm (8192 x 49,152 3.32 against 3.61) nor softmax (4096 x 65,536 3.64 against 3.97)
+STAGED_BLOCK_VALUES = {"rmsnorm": 96, "add_rmsnorm": 96}
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
 # columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
 # bench/row_plans.py, TB/s against the plans of 4 accesses a thread): pairs, LayerNorm 8192 x 4094
@@ -608,7 +617,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_window": staged_window_faster(op, cols),
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
-            "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS)}
+            "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS),
+            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0)}
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -809,7 +819,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              half_block_vectors: tuple[int, int] | None = None,
              element_values: int | None = None, element_min_threads: int = MIN_BLOCK_THREADS,
              staged_window: bool = False, stage_one_block: bool = False, staged_block_threads: int = MAX_THREADS,
-             partial_pass_blocks: int = 0,
+             staged_block_values: int = 0, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1) -> RowPlan:
@@ -850,7 +860,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
     (``row_memory="SH"``) instead of registers, on one block of ``staged_block_threads`` threads
     (512: two blocks an SM, where ``shared_per_sm`` holds them) (the recipes ask for it for
-    softmax and causal softmax: ``STAGE_ONE_BLOCK``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
+    softmax and causal softmax: ``STAGE_ONE_BLOCK``); ``staged_block_values`` (with ``stage`` and
+    ``clusters``): a row of 16-byte vectors longer than one block's registers hold waits in
+    shared memory on one block of ``MAX_THREADS`` threads (alone on its SM) instead of a cluster,
+    where that leaves at most this many elements a thread (0: never; RMSNorm and add + RMSNorm
+    ask for ``STAGED_BLOCK_VALUES``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
     whose last pass is partial asks for this many blocks an SM (0: ``RowPlan.occupancy``'s;
     add + RMSNorm f16 asks for one: ``PARTIAL_PASS_BLOCKS``); ``persistent_window_blocks`` (with
     ``staged_window``): the staged window goes on a persistent grid (``RowPlan.persistent``) of up
@@ -868,6 +882,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
+                          ("staged_block_values", staged_block_values, "clusters"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
                           ("row_operands", row_operands, "no weight"),
                           ("staged_window_blocks", staged_window_blocks, "no staged window")):
@@ -945,6 +960,13 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                                  shared_per_sm=shared_per_sm)
         if staged is not None:
             return staged
+    if staged_block_values and vec * eb == 16 and vectors * vec > longest and clusters and stage:
+        # (RMSNorm, add + RMSNorm: STAGED_BLOCK_VALUES) a row of 16-byte vectors longer than one
+        # block's registers hold waits in shared memory on one block of 1,024 threads, alone on
+        # its SM, before a cluster of staged parts
+        passes = -(-vectors // MAX_THREADS)
+        if passes * vec <= staged_block_values and blocks_that_fit(passes * MAX_THREADS * vec * eb, shared_per_sm):
+            return RowPlan(MAX_THREADS, vec, passes, 1, blocks_per_sm=1, row_memory="SH")
     if vectors * vec > longest and clusters and stage:
         staged = _staged_cluster(vectors, vec, eb, shared_per_sm=shared_per_sm)
         if staged is not None:

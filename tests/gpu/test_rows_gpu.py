@@ -301,6 +301,17 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
     assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < (1e-2 if dtype == "f16" else 3e-2)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "add_rmsnorm"])
+@pytest.mark.parametrize("rows, cols, dtype", [(3, 40968, "bf16"), (5, 45056, "f16"), (2, 65536, "bf16"),
+                                               (3, 81920, "f16"), (2, 98304, "bf16")])
+def test_long_rows_staged_on_one_block(op, rows, cols, dtype):
+    # rows.STAGED_BLOCK_VALUES: rows longer than one block's registers wait in shared memory on
+    # one block of 1,024 threads (up to 96 elements a thread) instead of a cluster
+    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op=op)
+    assert (plan.lanes, plan.cluster, plan.row_memory) == (1024, 1, "SH"), plan
+    _run(op, rows, cols, dtype, magnitude=100.0)
+
+
 def _causal(rows, cols, dtype, diagonal, plan=None, magnitude=3.0):
     """Causal softmax (rows masked right of ``diagonal``) against torch in f32; masked outputs 0."""
     x = (torch.randn(rows, cols, device="cuda") * magnitude).to(TDT[dtype])
