@@ -34,9 +34,9 @@ moves the bits.
 
 Predication (``AtomCall.pred``): a disabled COPY load writes zeros to its registers (an ``if``
 with an ``else`` of zeros, or with ``AtomCall.guard == "predicate"`` one asm statement, the zeros
-and ``@p ld``: ``catalog.predicated``), a disabled store writes nothing, a disabled cp.async reads 0 bytes (``$src_size`` is 0, so it zero-fills)
-from the buffer's base address (so no out-of-range address is ever formed), and MMA/LDMATRIX are
-branched over.
+and ``@p ld``: ``catalog.predicated``), a disabled store writes nothing, a disabled cp.async
+reads 0 bytes (``$src_size`` is 0, so it zero-fills) from the buffer's base address (so no
+out-of-range address is ever formed), and MMA/LDMATRIX are branched over.
 
 Hopper (sm_90a).  A unit that uses an sm_90a atom, a ``TensorMapParam`` or an ``MBarrier`` gets
 ``PRELUDE_SM90`` too: an ``#error`` unless it is compiled for sm_90a (so compiling it for sm_80

@@ -54,7 +54,9 @@ aims at three things, in this order —
       32,768       1024     8     4        1         1024 (softmax: in shared memory, stage_one_block;
                                                          causal softmax: 512 x 8 in shared memory, 2 per SM)
       40,960       1024     8     5        1         1024 (causal softmax: 512 x 10 in shared memory, 2 per SM)
-      65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory
+      65,536        256     8     8        1          256 x a cluster of 4, 6 per SM, in shared memory (RMSNorm,
+                                                         add + RMSNorm: 1024 x 8, one block alone on its SM, in
+                                                         shared memory, up to 98,304: STAGED_BLOCK_VALUES)
       100,000       256     8     7        1          256 x a cluster of 7 (the last part short)
       1,023          32     8     5        1          32, 16 per SM (RMSNorm from 8,192 rows: the window in
                                                          shared memory on a persistent grid, a warp a row, the next
