@@ -239,7 +239,7 @@ def test_causal_rows_wait_in_shared_memory_on_half_blocks(dtype):
     def plan(cols, arch="sm_90a"):
         return norms.plan_rows(8192, cols, dtype, arch, op="causal", stage_few_passes=False)
 
-    for cols in (24584, 26000, 32768, 40960):
+    for cols in (20992, 24584, 26000, 32768, 40960):
         p = plan(cols)
         assert (p.lanes, p.row_memory, p.cluster, p.occupancy) == (512, "SH", 1, 2), (cols, p)
         assert p.span * p.reps >= cols > p.span * (p.reps - 1)
@@ -280,6 +280,7 @@ def test_long_rows_wait_in_shared_memory_on_one_block(op):
         assert (p.lanes, p.cluster, p.row_memory, p.occupancy) == (1024, 1, "SH", 1), (cols, p)
         assert p.span * p.reps >= cols > p.span * (p.reps - 1)
     assert plan(65536, "f16").row_memory == "SH" and plan(65536, "f16").cluster == 1
+    assert plan(49152, "f32").cluster > 1                 # (f32 rows: not measured)
     assert plan(98312).cluster > 1 and plan(65537).cluster > 1
     assert plan(40960).row_memory == "RF"
     assert plan(65536, kind="layernorm").cluster > 1 and plan(65536, kind="softmax").cluster > 1

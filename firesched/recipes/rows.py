@@ -230,7 +230,9 @@ SHORT_ROWS_SHARE_THREADS = {"layernorm": (2048, 512)}
 # (bf16, bench/row_plans.py, TB/s; the plan then 1,024 threads x 32 in registers, two reductions):
 # 8192 x 32,768 4.59 (3.60), 32768 x 32,768 4.56 (3.44); 1,024 threads staged 3.20 / 3.13, 512 x 64
 # in registers 4.04 / 3.94 spilling 88 bytes, clusters of two or four 3.47 - 4.82 (4.82 at 8,192
-# rows only: 3.82 at 32,768)
+# rows only: 3.82 at 32,768).  The rule takes the even rows of 20,992 - 40,960 columns (where the
+# half blocks of HALF_BLOCK_VALUES leave 1,024 threads): time against the plan before 0.69 - 0.76
+# at 20,992 - 24,000 and 0.75 - 0.79 at 24,584 - 40,960 (bench/README.md)
 STAGE_ONE_BLOCK = {"softmax": MAX_THREADS, "causal": MAX_THREADS // 2}
 # RMSNorm's and add + RMSNorm's rows of 16-byte vectors longer than one block's registers hold
 # wait in shared memory on one block of 1,024 threads (alone on its SM) instead of a cluster of
@@ -239,7 +241,9 @@ STAGE_ONE_BLOCK = {"softmax": MAX_THREADS, "causal": MAX_THREADS // 2}
 # parts): RMSNorm 8192 x 45,056 3.96 (3.56), 8192 x 49,152 4.05 (3.60), 57,344 3.85 (3.59),
 # 4096 x 65,536 3.90 (3.56), 32768 x 65,536 3.97 (3.63), 4096 x 81,920 4.00 (3.58), 2048 x
 # 98,304 3.96 (3.56); add + RMSNorm 8192 x 49,152 4.13 (3.76), 4096 x 65,536 4.02 (3.69).  Not
-# LayerNorm (8192 x 49,152 3.32 against 3.61) nor softmax (4096 x 65,536 3.64 against 3.97)
+# LayerNorm (8192 x 49,152 3.32 against 3.61) nor softmax (4096 x 65,536 3.64 against 3.97).
+# add + RMSNorm's registers hold 32 values a thread: its rows from 32,776 columns take the block
+# (8192 x 33,280 and 36,864 0.97 of the time before, 40,960 0.88 - 0.89)
 STAGED_BLOCK_VALUES = {"rmsnorm": 96, "add_rmsnorm": 96}
 # the same for rows of 4-byte accesses (row_plan's element_values): a 16-bit row of 2 mod 4
 # columns (pairs) and an odd f32 row (elements), from NARROW_FROM columns, where measured (bf16 and f32,
@@ -863,8 +867,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     (``row_memory="SH"``) instead of registers, on one block of ``staged_block_threads`` threads
     (512: two blocks an SM, where ``shared_per_sm`` holds them) (the recipes ask for it for
     softmax and causal softmax: ``STAGE_ONE_BLOCK``); ``staged_block_values`` (with ``stage`` and
-    ``clusters``): a row of 16-byte vectors longer than one block's registers hold waits in
-    shared memory on one block of ``MAX_THREADS`` threads (alone on its SM) instead of a cluster,
+    ``clusters``): a 16-bit row of 16-byte vectors longer than one block's registers hold waits
+    in shared memory on one block of ``MAX_THREADS`` threads (alone on its SM) instead of a cluster,
     where that leaves at most this many elements a thread (0: never; RMSNorm and add + RMSNorm
     ask for ``STAGED_BLOCK_VALUES``); ``partial_pass_blocks``: a row of 16-byte vectors on 512 threads
     whose last pass is partial asks for this many blocks an SM (0: ``RowPlan.occupancy``'s;
@@ -962,10 +966,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                                  shared_per_sm=shared_per_sm)
         if staged is not None:
             return staged
-    if staged_block_values and vec * eb == 16 and vectors * vec > longest and clusters and stage:
-        # (RMSNorm, add + RMSNorm: STAGED_BLOCK_VALUES) a row of 16-byte vectors longer than one
-        # block's registers hold waits in shared memory on one block of 1,024 threads, alone on
-        # its SM, before a cluster of staged parts
+    if staged_block_values and vec * eb == 16 and eb == 2 and vectors * vec > longest and clusters and stage:
+        # (RMSNorm, add + RMSNorm: STAGED_BLOCK_VALUES) a 16-bit row of 16-byte vectors longer than
+        # one block's registers hold waits in shared memory on one block of 1,024 threads, alone
+        # on its SM, before a cluster of staged parts (f32 rows: not measured)
         passes = -(-vectors // MAX_THREADS)
         if passes * vec <= staged_block_values and blocks_that_fit(passes * MAX_THREADS * vec * eb, shared_per_sm):
             return RowPlan(MAX_THREADS, vec, passes, 1, blocks_per_sm=1, row_memory="SH")
