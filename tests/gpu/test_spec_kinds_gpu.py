@@ -86,3 +86,42 @@ def test_reduce_across_blocks(op, R, C, part):
         ref = {"sum": X.float().sum(1), "max": X.float().max(1).values, "min": X.float().min(1).values,
                "mean": X.float().mean(1)}[op]
         assert torch.allclose(Y, ref, rtol=1e-3, atol=1e-3 * max(1.0, ref.abs().max().item()))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_guarded_loads_under_a_predicate_in_hand_written_kernels(seed):
+    # done(guard="predicate") in kernels a user writes: odd shapes, loads of 1 to 16 bytes (their
+    # zeros and `@p ld` in one asm statement), a pointwise with a broadcast operand, a cast, a
+    # row reduction; each against torch
+    import random
+
+    rnd = random.Random(seed)
+    R, C = rnd.randint(1, 300), rnd.randint(1, 3000)
+    kind = rnd.choice(["pointwise", "cast", "reduce"])
+    tc = rnd.choice([1, 2, 4, 8])
+    if kind == "pointwise":
+        spec = fs.Pointwise.kernel("add", {"r": R, "c": C}, inputs=[("r", "c"), ("c",)])
+        sched = spec.schedule(tile(r=2, c=8 * tc) >> to_blocks(), tile(r=1, c=tc) >> to_threads(),
+                              done(guard="predicate"))
+        X, Y = torch.randn(R, C, device="cuda", dtype=torch.float16), torch.randn(C, device="cuda", dtype=torch.float16)
+        O = torch.empty(R, C, device="cuda", dtype=torch.float16)
+        fs.compile(sched, arch="sm_90a")(X, Y, O)
+        assert torch.allclose(O.float(), (X + Y).float(), atol=1e-2), (R, C, tc)
+    elif kind == "cast":
+        src = rnd.choice(["i8", "f16", "f32"])
+        spec = fs.Move.kernel({"r": R, "c": C}, src=src, dst="f32")
+        sched = spec.schedule(tile(r=4, c=16 * tc) >> to_blocks(), tile(r=1, c=tc) >> to_threads(),
+                              done(guard="predicate"))
+        X = (torch.randint(-100, 100, (R, C), device="cuda", dtype=torch.int8) if src == "i8"
+             else torch.randn(R, C, device="cuda", dtype={"f16": torch.float16, "f32": torch.float32}[src]))
+        Y = torch.empty(R, C, device="cuda", dtype=torch.float32)
+        fs.compile(sched, arch="sm_90a")(X, Y)
+        assert torch.equal(Y, X.float()), (src, R, C, tc)
+    else:
+        spec = fs.Reduce.kernel("sum", {"r": R, "c": C}, "c")
+        sched = spec.schedule(tile(r=4) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=32 * tc),
+                              tile(c=tc) >> to_threads(), done(guard="predicate"))
+        X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+        Y = torch.empty(R, device="cuda", dtype=torch.float32)
+        fs.compile(sched, arch="sm_90a")(X, Y)
+        assert torch.allclose(Y, X.float().sum(1), rtol=1e-3, atol=1e-3), (R, C, tc)
