@@ -5,6 +5,7 @@
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --exchange barrier,push   # both, one run
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --old ../other    # also that checkout's kernels
     PYTHONPATH=. python bench/rows.py --launches plain --old .   # ours launched plainly, against ours (chained)
+    PYTHONPATH=. python bench/rows.py --arch sm_80 --old ../other   # the sm_80 plans and kernels, on this GPU
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
@@ -161,11 +162,11 @@ def bytes_moved(op: str, rows: int, cols: int, eb: int) -> int:
 
 
 def gpu_row(torch, op, rows, cols, dtype, rounds, timing_mode: str = "graphs", exchange: str = "default",
-            other=None, programmatic: bool | None = None) -> dict:
+            other=None, programmatic: bool | None = None, arch: str = "sm_90a") -> dict:
     dt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-    sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch="sm_90a")
-    k = fs.compile(sched, arch="sm_90a", programmatic=programmatic)
-    ko = other.compile(_recipe(op, exchange, other)(rows, cols, dtype=dtype, arch="sm_90a"), arch="sm_90a") \
+    sched = _recipe(op, exchange)(rows, cols, dtype=dtype, arch=arch)
+    k = fs.compile(sched, arch=arch, programmatic=programmatic)
+    ko = other.compile(_recipe(op, exchange, other)(rows, cols, dtype=dtype, arch=arch), arch=arch) \
         if other is not None else None
     peer = _peer(torch, op, cols)
     nbytes = bytes_moved(op, rows, cols, dt.itemsize)
@@ -262,6 +263,8 @@ def main(argv=None) -> list:
     p.add_argument("--launches", choices=("default", "chained", "plain"), default="default",
                     help="ours as compile(..., programmatic=None / True / False) launches it: the default "
                          "(chained on sm_90a unless the grid is sized to the SMs), chained, or plainly")
+    p.add_argument("--arch", choices=("sm_90a", "sm_80"), default="sm_90a",
+                   help="the target the recipes plan and compile for (sm_80: no clusters; run on this GPU)")
     args = p.parse_args(argv)
     exchanges = [e for e in args.exchange.split(",") if e]
     if not exchanges or any(e not in ("default", "barrier", "push") for e in exchanges):
@@ -285,7 +288,7 @@ def main(argv=None) -> list:
         from bench.ab_versions import load_other
 
         other = load_other(args.old)
-    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other, LAUNCHES[args.launches])
+    rows = [gpu_row(torch, op, r, c, dt, args.rounds, args.timing, ex, other, LAUNCHES[args.launches], args.arch)
             for op in ops for dt in dtypes for r, c in shapes for ex in exchanges]
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(HERE, "results", f"rows-{date}.json")
