@@ -230,9 +230,10 @@ SHORT_ROWS_SHARE_THREADS = {"layernorm": (2048, 512)}
 # (bf16, bench/row_plans.py, TB/s; the plan then 1,024 threads x 32 in registers, two reductions):
 # 8192 x 32,768 4.59 (3.60), 32768 x 32,768 4.56 (3.44); 1,024 threads staged 3.20 / 3.13, 512 x 64
 # in registers 4.04 / 3.94 spilling 88 bytes, clusters of two or four 3.47 - 4.82 (4.82 at 8,192
-# rows only: 3.82 at 32,768).  The rule takes the even rows of 20,992 - 40,960 columns (where the
-# half blocks of HALF_BLOCK_VALUES leave 1,024 threads): time against the plan before 0.69 - 0.76
-# at 20,992 - 24,000 and 0.75 - 0.79 at 24,584 - 40,960 (bench/README.md)
+# rows only: 3.82 at 32,768).  The rule takes the rows of 16-byte vectors of 20,488 - 40,960
+# columns but 24,576 (where the half blocks of HALF_BLOCK_VALUES leave 1,024 threads): time
+# against the plan before 0.69 - 0.76 at 20,992 - 24,000 and 0.75 - 0.79 at 24,584 - 40,960
+# (bench/README.md)
 STAGE_ONE_BLOCK = {"softmax": MAX_THREADS, "causal": MAX_THREADS // 2}
 # RMSNorm's and add + RMSNorm's rows of 16-byte vectors longer than one block's registers hold
 # wait in shared memory on one block of 1,024 threads (alone on its SM) instead of a cluster of
