@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ import firesched as fs
 SCRIPTS = ["bench.gemm", "bench.sweep_gemm", "bench.sanitize_cases", "bench.sass_check", "bench.gemm_variants",
            "bench.w4a16_split_cost", "bench.profile_rows", "bench.row_spills", "bench.fmha_timeline",
            "bench.profile_w4a16", "bench.fmha_spills", "bench.layernorm_variants", "bench.launches",
-           "bench.row_fixed_cost"]
+           "bench.row_fixed_cost", "bench.row_plan_diff"]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_profile_rows_smoke():
@@ -301,3 +304,25 @@ def test_row_fixed_cost_smoke():
         main(["--smoke", "--rows", "8"])
     with pytest.raises(SystemExit, match="at least two"):
         main(["--smoke", "--rows", "2048,4k"])
+
+
+def test_row_plan_diff_finds_exactly_a_changed_rule(tmp_path):
+    # the other checkout: this tree's firesched without RMSNorm's one staged block
+    # (rows.STAGED_BLOCK_VALUES); the script must report that rule's lengths and nothing else
+    import shutil
+
+    from bench import row_plan_diff
+
+    shutil.copytree(os.path.join(ROOT, "firesched"), tmp_path / "firesched",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    rows_py = tmp_path / "firesched" / "recipes" / "rows.py"
+    text = rows_py.read_text()
+    assert 'STAGED_BLOCK_VALUES = {"rmsnorm": 96, "add_rmsnorm": 96}' in text
+    rows_py.write_text(text.replace('STAGED_BLOCK_VALUES = {"rmsnorm": 96, "add_rmsnorm": 96}',
+                                    'STAGED_BLOCK_VALUES = {}'))
+    found = row_plan_diff.main(["--old", str(tmp_path), "--ops", "rmsnorm,layernorm", "--dtypes", "bf16",
+                                "--archs", "sm_90a,sm_80", "--step", "997"])
+    assert list(found) == [("rmsnorm", "bf16", "sm_90a")]
+    cols = [c for c, _, _ in found["rmsnorm", "bf16", "sm_90a"]]
+    assert min(cols) > 40960 and max(cols) <= 98304
+    assert all(new["cluster"] == 1 and new["row_memory"] == "SH" for _, _, new in found["rmsnorm", "bf16", "sm_90a"])

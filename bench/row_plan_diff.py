@@ -1,0 +1,105 @@
+"""Which default row plans differ between this tree and another checkout.
+
+    PYTHONPATH=. python bench/row_plan_diff.py --old ../other            # every recipe, type, target
+    PYTHONPATH=. python bench/row_plan_diff.py --old ../other --ops causal --dtypes bf16 --step 8
+
+A change to the row model (``firesched/recipes/rows.py``: a rule of ``row_plan``, a measured table)
+should move exactly the plans it was measured on.  This script asks both versions for the plan of
+every recipe (``norms.plan_rows(..., op=...)`` with the arguments the recipe passes), type, target
+and row length from 1 to 262,144 columns (every ``--step``-th length up to 4,200, then the
+multiples of 512 and the lengths one below them, and a few long ones), and prints, per recipe,
+type and target, the runs of lengths whose plans differ with a plan before and after each run.
+``RowPlan`` fields the other version lacks are left out of the comparison (a new field with its
+default changes no plan).  Runs on the CPU; the plans only, no kernel is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import attrs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import firesched as fs  # noqa: E402
+
+OPS = ("rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal")
+
+
+def lengths(step: int = 7) -> list[int]:
+    """The row lengths compared: every ``step``-th up to 4,200, then multiples of 512 and one
+    below each up to 140,000, and a few long ones."""
+    out = set(range(1, 4200, step)) | set(range(4096, 140000, 512)) | set(range(4095, 140000, 512))
+    return sorted(out | {200000, 262143, 262144})
+
+
+def plan_of(lib, op: str, cols: int, dtype: str, arch: str, rows: int = 4096):
+    """The plan ``lib``'s recipe ``op`` takes (the arguments its recipe function passes), as a
+    dict, or the name of the error it raises."""
+    kw = {"stage_few_passes": op != "causal"}
+    if op == "add_rmsnorm":
+        kw["max_values"] = 32
+    if op == "layernorm" and dtype == "f32":
+        kw["max_values"] = 24
+    if op == "causal":
+        kw["odd_values"] = lib.recipes.rows.VALUES_IN_REGISTERS[2]
+    try:
+        return attrs.asdict(lib.recipes.norms.plan_rows(rows, cols, dtype, arch, op=op, **kw))
+    except (ValueError, fs.ScheduleError) as e:
+        return f"error: {type(e).__name__}"
+
+
+def differences(new, old, ops=OPS, dtypes=("bf16", "f16", "f32"), archs=("sm_90a", "sm_80"), step: int = 7) -> dict:
+    """``{(op, dtype, arch): [(cols, old plan, new plan), ...]}`` where the two versions differ."""
+    out: dict = {}
+    for op in ops:
+        for dt in dtypes:
+            for arch in archs:
+                for c in lengths(step):
+                    a, b = plan_of(old, op, c, dt, arch), plan_of(new, op, c, dt, arch)
+                    if isinstance(a, dict) and isinstance(b, dict):
+                        b = {k: v for k, v in b.items() if k in a}
+                    if a != b:
+                        out.setdefault((op, dt, arch), []).append((c, a, b))
+    return out
+
+
+def _brief(plan) -> str:
+    if not isinstance(plan, dict):
+        return plan
+    text = f"{plan['lanes']} x {plan['reps'] * plan['vec']}"
+    if plan["cluster"] > 1:
+        text += f", cluster {plan['cluster']}"
+    return text + f", {plan['row_memory']}" + (f", {plan['blocks_per_sm']} an SM" if plan["blocks_per_sm"] else "")
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--old", required=True, help="path of the other checkout (its firesched/ is imported)")
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--dtypes", default="bf16,f16,f32")
+    p.add_argument("--archs", default="sm_90a,sm_80")
+    p.add_argument("--step", type=int, default=7, help="the step between the lengths compared up to 4,200")
+    args = p.parse_args(argv)
+    from bench.ab_versions import load_other
+
+    other = load_other(args.old)
+    found = differences(fs, other, [o for o in args.ops.split(",") if o], [d for d in args.dtypes.split(",") if d],
+                        [a for a in args.archs.split(",") if a], args.step)
+    if not found:
+        print("no default row plan differs")
+    for (op, dt, arch), rows in found.items():
+        print(f"{op} {dt} {arch}: {len(rows)} lengths, {rows[0][0]} - {rows[-1][0]}")
+        for c, a, b in rows[:3] + ([("...", None, None)] if len(rows) > 3 else []):
+            if c == "...":
+                print("    ...")
+            else:
+                print(f"    {c}: {_brief(a)} -> {_brief(b)}")
+    return found
+
+
+if __name__ == "__main__":
+    main()
