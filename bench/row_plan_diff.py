@@ -5,7 +5,7 @@
 
 A change to the row model (``firesched/recipes/rows.py``: a rule of ``row_plan``, a measured table)
 should move exactly the plans it was measured on.  This script asks both versions for the plan of
-every recipe (``norms.plan_rows(..., op=...)`` with the arguments the recipe passes), type, target
+every recipe (``norms.plan_rows(..., op=...)`` with the recipe's arguments, ``norms.recipe_plan_args``), type, target
 and row length from 1 to 262,144 columns (every ``--step``-th length up to 4,200, then the
 multiples of 512 and the lengths one below them, and a few long ones), and prints, per recipe,
 type and target, the runs of lengths whose plans differ with a plan before and after each run.
@@ -36,18 +36,27 @@ def lengths(step: int = 7) -> list[int]:
     return sorted(out | {200000, 262143, 262144})
 
 
-def plan_of(lib, op: str, cols: int, dtype: str, arch: str, rows: int = 4096):
-    """The plan ``lib``'s recipe ``op`` takes (the arguments its recipe function passes), as a
-    dict, or the name of the error it raises."""
-    kw = {"stage_few_passes": op != "causal"}
+def _recipe_args(lib, op: str, dtype: str, arch: str) -> dict:
+    """The ``plan_rows`` arguments of ``lib``'s recipe ``op``: ``norms.recipe_plan_args`` where
+    ``lib`` has it; a checkout from before it, the arguments its recipes passed then."""
+    norms = lib.recipes.norms
+    if hasattr(norms, "recipe_plan_args"):
+        return norms.recipe_plan_args(op, dtype, arch)
     if op == "add_rmsnorm":
-        kw["max_values"] = 32
-    if op == "layernorm" and dtype == "f32":
-        kw["max_values"] = 24
-    if op == "causal":
-        kw["odd_values"] = lib.recipes.rows.VALUES_IN_REGISTERS[2]
+        return {"max_values": 32}
+    if op == "layernorm":
+        window = 12 if dtype == "f32" else 24 if norms.get_target(arch).has_clusters else 16
+        return {"max_values": 24 if dtype == "f32" else None, "odd_values": 20, "aligned_values": window}
+    if op in ("softmax", "causal"):
+        return {"odd_values": lib.recipes.rows.VALUES_IN_REGISTERS[2], "stage_few_passes": op != "causal"}
+    return {}
+
+
+def plan_of(lib, op: str, cols: int, dtype: str, arch: str, rows: int = 4096):
+    """The plan ``lib``'s recipe ``op`` takes, as a dict, or the name of the error it raises."""
     try:
-        return attrs.asdict(lib.recipes.norms.plan_rows(rows, cols, dtype, arch, op=op, **kw))
+        return attrs.asdict(lib.recipes.norms.plan_rows(rows, cols, dtype, arch, op=op,
+                                                        **_recipe_args(lib, op, dtype, arch)))
     except (ValueError, fs.ScheduleError) as e:
         return f"error: {type(e).__name__}"
 

@@ -9,6 +9,7 @@ stores and unguarded loads keep their form, and which recipes' plans take it
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -89,8 +90,14 @@ def test_unguarded_loads_and_stores_keep_their_form():
     ("causal", 10752, "bf16", "branch"),         # whole vectors
 ])
 def test_recipes_take_the_measured_guards(op, cols, dtype, want):
-    plan = norms.plan_rows(4096, cols, dtype, "sm_90a", op=op, stage_few_passes=op != "causal")
+    plan = norms.recipe_plan(op, 4096, cols, dtype, "sm_90a")
     assert plan.guard == want == rows.load_guard(op, plan, cols, dtype), plan
     sched = (fs.recipes.softmax(8, cols, dtype=dtype, causal=True) if op == "causal" else
              getattr(fs.recipes, op)(8, cols, dtype=dtype))
     assert (f"guard={want!r}" in str(sched)) == (want == "predicate")
+
+
+def test_a_row_plans_guard_is_checked():
+    plan = attrs.evolve(norms.recipe_plan("rmsnorm", 8, 10752, "bf16", "sm_90a"), guard="maybe")
+    with pytest.raises(ValueError, match="plan.guard='maybe'; allowed: 'branch', 'predicate'"):
+        fs.recipes.rmsnorm(8, 10752, dtype="bf16", arch="sm_90a", plan=plan)

@@ -237,7 +237,7 @@ def test_causal_rows_wait_in_shared_memory_on_half_blocks(dtype):
     # blocks an SM, its statistics in one tuple reduction; shorter rows keep their half blocks in
     # registers, longer ones their clusters, sm_80 (no clusters, where not measured) 1,024 threads
     def plan(cols, arch="sm_90a"):
-        return norms.plan_rows(8192, cols, dtype, arch, op="causal", stage_few_passes=False)
+        return norms.recipe_plan("causal", 8192, cols, dtype, arch)
 
     for cols in (20992, 24584, 26000, 32768, 40960):
         p = plan(cols)
@@ -248,7 +248,7 @@ def test_causal_rows_wait_in_shared_memory_on_half_blocks(dtype):
     assert plan(40968).cluster > 1
     assert (plan(32768, "sm_80").lanes, plan(32768, "sm_80").row_memory) == (1024, "RF")
     # softmax keeps its 1,024 staged threads there
-    assert norms.plan_rows(8192, 32768, dtype, "sm_90a", op="softmax").lanes == 1024
+    assert norms.recipe_plan("softmax", 8192, 32768, dtype, "sm_90a").lanes == 1024
     with pytest.raises(ValueError, match="staged_block_threads"):
         row_model.row_plan(4, 32768, dtype, stage=True, clusters=True, stage_one_block=True, staged_block_threads=500)
     sched = recipes.softmax(8192, 26000, dtype=dtype, arch="sm_90a", causal=True)
@@ -276,7 +276,7 @@ def test_long_rows_wait_in_shared_memory_on_one_block(op):
     # 1,024 threads, alone on its SM, instead of a cluster; longer rows, odd rows, other recipes
     # and sm_80 as before
     def plan(cols, dtype="bf16", arch="sm_90a", kind=op):
-        return norms.plan_rows(8192, cols, dtype, arch, op=kind)
+        return norms.recipe_plan(kind, 8192, cols, dtype, arch)
 
     for cols in (40968, 45056, 65536, 98304):
         p = plan(cols)
@@ -285,7 +285,9 @@ def test_long_rows_wait_in_shared_memory_on_one_block(op):
     assert plan(65536, "f16").row_memory == "SH" and plan(65536, "f16").cluster == 1
     assert plan(49152, "f32").cluster > 1                 # (f32 rows: not measured)
     assert plan(98312).cluster > 1 and plan(65537).cluster > 1
-    assert plan(40960).row_memory == "RF"
+    # (add + RMSNorm's registers hold 32 values a thread: its rows from 32,776 columns take the block)
+    assert plan(40960).row_memory == ("SH" if op == "add_rmsnorm" else "RF")
+    assert plan(32768).row_memory == "RF" and (plan(33280).row_memory == "SH") == (op == "add_rmsnorm")
     assert plan(65536, kind="layernorm").cluster > 1 and plan(65536, kind="softmax").cluster > 1
     with pytest.raises(ValueError, match="staged_block_values"):
         row_model.row_plan(4, 65536, "bf16", stage=True, clusters=True, staged_block_values=-1)
@@ -632,3 +634,16 @@ def test_layernorms_odd_rows_in_registers_take_the_output_from_the_row(rows, col
     fs.testing.assert_schedule_correct(sched, examples=2, arch="sm_90a")
     even = fs.recipes.layernorm(rows, 4096, dtype=dtype, arch="sm_90a", bias=bias).spec.body
     assert not {"normalize_affine", "normalize_scale"} & {getattr(sp, "op", None) for sp in even}
+
+
+def test_recipe_plans_are_the_recipes_own():
+    # norms.recipe_plan is what each recipe schedules with (its arguments in one place,
+    # recipe_plan_args): the schedule's block tiling is the plan's
+    for op, cols, dt in [("rmsnorm", 45056, "bf16"), ("add_rmsnorm", 36864, "f16"), ("layernorm", 24569, "bf16"),
+                         ("softmax", 32768, "bf16"), ("causal", 26000, "f16"), ("layernorm", 4000, "f32")]:
+        plan = norms.recipe_plan(op, 64, cols, dt, "sm_90a")
+        sched = (recipes.softmax(64, cols, dtype=dt, arch="sm_90a", causal=True) if op == "causal" else
+                 getattr(recipes, op)(64, cols, dtype=dt, arch="sm_90a"))
+        assert sched.strategies[0] == row_model.kernel_strategies(plan)[0], (op, cols, plan)
+    with pytest.raises(ValueError, match="allowed: 'rmsnorm'"):
+        norms.recipe_plan_args("rms", "f16", "sm_90a")

@@ -236,8 +236,10 @@ class Lowerer:
             rule = _LEAF_RULES.get(type(node.spec))
             if rule is None:  # pragma: no cover - done() accepts only kinds with a leaf rule
                 raise err(node, f"no rule lowers a thread's {type(node.spec).__name__}")
-            # done(guard=...): how the leaf's guarded loads are written
-            return guard_loads(rule(self, node, ctx), getattr(node.strategy, "guard", "branch"))
+            # done(guard=...): how the leaf's guarded loads are written (the rules write branches)
+            guard = getattr(node.strategy, "guard", "branch")
+            stmts = rule(self, node, ctx)
+            return stmts if guard == "branch" else guard_loads(stmts, guard)
         return self.default(node, ctx)
 
     def default(self, node: Node, ctx: Ctx) -> list:

@@ -57,6 +57,7 @@ import attrs
 from .. import monoids, ops
 from ..hardware.target import target as get_target
 from ..hardware.target import target_names
+from ..ir.nodes import GUARDS
 from ..schedule import Schedule
 from ..spec import Fused, Init, Move, Pointwise, Reduce
 from ..strategies import part, pipeline, place
@@ -138,6 +139,47 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
                         guard=_rows.load_guard(op, plan, cols, dtype))
 
 
+#: the row recipes whose plans ``recipe_plan`` knows (``causal``: ``softmax(..., causal=True)``)
+RECIPES = ("rmsnorm", "add_rmsnorm", "layernorm", "softmax", "causal")
+
+
+def recipe_plan_args(op: str, dtype: str, arch) -> dict:
+    """The ``plan_rows`` arguments recipe ``op`` (one of ``RECIPES``) asks for on ``dtype`` and
+    ``arch``, besides ``op=op``: what its kernel's registers hold, measured per recipe.
+
+    * add + RMSNorm: 32 values a thread (the sum, its square and the normalised row live beside each
+      other: 40 spilled).  On clusters the sum may wait in shared memory as the other rows do: it
+      measured within 2 % of the sum in registers there (an H100, bf16, 49,152 to 262,144
+      columns), and a row of 28,672 f16 that spills on one block takes two staged parts instead.
+    * LayerNorm: f32 rows 24 (32 spill its two-pass statistics: 56 bytes at 32,768 columns); odd
+      rows in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes); an aligned
+      window (``RowPlan.aligned``, where it measured faster: ``rows.aligned_faster``) 24 elements a
+      thread on sm_90a (no spills), 16 on sm_80 (24 spilled 8-24 bytes at 20,481 and 24,569
+      columns), f32 12 (32 spilled 12-156 bytes, f32 16 48).
+    * softmax: an odd row one block holds stays in registers (faster than staged, no spills);
+      causal softmax also keeps a row of few passes on one block (its parts' work is uneven)."""
+    if op not in RECIPES:
+        raise ValueError(f"recipe_plan_args: op={op!r}; allowed: {', '.join(map(repr, RECIPES))}")
+    if op == "add_rmsnorm":
+        return {"max_values": 32}
+    if op == "layernorm":
+        window = 12 if dtype == "f32" else 24 if get_target(arch).has_clusters else 16
+        return {"max_values": 24 if dtype == "f32" else None, "odd_values": 20, "aligned_values": window}
+    if op in ("softmax", "causal"):
+        return {"odd_values": _rows.VALUES_IN_REGISTERS[2], "stage_few_passes": op != "causal"}
+    return {}
+
+
+def recipe_plan(op: str, rows: int, cols: int, dtype: str, arch, exchange: str | None = None,
+                plan: _rows.RowPlan | None = None) -> _rows.RowPlan:
+    """The plan recipe ``op`` takes for ``rows`` x ``cols`` elements of ``dtype`` on ``arch``:
+    ``plan_rows`` with the recipe's arguments (``recipe_plan_args``); ``exchange`` and ``plan`` as
+    there."""
+    what = "softmax" if op == "causal" else op
+    return plan_rows(rows, cols, dtype, arch, exchange=exchange, what=what, plan=plan, op=op,
+                     **recipe_plan_args(op, dtype, arch))
+
+
 def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row: str | None = None) -> Schedule:
     """``spec`` tiled by ``plan``: its intermediates ``local`` in registers, each part mapped by
     ``rows.part_strategies`` (parts without the row dim, per-row statistics, skip the row walk).
@@ -150,6 +192,9 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
     the row in registers while the statistics are exchanged, so more blocks fit an SM."""
     if plan.row_memory not in ("RF", "SH"):
         raise ValueError(f"schedule_rows: plan.row_memory={plan.row_memory!r}; allowed: 'RF', 'SH'")
+    if plan.guard not in GUARDS:
+        raise ValueError(f"schedule_rows: plan.guard={plan.guard!r}; allowed: {', '.join(map(repr, GUARDS))} (how "
+                         "guarded loads are written: done(guard=...))")
     if isinstance(plan.tile_stages, bool) or not isinstance(plan.tile_stages, int) or plan.tile_stages < 1:
         raise ValueError(f"schedule_rows: plan.tile_stages={plan.tile_stages!r}; allowed: an int >= 1 (2 and more: "
                          "a persistent block's next rows in flight, with persistent=True and row_memory='SH')")
@@ -216,7 +261,7 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``exchange="push"`` combines a row split over a cluster with ``st.async`` pushes instead of
     ``barrier.cluster`` (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="rmsnorm", plan=plan, op="rmsnorm")
+    plan = recipe_plan("rmsnorm", rows, cols, dtype, arch, exchange=exchange, plan=plan)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     body, more = _rms_body(s, x, eps, weight, "Y", stats_local=not stats, fused=_rows.one_pass(plan))
@@ -231,12 +276,7 @@ def add_rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = 
     registers for the norm, so the kernel reads 2 and writes 2 elements per element of the row.
     ``plan``: a ``rows.RowPlan`` instead of the tile model's."""
     check_args("add_rmsnorm", rows, cols, dtype, arch)
-    # the sum, its square and the normalised row live beside each other: 40 values a thread spill.
-    # On clusters the sum may wait in shared memory as the other rows do: it measured within 2 %
-    # of the sum in registers there (an H100, bf16, 49,152 to 262,144 columns), and a row of
-    # 28,672 f16 that spills on one block takes two staged parts instead
-    plan = plan_rows(rows, cols, dtype, arch, max_values=32, exchange=exchange, what="add_rmsnorm", plan=plan,
-                     op="add_rmsnorm")
+    plan = recipe_plan("add_rmsnorm", rows, cols, dtype, arch, exchange=exchange, plan=plan)
     s = _Specs(rows, cols, dtype)
     head = [Pointwise("add", (s.t("X"), s.t("R")), s.t("Hr"), KERNEL), Move(s.t("Hr"), s.t("H"), KERNEL)]
     h, local = s.t("Hr"), ["Hr"]
@@ -267,14 +307,7 @@ def layernorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = No
     check_args("layernorm", rows, cols, dtype, arch)
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.layernorm: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
-    # f32 rows: 32 values a thread spill LayerNorm's two-pass statistics (56 bytes at 32,768 columns)
-    # odd rows: in registers up to 20 elements a thread (24 and more spilled: 32-80 bytes)
-    # (an aligned window, RowPlan.aligned, where it measured faster: rows.aligned_faster; 24
-    # elements of it a thread, no spills for sm_90a, 8-24 bytes for sm_80 at 20,481 and 24,569
-    # columns, which take 16; 32 spilled 12-156 bytes, f32 16 48)
-    window = 12 if dtype == "f32" else 24 if get_target(arch).has_clusters else 16
-    plan = plan_rows(rows, cols, dtype, arch, max_values=24 if dtype == "f32" else None, exchange=exchange,
-                     what="layernorm", plan=plan, odd_values=20, aligned_values=window, op="layernorm")
+    plan = recipe_plan("layernorm", rows, cols, dtype, arch, exchange=exchange, plan=plan)
     s = _Specs(rows, cols, dtype)
     load, x, local = _row_source(s)
     f32 = "f32"

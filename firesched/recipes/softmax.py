@@ -35,7 +35,7 @@ from ..schedule import Schedule
 from ..spec import Fused, Init, Move, Pointwise, Reduce
 from ..tensor import KERNEL
 from . import rows as _rows
-from .norms import _Specs, check_args, plan_rows, schedule_rows
+from .norms import _Specs, check_args, recipe_plan, schedule_rows
 
 
 def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None, scale: float = 1.0,
@@ -61,10 +61,7 @@ def softmax(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
                          "masks whole rows, whose softmax is undefined)")
     if tuple_stats is not None and not isinstance(tuple_stats, bool):
         raise ValueError(f"recipes.softmax: tuple_stats={tuple_stats!r}; allowed: True, False, None (by the plan)")
-    # an odd row one block holds stays in registers (rows.row_plan: faster than staged, no spills)
-    plan = plan_rows(rows, cols, dtype, arch, exchange=exchange, what="softmax", plan=plan,
-                     stage_few_passes=not causal, odd_values=_rows.VALUES_IN_REGISTERS[2],
-                     op="causal" if causal else "softmax")
+    plan = recipe_plan("causal" if causal else "softmax", rows, cols, dtype, arch, exchange=exchange, plan=plan)
     s = _Specs(rows, cols, dtype)
     f32 = "f32"
     xr, m, e, z = s.t("Xr"), s.t("M", ("r",), f32), s.t("E", dt=f32), s.t("Z", ("r",), f32)

@@ -307,7 +307,7 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
 def test_long_rows_staged_on_one_block(op, rows, cols, dtype):
     # rows.STAGED_BLOCK_VALUES: rows longer than one block's registers wait in shared memory on
     # one block of 1,024 threads (up to 96 elements a thread) instead of a cluster
-    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op=op)
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
     assert (plan.lanes, plan.cluster, plan.row_memory) == (1024, 1, "SH"), plan
     _run(op, rows, cols, dtype, magnitude=100.0)
 
@@ -333,7 +333,7 @@ def _causal(rows, cols, dtype, diagonal, plan=None, magnitude=3.0):
 def test_causal_rows_staged_on_half_blocks(rows, cols, diagonal, dtype):
     # causal softmax's even rows that 1,024 threads would hold in registers wait in shared
     # memory on 512 threads, two blocks an SM (rows.STAGE_ONE_BLOCK), partial last passes too
-    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal", stage_few_passes=False)
+    plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
     assert plan.lanes == 512 and plan.row_memory == "SH" and plan.cluster == 1, plan
     _causal(rows, cols, dtype, diagonal)
 
@@ -351,7 +351,7 @@ def test_guarded_loads_under_a_predicate(seed):
     rows = rnd.randint(1, 40)
     cols = rnd.choice([rnd.randint(1, 3000), rnd.randint(1000, 5000) * 8 + 8 * rnd.randint(0, 1), rnd.randint(3000, 45000)])
     if op == "causal":
-        plan = attrs.evolve(fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal"), guard="predicate")
+        plan = attrs.evolve(fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a"), guard="predicate")
         _causal(rows, cols, dtype, rnd.randint(0, cols), plan=plan)
         return
     plan = attrs.evolve(fs.recipes.rows.row_plan(rows, cols, dtype, clusters=True), guard="predicate")
