@@ -76,13 +76,23 @@ def differences(new, old, ops=OPS, dtypes=("bf16", "f16", "f32"), archs=("sm_90a
     return out
 
 
-def _brief(plan) -> str:
+#: fields ``_brief`` always shows (the others only where the two plans differ in them)
+_SHOWN = ("lanes", "reps", "vec", "cluster", "row_memory", "blocks_per_sm")
+
+
+def _brief(plan, other=None) -> str:
+    """A plan in a few words, and ``field=value`` for each other field in which it differs from
+    ``other`` (e.g. ``exchange``, ``guard``)."""
     if not isinstance(plan, dict):
         return plan
     text = f"{plan['lanes']} x {plan['reps'] * plan['vec']}"
     if plan["cluster"] > 1:
         text += f", cluster {plan['cluster']}"
-    return text + f", {plan['row_memory']}" + (f", {plan['blocks_per_sm']} an SM" if plan["blocks_per_sm"] else "")
+    text += f", {plan['row_memory']}" + (f", {plan['blocks_per_sm']} an SM" if plan["blocks_per_sm"] else "")
+    if isinstance(other, dict):
+        text += "".join(f", {k}={v!r}" for k, v in plan.items()
+                        if k not in _SHOWN and k in other and other[k] != v)
+    return text
 
 
 def main(argv=None) -> dict:
@@ -106,7 +116,7 @@ def main(argv=None) -> dict:
             if c == "...":
                 print("    ...")
             else:
-                print(f"    {c}: {_brief(a)} -> {_brief(b)}")
+                print(f"    {c}: {_brief(a, b)} -> {_brief(b, a)}")
     return found
 
 

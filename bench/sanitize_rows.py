@@ -7,9 +7,10 @@
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py --exchange barrier 3x40961 2x100003
     compute-sanitizer --tool racecheck python bench/sanitize_rows.py --dtype f32 2x10240   # bf16 by default
 
-The rows split over clusters combine as the recipes do by default (``to_blocks(exchange="push")``:
-``st.async`` into each other's shared memory and an mbarrier); ``--exchange barrier`` runs them
-with ``barrier.cluster`` instead.
+The rows split over clusters combine as the recipes do by default (``rows.cluster_exchange``:
+``barrier.cluster`` for RMSNorm's rows of 16-byte vectors, elsewhere ``to_blocks(exchange="push")``,
+``st.async`` into each other's shared memory and an mbarrier); ``--exchange barrier`` or ``push``
+runs every cluster one way.
 
 Shapes: odd rows and columns (predicated edges, padded registers), rows sharing a warp, a row
 per block, the largest plan (1024 threads), rows split over thread-block clusters of 2 and 4

@@ -181,3 +181,28 @@ def test_a_read_of_another_block_before_its_store_is_ordered_is_a_race():
 def test_a_rank_outside_the_cluster_is_a_hazard():
     with pytest.raises(HazardError, match="cluster rank 2 .* the cluster has 2 block"):
         run_program(_exchange(cta=2), X)
+
+
+@pytest.mark.parametrize("op, cols, dtype, exchange", [
+    ("rmsnorm", 131072, "bf16", "barrier"), ("rmsnorm", 24576, "f16", "barrier"), ("rmsnorm", 65536, "f32", "barrier"),
+    ("rmsnorm", 100003, "bf16", "push"),          # an odd row: element accesses
+    ("rmsnorm", 65536, "bf16", "push"),           # one staged block: no cluster, nothing exchanged
+    ("layernorm", 131072, "bf16", "push"), ("softmax", 131072, "bf16", "push"), ("add_rmsnorm", 131072, "bf16", "push"),
+    ("causal", 131072, "bf16", "push")])
+def test_each_recipe_exchanges_as_measured(op, cols, dtype, exchange):
+    # rows.cluster_exchange: the barrier for RMSNorm's rows of 16-byte vectors on a cluster (one
+    # f32 sum a block), pushes for the tuples and the odd rows (bench/README.md)
+    plan = fs.recipes.norms.recipe_plan(op, 8, cols, dtype, "sm_90a")
+    assert plan.exchange == exchange
+    assert (plan.cluster > 1) == (cols != 65536 or dtype == "f32")
+    # a caller's choice wins
+    other = {"push": "barrier", "barrier": "push"}[exchange]
+    assert fs.recipes.norms.recipe_plan(op, 8, cols, dtype, "sm_90a", exchange=other).exchange == other
+
+
+def test_rmsnorm_on_a_cluster_meets_at_the_barrier_by_default():
+    sched = fs.recipes.rmsnorm(2, 24576, dtype="f16", arch="sm_90a")
+    assert "cluster=2" in repr(sched.strategies[0]) and "push" not in repr(sched.strategies[0])
+    k = fs.compile(sched, arch="sm_90a")
+    assert "barrier.cluster" in k.source and "st.async" not in k.source
+    _check(sched)

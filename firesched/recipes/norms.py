@@ -45,9 +45,11 @@ the row's part waits in shared memory (``rows.row_plan``, ``schedule_rows(row=..
 ``stats=True`` also returns the per-row statistics a backward pass needs (RMSNorm's ``rstd``;
 LayerNorm's ``mean`` and ``rstd``), written to global memory by the parts that compute them and
 read back by the next part after a barrier.  A cluster's blocks combine by ``st.async`` pushes
-into each other's shared memory and an mbarrier (``exchange="push"``, the default: 2.12 -> 2.40
-TB/s RMSNorm, 1.66 -> 1.95 LayerNorm at 1024 x 262144 bf16 on an H100) or by ``barrier.cluster``
-(``exchange="barrier"``); ``to_blocks(exchange=...)``.
+into each other's shared memory and an mbarrier (``exchange="push"``: 2.12 -> 2.40 TB/s RMSNorm,
+1.66 -> 1.95 LayerNorm at 1024 x 262144 bf16 on an H100) or by ``barrier.cluster``
+(``exchange="barrier"``); ``to_blocks(exchange=...)``.  By default each recipe takes the one
+measured faster (``rows.cluster_exchange``): the barrier for RMSNorm's rows of 16-byte vectors
+(on an H200 3 - 6 % faster from 114,688 columns), pushes elsewhere.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     """``rows.row_plan`` for ``arch``: rows too long for one block take a thread-block cluster
     where the target has them (sm_90a); ``max_values`` as there; ``exchange`` how the cluster's
     blocks combine their statistics (``to_blocks(exchange=...)``: ``"barrier"`` or ``"push"``;
-    None: ``"push"``, faster on every cluster row measured but one, within 2 %); ``stage``,
+    None: the recipe's measured choice, ``rows.cluster_exchange``: ``"push"`` but for RMSNorm's
+    rows of 16-byte vectors); ``stage``,
     ``stage_few_passes`` and ``odd_values``: a row may wait in shared memory, as ``rows.row_plan``'s;
     ``aligned_values``: as there, the elements a thread of an aligned window holds; ``op``: the
     recipe (``rmsnorm``, ``add_rmsnorm``, ``layernorm``, ``softmax``, ``causal``) whose measured
@@ -121,7 +124,8 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     replaced by ``exchange`` when that is given)."""
     if exchange is not None and exchange not in EXCHANGES:
         raise ValueError(f"recipes.{what}: exchange={exchange!r}; allowed: 'barrier' (barrier.cluster) or 'push' "
-                         "(st.async into each other's shared memory, an mbarrier per exchange), or None (push)")
+                         "(st.async into each other's shared memory, an mbarrier per exchange), or None (the recipe's: "
+                         "rows.cluster_exchange)")
     if plan is not None:
         if not isinstance(plan, _rows.RowPlan):
             raise ValueError(f"recipes.{what}: plan={plan!r}; allowed: a recipes.rows.RowPlan, or None (the tile "
@@ -135,7 +139,7 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     plan = _rows.row_plan(rows, cols, dtype, max_values=max_values, clusters=clusters, stage=stage,
                           stage_few_passes=stage_few_passes, shared_per_sm=get_target(arch).smem_per_sm,
                           aligned_values=aligned_values, **measured)
-    return attrs.evolve(plan, exchange="push" if exchange is None else exchange,
+    return attrs.evolve(plan, exchange=_rows.cluster_exchange(op, plan, cols, dtype) if exchange is None else exchange,
                         guard=_rows.load_guard(op, plan, cols, dtype))
 
 
@@ -258,8 +262,9 @@ def rmsnorm(rows: int, cols: int, *, dtype: str = "f16", arch: str | None = None
     ``rms_norm(x, (cols,), w, eps)``); inputs ``X`` (rows x cols) and ``W`` (cols,) when
     ``weight``; ``stats=True`` also returns ``Rstd`` (rows,) in f32.  The schedule tree is in the
     module docstring; ``rows.row_plan`` picks the tiling (``plan``: a ``rows.RowPlan`` instead);
-    ``exchange="push"`` combines a row split over a cluster with ``st.async`` pushes instead of
-    ``barrier.cluster`` (``to_blocks``)."""
+    ``exchange``: how a row split over a cluster combines, ``"push"`` (``st.async`` pushes) or
+    ``"barrier"`` (``barrier.cluster``; None: ``rows.cluster_exchange``, the barrier for rows of
+    16-byte vectors) (``to_blocks``)."""
     check_args("rmsnorm", rows, cols, dtype, arch)
     plan = recipe_plan("rmsnorm", rows, cols, dtype, arch, exchange=exchange, plan=plan)
     s = _Specs(rows, cols, dtype)
