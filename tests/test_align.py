@@ -279,12 +279,12 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
     # (more on a persistent grid, rows.PERSISTENT_WINDOW_COLS: RMSNorm from 1,500 columns, LayerNorm
     # from 2,800, add + RMSNorm from 1,500 and softmax from 2,800 to 5,999; causal softmax from 20,000 to 41,000 columns at two, rows.STAGED_WINDOW_UPTO); not
     # causal softmax, not even rows, not rows two such blocks do not fit beside each other
-    from firesched.recipes.norms import plan_rows
+    from firesched.recipes.norms import recipe_plan
 
     for op, cols in [("rmsnorm", 16383), ("layernorm", 6001), ("softmax", 40959), ("rmsnorm", 4097), ("softmax", 4097),
                      ("rmsnorm", 40959), ("add_rmsnorm", 16383), ("add_rmsnorm", 32767), ("rmsnorm", 4095),
                      ("add_rmsnorm", 6001), ("causal", 24569), ("causal", 20001)]:
-        p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
+        p = recipe_plan(op, 2048, cols, "bf16", "sm_90a")
         # (a persistent block keeping two rows in flight takes rows.PERSISTENT_PREFETCH_THREADS;
         # the longest windows rows.STAGED_WINDOW_WIDE's blocks)
         wide = [t for start, t in row_model.STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
@@ -299,7 +299,7 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
     for op, cols in [("rmsnorm", 1499), ("layernorm", 2799), ("softmax", 2799), ("causal", 16383), ("add_rmsnorm", 24569),
                      ("add_rmsnorm", 1499), ("softmax", 16384), ("softmax", 65537), ("causal", 41001),
                      ("causal", 19999)]:
-        p = plan_rows(2048, cols, "bf16", "sm_90a", op=op)
+        p = recipe_plan(op, 2048, cols, "bf16", "sm_90a")
         assert not (p.aligned and p.row_memory == "SH"), (op, cols, p)
     assert not row_model.row_plan(8, 16383, "f32", staged_window=True, stage=True).aligned
     # the wide blocks from rows.STAGED_WINDOW_WIDE's columns on, not below, not without clusters
@@ -307,12 +307,12 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
         before = row_model.STAGED_WINDOW_THREADS
         for wide_from, wide in steps:
             assert wide_from % 2 == 0        # (odd rows on either side)
-            p = plan_rows(1024, wide_from + 1, "bf16", "sm_90a", op=op)
+            p = recipe_plan(op, 1024, wide_from + 1, "bf16", "sm_90a")
             assert p.lanes == wide and p.row_memory == "SH" and 2 <= p.occupancy <= 3, (op, p)
-            below = plan_rows(1024, wide_from - 1, "bf16", "sm_90a", op=op)
+            below = recipe_plan(op, 1024, wide_from - 1, "bf16", "sm_90a")
             assert below.lanes == before and below.row_memory == "SH", (op, below)
             before = wide
-        on_sm80 = plan_rows(2, 36001, "bf16", "sm_80", op=op)
+        on_sm80 = recipe_plan(op, 2, 36001, "bf16", "sm_80")
         assert on_sm80.lanes == row_model.STAGED_WINDOW_THREADS and on_sm80.row_memory == "SH", (op, on_sm80)
     assert row_model.row_plan(9, 45001, "bf16", stage=True, staged_window=True, staged_window_threads=512) == \
         row_model.RowPlan(512, 8, 11, 1, blocks_per_sm=2, row_memory="SH", aligned=True)

@@ -126,12 +126,12 @@ def test_the_persistent_plans_come_from_the_tile_model():
     assert "persistent_window_blocks" not in args("rmsnorm", 4095, "bf16", False)      # measured on sm_90a only
     assert "persistent_window_blocks" not in args("rmsnorm", 9999, "bf16", True)
     assert "persistent_window_blocks" not in args("softmax", 8191, "bf16", True)
-    p = norms.plan_rows(4096, 4095, "bf16", "sm_90a", op="rmsnorm")
+    p = norms.recipe_plan("rmsnorm", 4096, 4095, "bf16", "sm_90a")
     assert p.persistent and p.aligned and p.row_memory == "SH" and p.tile_stages == 2 and p.lanes == 128
     # shared memory bounds the blocks: the row's windows (two: the next one in flight) and the weights'
     shared = 228 * 1024
     for op, cols, weights in (("rmsnorm", 4095, 1), ("layernorm", 8191, 2), ("rmsnorm", 8191, 1)):
-        q = norms.plan_rows(4096, cols, "bf16", "sm_90a", op=op)
+        q = norms.recipe_plan(op, 4096, cols, "bf16", "sm_90a")
         window = -(-(cols + 7) // 8) * 8 * 2
         block = q.tile_stages * q.reps * q.span * 2 + weights * window + 1024
         assert q.persistent and q.blocks_per_sm * block <= shared, (op, cols, q)
@@ -139,7 +139,7 @@ def test_the_persistent_plans_come_from_the_tile_model():
         cap = row_model.PERSISTENT_WINDOW_BLOCKS[op] if op != "layernorm" or q.tile_stages == 1 else \
             min(row_model.PERSISTENT_WINDOW_BLOCKS[op], row_model.deviation_blocks(q.lanes, q.reps * q.vec))
         assert q.blocks_per_sm == cap or (q.blocks_per_sm + 1) * block > shared
-    assert not norms.plan_rows(4096, 4095, "bf16", "sm_80", op="rmsnorm").persistent
+    assert not norms.recipe_plan("rmsnorm", 4096, 4095, "bf16", "sm_80").persistent
     with pytest.raises(ValueError, match="persistent_window_blocks"):
         row_model.row_plan(8, 4095, "bf16", persistent_window_blocks=-1)
 
@@ -149,13 +149,13 @@ def test_add_rmsnorms_short_rows_take_eight_blocks_of_the_fuller_window():
     assert row_model.fuller_window_threads(3583, (128, 256)) == 256      # 449 chunks: 512 slots either way
     assert row_model.fuller_window_threads(1535, (256, 128)) == 256
     for cols, lanes in ((1535, 256), (2047, 128), (3001, 128), (3583, 256), (3999, 256)):
-        p = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="add_rmsnorm")
+        p = norms.recipe_plan("add_rmsnorm", 8192, cols, "bf16", "sm_90a")
         assert p.persistent and p.aligned and p.row_memory == "SH" and (p.lanes, p.blocks_per_sm) == (lanes, 8), p
     # from 4,000 columns as before: four blocks of 256 threads
-    p = norms.plan_rows(8192, 4095, "bf16", "sm_90a", op="add_rmsnorm")
+    p = norms.recipe_plan("add_rmsnorm", 8192, 4095, "bf16", "sm_90a")
     assert p.persistent and (p.lanes, p.blocks_per_sm) == (256, 4)
-    assert not norms.plan_rows(8192, 1499, "bf16", "sm_90a", op="add_rmsnorm").persistent
-    assert not norms.plan_rows(8192, 3001, "bf16", "sm_80", op="add_rmsnorm").persistent
+    assert not norms.recipe_plan("add_rmsnorm", 8192, 1499, "bf16", "sm_90a").persistent
+    assert not norms.recipe_plan("add_rmsnorm", 8192, 3001, "bf16", "sm_80").persistent
 
 
 @pytest.mark.parametrize("kind, cols", [("rmsnorm", 4095), ("rmsnorm", 8191), ("layernorm", 6001),

@@ -197,7 +197,7 @@ def test_rows_of_partial_passes_take_half_blocks_before_clusters(kind, partial):
     # 40 elements a thread in whole passes and `partial` with their last pass partial; beyond
     # that the cluster of staged parts or 1,024 threads as before
     def plan(cols, dtype="bf16", arch="sm_90a"):
-        return norms.plan_rows(8192, cols, dtype, arch, op=kind)
+        return norms.recipe_plan(kind, 8192, cols, dtype, arch)
 
     for cols in (16392, 20480, partial * 512 - 8):
         p = plan(cols)
@@ -220,11 +220,15 @@ def test_half_block_vectors_leave_other_rows_as_they_were():
     # causal softmax's plans keep their clusters of staged parts where asked for them
     # (plan_rows' stage_few_passes; the recipe does not ask), rows of 8-byte accesses the half
     # blocks of rows.HALF_BLOCK_VALUES (after the clusters), as before
+    # (the row model asked as plan_rows asks by default, stage_few_passes=True, not as the recipe)
     assert norms.plan_rows(4096, 20480, "bf16", "sm_90a", op="causal").cluster == 2
     assert norms.plan_rows(4096, 24576, "f16", "sm_90a", op="causal").cluster == 2
-    p = norms.plan_rows(4096, 8828, "bf16", "sm_90a", op="layernorm")
+    # the causal recipe keeps such rows on one block: half blocks of 512 threads in registers, or
+    # staged (rows.STAGE_ONE_BLOCK)
+    assert norms.recipe_plan("causal", 4096, 20480, "bf16", "sm_90a").cluster == 1
+    p = norms.recipe_plan("layernorm", 4096, 8828, "bf16", "sm_90a")
     assert (p.lanes, p.vec, p.reps) == (512, 4, 5)
-    assert norms.plan_rows(4096, 8828, "bf16", "sm_90a", op="softmax").lanes == 1024
+    assert norms.recipe_plan("softmax", 4096, 8828, "bf16", "sm_90a").lanes == 1024
     for bad in ((40,), (40, 0), [40, 48], (40, True)):
         with pytest.raises(ValueError, match="half_block_vectors"):
             row_model.row_plan(4, 20480, "bf16", half_block_vectors=bad)
@@ -315,13 +319,13 @@ def test_layernorm_takes_the_tuple_on_wide_blocks(cols, tuple_stats):
     # in registers takes the Welford tuple (one exchange across its warps); 256 threads and fewer,
     # rows sharing a block and odd rows keep the two plain reductions
     spec = recipes.layernorm(8192, cols, dtype="bf16", arch="sm_90a").spec
-    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm")
+    plan = norms.recipe_plan("layernorm", 8192, cols, "bf16", "sm_90a")
     welford = [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
     assert bool(welford) == (tuple_stats or row_model.one_pass(plan)), (cols, plan)
     assert row_model.wide_tuple(plan, "layernorm", "bf16", cols) == tuple_stats, plan
     # ... not on 1,024 threads whose last pass is partial (sm_80's plans there), nor for f32 rows
     # or other recipes
-    p80 = norms.plan_rows(8192, 26624, "f16", "sm_80", op="layernorm")
+    p80 = norms.recipe_plan("layernorm", 8192, 26624, "f16", "sm_80")
     assert p80.lanes == 1024 and not row_model.wide_tuple(p80, "layernorm", "f16", 26624)
     assert not row_model.wide_tuple(row_model.RowPlan(512, 8, 4, 1), "layernorm", "f32", 16384)
     assert not row_model.wide_tuple(row_model.RowPlan(512, 8, 4, 1), "rmsnorm", "bf16", 16384)
@@ -431,7 +435,7 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 1536, "f32") == row_model.RowPlan(128, 4, 3, 1)   # f32: up to 512 x 7
     assert row_model.row_plan(4096, 10240, "f32", clusters=True, stage=True) == row_model.RowPlan(512, 4, 5, 1)
     # add + RMSNorm f16 on 512 threads with a partial last pass: one block an SM (it spilled at two)
-    add = {(c, d): norms.plan_rows(8, c, d, "sm_90a", max_values=32, op="add_rmsnorm")
+    add = {(c, d): norms.recipe_plan("add_rmsnorm", 8, c, d, "sm_90a")
            for c in (13312, 16384) for d in ("f16", "bf16")}
     assert add[13312, "f16"].occupancy == 1 and add[13312, "bf16"].occupancy == 2
     assert add[16384, "f16"].occupancy == 2
@@ -471,9 +475,9 @@ def test_plans_of_the_tile_model():
     # LayerNorm's odd rows of up to 2,048 columns: 8 a thread on blocks of 512 threads
     # (rows.SHORT_ROWS_SHARE_THREADS): four rows of 1,023 columns on 128 threads, two of 2,047 on 256
     for cols, dt, arch, first in ((1023, "bf16", "sm_90a", (128, 1, 8, 4)), (2047, "f16", "sm_80", (256, 1, 8, 2))):
-        p = norms.plan_rows(8192, cols, dt, arch, op="layernorm")
+        p = norms.recipe_plan("layernorm", 8192, cols, dt, arch)
         assert (p.lanes, p.vec, p.reps, p.rows) == first, p
-    assert norms.plan_rows(8192, 2049, "bf16", "sm_90a", op="layernorm").rows == 1
+    assert norms.recipe_plan("layernorm", 8192, 2049, "bf16", "sm_90a").rows == 1
     assert row_model.measured_plan_args("rmsnorm", 1023, "bf16", True)["element_min_threads"] == \
         row_model.MIN_BLOCK_THREADS
     with pytest.raises(ValueError, match="element_min_threads"):

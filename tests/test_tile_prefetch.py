@@ -201,11 +201,11 @@ def test_hand_written_prefetched_rows(rows, passes, lanes, stages, occupancy, ra
 
 def test_the_recipes_prefetch_where_measured():
     for op, cols in (("rmsnorm", 4095), ("layernorm", 4097), ("layernorm", 7001), ("rmsnorm", 1501)):
-        plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op=op, what=op)
+        plan = norms.recipe_plan(op, 8192, cols, "bf16", "sm_90a")
         assert plan.persistent and plan.tile_stages == 2, (op, cols, plan)
     # past RMSNorm's range: the persistent window one row at a time
     lo, hi = row_model.PERSISTENT_PREFETCH_COLS["rmsnorm"]
-    plan = norms.plan_rows(8192, hi + 1 + hi % 2, "bf16", "sm_90a", op="rmsnorm", what="rmsnorm")
+    plan = norms.recipe_plan("rmsnorm", 8192, hi + 1 + hi % 2, "bf16", "sm_90a")
     assert plan.persistent and plan.tile_stages == 1, plan
     # LayerNorm's longer rows on 256 threads, three or two blocks an SM, while two fit the SM's
     # shared memory, then on 512 alone; shorter ones on 128, four to six (the registers of its two
@@ -215,7 +215,7 @@ def test_the_recipes_prefetch_where_measured():
     for cols, lanes, blocks in ((wlo, 256, 3), (7803, 256, 3), (8191, 256, 3), (9999, 256, 2), (12289, 256, 2),
                                 (14001, 256, 2), (14335, 512, 1), (16383, 512, 1), (whi, 512, 1), (2801, 128, 6),
                                 (3583, 128, 6), (4097, 128, 6), (5119, 128, 5), (6001, 128, 4)):
-        plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
+        plan = norms.recipe_plan("layernorm", 8192, cols, "bf16", "sm_90a")
         assert (plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (2, lanes, blocks), (cols, plan)
         if row_model.deviations_fit(plan):
             assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
@@ -227,11 +227,11 @@ def test_the_recipes_prefetch_where_measured():
         assert row_model.blocks_that_fit(need, smem) >= blocks
         assert lanes != 512 or row_model.blocks_that_fit(row_model.persistent_window_bytes(cols, 256, 2, 2), smem) < 2
     # past the range: a row at a time on three staged windows an SM
-    plan = norms.plan_rows(2048, whi + 2, "bf16", "sm_90a", op="layernorm", what="layernorm")
+    plan = norms.recipe_plan("layernorm", 2048, whi + 2, "bf16", "sm_90a")
     assert not plan.persistent and plan.row_memory == "SH", plan
-    assert norms.plan_rows(8192, 7001, "bf16", "sm_90a", op="layernorm", what="layernorm").tile_stages == 2
+    assert norms.recipe_plan("layernorm", 8192, 7001, "bf16", "sm_90a").tile_stages == 2
     # a target without the measurements keeps its plans (sm_80: no persistent windows)
-    assert norms.plan_rows(8192, 4095, "bf16", "sm_80", op="layernorm", what="layernorm").tile_stages == 1
+    assert norms.recipe_plan("layernorm", 8192, 4095, "bf16", "sm_80").tile_stages == 1
     # the blocks an SM count both rows a block holds, and fit the SM with what the driver reserves
     sched = fs.recipes.layernorm(8192, 4097, dtype="bf16", arch="sm_90a")
     sched.check("sm_90a")
@@ -246,7 +246,7 @@ def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
     # values a thread with the registers for them, beside another block on the SM
     # (rows.deviations_fit: 512 threads alone take the tuple); the Welford tuple elsewhere on rows
     # in shared memory
-    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="layernorm", what="layernorm")
+    plan = norms.recipe_plan("layernorm", 8192, cols, "bf16", "sm_90a")
     assert row_model.deviations_fit(plan) == two, plan
     spec = fs.recipes.layernorm(8192, cols, dtype="bf16", arch="sm_90a").spec
     welford = [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
@@ -258,7 +258,7 @@ def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
     # softmax's odd rows of 2,800 - 5,999 columns: 128 threads, two rows in flight, the maximum and
     # the sum in two plain reductions with the exponentials in registers (2 a value: at 48 values
     # five blocks an SM, not six); not the online (max, sum) tuple
-    plan = norms.plan_rows(8192, cols, "bf16", "sm_90a", op="softmax", what="softmax")
+    plan = norms.recipe_plan("softmax", 8192, cols, "bf16", "sm_90a")
     assert (plan.persistent, plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (True, 2, 128, blocks), plan
     assert row_model.deviations_fit(plan, "softmax")
     assert row_model.thread_registers(128 * blocks) >= row_model.deviation_registers(plan.reps * plan.vec, "softmax")
@@ -266,12 +266,12 @@ def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
     assert not [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
     # outside the range, and causal softmax, as before
     for c, kw in ((2047, {}), (6001, {}), (cols, {"causal": True})):
-        p = norms.plan_rows(8192, c, "bf16", "sm_90a", op="causal" if kw else "softmax", what="softmax")
+        p = norms.recipe_plan("causal" if kw else "softmax", 8192, c, "bf16", "sm_90a")
         assert not (p.persistent and p.tile_stages > 1), (c, kw, p)
 
 
 def test_two_reductions_name_the_recipes_they_know():
-    plan = norms.plan_rows(8192, 4095, "bf16", "sm_90a", op="softmax", what="softmax")
+    plan = norms.recipe_plan("softmax", 8192, 4095, "bf16", "sm_90a")
     with pytest.raises(ValueError, match="allowed: 'layernorm', 'softmax'"):
         row_model.deviations_fit(plan, "rmsnorm")
     with pytest.raises(ValueError, match="op='causal'"):

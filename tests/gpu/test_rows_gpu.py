@@ -220,7 +220,7 @@ def test_the_recipes_warp_windows(rows, cols, dtype, shift):
 def test_the_recipes_wide_staged_windows(op, shift, rows, cols, dtype):
     # the recipes' longest odd staged windows on 512- or 1,024-thread blocks (rows.STAGED_WINDOW_WIDE):
     # three or two blocks an SM, more rows than one wave holds at 45,001 and 57,001 columns
-    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op=op)
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
     assert plan.aligned and plan.row_memory == "SH" and plan.lanes in (512, 1024) and not plan.persistent, plan
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
@@ -285,7 +285,7 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
     # stores the visible part, the rest of the window is masked; most of each row visible, or little
     import torch
 
-    plan = fs.recipes.norms.plan_rows(rows, cols, dtype, "sm_90a", op="causal")
+    plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
     assert plan.aligned and plan.row_memory == "SH" and plan.blocks_per_sm == 2, plan
     tdt = TDT[dtype]
     x = (torch.randn(rows, cols, device="cuda") * 3.0).to(tdt)
