@@ -582,8 +582,7 @@ def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
     ``"elements"``: not a whole number of 16-byte vectors, a row a block —, else ``"branch"``."""
     rows_of = PREDICATED_LOADS.get(op)
     eb = max(1, _dtype(dtype).bits // 8)
-    if rows_of == "vectors" and plan.vec * eb == 16 and plan.row_memory == "RF" and plan.cluster == 1 and \
-            not plan.aligned and cols % plan.span:
+    if rows_of == "vectors" and plan.access_bytes(dtype) == 16 and plan.alone_in_registers and cols % plan.span:
         return "predicate"
     if rows_of == "elements" and (cols * eb) % 16 and plan.rows == 1:
         return "predicate"
@@ -610,7 +609,7 @@ def cluster_exchange(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
     ``"barrier"`` where ``BARRIER_EXCHANGE`` names the recipe and the row is whole 16-byte vectors
     split over a cluster, else ``"push"``."""
     eb = max(1, _dtype(dtype).bits // 8)
-    if op in BARRIER_EXCHANGE and plan.cluster > 1 and plan.vec * eb == 16 and (cols * eb) % 16 == 0:
+    if op in BARRIER_EXCHANGE and plan.cluster > 1 and plan.access_bytes(dtype) == 16 and (cols * eb) % 16 == 0:
         return "barrier"
     return "push"
 
@@ -826,6 +825,17 @@ class RowPlan:
         else ``lanes`` (a block's rows on the same threads: each holds its columns of every row,
         ``part_strategies``)."""
         return max(32, self.rows * self.lanes) if self.lanes <= 32 else self.lanes
+
+    def access_bytes(self, dtype) -> int:
+        """Bytes of one of its accesses to a row of ``dtype``: 16 for a row of 16-byte vectors,
+        fewer for a row whose length is not a whole number of them (element accesses)."""
+        return self.vec * max(1, _dtype(dtype).bits // 8)
+
+    @property
+    def alone_in_registers(self) -> bool:
+        """Whether each row waits in the registers of one block: no cluster, no aligned window, not
+        a persistent grid, not staged in shared memory."""
+        return self.row_memory == "RF" and self.cluster == 1 and not self.aligned and not self.persistent
 
     @property
     def occupancy(self) -> int:
@@ -1221,9 +1231,8 @@ def wide_tuple(plan: RowPlan, op: str, dtype, cols: int) -> bool:
     the block's warps exchange once instead of twice, but not on 1,024 threads whose last pass is
     partial (False for other recipes: ``TUPLE_THREADS``)."""
     least = TUPLE_THREADS.get(op)
-    return least is not None and _dtype(dtype).bits == 16 and plan.vec == 8 and plan.rows == 1 and \
-        plan.row_memory == "RF" and plan.cluster == 1 and not plan.aligned and not plan.persistent and \
-        plan.lanes >= least and (plan.lanes < MAX_THREADS or cols == plan.lanes * plan.reps * plan.vec)
+    return least is not None and _dtype(dtype).bits == 16 and plan.access_bytes(dtype) == 16 and plan.rows == 1 and \
+        plan.alone_in_registers and plan.lanes >= least and (plan.lanes < MAX_THREADS or cols == plan.span * plan.reps)
 
 
 def one_pass(plan: RowPlan) -> bool:
