@@ -593,23 +593,23 @@ def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
 # recipe: "barrier" (barrier.cluster, then each block loads the others' parts) where the row is of
 # 16-byte vectors, for the recipes named here; "push" (st.async into every block's shared memory,
 # an mbarrier an exchange) elsewhere.  RMSNorm's one f32 sum a block: measured on an H200
-# (bench/rows.py --exchange push,barrier, time barrier / push), bf16 2048 x 114,688 0.967, 2048 x
-# 122,880 0.953, 2048 x 131,072 0.946, 1024 x 150,000 0.968, 1024 x 240,000 0.966, 1024 x 262,144
-# 0.969; f16 2048 x 131,072 0.942, 1024 x 262,144 0.980; f32 2048 x 65,536 0.947, 1024 x 131,072
-# 0.955, 1024 x 200,000 0.962; but its odd rows (element accesses) 1.03 - 1.08 (8192 x 25,002,
-# 2048 x 65,537, 2048 x 100,003, 1024 x 200,003).  Not the others: LayerNorm's and softmax's
-# tuples 1.03 - 1.13 at 65,536 - 262,144 columns, add + RMSNorm 1.07 at 131,072 (0.98 at 262,144),
-# causal softmax 1.01 - 1.04
+# (bench/rows.py --exchange push,barrier, time barrier / push), bf16 8192 x 24,576 0.864, 28,672
+# 0.940, 4096 x 36,864 0.912, 53,248 - 90,112 0.997 - 1.003, 2048 x 114,688 0.967, 122,880 0.953,
+# 131,072 0.946, 1024 x 150,000 0.968, 240,000 0.966, 262,144 0.969; f16 131,072 0.942, 262,144
+# 0.980; f32 8192 x 12,288 0.937, 4096 x 22,528 0.959, 36,864 0.928, 2048 x 65,536 0.947, 98,304
+# 0.941, 1024 x 131,072 0.955, 200,000 0.962; but its odd rows (element accesses) 1.03 - 1.08
+# (8192 x 25,002, 2048 x 65,537, 2048 x 100,003, 1024 x 200,003).  Not the others: LayerNorm's and
+# softmax's tuples 1.00 - 1.15 at 20,480 - 262,144 columns, add + RMSNorm 0.99 - 1.07, causal
+# softmax 1.00 - 1.04
 BARRIER_EXCHANGE = ("rmsnorm",)
 
 
-def cluster_exchange(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
-    """How recipe ``op``'s cluster on ``plan`` over rows of ``cols`` elements of ``dtype``
-    combines its blocks' statistics (``RowPlan.exchange``, ``to_blocks(exchange=...)``):
+def cluster_exchange(op: str | None, plan: RowPlan, dtype) -> str:
+    """How recipe ``op``'s cluster on ``plan`` over rows of ``dtype`` combines its blocks'
+    statistics (``RowPlan.exchange``, ``to_blocks(exchange=...)``):
     ``"barrier"`` where ``BARRIER_EXCHANGE`` names the recipe and the row is whole 16-byte vectors
     split over a cluster, else ``"push"``."""
-    eb = max(1, _dtype(dtype).bits // 8)
-    if op in BARRIER_EXCHANGE and plan.cluster > 1 and plan.access_bytes(dtype) == 16 and (cols * eb) % 16 == 0:
+    if op in BARRIER_EXCHANGE and plan.cluster > 1 and plan.access_bytes(dtype) == 16:
         return "barrier"
     return "push"
 
