@@ -599,7 +599,7 @@ def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
 # 0.980; f32 8192 x 12,288 0.937, 4096 x 22,528 0.959, 36,864 0.928, 2048 x 65,536 0.947, 98,304
 # 0.941, 1024 x 131,072 0.955, 200,000 0.962; but its odd rows (element accesses) 1.03 - 1.08
 # (8192 x 25,002, 2048 x 65,537, 2048 x 100,003, 1024 x 200,003).  Not the others: LayerNorm's and
-# softmax's tuples 1.00 - 1.15 at 20,480 - 262,144 columns, add + RMSNorm 0.99 - 1.07, causal
+# softmax's tuples 1.00 - 1.15 at 20,480 - 262,144 columns, add + RMSNorm 0.98 - 1.07, causal
 # softmax 1.00 - 1.04
 BARRIER_EXCHANGE = ("rmsnorm",)
 
