@@ -6,13 +6,16 @@ recipe at one shape, interleaved with torch's peer: the measurements behind ``ro
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 4096x65536 --row-memory RF,SH --occupancy 0,4,6
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 16384x1024 --plan 128,8,1,1 --plan 32,8,4,4
     PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 16384x2560 --together --plan default --plan 128,8,3,1
+    PYTHONPATH=. python bench/row_plans.py --op layernorm --shape 4096x16383 --together --plan default --passes 544x4,704x3
 
 Each plan splits the row over a thread-block cluster of the fewest blocks (2, 4 or 8) whose
 ``threads x values`` elements hold their part, or one block when it fits.  Timing as in
 ``bench/rows.py`` (``firesched.timing.interleaved``: ours, peer, ours, peer ... through CUDA graphs,
 inputs rotated past L2, median of rounds).  ``--row-memory RF,SH`` times each plan with the row
 held in registers and in shared memory (``RowPlan.row_memory``); ``--occupancy`` the blocks per
-SM to ask for; ``--exchange`` how a cluster's blocks combine (``push`` by default, as the recipes).
+SM to ask for; ``--exchange`` how a cluster's blocks combine (``push`` by default, as the recipes);
+``--passes LANESxREPS`` the recipe's own plan on other threads a row and passes (any whole number
+of warps: e.g. 544 threads x 4 passes where 512 x 5 would leave most of a fifth pass idle).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import firesched as fs  # noqa: E402
 from bench.gemm import L2_BYTES  # noqa: E402
 from bench.rows import _inputs, _outputs, _peer, bytes_moved  # noqa: E402
 from firesched import timing  # noqa: E402
-from firesched.recipes import rows  # noqa: E402
+from firesched.recipes import norms, rows  # noqa: E402
 
 
 def plans(cols: int, threads_opts, values_opts, vec: int = 8):
@@ -81,6 +84,9 @@ def main(argv=None) -> None:
     p.add_argument("--tuple-stats", default="default", choices=["default", "on", "off", "both"],
                    help="softmax and LayerNorm: statistics in one tuple reduction (on), two (off) or each plan both ways (both); default: "
                         "one where the row is split over a cluster")
+    p.add_argument("--passes", default="",
+                   help="LANESxREPS,...: the recipe's own plan with these threads a row and passes (its other "
+                        "fields, occupancy and row memory included, kept), timed beside the other plans")
     p.add_argument("--with-default", action="store_true",
                    help="time the recipe's own plan beside the --threads / --values grid")
     p.add_argument("--rounds", type=int, default=7)
@@ -105,6 +111,10 @@ def main(argv=None) -> None:
     todo = [plan if plan is None else
             _with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
+    if args.passes:
+        own = norms.recipe_plan("causal" if args.op == "softmax_causal" else args.op, R, C, args.dtype, "sm_90a")
+        todo += [attrs.evolve(own, lanes=int(lanes), reps=int(reps))
+                 for lanes, reps in (v.split("x") for v in args.passes.split(","))]
     todo = list(dict.fromkeys(todo))
     kernels = []
     for plan in todo:

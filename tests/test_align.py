@@ -290,6 +290,8 @@ def test_the_recipes_stage_odd_rows_in_windows_where_measured():
         wide = [t for start, t in row_model.STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
         threads = row_model.STAGED_WINDOW_THREADS if p.tile_stages == 1 else row_model.PERSISTENT_PREFETCH_THREADS
         threads = wide[-1] if wide and not p.persistent else threads
+        # (whole warps where the power-of-two block's last pass would hold a few chunks)
+        threads = row_model.window_warps(cols, threads, p.blocks_per_sm)[0]
         assert p.aligned and p.row_memory == "SH" and p.lanes == threads, (op, cols, p)
         most = row_model.PERSISTENT_WINDOW_BLOCKS[op] if p.persistent else \
             row_model.STAGED_WINDOW_BLOCKS_BY_OP.get(op, row_model.STAGED_WINDOW_BLOCKS)

@@ -170,9 +170,10 @@ def test_row_plans_runs_small(capsys):
     from bench import row_plans
 
     row_plans.main(["--op", "layernorm", "--shape", "64x2560", "--together", "--plan", "default",
-                    "--plan", "128,8,3,1", "--rounds", "1"])
+                    "--plan", "128,8,3,1", "--passes", "96x4", "--rounds", "1"])
     lines = [line for line in capsys.readouterr().out.splitlines() if "TB/s" in line]
-    assert len(lines) == 2 and "the recipe's plan" in lines[0] and "threads  128" in lines[1]
+    assert len(lines) == 3 and "the recipe's plan" in lines[0] and "threads  128" in lines[1], lines
+    assert "threads   96" in lines[2] and "values  32" in lines[2], lines
 
 
 @pytest.mark.gpu

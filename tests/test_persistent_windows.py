@@ -71,7 +71,8 @@ def test_a_window_shifts_in_batches_within_a_quarter_of_the_registers():
     # pairs (8 registers) each; six blocks of 128 threads an SM leave 85 registers, a quarter of
     # them two vectors' pairs, so three batches of two; at four blocks an SM (128) batches of three.
     # The interpreter runs the second
-    kernel = fs.recipes.layernorm(4096, 4095, dtype="bf16", arch="sm_90a").lower("sm_90a").kernels[0]
+    six = RowPlan(128, 8, 5, 1, blocks_per_sm=6, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
+    kernel = fs.recipes.layernorm(4096, 4095, dtype="bf16", arch="sm_90a", plan=six).lower("sm_90a").kernels[0]
     assert {r.name: r.size for r in kernel.regs}["W_win_pair"] == 2 * 16
     plan = RowPlan(128, 8, 5, 1, blocks_per_sm=4, row_memory="SH", aligned=True, persistent=True, tile_stages=2)
     sched = fs.recipes.layernorm(19, 4095, dtype="bf16", arch="sm_90a", plan=plan)
@@ -127,7 +128,9 @@ def test_the_persistent_plans_come_from_the_tile_model():
     assert "persistent_window_blocks" not in args("rmsnorm", 9999, "bf16", True)
     assert "persistent_window_blocks" not in args("softmax", 8191, "bf16", True)
     p = norms.recipe_plan("rmsnorm", 4096, 4095, "bf16", "sm_90a")
-    assert p.persistent and p.aligned and p.row_memory == "SH" and p.tile_stages == 2 and p.lanes == 128
+    # (96 threads x 6 passes: whole warps, where 128 x 5 would leave all but one chunk of the last idle)
+    assert p.persistent and p.aligned and p.row_memory == "SH" and p.tile_stages == 2 and \
+        p.lanes == row_model.window_warps(4095, 128, p.blocks_per_sm)[0] == 96
     # shared memory bounds the blocks: the row's windows (two: the next one in flight) and the weights'
     shared = 228 * 1024
     for op, cols, weights in (("rmsnorm", 4095, 1), ("layernorm", 8191, 2), ("rmsnorm", 8191, 1)):
@@ -135,6 +138,12 @@ def test_the_persistent_plans_come_from_the_tile_model():
         window = -(-(cols + 7) // 8) * 8 * 2
         block = q.tile_stages * q.reps * q.span * 2 + weights * window + 1024
         assert q.persistent and q.blocks_per_sm * block <= shared, (op, cols, q)
+        # the blocks are counted on the power-of-two threads' window, which whole warps then
+        # take in no more shared memory (rows.whole_warps)
+        pl = row_model.measured_plan_args(op, cols, "bf16", True).get("persistent_window_threads",
+                                                                      row_model.STAGED_WINDOW_THREADS)
+        assert q.lanes == row_model.window_warps(cols, pl, q.blocks_per_sm)[0], (op, cols, q)
+        block = q.tile_stages * row_model.window_passes(cols, pl, 8) * pl * 8 * 2 + weights * window + 1024
         # (LayerNorm's prefetching windows: room for its two reductions' registers)
         cap = row_model.PERSISTENT_WINDOW_BLOCKS[op] if op != "layernorm" or q.tile_stages == 1 else \
             min(row_model.PERSISTENT_WINDOW_BLOCKS[op], row_model.deviation_blocks(q.lanes, q.reps * q.vec))
@@ -150,10 +159,11 @@ def test_add_rmsnorms_short_rows_take_eight_blocks_of_the_fuller_window():
     assert row_model.fuller_window_threads(1535, (256, 128)) == 256
     for cols, lanes in ((1535, 256), (2047, 128), (3001, 128), (3583, 256), (3999, 256)):
         p = norms.recipe_plan("add_rmsnorm", 8192, cols, "bf16", "sm_90a")
+        lanes = row_model.window_warps(cols, lanes, 8)[0]           # (2,047: 96 threads x 3 passes)
         assert p.persistent and p.aligned and p.row_memory == "SH" and (p.lanes, p.blocks_per_sm) == (lanes, 8), p
-    # from 4,000 columns as before: four blocks of 256 threads
+    # from 4,000 columns as before: four blocks of 256 threads (4,095: whole warps, 288 x 2)
     p = norms.recipe_plan("add_rmsnorm", 8192, 4095, "bf16", "sm_90a")
-    assert p.persistent and (p.lanes, p.blocks_per_sm) == (256, 4)
+    assert p.persistent and (p.lanes, p.blocks_per_sm) == (288, 4)
     assert not norms.recipe_plan("add_rmsnorm", 8192, 1499, "bf16", "sm_90a").persistent
     assert not norms.recipe_plan("add_rmsnorm", 8192, 3001, "bf16", "sm_80").persistent
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import firesched as fs
 from firesched import ops
@@ -101,6 +103,47 @@ def test_block_per_row_sum_combines_warps_through_shared_memory(threads):
     _close(fs.interpret(sched, X), _r(X).sum(1), tol=1e-4)
     src = fs.compile(sched, arch="sm_80").source
     assert "shfl.sync.bfly.b32" in src and "Y_partials" in src
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+@pytest.mark.parametrize("threads", [96, 160, 544, 992])
+def test_block_per_row_reductions_over_any_whole_number_of_warps(op, threads):
+    """3, 5, 17 or 31 warps: each warp's lanes halve their partial results with shuffles, and the
+    warps' results fold through shared memory, however many there are."""
+    spec = fs.Reduce.kernel(op, {"r": 3, "c": 9001}, "c")
+    sched = spec.schedule(tile(r=1) >> to_blocks(), tile(c=8 * threads), tile(c=8) >> to_threads(), done())
+    X = RNG.standard_normal((3, 9001))
+    _close(fs.interpret(sched, X), REF[op](_r(X)), tol=1e-4 if op != "max" else 0)
+
+
+@settings(max_examples=40 if settings().max_examples >= 500 else 10, deadline=None)
+@given(warps=st.integers(1, 32), op=st.sampled_from(["sum", "max", "min", "mean"]), R=st.integers(1, 4),
+       C=st.integers(1, 3000), per=st.sampled_from([1, 2, 4, 8]))
+def test_hypothesis_block_reductions_over_whole_warps(warps, op, R, C, per):
+    # any whole number of warps, rows that do not divide the block's pass, a few elements a thread
+    spec = fs.Reduce.kernel(op, {"r": R, "c": C}, "c")
+    sched = spec.schedule(tile(r=1) >> to_blocks(), tile(c=per * 32 * warps), tile(c=per) >> to_threads(), done())
+    X = RNG.standard_normal((R, C))
+    _close(fs.interpret(sched, X), REF[op](_r(X)), tol=1e-4 if op not in ("max", "min") else 0)
+
+
+def test_a_tuple_reduction_over_warps_not_a_power_of_two_folds_the_rest_first():
+    """A monoid's warps' results: lane l takes warp l % 16's and, for l % 16 < 1, warp 16's too
+    (17 warps), then four shuffles; every component is exchanged (the lanes' counts differ)."""
+    from firesched.recipes.rows import RowPlan
+
+    plan = RowPlan(544, 8, 3, 1)
+    sched = fs.recipes.layernorm(3, 13001, dtype="bf16", arch="sm_90a", plan=plan, tuple_stats=True)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    src = fs.compile(sched, arch="sm_90a").source
+    assert "part_rest" in src and "Mean_partials" in src
+
+
+def test_partial_results_within_a_warp_stay_a_power_of_two():
+    spec = fs.Reduce.kernel("sum", {"r": 3, "c": 500}, "c")
+    with pytest.raises(ScheduleError, match="power of two within a warp") as e:
+        spec.schedule(tile(r=1) >> to_blocks(), tile(c=8 * 48), tile(c=8) >> to_threads(), done()).check()
+    assert "a multiple of the units one warp holds (32)" in str(e.value)
 
 
 def test_sub_warp_rows_use_fewer_shuffles():

@@ -216,9 +216,11 @@ def test_the_recipes_prefetch_where_measured():
                                 (14001, 256, 2), (14335, 512, 1), (16383, 512, 1), (whi, 512, 1), (2801, 128, 6),
                                 (3583, 128, 6), (4097, 128, 6), (5119, 128, 5), (6001, 128, 4)):
         plan = norms.recipe_plan("layernorm", 8192, cols, "bf16", "sm_90a")
-        assert (plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (2, lanes, blocks), (cols, plan)
+        # (whole warps where the last pass of the power-of-two block holds a few chunks)
+        warps = row_model.window_warps(cols, lanes, blocks)[0]
+        assert (plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (2, warps, blocks), (cols, plan)
         if row_model.deviations_fit(plan):
-            assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
+            assert row_model.thread_registers(warps * blocks) >= row_model.deviation_registers(plan.reps * plan.vec)
         # the blocks fit the SM's shared memory with what the driver keeps (and two of 256 would not
         # fit where 512 threads take the SM alone)
         # (the target's shared memory an SM, what row_plan sizes the blocks by)
@@ -259,9 +261,10 @@ def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
     # the sum in two plain reductions with the exponentials in registers (2 a value: at 48 values
     # five blocks an SM, not six); not the online (max, sum) tuple
     plan = norms.recipe_plan("softmax", 8192, cols, "bf16", "sm_90a")
-    assert (plan.persistent, plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (True, 2, 128, blocks), plan
+    lanes = row_model.window_warps(cols, 128, blocks)[0]             # (4,095: 96 threads x 6)
+    assert (plan.persistent, plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (True, 2, lanes, blocks), plan
     assert row_model.deviations_fit(plan, "softmax")
-    assert row_model.thread_registers(128 * blocks) >= row_model.deviation_registers(plan.reps * plan.vec, "softmax")
+    assert row_model.thread_registers(lanes * blocks) >= row_model.deviation_registers(plan.reps * plan.vec, "softmax")
     spec = fs.recipes.softmax(8192, cols, dtype="bf16", arch="sm_90a").spec
     assert not [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
     # outside the range, and causal softmax, as before
@@ -292,10 +295,11 @@ def test_row_plan_sizes_the_stages():
 
 def test_a_persistent_window_block_takes_an_sm_alone_only_when_wide():
     # 16,383 columns: one block an SM holds two stages of the row's window and the weight's and
-    # bias's windows; 512 threads take the SM alone, 256 fall back to a row at a time
+    # bias's windows; 512 threads take the SM alone (as whole warps: 416 threads x 5 passes, not
+    # 512 x 5 with one chunk in the last), 256 fall back to a row at a time
     kw = dict(stage=True, staged_window=True, persistent_window_blocks=6, row_operands=2, tile_stages=2)
     wide = row_model.row_plan(2048, 16383, "bf16", persistent_window_threads=512, **kw)
-    assert (wide.persistent, wide.lanes, wide.blocks_per_sm) == (True, 512, 1), wide
+    assert (wide.persistent, wide.lanes, wide.reps, wide.blocks_per_sm) == (True, 416, 5, 1), wide
     narrow = row_model.row_plan(2048, 16383, "bf16", persistent_window_threads=256, **kw)
     assert not narrow.persistent and narrow.blocks_per_sm >= 2, narrow
 

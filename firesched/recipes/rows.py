@@ -33,7 +33,9 @@ aims at three things, in this order —
   pass share a block (``MIN_BLOCK_THREADS``: short rows are limited by how fast the GPU starts
   blocks) — several rows a warp, or each thread its columns of several rows; a row whose vectors are not a power of two takes the power-of-two threads (64 to
   256; f32 up to 512) whose passes leave the fewest slots idle, up to 56 elements a thread
-  (``FILL_VALUES``; f32 28)::
+  (``FILL_VALUES``; f32 28); an odd row staged in its window in shared memory whose
+  power-of-two block would leave its last pass all but idle takes whole warps instead
+  (``whole_warps``: a block's warps combine through shared memory, any number of them)::
 
       cols (fp16)   lanes  vec  reps  rows/block   threads
       64              8     8     1       32          256
@@ -62,18 +64,19 @@ aims at three things, in this order —
                                                          shared memory on a persistent grid, a warp a row, the next
                                                          row in flight, PERSISTENT_WARP_WINDOWS); element by
                                                          element otherwise
-      4,095         256     1    16        1          256, element by element (softmax); add + rmsnorm: an
-                                                         aligned window of 513 vectors, 256 x 3; RMSNorm and
-                                                         LayerNorm: the window in shared memory on a persistent
-                                                         grid of a multiple of 8 blocks, each block's rows of one
-                                                         phase, its weights shifted once a block
+      4,095          96     8     6        1          96, the window of 513 vectors in shared memory on a
+                                                         persistent grid of a multiple of 8 blocks, each block's
+                                                         rows of one phase, its weights shifted once a block
                                                          (PERSISTENT_WINDOW_COLS), two rows a block in flight
-                                                         (PERSISTENT_PREFETCH_COLS: 128 x 7 per SM, LayerNorm
-                                                         128 x 6)
-      16,383        256     8     9        1          256, 3 per SM: the aligned window of 2,049 vectors in shared
+                                                         (PERSISTENT_PREFETCH_COLS: RMSNorm 7 per SM,
+                                                         LayerNorm and softmax 6): whole warps, where 128 x 5
+                                                         would leave all but one vector of its last pass idle
+                                                         (whole_warps); add + RMSNorm 288 x 2
+      16,383        320     8     7        1          320, 3 per SM: the aligned window of 2,049 vectors in shared
                                                          memory, copied in 16-byte chunks (RMSNorm, softmax, add +
-                                                         RMSNorm from 4,096-8,000 columns: staged_window_faster);
-                                                         LayerNorm's on a persistent grid, 512 x 5, one block an SM
+                                                         RMSNorm from 4,096-8,000 columns: staged_window_faster;
+                                                         whole warps for 256 x 9); LayerNorm's on a persistent
+                                                         grid, 416 x 5 (whole warps for 512 x 5), one block an SM
                                                          with two rows in flight (256 x 2 per SM to about 14,000
                                                          columns: PERSISTENT_PREFETCH_WIDE)
       65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
@@ -84,6 +87,8 @@ thread reads back the registers it wrote) come from ``part_strategies``.
 """
 
 from __future__ import annotations
+
+import math
 
 import attrs
 
@@ -727,6 +732,53 @@ def fuller_window_threads(cols: int, threads: tuple[int, ...], wide: int = 8) ->
     return min(sorted(threads, reverse=True), key=lambda t: window_passes(cols, t, wide) * t)
 
 
+#: a staged window whose last pass holds at most 1 / WHOLE_WARPS_IDLE of its block's threads' chunks
+#: takes whole warps instead (``whole_warps``), from WHOLE_WARPS_RANGE[0] to [1] times the threads,
+#: in at most WHOLE_WARPS_MORE_PASSES passes more.  Measured on an H200 (bf16, TB/s before -> after,
+#: bench/README.md "Whole warps for a nearly idle last pass"): softmax 8192 x 6139 3.22 -> 3.86
+#: (160 threads x 5 passes for 256 x 4), 8192 x 8191 3.56 -> 3.88; LayerNorm 4096 x 16383 2.74 ->
+#: 2.89 (416 x 5 for 512 x 5), 4096 x 20479 2.92 -> 3.25; RMSNorm 4096 x 12287 3.39 -> 3.60.  Up to
+#: twice the passes on fewer threads lost up to 16 % (160 x 25 for 256 x 16 at 30,751 columns).
+WHOLE_WARPS_IDLE = 8
+WHOLE_WARPS_RANGE = (5 / 8, 5 / 4)
+WHOLE_WARPS_MORE_PASSES = 1
+
+
+def whole_warps(chunks: int, lanes: int, reps: int, blocks: int = 1) -> tuple[int, int]:
+    """``(lanes, reps)`` for a row of ``chunks`` accesses planned on a power-of-two block of
+    ``lanes`` threads in ``reps`` passes, ``blocks`` such blocks an SM: where the last pass holds
+    only a few chunks (at most ``lanes / WHOLE_WARPS_IDLE``), the whole number of warps within
+    ``WHOLE_WARPS_RANGE`` of ``lanes`` whose passes take the fewest warp-passes (the most warps
+    among equals), in at most ``WHOLE_WARPS_MORE_PASSES`` passes more than ``reps`` and at most
+    ``MAX_THREADS_PER_SM`` threads an SM.  A pass costs every warp its instructions however few of
+    its lanes hold a chunk; the block combines its warps' partial results in shared memory, any
+    number of them (``lower.rules.threads.store_thread_accumulator``)::
+
+        2,049 chunks (LayerNorm, 16,383 bf16 columns in a window):
+        512 threads x 5 passes:  |################|################|################|################|#...............|
+        416 threads x 5 passes:  |#############|#############|#############|#############|#############|
+
+        80 warp-passes for 65; 2,560 chunks of shared memory a row for 2,080
+
+    The row's shared memory never grows (fewer warp-passes hold fewer chunks)."""
+    if reps < 2 or chunks - lanes * (reps - 1) > lanes // WHOLE_WARPS_IDLE:
+        return lanes, reps
+    lo = max(1, math.ceil(lanes * WHOLE_WARPS_RANGE[0] / 32))
+    hi = min(MAX_THREADS, int(lanes * WHOLE_WARPS_RANGE[1]), MAX_THREADS_PER_SM // max(1, blocks)) // 32
+    best = (lanes // 32 * reps, -(lanes // 32), lanes, reps)
+    for w in range(lo, hi + 1):
+        r = -(-chunks // (32 * w))
+        if r <= reps + WHOLE_WARPS_MORE_PASSES:
+            best = min(best, (w * r, -w, 32 * w, r))
+    return best[2], best[3]
+
+
+def window_warps(cols: int, lanes: int, blocks: int, wide: int = 8) -> tuple[int, int]:
+    """``(threads, passes)`` of a staged window of a row of ``cols`` elements (``wide`` a chunk)
+    planned on ``lanes`` threads, ``blocks`` blocks an SM: ``whole_warps`` of its chunks."""
+    return whole_warps(window_passes(cols, 1, wide), lanes, window_passes(cols, lanes, wide), blocks)
+
+
 def thread_registers(threads_per_sm: int) -> int:
     """The registers each of ``threads_per_sm`` resident threads may take: what the compiler caps a
     kernel at for that occupancy (``lower.transforms.specialize.launch_regs``; the register file is
@@ -966,11 +1018,13 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                          blocks_that_fit(persistent_window_bytes(cols, pl, tile_stages, row_operands, eb),
                                          shared_per_sm))
             if per_sm >= 2 or (per_sm == 1 and pl >= ALONE_WINDOW_THREADS):
+                pl, pr = window_warps(cols, pl, per_sm, wide)
                 return RowPlan(pl, wide, pr, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True,
                                persistent=True, tile_stages=tile_stages)
         per_sm = min(staged_window_blocks, MAX_THREADS_PER_SM // lanes,
                      blocks_that_fit(reps * lanes * wide * eb, shared_per_sm))
         if per_sm >= 2:
+            lanes, reps = window_warps(cols, lanes, per_sm, wide)
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
         # the row's window (align): up to 16 // eb - 1 elements of the row before and after it,

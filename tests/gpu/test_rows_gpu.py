@@ -221,7 +221,10 @@ def test_the_recipes_wide_staged_windows(op, shift, rows, cols, dtype):
     # the recipes' longest odd staged windows on 512- or 1,024-thread blocks (rows.STAGED_WINDOW_WIDE):
     # three or two blocks an SM, more rows than one wave holds at 45,001 and 57,001 columns
     plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
-    assert plan.aligned and plan.row_memory == "SH" and plan.lanes in (512, 1024) and not plan.persistent, plan
+    # (as whole warps where the wide block's last pass would hold a few chunks: rows.whole_warps)
+    wide = [t for start, t in fs.recipes.rows.STAGED_WINDOW_WIDE[op] if cols >= start][-1]
+    assert wide in (512, 1024) and plan.lanes == fs.recipes.rows.window_warps(cols, wide, plan.blocks_per_sm)[0], plan
+    assert plan.aligned and plan.row_memory == "SH" and not plan.persistent, plan
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
 
@@ -402,3 +405,17 @@ def test_rows_on_persistent_clusters(op, rows, cols, dtype, cluster, stages):
     plan = fs.recipes.rows.RowPlan(256, 8, part // 2048, 1, cluster=cluster, part=part, blocks_per_sm=2,
                                    exchange="barrier", row_memory="SH", persistent=True, tile_stages=stages)
     _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0, exchange="barrier", plan=plan)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("rows, cols, dtype", [(2000, 4095, "f16"), (900, 6139, "bf16"), (700, 8191, "bf16"),
+                                               (300, 12287, "f16"), (200, 16383, "bf16"), (150, 20479, "f16"),
+                                               (100, 30751, "bf16"), (2500, 2047, "bf16")])
+def test_windows_on_whole_warps(op, rows, cols, dtype):
+    # the plans whose power-of-two block's last pass would hold a few chunks take whole warps
+    # (rows.whole_warps: 96 - 416 threads); each recipe on the plan of 4,096 such rows
+    plan = fs.recipes.norms.recipe_plan(op, 4096, cols, dtype, "sm_90a")
+    if op == "causal":
+        _causal(rows, cols, dtype, max(0, cols - rows), plan=plan)
+    else:
+        _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)

@@ -69,6 +69,17 @@ def test_block_per_row_reduce():
     assert torch.allclose(Y, X.float().sum(1), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("threads", [96, 544, 992])
+def test_block_per_row_reduce_over_warps_not_a_power_of_two(threads):
+    spec = fs.Reduce.kernel("sum", {"r": 64, "c": 30001}, "c")
+    k = fs.compile(spec.schedule(tile(r=1) >> to_blocks(), tile(c=8 * threads), tile(c=8) >> to_threads(), done()),
+                   arch="sm_90a")
+    X = torch.randn(64, 30001, device="cuda", dtype=torch.float16)
+    Y = torch.empty(64, device="cuda", dtype=torch.float32)
+    k(X, Y)
+    assert torch.allclose(Y, X.float().sum(1), rtol=1e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
 @pytest.mark.parametrize("R, C, part", [(4, 1 << 20, 16384), (3, 1000, 256)])
 def test_reduce_across_blocks(op, R, C, part):

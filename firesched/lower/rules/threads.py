@@ -745,10 +745,15 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
     lane_masks, lane_digits, warp_parts = [], [], []
     for var, _count in rep:
         ts, c = ctx.spans[var]
-        if c & (c - 1):
-            raise err(node, f"partial results over {c} units ({var}): the combine halves them, so the count must be a "
-                            "power of two", field=var, value=c, fix="map a power-of-two number of units")
         lanes = min(c, max(1, 32 // ts)) if ts < 32 else 1
+        # the lanes of a warp halve their partial results (shuffles), so a warp's share is a power
+        # of two; the warps' shares are folded through shared memory, any number of them
+        if lanes & (lanes - 1) or c % lanes or (c > lanes and ts * lanes % 32):
+            raise err(node, f"partial results over {c} units ({var}), {ts} threads apart: the lanes of a warp "
+                            "combine theirs with shuffles that halve them, so the count must be a power of two "
+                            "within a warp, or whole warps' worth beyond one", field=var, value=c,
+                      fix="map a power-of-two number of units, or a multiple of the units one warp holds "
+                          f"({max(1, 32 // ts) if ts < 32 else 1})")
         lane_masks += [ts << i for i in range(int(math.log2(lanes)))]
         if lanes > 1:
             lane_digits.append((ts, lanes))
@@ -772,17 +777,22 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
         lane0 = land(*[lt((tid // ts) % lanes, 1) for ts, lanes in lane_digits])
         st = catalog.copy_atom("RF", "SH", 4)
         ld = catalog.copy_atom("SH", "RF", 4)
+        # the warps of one group of replicas, as offsets from its first: every combination of the
+        # warp-level digits (more than one when several mapped loops reach past a warp)
+        groups = [0]
+        for wstride, wc in warp_parts:
+            groups = [g + j * wstride for j in range(wc) for g in groups]
+        tree = everyone and comb.monoid is not None and len(groups) > 2
+        if tree and len(groups) & (len(groups) - 1):
+            # lanes that fold two warps' results meet lanes that fold one (below): their counts
+            # differ, so every component is exchanged (none is kept)
+            comb = op = attrs.evolve(comb, even=False)
         # (a component every warp holds alike, Combine.kept, is neither written nor read)
         moved = [j for j in range(k) if j not in comb.kept]
         writes = [ir.AtomCall(st, (("dst", ir.MemRef(red, (warp * k + j) * n + v)), ("src", ir.RegRef(accs[j], v))))
                   for v in range(n) for j in moved]
         first = land(*[lt(ctx.vars[vv], 1) for vv, _ in rep])
         part = lw.kb.reg("part", f32, k)
-        # the warps of one group of replicas, as offsets from its first: every combination of the
-        # warp-level digits (more than one when several mapped loops reach past a warp)
-        groups = [0]
-        for wstride, wc in warp_parts:
-            groups = [g + j * wstride for j in range(wc) for g in groups]
         if everyone:
             # every warp folds its group's partial results in the same order (the group's first
             # warp first), so that every replica holds bitwise the same result
@@ -793,24 +803,41 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
                      for v in range(n) for j in moved]
         else:
             base, reads = warp, []           # only the first replica folds, onto its own result
-        if everyone and comb.monoid is not None and len(groups) > 2:
+        if tree:
             # a monoid's combine is costly (a division, exponentials): instead of folding the
-            # G partial results one after the other, lane l takes that of warp group[l % G] and
-            # the lanes combine them in log2(G) shuffles (each warp alike)::
+            # G partial results one after the other, lane l takes that of warp group[l % P] (P
+            # the largest power of two <= G), folds that of group[l % P + P] where there is one,
+            # and the lanes combine them in log2(P) shuffles (each warp alike)::
             #
-            #     smem: | w0 | w1 | ... | wG-1 |      lane l <- w[l % G];  butterfly over lanes ^ 1, 2, .. G/2
+            #     smem: | w0 | w1 | ... | wP-1 | wP | .. | wG-1 |
+            #     lane l <- w[l % P]  (+) w[l % P + P] if l % P + P < G;  butterfly over lanes ^ 1, .. P/2
             #
             # (the lanes pair in different orders, so their results may differ in the last bits)
             G = len(groups)
+            P = 1 << (G.bit_length() - 1)
             lane = tid % 32
-            off, p = 0, 1
-            for wstride, wc in warp_parts:
-                off = off + ((lane % G) // p % wc) * wstride
-                p *= wc
-            reads = [ir.AtomCall(ld, (("dst", ir.RegRef(accs[j], v)),
-                                      ("src", ir.MemRef(red, ((base + off) * k + j) * n + v))))
-                     for v in range(n) for j in moved]
-            reads += butterfly(lw, acc, n, [1 << i for i in range(int(math.log2(G)))], op)
+
+            def offset(index: IntExpr) -> IntExpr:
+                """The warp offset of the group's ``index``-th warp (its digits, first fastest)."""
+                off, p = 0, 1
+                for wstride, wc in warp_parts:
+                    off = off + (index // p % wc) * wstride
+                    p *= wc
+                return off
+
+            def load(dst: list, index: IntExpr) -> list:
+                return [ir.AtomCall(ld, (("dst", ir.RegRef(dst[j], v)),
+                                         ("src", ir.MemRef(red, ((base + offset(index)) * k + j) * n + v))))
+                        for v in range(n) for j in moved]
+
+            reads = load(accs, lane % P)
+            if G > P:
+                rest = components(lw, lw.kb.reg("part_rest", f32, n), k)
+                more = load(rest, lane % P + P)
+                for v in range(n):
+                    more += op.step(lw, [ir.RegRef(a, v) for a in accs], [ir.RegRef(r, v) for r in rest])
+                reads.append(ir.If(lt(lane % P, G - P), ir.Seq(tuple(more))))
+            reads += butterfly(lw, acc, n, [1 << i for i in range(int(math.log2(P)))], op)
             groups = groups[:1]
         # the warps' results fold one after another: a kept count is one warp's, taken before
         snaps = {}
