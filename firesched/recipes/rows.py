@@ -79,8 +79,12 @@ aims at three things, in this order —
                                                          grid, 416 x 5 (whole warps for 512 x 5), one block an SM
                                                          with two rows in flight (256 x 2 per SM to about 14,000
                                                          columns: PERSISTENT_PREFETCH_WIDE)
-      65,537        256     1    52        1          256 x a cluster of 5, 6 per SM, in shared memory (odd:
-                                                         copied element by element, 8 loads in flight)
+      65,537        640     8    13        1          640, alone on its SM: the window of 8,193 vectors in shared
+                                                         memory, two blocks of which an SM does not hold
+                                                         (STAGED_WINDOW_ALONE; RMSNorm, add + RMSNorm 832 x 10)
+      131,071       256     1    64        1          256 x a cluster of 8, 6 per SM, in shared memory (odd, its
+                                                         window too long for one block: copied element by element,
+                                                         8 loads in flight)
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -364,13 +368,14 @@ HALF_BLOCK_VECTORS = {"layernorm": (40, 64), "rmsnorm": (40, 56), "softmax": (40
 # RMSNorm 16384 x 4097 2.32 / 2.31 (2.06 / 2.07), but 8192 x 4095 2.17 / 2.24 (2.09 / 2.43: its
 # element plan, 256 threads x 16, fills its passes): from 4,096.  Columns from
 STAGED_WINDOW_COLS = {"rmsnorm": 4096, "layernorm": 6000, "softmax": 6000, "add_rmsnorm": 8000, "causal": 20000}
-# causal softmax's staged windows: up to these many columns, two blocks an SM
-# (STAGED_WINDOW_BLOCKS_BY_OP).  Measured on an H200 (bench/row_plans.py, bf16, 256 threads; TB/s
-# against the plan then: half blocks or clusters of element copies): 2048 x 20481 at 2 blocks an SM
-# 2.72, at 3 2.40 (2.12); 2048 x 24569 at 2 3.14, at 3 2.69 (2.24; f16 2.75 against 2.21); 1024 x
-# 32767 2.82 (2.26); 1024 x 40959 2.66 (2.34); but 8192 x 8191 2.39 (3.22), 4096 x 12289 2.30
-# (3.01) and 4096 x 16383 2.73 (3.09), where one block's registers hold the row
-STAGED_WINDOW_UPTO = {"causal": 41000}
+# causal softmax's staged windows: two blocks an SM (STAGED_WINDOW_BLOCKS_BY_OP).  Measured on an
+# H200 (bench/row_plans.py, bf16, 256 threads; TB/s against the plan then: half blocks or clusters
+# of element copies): 2048 x 20481 at 2 blocks an SM 2.72, at 3 2.40 (2.12); 2048 x 24569 at 2
+# 3.14, at 3 2.69 (2.24; f16 2.75 against 2.21); 1024 x 32767 2.82 (2.26); 1024 x 40959 2.66
+# (2.34); but 8192 x 8191 2.39 (3.22), 4096 x 12289 2.30 (3.01) and 4096 x 16383 2.73 (3.09),
+# where one block's registers hold the row.  Longer ones too (they stopped at 41,000 columns):
+# 1024 x 45001 4.43, 1024 x 49999 4.44, 2048 x 49999 4.71 (two blocks an SM), 1024 x 57001 4.62
+# (alone: STAGED_WINDOW_ALONE) against 1.62 - 1.74 on clusters of element copies
 STAGED_WINDOW_BLOCKS_BY_OP = {"causal": 2}
 # recipes that keep an odd row's window in registers where it fills whole passes of the block's
 # threads (row_plan(align=True); measured at 24,569 columns only, above)
@@ -388,6 +393,16 @@ STAGED_WINDOW_BLOCKS = 3
 # (3.07), 3.30 (3.18), 3.37 (3.22); add + RMSNorm spilled 8-112 bytes there, LayerNorm 4-8 at some.
 # As the plan from 40,000 columns (bench/rows.py --old, against 512): RMSNorm 0.93-0.985 of the
 # time at 40,001-57,001 columns; softmax 0.94-1.06 (slower at 40,001 and 45,001), not taken
+# an odd 16-bit row whose staged window two blocks an SM cannot hold (from about 57,000 columns)
+# stages it on one block of these many threads alone on its SM (row_plan's
+# staged_window_alone_threads; whole warps then, rows.whole_warps), on sm_90a, where it used to
+# take a cluster of element copies.  Measured on an H200 (bench/row_plans.py --row-memory SH
+# --occupancy 1, bf16, 1,024 rows, TB/s at 65,537 / 100,003 columns against the clusters then):
+# LayerNorm 640 threads x 13 2.33 / 512 x 25 2.38 (1.34 / 1.38), RMSNorm 1024 3.01 / 3.11 (2.16 /
+# 2.35), add + RMSNorm 1024 3.18 / 3.04 (2.19 / 2.41), softmax 640 2.83 / 512 3.07 (1.72 / 1.70),
+# causal softmax 512 3.81 / 4.03 (1.59 / 1.67); 1,024 threads read 2.25 / 2.37, 2.66 / 3.01 and
+# 3.53 / 3.95 for the last three, 512 2.82 / 3.05 and 2.66 / 2.66 for the norms
+STAGED_WINDOW_ALONE = {"layernorm": 512, "softmax": 512, "causal": 512, "rmsnorm": 1024, "add_rmsnorm": 1024}
 STAGED_WINDOW_WIDE = {"rmsnorm": ((36000, 512), (40000, 1024)), "softmax": ((36000, 512),),
                       "add_rmsnorm": ((36000, 512),), "layernorm": ((36000, 512),)}
 
@@ -659,6 +674,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
         args["staged_window_threads"] = wide[-1]
+    if clusters and args["staged_window"] and op in STAGED_WINDOW_ALONE:
+        # (measured on sm_90a only)
+        args["staged_window_alone_threads"] = STAGED_WINDOW_ALONE[op]
     upto, threads = SHORT_ROWS_SHARE_THREADS.get(op, (0, 0))
     if cols <= upto:
         args["element_min_threads"] = threads
@@ -811,12 +829,12 @@ def deviation_blocks(lanes: int, values: int, op: str = "layernorm") -> int:
 def staged_window_faster(op: str, cols: int) -> bool:
     """Whether an odd 16-bit row of ``cols`` columns in recipe ``op`` waits in shared memory in
     its aligned window (``row_plan(staged_window=True)``): where measured faster,
-    ``STAGED_WINDOW_COLS`` up to ``STAGED_WINDOW_UPTO`` (but add + RMSNorm's register windows of
-    whole passes, ``STAGED_WINDOW_WHOLE_PASSES``)."""
+    ``STAGED_WINDOW_COLS`` on (but add + RMSNorm's register windows of whole passes,
+    ``STAGED_WINDOW_WHOLE_PASSES``)."""
     if op not in ODD_ROW_VALUES:
         raise ValueError(f"staged_window_faster: op={op!r}; allowed: {', '.join(ODD_ROW_VALUES)}")
     lo = STAGED_WINDOW_COLS.get(op)
-    if lo is None or cols < lo or cols > STAGED_WINDOW_UPTO.get(op, cols):
+    if lo is None or cols < lo:
         return False
     if op in STAGED_WINDOW_WHOLE_PASSES and cols % 2:
         regs = row_plan(1, cols, "bf16", align=True, clusters=True)
@@ -916,7 +934,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              staged_block_values: int = 0, partial_pass_blocks: int = 0,
              persistent_window_blocks: int = 0, row_operands: int = 0,
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
-             persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1) -> RowPlan:
+             persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
+             staged_window_alone_threads: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -950,7 +969,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     recipes ask for 512 or 1,024 on their longest such rows: ``STAGED_WINDOW_WIDE``) (``RowPlan(aligned=True,
     row_memory="SH")``), where ``shared_per_sm`` holds at least two such blocks, at up to
     ``staged_window_blocks`` blocks an SM (the recipes ask for it where ``staged_window_faster``,
-    causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``); ``stage_one_block`` (with ``stage``): a row of
+    causal softmax at two: ``STAGED_WINDOW_BLOCKS_BY_OP``), or where two such blocks do not fit, on
+    one block of ``staged_window_alone_threads`` threads alone on its SM where it fits (0: never;
+    the recipes ask for ``STAGED_WINDOW_ALONE``); ``stage_one_block`` (with ``stage``): a row of
     16-byte vectors of a 16-bit type on one block of ``MAX_THREADS`` threads waits in shared memory
     (``row_memory="SH"``) instead of registers, on one block of ``staged_block_threads`` threads
     (512: two blocks an SM, where ``shared_per_sm`` holds them) (the recipes ask for it for
@@ -986,6 +1007,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                     ("staged_window_threads", staged_window_threads), ("staged_block_threads", staged_block_threads)):
         if v not in (32, 64, 128, 256, 512, 1024):
             raise ValueError(f"row_plan: {name}={v!r}; allowed: 32, 64, 128, 256, 512, 1024")
+    if staged_window_alone_threads not in (0, 32, 64, 128, 256, 512, 1024):
+        raise ValueError(f"row_plan: staged_window_alone_threads={staged_window_alone_threads!r}; allowed: 0 (never "
+                         "alone), 32, 64, 128, 256, 512, 1024")
     if half_block_vectors is not None and not (
             isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
@@ -1026,6 +1050,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         if per_sm >= 2:
             lanes, reps = window_warps(cols, lanes, per_sm, wide)
             return RowPlan(lanes, wide, reps, 1, blocks_per_sm=per_sm, row_memory="SH", aligned=True)
+        alone = staged_window_alone_threads
+        if alone and blocks_that_fit(window_passes(cols, alone, wide) * alone * wide * eb, shared_per_sm):
+            # a window two blocks do not fit: one block alone on its SM (not a cluster of element copies)
+            lanes, reps = window_warps(cols, alone, 1, wide)
+            return RowPlan(lanes, wide, reps, 1, blocks_per_sm=1, row_memory="SH", aligned=True)
     if vec * eb < 4 and align:
         # the row's window (align): up to 16 // eb - 1 elements of the row before and after it,
         # on as few threads as hold it at ALIGNED_VALUES a thread (or aligned_values)

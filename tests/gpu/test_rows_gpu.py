@@ -419,3 +419,17 @@ def test_windows_on_whole_warps(op, rows, cols, dtype):
         _causal(rows, cols, dtype, max(0, cols - rows), plan=plan)
     else:
         _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("rows, cols, dtype", [(3, 65537, "bf16"), (2, 100003, "f16"), (2, 110001, "bf16"),
+                                               (300, 81919, "f16"), (5, 45001, "bf16")])
+def test_windows_alone_on_their_sm(op, rows, cols, dtype):
+    # odd rows whose window two blocks an SM cannot hold, on one block alone (rows.STAGED_WINDOW_ALONE),
+    # more rows than SMs at 81,919 columns; causal softmax's windows past 41,000 columns
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    assert plan.aligned and plan.cluster == 1 and plan.row_memory == "SH", plan
+    if op == "causal":
+        _causal(rows, cols, dtype, max(0, cols - rows), plan=plan)
+    else:
+        _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
