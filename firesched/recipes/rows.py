@@ -574,7 +574,8 @@ TUPLE_THREADS = {"layernorm": 512}
 PERSISTENT_PREFETCH_WIDE = {"layernorm": (7201, 24569, (256, 512))}
 #: a persistent window's block of at least this many threads may take an SM alone (measured
 #: above, at 16,383-24,569 columns: one block of 256 threads an SM read 1.68-2.63 TB/s, one of
-#: 512 2.22-3.08)
+#: 512 2.22-3.08); the power-of-two block's threads, of which whole warps may then take fewer
+#: (``whole_warps``: 416 at 16,383 columns, measured faster than 512)
 ALONE_WINDOW_THREADS = 512
 #: the operands along the row only each recipe shifts into its window (its weight; LayerNorm's bias)
 ROW_OPERANDS = {"rmsnorm": 1, "layernorm": 2, "add_rmsnorm": 1, "softmax": 0}
