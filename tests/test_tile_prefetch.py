@@ -242,7 +242,7 @@ def test_the_recipes_prefetch_where_measured():
 @pytest.mark.parametrize("cols, two", [(2801, True), (3583, True), (4033, True), (4097, True), (6001, True),
                                        (6137, True), (6501, True), (7067, True), (7803, True), (8191, True),
                                        (9999, True), (12289, True), (14001, True), (16383, False), (24569, False),
-                                       (4096, False), (24571, False), (2047, False)])
+                                       (4096, False), (24571, False), (2047, True), (1535, False)])
 def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
     # two plain reductions (the deviations in registers) on prefetching windows of at most 56
     # values a thread with the registers for them, beside another block on the SM
@@ -257,9 +257,10 @@ def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
 
 @pytest.mark.parametrize("cols, blocks", [(2817, 6), (3583, 6), (4095, 6), (5001, 6), (5999, 5)])
 def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
-    # softmax's odd rows of 2,800 - 5,999 columns: 128 threads, two rows in flight, the maximum and
-    # the sum in two plain reductions with the exponentials in registers (2 a value: at 48 values
-    # five blocks an SM, not six); not the online (max, sum) tuple
+    # softmax's odd rows of 2,800 - 5,999 columns (1,700 - 2,799 on eight blocks: below): 128
+    # threads, two rows in flight, the maximum and the sum in two plain reductions with the
+    # exponentials in registers (2 a value: at 48 values five blocks an SM, not six); not the online
+    # (max, sum) tuple
     plan = norms.recipe_plan("softmax", 8192, cols, "bf16", "sm_90a")
     lanes = row_model.window_warps(cols, 128, blocks)[0]             # (4,095: 96 threads x 6)
     assert (plan.persistent, plan.tile_stages, plan.lanes, plan.blocks_per_sm) == (True, 2, lanes, blocks), plan
@@ -268,7 +269,7 @@ def test_softmax_takes_two_reductions_on_prefetching_windows(cols, blocks):
     spec = fs.recipes.softmax(8192, cols, dtype="bf16", arch="sm_90a").spec
     assert not [sp for sp in spec.body if getattr(sp, "monoid", None) is not None]
     # outside the range, and causal softmax, as before
-    for c, kw in ((2047, {}), (6001, {}), (cols, {"causal": True})):
+    for c, kw in ((1535, {}), (6001, {}), (cols, {"causal": True})):
         p = norms.recipe_plan("causal" if kw else "softmax", 8192, c, "bf16", "sm_90a")
         assert not (p.persistent and p.tile_stages > 1), (c, kw, p)
 
@@ -334,3 +335,18 @@ def test_prefetched_cluster_rows(kind):
 def test_a_plans_stages_are_checked():
     with pytest.raises(ValueError, match="tile_stages"):
         fs.recipes.rmsnorm(300, 1001, dtype="bf16", arch="sm_90a", plan=attrs.evolve(_plan(1001, 2), tile_stages="2"))
+
+
+@pytest.mark.parametrize("op", ["layernorm", "softmax"])
+def test_short_odd_rows_prefetch_on_eight_blocks(op):
+    # LayerNorm's and softmax's odd rows of 1,700 - 2,799 columns: persistent windows of 128 threads
+    # (whole warps: 96 at 2,047), eight blocks an SM, the next row in flight
+    # (rows.PERSISTENT_SHORT_WINDOWS); 1,535 keeps its element plan, 2,801 six blocks as before
+    for cols, lanes in ((1701, 128), (2047, 96), (2303, 128), (2799, 128)):
+        p = norms.recipe_plan(op, 16384, cols, "bf16", "sm_90a")
+        assert (p.persistent, p.tile_stages, p.lanes, p.blocks_per_sm) == (True, 2, lanes, 8), (cols, p)
+    assert not norms.recipe_plan(op, 16384, 1535, "bf16", "sm_90a").persistent
+    assert norms.recipe_plan(op, 16384, 2801, "bf16", "sm_90a").blocks_per_sm == 6
+    plan = norms.recipe_plan(op, 16384, 2047, "bf16", "sm_90a")
+    sched = _recipe(op, 40, 2047, dtype="bf16", arch="sm_90a", plan=plan)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -428,8 +428,14 @@ STAGED_WINDOW_WIDE = {"rmsnorm": ((36000, 512), (40000, 1024)), "softmax": ((360
 # 2.53, at 5 2.51 (2.43 at 4), but 4096 x 4095 at 5-6 1.50, 128 threads at 8 1.86 (1.85, the
 # element plan), 16384 x 4097 at 5-6 1.67-1.68 (1.96); RMSNorm 8192 x 2047 on 256 threads 2.09
 # (2.31).  Hence add + RMSNorm from 4,000 columns (since from 1,500: below), LayerNorm up to 6 blocks an SM
-PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (2800, 24569), "add_rmsnorm": (1500, 10000),
-                          "softmax": (2800, 5999)}
+# LayerNorm's and softmax's from 1,700 columns (they started at 2,800): on an H200 (bench/row_plans.py
+# --together --row-memory SH, bf16, 16,384 rows, TB/s against their element plans then, in
+# brackets), 128 threads (whole warps: 96 at 2,047) eight blocks an SM with the next row in flight:
+# LayerNorm 1,791 2.93 (2.63), 2,047 3.08 (2.73), 2,303 3.02 (2.33), 2,559 3.13 (2.31), 2,799 3.33
+# (2.35); softmax 3.22 (3.09), 3.28 (2.95), 3.38 (3.10), 3.34 (2.93), 3.42 (2.93); but at 1,535
+# 2.56 (2.64) and 2.78 (2.86) at best (PERSISTENT_SHORT_WINDOWS)
+PERSISTENT_WINDOW_COLS = {"rmsnorm": (1500, 8191), "layernorm": (1700, 24569), "add_rmsnorm": (1500, 10000),
+                          "softmax": (1700, 5999)}
 PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4, "softmax": 6}
 # add + RMSNorm's shorter rows (below the first number of columns) take eight blocks an SM, of 128
 # or 256 threads, whichever leaves fewer of the window's chunks idle (the more threads on a tie:
@@ -438,7 +444,8 @@ PERSISTENT_WINDOW_BLOCKS = {"rmsnorm": 8, "layernorm": 6, "add_rmsnorm": 4, "sof
 # at 8 3.30 (2.28); 8192 x 3001 on 128 at 6 3.55, at 8 3.40, on 256 at 8 3.36 (2.43); 8192 x 2047
 # on 128 at 8 3.18, on 256 2.34-2.42 (2.86); 16384 x 1535 on 256 at 8 3.40, on 128 at 8 3.31, on
 # 64 2.47 (3.09); fewer blocks were slower at every length but 3,583
-PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256))}
+PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256)), "layernorm": (2800, 8, (128,)),
+                            "softmax": (2800, 8, (128,))}
 # RMSNorm's odd rows of 1,000 - 1,499 columns: a warp a row, sixteen blocks an SM, the next row's
 # copy in flight (tile_stages=2), since the weight's window is filled from a raw copy
 # (lower.rules.threads._stage_window_raw).  Measured on an H200 (bench/row_plans.py --together
@@ -477,7 +484,7 @@ PERSISTENT_WARP_WINDOWS = {"rmsnorm": (1000, 1499, 16, 8192)}
 # of 256 threads, one row each, against three of 128 with two) and 8192 x 8191 0.985 / 1.008.
 # Hence LayerNorm's range ends at 7,200 columns.
 # The prefetching windows' threads:
-PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (2800, 7200), "softmax": (2800, 5999)}
+PERSISTENT_PREFETCH_COLS = {"rmsnorm": (1500, 4200), "layernorm": (1700, 7200), "softmax": (1700, 5999)}
 PERSISTENT_PREFETCH_THREADS = 128
 # LayerNorm's statistics on the prefetching windows: two plain reductions (the mean, then the mean
 # of the squared deviations, kept in registers for the output) where every thread holds at most
@@ -719,7 +726,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             values = window_passes(cols, lanes, 8) * 8          # (the window's 16-byte chunks a thread)
             if op in TWO_REDUCTIONS and values <= TWO_REDUCTIONS[op][0]:
                 # room for the deviations (exponentials) of two plain reductions (deviations_fit)
-                args["persistent_window_blocks"] = min(PERSISTENT_WINDOW_BLOCKS[op],
+                args["persistent_window_blocks"] = min(args["persistent_window_blocks"],
                                                        deviation_blocks(lanes, values, op))
     return args
 
