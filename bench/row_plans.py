@@ -91,6 +91,12 @@ def main(argv=None) -> None:
                    help="time the recipe's own plan beside the --threads / --values grid")
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args(argv)
+    passes = []
+    for v in filter(None, args.passes.split(",")):
+        lanes, sep, reps = v.partition("x")
+        if not (sep and lanes.isdigit() and reps.isdigit()):
+            p.error(f"--passes {v!r}: LANESxREPS, e.g. 544x4 (threads a row x passes)")
+        passes.append((int(lanes), int(reps)))
     R, C = (int(v) for v in args.shape.split("x"))
     import torch
 
@@ -111,10 +117,9 @@ def main(argv=None) -> None:
     todo = [plan if plan is None else
             _with_memory(attrs.evolve(plan, blocks_per_sm=o, exchange=args.exchange), m) for plan in base
             for o in (int(x) for x in args.occupancy.split(",")) for m in args.row_memory.split(",")]
-    if args.passes:
+    if passes:
         own = norms.recipe_plan("causal" if args.op == "softmax_causal" else args.op, R, C, args.dtype, "sm_90a")
-        todo += [attrs.evolve(own, lanes=int(lanes), reps=int(reps))
-                 for lanes, reps in (v.split("x") for v in args.passes.split(","))]
+        todo += [attrs.evolve(own, lanes=lanes, reps=reps) for lanes, reps in passes]
     todo = list(dict.fromkeys(todo))
     kernels = []
     for plan in todo:

@@ -163,6 +163,14 @@ def test_bench_gemm_quick(tmp_path):
     assert json.loads(out.read_text())["rows"]
 
 
+def test_row_plans_names_a_malformed_passes_value(capsys):
+    from bench import row_plans
+
+    with pytest.raises(SystemExit):
+        row_plans.main(["--op", "layernorm", "--shape", "64x2560", "--passes", "544"])
+    assert "--passes '544': LANESxREPS" in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 def test_row_plans_runs_small(capsys):
     """bench/row_plans.py times the recipe's plan and a plan of the caller's in one set."""
