@@ -745,15 +745,15 @@ def store_thread_accumulator(lw: Lowerer, node: Node, ctx, lay: ThreadLayout, ac
     lane_masks, lane_digits, warp_parts = [], [], []
     for var, _count in rep:
         ts, c = ctx.spans[var]
-        lanes = min(c, max(1, 32 // ts)) if ts < 32 else 1
+        per_warp = max(1, 32 // ts) if ts < 32 else 1          # the units of var one warp holds
+        lanes = min(c, per_warp)
         # the lanes of a warp halve their partial results (shuffles), so a warp's share is a power
         # of two; the warps' shares are folded through shared memory, any number of them
         if lanes & (lanes - 1) or c % lanes or (c > lanes and ts * lanes % 32):
             raise err(node, f"partial results over {c} units ({var}), {ts} threads apart: the lanes of a warp "
                             "combine theirs with shuffles that halve them, so the count must be a power of two "
                             "within a warp, or whole warps' worth beyond one", field=var, value=c,
-                      fix="map a power-of-two number of units, or a multiple of the units one warp holds "
-                          f"({max(1, 32 // ts) if ts < 32 else 1})")
+                      fix=f"map a power-of-two number of units, or a multiple of the units one warp holds ({per_warp})")
         lane_masks += [ts << i for i in range(int(math.log2(lanes)))]
         if lanes > 1:
             lane_digits.append((ts, lanes))
