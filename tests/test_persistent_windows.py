@@ -291,3 +291,31 @@ def test_short_odd_rmsnorm_rows_take_a_warp_a_row_on_a_persistent_grid(dt):
     sched = fs.recipes.rmsnorm(21, 1023, dtype=dt, arch="sm_90a", plan=plan)
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     assert fs.compile(sched, arch="sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_short_odd_layernorm_and_softmax_rows_take_a_warp_or_two_a_row(dt):
+    # LayerNorm's odd rows of 1,057 - 1,699 columns and softmax's of 1,100 - 1,529 from 8,192 rows:
+    # the block of a warp or two whose passes over the window idle least, at 768 threads an SM or
+    # as many blocks as fit; elsewhere (fewer rows, other lengths, sm_80) the element plans
+    def plan(op, rows, cols, arch="sm_90a"):
+        return fs.recipes.norms.recipe_plan(op, rows, cols, dt, arch)
+
+    for op, cols, lanes in (("layernorm", 1535, 32), ("layernorm", 1407, 64), ("layernorm", 1101, 32),
+                            ("softmax", 1151, 32), ("softmax", 1279, 64), ("softmax", 1529, 64)):
+        p = plan(op, 16384, cols)
+        fit = row_model.blocks_that_fit(row_model.persistent_window_bytes(cols, lanes, 2, row_model.ROW_OPERANDS[op]),
+                                        row_model.SHARED_PER_SM)
+        assert (p.lanes, p.persistent, p.tile_stages, p.row_memory) == (lanes, True, 2, "SH"), (op, cols, p)
+        assert p.blocks_per_sm == min(768 // lanes, fit), (op, cols, p)
+    for op, rows, cols, arch in (("layernorm", 16384, 1023, "sm_90a"), ("layernorm", 8191, 1535, "sm_90a"),
+                                 ("layernorm", 16384, 1535, "sm_80"), ("softmax", 16384, 1535, "sm_90a"),
+                                 ("softmax", 16384, 1023, "sm_90a")):
+        assert not plan(op, rows, cols, arch).persistent, (op, rows, cols, arch)
+    # the plans on a few rows through the interpreter (two rows a block, phases 0 .. 7), and at
+    # the real shapes without spills
+    for op, cols in (("layernorm", 1535), ("softmax", 1279)):
+        real = plan(op, 16384, cols)
+        assert fs.compile(getattr(fs.recipes, op)(16384, cols, dtype=dt, arch="sm_90a"), arch="sm_90a").spills == 0
+        sched = getattr(fs.recipes, op)(19, cols, dtype=dt, arch="sm_90a", plan=real)
+        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")

@@ -313,7 +313,7 @@ def test_long_rows_wait_in_shared_memory_on_one_block(op):
 
 
 @pytest.mark.parametrize("cols, tuple_stats", [(10752, True), (16384, True), (26624, True), (32768, True),
-                                               (40960, True), (8192, False), (4096, False), (1535, False),
+                                               (40960, True), (8192, False), (4096, False), (1023, False),
                                                (26625, False)])
 def test_layernorm_takes_the_tuple_on_wide_blocks(cols, tuple_stats):
     # rows.wide_tuple: a 16-bit row of 16-byte vectors alone on one block of 512 or 1,024 threads

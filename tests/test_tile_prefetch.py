@@ -242,7 +242,8 @@ def test_the_recipes_prefetch_where_measured():
 @pytest.mark.parametrize("cols, two", [(2801, True), (3583, True), (4033, True), (4097, True), (6001, True),
                                        (6137, True), (6501, True), (7067, True), (7803, True), (8191, True),
                                        (9999, True), (12289, True), (14001, True), (16383, False), (24569, False),
-                                       (4096, False), (24571, False), (2047, True), (1535, False)])
+                                       (4096, False), (24571, False), (2047, True), (1535, True),
+                                       (1023, False)])
 def test_layernorm_takes_two_reductions_where_the_deviations_fit(cols, two):
     # two plain reductions (the deviations in registers) on prefetching windows of at most 56
     # values a thread with the registers for them, beside another block on the SM
@@ -341,11 +342,13 @@ def test_a_plans_stages_are_checked():
 def test_short_odd_rows_prefetch_on_eight_blocks(op):
     # LayerNorm's and softmax's odd rows of 1,700 - 2,799 columns: persistent windows of 128 threads
     # (whole warps: 96 at 2,047), eight blocks an SM, the next row in flight
-    # (rows.PERSISTENT_SHORT_WINDOWS); 1,535 keeps its element plan, 2,801 six blocks as before
+    # (rows.PERSISTENT_SHORT_WINDOWS); at 1,535 LayerNorm's rows take a warp each
+    # (rows.PERSISTENT_WARP_WINDOWS), softmax's keep their element plan; 2,801 six blocks as before
     for cols, lanes in ((1701, 128), (2047, 96), (2303, 128), (2799, 128)):
         p = norms.recipe_plan(op, 16384, cols, "bf16", "sm_90a")
         assert (p.persistent, p.tile_stages, p.lanes, p.blocks_per_sm) == (True, 2, lanes, 8), (cols, p)
-    assert not norms.recipe_plan(op, 16384, 1535, "bf16", "sm_90a").persistent
+    short = norms.recipe_plan(op, 16384, 1535, "bf16", "sm_90a")
+    assert (short.persistent, short.lanes == 32) == ((True, True) if op == "layernorm" else (False, False)), short
     assert norms.recipe_plan(op, 16384, 2801, "bf16", "sm_90a").blocks_per_sm == 6
     plan = norms.recipe_plan(op, 16384, 2047, "bf16", "sm_90a")
     sched = _recipe(op, 40, 2047, dtype="bf16", arch="sm_90a", plan=plan)

@@ -64,6 +64,11 @@ aims at three things, in this order —
                                                          shared memory on a persistent grid, a warp a row, the next
                                                          row in flight, PERSISTENT_WARP_WINDOWS); element by
                                                          element otherwise
+      1,407          64     8     3        1          64, 12 per SM (LayerNorm from 1,057 and softmax from 1,100
+                                                         columns and 8,192 rows: as RMSNorm's at 1,023, on
+                                                         the block of a warp or two whose passes idle least;
+                                                         a warp, 15 per SM, at 1,535); element by element
+                                                         otherwise
       4,095          96     8     6        1          96, the window of 513 vectors in shared memory on a
                                                          persistent grid of a multiple of 8 blocks, each block's
                                                          rows of one phase, its weights shifted once a block
@@ -456,8 +461,34 @@ PERSISTENT_SHORT_WINDOWS = {"add_rmsnorm": (4000, 8, (128, 256)), "layernorm": (
 # 3.03 TB/s), 32768 x 1023 0.797 / 0.818, 65536 x 1023 0.781 / 0.807, 16384 x 1001 0.813 / 0.838,
 # 16384 x 1279 0.575 / 0.591, 16384 x 1499 0.608 / 0.632, 8192 x 1023 0.934 / 0.961, but 4096 x
 # 1023 1.084 / 1.089 (some two rows a block of 2,112: the window's fill is not paid back); hence
-# from 8,192 rows.  By recipe: (first, last columns, blocks an SM, the fewest rows)
-PERSISTENT_WARP_WINDOWS = {"rmsnorm": (1000, 1499, 16, 8192)}
+# from 8,192 rows.
+# LayerNorm's and softmax's rows of about 1,100 - 1,700 columns gain from them too (they took
+# element plans): on an H200 (bench/row_plans.py --together --row-memory SH, 16,384 rows, bf16 / f16,
+# TB/s against the element plan's): LayerNorm 1,101 on a warp at 20 blocks an SM 2.81 / 2.75 (2.29
+# / 2.29), at 16 2.69 / 2.64; 1,151 at 20 2.94 / 2.87 (2.37 / 2.36); 1,279 on 64 threads at 12
+# 2.79 / 2.80, on a warp at 16 2.70 / 2.69 (2.48 / 2.52); 1,407 on 64 at 12 3.02 / 3.03, on a warp
+# at 16 2.97 / 2.93 (2.53 / 2.55); 1,535 on a warp at 16 2.86 / 2.81, at 12 2.62 / 2.60, on 64 at 12
+# 2.48 / 2.46 (2.62 / 2.65); 1,663 on a warp at 12 2.81 / 2.79, on 64 2.72 / 2.67 (2.61 / 2.66);
+# 32,768 x 1,535 on a warp at 16 3.19 / 3.14 (2.81 / 2.85), 8,192 x 1,535 2.48 / 2.47 (2.33 / 2.37);
+# 1,023 on a warp at 16 2.49 (2.53); softmax 1,151 on a warp at 16-20 3.09 - 3.12 (2.47 - 2.50), on
+# 64 2.37 - 2.49, but 1,535 and 1,663 at best 2.66 - 2.77 (2.84 - 2.98).  So the block of the
+# fewest idle chunks, the larger on a tie (fuller_window_threads: 64 threads at 1,279 and 1,407,
+# where a warp and two take as many passes), at 768 threads an SM (as many blocks as fit below
+# that).  As the plan (bench/rows.py --old, 16,384 rows, time new / old, bf16 / f16): LayerNorm
+# 1,101 0.832 / 0.836, 1,151 0.812 / 0.832, 1,279 0.895 / 0.905, 1,407 0.846 / 0.848, 1,535 0.936 /
+# 0.967 (2.77 / 2.72 TB/s, was 2.60 / 2.63), 1,663 0.878 / 0.900, 1,699 0.921 / 0.948, 32,768 x
+# 1,151 0.791 / 0.802, 32,768 x 1,535 0.933 / 0.958, 8,192 x 1,535 0.987 / 0.987, and 1,001 (two
+# warps) 0.897 / 0.899, but 1,023 1.028 / 1.039 (a warp's five passes over 129 chunks, the last
+# holding one); softmax 1,101 0.826 / 0.828, 1,151 0.835 / 0.835, 1,279 0.894 / 0.891, 1,407 0.838 /
+# 0.831, 32,768 x 1,151 0.798 / 0.801, but 1,001 and 1,023 1.022 - 1.062, 1,535 - 1,699 (a warp of
+# seven passes) 1.062 - 1.091.  A warp takes five passes over any row of 1,017 - 1,273 columns
+# (129 - 160 chunks), so a row at the short end pays a fifth pass for a few chunks: LayerNorm's
+# from 1,057 columns (the last pass holding more than an eighth of the warp's lanes, as
+# WHOLE_WARPS_IDLE), softmax's from 1,100 to 1,529 (the longest row two warps hold in three passes).
+# By recipe: (first, last columns, the blocks' threads to choose from, threads an SM, the fewest rows)
+PERSISTENT_WARP_WINDOWS = {"rmsnorm": (1000, 1499, (32,), 512, 8192),
+                           "layernorm": (1057, 1699, (32, 64), 768, 8192),
+                           "softmax": (1100, 1529, (32, 64), 768, 8192)}
 # ... and of these many columns a block keeps two rows in shared memory, the next one's copy in
 # flight while it computes one (RowPlan.tile_stages: pipeline(stages=2) over the persistent tile
 # loop, lower.transforms.tile_prefetch), on blocks of PERSISTENT_PREFETCH_THREADS (the first
@@ -700,11 +731,12 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
         args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
         args["odd_values"] = ADD_RMSNORM_STAGED_PAIRS
-    lo, hi, blocks, fewest = PERSISTENT_WARP_WINDOWS.get(op, (0, -1, 0, 0))
+    lo, hi, threads, per_sm, fewest = PERSISTENT_WARP_WINDOWS.get(op, (0, -1, (), 0, 0))
     if clusters and lo <= cols <= hi and (rows is None or rows >= fewest):
         # (measured on sm_90a only)
-        args.update(staged_window=True, persistent_window_blocks=blocks, row_operands=ROW_OPERANDS[op],
-                    persistent_window_threads=32, tile_stages=2)
+        lanes = fuller_window_threads(cols, threads)
+        args.update(staged_window=True, persistent_window_blocks=per_sm // lanes, row_operands=ROW_OPERANDS[op],
+                    persistent_window_threads=lanes, tile_stages=2)
         return args
     lo, hi = PERSISTENT_WINDOW_COLS.get(op, (0, -1))
     if clusters and lo <= cols <= hi:

@@ -203,14 +203,21 @@ def test_the_recipes_persistent_windows(op, rows, cols, dtype):
     _run(op, rows, cols, dtype, magnitude=3.0)
 
 
-@pytest.mark.parametrize("rows, cols, dtype", [(8192, 1023, "bf16"), (8200, 1279, "f16"), (9001, 1001, "bf16"),
-                                               (8192, 1499, "f16")])
+WARP_WINDOWS = [(op, rows, cols, dtype) for op in ("rmsnorm", "layernorm", "softmax")
+                for rows, cols, dtype in [(8192, 1023, "bf16"), (8200, 1279, "f16"), (9001, 1001, "bf16"),
+                                          (8192, 1499, "f16"), (8192, 1151, "f16"), (8300, 1535, "bf16"),
+                                          (9000, 1407, "bf16"), (8192, 1699, "f16")]
+                if cols <= fs.recipes.rows.PERSISTENT_WARP_WINDOWS[op][1]]
+
+
+@pytest.mark.parametrize("op, rows, cols, dtype", WARP_WINDOWS)
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
-def test_the_recipes_warp_windows(rows, cols, dtype, shift):
-    # RMSNorm's short odd rows from 8,192 rows: a warp a row on a persistent grid, sixteen blocks an
-    # SM, the next row in flight (rows.PERSISTENT_WARP_WINDOWS)
-    assert "occupancy=16" in repr(fs.recipes.rmsnorm(rows, cols, dtype=dtype, arch="sm_90a").strategies)
-    _run("rmsnorm", rows, cols, dtype, magnitude=3.0, shift=shift)
+def test_the_recipes_warp_windows(op, rows, cols, dtype, shift):
+    # short odd rows from 8,192 rows: a warp (or two) a row on a persistent grid, many blocks an SM,
+    # the next row in flight (rows.PERSISTENT_WARP_WINDOWS)
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    assert plan.persistent and plan.tile_stages == 2 and plan.lanes in fs.recipes.rows.PERSISTENT_WARP_WINDOWS[op][2]
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
