@@ -653,3 +653,35 @@ def test_recipe_plans_are_the_recipes_own():
         assert sched.strategies[0] == row_model.kernel_strategies(plan)[0], (op, cols, plan)
     with pytest.raises(ValueError, match="allowed: 'rmsnorm'"):
         norms.recipe_plan_args("rms", "f16", "sm_90a")
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_short_narrow_rows_take_a_warp_or_less(op):
+    # 16-bit rows of 33 - 1,000 columns (768 for add + RMSNorm) in 2- or 4-byte accesses: a warp a
+    # row or less at 8 or more elements a thread, rows sharing a block of 256 threads
+    # (rows.SHORT_NARROW_COLS); rows of 8- or 16-byte accesses, f32 rows and rows of 32 or fewer as before
+    last = row_model.SHORT_NARROW_COLS[op]
+    for cols, lanes, reps in ((33, 4, 9), (101, 16, 7), (255, 32, 8), (254, 32, 4), (767, 32, 24), (999, 32, 32)):
+        plan = norms.recipe_plan(op, 65536, cols, "bf16", "sm_90a")
+        if cols > last:
+            assert plan.lanes != lanes or plan.rows == 1, (cols, plan)
+            continue
+        assert (plan.lanes, plan.reps, plan.lanes * plan.rows, plan.row_memory) == (lanes, reps, 256, "RF"), (cols, plan)
+        assert norms.recipe_plan(op, 3, cols, "f16", "sm_80").lanes == lanes
+    def fields(p):
+        return p.lanes, p.vec, p.reps, p.rows, p.row_memory, p.aligned, p.persistent
+
+    for cols, dt in ((252, "bf16"), (256, "f16"), (255, "f32"), (31, "bf16")):
+        without = row_model.row_plan(65536, cols, dt, **{**row_model.measured_plan_args(op, cols, dt, True, 65536),
+                                                         "short_narrow_cols": 0})
+        assert fields(norms.recipe_plan(op, 65536, cols, dt, "sm_90a")) == fields(without), (cols, dt)
+    with pytest.raises(ValueError, match="short_narrow_cols"):
+        row_model.row_plan(4, 255, "bf16", short_narrow_cols=-1)
+    # the plans through the interpreter (the last block's rows partly past the end) and without
+    # spills at their longest
+    for rows, cols in ((19, 101), (5, 254), (70, 33)):
+        kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+        sched = getattr(recipes, kind)(rows, cols, dtype="f16", arch="sm_90a", **kw)
+        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    assert fs.compile(getattr(recipes, kind)(65536, last - 1, dtype="bf16", arch="sm_90a", **kw), arch="sm_90a").spills == 0

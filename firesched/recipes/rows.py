@@ -41,6 +41,10 @@ aims at three things, in this order —
       64              8     8     1       32          256
       256            32     8     1        8          256
       512             64    8     1        4           64 (each thread: its 8 columns of 4 rows)
+      767             32    1    24        8          256 (a 16-bit row of 2- or 4-byte accesses of 33 -
+                                                         1,000 columns: a warp a row or less, 8 or more
+                                                         elements a thread, rows sharing a block;
+                                                         SHORT_NARROW_COLS)
       1,024         128     8     1        2          128
       2,560          64     8     5        1           64 (vectors not a power of two: the power-of-two
                                                          threads whose passes idle least, FILL_THREADS)
@@ -293,6 +297,41 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
     if eb == 4 and cols % 2 and op in F32_ODD_ROW_VALUES:
         return F32_ODD_ROW_VALUES[op]
     return None
+
+
+# 16-bit rows of 33 to these many columns in 2- or 4-byte accesses (odd, or 2 mod 4) take a warp
+# a row or less (row_plan's short_narrow_cols): lanes that hold the row at about
+# SHORT_NARROW_VALUES or more elements a thread, at most a warp (short_narrow_lanes), rows sharing
+# a block of MIN_BLOCK_THREADS; the plans before put such a row on up to 256 threads of one
+# element each (a block of 256 threads a row of 255 columns: 0.83 TB/s, a third of torch's
+# softmax).  Measured on an H200 (bench/row_plans.py --together, bf16, TB/s against the plan
+# then; results/rows-short-narrow-probe*-2026-11-29-h200.txt): softmax 131072 x 255 on a warp x 8 a
+# thread, 8 rows a block, 3.51 (0.83; torch 2.48), 16 rows 3.41, 64 threads x 4 3.12; 131072 x 511
+# on a warp x 16 3.69 - 3.72 (1.58), 64 x 8 3.25; 65536 x 767 on a warp x 24 3.67 (2.14), 64 x 12
+# 3.29; 131072 x 383 x 12 3.63 (1.24); 65536 x 901 x 29 3.63 (2.12), 65536 x 999 x 32 3.66 (2.29),
+# 64 x 16 3.28, 128 x 8 3.02; 262144 x 101 on 16 lanes x 8, 16 rows a block, 3.27 (0.67), a warp x 4
+# 2.48; 524288 x 33 on 16 x 3 1.67 (0.43), a warp x 2 0.86 - 0.98; LayerNorm 2.14 - 3.22 (0.44 -
+# 1.86) and RMSNorm 2.36 - 3.34 (0.43 - 2.71) alike (64 threads a row within 4 % of a warp at 383 -
+# 999 columns), f16 16384 x 255 2.57 / 1.87 / 2.02 (softmax / LayerNorm / RMSNorm; 0.78 - 0.80).
+# As the plan (bench/rows.py --old, time new / old, bf16; results/rows-short-narrow-{bf16,f16}-2026-11-29-h200.json):
+# 131072 x 255 0.234 - 0.485 (softmax 0.83 -> 3.57 TB/s, torch 2.50), 131072 x 254 (pairs)
+# 0.431 - 0.846, 131072 x 511 0.430 - 0.867, 65536 x 767 0.588 - 0.884, 65536 x 999 0.621 - 0.879,
+# 262144 x 101 0.202 - 0.495, 524288 x 33 0.312 - 0.745 (1.10 - 1.42 TB/s), f16 alike; but add +
+# RMSNorm 65536 x 999 1.051 / 1.102 (bf16 / f16; 72 registers a thread) and f16 65536 x 767 1.033
+# (bf16 0.884): its rows up to 768 columns.  By recipe: the last such row's columns
+SHORT_NARROW_COLS = {"rmsnorm": 1000, "layernorm": 1000, "softmax": 1000, "causal": 1000, "add_rmsnorm": 768}
+SHORT_NARROW_VALUES = 8
+
+
+def short_narrow_lanes(cols: int) -> int:
+    """The threads a short 16-bit row of ``cols`` columns in 2- or 4-byte accesses takes
+    (``row_plan(short_narrow_cols=)``): the power of two at or above ``cols / SHORT_NARROW_VALUES``
+    (about that many elements a thread, a few fewer where the row is just under a power of two),
+    at most a warp::
+
+        33 columns: 4 lanes x 9      101: 16 lanes x 7      255: 32 lanes x 8      999: 32 lanes x 32
+    """
+    return min(32, _pow2_at_least(max(1, cols // SHORT_NARROW_VALUES)))
 
 
 # the shortest odd row an aligned window (RowPlan.aligned) may serve.  Measured on an H100 (bf16,
@@ -708,7 +747,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS),
-            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0)}
+            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0), "short_narrow_cols": SHORT_NARROW_COLS.get(op, 0)}
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -975,7 +1014,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              persistent_window_blocks: int = 0, row_operands: int = 0,
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
-             staged_window_alone_threads: int = 0) -> RowPlan:
+             staged_window_alone_threads: int = 0, short_narrow_cols: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1029,13 +1068,17 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``PERSISTENT_WINDOW_COLS`` says), on blocks of ``persistent_window_threads`` threads, each
     with ``tile_stages`` rows in shared memory (``RowPlan.tile_stages``: the next rows' copies in
     flight while it computes one; the recipes ask for two where ``PERSISTENT_PREFETCH_COLS`` and
-    ``PERSISTENT_PREFETCH_WIDE`` say)."""
+    ``PERSISTENT_PREFETCH_WIDE`` say); ``short_narrow_cols``: a 16-bit row of 33 to this many
+    columns in 2- or 4-byte accesses (odd, or 2 mod 4) takes a warp or less
+    (``short_narrow_lanes``), rows sharing a block of ``MIN_BLOCK_THREADS`` (0: never; the recipes
+    ask for ``SHORT_NARROW_COLS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
+                          ("short_narrow_cols", short_narrow_cols, "never"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
                           ("staged_block_values", staged_block_values, "clusters"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
@@ -1158,7 +1201,13 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if plan.lanes <= fill_threads:
         # (a plan of fewer passes than the fill allows is within max_values anyway)
         max_values = max(max_values, min(plan.reps * vec, fill))
-    if element_values and vec * eb <= 4 and vectors * vec > 1000:
+    if short_narrow_cols and eb == 2 and vec * eb <= 4 and 32 < cols <= short_narrow_cols:
+        # a short row of 2- or 4-byte accesses: a warp or less, SHORT_NARROW_VALUES or more
+        # elements a thread, rows sharing a block (SHORT_NARROW_COLS's measurements)
+        lanes = short_narrow_lanes(cols)
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
+        max_values = max(max_values, plan.reps * vec)
+    elif element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
         # (rows on fewer than element_min_threads threads share a block, as above)

@@ -207,7 +207,7 @@ WARP_WINDOWS = [(op, rows, cols, dtype) for op in ("rmsnorm", "layernorm", "soft
                 for rows, cols, dtype in [(8192, 1023, "bf16"), (8200, 1279, "f16"), (9001, 1001, "bf16"),
                                           (8192, 1499, "f16"), (8192, 1151, "f16"), (8300, 1535, "bf16"),
                                           (9000, 1407, "bf16"), (8192, 1699, "f16")]
-                if cols <= fs.recipes.rows.PERSISTENT_WARP_WINDOWS[op][1]]
+                if fs.recipes.rows.PERSISTENT_WARP_WINDOWS[op][0] <= cols <= fs.recipes.rows.PERSISTENT_WARP_WINDOWS[op][1]]
 
 
 @pytest.mark.parametrize("op, rows, cols, dtype", WARP_WINDOWS)
@@ -440,3 +440,27 @@ def test_windows_alone_on_their_sm(op, rows, cols, dtype):
         _causal(rows, cols, dtype, max(0, cols - rows), plan=plan)
     else:
         _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
+
+
+SHORT_NARROW = [(1000, 255, "bf16"), (777, 254, "f16"), (3001, 101, "bf16"), (5000, 33, "f16"), (300, 999, "bf16"),
+                (257, 767, "f16"), (9, 383, "bf16"), (70, 35, "bf16"), (500, 769, "f16")]
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols, dtype", SHORT_NARROW)
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+def test_short_narrow_rows(op, rows, cols, dtype, shift):
+    # 16-bit rows of 33 - 1,000 columns in 2- or 4-byte accesses: a warp a row or less, several
+    # rows a block (rows.SHORT_NARROW_COLS), the last block's rows partly past the tensor's end
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    short = cols <= fs.recipes.rows.SHORT_NARROW_COLS[op]
+    assert (plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1) == short, plan
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
+
+
+@pytest.mark.parametrize("rows, cols, dtype", SHORT_NARROW)
+@pytest.mark.parametrize("diagonal", [0, 40])
+def test_short_narrow_causal_rows(rows, cols, dtype, diagonal):
+    plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
+    assert plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1, plan
+    _causal(rows, cols, dtype, diagonal)
