@@ -657,31 +657,40 @@ def test_recipe_plans_are_the_recipes_own():
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
 def test_short_narrow_rows_take_a_warp_or_less(op):
-    # 16-bit rows of 33 - 1,000 columns (768 for add + RMSNorm) in 2- or 4-byte accesses: a warp a
-    # row or less at 8 or more elements a thread, rows sharing a block of 256 threads
-    # (rows.SHORT_NARROW_COLS); rows of 8- or 16-byte accesses, f32 rows and rows of 32 or fewer as before
-    last = row_model.SHORT_NARROW_COLS[op]
-    for cols, lanes, reps in ((33, 4, 9), (101, 16, 7), (255, 32, 8), (254, 32, 4), (767, 32, 24), (999, 32, 32)):
-        plan = norms.recipe_plan(op, 65536, cols, "bf16", "sm_90a")
-        if cols > last:
-            assert plan.lanes != lanes or plan.rows == 1, (cols, plan)
+    # 16-bit rows of 33 - 1,000 columns (768 for add + RMSNorm) and f32 rows of up to 512 in
+    # accesses of 2 to 8 bytes (add + RMSNorm: 16-bit rows of 2- and 4-byte accesses): a warp a row
+    # or less at 8 or more elements a thread, rows sharing a block of 256 threads
+    # (rows.SHORT_NARROW_COLS); rows of 16-byte accesses, rows of 32 or fewer columns and longer
+    # rows as before
+    c16, c32, widest = row_model.SHORT_NARROW_COLS[op]
+    cases = [(33, "bf16", 4, 9, 2), (101, "bf16", 16, 7, 2), (255, "bf16", 32, 8, 2), (254, "bf16", 32, 4, 4),
+             (767, "bf16", 32, 24, 2), (999, "bf16", 32, 32, 2), (252, "bf16", 32, 2, 8), (255, "f32", 32, 8, 4),
+             (510, "f32", 32, 8, 8), (101, "f32", 16, 7, 4)]
+    for cols, dt, lanes, reps, access in cases:
+        plan = norms.recipe_plan(op, 65536, cols, dt, "sm_90a")
+        if cols > (c16 if dt != "f32" else c32) or access > widest:
+            assert plan.lanes != lanes or plan.rows == 1, (cols, dt, plan)
             continue
-        assert (plan.lanes, plan.reps, plan.lanes * plan.rows, plan.row_memory) == (lanes, reps, 256, "RF"), (cols, plan)
-        assert norms.recipe_plan(op, 3, cols, "f16", "sm_80").lanes == lanes
+        assert (plan.lanes, plan.reps, plan.lanes * plan.rows, plan.row_memory) == (lanes, reps, 256, "RF"), \
+            (cols, dt, plan)
+        assert norms.recipe_plan(op, 3, cols, dt, "sm_80").lanes == lanes
+
     def fields(p):
         return p.lanes, p.vec, p.reps, p.rows, p.row_memory, p.aligned, p.persistent
 
-    for cols, dt in ((252, "bf16"), (256, "f16"), (255, "f32"), (31, "bf16")):
+    for cols, dt in ((256, "f16"), (31, "bf16"), (767, "f32"), (1020, "bf16")):
         without = row_model.row_plan(65536, cols, dt, **{**row_model.measured_plan_args(op, cols, dt, True, 65536),
                                                          "short_narrow_cols": 0})
         assert fields(norms.recipe_plan(op, 65536, cols, dt, "sm_90a")) == fields(without), (cols, dt)
-    with pytest.raises(ValueError, match="short_narrow_cols"):
-        row_model.row_plan(4, 255, "bf16", short_narrow_cols=-1)
+    for bad in ({"short_narrow_cols": -1}, {"short_narrow_bytes": "8"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            row_model.row_plan(4, 255, "bf16", **bad)
     # the plans through the interpreter (the last block's rows partly past the end) and without
     # spills at their longest
-    for rows, cols in ((19, 101), (5, 254), (70, 33)):
-        kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
-        sched = getattr(recipes, kind)(rows, cols, dtype="f16", arch="sm_90a", **kw)
-        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
-    assert fs.compile(getattr(recipes, kind)(65536, last - 1, dtype="bf16", arch="sm_90a", **kw), arch="sm_90a").spills == 0
+    for rows, cols, dt in ((19, 101, "f16"), (5, 254, "f16"), (70, 33, "f16"), (21, 252, "bf16"), (9, 255, "f32")):
+        sched = getattr(recipes, kind)(rows, cols, dtype=dt, arch="sm_90a", **kw)
+        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    for cols, dt in ((c16 - 1, "bf16"), (c32 - 1, "f32")):
+        if cols > 32:
+            assert fs.compile(getattr(recipes, kind)(65536, cols, dtype=dt, arch="sm_90a", **kw), arch="sm_90a").spills == 0

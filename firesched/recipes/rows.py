@@ -318,8 +318,19 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
 # 0.431 - 0.846, 131072 x 511 0.430 - 0.867, 65536 x 767 0.588 - 0.884, 65536 x 999 0.621 - 0.879,
 # 262144 x 101 0.202 - 0.495, 524288 x 33 0.312 - 0.745 (1.10 - 1.42 TB/s), f16 alike; but add +
 # RMSNorm 65536 x 999 1.051 / 1.102 (bf16 / f16; 72 registers a thread) and f16 65536 x 767 1.033
-# (bf16 0.884): its rows up to 768 columns.  By recipe: the last such row's columns
-SHORT_NARROW_COLS = {"rmsnorm": 1000, "layernorm": 1000, "softmax": 1000, "causal": 1000, "add_rmsnorm": 768}
+# (bf16 0.884): its rows up to 768 columns.  Rows of 8-byte accesses and f32 rows too (probes,
+# results/rows-short-narrow-probe3-2026-11-29-h200.txt, TB/s against the plan then): bf16 131072 x
+# 252 on a warp x 8 3.83 - 3.97 (3.28 - 3.30); f32 131072 x 255 on a warp x 8 3.84 - 4.07 (1.65 -
+# 1.66; torch's softmax 3.88), 262144 x 101 on 16 lanes x 7 3.28 - 4.00 (1.33), but 65536 x 767 on a
+# warp x 24 softmax 3.99 (3.56), LayerNorm 3.74 (3.45), RMSNorm 3.45 (3.71): f32 rows up to 512.
+# As the plan (bench/rows.py --old; results/rows-short-narrow-{8byte-bf16,f32}-2026-11-29-h200.json):
+# bf16 131072 x 252, 65536 x 508, 764, 996 0.547 - 0.860 (softmax 65536 x 764 2.23 -> 4.03 TB/s), f32
+# 131072 x 255, 383, 254, 65536 x 511, 510, 262144 x 101 0.334 - 0.926 (softmax 131072 x 255 1.66 ->
+# 4.05, torch 3.84), but add + RMSNorm's 0.943 - 1.027 in bf16 and 0.760 - 1.058 in f32 (its rows
+# of 8-byte accesses and f32 rows of 511 columns slower): its rows keep 2- and 4-byte 16-bit
+# accesses.  By recipe: (the last such 16-bit row's columns, f32 row's, the widest access in bytes)
+SHORT_NARROW_COLS = {"rmsnorm": (1000, 512, 8), "layernorm": (1000, 512, 8), "softmax": (1000, 512, 8),
+                     "causal": (1000, 512, 8), "add_rmsnorm": (768, 0, 4)}
 SHORT_NARROW_VALUES = 8
 
 
@@ -747,7 +758,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS),
-            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0), "short_narrow_cols": SHORT_NARROW_COLS.get(op, 0)}
+            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0), "short_narrow_cols": SHORT_NARROW_COLS.get(op, (0, 0, 0))[0 if eb == 2 else 1],
+            "short_narrow_bytes": SHORT_NARROW_COLS.get(op, (0, 0, 0))[2]}
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -1014,7 +1026,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              persistent_window_blocks: int = 0, row_operands: int = 0,
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
-             staged_window_alone_threads: int = 0, short_narrow_cols: int = 0) -> RowPlan:
+             staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
+             short_narrow_bytes: int = 8) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1068,10 +1081,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``PERSISTENT_WINDOW_COLS`` says), on blocks of ``persistent_window_threads`` threads, each
     with ``tile_stages`` rows in shared memory (``RowPlan.tile_stages``: the next rows' copies in
     flight while it computes one; the recipes ask for two where ``PERSISTENT_PREFETCH_COLS`` and
-    ``PERSISTENT_PREFETCH_WIDE`` say); ``short_narrow_cols``: a 16-bit row of 33 to this many
-    columns in 2- or 4-byte accesses (odd, or 2 mod 4) takes a warp or less
-    (``short_narrow_lanes``), rows sharing a block of ``MIN_BLOCK_THREADS`` (0: never; the recipes
-    ask for ``SHORT_NARROW_COLS``)."""
+    ``PERSISTENT_PREFETCH_WIDE`` say); ``short_narrow_cols``: a 16-bit or f32 row of 33 to this
+    many columns in accesses of 2 to ``short_narrow_bytes`` (at most 8) bytes (a 16-bit row not a
+    multiple of 8, an f32 row not a multiple of 4) takes a warp or less (``short_narrow_lanes``),
+    rows sharing a block of ``MIN_BLOCK_THREADS`` (0: never; the recipes ask for
+    ``SHORT_NARROW_COLS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1079,6 +1093,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
                           ("short_narrow_cols", short_narrow_cols, "never"),
+                          ("short_narrow_bytes", short_narrow_bytes, "never"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
                           ("staged_block_values", staged_block_values, "clusters"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
@@ -1201,8 +1216,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if plan.lanes <= fill_threads:
         # (a plan of fewer passes than the fill allows is within max_values anyway)
         max_values = max(max_values, min(plan.reps * vec, fill))
-    if short_narrow_cols and eb == 2 and vec * eb <= 4 and 32 < cols <= short_narrow_cols:
-        # a short row of 2- or 4-byte accesses: a warp or less, SHORT_NARROW_VALUES or more
+    if short_narrow_cols and eb in (2, 4) and vec * eb <= min(8, short_narrow_bytes) and 32 < cols <= short_narrow_cols:
+        # a short row of 2- to 8-byte accesses: a warp or less, SHORT_NARROW_VALUES or more
         # elements a thread, rows sharing a block (SHORT_NARROW_COLS's measurements)
         lanes = short_narrow_lanes(cols)
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))

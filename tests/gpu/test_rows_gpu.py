@@ -443,7 +443,18 @@ def test_windows_alone_on_their_sm(op, rows, cols, dtype):
 
 
 SHORT_NARROW = [(1000, 255, "bf16"), (777, 254, "f16"), (3001, 101, "bf16"), (5000, 33, "f16"), (300, 999, "bf16"),
-                (257, 767, "f16"), (9, 383, "bf16"), (70, 35, "bf16"), (500, 769, "f16")]
+                (257, 767, "f16"), (9, 383, "bf16"), (70, 35, "bf16"), (500, 769, "f16"), (1000, 252, "bf16"),
+                (300, 255, "f32"), (64, 510, "f32"), (33, 101, "f32")]
+
+
+def _short_narrow(op, cols, dtype):
+    """Whether recipe ``op`` takes a warp or less for rows of ``cols`` (rows.SHORT_NARROW_COLS)."""
+    c16, c32, widest = fs.recipes.rows.SHORT_NARROW_COLS[op]
+    eb = 4 if dtype == "f32" else 2
+    vec = 16 // eb
+    while cols % vec:
+        vec //= 2
+    return cols <= (c16 if eb == 2 else c32) and vec * eb <= widest
 
 
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
@@ -453,7 +464,7 @@ def test_short_narrow_rows(op, rows, cols, dtype, shift):
     # 16-bit rows of 33 - 1,000 columns in 2- or 4-byte accesses: a warp a row or less, several
     # rows a block (rows.SHORT_NARROW_COLS), the last block's rows partly past the tensor's end
     plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
-    short = cols <= fs.recipes.rows.SHORT_NARROW_COLS[op]
+    short = _short_narrow(op, cols, dtype)
     assert (plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1) == short, plan
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
@@ -462,5 +473,6 @@ def test_short_narrow_rows(op, rows, cols, dtype, shift):
 @pytest.mark.parametrize("diagonal", [0, 40])
 def test_short_narrow_causal_rows(rows, cols, dtype, diagonal):
     plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
-    assert plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1, plan
+    short = _short_narrow("causal", cols, dtype)
+    assert (plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1) == short, plan
     _causal(rows, cols, dtype, diagonal)
