@@ -131,6 +131,8 @@ def test_large_magnitudes_do_not_overflow_the_statistics():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(R=1, C=3, dt="f16", kind="rmsnorm")      # one short row: fewer lanes than a warp
+@example(R=1, C=33, dt="f16", kind="rmsnorm")     # one short narrow row on 4 lanes: a warp's block
+@example(R=2, C=101, dt="f32", kind="softmax")    # (16 lanes)
 @example(R=1, C=1, dt="f32", kind="layernorm")
 @example(R=3, C=17, dt="bf16", kind="softmax")
 @given(R=st.integers(1, 40), C=st.integers(1, 1500), dt=st.sampled_from(["f16", "bf16", "f32"]),

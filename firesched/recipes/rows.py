@@ -1220,7 +1220,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # a short row of 2- to 8-byte accesses: a warp or less, SHORT_NARROW_VALUES or more
         # elements a thread, rows sharing a block (SHORT_NARROW_COLS's measurements)
         lanes = short_narrow_lanes(cols)
-        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
+        # (at least a whole warp: the row's lanes combine their partial results with full-warp
+        # shuffles; rows past the end of the tensor are masked)
+        rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
         max_values = max(max_values, plan.reps * vec)
     elif element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
