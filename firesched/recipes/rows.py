@@ -41,10 +41,10 @@ aims at three things, in this order —
       64              8     8     1       32          256
       256            32     8     1        8          256
       512             64    8     1        4           64 (each thread: its 8 columns of 4 rows)
-      767             32    1    24        8          256 (a 16-bit row of 2- or 4-byte accesses of 33 -
-                                                         1,000 columns: a warp a row or less, 8 or more
-                                                         elements a thread, rows sharing a block;
-                                                         SHORT_NARROW_COLS)
+      767             32    1    24        8          256 (a 16-bit row of 2- to 8-byte accesses of 33 -
+                                                         1,000 columns, f32 up to 512: a warp a row or
+                                                         less, 8 or more elements a thread, rows sharing
+                                                         a block; SHORT_NARROW_COLS)
       1,024         128     8     1        2          128
       2,560          64     8     5        1           64 (vectors not a power of two: the power-of-two
                                                          threads whose passes idle least, FILL_THREADS)
@@ -299,8 +299,8 @@ def odd_row_values(op: str, cols: int, dtype="bf16") -> int | None:
     return None
 
 
-# 16-bit rows of 33 to these many columns in 2- or 4-byte accesses (odd, or 2 mod 4) take a warp
-# a row or less (row_plan's short_narrow_cols): lanes that hold the row at about
+# 16-bit and f32 rows of 33 to these many columns in accesses narrower than 16 bytes (16-bit: odd,
+# 2 or 4 mod 8; f32: odd or 2 mod 4) take a warp a row or less (row_plan's short_narrow_cols): lanes that hold the row at about
 # SHORT_NARROW_VALUES or more elements a thread, at most a warp (short_narrow_lanes), rows sharing
 # a block of MIN_BLOCK_THREADS; the plans before put such a row on up to 256 threads of one
 # element each (a block of 256 threads a row of 255 columns: 0.83 TB/s, a third of torch's
@@ -335,7 +335,7 @@ SHORT_NARROW_VALUES = 8
 
 
 def short_narrow_lanes(cols: int) -> int:
-    """The threads a short 16-bit row of ``cols`` columns in 2- or 4-byte accesses takes
+    """The threads a short row of ``cols`` columns in accesses narrower than 16 bytes takes
     (``row_plan(short_narrow_cols=)``): the power of two at or above ``cols / SHORT_NARROW_VALUES``
     (about that many elements a thread, a few fewer where the row is just under a power of two),
     at most a warp::
@@ -751,15 +751,17 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     (``PARTIAL_PASS_BLOCKS``) and, on sm_90a, the persistent staged windows of
     ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``), and those of a
     warp a row of ``PERSISTENT_WARP_WINDOWS`` where there are ``rows`` enough (None: as many as
-    it takes)."""
+    it takes), and the short rows of narrow accesses of ``SHORT_NARROW_COLS``
+    (``short_narrow_cols``, ``short_narrow_bytes``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
             "staged_window_blocks": STAGED_WINDOW_BLOCKS_BY_OP.get(op, STAGED_WINDOW_BLOCKS),
             "element_min_threads": MIN_BLOCK_THREADS if op in ODD_ROWS_SHARE_BLOCKS else 0,
             "stage_one_block": op in STAGE_ONE_BLOCK, "staged_block_threads": STAGE_ONE_BLOCK.get(op, MAX_THREADS),
-            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0), "short_narrow_cols": SHORT_NARROW_COLS.get(op, (0, 0, 0))[0 if eb == 2 else 1],
-            "short_narrow_bytes": SHORT_NARROW_COLS.get(op, (0, 0, 0))[2]}
+            "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0)}
+    narrow16, narrow32, widest = SHORT_NARROW_COLS.get(op, (0, 0, 0))
+    args.update(short_narrow_cols=narrow16 if eb == 2 else narrow32, short_narrow_bytes=widest)
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
