@@ -6,6 +6,7 @@
     PYTHONPATH=. python bench/rows.py --shapes 4096x65536 --old ../other    # also that checkout's kernels
     PYTHONPATH=. python bench/rows.py --launches plain --old .   # ours launched plainly, against ours (chained)
     PYTHONPATH=. python bench/rows.py --arch sm_80 --old ../other   # the sm_80 plans and kernels, on this GPU
+    PYTHONPATH=. python bench/rows.py --shapes odd --old ../other   # rows of odd lengths (ODD_SHAPES)
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of torch's peer
 (``rms_norm``, ``layer_norm``, ``x + r`` then ``rms_norm``, ``softmax``) in TB/s — the bytes the op
@@ -59,6 +60,14 @@ SHAPES = [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (8192, 8192), 
 #: (add + RMSNorm 2048 x 131072 bf16 on an H100: 2.86 -> 2.53 TB/s, torch 1.95 -> 1.72; not
 #: explained: the next case's tensors presumably land in the memory the large one freed)
 LONG_SHAPES = [(4096, 65536), (2048, 131072), (1024, 262144), (32768, 65536)]
+#: ``--shapes odd``: rows whose lengths are not multiples of 8 (accesses narrower than 16 bytes),
+#: one or two of each plan family the tile model has for them (rows.row_plan): short rows on a
+#: warp or less (SHORT_NARROW_COLS), a warp or two a row (PERSISTENT_WARP_WINDOWS), element plans,
+#: prefetching and persistent windows, staged windows on whole warps, a window alone on its SM,
+#: element copies on clusters
+ODD_SHAPES = [(262144, 101), (131072, 255), (131072, 254), (65536, 767), (65536, 999), (32768, 1023),
+              (16384, 1151), (16384, 1535), (16384, 1699), (8192, 2047), (16384, 2559), (4096, 4095),
+              (16384, 4097), (8192, 8191), (4096, 16383), (2048, 20479), (1024, 65537), (512, 116009)]
 #: Rows the correctness check compares (rows are independent; the f32 reference of a 4 GiB
 #: tensor would not fit beside it).
 CHECK_ROWS = 2048
@@ -247,11 +256,25 @@ def cpu_smoke(op: str, dtype: str) -> dict:
     return dict(op=op, dtype=dtype, spills=k.spills, timing="skipped: no GPU")
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """``--shapes``: ``ROWSxCOLS`` values separated by commas, or ``odd`` (``ODD_SHAPES``)."""
+    if text == "odd":
+        return list(ODD_SHAPES)
+    shapes = []
+    for s in filter(None, text.split(",")):
+        rows, sep, cols = s.partition("x")
+        if not (sep and rows.isdigit() and cols.isdigit() and int(rows) > 0 and int(cols) > 0):
+            raise SystemExit(f"--shapes {s!r}: ROWSxCOLS of positive ints (e.g. 16384x1535), or 'odd'")
+        shapes.append((int(rows), int(cols)))
+    return shapes
+
+
 def main(argv=None) -> list:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--dtypes", default="f16,bf16")
-    p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES + LONG_SHAPES))
+    p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES + LONG_SHAPES),
+                   help="ROWSxCOLS,... or 'odd' (ODD_SHAPES); default: the standard set (SHAPES, LONG_SHAPES)")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--timing", choices=("graphs", "events"), default="graphs",
                    help="CUDA-graph replays (default) or back-to-back launches between events")
@@ -273,7 +296,7 @@ def main(argv=None) -> list:
     bad = [o for o in ops if o not in OPS + EXTRA_OPS]
     if bad:
         raise SystemExit(f"unknown ops {bad}; known: {', '.join(OPS + EXTRA_OPS)}")
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    shapes = parse_shapes(args.shapes)
     dtypes = [d for d in args.dtypes.split(",") if d]
     try:
         import torch

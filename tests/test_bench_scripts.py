@@ -241,6 +241,17 @@ def test_rows_runs_small(tmp_path):
     assert all(r["spills"] == 0 for r in got)
 
 
+def test_rows_shapes_name_the_odd_set_and_refuse_malformed_values():
+    from bench import rows as rows_bench
+
+    assert rows_bench.parse_shapes("odd") == rows_bench.ODD_SHAPES
+    assert all(c % 8 for _, c in rows_bench.ODD_SHAPES)
+    assert rows_bench.parse_shapes("16384x1535,8x3,") == [(16384, 1535), (8, 3)]
+    for bad in ("16384", "0x5", "ax3", "4096x4096x2"):
+        with pytest.raises(SystemExit, match="ROWSxCOLS"):
+            rows_bench.parse_shapes(bad)
+
+
 def test_gemm_w4a16_smoke_runs():
     """bench/gemm_w4a16.py --smoke: its instance interpreted against numpy, and the plain byte
     layout the torch path unpacks (code k of row n in byte k / 2, low nibble for even k)."""
