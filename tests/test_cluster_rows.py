@@ -126,10 +126,14 @@ def test_clusters_need_sm90a():
 
 
 def test_cluster_kernels_compile():
-    # the row's part waits in shared memory (cp.async), four blocks of 256 threads a cluster
-    k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a", exchange="barrier"), arch="sm_90a")
+    # the row's part waits in shared memory (cp.async), four blocks of 256 threads a cluster, six
+    # blocks an SM where the grid has more blocks than the SMs (40 rows: 160), one where it has no
+    # more (4 rows: 16 blocks; norms.plan_rows)
+    k = fs.compile(fs.recipes.softmax(40, 65536, arch="sm_90a", exchange="barrier"), arch="sm_90a")
     assert "__cluster_dims__(4, 1, 1)" in k.source and "__launch_bounds__(256, 6)" in k.source
     assert "ld.shared::cluster" in k.source and "cp.async.cg.shared.global" in k.source
+    k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a", exchange="barrier"), arch="sm_90a")
+    assert "__cluster_dims__(4, 1, 1)" in k.source and "__launch_bounds__(256, 1)" in k.source
     # by default the blocks push their parts into each other's shared memory
     k = fs.compile(fs.recipes.softmax(4, 65536, arch="sm_90a"), arch="sm_90a")
     assert "st.async" in k.source and "ld.shared::cluster" not in k.source

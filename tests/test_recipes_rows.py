@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -172,8 +173,10 @@ def test_causal_rows_of_few_passes_take_half_blocks():
     assert plan(16, 24576, half_block_values=cv) == row_model.RowPlan(512, 8, 6, 1)
     assert plan(16, 20488, half_block_values=cv).lanes == 1024 and plan(16, 32768, half_block_values=cv).lanes == 1024
     assert plan(16, 20480).lanes == 1024
+    # (two blocks an SM where the grid has more blocks than the SMs; 16 rows: one an SM)
+    assert "occupancy=2" in repr(recipes.softmax(200, 20480, dtype="bf16", arch="sm_90a", causal=True).strategies[0])
     causal = recipes.softmax(16, 20480, dtype="bf16", arch="sm_90a", causal=True)
-    assert "occupancy=2" in repr(causal.strategies[0])
+    assert "occupancy" not in repr(causal.strategies[0])
     assert fs.compile(causal, arch="sm_90a").spills == 0
 
 
@@ -186,8 +189,10 @@ def test_norm_rows_of_few_passes_take_half_blocks(kind):
     assert row_model.row_plan(64, 20000, "bf16", clusters=True, stage=True, **args) == row_model.RowPlan(512, 8, 5, 1)
     on_sm80 = row_model.measured_plan_args(kind, 20000, "bf16", False)
     assert "half_block_values" not in on_sm80 and "half_block_vectors" not in on_sm80
+    many = getattr(recipes, kind)(200, 16392, dtype="bf16", arch="sm_90a")
+    assert repr(many.strategies[0]) == "tile(r=1) >> to_blocks(occupancy=2)"
     sched = getattr(recipes, kind)(3, 16392, dtype="bf16", arch="sm_90a")
-    assert repr(sched.strategies[0]) == "tile(r=1) >> to_blocks(occupancy=2)"
+    assert repr(sched.strategies[0]) == "tile(r=1) >> to_blocks()"        # (3 blocks: one an SM)
     fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
     assert fs.compile(sched, arch="sm_90a").spills == 0
 
@@ -438,7 +443,7 @@ def test_plans_of_the_tile_model():
     assert row_model.row_plan(4096, 1536, "f32") == row_model.RowPlan(128, 4, 3, 1)   # f32: up to 512 x 7
     assert row_model.row_plan(4096, 10240, "f32", clusters=True, stage=True) == row_model.RowPlan(512, 4, 5, 1)
     # add + RMSNorm f16 on 512 threads with a partial last pass: one block an SM (it spilled at two)
-    add = {(c, d): norms.recipe_plan("add_rmsnorm", 8, c, d, "sm_90a")
+    add = {(c, d): norms.recipe_plan("add_rmsnorm", 800, c, d, "sm_90a")
            for c in (13312, 16384) for d in ("f16", "bf16")}
     assert add[13312, "f16"].occupancy == 1 and add[13312, "bf16"].occupancy == 2
     assert add[16384, "f16"].occupancy == 2
@@ -457,7 +462,7 @@ def test_plans_of_the_tile_model():
     # 6,000 columns the recipes stage the window itself: rows.staged_window_faster)
     assert not row_model.aligned_faster("rmsnorm", 16383, clusters=True)
     assert "cluster=" in repr(recipes.rmsnorm(64, 116009, dtype="bf16", arch="sm_90a").strategies[0])
-    assert repr(recipes.rmsnorm(64, 16383, dtype="bf16", arch="sm_90a").strategies[0]) == \
+    assert repr(recipes.rmsnorm(640, 16383, dtype="bf16", arch="sm_90a").strategies[0]) == \
         "tile(r=1) >> to_blocks(occupancy=3) >> align(c=8)"
     assert row_model.aligned_faster("layernorm", 24569) and not any(row_model.aligned_faster("causal", c)
                                                                     for c in (4095, 24569))
@@ -696,3 +701,64 @@ def test_short_narrow_rows_take_a_warp_or_less(op):
     for cols, dt in ((c16 - 1, "bf16"), (c32 - 1, "f32")):
         if cols > 32:
             assert fs.compile(getattr(recipes, kind)(65536, cols, dtype=dt, arch="sm_90a", **kw), arch="sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_longer_narrow_rows_take_128_threads_two_rows_a_block(op, monkeypatch):
+    # 16-bit rows of 2 or 4 mod 8 columns from 1,001 (rows.NARROW_BLOCK_COLS: up to 3,072 in
+    # pairs, 2,560 in quads, by recipe and tier): 128 threads a row, two rows a block (one where
+    # the tensor has one row), on sm_90a and sm_80 alike; rows of 16-byte vectors, odd rows, f32
+    # rows and rows past the range as before
+    tiers = row_model.NARROW_BLOCK_COLS.get(op, ())
+
+    def last(vec, rows):
+        return max((t[0 if vec == 2 else 1] for t in tiers if rows >= t[2]), default=0)
+
+    for cols, dt, vec, reps in ((1002, "bf16", 2, 4), (1020, "f16", 4, 2), (1534, "bf16", 2, 6), (2044, "f16", 4, 4),
+                                (2046, "bf16", 2, 8), (2556, "bf16", 4, 5), (3068, "f16", 4, 6), (3070, "bf16", 2, 12)):
+        for rows in (4096, 65536):
+            for arch in ("sm_90a", "sm_80"):
+                plan = norms.recipe_plan(op, rows, cols, dt, arch)
+                taken = (plan.lanes, plan.vec, plan.reps, plan.rows, plan.row_memory) == (128, vec, reps, 2, "RF")
+                assert taken == (cols <= last(vec, rows)), (cols, dt, rows, arch, plan)
+        assert norms.recipe_plan(op, 1, cols, dt, "sm_90a").rows == 1
+    expected = {"softmax": (1, 1, 0), "layernorm": (1, 1, 0), "rmsnorm": (0, 1, 0), "causal": (0, 1, 0),
+                "add_rmsnorm": (0, 0, 0)}[op]
+    assert tuple(int(norms.recipe_plan(op, r, c, "bf16", "sm_90a").lanes == 128) for r, c in
+                 ((4096, 2046), (16384, 3070), (32768, 3068))) == expected
+    others = ((1000, "bf16"), (1024, "bf16"), (1023, "f16"), (3074, "bf16"), (1022, "f32"))
+    plans = [norms.recipe_plan(op, 65536, cols, dt, "sm_90a") for cols, dt in others]
+    with monkeypatch.context() as m:
+        m.setitem(row_model.NARROW_BLOCK_COLS, op, ())
+        assert plans == [norms.recipe_plan(op, 65536, cols, dt, "sm_90a") for cols, dt in others]
+    for bad in ({"narrow_block_cols": -1}, {"narrow_block_quad_cols": 2.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            row_model.row_plan(4, 1022, "bf16", **bad)
+    if not tiers:
+        return
+    # through the interpreter (an odd number of rows: the last block's second row past the end)
+    # and without spills at the longest, both targets
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    for rows, cols, dt in ((3, 1022, "bf16"), (3, 1020, "f16")):
+        sched = getattr(recipes, kind)(rows, cols, dtype=dt, arch="sm_90a", **kw)
+        assert norms.recipe_plan(op, rows, cols, dt, "sm_90a").lanes == 128
+        fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    for cols, dt, arch in ((last(2, 65536) - 2, "bf16", "sm_90a"), (last(4, 65536) - 4, "f16", "sm_80")):
+        assert fs.compile(getattr(recipes, kind)(65536, cols, dtype=dt, arch=arch, **kw), arch=arch).spills == 0
+
+
+def test_grids_of_no_more_blocks_than_sms_ask_for_one_an_sm():
+    # a grid of no more blocks than the target's SMs asks for one block an SM (norms.plan_rows):
+    # more only capped the registers, and these spilled (RMSNorm 5 x 45,001 16 bytes a thread on
+    # 1,024 threads at two an SM; softmax 1 x 262,143 on clusters of 8 at three, 8 bytes)
+    for op, rows, cols in (("rmsnorm", 5, 45001), ("softmax", 1, 262143), ("layernorm", 3, 16392)):
+        few, many = (norms.recipe_plan(op, r, cols, "bf16", "sm_90a") for r in (rows, 4096))
+        assert many.occupancy > 1 and few.occupancy == 1 and attrs.evolve(few, blocks_per_sm=0) == \
+            attrs.evolve(many, blocks_per_sm=0), (op, few, many)
+    # (132 blocks of the sm_90a target: one an SM; 133: as the tile model says)
+    assert norms.recipe_plan("layernorm", 132, 16392, "bf16", "sm_90a").occupancy == 1
+    assert norms.recipe_plan("layernorm", 133, 16392, "bf16", "sm_90a").occupancy == 2
+    # a persistent grid keeps its blocks an SM (they size its grid)
+    assert norms.recipe_plan("rmsnorm", 8192, 2047, "bf16", "sm_90a").persistent
+    for op, rows, cols in (("rmsnorm", 5, 45001), ("softmax", 1, 262143)):
+        assert fs.compile(getattr(recipes, op)(rows, cols, dtype="bf16", arch="sm_90a"), arch="sm_90a").spills == 0

@@ -334,6 +334,33 @@ SHORT_NARROW_COLS = {"rmsnorm": (1000, 512, 8), "layernorm": (1000, 512, 8), "so
 SHORT_NARROW_VALUES = 8
 
 
+# 16-bit rows of NARROW_BLOCK_FROM to a few thousand columns in 4- or 8-byte accesses (2 or 4 mod
+# 8) take NARROW_BLOCK_THREADS threads a row, NARROW_BLOCK_ROWS rows a block (each thread holds its
+# columns of both rows: row_plan's narrow_block_cols, narrow_block_quad_cols); the plans before
+# put such a row alone on a block of 256 or 512 threads of 2 - 6 pairs (1 - 3 quads) each.  Probed
+# on an H200 (bench/row_plans.py --together, bf16, TB/s against the plan then;
+# results/rows-narrow-block-probe-2026-11-29-h200.txt): softmax 65536 x 1022 on 128 threads x 8,
+# two rows a block, 4.06 (2.76), a warp x 32 4.05; 32768 x 2046 x 16 4.05 (3.73), one row a block
+# 3.70; 32768 x 3070 x 24 4.07 (2.96), 256 x 12 alone 4.08; LayerNorm 3.91 (2.63), 3.87 (3.19),
+# 3.87 (2.45); RMSNorm 4.10 (3.16), 3.97 (3.91), 3.90 (3.27; 256 x 12 4.08).  As the plan
+# (bench/rows.py --old, time old / new, bf16 / f16, 4,096 to 65,536 rows;
+# results/rows-narrow-block{,-rows}-{bf16,f16}-2026-11-29-h200.json): softmax 1.03 - 1.58 at every
+# shape (65536 x 1022 2.73 -> 4.02 TB/s, 32768 x 2558 2.58 -> 4.00), LayerNorm 1.04 - 1.86 (32768 x
+# 3070 2.41 -> 3.81) but 4096 x 2046 0.96 / 1.01; RMSNorm 1.09 - 1.35 up to 1,534 columns and at
+# 16,384 rows or more (32768 x 2558 2.84 -> 3.83), 0.92 - 1.03 at 2,046 - 3,070 columns on 4,096 -
+# 12,288 rows; causal softmax 1.07 - 1.52 (f16 at 2,046 - 3,070 columns 0.98 - 1.01, bf16 at 2,046
+# on 4,096 - 8,192 rows 0.96 - 0.98).  Quads (8-byte accesses) 1.02 - 1.14 at 2,044 and 2,300 - 2,556
+# (RMSNorm 0.97 - 1.01 there), 0.96 - 1.01 at 3,068 (the plan before holds 256 x 3 quads, every
+# thread busy).  Add + RMSNorm: 0.92 - 1.04 (not taken).  By recipe, tiers of (the last such row's
+# columns in 4-byte accesses, in 8-byte accesses, the fewest rows the tier needs)
+NARROW_BLOCK_COLS = {"softmax": ((3072, 2560, 0),), "layernorm": ((3072, 2560, 0),),
+                     "rmsnorm": ((1536, 2048, 0), (3072, 2048, 16384)),
+                     "causal": ((1536, 2560, 0), (3072, 2560, 12288))}
+NARROW_BLOCK_FROM = 1001
+NARROW_BLOCK_THREADS = 128
+NARROW_BLOCK_ROWS = 2
+
+
 def short_narrow_lanes(cols: int) -> int:
     """The threads a short row of ``cols`` columns in accesses narrower than 16 bytes takes
     (``row_plan(short_narrow_cols=)``): the power of two at or above ``cols / SHORT_NARROW_VALUES``
@@ -751,8 +778,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     (``PARTIAL_PASS_BLOCKS``) and, on sm_90a, the persistent staged windows of
     ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``), and those of a
     warp a row of ``PERSISTENT_WARP_WINDOWS`` where there are ``rows`` enough (None: as many as
-    it takes), and the short rows of narrow accesses of ``SHORT_NARROW_COLS``
-    (``short_narrow_cols``, ``short_narrow_bytes``)."""
+    it takes), the short rows of narrow accesses of ``SHORT_NARROW_COLS``
+    (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``NARROW_BLOCK_COLS``
+    (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -762,6 +790,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0)}
     narrow16, narrow32, widest = SHORT_NARROW_COLS.get(op, (0, 0, 0))
     args.update(short_narrow_cols=narrow16 if eb == 2 else narrow32, short_narrow_bytes=widest)
+    tiers = [t for t in NARROW_BLOCK_COLS.get(op, ()) if rows is None or rows >= t[2]]
+    args.update(narrow_block_cols=max((t[0] for t in tiers), default=0),
+                narrow_block_quad_cols=max((t[1] for t in tiers), default=0))
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -1029,7 +1060,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
-             short_narrow_bytes: int = 8) -> RowPlan:
+             short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1087,7 +1118,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     many columns in accesses of 2 to ``short_narrow_bytes`` (at most 8) bytes (a 16-bit row not a
     multiple of 8, an f32 row not a multiple of 4) takes a warp or less (``short_narrow_lanes``),
     rows sharing a block of ``MIN_BLOCK_THREADS`` (0: never; the recipes ask for
-    ``SHORT_NARROW_COLS``)."""
+    ``SHORT_NARROW_COLS``); ``narrow_block_cols``, ``narrow_block_quad_cols``: a 16-bit row of
+    ``NARROW_BLOCK_FROM`` to this many columns in 4-byte accesses (2 mod 4), in 8-byte accesses (4
+    mod 8), takes ``NARROW_BLOCK_THREADS`` threads, ``NARROW_BLOCK_ROWS`` rows a block (0: never;
+    the recipes ask for ``NARROW_BLOCK_COLS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1096,6 +1130,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
                           ("short_narrow_cols", short_narrow_cols, "never"),
                           ("short_narrow_bytes", short_narrow_bytes, "never"),
+                          ("narrow_block_cols", narrow_block_cols, "never"),
+                          ("narrow_block_quad_cols", narrow_block_quad_cols, "never"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
                           ("staged_block_values", staged_block_values, "clusters"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
@@ -1226,6 +1262,13 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # shuffles; rows past the end of the tensor are masked)
         rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
+        max_values = max(max_values, plan.reps * vec)
+    elif eb == 2 and vec in (2, 4) and NARROW_BLOCK_FROM <= cols <= \
+            (narrow_block_cols if vec == 2 else narrow_block_quad_cols):
+        # a longer 16-bit row of 4- or 8-byte accesses: a few threads' worth of rows a block, each
+        # row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's measurements)
+        lanes = NARROW_BLOCK_THREADS
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * NARROW_BLOCK_ROWS))
         max_values = max(max_values, plan.reps * vec)
     elif element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an

@@ -70,7 +70,7 @@ def test_f32_rows_of_passes_that_fill_their_threads(op, rows, cols):
 @pytest.mark.parametrize("cols", [13312, 15360])
 def test_add_rmsnorm_partial_passes_on_one_block_an_sm(cols):
     # 512 threads x 4, the last pass partial: f16 spilled at two blocks an SM (rows.PARTIAL_PASS_BLOCKS)
-    assert "occupancy" not in repr(fs.recipes.add_rmsnorm(3, cols, dtype="f16", arch="sm_90a").strategies[0])
+    assert "occupancy" not in repr(fs.recipes.add_rmsnorm(1000, cols, dtype="f16", arch="sm_90a").strategies[0])
     _run("add_rmsnorm", 3, cols, "f16")
 
 
@@ -230,7 +230,11 @@ def test_the_recipes_wide_staged_windows(op, shift, rows, cols, dtype):
     plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
     # (as whole warps where the wide block's last pass would hold a few chunks: rows.whole_warps)
     wide = [t for start, t in fs.recipes.rows.STAGED_WINDOW_WIDE[op] if cols >= start][-1]
-    assert wide in (512, 1024) and plan.lanes == fs.recipes.rows.window_warps(cols, wide, plan.blocks_per_sm)[0], plan
+    # (the blocks an SM the window was shaped for: those of a grid of more blocks than SMs; a grid
+    # of fewer asks for one, norms.plan_rows)
+    per_sm = fs.recipes.norms.recipe_plan(op, 100000, cols, dtype, "sm_90a").blocks_per_sm
+    assert plan.blocks_per_sm == (1 if rows <= 132 else per_sm), plan
+    assert wide in (512, 1024) and plan.lanes == fs.recipes.rows.window_warps(cols, wide, per_sm)[0], plan
     assert plan.aligned and plan.row_memory == "SH" and not plan.persistent, plan
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
@@ -296,7 +300,9 @@ def test_causal_rows_staged_in_their_window(rows, cols, diagonal, dtype):
     import torch
 
     plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
-    assert plan.aligned and plan.row_memory == "SH" and plan.blocks_per_sm == 2, plan
+    # (two blocks an SM where the grid has more blocks than SMs; these few rows' one an SM)
+    assert plan.aligned and plan.row_memory == "SH" and plan.blocks_per_sm == 1, plan
+    assert fs.recipes.norms.recipe_plan("causal", 1000, cols, dtype, "sm_90a").blocks_per_sm == 2
     tdt = TDT[dtype]
     x = (torch.randn(rows, cols, device="cuda") * 3.0).to(tdt)
     k = fs.compile(fs.recipes.softmax(rows, cols, dtype=dtype, arch="sm_90a", causal=True, diagonal=diagonal),
@@ -475,4 +481,38 @@ def test_short_narrow_causal_rows(rows, cols, dtype, diagonal):
     plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
     short = _short_narrow("causal", cols, dtype)
     assert (plan.lanes == fs.recipes.rows.short_narrow_lanes(cols) and plan.rows > 1) == short, plan
+    _causal(rows, cols, dtype, diagonal)
+
+
+NARROW_BLOCK = [(700, 1022, "bf16"), (301, 1020, "f16"), (99, 2046, "bf16"), (5, 3070, "f16"), (257, 2556, "bf16"),
+                (3, 1534, "bf16"), (1, 1002, "f16"), (129, 2558, "f16"), (16385, 3070, "bf16"), (12289, 2046, "f16")]
+
+
+def _narrow_block(op, rows, cols):
+    """Whether recipe ``op`` takes rows.NARROW_BLOCK_THREADS a row for ``rows`` x ``cols`` 16-bit
+    values (rows.NARROW_BLOCK_COLS's tiers)."""
+    if cols % 8 == 0 or cols % 2 or cols < fs.recipes.rows.NARROW_BLOCK_FROM:
+        return False
+    tiers = [t for t in fs.recipes.rows.NARROW_BLOCK_COLS.get(op, ()) if rows >= t[2]]
+    return cols <= max((t[0 if cols % 4 else 1] for t in tiers), default=0)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax"])
+@pytest.mark.parametrize("rows, cols, dtype", NARROW_BLOCK)
+@pytest.mark.parametrize("shift", [0.0, -3000.0])
+def test_narrow_block_rows(op, rows, cols, dtype, shift):
+    # 16-bit rows of 2 or 4 mod 8 columns, 1,001 - 3,072: 128 threads a row, two rows a block
+    # (rows.NARROW_BLOCK_COLS), an odd number of rows (the last block's second row past the end)
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
+    assert taken == _narrow_block(op, rows, cols), plan
+    _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
+
+
+@pytest.mark.parametrize("rows, cols, dtype", NARROW_BLOCK)
+@pytest.mark.parametrize("diagonal", [0, 900])
+def test_narrow_block_causal_rows(rows, cols, dtype, diagonal):
+    plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
+    taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
+    assert taken == _narrow_block("causal", rows, cols), plan
     _causal(rows, cols, dtype, diagonal)
