@@ -747,6 +747,31 @@ def test_longer_narrow_rows_take_128_threads_two_rows_a_block(op, monkeypatch):
         assert fs.compile(getattr(recipes, kind)(65536, cols, dtype=dt, arch=arch, **kw), arch=arch).spills == 0
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_odd_rows_of_narrow_blocks(op):
+    # odd 16-bit rows of the columns rows.NARROW_BLOCK_ODD names (causal softmax 1,025 - 1,700,
+    # softmax 1,530 - 1,699, add + RMSNorm 1,025 - 1,300): 128 threads a row, two rows a block,
+    # element accesses; others and other lengths as before
+    first, last = row_model.NARROW_BLOCK_ODD.get(op, (0, 0))
+    for cols in (1025, 1151, 1299, 1301, 1531, 1699, 1701):
+        for arch in ("sm_90a", "sm_80"):
+            plan = norms.recipe_plan(op, 16384, cols, "f16", arch)
+            taken = (plan.lanes, plan.vec, plan.reps, plan.rows, plan.row_memory) == (128, 1, -(-cols // 128), 2, "RF")
+            assert taken == (first <= cols <= last), (op, cols, arch, plan)
+    with pytest.raises(ValueError, match="narrow_block_odd"):
+        row_model.row_plan(4, 1151, "bf16", narrow_block_odd=(1025,))
+    if not last:
+        return
+    # through the interpreter (the last block's second row past the end) and without spills at
+    # the longest, both targets
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    sched = getattr(recipes, kind)(3, first + 2 if first % 2 else first + 1, dtype="bf16", arch="sm_90a", **kw)
+    fs.testing.assert_schedule_correct(sched, examples=1, arch="sm_90a")
+    for arch in ("sm_90a", "sm_80"):
+        longest = last if last % 2 else last - 1
+        assert fs.compile(getattr(recipes, kind)(16384, longest, dtype="f16", arch=arch, **kw), arch=arch).spills == 0
+
+
 def test_grids_of_no_more_blocks_than_sms_ask_for_one_an_sm():
     # a grid of no more blocks than the target's SMs asks for one block an SM (norms.plan_rows):
     # more only capped the registers, and these spilled (RMSNorm 5 x 45,001 16 bytes a thread on

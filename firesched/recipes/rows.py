@@ -356,6 +356,17 @@ SHORT_NARROW_VALUES = 8
 NARROW_BLOCK_COLS = {"softmax": ((3072, 2560, 0),), "layernorm": ((3072, 2560, 0),),
                      "rmsnorm": ((1536, 2048, 0), (3072, 2048, 16384)),
                      "causal": ((1536, 2560, 0), (3072, 2560, 12288))}
+# and odd 16-bit rows (2-byte accesses) between these columns, by recipe, likewise: probed on an H200
+# (bench/row_plans.py --together, bf16, TB/s against the element plan of 256 or 512 threads a row
+# then): causal softmax 16384 x 1151 2.78 (2.34), 16384 x 1535 2.89 (2.47); softmax 16384 x 1535
+# 3.12 (2.86), 8192 x 1801 2.95 (2.83; from 1,700 columns softmax takes a persistent window
+# first), 16384 x 1151 2.92 (3.00, its warp window); LayerNorm 0.84 - 0.92 of its plans at 1,151 -
+# 1,801 (not taken).  As the plan (bench/rows.py --old, time new / old, bf16 / f16;
+# results/rows-narrow-odd-2026-11-29-h200.txt): causal softmax 0.76 - 0.97 at 1,025 - 1,601
+# columns and 4,096 - 32,768 rows (16384 x 1151 2.33 -> 2.74 TB/s), 1,699 0.99 - 1.00; softmax
+# 0.89 - 0.97 at 1,531 - 1,699; add + RMSNorm 0.79 - 0.93 at 1,025 - 1,279 columns from 16,384
+# rows, but 1,409 and 1,499 0.94 - 1.03 and 4096 x 1151 1.01 / 1.03
+NARROW_BLOCK_ODD = {"causal": (1025, 1700), "softmax": (1530, 1699), "add_rmsnorm": (1025, 1300)}
 NARROW_BLOCK_FROM = 1001
 NARROW_BLOCK_THREADS = 128
 NARROW_BLOCK_ROWS = 2
@@ -780,7 +791,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     warp a row of ``PERSISTENT_WARP_WINDOWS`` where there are ``rows`` enough (None: as many as
     it takes), the short rows of narrow accesses of ``SHORT_NARROW_COLS``
     (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``NARROW_BLOCK_COLS``
-    (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)."""
+    (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)
+    and the odd rows of ``NARROW_BLOCK_ODD`` (``narrow_block_odd``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -792,7 +804,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     args.update(short_narrow_cols=narrow16 if eb == 2 else narrow32, short_narrow_bytes=widest)
     tiers = [t for t in NARROW_BLOCK_COLS.get(op, ()) if rows is None or rows >= t[2]]
     args.update(narrow_block_cols=max((t[0] for t in tiers), default=0),
-                narrow_block_quad_cols=max((t[1] for t in tiers), default=0))
+                narrow_block_quad_cols=max((t[1] for t in tiers), default=0),
+                narrow_block_odd=NARROW_BLOCK_ODD.get(op, (0, 0)))
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -1060,7 +1073,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
-             short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0) -> RowPlan:
+             short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0,
+             narrow_block_odd: tuple[int, int] = (0, 0)) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1121,7 +1135,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``SHORT_NARROW_COLS``); ``narrow_block_cols``, ``narrow_block_quad_cols``: a 16-bit row of
     ``NARROW_BLOCK_FROM`` to this many columns in 4-byte accesses (2 mod 4), in 8-byte accesses (4
     mod 8), takes ``NARROW_BLOCK_THREADS`` threads, ``NARROW_BLOCK_ROWS`` rows a block (0: never;
-    the recipes ask for ``NARROW_BLOCK_COLS``)."""
+    the recipes ask for ``NARROW_BLOCK_COLS``), and so does an odd 16-bit row of
+    ``narrow_block_odd`` = (first, last) columns (``(0, 0)``: never; ``NARROW_BLOCK_ODD``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1146,6 +1161,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if staged_window_alone_threads not in (0, 32, 64, 128, 256, 512, 1024):
         raise ValueError(f"row_plan: staged_window_alone_threads={staged_window_alone_threads!r}; allowed: 0 (never "
                          "alone), 32, 64, 128, 256, 512, 1024")
+    if not (isinstance(narrow_block_odd, tuple) and len(narrow_block_odd) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in narrow_block_odd)):
+        raise ValueError(f"row_plan: narrow_block_odd={narrow_block_odd!r}; allowed: a pair of ints >= 0 (first, "
+                         "last): the odd rows' columns that take NARROW_BLOCK_THREADS threads, (0, 0) for none")
     if half_block_vectors is not None and not (
             isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
@@ -1263,10 +1282,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
         max_values = max(max_values, plan.reps * vec)
-    elif eb == 2 and vec in (2, 4) and NARROW_BLOCK_FROM <= cols <= \
-            (narrow_block_cols if vec == 2 else narrow_block_quad_cols):
-        # a longer 16-bit row of 4- or 8-byte accesses: a few threads' worth of rows a block, each
-        # row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's measurements)
+    elif eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
+                       (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
+                      (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1])):
+        # a longer 16-bit row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block,
+        # each row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's and NARROW_BLOCK_ODD's
+        # measurements)
         lanes = NARROW_BLOCK_THREADS
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * NARROW_BLOCK_ROWS))
         max_values = max(max_values, plan.reps * vec)

@@ -485,13 +485,17 @@ def test_short_narrow_causal_rows(rows, cols, dtype, diagonal):
 
 
 NARROW_BLOCK = [(700, 1022, "bf16"), (301, 1020, "f16"), (99, 2046, "bf16"), (5, 3070, "f16"), (257, 2556, "bf16"),
-                (3, 1534, "bf16"), (1, 1002, "f16"), (129, 2558, "f16"), (16385, 3070, "bf16"), (12289, 2046, "f16")]
+                (3, 1534, "bf16"), (1, 1002, "f16"), (129, 2558, "f16"), (16385, 3070, "bf16"), (12289, 2046, "f16"),
+                (333, 1151, "bf16"), (7, 1535, "f16"), (1001, 1025, "f16"), (65, 1699, "bf16"), (4, 1279, "bf16")]
 
 
 def _narrow_block(op, rows, cols):
     """Whether recipe ``op`` takes rows.NARROW_BLOCK_THREADS a row for ``rows`` x ``cols`` 16-bit
-    values (rows.NARROW_BLOCK_COLS's tiers)."""
-    if cols % 8 == 0 or cols % 2 or cols < fs.recipes.rows.NARROW_BLOCK_FROM:
+    values (rows.NARROW_BLOCK_COLS's tiers, rows.NARROW_BLOCK_ODD)."""
+    if cols % 2:
+        first, last = fs.recipes.rows.NARROW_BLOCK_ODD.get(op, (0, 0))
+        return first <= cols <= last
+    if cols % 8 == 0 or cols < fs.recipes.rows.NARROW_BLOCK_FROM:
         return False
     tiers = [t for t in fs.recipes.rows.NARROW_BLOCK_COLS.get(op, ()) if rows >= t[2]]
     return cols <= max((t[0 if cols % 4 else 1] for t in tiers), default=0)
@@ -501,8 +505,9 @@ def _narrow_block(op, rows, cols):
 @pytest.mark.parametrize("rows, cols, dtype", NARROW_BLOCK)
 @pytest.mark.parametrize("shift", [0.0, -3000.0])
 def test_narrow_block_rows(op, rows, cols, dtype, shift):
-    # 16-bit rows of 2 or 4 mod 8 columns, 1,001 - 3,072: 128 threads a row, two rows a block
-    # (rows.NARROW_BLOCK_COLS), an odd number of rows (the last block's second row past the end)
+    # 16-bit rows of 2 or 4 mod 8 columns, 1,001 - 3,072, and some odd ones: 128 threads a row,
+    # two rows a block (rows.NARROW_BLOCK_COLS, NARROW_BLOCK_ODD), an odd number of rows (the last
+    # block's second row past the end)
     plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
     taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
     assert taken == _narrow_block(op, rows, cols), plan
