@@ -734,6 +734,8 @@ def test_longer_narrow_rows_take_128_threads_two_rows_a_block(op, monkeypatch):
     for bad in ({"narrow_block_cols": -1}, {"narrow_block_quad_cols": 2.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             row_model.row_plan(4, 1022, "bf16", **bad)
+    # a range asked for past what 128 threads hold in registers keeps the plans of longer rows
+    assert row_model.row_plan(4, 30002, "bf16", narrow_block_cols=40000).lanes != 128
     if not tiers:
         return
     # through the interpreter (an odd number of rows: the last block's second row past the end)

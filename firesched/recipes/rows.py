@@ -1284,13 +1284,13 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         max_values = max(max_values, plan.reps * vec)
     elif eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
                        (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
-                      (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1])):
+                      (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1])) and \
+            -(-vectors // NARROW_BLOCK_THREADS) * vec <= max_values:
         # a longer 16-bit row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block,
         # each row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's and NARROW_BLOCK_ODD's
-        # measurements)
+        # measurements; a row longer than max_values a thread keeps the plans below)
         lanes = NARROW_BLOCK_THREADS
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * NARROW_BLOCK_ROWS))
-        max_values = max(max_values, plan.reps * vec)
     elif element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
