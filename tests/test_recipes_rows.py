@@ -774,6 +774,34 @@ def test_odd_rows_of_narrow_blocks(op):
         assert fs.compile(getattr(recipes, kind)(16384, longest, dtype="f16", arch=arch, **kw), arch=arch).spills == 0
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_f32_rows_of_narrow_blocks(op):
+    # f32 rows of 513 columns on (rows.NARROW_BLOCK_F32) in 4- or 8-byte accesses: 128 threads a
+    # row, two rows a block, where the recipe measured it faster (LayerNorm from 8,192 rows)
+    odd, pairs, fewest = row_model.NARROW_BLOCK_F32.get(op, (0, 0, 0))
+    for cols in (513, 767, 1001, 1022, 1279, 1535, 1537, 1026, 2046):
+        for rows in (4096, 16384):
+            for arch in ("sm_90a", "sm_80"):
+                plan = norms.recipe_plan(op, rows, cols, "f32", arch)
+                vec = 1 if cols % 2 else 2
+                taken = (plan.lanes, plan.vec, plan.reps, plan.rows) == (128, vec, -(-cols // 128 // vec), 2)
+                assert taken == (rows >= fewest and cols <= (odd if vec == 1 else pairs)), (op, cols, rows, arch, plan)
+    with pytest.raises(ValueError, match="narrow_block_f32"):
+        row_model.row_plan(4, 767, "f32", narrow_block_f32=(767, -1))
+    if not odd:
+        return
+    # the plan of many rows through the interpreter on three (the last block's second row past
+    # the end), and without spills at its longest, both targets
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    plan = norms.recipe_plan(op, 16384, 515, "f32", "sm_90a")
+    assert plan.lanes == 128
+    fs.testing.assert_schedule_correct(getattr(recipes, kind)(3, 515, dtype="f32", arch="sm_90a", plan=plan, **kw),
+                                       examples=1, arch="sm_90a")
+    for arch in ("sm_90a", "sm_80"):
+        longest = odd if odd % 2 else odd - 1
+        assert fs.compile(getattr(recipes, kind)(16384, longest, dtype="f32", arch=arch, **kw), arch=arch).spills == 0
+
+
 def test_grids_of_no_more_blocks_than_sms_ask_for_one_an_sm():
     # a grid of no more blocks than the target's SMs asks for one block an SM (norms.plan_rows):
     # more only capped the registers, and these spilled (RMSNorm 5 x 45,001 16 bytes a thread on

@@ -367,6 +367,21 @@ NARROW_BLOCK_COLS = {"softmax": ((3072, 2560, 0),), "layernorm": ((3072, 2560, 0
 # 0.89 - 0.97 at 1,531 - 1,699; add + RMSNorm 0.79 - 0.93 at 1,025 - 1,279 columns from 16,384
 # rows, but 1,409 and 1,499 0.94 - 1.03 and 4096 x 1151 1.01 / 1.03
 NARROW_BLOCK_ODD = {"causal": (1025, 1700), "softmax": (1530, 1699), "add_rmsnorm": (1025, 1300)}
+# and f32 rows from NARROW_BLOCK_F32_FROM columns in 4- or 8-byte accesses (odd, 2 mod 4),
+# likewise: probed on an H200 (bench/row_plans.py --together, f32, TB/s against the plan of 256
+# or 512 threads a row alone then; results/rows-narrow-f32-probe-2026-11-29-h200.txt): softmax
+# 32768 x 767 3.96 (3.49, torch 3.68), 16384 x 1535 3.93 (3.00, torch 3.56), 32768 x 1022 4.06
+# (3.90), but 16384 x 2046 3.98 (4.08) and 3070 4.02 (4.01); LayerNorm 3.90 (3.41), 3.66 (2.99),
+# 4.02 (3.87), 3.92 (4.07); causal softmax 3.96 (3.52), 3.99 (3.04), 4.08 (3.92), 4.11 (4.17);
+# RMSNorm 767 4.04 (3.71), 1535 3.34 (3.31), 1022 3.99 (4.01), 2046 3.71 (4.08).  As the plan
+# (bench/rows.py --old, time new / old; results/rows-narrow-f32-2026-11-29-h200.json): softmax and
+# causal softmax 0.68 - 0.96 at 513 - 1,535 columns, 4,096 - 65,536 rows (softmax 16384 x 1535 2.96
+# -> 3.86 TB/s, 1.10x torch); LayerNorm 0.70 - 0.96 but 4096 x 767 1.17; RMSNorm 0.80 - 0.92 at
+# 513 - 767, 1.01 - 1.05 at 1,001 - 1,023.  By recipe: (the last odd row's columns, the last of 2
+# mod 4, the fewest rows)
+NARROW_BLOCK_F32 = {"softmax": (1536, 1024, 0), "layernorm": (1536, 1024, 8192), "causal": (1536, 1024, 0),
+                    "rmsnorm": (1000, 0, 0)}
+NARROW_BLOCK_F32_FROM = 513
 NARROW_BLOCK_FROM = 1001
 NARROW_BLOCK_THREADS = 128
 NARROW_BLOCK_ROWS = 2
@@ -792,7 +807,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     it takes), the short rows of narrow accesses of ``SHORT_NARROW_COLS``
     (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``NARROW_BLOCK_COLS``
     (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)
-    and the odd rows of ``NARROW_BLOCK_ODD`` (``narrow_block_odd``)."""
+    and the odd rows of ``NARROW_BLOCK_ODD`` (``narrow_block_odd``) and f32 rows of
+    ``NARROW_BLOCK_F32`` (``narrow_block_f32``, where there are ``rows`` enough)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -806,6 +822,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     args.update(narrow_block_cols=max((t[0] for t in tiers), default=0),
                 narrow_block_quad_cols=max((t[1] for t in tiers), default=0),
                 narrow_block_odd=NARROW_BLOCK_ODD.get(op, (0, 0)))
+    odd32, pairs32, fewest = NARROW_BLOCK_F32.get(op, (0, 0, 0))
+    if rows is None or rows >= fewest:
+        args["narrow_block_f32"] = (odd32, pairs32)
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -1074,7 +1093,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
              short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0,
-             narrow_block_odd: tuple[int, int] = (0, 0)) -> RowPlan:
+             narrow_block_odd: tuple[int, int] = (0, 0), narrow_block_f32: tuple[int, int] = (0, 0)) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1136,7 +1155,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``NARROW_BLOCK_FROM`` to this many columns in 4-byte accesses (2 mod 4), in 8-byte accesses (4
     mod 8), takes ``NARROW_BLOCK_THREADS`` threads, ``NARROW_BLOCK_ROWS`` rows a block (0: never;
     the recipes ask for ``NARROW_BLOCK_COLS``), and so does an odd 16-bit row of
-    ``narrow_block_odd`` = (first, last) columns (``(0, 0)``: never; ``NARROW_BLOCK_ODD``)."""
+    ``narrow_block_odd`` = (first, last) columns (``(0, 0)``: never; ``NARROW_BLOCK_ODD``) and an
+    f32 row of ``NARROW_BLOCK_F32_FROM`` to ``narrow_block_f32`` = (odd, 2 mod 4) columns, odd or
+    2 mod 4 (``(0, 0)``: never; ``NARROW_BLOCK_F32``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1161,10 +1182,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if staged_window_alone_threads not in (0, 32, 64, 128, 256, 512, 1024):
         raise ValueError(f"row_plan: staged_window_alone_threads={staged_window_alone_threads!r}; allowed: 0 (never "
                          "alone), 32, 64, 128, 256, 512, 1024")
-    if not (isinstance(narrow_block_odd, tuple) and len(narrow_block_odd) == 2 and
-            all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in narrow_block_odd)):
-        raise ValueError(f"row_plan: narrow_block_odd={narrow_block_odd!r}; allowed: a pair of ints >= 0 (first, "
-                         "last): the odd rows' columns that take NARROW_BLOCK_THREADS threads, (0, 0) for none")
+    for name, v, what in (("narrow_block_odd", narrow_block_odd, "(first, last): the odd 16-bit rows' columns"),
+                          ("narrow_block_f32", narrow_block_f32, "(odd, 2 mod 4): the last f32 rows' columns of each")):
+        if not (isinstance(v, tuple) and len(v) == 2 and
+                all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v)):
+            raise ValueError(f"row_plan: {name}={v!r}; allowed: a pair of ints >= 0 {what} that take "
+                             "NARROW_BLOCK_THREADS threads, (0, 0) for none")
     if half_block_vectors is not None and not (
             isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
@@ -1282,13 +1305,15 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
         max_values = max(max_values, plan.reps * vec)
-    elif eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
-                       (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
-                      (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1])) and \
+    elif ((eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
+                         (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
+                        (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1]))) or
+          (eb == 4 and vec in (1, 2) and NARROW_BLOCK_F32_FROM <= cols <= narrow_block_f32[vec - 1])) and \
             -(-vectors // NARROW_BLOCK_THREADS) * vec <= max_values:
-        # a longer 16-bit row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block,
-        # each row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's and NARROW_BLOCK_ODD's
-        # measurements; a row longer than max_values a thread keeps the plans below)
+        # a longer row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block, each
+        # row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's, NARROW_BLOCK_ODD's and
+        # NARROW_BLOCK_F32's measurements; a row longer than max_values a thread keeps the plans
+        # below)
         lanes = NARROW_BLOCK_THREADS
         plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * NARROW_BLOCK_ROWS))
     elif element_values and vec * eb <= 4 and vectors * vec > 1000:

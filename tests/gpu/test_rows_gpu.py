@@ -486,12 +486,17 @@ def test_short_narrow_causal_rows(rows, cols, dtype, diagonal):
 
 NARROW_BLOCK = [(700, 1022, "bf16"), (301, 1020, "f16"), (99, 2046, "bf16"), (5, 3070, "f16"), (257, 2556, "bf16"),
                 (3, 1534, "bf16"), (1, 1002, "f16"), (129, 2558, "f16"), (16385, 3070, "bf16"), (12289, 2046, "f16"),
-                (333, 1151, "bf16"), (7, 1535, "f16"), (1001, 1025, "f16"), (65, 1699, "bf16"), (4, 1279, "bf16")]
+                (333, 1151, "bf16"), (7, 1535, "f16"), (1001, 1025, "f16"), (65, 1699, "bf16"), (4, 1279, "bf16"),
+                (333, 767, "f32"), (5, 1535, "f32"), (1001, 1022, "f32"), (64, 513, "f32"), (8193, 1279, "f32")]
 
 
-def _narrow_block(op, rows, cols):
-    """Whether recipe ``op`` takes rows.NARROW_BLOCK_THREADS a row for ``rows`` x ``cols`` 16-bit
-    values (rows.NARROW_BLOCK_COLS's tiers, rows.NARROW_BLOCK_ODD)."""
+def _narrow_block(op, rows, cols, dtype):
+    """Whether recipe ``op`` takes rows.NARROW_BLOCK_THREADS a row for ``rows`` x ``cols`` values
+    of ``dtype`` (rows.NARROW_BLOCK_COLS's tiers, rows.NARROW_BLOCK_ODD, rows.NARROW_BLOCK_F32)."""
+    if dtype == "f32":
+        odd, pairs, fewest = fs.recipes.rows.NARROW_BLOCK_F32.get(op, (0, 0, 0))
+        return cols % 4 != 0 and rows >= fewest and \
+            fs.recipes.rows.NARROW_BLOCK_F32_FROM <= cols <= (odd if cols % 2 else pairs)
     if cols % 2:
         first, last = fs.recipes.rows.NARROW_BLOCK_ODD.get(op, (0, 0))
         return first <= cols <= last
@@ -510,7 +515,7 @@ def test_narrow_block_rows(op, rows, cols, dtype, shift):
     # block's second row past the end)
     plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
     taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
-    assert taken == _narrow_block(op, rows, cols), plan
+    assert taken == _narrow_block(op, rows, cols, dtype), plan
     _run(op, rows, cols, dtype, magnitude=3.0, shift=shift)
 
 
@@ -519,5 +524,5 @@ def test_narrow_block_rows(op, rows, cols, dtype, shift):
 def test_narrow_block_causal_rows(rows, cols, dtype, diagonal):
     plan = fs.recipes.norms.recipe_plan("causal", rows, cols, dtype, "sm_90a")
     taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
-    assert taken == _narrow_block("causal", rows, cols), plan
+    assert taken == _narrow_block("causal", rows, cols, dtype), plan
     _causal(rows, cols, dtype, diagonal)
