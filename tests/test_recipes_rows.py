@@ -802,6 +802,35 @@ def test_f32_rows_of_narrow_blocks(op):
         assert fs.compile(getattr(recipes, kind)(16384, longest, dtype="f32", arch=arch, **kw), arch=arch).spills == 0
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_long_rows_of_pairs(op, monkeypatch):
+    # 16-bit rows of 2 mod 4 columns from 3,073 to the recipe's last (rows.LONG_PAIRS): 256
+    # threads a row, two rows a block (causal softmax one), on both targets; quads, odd rows and
+    # rows past the last as before
+    last, lanes, per_block = row_model.LONG_PAIRS.get(op, (0, 0, 0))
+    for cols in (3074, 3582, 4094, 6142, 6146, 8190, 8194):
+        for arch in ("sm_90a", "sm_80"):
+            plan = norms.recipe_plan(op, 16384, cols, "bf16", arch)
+            taken = (plan.lanes, plan.vec, plan.reps, plan.rows) == (lanes, 2, -(-cols // 2 // max(1, lanes)), per_block)
+            assert taken == (cols <= last), (op, cols, arch, plan)
+    others = [(c, d) for c in (3070, 3076, 4092, 4095, 8194) for d in ("bf16", "f32")]
+    plans = [norms.recipe_plan(op, 16384, c, d, "sm_90a") for c, d in others]
+    with monkeypatch.context() as m:
+        m.setitem(row_model.LONG_PAIRS, op, (0, 0, 0))
+        assert plans == [norms.recipe_plan(op, 16384, c, d, "sm_90a") for c, d in others]
+    with pytest.raises(ValueError, match="long_pairs"):
+        row_model.row_plan(4, 4094, "bf16", long_pairs=(8192, 96, 2))
+    if not last:
+        return
+    # the plan through the interpreter on three rows (the last block's second row past the end),
+    # and without spills at its longest, both targets
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    fs.testing.assert_schedule_correct(getattr(recipes, kind)(3, 3074, dtype="bf16", arch="sm_90a", **kw),
+                                       examples=1, arch="sm_90a")
+    for arch in ("sm_90a", "sm_80"):
+        assert fs.compile(getattr(recipes, kind)(16384, last - 2, dtype="f16", arch=arch, **kw), arch=arch).spills == 0
+
+
 def test_grids_of_no_more_blocks_than_sms_ask_for_one_an_sm():
     # a grid of no more blocks than the target's SMs asks for one block an SM (norms.plan_rows):
     # more only capped the registers, and these spilled (RMSNorm 5 x 45,001 16 bytes a thread on

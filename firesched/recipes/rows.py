@@ -382,6 +382,19 @@ NARROW_BLOCK_ODD = {"causal": (1025, 1700), "softmax": (1530, 1699), "add_rmsnor
 NARROW_BLOCK_F32 = {"softmax": (1536, 1024, 0), "layernorm": (1536, 1024, 8192), "causal": (1536, 1024, 0),
                     "rmsnorm": (1000, 0, 0)}
 NARROW_BLOCK_F32_FROM = 513
+# 16-bit rows of 2 mod 4 columns from LONG_PAIRS_FROM to a recipe's last: a row on these many
+# threads, these many rows a block (row_plan's long_pairs), where the plans before put a row alone
+# on 512 or 1,024 threads of 4 - 8 pairs or 256 threads of 8 - 16.  Probed on an H200
+# (bench/row_plans.py --together, bf16, TB/s; results/rows-long-pairs-probe-2026-11-29-h200.txt),
+# 256 threads two rows a block against the plan then: RMSNorm 16384 x 3582 4.00 (3.37), 4094 4.00
+# (3.58), 8192 x 6142 3.80 (3.43), 8190 3.45 (2.88); LayerNorm 3.80 (2.57), 3.86 (3.65), 3.67
+# (3.60), but 8190 3.11 (3.56); softmax 3.98 (3.08; a row a block 4.12), 4.01 (3.47), 3.86 (3.53),
+# 8190 3.26 (3.56); causal softmax on 256 threads a row a block 3.90 (2.67), 3.84 (2.94), 4.25
+# (3.16), 8192 x 8190 4.44 (1.65; 1,024 threads x 4 pairs), two rows a block 3.44 - 3.89.  By
+# recipe: (the last such row's columns, threads a row, rows a block)
+LONG_PAIRS = {"rmsnorm": (8192, 256, 2), "layernorm": (6144, 256, 2), "softmax": (6144, 256, 2),
+              "causal": (8192, 256, 1)}
+LONG_PAIRS_FROM = 3073
 NARROW_BLOCK_FROM = 1001
 NARROW_BLOCK_THREADS = 128
 NARROW_BLOCK_ROWS = 2
@@ -808,7 +821,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``NARROW_BLOCK_COLS``
     (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)
     and the odd rows of ``NARROW_BLOCK_ODD`` (``narrow_block_odd``) and f32 rows of
-    ``NARROW_BLOCK_F32`` (``narrow_block_f32``, where there are ``rows`` enough)."""
+    ``NARROW_BLOCK_F32`` (``narrow_block_f32``, where there are ``rows`` enough), and the long
+    rows of pairs of ``LONG_PAIRS`` (``long_pairs``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -822,6 +836,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     args.update(narrow_block_cols=max((t[0] for t in tiers), default=0),
                 narrow_block_quad_cols=max((t[1] for t in tiers), default=0),
                 narrow_block_odd=NARROW_BLOCK_ODD.get(op, (0, 0)))
+    args["long_pairs"] = LONG_PAIRS.get(op, (0, 0, 0))
     odd32, pairs32, fewest = NARROW_BLOCK_F32.get(op, (0, 0, 0))
     if rows is None or rows >= fewest:
         args["narrow_block_f32"] = (odd32, pairs32)
@@ -1093,7 +1108,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
              short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0,
-             narrow_block_odd: tuple[int, int] = (0, 0), narrow_block_f32: tuple[int, int] = (0, 0)) -> RowPlan:
+             narrow_block_odd: tuple[int, int] = (0, 0), narrow_block_f32: tuple[int, int] = (0, 0),
+             long_pairs: tuple[int, int, int] = (0, 0, 0)) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1157,7 +1173,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     the recipes ask for ``NARROW_BLOCK_COLS``), and so does an odd 16-bit row of
     ``narrow_block_odd`` = (first, last) columns (``(0, 0)``: never; ``NARROW_BLOCK_ODD``) and an
     f32 row of ``NARROW_BLOCK_F32_FROM`` to ``narrow_block_f32`` = (odd, 2 mod 4) columns, odd or
-    2 mod 4 (``(0, 0)``: never; ``NARROW_BLOCK_F32``)."""
+    2 mod 4 (``(0, 0)``: never; ``NARROW_BLOCK_F32``); ``long_pairs`` = (last, threads, rows): a
+    16-bit row of ``LONG_PAIRS_FROM`` to ``last`` columns of 2 mod 4 takes ``threads`` threads,
+    ``rows`` rows a block (``(0, 0, 0)``: never; the recipes ask for ``LONG_PAIRS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1188,6 +1206,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
                 all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v)):
             raise ValueError(f"row_plan: {name}={v!r}; allowed: a pair of ints >= 0 {what} that take "
                              "NARROW_BLOCK_THREADS threads, (0, 0) for none")
+    if not (isinstance(long_pairs, tuple) and len(long_pairs) == 3 and
+            all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in long_pairs) and
+            (long_pairs[0] == 0 or (long_pairs[1] in (32, 64, 128, 256, 512, 1024) and long_pairs[2] >= 1))):
+        raise ValueError(f"row_plan: long_pairs={long_pairs!r}; allowed: (0, 0, 0) (never) or (last columns, threads "
+                         "a row: 32 - 1024, a power of two, rows a block >= 1)")
     if half_block_vectors is not None and not (
             isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
@@ -1305,6 +1328,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
         max_values = max(max_values, plan.reps * vec)
+    elif eb == 2 and vec == 2 and LONG_PAIRS_FROM <= cols <= long_pairs[0] and \
+            -(-vectors // long_pairs[1]) * vec <= max_values:
+        # a 16-bit row of 2 mod 4 columns past the narrow blocks' (LONG_PAIRS's measurements)
+        lanes = long_pairs[1]
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * long_pairs[2]))
     elif ((eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
                          (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
                         (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1]))) or

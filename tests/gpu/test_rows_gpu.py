@@ -526,3 +526,20 @@ def test_narrow_block_causal_rows(rows, cols, dtype, diagonal):
     taken = plan.lanes == fs.recipes.rows.NARROW_BLOCK_THREADS and plan.rows == min(2, rows)
     assert taken == _narrow_block("causal", rows, cols, dtype), plan
     _causal(rows, cols, dtype, diagonal)
+
+
+LONG_PAIRS = [(5, 4094, "bf16"), (301, 6142, "f16"), (3, 8190, "bf16"), (129, 3074, "bf16"), (8193, 5118, "f16")]
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("rows, cols, dtype", LONG_PAIRS)
+def test_long_pair_rows(op, rows, cols, dtype):
+    # 16-bit rows of 2 mod 4 columns from 3,073 (rows.LONG_PAIRS): 256 threads a row, two rows a
+    # block (causal softmax one), an odd number of rows; outputs start as NaN
+    last, lanes, per_block = fs.recipes.rows.LONG_PAIRS.get(op, (0, 0, 0))
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    assert ((plan.lanes, plan.rows) == (lanes, min(per_block, rows))) == (cols <= last), plan
+    if op == "causal":
+        _causal(rows, cols, dtype, cols // 2)
+    else:
+        _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0)
