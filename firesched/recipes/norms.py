@@ -142,7 +142,9 @@ def plan_rows(rows: int, cols: int, dtype: str, arch, max_values: int | None = N
     if not plan.persistent and plan.occupancy > 1 and -(-rows // plan.rows) * plan.cluster <= get_target(arch).sm_count:
         # a grid of no more blocks than the target's SMs: each SM holds one of them, and asking
         # for more only caps the registers (RMSNorm 5 x 45,001 on 1,024 threads, two an SM, spilled
-        # 16 bytes a thread; 1 x 131,071 and softmax 1 x 262,143, clusters of 8 parts, 8 bytes)
+        # 16 bytes a thread; 1 x 131,071 and softmax 1 x 262,143, clusters of 8 parts, 8 bytes).
+        # (Target.sm_count is the reference part's: on a part with fewer SMs, an H100 PCIe's 114,
+        # a grid between the two counts may run its last blocks in a second wave)
         plan = attrs.evolve(plan, blocks_per_sm=1)
     return attrs.evolve(plan, exchange=_rows.cluster_exchange(op, plan, dtype) if exchange is None else exchange,
                         guard=_rows.load_guard(op, plan, cols, dtype))
