@@ -8,6 +8,8 @@ two-per-byte form the GPU reads (low nibble first, as PTX's ``.s4``/``.u4`` oper
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import ml_dtypes
 import numpy as np
@@ -23,9 +25,7 @@ class DType:
 
     @property
     def np(self) -> np.dtype:
-        if self.np_name in _NUMPY_NATIVE:
-            return np.dtype(self.np_name)
-        return np.dtype(getattr(ml_dtypes, self.np_name))
+        return _np_dtype(self.np_name)
 
     @property
     def bytes(self) -> float:
@@ -48,6 +48,15 @@ class DType:
 
 
 _NUMPY_NATIVE = {"float16", "float32", "float64", "int8", "uint8", "int32", "int64"}
+
+
+@functools.lru_cache(maxsize=None)
+def _np_dtype(np_name: str) -> np.dtype:
+    """The numpy dtype stored under ``np_name`` (``DType.np``, asked for at every interpreted
+    statement: built once per name)."""
+    if np_name in _NUMPY_NATIVE:
+        return np.dtype(np_name)
+    return np.dtype(getattr(ml_dtypes, np_name))
 
 f16 = DType("f16", 16, "float", "float16", "__half")
 bf16 = DType("bf16", 16, "float", "bfloat16", "__nv_bfloat16")

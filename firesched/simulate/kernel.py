@@ -400,10 +400,11 @@ class KernelRun:
             args = []
             for src in s.srcs:
                 if isinstance(src, ir.RegRef):
-                    R, idx = regs.index(src, 1, thr)
-                    args.append(R[idx][:, 0].astype(np.float64))
+                    args.append(regs.column(src, thr).astype(np.float64))
                 else:
                     args.append(np.float64(src))
-            out = to_dtype(np.broadcast_to(np.asarray(op.np(*args), dtype=np.float64), (thr.size,)), dt)
-        R, idx = regs.index(s.dst, 1, thr)
-        R[idx] = out[:, None]
+            out = np.asarray(op.np(*args), dtype=np.float64)
+            if out.shape != thr.shape:
+                out = np.broadcast_to(out, thr.shape)
+            out = to_dtype(out, dt)
+        regs.put_column(s.dst, thr, out)

@@ -49,6 +49,7 @@ class Lockstep:
         self.stmt_ids: dict[int, int] = {}
         self.stmt = None
         self.roles = None                   # the role scheduler while a Roles statement runs
+        self._act_mask, self._act = None, None      # active()'s last mask and its thread ids
 
     def start_block(self, bid):
         """Position at the start of block (cluster) ``bid``: all threads active, no loops."""
@@ -107,7 +108,14 @@ class Lockstep:
         return np.broadcast_to(np.asarray(v, dtype=np.int64), (self.T,))
 
     def active(self) -> np.ndarray:
-        return self.tid if self.full else np.flatnonzero(self.mask)
+        """The active threads' ids (``tid`` itself when all are).  Masks are replaced, never
+        changed in place, so the ids of the last mask asked about are kept."""
+        if self.full:
+            return self.tid
+        m = self.mask
+        if m is not self._act_mask:
+            self._act_mask, self._act = m, np.flatnonzero(m)
+        return self._act
 
     def enabled(self, s) -> np.ndarray:
         """Thread ids that are active and whose ``pred`` is non-zero, and the active ones."""

@@ -55,7 +55,7 @@ class Registers:
             ctx.hazard(f"register buffer {buf.name!r} is not declared by the kernel")
         off = ctx.ev(ref.offset)
         rows = slice(None) if thr is ctx.tid else thr
-        if np.ndim(off) == 0:
+        if type(off) is int or np.ndim(off) == 0:
             off = int(off)
             if off < 0 or off + n > buf.size:
                 ctx.hazard(f"register buffer {buf.name!r} (size {buf.size}) accessed at offsets "
@@ -73,6 +73,23 @@ class Registers:
         if self.track_wgmma:
             self.watch(buf.name, (thr[:, None], cols), thr)
         return R, (thr[:, None], cols)
+
+    def column(self, ref: ir.RegRef, thr: np.ndarray) -> np.ndarray:
+        """The one register ``ref`` of each thread of ``thr``, ``[len(thr)]``: ``index(ref, 1, thr)``
+        (with its checks) read as a vector, without the ``[n, 1]`` intermediate."""
+        R, (rows, cols) = self.index(ref, 1, thr)
+        if type(cols) is slice:
+            return R[rows, cols.start]
+        return R[rows, cols][:, 0]
+
+    def put_column(self, ref: ir.RegRef, thr: np.ndarray, values: np.ndarray) -> None:
+        """Write ``values`` (``[len(thr)]``, of the buffer's dtype) into the one register ``ref`` of
+        each thread of ``thr``, through ``index(ref, 1, thr)`` and its checks."""
+        R, (rows, cols) = self.index(ref, 1, thr)
+        if type(cols) is slice:
+            R[rows, cols.start] = values
+        else:
+            R[rows, cols] = values[:, None]
 
     def _per_thread_value(self, v) -> np.ndarray:
         if np.ndim(v) == 0:
