@@ -8,6 +8,8 @@ bitwise against each other; each protocol's planted hazards; the errors; NVRTC."
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 import numpy as np
 import pytest
@@ -230,15 +232,23 @@ def _planted_case(combine, fn, words, ws):
     """One tile of 100 x 128 (fix-up) or 60 x 128 (cluster: 64-row tiles, whose pushed partial
     sums fit beside the ring), K in three parts; the unplanted program runs clean, the planted
     one raises."""
+    prog, (A, B) = _unplanted(combine, ws)
+    bad = planted(prog, fn)
+    assert bad != prog
+    with pytest.raises(HazardError, match=words):
+        interp.run_program(bad, {"A": A, "B": B})
+
+
+@functools.lru_cache(maxsize=None)
+def _unplanted(combine, ws):
+    """The program of ``_planted_case`` and its inputs; it runs clean (checked once a process for
+    each combine and family: their planted cases share it)."""
     M, N, K = (100, 128, 450) if combine == "fixup" else (60, 128, 384)
     sched = _spec(M, N, K).schedule(*_sm90_chain(3, bm=128 if combine == "fixup" else 64, ws=ws, combine=combine))
     prog = sched.lower(SM90A)
     A, B = _inputs(M, N, K)
     interp.run_program(prog, {"A": A, "B": B})
-    bad = planted(prog, fn)
-    assert bad != prog
-    with pytest.raises(HazardError, match=words):
-        interp.run_program(bad, {"A": A, "B": B})
+    return prog, (A, B)
 
 
 @pytest.mark.parametrize("ws", [True, False], ids=["specialized", "one-role"])
