@@ -136,6 +136,8 @@ def test_large_magnitudes_do_not_overflow_the_statistics():
 @example(R=2, C=101, dt="f32", kind="softmax")    # (16 lanes)
 @example(R=1, C=1, dt="f32", kind="layernorm")
 @example(R=3, C=17, dt="bf16", kind="softmax")
+@example(R=3, C=4094, dt="bf16", kind="rmsnorm")   # 256 threads, two rows a block (rows.LONG_PAIRS)
+@example(R=5, C=1535, dt="f32", kind="softmax")    # 128 threads, two rows a block (rows.NARROW_BLOCK_F32)
 @given(R=st.integers(1, 40), C=st.integers(1, 1500), dt=st.sampled_from(["f16", "bf16", "f32"]),
        kind=st.sampled_from(["rmsnorm", "layernorm", "softmax"]))
 def test_random_shapes_match_numpy(R, C, dt, kind):
