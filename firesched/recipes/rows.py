@@ -46,9 +46,16 @@ aims at three things, in this order —
                                                          less, 8 or more elements a thread, rows sharing
                                                          a block; SHORT_NARROW_COLS)
       1,024         128     8     1        2          128
+      1,022         128     2     4        2          128 (a 16-bit row of 4- or 8-byte accesses past 1,000
+                                                         columns, odd rows of some recipes, f32 rows past
+                                                         512: 128 threads a row, two rows a block, each
+                                                         thread its columns of both; NARROW_BLOCK_COLS,
+                                                         NARROW_BLOCK_ODD, NARROW_BLOCK_F32)
       2,560          64     8     5        1           64 (vectors not a power of two: the power-of-two
                                                          threads whose passes idle least, FILL_THREADS)
       4,096         256     8     2        1          256
+      4,094         256     2     8        2          256 (a 16-bit row of pairs past 3,072: LONG_PAIRS;
+                                                         causal softmax a row a block)
       14,336        256     8     7        1          256 (1,792 vectors; 512 x 4 would idle 256 slots)
       20,000        512     8     5        1          512, 2 per SM (LayerNorm, RMSNorm, softmax, causal
                                                          softmax: half_block_values); 1024 x 3 otherwise
