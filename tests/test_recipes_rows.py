@@ -733,11 +733,12 @@ def test_longer_narrow_rows_take_128_threads_two_rows_a_block(op, monkeypatch):
     with monkeypatch.context() as m:
         m.setitem(row_model.NARROW_BLOCK_COLS, op, ())
         assert plans == [norms.recipe_plan(op, 65536, cols, dt, "sm_90a") for cols, dt in others]
-    for bad in ({"narrow_block_cols": -1}, {"narrow_block_quad_cols": 2.5}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            row_model.row_plan(4, 1022, "bf16", **bad)
-    # a range asked for past what 128 threads hold in registers keeps the plans of longer rows
-    assert row_model.row_plan(4, 30002, "bf16", narrow_block_cols=40000).lanes != 128
+    for bad in ((96, 2), (128, 0), (128,), 128):
+        with pytest.raises(ValueError, match="narrow_block"):
+            row_model.row_plan(4, 1022, "bf16", narrow_block=bad)
+    # a row past what 128 threads hold in registers keeps the plans of longer rows
+    assert row_model.row_plan(4, 30002, "bf16", narrow_block=(128, 2)).lanes != 128
+    assert row_model.narrow_block(op, 30002, "bf16") is None
     if not tiers:
         return
     # through the interpreter (an odd number of rows: the last block's second row past the end)
@@ -762,8 +763,7 @@ def test_odd_rows_of_narrow_blocks(op):
             plan = norms.recipe_plan(op, 16384, cols, "f16", arch)
             taken = (plan.lanes, plan.vec, plan.reps, plan.rows, plan.row_memory) == (128, 1, -(-cols // 128), 2, "RF")
             assert taken == (first <= cols <= last), (op, cols, arch, plan)
-    with pytest.raises(ValueError, match="narrow_block_odd"):
-        row_model.row_plan(4, 1151, "bf16", narrow_block_odd=(1025,))
+    assert row_model.narrow_block(op, 1151, "bf16") == ((128, 2) if first <= 1151 <= last else None)
     if not last:
         return
     # through the interpreter (the last block's second row past the end) and without spills at
@@ -788,8 +788,7 @@ def test_f32_rows_of_narrow_blocks(op):
                 vec = 1 if cols % 2 else 2
                 taken = (plan.lanes, plan.vec, plan.reps, plan.rows) == (128, vec, -(-cols // 128 // vec), 2)
                 assert taken == (rows >= fewest and cols <= (odd if vec == 1 else pairs)), (op, cols, rows, arch, plan)
-    with pytest.raises(ValueError, match="narrow_block_f32"):
-        row_model.row_plan(4, 767, "f32", narrow_block_f32=(767, -1))
+    assert row_model.narrow_block(op, 767, "f32", rows=4) == ((128, 2) if 767 <= odd and fewest <= 4 else None)
     if not odd:
         return
     # the plan of many rows through the interpreter on three (the last block's second row past
@@ -820,8 +819,9 @@ def test_long_rows_of_pairs(op, monkeypatch):
     with monkeypatch.context() as m:
         m.setitem(row_model.LONG_PAIRS, op, (0, 0, 0))
         assert plans == [norms.recipe_plan(op, 16384, c, d, "sm_90a") for c, d in others]
-    with pytest.raises(ValueError, match="long_pairs"):
-        row_model.row_plan(4, 4094, "bf16", long_pairs=(8192, 96, 2))
+    assert row_model.narrow_block(op, 4094, "bf16") == ((lanes, per_block) if last else None)
+    with pytest.raises(ValueError, match="narrow_block"):
+        row_model.row_plan(4, 4094, "bf16", narrow_block=(256, True))
     if not last:
         return
     # the plan through the interpreter on three rows (the last block's second row past the end),

@@ -343,7 +343,7 @@ SHORT_NARROW_VALUES = 8
 
 # 16-bit rows of NARROW_BLOCK_FROM to a few thousand columns in 4- or 8-byte accesses (2 or 4 mod
 # 8) take NARROW_BLOCK_THREADS threads a row, NARROW_BLOCK_ROWS rows a block (each thread holds its
-# columns of both rows: row_plan's narrow_block_cols, narrow_block_quad_cols); the plans before
+# columns of both rows: narrow_block, row_plan's narrow_block); the plans before
 # put such a row alone on a block of 256 or 512 threads of 2 - 6 pairs (1 - 3 quads) each.  Probed
 # on an H200 (bench/row_plans.py --together, bf16, TB/s against the plan then;
 # results/rows-narrow-block-probe-2026-11-29-h200.txt): softmax 65536 x 1022 on 128 threads x 8,
@@ -390,7 +390,7 @@ NARROW_BLOCK_F32 = {"softmax": (1536, 1024, 0), "layernorm": (1536, 1024, 8192),
                     "rmsnorm": (1000, 0, 0)}
 NARROW_BLOCK_F32_FROM = 513
 # 16-bit rows of 2 mod 4 columns from LONG_PAIRS_FROM to a recipe's last: a row on these many
-# threads, these many rows a block (row_plan's long_pairs), where the plans before put a row alone
+# threads, these many rows a block (narrow_block, row_plan's narrow_block), where the plans before put a row alone
 # on 512 or 1,024 threads of 4 - 8 pairs or 256 threads of 8 - 16.  Probed on an H200
 # (bench/row_plans.py --together, bf16, TB/s; results/rows-long-pairs-probe-2026-11-29-h200.txt),
 # 256 threads two rows a block against the plan then: RMSNorm 16384 x 3582 4.00 (3.37), 4094 4.00
@@ -405,6 +405,38 @@ LONG_PAIRS_FROM = 3073
 NARROW_BLOCK_FROM = 1001
 NARROW_BLOCK_THREADS = 128
 NARROW_BLOCK_ROWS = 2
+
+
+def narrow_block(op: str, cols: int, dtype, rows: int | None = None) -> tuple[int, int] | None:
+    """``(threads a row, rows a block)`` recipe ``op``'s row of ``cols`` columns of ``dtype`` in
+    accesses narrower than 16 bytes takes (``row_plan(narrow_block=)``), from the measurements of
+    ``LONG_PAIRS``, ``NARROW_BLOCK_COLS``, ``NARROW_BLOCK_ODD`` and ``NARROW_BLOCK_F32`` (their
+    tiers of rows where there are ``rows`` enough; None: as many as it takes), or None where
+    none of them names the row::
+
+        softmax 1,022 bf16 (pairs): (128, 2)     causal softmax 8,190 bf16: (256, 1)     4,096: None
+    """
+    eb = max(1, _dtype(dtype).bits // 8)
+    vec = 16 // eb
+    while cols % vec:
+        vec //= 2
+
+    def enough(fewest: int) -> bool:
+        return rows is None or rows >= fewest
+
+    narrow = (NARROW_BLOCK_THREADS, NARROW_BLOCK_ROWS)
+    if eb == 2 and vec == 2 and LONG_PAIRS_FROM <= cols <= LONG_PAIRS.get(op, (0,))[0]:
+        return LONG_PAIRS[op][1:]
+    if eb == 2 and vec in (2, 4):
+        last = max((t[0 if vec == 2 else 1] for t in NARROW_BLOCK_COLS.get(op, ()) if enough(t[2])), default=0)
+        return narrow if NARROW_BLOCK_FROM <= cols <= last else None
+    if eb == 2 and vec == 1:
+        first, last = NARROW_BLOCK_ODD.get(op, (0, 0))
+        return narrow if first <= cols <= last else None
+    if eb == 4 and vec in (1, 2):
+        odd, pairs, fewest = NARROW_BLOCK_F32.get(op, (0, 0, 0))
+        return narrow if enough(fewest) and NARROW_BLOCK_F32_FROM <= cols <= (odd, pairs)[vec - 1] else None
+    return None
 
 
 def short_narrow_lanes(cols: int) -> int:
@@ -825,11 +857,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
     ``PERSISTENT_WINDOW_COLS`` (``persistent_window_blocks``, ``row_operands``), and those of a
     warp a row of ``PERSISTENT_WARP_WINDOWS`` where there are ``rows`` enough (None: as many as
     it takes), the short rows of narrow accesses of ``SHORT_NARROW_COLS``
-    (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``NARROW_BLOCK_COLS``
-    (``narrow_block_cols``, ``narrow_block_quad_cols``; a tier's where there are ``rows`` enough)
-    and the odd rows of ``NARROW_BLOCK_ODD`` (``narrow_block_odd``) and f32 rows of
-    ``NARROW_BLOCK_F32`` (``narrow_block_f32``, where there are ``rows`` enough), and the long
-    rows of pairs of ``LONG_PAIRS`` (``long_pairs``)."""
+    (``short_narrow_cols``, ``short_narrow_bytes``) and the longer ones of ``narrow_block``
+    (``narrow_block``)."""
     eb = max(1, _dtype(dtype).bits // 8)
     args = {"align": aligned_faster(op, cols, clusters), "element_values": odd_row_values(op, cols, dtype),
             "staged_window": staged_window_faster(op, cols),
@@ -839,14 +868,7 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
             "staged_block_values": STAGED_BLOCK_VALUES.get(op, 0)}
     narrow16, narrow32, widest = SHORT_NARROW_COLS.get(op, (0, 0, 0))
     args.update(short_narrow_cols=narrow16 if eb == 2 else narrow32, short_narrow_bytes=widest)
-    tiers = [t for t in NARROW_BLOCK_COLS.get(op, ()) if rows is None or rows >= t[2]]
-    args.update(narrow_block_cols=max((t[0] for t in tiers), default=0),
-                narrow_block_quad_cols=max((t[1] for t in tiers), default=0),
-                narrow_block_odd=NARROW_BLOCK_ODD.get(op, (0, 0)))
-    args["long_pairs"] = LONG_PAIRS.get(op, (0, 0, 0))
-    odd32, pairs32, fewest = NARROW_BLOCK_F32.get(op, (0, 0, 0))
-    if rows is None or rows >= fewest:
-        args["narrow_block_f32"] = (odd32, pairs32)
+    args["narrow_block"] = narrow_block(op, cols, dtype, rows)
     wide = [threads for start, threads in STAGED_WINDOW_WIDE.get(op, ()) if cols >= start]
     if clusters and args["staged_window"] and wide:
         # (measured on sm_90a only)
@@ -1114,9 +1136,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
-             short_narrow_bytes: int = 8, narrow_block_cols: int = 0, narrow_block_quad_cols: int = 0,
-             narrow_block_odd: tuple[int, int] = (0, 0), narrow_block_f32: tuple[int, int] = (0, 0),
-             long_pairs: tuple[int, int, int] = (0, 0, 0)) -> RowPlan:
+             short_narrow_bytes: int = 8, narrow_block: tuple[int, int] | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1174,15 +1194,11 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     many columns in accesses of 2 to ``short_narrow_bytes`` (at most 8) bytes (a 16-bit row not a
     multiple of 8, an f32 row not a multiple of 4) takes a warp or less (``short_narrow_lanes``),
     rows sharing a block of ``MIN_BLOCK_THREADS`` (0: never; the recipes ask for
-    ``SHORT_NARROW_COLS``); ``narrow_block_cols``, ``narrow_block_quad_cols``: a 16-bit row of
-    ``NARROW_BLOCK_FROM`` to this many columns in 4-byte accesses (2 mod 4), in 8-byte accesses (4
-    mod 8), takes ``NARROW_BLOCK_THREADS`` threads, ``NARROW_BLOCK_ROWS`` rows a block (0: never;
-    the recipes ask for ``NARROW_BLOCK_COLS``), and so does an odd 16-bit row of
-    ``narrow_block_odd`` = (first, last) columns (``(0, 0)``: never; ``NARROW_BLOCK_ODD``) and an
-    f32 row of ``NARROW_BLOCK_F32_FROM`` to ``narrow_block_f32`` = (odd, 2 mod 4) columns, odd or
-    2 mod 4 (``(0, 0)``: never; ``NARROW_BLOCK_F32``); ``long_pairs`` = (last, threads, rows): a
-    16-bit row of ``LONG_PAIRS_FROM`` to ``last`` columns of 2 mod 4 takes ``threads`` threads,
-    ``rows`` rows a block (``(0, 0, 0)``: never; the recipes ask for ``LONG_PAIRS``)."""
+    ``SHORT_NARROW_COLS``); ``narrow_block`` = (threads, rows): a longer row of accesses narrower
+    than 16 bytes takes ``threads`` threads, ``rows`` rows a block (each thread its columns of
+    every row), where ``threads`` hold it in ``max_values`` a thread (None: never; the recipes ask
+    for ``narrow_block(op, cols, dtype, rows)``: ``LONG_PAIRS``, ``NARROW_BLOCK_COLS``,
+    ``NARROW_BLOCK_ODD``, ``NARROW_BLOCK_F32``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1191,8 +1207,6 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
                           ("short_narrow_cols", short_narrow_cols, "never"),
                           ("short_narrow_bytes", short_narrow_bytes, "never"),
-                          ("narrow_block_cols", narrow_block_cols, "never"),
-                          ("narrow_block_quad_cols", narrow_block_quad_cols, "never"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
                           ("staged_block_values", staged_block_values, "clusters"),
                           ("persistent_window_blocks", persistent_window_blocks, "one row a block"),
@@ -1207,17 +1221,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     if staged_window_alone_threads not in (0, 32, 64, 128, 256, 512, 1024):
         raise ValueError(f"row_plan: staged_window_alone_threads={staged_window_alone_threads!r}; allowed: 0 (never "
                          "alone), 32, 64, 128, 256, 512, 1024")
-    for name, v, what in (("narrow_block_odd", narrow_block_odd, "(first, last): the odd 16-bit rows' columns"),
-                          ("narrow_block_f32", narrow_block_f32, "(odd, 2 mod 4): the last f32 rows' columns of each")):
-        if not (isinstance(v, tuple) and len(v) == 2 and
-                all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v)):
-            raise ValueError(f"row_plan: {name}={v!r}; allowed: a pair of ints >= 0 {what} that take "
-                             "NARROW_BLOCK_THREADS threads, (0, 0) for none")
-    if not (isinstance(long_pairs, tuple) and len(long_pairs) == 3 and
-            all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in long_pairs) and
-            (long_pairs[0] == 0 or (long_pairs[1] in (32, 64, 128, 256, 512, 1024) and long_pairs[2] >= 1))):
-        raise ValueError(f"row_plan: long_pairs={long_pairs!r}; allowed: (0, 0, 0) (never) or (last columns, threads "
-                         "a row: 32 - 1024, a power of two, rows a block >= 1)")
+    if narrow_block is not None and not (
+            isinstance(narrow_block, tuple) and len(narrow_block) == 2 and
+            narrow_block[0] in (32, 64, 128, 256, 512, 1024) and
+            isinstance(narrow_block[1], int) and not isinstance(narrow_block[1], bool) and narrow_block[1] >= 1):
+        raise ValueError(f"row_plan: narrow_block={narrow_block!r}; allowed: None (never) or (threads a row: 32 - "
+                         "1024, a power of two; rows a block >= 1)")
     if half_block_vectors is not None and not (
             isinstance(half_block_vectors, tuple) and len(half_block_vectors) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in half_block_vectors)):
@@ -1335,22 +1344,12 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         rows_a_block = max(32 // lanes, _rows_a_block(rows, lanes, MIN_BLOCK_THREADS))
         plan = RowPlan(lanes, vec, -(-vectors // lanes), rows_a_block)
         max_values = max(max_values, plan.reps * vec)
-    elif eb == 2 and vec == 2 and LONG_PAIRS_FROM <= cols <= long_pairs[0] and \
-            -(-vectors // long_pairs[1]) * vec <= max_values:
-        # a 16-bit row of 2 mod 4 columns past the narrow blocks' (LONG_PAIRS's measurements)
-        lanes = long_pairs[1]
-        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * long_pairs[2]))
-    elif ((eb == 2 and ((vec in (2, 4) and NARROW_BLOCK_FROM <= cols <=
-                         (narrow_block_cols if vec == 2 else narrow_block_quad_cols)) or
-                        (vec == 1 and narrow_block_odd[0] <= cols <= narrow_block_odd[1]))) or
-          (eb == 4 and vec in (1, 2) and NARROW_BLOCK_F32_FROM <= cols <= narrow_block_f32[vec - 1])) and \
-            -(-vectors // NARROW_BLOCK_THREADS) * vec <= max_values:
-        # a longer row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block, each
-        # row on NARROW_BLOCK_THREADS threads (NARROW_BLOCK_COLS's, NARROW_BLOCK_ODD's and
-        # NARROW_BLOCK_F32's measurements; a row longer than max_values a thread keeps the plans
+    elif narrow_block and vec * eb < 16 and -(-vectors // narrow_block[0]) * vec <= max_values:
+        # a longer row of 2-, 4- or 8-byte accesses: a few threads' worth of rows a block
+        # (narrow_block's measurements; a row longer than max_values a thread keeps the plans
         # below)
-        lanes = NARROW_BLOCK_THREADS
-        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * NARROW_BLOCK_ROWS))
+        lanes, per_block = narrow_block
+        plan = RowPlan(lanes, vec, -(-vectors // lanes), _rows_a_block(rows, lanes, lanes * per_block))
     elif element_values and vec * eb <= 4 and vectors * vec > 1000:
         # a row of 2- or 4-byte accesses: more elements a thread on fewer threads (more blocks an
         # SM) than a row of 16-byte vectors takes (odd_row_values)
