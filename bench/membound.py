@@ -4,10 +4,12 @@ same inputs.
     PYTHONPATH=. python bench/membound.py                                  # every case, the default shapes
     PYTHONPATH=. python bench/membound.py --ops transpose,cast --dtypes f16,bf16 \\
         --shapes 4096x256,8192x8192,32768x65536 --out bench/results/membound-<date>.json
+    PYTHONPATH=. python bench/membound.py --ops transpose --old ../other    # also that checkout's kernels
 
 For each op, dtype and shape (rows x cols): the effective bandwidth of ours and of the torch peer
 in TB/s (the bytes the op must read and write, once each, divided by the time) and their ratio
-(ours / peer, > 1 is faster).  Timing: ours and the peer interleaved, round after round (ours,
+(ours / peer, > 1 is faster); with ``--old`` also another checkout's kernel of the same op and its
+time against ours (``new_vs_old``: new time / old time).  Timing: ours and the peer interleaved, round after round (ours,
 peer, ours, peer ...), each round ``reps`` back-to-back launches between two CUDA events, the
 median over rounds; inputs rotated through enough copies to exceed twice the 50 MB L2, so every
 launch reads from DRAM.  ``--graph`` captures the ``reps`` launches of each side in a CUDA graph
@@ -72,14 +74,16 @@ class Built:
     bytes_moved: int
     check: Callable[[], float]
     sets: int = 1
+    old: Callable[[], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
     """A memory-bound op.
 
-    * ``schedule(rows, cols, dtype)``: firesched's schedule; its kernel takes the lowered program's
-      inputs, then its outputs (``fs.compile``'s order), as logical views.
+    * ``schedule(rows, cols, dtype, lib=fs)``: firesched's schedule (``lib``: the package to take
+      it from, another checkout's with ``--old``); its kernel takes the lowered program's inputs,
+      then its outputs (``fs.compile``'s order), as logical views.
     * ``peer(torch, out, *inputs)``: torch's result on the same logical inputs, comparable with
       ``out`` (our first output, there for its dtype or shape; a tuple of results is compared
       with our outputs in order).
@@ -95,19 +99,24 @@ class Case:
     tol: float = 0.0
     arch: str = "sm_90a"
 
-    def build(self, rows: int, cols: int, dtype: str, *, mem_bytes: int | None = None) -> Built:
+    def build(self, rows: int, cols: int, dtype: str, *, mem_bytes: int | None = None, other=None) -> Built:
         import torch
 
         k = fs.compile(self.schedule(rows, cols, dtype), arch=self.arch)
+        ko = None if other is None else other.compile(self.schedule(rows, cols, dtype, other), arch=self.arch)
         ins, outs = _operands(k)
         per_set = sum(_nbytes(t) for t in ins + outs)
         nsets = rotation(per_set, mem_bytes)
         sets = [([_gpu_input(torch, t) for t in ins], [_gpu_empty(torch, t) for t in outs]) for _ in range(nsets)]
-        i_ours, i_peer = itertools.count(), itertools.count()
+        i_ours, i_peer, i_old = itertools.count(), itertools.count(), itertools.count()
 
         def ours():
             xs, ys = sets[next(i_ours) % nsets]
             return k(*xs, *ys)
+
+        def old():
+            xs, ys = sets[next(i_old) % nsets]
+            return ko(*xs, *ys)
 
         def peer():
             xs, ys = sets[next(i_peer) % nsets]
@@ -118,12 +127,19 @@ class Case:
             for y in ys:
                 if y.is_floating_point():
                     y.fill_(float("nan"))
-            k(*xs, *ys)
-            ref = _tuple(self.peer(torch, ys[0], *xs))
-            torch.cuda.synchronize()
-            return max(max_abs_diff(torch, y, r) for y, r in zip(ys, ref))
+            # cloned: a peer may write into ys[0] (copy's out.copy_) and return it
+            ref = tuple(r.clone() for r in _tuple(self.peer(torch, ys[0], *xs)))
+            worst = 0.0
+            for kernel in (k, ko) if ko is not None else (k,):
+                for y in ys:
+                    if y.is_floating_point():
+                        y.fill_(float("nan"))
+                kernel(*xs, *ys)
+                torch.cuda.synchronize()
+                worst = max(worst, *(max_abs_diff(torch, y, r) for y, r in zip(ys, ref)))
+            return worst
 
-        return Built(ours, peer, per_set, check, nsets)
+        return Built(ours, peer, per_set, check, nsets, old if ko is not None else None)
 
 
 CASES: dict[str, Case] = {}
@@ -153,7 +169,9 @@ def _transpose_params(rows: int, cols: int, dt: str):
 def _transpose() -> Case:
     """``Y[c, r] = X[r, c]``: ``fs.recipes.transpose`` against ``x.t().contiguous()``."""
     return Case(
-        schedule=lambda rows, cols, dt: fs.recipes.transpose(rows, cols, dt, params=_transpose_params(rows, cols, dt)),
+        # --transpose-params overrides ours, not --old's
+        schedule=lambda rows, cols, dt, lib=fs: lib.recipes.transpose(
+            rows, cols, dt, params=_transpose_params(rows, cols, dt) if lib is fs else None),
         # our Y is the logical (rows, cols) view of a (cols, rows) array: compare the same view
         peer=lambda torch, out, x: x.t().contiguous().t(),
         reference=lambda x: x,
@@ -170,7 +188,7 @@ def cast_pair(dtype: str) -> tuple[str, str]:
 def _cast() -> Case:
     """``Y = dst(X)``, X in f32 unless ``--dtypes src:dst``: ``fs.recipes.cast`` against ``x.to(dst)``."""
     return Case(
-        schedule=lambda rows, cols, dt: fs.recipes.cast((rows, cols), *cast_pair(dt)),
+        schedule=lambda rows, cols, dt, lib=fs: lib.recipes.cast((rows, cols), *cast_pair(dt)),
         peer=lambda torch, out, x: x.to(out.dtype),
         reference=lambda x: x,
     )
@@ -181,7 +199,7 @@ def _copy() -> Case:
     """``Y = X``: ``fs.recipes.cast`` from a dtype to itself against ``out.copy_(x)`` — what moving
     the bytes alone costs at a shape, the ceiling of every row recipe there."""
     return Case(
-        schedule=lambda rows, cols, dt: fs.recipes.cast((rows, cols), dt, dt),
+        schedule=lambda rows, cols, dt, lib=fs: lib.recipes.cast((rows, cols), dt, dt),
         peer=lambda torch, out, x: out.copy_(x),
         reference=lambda x: x,
     )
@@ -282,6 +300,8 @@ def measure(torch, built: Built, reps: int, rounds: int, graph: bool = False) ->
     (``bench.gemm.time_ms``: ``reps`` launches between two CUDA events), and the median CPU µs
     spent issuing one launch (close to the GPU time, the row measures the launch rate)."""
     sides = {"ours": built.ours, "peer": built.peer}
+    if built.old is not None:
+        sides["old"] = built.old
     if graph:
         graphs = {name: _graph(torch, fn, reps) for name, fn in sides.items()}
         sides = {name: g.replay for name, g in graphs.items()}
@@ -317,7 +337,7 @@ def gpu_row(torch, name: str, case: Case, rows: int, cols: int, dtype: str, args
         print(f"{name:9s} {dtype:8s} {rows:6d}x{cols:<6d} skipped: {footprint(per_set) / 2**30:.1f} GiB "
               f"with the rotation > {args.mem_gib} GiB")
         return None
-    built = case.build(rows, cols, dtype, mem_bytes=mem)
+    built = case.build(rows, cols, dtype, mem_bytes=mem, other=args.other)
     err = built.check()
     if not err <= case.tol:
         raise SystemExit(f"{name} {dtype} {rows}x{cols}: ours differs from torch by {err:.3e} (> {case.tol})")
@@ -331,11 +351,16 @@ def gpu_row(torch, name: str, case: Case, rows: int, cols: int, dtype: str, args
                peer_tbs=built.bytes_moved / t_peer / 1e9, ratio=t_peer / t_ours,
                ours_cpu_us=cpu_ours, peer_cpu_us=cpu_peer,
                launch_bound=(not args.graph) and (cpu_ours >= 0.8 * t_ours * 1e3 or cpu_peer >= 0.8 * t_peer * 1e3))
+    extra = ""
+    if "old" in t:
+        t_old = t["old"][0]
+        row.update(old_ms=t_old, old_tbs=built.bytes_moved / t_old / 1e9, new_vs_old=t_ours / t_old)
+        extra = f"  old {row['old_tbs']:5.2f} TB/s (new / old time {row['new_vs_old']:.3f})"
     del built
     torch.cuda.empty_cache()
     flag = "  (launch-bound)" if row["launch_bound"] else ""
     print(f"{name:9s} {dtype:8s} {rows:6d}x{cols:<6d} ours {row['ours_tbs']:5.2f} TB/s  torch {row['peer_tbs']:5.2f} TB/s"
-          f"  ratio {row['ratio']:.2f}{flag}", flush=True)
+          f"  ratio {row['ratio']:.2f}{extra}{flag}", flush=True)
     return row
 
 
@@ -430,6 +455,7 @@ def main(argv=None) -> list:
     p.add_argument("--transpose-params", default="",
                    help='JSON overrides of the transpose\'s tiles, e.g. \'{"block_r": 256}\' (transpose_params)')
     p.add_argument("--mem-gib", type=float, default=60.0, help="skip shapes whose buffers need more")
+    p.add_argument("--old", default="", help="another checkout whose kernels are timed in the same rounds (GPU only)")
     p.add_argument("--out", default=None, help="JSON path (default bench/results/membound-<date>.json)")
     args = p.parse_args(argv)
     TRANSPOSE_OVERRIDES.clear()
@@ -440,6 +466,10 @@ def main(argv=None) -> list:
     if unknown:
         raise SystemExit(f"unknown ops {unknown}; known: {', '.join(CASES)}")
     shapes = parse_shapes(args.shapes)
+    args.other = None
+    if args.old:
+        from bench.ab_versions import load_other
+        args.other = load_other(args.old)
     try:
         import torch
     except ImportError:

@@ -1,6 +1,7 @@
 """Kernels of every spec kind run once each, for ``compute-sanitizer`` (memcheck, racecheck,
 synccheck): batched GEMMs on both atom families (rank-3 tensor maps, a padded operand), a
-broadcasting Pointwise, a cast, a transpose through shared memory, row reductions over a warp
+broadcasting Pointwise, a cast, a transpose through shared memory (and the transpose recipe through
+registers, on eight blocks an SM and on persistent blocks with a ring of tiles), row reductions over a warp
 (shuffles), over a block (shuffles and shared memory) and across blocks (partial results in a
 workspace, a second launch), and the fused MLP whose hidden tile stays in shared memory.
 
@@ -59,6 +60,15 @@ def _transpose(torch):
     return Yt.float(), X.t().float()
 
 
+def _transpose_recipe(torch, R, C, dtype="f16", **params):
+    k = fs.compile(fs.recipes.transpose(R, C, dtype, "sm_90a", params=params or None), arch="sm_90a")
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    X = torch.randn(R, C, device="cuda", dtype=tdt)
+    Yt = torch.empty(C, R, device="cuda", dtype=tdt)
+    k(X, Yt.t())
+    return Yt.float(), X.t().float()
+
+
 def _reduce_warp(torch):
     spec = fs.Reduce.kernel("max", {"r": 13, "c": 1000}, "c")
     k = fs.compile(spec.schedule(tile(r=4) >> to_blocks(), tile(r=1) >> to_warps(), tile(c=256),
@@ -108,6 +118,13 @@ CASES = {
     "pointwise-broadcast": _pointwise,
     "cast": _cast,
     "transpose": _transpose,
+    # the recipe through registers; through shared memory on 128-thread blocks eight an SM; on
+    # persistent blocks copying their next tiles while they store one
+    "transpose-registers": lambda t: _transpose_recipe(t, 136, 200),
+    "transpose-occupancy": lambda t: _transpose_recipe(t, 300, 72, "bf16", block_r=128, occupancy=8, staged=True),
+    "transpose-ring": lambda t: _transpose_recipe(t, 1000, 520, block_r=32, persistent=True, stages=3),
+    "transpose-ring-f32": lambda t: _transpose_recipe(t, 300, 72, "f32", block_r=32, persistent=True, occupancy=2,
+                                                      stages=2),
     "reduce-warp": _reduce_warp,
     "reduce-block": _reduce_block,
     "reduce-across-blocks": _reduce_across_blocks,

@@ -66,13 +66,23 @@ def test_transpose_keeps_the_bits_of_special_values():
 
 
 def test_transpose_params_follow_the_shape():
-    p = fs.recipes.copies.transpose_params(4096, 4096, "f16")
-    assert p == dict(block_r=256, block_c=64, thread_r=8, thread_c=8, swizzle=None)
+    tp = fs.recipes.copies.transpose_params
+    # up to 64 MiB moved: straight through registers, 256-thread blocks
+    assert tp(4096, 4096, "f16") == dict(block_r=256, block_c=64, thread_r=8, thread_c=8, swizzle=None,
+                                         persistent=False, occupancy=1, stages=1, staged=False)
+    # above: through shared memory, 128-thread blocks eight an SM
+    assert tp(4096, 4097, "f16") == dict(block_r=128, block_c=64, thread_r=8, thread_c=8, swizzle=None,
+                                         persistent=False, occupancy=8, stages=1, staged=True)
+    assert tp(4096, 4096, "f32")["occupancy"] == 8 and tp(2048, 4096, "f32")["staged"] is False
+    # rows or cols not whole 16-byte vectors, and one-byte elements: through shared memory, 256 threads
+    assert tp(4096, 4092, "f16")["staged"] and tp(4092, 4096, "f16")["staged"]
+    assert tp(4096, 4096, "f8e4m3")["staged"] and tp(8192, 8192, "f8e4m3")["occupancy"] == 1
     assert fs.recipes.copies.transpose_params(4096, 4096, "f32")["block_c"] == 32      # 128-byte rows
     # too few tiles for the SMs: shorter block tiles; tiny problems: one clamped tile
     assert fs.recipes.copies.transpose_params(4096, 256, "f16")["block_r"] == 64
     assert fs.recipes.copies.transpose_params(1, 7, "f16") == dict(block_r=8, block_c=8, thread_r=8, thread_c=8,
-                                                                   swizzle=None)
+                                                                   swizzle=None, persistent=False, occupancy=1,
+                                                                   stages=1, staged=True)
     # one-byte elements: 8 x 8 per thread (the leaf holds at most 64 elements)
     assert fs.recipes.copies.transpose_params(4096, 4096, "f8e4m3")["thread_r"] == 8
 
@@ -86,6 +96,49 @@ def test_transpose_params_override_and_refusals():
         fs.recipes.transpose(0, 64)
     with pytest.raises(ScheduleError, match="packed"):
         fs.recipes.transpose(64, 64, "i4")
+    with pytest.raises(ScheduleError, match="only a persistent block") as e:
+        fs.recipes.transpose(64, 64, params=dict(stages=2))
+    assert e.value.field == "stages"
+    with pytest.raises(ScheduleError, match="staged=False leaves out") as e:
+        fs.recipes.transpose(64, 64, params=dict(staged=False, persistent=True, stages=2))
+    assert e.value.field == "stages"
+    with pytest.raises(ScheduleError, match="staged=False leaves out"):
+        fs.recipes.transpose(64, 64, params=dict(staged=False, swizzle=fs.layout.Swizzle(3, 3, 3)))
+    with pytest.raises(ScheduleError, match="is a bool"):
+        fs.recipes.transpose(64, 64, params=dict(staged=1))
+    # a row of 91 f16 is not whole 16-byte chunks: its copy goes through registers, which a
+    # pipeline cannot keep in flight
+    with pytest.raises(ScheduleError, match="copied one tile ahead"):
+        fs.recipes.transpose(77, 91, "f16", "sm_90a", params=dict(block_r=32, persistent=True, stages=2))
+
+
+@pytest.mark.parametrize("rows, cols", [(37, 96), (300, 72), (9, 1000), (513, 64)])
+@pytest.mark.parametrize("dt", ["f16", "f32"])
+@pytest.mark.parametrize("params", [dict(staged=False), dict(staged=False, block_r=16, persistent=True, occupancy=2),
+                                    dict(block_r=32, persistent=True, occupancy=2, stages=2),
+                                    dict(block_r=16, persistent=True, stages=3)])
+def test_transpose_other_schedules_are_exact(rows, cols, dt, params):
+    """The transpose through registers, and on persistent blocks copying their next tiles while
+    they store one: exact in the interpreter (which also finds no hazard on the ring of tiles)."""
+    sched = fs.recipes.transpose(rows, cols, dt, "sm_90a", params=params)
+    X = _data((rows, cols))
+    _same(fs.interpret(sched, X), X.astype(NP[dt]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 80), cols=st.integers(1, 80), dt=st.sampled_from(["f16", "bf16", "f32", "f8e4m3"]),
+       block_r=st.sampled_from([8, 16, 32, 64]), block_c=st.sampled_from([8, 16, 32, 64, 128]),
+       staged=st.booleans(), persistent=st.booleans(), occupancy=st.integers(1, 3), stages=st.integers(1, 3))
+def test_transpose_params_a_user_writes(rows, cols, dt, block_r, block_c, staged, persistent, occupancy, stages):
+    """Any tiles and schedule flags a user passes: refused with a ScheduleError, or exact."""
+    params = dict(block_r=block_r, block_c=block_c, staged=staged, persistent=persistent, occupancy=occupancy,
+                  stages=stages)
+    try:
+        sched = fs.recipes.transpose(rows, cols, dt, "sm_90a", params=params)
+    except ScheduleError:
+        return
+    X = _data((rows, cols))
+    _same(fs.interpret(sched, X), X.astype(NP[dt]))
 
 
 # --------------------------------------------------------------------------- cast
@@ -168,7 +221,7 @@ def _shared_accesses(prog):
 def test_transpose_shared_accesses_are_bank_conflict_free(dt):
     """A warp's accesses of W bytes are served in phases of 128 / W threads; each phase must touch
     distinct W-byte slots of the 128-byte bank line (the cp.async stores and the thread reads)."""
-    prog = fs.recipes.transpose(512, 512, dt).lower("sm_90a")
+    prog = fs.recipes.transpose(512, 512, dt, params=dict(staged=True)).lower("sm_90a")
     acc = _shared_accesses(prog)
     assert {a.family for a, _, _ in acc} >= {"cp_async", "copy"}
     for atom, w, addr in acc:
@@ -195,11 +248,16 @@ def test_transpose_compiles_without_spills(arch, dt, rows, cols):
     assert k.spills == 0
     c = _counts(k.source)
     if (rows, cols) == (4096, 4096):
-        # 16-byte cp.async loads; the register transpose then reads and stores 16 bytes (8 for
-        # one-byte elements) per access, and nothing narrower
-        assert c["cp.async.cg.shared.global"] and "16, " in k.source
+        # through shared memory (f32 at 128 MiB, one-byte elements): 16-byte cp.async loads, then
+        # the register transpose reads and stores 16 bytes (8 for one-byte elements) per access;
+        # through registers (16-bit at 64 MiB) 16-byte global loads; nothing narrower either way
         wide = "v2" if dt == "f8e4m3" else "v4"
-        assert c[f"ld.shared.{wide}"] and c[f"st.global.{wide}"], c
+        if fs.recipes.copies.transpose_params(rows, cols, dt)["staged"]:
+            assert c["cp.async.cg.shared.global"] and "16, " in k.source
+            assert c[f"ld.shared.{wide}"], c
+        else:
+            assert c[f"ld.global.{wide}"] and not (c["cp.async.cg.shared.global"] or "ld.shared" in k.source), c
+        assert c[f"st.global.{wide}"], c
         assert not (c["st.global.b"] or c["ld.shared.b"] or c["ld.global.b"]), c
     else:
         # 257 columns: no 16-byte chunk of X is whole; 130 rows: nor is one of Y (narrower accesses,
