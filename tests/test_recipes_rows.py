@@ -848,3 +848,31 @@ def test_grids_of_no_more_blocks_than_sms_ask_for_one_an_sm():
     assert norms.recipe_plan("rmsnorm", 8192, 2047, "bf16", "sm_90a").persistent
     for op, rows, cols in (("rmsnorm", 5, 45001), ("softmax", 1, 262143)):
         assert fs.compile(getattr(recipes, op)(rows, cols, dtype="bf16", arch="sm_90a"), arch="sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_odd_rows_past_a_blocks_window_take_cluster_windows(op):
+    # 16-bit odd rows past what one block's window holds (114,687 - 262,143 columns): the staged
+    # cluster plan of the row rounded up to 16-byte vectors, each part on an aligned window one
+    # pass longer, pushing its statistics (rows.cluster_windows); f32 rows, sm_80 (no clusters)
+    # and rows of whole vectors as before
+    for cols in (114687, 116009, 131071, 200003, 262143):
+        for dt in ("bf16", "f16"):
+            plan = norms.recipe_plan(op, 1024, cols, dt, "sm_90a")
+            even = norms.recipe_plan(op, 1024, -(-cols // 8) * 8, dt, "sm_90a")
+            assert plan.aligned and (plan.vec, plan.row_memory, plan.exchange) == (8, "SH", "push"), plan
+            assert (plan.lanes, plan.cluster, plan.part) == (even.lanes, even.cluster, even.part), (plan, even)
+            assert plan.part % 8 == 0 and (plan.cluster - 1) * plan.part < cols <= plan.cluster * plan.part
+            assert plan.reps * plan.span >= plan.part + 7 > (plan.reps - 1) * plan.span
+            assert plan.occupancy * (plan.reps * plan.span * 2 + 1024) <= 227 * 1024
+            # (the recipe's plan is the rule's, with the recipe's exchange and guards)
+            assert attrs.evolve(row_model.cluster_windows(cols, 2), exchange=plan.exchange, guard=plan.guard) == plan
+    for cols, dt in ((131071, "f32"), (131072, "bf16"), (65537, "bf16"), (100003, "f16")):
+        plan = norms.recipe_plan(op, 1024, cols, dt, "sm_90a")
+        assert not (plan.aligned and plan.cluster > 1), (cols, dt, plan)
+    # the plan through the interpreter at full length (every part's window, the last part short),
+    # and without spills at the longest
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    fs.testing.assert_schedule_correct(getattr(recipes, kind)(2, 131071, dtype="bf16", arch="sm_90a", **kw),
+                                       examples=1, arch="sm_90a")
+    assert fs.compile(getattr(recipes, kind)(1024, 262143, dtype="f16", arch="sm_90a", **kw), arch="sm_90a").spills == 0

@@ -154,21 +154,26 @@ def frames(ctx: Ctx, specs) -> Ctx:
 
 def _in_window(ctx: Ctx, k, t, shifted: dict) -> Ctx:
     """An on-chip tensor created inside an aligned window (``align``): its element ``j`` along a
-    shifted dim is the row's element ``j + shift``, so the row's elements are those from
-    ``-shift`` up to the global tensors' limit ``- shift``::
+    shifted dim is the global tensors' element ``origin + j`` (the origin shifted back by the
+    row's phase), so the row's elements are those from the global tensors' low bound ``-
+    origin`` up to their limit ``- origin``::
 
         window:  | p elements of the row before | the row (cols elements) | the rest of the window |
                  j = 0                          j = -shift = p            j = cols + p
-    """
+
+    (for a cluster's part of the row, ``lower.rules.align``, the part's own first and last
+    elements bound it instead)."""
     lim = dict(ctx.limit.get(k, {d: t.extent(d) for d in t.tensor.dims}))
     low = {}
-    for d, base in shifted.items():
-        gl = next((ctx.limit[g][d] for g, o in ctx.origin.items() if g[1] == "GL" and d in o and d in ctx.limit.get(g, {})),
-                  None)
-        if gl is None:
+    for d in shifted:
+        g = next((g for g, o in ctx.origin.items() if g[1] == "GL" and d in o and d in ctx.limit.get(g, {})), None)
+        if g is None:
             raise InternalError(f"no global tensor in scope bounds the aligned dim {d} of {t.name}")
-        lim[d] = gl - base
-        low[d] = 0 - base
+        # the window starts at the global tensor's (shifted) origin: its element j is the global
+        # tensor's element origin + j, inside from the tensor's low bound up to its limit
+        o = ctx.origin[g][d]
+        lim[d] = ctx.limit[g][d] - o
+        low[d] = ctx.low.get(g, {}).get(d, 0) - o
     return ctx.with_limit(k, lim).with_low(k, low)
 
 

@@ -214,7 +214,9 @@ def schedule_rows(spec: Fused, plan: _rows.RowPlan, local: tuple[str, ...], row:
         raise ValueError(f"schedule_rows: row={row!r} must name one of the intermediates {local} to stage it in "
                          "shared memory (plan.row_memory='SH')")
     # a part that is not whole passes walks a buffer padded to them (the last pass partial)
-    pad = plan.span if (plan.part or spec.extents["c"]) % plan.span else None
+    # (a cluster's part in an aligned window: the part and vec - 1 more elements)
+    ext = plan.part + plan.vec - 1 if plan.cluster > 1 and plan.aligned else plan.part or spec.extents["c"]
+    pad = plan.span if ext % plan.span else None
     # several rows' parts a block (plan.rows): each line at its own length, unswizzled (threads walk
     # each row in consecutive 16-byte chunks)
     strategies = list(_rows.kernel_strategies(plan)) + [

@@ -42,6 +42,11 @@ from .base import Strategy, fresh_var
 from .mapping import whole_means
 
 
+def _cluster_part(sched, d: str) -> bool:
+    """Whether the focus's ``d`` is a part of a row that a thread-block cluster splits."""
+    return any(lp.dim == d and lp.cluster > 1 for n in sched.focus_path() for lp in n.loops)
+
+
 @attrs.frozen(repr=False, init=False)
 class align(Strategy):
     """``align(c=8)``: the block's tile along ``c`` starts at the ``8``-element vector boundary at
@@ -58,7 +63,14 @@ class align(Strategy):
       two; 8 for 16-bit types, 4 for f32: 16 bytes).
 
     Apply it to a block-level focus (after ``tile(...) >> to_blocks()``) that holds one row (its
-    other dims of extent 1) whole (not split over a cluster), before ``place``.
+    other dims of extent 1) whole, or a thread-block cluster's part of one, before ``place``.  A
+    part of whole vectors starts at the row's phase too; its window reaches ``vec - 1`` elements
+    into the next part, which it leaves to that part's block (``lower.rules.align``)::
+
+        tile(r=1, c=16384) >> to_blocks(cluster=8) >> align(c=8)     # a row of 131,071 bf16
+        for r0 in block(R), c0 in block(8) clusters(8):
+          for c1 in seq(1) aligned(8):
+            Fused<block>[Move(X:GL bf16[1x16391] -> Xr:GL bf16[1x16391]); ...]
     """
 
     dim: str
@@ -107,11 +119,18 @@ class align(Strategy):
                 raise ScheduleError(f"{t.name} is not contiguous along {d} (its major dim is {t.tensor.major}): a "
                                     "vector of the window would not be contiguous in memory", strategy=self,
                                     spec=spec, field=d, value=t.name, fix=f"align the contiguous dim, {t.tensor.major}")
-            if t.extent(d) != t.tensor.extent(d):
+            if t.extent(d) != t.tensor.extent(d) and not _cluster_part(sched, d):
                 raise ScheduleError(f"the block holds {t.extent(d)} of {t.name}'s {t.tensor.extent(d)} along {d}: align "
-                                    "shifts a whole row (a cluster's part starts wherever the part before it ended)",
+                                    "shifts a whole row, or a thread-block cluster's part of one (blocks of no "
+                                    "cluster do not leave each other's elements alone)", strategy=self, spec=spec,
+                                    field=d, value=t.extent(d), allowed=str(t.tensor.extent(d)),
+                                    fix=f"leave {d} untiled above align, or to_blocks(cluster=...) along {d}")
+            if t.extent(d) != t.tensor.extent(d) and t.extent(d) % v:
+                raise ScheduleError(f"a cluster's part of {t.extent(d)} elements along {d} is not whole vectors of {v}: "
+                                    "the parts after the first would start at other phases than the row's",
                                     strategy=self, spec=spec, field=d, value=t.extent(d),
-                                    allowed=str(t.tensor.extent(d)), fix=f"leave {d} untiled above align")
+                                    allowed=f"a multiple of {v}",
+                                    fix=f"tile({d}={-(-t.extent(d) // v) * v}) >> to_blocks(cluster=...)")
         window = ext[d] + v - 1
         child = whole_means(spec.with_extents(**{d: window}), spec, d)
         lp = Loop(fresh_var(sched, d), 1, ((d, window),), align=v)

@@ -448,6 +448,32 @@ def test_windows_alone_on_their_sm(op, rows, cols, dtype):
         _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("rows, cols, dtype", [(3, 131071, "bf16"), (2, 262143, "f16"), (1, 114687, "bf16"),
+                                               (300, 120001, "f16"), (5, 200003, "bf16"), (140, 116009, "bf16")])
+def test_cluster_windows(op, rows, cols, dtype):
+    # odd rows past what one block's window holds: a cluster whose parts each walk an aligned
+    # window of 16-byte vectors (rows.cluster_windows), more rows than SMs at 120,001 columns and
+    # clusters of 7 at 200,003
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, dtype, "sm_90a")
+    assert plan.aligned and plan.cluster > 1 and plan.vec == 8, plan
+    if op == "causal":
+        _causal(rows, cols, dtype, max(0, cols - rows), plan=plan)
+    else:
+        _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("lanes, reps, cluster, part", [(128, 5, 4, 2560), (96, 3, 2, 2048), (64, 9, 8, 512)])
+def test_cluster_windows_of_other_parts(op, lanes, reps, cluster, part):
+    # hand-written cluster window plans: parts not a whole number of passes, whole warps that are
+    # not a power of two, and windows reaching a part into the next at 2,047 - 4,095 columns
+    cols = {2: 4095, 4: 10235, 8: 4093}[cluster]
+    plan = fs.recipes.rows.RowPlan(lanes, 8, reps, 1, cluster=cluster, part=part, row_memory="SH", aligned=True,
+                                   exchange="push")
+    _run(op, 37, cols, "bf16", magnitude=3.0, plan=plan)
+
+
 SHORT_NARROW = [(1000, 255, "bf16"), (777, 254, "f16"), (3001, 101, "bf16"), (5000, 33, "f16"), (300, 999, "bf16"),
                 (257, 767, "f16"), (9, 383, "bf16"), (70, 35, "bf16"), (500, 769, "f16"), (1000, 252, "bf16"),
                 (300, 255, "f32"), (64, 510, "f32"), (33, 101, "f32"), (1, 33, "bf16"), (3, 101, "f16")]

@@ -13,13 +13,21 @@ drop their edge tests (``ir.expr.bounds``: a vector of a middle pass lies in the
 tensors keep their limits and gain a lower one, 0 (the window's first elements belong to the row
 before); on-chip tensors created inside the window learn where the row lies in them
 (``context._in_window``).
+
+A thread-block cluster's part of a row (``to_blocks(cluster=C)`` along the aligned dim, parts of
+whole vectors) starts at the row's phase too, so it takes the same shift; its window reaches into
+the next part, whose elements are that part's block's, so a part's low bound is its own first
+element and its limit its own end (or the row's)::
+
+    part i:   [i·L, i·L + L)  of the row        window:  [i·L - p, i·L + L - p + vec - 1)
+              low = i·L, limit = min(cols, i·L + L): the window's elements outside are masked
 """
 
 from __future__ import annotations
 
 import attrs
 
-from ...ir.expr import mod
+from ...ir.expr import minimum, mod
 from ...schedule import Node
 from ...tensor import GL
 from ..context import err, key
@@ -54,6 +62,7 @@ def aligned_window(lw: Lowerer, node: Node, ctx, lp, rest: list) -> list:
                   strategy=node.strategy, field=d, value=vec,
                   fix="align rows of tensors of one shape (equal strides), or leave align out")
     shift = -1 * mod(first, vec)
+    part = getattr(ctx.cluster, "dim", None) == d
     for k, o in list(ctx.origin.items()):
         if d not in o:
             continue
@@ -61,7 +70,15 @@ def aligned_window(lw: Lowerer, node: Node, ctx, lp, rest: list) -> list:
             raise err(node, f"{k[0]} ({k[1]}) is in scope above align({d}={vec}): it would keep the frame before the "
                             "shift", strategy=node.strategy, fix="apply align right after to_blocks")
         ctx = ctx.with_origin(k, {**o, d: o[d] + shift})
-        ctx = ctx.with_low(k, {**ctx.low.get(k, {}), d: 0})
+        if part:
+            # a cluster's part of the row: its window reaches into the parts beside it, whose
+            # elements it leaves to them
+            ext = next((t.extent(d) for t in node.spec.operands if key(t) == k), None)
+            ctx = ctx.with_low(k, {**ctx.low.get(k, {}), d: o[d]})
+            if ext is not None:
+                ctx = ctx.with_limit(k, {**ctx.limit[k], d: minimum(ctx.limit[k][d], o[d] + ext)})
+        else:
+            ctx = ctx.with_low(k, {**ctx.low.get(k, {}), d: 0})
     ctx = attrs.evolve(ctx, shift={**ctx.shift, d: (shift, vec)})
     return lw.loops(node, ctx, rest)
 
