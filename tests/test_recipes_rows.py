@@ -867,12 +867,30 @@ def test_odd_rows_past_a_blocks_window_take_cluster_windows(op):
             assert plan.occupancy * (plan.reps * plan.span * 2 + 1024) <= 227 * 1024
             # (the recipe's plan is the rule's, with the recipe's exchange and guards)
             assert attrs.evolve(row_model.cluster_windows(cols, 2), exchange=plan.exchange, guard=plan.guard) == plan
-    for cols, dt in ((131071, "f32"), (131072, "bf16"), (65537, "bf16"), (100003, "f16")):
+    for cols, dt in ((131072, "bf16"), (65537, "bf16"), (100003, "f16"), (131072, "f32")):
         plan = norms.recipe_plan(op, 1024, cols, dt, "sm_90a")
         assert not (plan.aligned and plan.cluster > 1), (cols, dt, plan)
+    # f32 rows up to the recipe's F32_CLUSTER_WINDOWS (RMSNorm and add + RMSNorm 24,575), where
+    # their rows take clusters; element copies beyond
+    last = row_model.F32_CLUSTER_WINDOWS[op]
+    for cols in (20001, 24575, 32767, 65537, 131071):
+        plan = norms.recipe_plan(op, 1024, cols, "f32", "sm_90a")
+        windows = row_model.cluster_windows(cols, 4)
+        taken = plan.aligned and plan.cluster > 1
+        assert taken == (cols <= last and windows is not None and plan.row_memory == "SH" and
+                         (plan.lanes, plan.cluster, plan.part) == (windows.lanes, windows.cluster, windows.part)), \
+            (cols, plan, windows)
+        if cols > last:
+            assert not taken and plan.vec == 1, plan
     # the plan through the interpreter at full length (every part's window, the last part short),
     # and without spills at the longest
     kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
     fs.testing.assert_schedule_correct(getattr(recipes, kind)(2, 131071, dtype="bf16", arch="sm_90a", **kw),
                                        examples=1, arch="sm_90a")
+    f32 = min(65537, row_model.F32_CLUSTER_WINDOWS[op])
+    assert norms.recipe_plan(op, 3, f32, "f32", "sm_90a").aligned
+    fs.testing.assert_schedule_correct(getattr(recipes, kind)(3, f32, dtype="f32", arch="sm_90a", **kw),
+                                       examples=1, arch="sm_90a")
     assert fs.compile(getattr(recipes, kind)(1024, 262143, dtype="f16", arch="sm_90a", **kw), arch="sm_90a").spills == 0
+    longest = min(262143, row_model.F32_CLUSTER_WINDOWS[op])
+    assert fs.compile(getattr(recipes, kind)(1024, longest, dtype="f32", arch="sm_90a", **kw), arch="sm_90a").spills == 0

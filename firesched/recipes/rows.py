@@ -818,6 +818,18 @@ def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
 BARRIER_EXCHANGE = ("rmsnorm",)
 
 
+# The longest f32 odd row (columns) each recipe takes on a cluster of aligned windows
+# (row_plan(f32_cluster_windows=), rows.cluster_windows) instead of a cluster of element copies.
+# Measured on an H200 (bench/rows.py --old, time windows / element copies): LayerNorm 4096 x
+# 32,767 0.466, 2048 x 65,537 0.614, 1024 x 100,003 0.703, 131,071 0.477; softmax 0.790 - 0.909 and
+# causal softmax 0.649 - 0.759 at 65,537 - 131,071 (where their rows take clusters); RMSNorm 8192 x
+# 12,287 0.882 and 4096 x 20,001 0.889 but 1.029 - 1.101 from 32,767 (add + RMSNorm 0.890 at
+# 20,001, 1.007 - 1.136 from 32,767): four-byte element copies cost those two less than the
+# windows' idle last pass
+F32_CLUSTER_WINDOWS = {"layernorm": 1 << 30, "softmax": 1 << 30, "causal": 1 << 30, "rmsnorm": 24575,
+                       "add_rmsnorm": 24575}
+
+
 def cluster_exchange(op: str | None, plan: RowPlan, dtype) -> str:
     """How recipe ``op``'s cluster on ``plan`` over rows of ``dtype`` combines its blocks'
     statistics (``RowPlan.exchange``, ``to_blocks(exchange=...)``):
@@ -888,6 +900,8 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
         args["half_block_vectors"] = HALF_BLOCK_VECTORS[op]
     if op in STAGED_ODD_VALUES and clusters:
         args["odd_values"] = STAGED_ODD_VALUES[op]
+    if eb == 4 and op in F32_CLUSTER_WINDOWS:
+        args["f32_cluster_windows"] = F32_CLUSTER_WINDOWS[op]
     if (op, str(_dtype(dtype))) in PARTIAL_PASS_BLOCKS:
         args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
@@ -1137,7 +1151,8 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              staged_window_blocks: int = STAGED_WINDOW_BLOCKS, staged_window_threads: int = STAGED_WINDOW_THREADS,
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
-             short_narrow_bytes: int = 8, narrow_block: tuple[int, int] | None = None) -> RowPlan:
+             short_narrow_bytes: int = 8, narrow_block: tuple[int, int] | None = None,
+             f32_cluster_windows: int = 0) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1199,13 +1214,17 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     than 16 bytes takes ``threads`` threads, ``rows`` rows a block (each thread its columns of
     every row), where ``threads`` hold it in ``max_values`` a thread (None: never; the recipes ask
     for ``narrow_block(op, cols, dtype, rows)``: ``LONG_PAIRS``, ``NARROW_BLOCK_COLS``,
-    ``NARROW_BLOCK_ODD``, ``NARROW_BLOCK_F32``)."""
+    ``NARROW_BLOCK_ODD``, ``NARROW_BLOCK_F32``).  A 16-bit odd row that takes a staged cluster
+    with ``staged_window`` takes a cluster of aligned windows (``cluster_windows``); an f32 one
+    too up to ``f32_cluster_windows`` columns (0: never; the recipes ask for
+    ``F32_CLUSTER_WINDOWS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise ValueError(f"row_plan: {name} must be a positive int, got {v!r}")
     for name, v, zero in (("element_min_threads", element_min_threads, "a row a block"),
+                          ("f32_cluster_windows", f32_cluster_windows, "never"),
                           ("short_narrow_cols", short_narrow_cols, "never"),
                           ("short_narrow_bytes", short_narrow_bytes, "never"),
                           ("partial_pass_blocks", partial_pass_blocks, "RowPlan.occupancy's"),
@@ -1299,7 +1318,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # registers (1.40-1.67 against 1.18-1.27 staged, no spills there)
         # without clusters (sm_80) on one block: in registers LayerNorm and add + RMSNorm spilled
         # 8-64 bytes a thread at 24,577 to 32,767 columns
-        if clusters and eb == 2 and staged_window:
+        if clusters and staged_window and (eb == 2 or (eb == 4 and cols <= f32_cluster_windows)):
             # a 16-bit row on a cluster: each block's part walks an aligned window of 16-byte
             # vectors in shared memory (the plan of the row rounded up to them; cluster_windows
             # says why)

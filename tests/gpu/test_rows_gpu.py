@@ -463,6 +463,20 @@ def test_cluster_windows(op, rows, cols, dtype):
         _run(op, rows, cols, dtype, magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+@pytest.mark.parametrize("rows, cols", [(9, 20001), (300, 24575), (2, 65537), (3, 131071)])
+def test_f32_cluster_windows(op, rows, cols):
+    # f32 odd rows on clusters of aligned windows where the recipe takes them
+    # (rows.F32_CLUSTER_WINDOWS), element copies elsewhere: both against torch
+    plan = fs.recipes.norms.recipe_plan(op, rows, cols, "f32", "sm_90a")
+    windows = plan.aligned and plan.cluster > 1
+    assert windows == (plan.row_memory == "SH" and plan.cluster > 1 and cols <= fs.recipes.rows.F32_CLUSTER_WINDOWS[op])
+    if op == "causal":
+        _causal(rows, cols, "f32", max(0, cols - rows), plan=plan)
+    else:
+        _run(op, rows, cols, "f32", magnitude=3.0, shift=-3000.0 if op in ("layernorm", "softmax") else 0.0, plan=plan)
+
+
 @pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
 @pytest.mark.parametrize("lanes, reps, cluster, part", [(128, 5, 4, 2560), (96, 3, 2, 2048), (64, 9, 8, 512)])
 def test_cluster_windows_of_other_parts(op, lanes, reps, cluster, part):
