@@ -881,7 +881,7 @@ def test_odd_rows_past_a_blocks_window_take_cluster_windows(op):
                          (plan.lanes, plan.cluster, plan.part) == (windows.lanes, windows.cluster, windows.part)), \
             (cols, plan, windows)
         if cols > last:
-            assert not taken and plan.vec == 1, plan
+            assert not taken, plan
     # the plan through the interpreter at full length (every part's window, the last part short),
     # and without spills at the longest
     kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
@@ -894,3 +894,29 @@ def test_odd_rows_past_a_blocks_window_take_cluster_windows(op):
     assert fs.compile(getattr(recipes, kind)(1024, 262143, dtype="f16", arch="sm_90a", **kw), arch="sm_90a").spills == 0
     longest = min(262143, row_model.F32_CLUSTER_WINDOWS[op])
     assert fs.compile(getattr(recipes, kind)(1024, longest, dtype="f32", arch="sm_90a", **kw), arch="sm_90a").spills == 0
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "causal"])
+def test_f32_rows_of_narrow_accesses_stage_their_window(op):
+    # f32 rows of 4-byte accesses (odd; and of 8-byte ones, 2 mod 4, but in add + RMSNorm) of
+    # 8,193 to the recipe's last columns wait in shared memory in their aligned window, on blocks
+    # of whole warps about F32_WINDOW_THREADS, several an SM where they fit (rows.F32_STAGED_WINDOWS);
+    # rows of 16-byte vectors, shorter rows and sm_80 as before
+    first, last, widest = row_model.F32_STAGED_WINDOWS[op]
+    for cols in (8191, 8193, 12287, 16382, 20001, 28001, 28003, 32767, 32768, 40001):
+        plan = norms.recipe_plan(op, 4096, cols, "f32", "sm_90a")
+        access = 4 if cols % 2 else 8 if cols % 4 else 16
+        staged = first <= cols <= last and access <= widest
+        assert (plan.aligned and plan.cluster == 1 and plan.row_memory == "SH") == staged, (cols, plan)
+        if staged:
+            assert plan.vec == 4 and plan.lanes % 32 == 0 and plan.reps * plan.span >= cols + 3, plan
+            assert plan.occupancy * (plan.reps * plan.span * 4 + 1024) <= 227 * 1024
+    assert not norms.recipe_plan(op, 4096, 20001, "f32", "sm_80").aligned or \
+        norms.recipe_plan(op, 4096, 20001, "f32", "sm_80").row_memory == "RF"
+    with pytest.raises(ValueError, match="f32_staged_window"):
+        row_model.row_plan(4, 20001, "f32", f32_staged_window=(8193, 32767))
+    # through the interpreter on three rows (every phase's start), and without spills
+    kind, kw = ("softmax", {"causal": True}) if op == "causal" else (op, {})
+    fs.testing.assert_schedule_correct(getattr(recipes, kind)(3, 8193, dtype="f32", arch="sm_90a", **kw),
+                                       examples=1, arch="sm_90a")
+    assert fs.compile(getattr(recipes, kind)(4096, last, dtype="f32", arch="sm_90a", **kw), arch="sm_90a").spills == 0

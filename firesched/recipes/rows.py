@@ -826,6 +826,24 @@ BARRIER_EXCHANGE = ("rmsnorm",)
 # 12,287 0.882 and 4096 x 20,001 0.889 but 1.029 - 1.101 from 32,767 (add + RMSNorm 0.890 at
 # 20,001, 1.007 - 1.136 from 32,767): four-byte element copies cost those two less than the
 # windows' idle last pass
+# f32 rows of accesses narrower than 16 bytes (at most the widest bytes named: 4, odd rows; 8,
+# odd rows and rows of 2 mod 4 columns) from the first to the last columns named here wait in
+# shared memory in their aligned window (row_plan(f32_staged_window=)), on blocks of
+# F32_WINDOW_THREADS threads (whole warps: window_warps), as many an SM as fit up to
+# STAGED_WINDOW_BLOCKS, else one alone, instead of one block of element accesses in registers or
+# a cluster of element copies.  Measured on an H200: first softmax's plans by hand
+# (bench/row_plans.py --dtype f32 --row-memory RF,SH; TB/s against the element plan, torch in
+# brackets): 4096 x 20001 3.92 (512 threads two an SM) against 2.52 (2.80), 8192 x 12287 3.97
+# against 2.39 (2.34), 4096 x 32767 3.52 (1,024 threads alone) against 2.71 (2.58); then every
+# recipe's plans against the tree before (bench/rows.py --old, 8,193 - 32,767 columns, time new /
+# old): softmax 0.577 - 0.764, causal softmax 0.546 - 0.683 (32,767: 0.990), RMSNorm 0.744 -
+# 0.925, LayerNorm 0.504 - 0.876 on two blocks an SM (alone at 32,767 2.44 TB/s, where its cluster
+# of aligned windows reads 2.73: it stops at 28,001), add + RMSNorm 0.765 - 0.901 on odd rows
+# (its rows of 2 mod 4 columns 1.106: 4096 x 16382 3.67 -> 3.32 TB/s, kept as before)
+F32_STAGED_WINDOWS = {"softmax": (8193, 32767, 8), "causal": (8193, 32767, 8), "layernorm": (8193, 28001, 8),
+                      "rmsnorm": (8193, 32767, 8), "add_rmsnorm": (8193, 32767, 4)}
+F32_WINDOW_THREADS = 512
+
 F32_CLUSTER_WINDOWS = {"layernorm": 1 << 30, "softmax": 1 << 30, "causal": 1 << 30, "rmsnorm": 24575,
                        "add_rmsnorm": 24575}
 
@@ -902,6 +920,9 @@ def measured_plan_args(op: str, cols: int, dtype, clusters: bool, rows: int | No
         args["odd_values"] = STAGED_ODD_VALUES[op]
     if eb == 4 and op in F32_CLUSTER_WINDOWS:
         args["f32_cluster_windows"] = F32_CLUSTER_WINDOWS[op]
+    if eb == 4 and op in F32_STAGED_WINDOWS and clusters:
+        # (measured on sm_90a only)
+        args["f32_staged_window"] = F32_STAGED_WINDOWS[op]
     if (op, str(_dtype(dtype))) in PARTIAL_PASS_BLOCKS:
         args["partial_pass_blocks"] = PARTIAL_PASS_BLOCKS[op, str(_dtype(dtype))]
     if op == "add_rmsnorm" and eb == 2 and cols % 4 == 2:
@@ -1152,7 +1173,7 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
              persistent_window_threads: int = STAGED_WINDOW_THREADS, tile_stages: int = 1,
              staged_window_alone_threads: int = 0, short_narrow_cols: int = 0,
              short_narrow_bytes: int = 8, narrow_block: tuple[int, int] | None = None,
-             f32_cluster_windows: int = 0) -> RowPlan:
+             f32_cluster_windows: int = 0, f32_staged_window: tuple[int, int, int] | None = None) -> RowPlan:
     """The plan for ``rows`` x ``cols`` elements of ``dtype`` (see the module docstring);
     ``max_values`` caps the elements of its row one thread keeps in registers (default
     ``VALUES_IN_REGISTERS`` for the type's size; a kernel with more f32 intermediates per element
@@ -1217,7 +1238,10 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     ``NARROW_BLOCK_ODD``, ``NARROW_BLOCK_F32``).  A 16-bit odd row that takes a staged cluster
     with ``staged_window`` takes a cluster of aligned windows (``cluster_windows``); an f32 one
     too up to ``f32_cluster_windows`` columns (0: never; the recipes ask for
-    ``F32_CLUSTER_WINDOWS``)."""
+    ``F32_CLUSTER_WINDOWS``).  ``f32_staged_window`` = (first, last, widest): an f32 row of
+    ``first`` to ``last`` columns in accesses of at most ``widest`` bytes (4 or 8) stages its
+    window as a 16-bit one does with ``staged_window``, on ``F32_WINDOW_THREADS`` threads (None:
+    never; the recipes ask for ``F32_STAGED_WINDOWS``)."""
     for name, v in (("rows", rows), ("cols", cols), ("odd_values", odd_values), ("shared_per_sm", shared_per_sm)):
         if v is None and name == "odd_values":
             continue
@@ -1264,11 +1288,17 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
     vectors = -(-cols // vec)
     longest = MAX_THREADS * max_values
     odd_values = ODD_VALUES if odd_values is None else odd_values
-    if vec * eb < 4 and eb == 2 and staged_window and stage:
+    if f32_staged_window is not None and not (isinstance(f32_staged_window, tuple) and len(f32_staged_window) == 3
+                                              and f32_staged_window[2] in (4, 8)):
+        raise ValueError(f"row_plan: f32_staged_window={f32_staged_window!r}; allowed: None or (first, last, widest) "
+                         "with first and last columns and widest 4 or 8 (bytes of an access)")
+    f32_window = eb == 4 and f32_staged_window is not None and vec * eb <= f32_staged_window[2] and \
+        f32_staged_window[0] <= cols <= f32_staged_window[1]
+    if ((vec * eb < 4 and eb == 2 and staged_window) or f32_window) and stage:
         # the row's window (align) in shared memory: its copy takes whole 16-byte chunks (an odd
         # row's element copies kept few bytes in flight: STAGED_WINDOW_COLS's measurements)
         wide = 16 // eb
-        lanes = staged_window_threads
+        lanes = F32_WINDOW_THREADS if f32_window else staged_window_threads
         reps = window_passes(cols, lanes, wide)
         if persistent_window_blocks:
             # the weights' windows beside the row's (tile_stages of them), once a block
