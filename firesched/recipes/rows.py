@@ -98,9 +98,14 @@ aims at three things, in this order —
       65,537        640     8    13        1          640, alone on its SM: the window of 8,193 vectors in shared
                                                          memory, two blocks of which an SM does not hold
                                                          (STAGED_WINDOW_ALONE; RMSNorm, add + RMSNorm 832 x 10)
-      131,071       256     1    64        1          256 x a cluster of 8, 6 per SM, in shared memory (odd, its
-                                                         window too long for one block: copied element by element,
-                                                         8 loads in flight)
+      131,071       256     8     9        1          256 x a cluster of 8, 6 per SM, in shared memory (odd, its
+                                                         window too long for one block: each block's part of 16,384
+                                                         on an aligned window of its own, one pass longer,
+                                                         cluster_windows; before, element by element)
+      20,001 (f32)  512     4    10        1          512, 2 per SM: an f32 row of 4- or 8-byte accesses of
+                                                         8,193 - 32,767 columns, its window in shared memory
+                                                         (F32_STAGED_WINDOWS); clusters of aligned windows past
+                                                         (F32_CLUSTER_WINDOWS)
 
 The strategies that realise a plan (the same for every part of a fused row kernel, so that each
 thread reads back the registers it wrote) come from ``part_strategies``.
@@ -818,14 +823,6 @@ def load_guard(op: str | None, plan: RowPlan, cols: int, dtype) -> str:
 BARRIER_EXCHANGE = ("rmsnorm",)
 
 
-# The longest f32 odd row (columns) each recipe takes on a cluster of aligned windows
-# (row_plan(f32_cluster_windows=), rows.cluster_windows) instead of a cluster of element copies.
-# Measured on an H200 (bench/rows.py --old, time windows / element copies): LayerNorm 4096 x
-# 32,767 0.466, 2048 x 65,537 0.614, 1024 x 100,003 0.703, 131,071 0.477; softmax 0.790 - 0.909 and
-# causal softmax 0.649 - 0.759 at 65,537 - 131,071 (where their rows take clusters); RMSNorm 8192 x
-# 12,287 0.882 and 4096 x 20,001 0.889 but 1.029 - 1.101 from 32,767 (add + RMSNorm 0.890 at
-# 20,001, 1.007 - 1.136 from 32,767): four-byte element copies cost those two less than the
-# windows' idle last pass
 # f32 rows of accesses narrower than 16 bytes (at most the widest bytes named: 4, odd rows; 8,
 # odd rows and rows of 2 mod 4 columns) from the first to the last columns named here wait in
 # shared memory in their aligned window (row_plan(f32_staged_window=)), on blocks of
@@ -844,6 +841,14 @@ F32_STAGED_WINDOWS = {"softmax": (8193, 32767, 8), "causal": (8193, 32767, 8), "
                       "rmsnorm": (8193, 32767, 8), "add_rmsnorm": (8193, 32767, 4)}
 F32_WINDOW_THREADS = 512
 
+# The longest f32 odd row (columns) each recipe takes on a cluster of aligned windows
+# (row_plan(f32_cluster_windows=), rows.cluster_windows) instead of a cluster of element copies.
+# Measured on an H200 (bench/rows.py --old, time windows / element copies): LayerNorm 4096 x
+# 32,767 0.466, 2048 x 65,537 0.614, 1024 x 100,003 0.703, 131,071 0.477; softmax 0.790 - 0.909 and
+# causal softmax 0.649 - 0.759 at 65,537 - 131,071 (where their rows take clusters); RMSNorm 8192 x
+# 12,287 0.882 and 4096 x 20,001 0.889 but 1.029 - 1.101 from 32,767 (add + RMSNorm 0.890 at
+# 20,001, 1.007 - 1.136 from 32,767): four-byte element copies cost those two less than the
+# windows' idle last pass
 F32_CLUSTER_WINDOWS = {"layernorm": 1 << 30, "softmax": 1 << 30, "causal": 1 << 30, "rmsnorm": 24575,
                        "add_rmsnorm": 24575}
 
@@ -1349,9 +1354,9 @@ def row_plan(rows: int, cols: int, dtype="f16", *, max_values: int | None = None
         # without clusters (sm_80) on one block: in registers LayerNorm and add + RMSNorm spilled
         # 8-64 bytes a thread at 24,577 to 32,767 columns
         if clusters and staged_window and (eb == 2 or (eb == 4 and cols <= f32_cluster_windows)):
-            # a 16-bit row on a cluster: each block's part walks an aligned window of 16-byte
-            # vectors in shared memory (the plan of the row rounded up to them; cluster_windows
-            # says why)
+            # a 16-bit row (an f32 one where measured faster) on a cluster: each block's part walks
+            # an aligned window of 16-byte vectors in shared memory (the plan of the row rounded up
+            # to them; cluster_windows says why)
             windows = cluster_windows(cols, eb, shared_per_sm)
             if windows is not None:
                 return windows
@@ -1649,7 +1654,8 @@ def kernel_strategies(plan: RowPlan) -> list:
     """The block tiling of a row kernel: ``plan.rows`` rows per block, or each row split into
     ``plan.cluster`` parts of ``plan.part`` elements on the blocks of a cluster (``plan.rows``
     rows' parts a block: a weight's part, loaded once, serves all of them); an ``aligned`` plan's
-    row walks the window of ``align(c=plan.vec)``."""
+    row walks the window of ``align(c=plan.vec)`` (on a cluster each block's part a window of its
+    own: ``cluster_windows``)."""
     if plan.cluster > 1:
         blocks = tile(r=plan.rows, c=plan.part) >> to_blocks(cluster=plan.cluster, occupancy=plan.occupancy,
                                                              exchange=plan.exchange, persistent=plan.persistent)
