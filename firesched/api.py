@@ -30,6 +30,7 @@ from .cuda import printer as cuda
 from .errors import CompileError, LaunchError, PerformanceWarning, ScheduleError
 from .hardware.target import target as get_target
 from .hardware.target import target_names
+from .lower import driver as _driver
 from .lower.driver import check_programmatic
 from .schedule import Schedule
 
@@ -454,7 +455,8 @@ def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = Tr
     launched the ordinary way.  True on a target without ``griddepcontrol`` is a ``ScheduleError``.
 
     Compiled programs are remembered per (schedule, arch) in this process, and cubins on disk
-    (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup.
+    (``firesched.cuda.nvrtc.cache_dir()``), so asking again costs a dictionary lookup;
+    ``use_cache=False`` lowers and compiles afresh (the lowering's memo skipped too).
 
     A kernel that spills registers to local memory compiles, with a ``PerformanceWarning`` that
     names it, its spill bytes and what to change.
@@ -474,7 +476,10 @@ def compile(schedule: Schedule, arch: str | None = None, *, use_cache: bool = Tr
     out = _MEMO.get(key) if use_cache else None
     if out is None:
         t0 = time.perf_counter()
-        prog = schedule.lower(arch, programmatic=programmatic)
+        # use_cache=False lowers afresh too: a caller that changed a lowering tunable between
+        # two compiles of one schedule (bench/layernorm_variants.py) gets what it asked for
+        prog = schedule.lower(arch, programmatic=programmatic) if use_cache else \
+            _driver.lower(schedule, arch, programmatic=programmatic, fresh=True)
         modules = []
         sources = []
         for kern in prog.kernels:

@@ -79,6 +79,8 @@ def test_no_pairs_before_sm80():
 
 def _unpaired(monkeypatch):
     monkeypatch.setattr(driver, "paired_conversions", lambda body, target: list(body))
+    # programs lowered without the pass are kept apart from (and dropped with) the patch
+    monkeypatch.setattr(driver, "_LOWERED", {})
 
 
 def _bits(a) -> np.ndarray:

@@ -64,15 +64,45 @@ def resolve_target(sched: Schedule, target):
     return get_target(target)
 
 
-def lower(sched: Schedule, target=None, programmatic: bool | None = None) -> ir.Program:
+#: Programs lowered in this process, by (schedule, its repr, target, programmatic), oldest first:
+#: a schedule is usually checked and then interpreted or compiled, and each of those lowers it.
+#: Lowering is a pure function of the schedule's frozen tree, so an equal schedule lowers to an
+#: equal program; the repr is in the key too because equality does not tell ``1`` from ``1.0`` or
+#: ``0.0`` from ``-0.0`` (an op's constant), which the program does.  Only successes are kept: a
+#: refusal is raised afresh each time.  The programs are frozen values, shared by the callers.
+_LOWERED: dict = {}
+_LOWERED_MAX = 32
+
+
+def lower(sched: Schedule, target=None, programmatic: bool | None = None, *, fresh: bool = False) -> ir.Program:
     """The kernel IR of ``sched``; raises ``ScheduleError`` for anything that cannot be lowered
     (checking a schedule is lowering it).  ``programmatic``: whether the program's first kernel is
     launched programmatically too and its last lets the next launch start (``transforms.launches``,
     chained); None: the first where the target has ``griddepcontrol`` (sm_90a), unless the
     schedule's grid is sized to the SMs (``_sm_sized_grid``), and the last only in a program of one
-    kernel."""
+    kernel.  A schedule lowered before in this process (``_LOWERED``) returns the same program,
+    unless ``fresh``: what ``firesched.compile(..., use_cache=False)`` asks for, to see a change
+    of a module's tunable (``transforms.early_loads.EARLY_SHARE``) that the schedule does not hold."""
     tgt = resolve_target(sched, target)
-    check_programmatic(programmatic)
+    check_programmatic(programmatic)        # before the lookup: True == 1, and 1 is refused
+    key = (sched, repr(sched), tgt, programmatic)
+    try:
+        hash(key)
+    except TypeError:                       # a strategy holding an unhashable value: not kept
+        fresh = True
+    if fresh:
+        return _lower(sched, tgt, programmatic)
+    prog = _LOWERED.pop(key, None)
+    if prog is None:
+        prog = _lower(sched, tgt, programmatic)
+        if len(_LOWERED) >= _LOWERED_MAX:
+            _LOWERED.pop(next(iter(_LOWERED)))
+    _LOWERED[key] = prog                    # (re)inserted last: the most recently used
+    return prog
+
+
+def _lower(sched: Schedule, tgt, programmatic: bool | None) -> ir.Program:
+    """``lower`` without the memo, on a resolved target."""
     if programmatic and not tgt.has_pdl:
         raise ScheduleError(f"a programmatic launch needs griddepcontrol, which {tgt.name} lacks",
                             field="programmatic", value=programmatic, allowed="False or None on this target",
