@@ -19,6 +19,8 @@ through it and checks, lane by lane, that a tensor's packing delivers the consum
 
 from __future__ import annotations
 
+import functools
+
 from ..hardware.atoms.base import Atom
 from ..hardware.atoms.convert import source_index
 from ..packing import Packing
@@ -108,6 +110,9 @@ def wavefronts(byte_addrs, width: int) -> int:
     return total
 
 
+# a pure function of its (hashable) arguments that tries every swizzle, about 0.3 s a call; a
+# recipe asks it again for each plan of the same tile
+@functools.lru_cache(maxsize=256)
 def swizzle_for_words(consumer: Atom, operand: str, words: int, rows: int, row_elems: int, elem_bits: int):
     """The swizzle of a ``rows`` x ``row_elems`` shared tile of ``elem_bits``-bit codes (K-major:
     a row per line of the operand) under which a warp's word loads of ``packing_for(..., words)``
