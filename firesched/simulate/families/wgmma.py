@@ -124,7 +124,7 @@ def _operand(k, s, ref, rows: int, major: str, who: int, thr: np.ndarray, dtype)
 
 def wgmma(k, s):
     """WGMMA: per issuing warpgroup, compute D now and keep its registers and operands in flight."""
-    ctx, mem, regs, wg = k.ctx, k.mem, k.regs, k.wg
+    ctx, regs, wg = k.ctx, k.regs, k.wg
     atom = s.atom
     tab = atom_tables(atom)
     groups = ctx.issuing_groups(s)
@@ -179,9 +179,9 @@ def wgmma(k, s):
         D[thr, doff:doff + nd] = np.ravel(d, order="F")[idx].astype(D.dtype)
         held = [(dname, doff, nd)] + ([(aname, aoff, 8)] if rs else [])
         wg.hold(thr, held, sid)
+        # (each operand was also recorded as a read by the warpgroup in this barrier epoch, by
+        # ``_operand``, so that a later write by a thread of another warpgroup, a TMA refill of the
+        # stage, needs a barrier between)
         for sh, e in smem:
             sh.begin_async_read(e, sid)
-            # also a read by the warpgroup in this barrier epoch, so that a later write by a
-            # thread of another warpgroup (a TMA refill of the stage) needs a barrier between
-            mem.sh_read(sh, e, np.full(e.size, int(thr[0]), dtype=np.int64))
         wg.track(thr, held, smem, sid)
