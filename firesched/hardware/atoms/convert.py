@@ -196,8 +196,12 @@ def fma16(a, b, c, kind: str) -> np.ndarray:
 
 
 def _fma16x2(a, b, c, kind: str) -> np.ndarray:
+    # both halves in one call of fma16, which is element-wise: half its numpy calls, which on a
+    # warp's few words cost more than the arithmetic
+    a, b, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.uint32) for x in (a, b, c)))
     (al, ah), (bl, bh), (cl, ch) = _halves(a), _halves(b), _halves(c)
-    return _join(fma16(al, bl, cl, kind), fma16(ah, bh, ch, kind))
+    out = fma16(np.stack((al, ah)), np.stack((bl, bh)), np.stack((cl, ch)), kind)
+    return _join(out[0], out[1])
 
 
 def _neg16x2(x) -> np.ndarray:
