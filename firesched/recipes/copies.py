@@ -61,6 +61,7 @@ def _sms(arch: str) -> int:
 TRANSPOSE_PARAMS = ("block_r", "block_c", "thread_r", "thread_c", "swizzle", "persistent", "occupancy", "stages",
                     "staged")
 
+
 def transpose_params(rows: int, cols: int, dtype: str = "f16", sms: int = 132) -> dict:
     """The transpose's tiles for ``rows x cols`` elements of ``dtype`` on ``sms`` SMs.
 
@@ -92,7 +93,7 @@ def transpose_params(rows: int, cols: int, dtype: str = "f16", sms: int = 132) -
     "The transpose through registers up to 64 MiB"): f16 through registers 3.49 against 3.25 TB/s at
     4096 x 4096 and 3.60 against 3.40 at 32768 x 256, but 3.64 against 3.71 at 8192 x 8192;
     128-thread blocks eight an SM 3.78 – 3.85 against 3.71 – 3.78 from 256 MiB; the rule against
-    the plans before, time 0.905 – 0.996 over 16 shapes (f16, bf16) and 0.912 – 0.994 over 8 (f32).
+    the plans before, time 0.909 – 0.995 over 14 shapes (f16, bf16) and 0.905 – 0.994 over 7 (f32).
     Persistent blocks copying their next tile while they store one measured slower at every size
     (3.2 – 3.5 TB/s).
     """
