@@ -106,6 +106,10 @@ def test_transpose_params_override_and_refusals():
         fs.recipes.transpose(64, 64, params=dict(staged=False, swizzle=fs.layout.Swizzle(3, 3, 3)))
     with pytest.raises(ScheduleError, match="is a bool"):
         fs.recipes.transpose(64, 64, params=dict(staged=1))
+    for bad in ("2", True, 0):
+        with pytest.raises(ScheduleError, match="an int >= 1") as e:
+            fs.recipes.transpose(64, 64, params=dict(persistent=True, stages=bad))
+        assert e.value.field == "stages"
     # a row of 91 f16 is not whole 16-byte chunks: its copy goes through registers, which a
     # pipeline cannot keep in flight
     with pytest.raises(ScheduleError, match="copied one tile ahead"):

@@ -184,6 +184,9 @@ def transpose(rows: int, cols: int, dtype: str = "f16", arch: str | None = None,
     for f in ("persistent", "staged"):
         if not isinstance(p[f], bool):
             raise ScheduleError(f"{f} is a bool", field=f, value=p[f])
+    if isinstance(p["stages"], bool) or not isinstance(p["stages"], int) or p["stages"] < 1:
+        raise ScheduleError("stages is the tiles a persistent block holds in shared memory, an int >= 1",
+                            field="stages", value=p["stages"], allowed="1 (no ring), 2 or more with persistent=True")
     if not p["staged"] and (p["stages"] != 1 or p["swizzle"] is not None):
         f = "stages" if p["stages"] != 1 else "swizzle"
         raise ScheduleError(f"{f} is for the copy through shared memory, which staged=False leaves out",

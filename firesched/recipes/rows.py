@@ -1505,11 +1505,18 @@ def cluster_windows(cols: int, eb: int, shared_per_sm: int = SHARED_PER_SM) -> R
         return None
     span = even.lanes * wide
     passes = -(-(even.part + wide - 1) // span)
-    per_sm = min(REGISTERS_PER_SM // (even.lanes * STAGED_REGISTERS), MAX_THREADS_PER_SM // even.lanes,
-                 blocks_that_fit(passes * span * eb, shared_per_sm))
+    per_sm = _staged_blocks_per_sm(even.lanes, passes * span * eb, shared_per_sm)
     if per_sm < 1:
         return None
     return attrs.evolve(even, reps=passes, blocks_per_sm=per_sm, aligned=True)
+
+
+def _staged_blocks_per_sm(threads: int, staged_bytes: int, shared_per_sm: int) -> int:
+    """Blocks of ``threads`` threads staging ``staged_bytes`` of a row part in shared memory an
+    SM holds: within the registers of ``STAGED_REGISTERS`` a thread, the SM's threads and its
+    shared memory."""
+    return min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
+               blocks_that_fit(staged_bytes, shared_per_sm))
 
 
 def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: tuple[int, ...] = STAGED_CLUSTERS,
@@ -1551,8 +1558,7 @@ def _staged_cluster(vectors: int, vec: int, eb: int, odd: bool = False, sizes: t
     if best is None:
         return None
     _, threads, C, passes, part = best
-    per_sm = min(REGISTERS_PER_SM // (threads * STAGED_REGISTERS), MAX_THREADS_PER_SM // threads,
-                 blocks_that_fit(part * eb, shared_per_sm))
+    per_sm = _staged_blocks_per_sm(threads, part * eb, shared_per_sm)
     return RowPlan(threads, vec, passes, 1, cluster=C, part=part if C > 1 else 0, blocks_per_sm=max(1, per_sm),
                    row_memory="SH")
 
