@@ -769,3 +769,24 @@ def test_lowered_gemm_matches_the_interpreter(case, device):
     want = run_program(program, arrays)[program.output.name]
     got = device.run(program, arrays)[program.output.name]
     np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+
+
+def test_wgmma_registers_wider_than_128_bytes_print_in_16_byte_pieces():
+    """The 64-float attention scores and output of head dim 128 are cut into arrays of four
+    floats (NVVM optimizes an array in time its size times its accesses); every wgmma, fence
+    and loop binds the pieces by constant indices; the f16 P fragment (64 halves, 128 bytes),
+    the scores of head dim 256 (32 floats) and every non-wgmma buffer stay whole."""
+    import firesched as fs
+
+    src = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_90a"), arch="sm_90a").source
+    assert "alignas(16) float S_acc_0[4] = {}" in src and "S_acc_15[" in src and "S_acc_16[" not in src
+    assert "O_acc_15[" in src and "alignas(16) unsigned short P_frag[64] = {}" in src
+    code = "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith("//"))
+    assert not re.search(r"\b(S_acc|O_acc)\[", code), "a cut buffer indexed whole"
+    assert "alignas(16) float m_acc[2]" in code                    # not a wgmma operand
+    # an unrolled loop indexing a cut buffer is unrolled in the text, its variable a constant
+    assert "[[maybe_unused]] const int e0 = 7;" in code and "for (int e0" not in code
+    wide = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 256, dtype="f16", arch="sm_90a"), arch="sm_90a").source
+    assert "alignas(16) float S_acc[32] = {}" in wide and "O_acc_31[" in wide
+    sm80 = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_80"), arch="sm_80").source
+    assert "S_acc_1[" not in sm80 and "maybe_unused" not in sm80

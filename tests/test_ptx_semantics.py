@@ -557,25 +557,69 @@ def _body_of(src: str, kernel: str) -> str:
 _FOR = re.compile(r"for \((?P<init>[^;]*);(?P<cond>[^;]*);(?P<inc>[^)]*)\)")
 
 
+_UNROLLED = re.compile(r"\[\[maybe_unused\]\] const int (?P<v>\w+) = (?P<j>\d+);")
+
+
+def _printed_loops(body: str) -> Counter:
+    """(variable, extent) of every loop in a kernel's text, each copy counted: ``for`` headers,
+    which must read ``for (int v = 0; v < N; ++v)``, and loops unrolled in the text, whose
+    iterations must be blocks binding ``v`` to 0, 1, ..., N - 1 in turn."""
+    printed = Counter()
+    for m in _FOR.finditer(body):
+        init, cond, inc = (m.group(g).strip() for g in ("init", "cond", "inc"))
+        mi = re.fullmatch(r"int (\w+) = 0", init)
+        assert mi, f"loop does not start at 0: {m.group()}"
+        v = mi.group(1)
+        mc = re.fullmatch(rf"{v} < (\d+)", cond)
+        assert mc, f"loop condition is not '{v} < N': {m.group()}"
+        assert inc == f"++{v}", f"loop does not step by one: {m.group()}"
+        if not v.startswith("fs_"):
+            printed[(v, int(mc.group(1)))] += 1
+    runs: dict[str, list[int]] = {}
+    for m in _UNROLLED.finditer(body):
+        v, j = m.group("v"), int(m.group("j"))
+        run = runs.setdefault(v, [])
+        if j == 0 and run:
+            printed[(v, len(run))] += 1
+            run.clear()
+        assert j == len(run), f"iteration {j} of {v} follows {run}: not 0, 1, 2, ... in turn"
+        run.append(j)
+    for v, run in runs.items():
+        printed[(v, len(run))] += 1
+    return printed
+
+
+def _ir_loops(stmt, textual: set, mult: int = 1, out: Counter | None = None) -> Counter:
+    """(variable, extent) of every IR loop, counted as often as the loops unrolled in the text
+    around it print it."""
+    out = Counter() if out is None else out
+    if stmt is None:
+        return out
+    if isinstance(stmt, ir.For):
+        out[(stmt.var.name, int(stmt.extent))] += mult
+        inner = mult * int(stmt.extent) if stmt.var.name in textual else mult
+        _ir_loops(stmt.body, textual, inner, out)
+    elif isinstance(stmt, ir.Seq):
+        for s in stmt.body:
+            _ir_loops(s, textual, mult, out)
+    elif isinstance(stmt, ir.If):
+        _ir_loops(stmt.then, textual, mult, out)
+    elif isinstance(stmt, ir.Roles):
+        for r in stmt.roles:
+            _ir_loops(r.body, textual, mult, out)
+    return out
+
+
 @pytest.mark.parametrize("arch, name", PROGRAMS)
 def test_loop_headers_run_exactly_their_extents(arch, name):
-    """Every printed loop is ``for (int v = 0; v < N; ++v)``: N iterations, and the N of the
-    IR's loops are exactly the printed ones (loops the printer adds itself use fs_ names)."""
+    """Every printed loop is ``for (int v = 0; v < N; ++v)`` or, unrolled in the text, the
+    blocks ``v = 0 .. N - 1``: N iterations, and the N of the IR's loops are exactly the printed
+    ones (loops the printer adds itself use fs_ names)."""
     program = _program(arch, name)
     for k in program.kernels:
         body = _body_of(fs.cuda.emit_kernel(k), k.name)
-        printed = Counter()
-        for m in _FOR.finditer(body):
-            init, cond, inc = (m.group(g).strip() for g in ("init", "cond", "inc"))
-            mi = re.fullmatch(r"int (\w+) = 0", init)
-            assert mi, f"loop does not start at 0: {m.group()}"
-            v = mi.group(1)
-            mc = re.fullmatch(rf"{v} < (\d+)", cond)
-            assert mc, f"loop condition is not '{v} < N': {m.group()}"
-            assert inc == f"++{v}", f"loop does not step by one: {m.group()}"
-            if not v.startswith("fs_"):
-                printed[(v, int(mc.group(1)))] += 1
-        want = Counter((s.var.name, int(s.extent)) for s in _walk(k.body) if isinstance(s, ir.For))
+        printed = _printed_loops(body)
+        want = _ir_loops(k.body, {m.group("v") for m in _UNROLLED.finditer(body)})
         assert printed == want, (k.name, printed - want, want - printed)
 
 
@@ -802,22 +846,50 @@ def test_large_offsets_are_computed_in_64_bits():
     assert "(long long)" not in _body_of(fs.cuda.emit_kernel(ks), ks.name)
 
 
+_FENCE_LINE = re.compile(r'^\s*(asm volatile\("" :|fs_fence_reg\(|#pragma unroll|for \(int fs_i|\})')
+
+
+def _pinned(lines: list[str], regs: dict) -> dict:
+    """The elements of each register buffer in ``regs`` (name -> buffer) that the empty asm
+    fences of ``lines`` pin: a loop of ``fs_fence_reg`` pins a whole array, an operand
+    ``"+f"(name_k[j])`` element 16 bytes x k + j of a buffer printed in pieces."""
+    text = "\n".join(lines)
+    out = {n: set() for n in regs}
+    for n, buf in regs.items():
+        if re.search(rf"fs_fence_reg\({n}\[fs_i\]\)", text):
+            out[n] |= set(range(buf.size))
+        per = 128 // buf.dtype.bits
+        for m in re.finditer(rf'"\+[fh]"\({n}_(\d+)\[(\d+)\]\)', text):
+            out[n].add(per * int(m.group(1)) + int(m.group(2)))
+    return out
+
+
 def test_accumulators_are_pinned_around_wgmma_fence_and_wait():
     """The compiler may not move accumulator accesses across wgmma.fence / wgmma.wait_group: the
-    printer fences every accumulator register right before each fence and right after each wait."""
+    printer fences every accumulator register right before each fence and right after each wait
+    (the accumulator here, 128 floats, is printed in 16-byte pieces)."""
     program = _program("sm_90a", "plain")
     (k,) = program.kernels
     lines = _body_of(fs.cuda.emit_kernel(k), k.name).splitlines()
-    acc = {name for s in _walk(k.body) if isinstance(s, ir.AtomCall) and s.atom.family == "wgmma"
-           for name, ref in s.args if name == "d" for name in [ref.buffer.name]}
-    assert acc
+    acc = {ref.buffer.name: ref.buffer for s in _walk(k.body) if isinstance(s, ir.AtomCall)
+           and s.atom.family == "wgmma" for name, ref in s.args if name == "d"}
+    assert acc and any(f"{n}_1[" in "\n".join(lines) for n in acc)
+    whole = {n: set(range(b.size)) for n, b in acc.items()}
+    fences = waits = 0
     for i, ln in enumerate(lines):
         if "wgmma.fence.sync.aligned" in ln:
-            before = "\n".join(lines[max(0, i - 8):i])
-            assert all(f"fs_fence_reg({a}[" in before for a in acc), before
+            j = i
+            while j > 0 and _FENCE_LINE.match(lines[j - 1]):
+                j -= 1
+            assert _pinned(lines[j:i], acc) == whole, "\n".join(lines[j:i])
+            fences += 1
         if "wgmma.wait_group.sync.aligned" in ln:
-            after = "\n".join(lines[i:i + 10])
-            assert all(f"fs_fence_reg({a}[" in after for a in acc), after
+            j = i + 4                       # the wait's asm statement: template, outputs, inputs, clobbers
+            while j < len(lines) and _FENCE_LINE.match(lines[j]):
+                j += 1
+            assert _pinned(lines[i + 4:j], acc) == whole, "\n".join(lines[i:j])
+            waits += 1
+    assert fences and waits
 
 
 @pytest.mark.parametrize("name", [n for n in SM90_CASES if n != "plain"])

@@ -19,12 +19,17 @@ Storage conventions
     ``Kernel.shared_offsets()``; an address operand gets ``name_base + offset * element bytes``,
     ``name_base`` being the 32-bit shared-window address of the buffer computed once;
   * register buffers are ``alignas(16)`` local arrays of their storage type, zeroed at the start
-    as the interpreter's registers are; a register operand of ``reg_bits`` bits binds
-    ``name[i]`` when one element fills it, and ``*reinterpret_cast<unsigned*>(&name[i])`` when it
-    carries several elements (likewise for 16- and 64-bit registers); a register wider than its
-    data (a one-byte copy through a 16-bit register) goes through a temporary.  Sub-byte types
-    are packed two per byte, low nibble first.  Global offsets that may not fit an ``int`` are
-    computed in 64 bits.
+    as the interpreter's registers are; those a wgmma reads or writes are cut into arrays of 16
+    bytes (``_register_pieces``: element 4k + j of a float accumulator ``S`` is ``S_k[j]``),
+    since NVVM's optimizer takes time in an array's size times its accesses.  Pieces need every
+    index known when the source is printed, so an unrolled loop whose variable indexes a cut
+    buffer is unrolled in the printed text (``{ const int k = 3; ... }``), its expressions left
+    as they were.  A register operand of ``reg_bits`` bits binds ``name[i]`` when one element
+    fills it, and ``*reinterpret_cast<unsigned*>(&name[i])`` when it carries several elements
+    (likewise for 16- and 64-bit registers); a register wider than its data (a one-byte copy
+    through a 16-bit register) goes through a temporary.  Sub-byte types are packed two per
+    byte, low nibble first.  Global offsets that may not fit an ``int`` are computed in 64
+    bits.
 
 Pointwise ops compute in f32 (``SCALAR_OPS[op].c``) on sources converted exactly to f32 and round
 once to the destination dtype: to nearest even for floats (ties away for tf32, as
@@ -458,8 +463,12 @@ class _KernelPrinter:
         self.regs = self._table(kernel.regs, "register buffer")
         self.wait_labels = 0                     # try_wait loops printed so far
         self.acc_regs, self.frag_regs = _wgmma_registers(kernel.body)
+        self.pieces = _register_pieces(kernel)   # buffers printed in pieces: units a piece
+        self.env: dict[str, int] = {}            # variables of loops unrolled in the text
         names = list(self.globals) + list(self.shared) + list(self.regs)
         names += [f"{n}_base" for n in self.shared]
+        names += [f"{n}_{q}" for n, per in self.pieces.items()
+                  for q in range(-(-_array_len(self.regs[n].dtype, self.regs[n].size) // per))]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise InternalError(f"CUDA printer: kernel {kernel.name}: names used twice: {dup}")
@@ -537,8 +546,30 @@ class _KernelPrinter:
                 f"{self._where()}: {what} reaches elements [{lo}, {hi} + {count}) of register "
                 f"buffer {buf.name} of {buf.size} elements")
 
+    def _known(self, index) -> int:
+        """``index`` as a number, the variables of the loops unrolled in the text substituted."""
+        v = ex.substitute(index, self.env)
+        if not isinstance(v, int):
+            raise InternalError(f"{self._where()}: register index {index!r} of a buffer printed in pieces "
+                                f"is not known when printing (unrolled in the text: {sorted(self.env)})")
+        return v
+
     def _elem(self, buf: ir.RegBuffer, index) -> str:
-        return f"{buf.name}[{self.c(index)}]"
+        """The lvalue of storage unit ``index`` of ``buf`` (an element, or a sub-byte type's byte)."""
+        return "{}[{}]".format(*self._from(buf, index, 1))
+
+    def _from(self, buf: ir.RegBuffer, index, per_unit: int) -> tuple[str, str]:
+        """(array, index in it) of element ``index`` of ``buf``, ``per_unit`` elements a storage
+        unit: the array is the buffer, or the 16-byte piece holding the element."""
+        per = self.pieces.get(buf.name)
+        if per is None:
+            return buf.name, self.c(index)
+        q, r = divmod(self._known(index), per * per_unit)
+        return f"{buf.name}_{q}", str(r)
+
+    def _nibbles(self, buf: ir.RegBuffer, index) -> tuple[str, str]:
+        """(byte array, element index in it) of 4-bit element ``index`` for fs_u4_get and the like."""
+        return self._from(buf, index, 8 // buf.dtype.bits)
 
     def _read_f32(self, src) -> str:
         """A float expression for one Pointwise source (a RegRef element or a constant)."""
@@ -548,11 +579,11 @@ class _KernelPrinter:
             name = buf.dtype.name
             if buf.dtype.bits < 8:
                 fn = "fs_i4_get" if buf.dtype.kind == "int" else "fs_u4_get"
-                return f"(float){fn}({buf.name}, {self.c(src.offset)})"
+                return f"(float){fn}({', '.join(self._nibbles(buf, src.offset))})"
             if name not in _TO_F32:
                 raise InternalError(f"{self._where()}: cannot read {buf.dtype} registers as float")
             if name == "bf16" and buf.size % 2 == 0:
-                return f"fs_bf16_at({buf.name}, {self.c(src.offset)})"
+                return f"fs_bf16_at({', '.join(self._from(buf, src.offset, 1))})"
             return _TO_F32[name].format(self._elem(buf, src.offset))
         if isinstance(src, (int, float)) and not isinstance(src, bool):
             return _float_lit(src)
@@ -565,7 +596,7 @@ class _KernelPrinter:
             self._check_reg_range(buf, src.offset, 1, "a pointwise source")
             if buf.dtype.bits < 8:
                 fn = "fs_i4_get" if buf.dtype.kind == "int" else "fs_u4_get"
-                return f"(long long){fn}({buf.name}, {self.c(src.offset)})"
+                return f"(long long){fn}({', '.join(self._nibbles(buf, src.offset))})"
             return f"(long long){self._elem(buf, src.offset)}"
         v = int(src)
         return f"{v}LL" if v >= 0 else f"({v}LL)"
@@ -584,7 +615,7 @@ class _KernelPrinter:
                 raise InternalError(f"{self._where()}: cannot write float values to {dt} registers")
             value = f"{_FROM_F32[dt.name]}({value})"
         if dt.bits < 8:
-            return f"fs_4bit_set({buf.name}, {self.c(ref.offset)}, {value});"
+            return f"fs_4bit_set({', '.join(self._nibbles(buf, ref.offset))}, {value});"
         return f"{self._elem(buf, ref.offset)} = {value};"
 
     # ------------------------------------------------------------------ dispatch
@@ -619,6 +650,9 @@ class _KernelPrinter:
                 raise InternalError(f"{self._where()}: loop over {var.name} is unrolled but stops early")
             # the early stop is the same for every thread of the block (loop-invariant)
             bound = f"min({bound}, {self.c(node.stop)})"
+        if node.unroll and self._indexes_pieces(node.body, var):
+            self._unroll_in_text(node)
+            return
         self.emit("#pragma unroll" if node.unroll else "#pragma unroll 1")
         self.emit(f"for (int {var.name} = 0; {var.name} < {bound}; ++{var.name}) {{")
         self.loop_vars[var.name] = var
@@ -632,6 +666,31 @@ class _KernelPrinter:
             del self.loop_vars[var.name]
             self.unrolled.discard(var.name)
         self.emit("}")
+
+    def _indexes_pieces(self, body, var: ex.Var) -> bool:
+        """Whether ``var`` reaches the index of a register buffer printed in pieces in ``body``."""
+        return any(r.buffer.name in self.pieces and var in ex.free_vars(r.offset)
+                   for st in walk([body]) for r in _reg_refs(st))
+
+    def _unroll_in_text(self, node: ir.For) -> None:
+        """An unrolled loop as its iterations, each a block binding the variable to a constant
+        (what NVVM's unroller would make of it), so that register indices are known here."""
+        var = node.var
+        self.loop_vars[var.name] = var
+        self.unrolled.add(var.name)
+        try:
+            for j in range(int(node.extent)):
+                self.env[var.name] = j
+                self.emit(f"{{  // {var.name} = {j}")
+                self.depth += 1
+                self.emit(f"[[maybe_unused]] const int {var.name} = {j};")
+                self.visit(node.body)
+                self.depth -= 1
+                self.emit("}")
+        finally:
+            del self.loop_vars[var.name]
+            self.unrolled.discard(var.name)
+            self.env.pop(var.name, None)
 
     def visit_If(self, node: ir.If) -> None:
         self.emit(f"if ({self.c(node.cond)}) {{")
@@ -710,6 +769,16 @@ class _KernelPrinter:
         self._check_reg_range(buf, ref.offset, count, "RegFill")
         lit = _storage_literal(buf.dtype, node.value)
         self.emit(f"// {buf.name}[{self.c(ref.offset)} .. +{count}] = {node.value!r}")
+        if buf.name in self.pieces:
+            # a buffer in pieces: each element by name, eight to a line
+            first = self._known(ref.offset)
+            if buf.dtype.bits < 8:
+                sets = [f"fs_4bit_set({', '.join(self._nibbles(buf, first + j))}, {lit});" for j in range(count)]
+            else:
+                sets = [f"{self._elem(buf, first + j)} = {lit};" for j in range(count)]
+            for j in range(0, count, 8):
+                self.emit(" ".join(sets[j:j + 8]))
+            return
         if count > 16:
             i = "fs_r"
             self.emit("#pragma unroll")
@@ -767,14 +836,7 @@ class _KernelPrinter:
     # ------------------------------------------------------------------ atoms
 
     def _payload_bits(self, o: Operand, atom: Atom) -> int:
-        """Data bits one register of ``o`` carries: less than ``reg_bits`` only where PTX has no
-        register as narrow as the data (a one-byte copy goes through a 16-bit register)."""
-        try:
-            nominal = atom.dtype_of(o.name).bits
-        except KeyError:
-            return o.reg_bits
-        bits = nominal * o.values // max(o.regs, 1)
-        return bits if 0 < bits < o.reg_bits else o.reg_bits
+        return _payload_bits(o, atom)
 
     def _reg_group(self, ref, o: Operand, atom: Atom, temps: list[str]) -> _Group:
         if not isinstance(ref, ir.RegRef):
@@ -801,12 +863,12 @@ class _KernelPrinter:
             i = ex.add(ref.offset, r * k)
             # the lvalue holding this register's data, its C type and its address
             if eb >= 8 and k == 1:
-                lv, lv_type = f"{buf.name}[{self.c(i)}]", ctype
+                lv, lv_type = self._elem(buf, i), ctype
                 addr = f"&{lv}"
             else:
                 ptype = _CONSTRAINT_TYPES[{16: "h", 32: "r", 64: "l"}[pb]] if pb >= 16 else "unsigned char"
                 at = i if eb >= 8 else ex.floordiv(ex.mul(i, eb), 8)   # sub-byte: the packed byte
-                addr = f"&{buf.name}[{self.c(at)}]"
+                addr = f"&{self._elem(buf, at)}"
                 lv, lv_type = f"*reinterpret_cast<{ptype}*>({addr})", ptype
             group.zero.append(lv)
             if pb == rb:
@@ -1034,6 +1096,13 @@ class _KernelPrinter:
             self.used_regs.add(name)
             if buf.dtype.bits not in (16, 32) or buf.dtype.kind != "float":
                 raise InternalError(f"{self._where()}: cannot fence wgmma register buffer {name} of {buf.dtype}")
+            if name in self.pieces:
+                # one empty asm pins eight registers
+                c = "f" if buf.dtype.bits == 32 else "h"
+                regs = [f'"+{c}"({self._elem(buf, j)})' for j in range(int(buf.size))]
+                for j in range(0, len(regs), 8):
+                    self.emit(f'asm volatile("" : {", ".join(regs[j:j + 8])} : : "memory");')
+                continue
             self.emit("#pragma unroll")
             self.emit(f"for (int fs_i = 0; fs_i < {int(buf.size)}; ++fs_i) {{")
             self.emit(f"{INDENT}fs_fence_reg({name}[fs_i]);")
@@ -1106,8 +1175,18 @@ class _KernelPrinter:
             if b.size <= 0:
                 raise InternalError(f"{self._where()}: register buffer {b.name} has size {b.size}")
             # zeroed like the interpreter's registers; stores the program overwrites are dead code
-            decl.append(f"alignas(16) {c_type(b.dtype)} {b.name}[{_array_len(b.dtype, b.size)}] = {{}};"
-                        f"  // {b.dtype} x {b.size}")
+            units = _array_len(b.dtype, b.size)
+            per = self.pieces.get(b.name)
+            if per is None:
+                decl.append(f"alignas(16) {c_type(b.dtype)} {b.name}[{units}] = {{}};  // {b.dtype} x {b.size}")
+                continue
+            count = -(-units // per)
+            what = "byte" if b.dtype.bits < 8 else "element"
+            decl += _comment(f"{b.name}: {b.dtype} x {b.size} in {count} arrays of 16 bytes: "
+                             f"{b.name}_k[j] is {what} {per}k + j")
+            names = [f"{b.name}_{q}[{per}] = {{}}" for q in range(count)]
+            rows = [", ".join(names[j:j + 8]) for j in range(0, count, 8)]
+            decl.append(f"alignas(16) {c_type(b.dtype)} " + (",\n" + INDENT * 2).join(rows) + ";")
         out += [INDENT + d if d else "" for d in decl]
         if decl and body_lines:
             out.append("")
@@ -1150,6 +1229,62 @@ def _wgmma_registers(body) -> tuple[list[str], list[str]]:
                 if ref.buffer.name not in lst:
                     lst.append(ref.buffer.name)
     return acc, frag
+
+
+def _payload_bits(o: Operand, atom: Atom) -> int:
+    """Data bits one register of ``o`` carries: less than ``reg_bits`` only where PTX has no
+    register as narrow as the data (a one-byte copy goes through a 16-bit register)."""
+    try:
+        nominal = atom.dtype_of(o.name).bits
+    except KeyError:
+        return o.reg_bits
+    bits = nominal * o.values // max(o.regs, 1)
+    return bits if 0 < bits < o.reg_bits else o.reg_bits
+
+
+def _reg_refs(st):
+    """The register operands of one statement (an atom call's, a pointwise op's, a fill's)."""
+    if isinstance(st, ir.AtomCall):
+        return [r for _, r in st.args if isinstance(r, ir.RegRef)]
+    if isinstance(st, ir.Pointwise):
+        return [r for r in (st.dst, *st.srcs) if isinstance(r, ir.RegRef)]
+    if isinstance(st, ir.RegFill):
+        return [st.ref] if isinstance(st.ref, ir.RegRef) else []
+    return []
+
+
+#: register buffers wider than this many bytes that a wgmma binds are printed in pieces
+PIECES_ABOVE_BYTES = 128
+
+
+def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
+    """The register buffers the printer cuts into 16-byte pieces, each to its storage units (C
+    array elements) a piece: those a wgmma reads or writes (accumulators, A fragments) that are
+    wider than ``PIECES_ABOVE_BYTES``.
+
+    NVVM's optimizer takes time in an array's size times its accesses, and wgmma's register
+    operands are the large arrays read many times: a 64-float accumulator bound whole by each of
+    32 wgmmas costs 2.4 s to optimize, 0.26 s as 16 arrays of 4 (the attention kernels of head
+    dim 128 for sm_90a compile in 1.5 – 3.8 s instead of 3.3 – 8.2).  No access straddles two
+    pieces: a register is at most 8 bytes, aligned to its width.  What this leaves alone is
+    measured, not arbitrary: as single variables instead of 16-byte pieces, and with the
+    32-float score tiles of head dim 256 cut too, ptxas spilled 4 – 8 bytes in FMHA kernels
+    that did not spill before (a different but equivalent PTX); with these two limits none of
+    the 72 planned sm_90a attention kernels of ``bench/fmha_spills.py`` spills::
+
+        S_acc: f32 x 64     ->  alignas(16) float S_acc_0[4], S_acc_1[4], ..., S_acc_15[4]
+        P_frag: f16 x 64    ->  alignas(16) unsigned short P_frag_0[8], ..., P_frag_7[8]
+        S_acc: f32 x 32     ->  alignas(16) float S_acc[32]   (128 bytes: left whole)
+    """
+    acc, frag = _wgmma_registers(kernel.body)
+    out = {}
+    for b in kernel.regs:
+        if b.name not in acc and b.name not in frag:
+            continue
+        per = 16 if b.dtype.bits < 8 else 128 // b.dtype.bits
+        if _array_len(b.dtype, b.size) * max(b.dtype.bits, 8) > 8 * PIECES_ABOVE_BYTES:
+            out[b.name] = per
+    return out
 
 
 def _uses_sm90(kernel: ir.Kernel) -> bool:
