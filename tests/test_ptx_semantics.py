@@ -570,8 +570,9 @@ def _printed_loops(body: str) -> Counter:
         mi = re.fullmatch(r"int (\w+) = 0", init)
         assert mi, f"loop does not start at 0: {m.group()}"
         v = mi.group(1)
-        mc = re.fullmatch(rf"{v} < (\d+)", cond)
-        assert mc, f"loop condition is not '{v} < N': {m.group()}"
+        # a loop that stops early at run time: v < min(N, stop)
+        mc = re.fullmatch(rf"{v} < (\d+)", cond) or re.fullmatch(rf"{v} < min\((\d+), .+\)", cond)
+        assert mc, f"loop condition is not '{v} < N' or '{v} < min(N, stop)': {m.group()}"
         assert inc == f"++{v}", f"loop does not step by one: {m.group()}"
         if not v.startswith("fs_"):
             printed[(v, int(mc.group(1)))] += 1
@@ -621,6 +622,17 @@ def test_loop_headers_run_exactly_their_extents(arch, name):
         printed = _printed_loops(body)
         want = _ir_loops(k.body, {m.group("v") for m in _UNROLLED.finditer(body)})
         assert printed == want, (k.name, printed - want, want - printed)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_loops_unrolled_in_the_text_run_exactly_their_extents(causal):
+    """Attention's epilogue loops index its output in 16-byte pieces, so the printer unrolls them
+    in the text: each such loop prints as N blocks binding its variable to 0 .. N - 1."""
+    (k,) = fs.recipes.fmha(1, 2, 1000, 1000, 128, dtype="f16", causal=causal, arch="sm_90a").lower("sm_90a").kernels
+    body = _body_of(fs.cuda.emit_kernel(k), k.name)
+    textual = {m.group("v") for m in _UNROLLED.finditer(body)}
+    assert textual
+    assert _printed_loops(body) == _ir_loops(k.body, textual)
 
 
 def _asm_templates(text: str) -> list[str]:
@@ -864,16 +876,20 @@ def _pinned(lines: list[str], regs: dict) -> dict:
     return out
 
 
-def test_accumulators_are_pinned_around_wgmma_fence_and_wait():
+@pytest.mark.parametrize("what", ["gemm", "attention"])
+def test_accumulators_are_pinned_around_wgmma_fence_and_wait(what):
     """The compiler may not move accumulator accesses across wgmma.fence / wgmma.wait_group: the
     printer fences every accumulator register right before each fence and right after each wait
-    (the accumulator here, 128 floats, is printed in 16-byte pieces)."""
-    program = _program("sm_90a", "plain")
+    (the GEMM's accumulator as one array, attention's scores and output in 16-byte pieces)."""
+    if what == "gemm":
+        program = _program("sm_90a", "plain")
+    else:
+        program = fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_90a").lower("sm_90a")
     (k,) = program.kernels
     lines = _body_of(fs.cuda.emit_kernel(k), k.name).splitlines()
     acc = {ref.buffer.name: ref.buffer for s in _walk(k.body) if isinstance(s, ir.AtomCall)
            and s.atom.family == "wgmma" for name, ref in s.args if name == "d"}
-    assert acc and any(f"{n}_1[" in "\n".join(lines) for n in acc)
+    assert acc and any(f"{n}_1[" in "\n".join(lines) for n in acc) == (what == "attention")
     whole = {n: set(range(b.size)) for n, b in acc.items()}
     fences = waits = 0
     for i, ln in enumerate(lines):

@@ -19,7 +19,7 @@ Storage conventions
     ``Kernel.shared_offsets()``; an address operand gets ``name_base + offset * element bytes``,
     ``name_base`` being the 32-bit shared-window address of the buffer computed once;
   * register buffers are ``alignas(16)`` local arrays of their storage type, zeroed at the start
-    as the interpreter's registers are; those a wgmma reads or writes are cut into arrays of 16
+    as the interpreter's registers are; large ones many wgmmas bind are cut into arrays of 16
     bytes (``_register_pieces``: element 4k + j of a float accumulator ``S`` is ``S_k[j]``),
     since NVVM's optimizer takes time in an array's size times its accesses.  Pieces need every
     index known when the source is printed, so an unrolled loop whose variable indexes a cut
@@ -1253,37 +1253,47 @@ def _reg_refs(st):
     return []
 
 
-#: register buffers wider than this many bytes that a wgmma binds are printed in pieces
+#: a register buffer wider than this many bytes, bound by at least ``PIECES_FROM_WGMMAS`` wgmma
+#: statements, is printed in 16-byte pieces
 PIECES_ABOVE_BYTES = 128
+PIECES_FROM_WGMMAS = 16
 
 
 def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
     """The register buffers the printer cuts into 16-byte pieces, each to its storage units (C
-    array elements) a piece: those a wgmma reads or writes (accumulators, A fragments) that are
-    wider than ``PIECES_ABOVE_BYTES``.
+    array elements) a piece: wgmma accumulators and A fragments wider than
+    ``PIECES_ABOVE_BYTES`` that ``PIECES_FROM_WGMMAS`` or more wgmma statements bind.
 
-    NVVM's optimizer takes time in an array's size times its accesses, and wgmma's register
-    operands are the large arrays read many times: a 64-float accumulator bound whole by each of
-    32 wgmmas costs 2.4 s to optimize, 0.26 s as 16 arrays of 4 (the attention kernels of head
-    dim 128 for sm_90a compile in 1.5 – 3.8 s instead of 3.3 – 8.2).  No access straddles two
-    pieces: a register is at most 8 bytes, aligned to its width.  What this leaves alone is
-    measured, not arbitrary: as single variables instead of 16-byte pieces, and with the
-    32-float score tiles of head dim 256 cut too, ptxas spilled 4 – 8 bytes in FMHA kernels
-    that did not spill before (a different but equivalent PTX); with these two limits none of
-    the 72 planned sm_90a attention kernels of ``bench/fmha_spills.py`` spills::
+    NVVM's optimizer takes time in an array's size times its accesses, and wgmma binds every
+    register of its operands: a 64-float accumulator bound whole by each of 32 wgmmas costs 2.4
+    s to optimize, 0.26 s as 16 arrays of 4 (the sm_90a attention kernels of head dim 128, whose
+    scores and output 16 – 24 wgmmas bind, compile in 1.5 – 3.8 s instead of 3.7 – 8.2).  No
+    access straddles two pieces: a register is at most 8 bytes, aligned to its width.
 
-        S_acc: f32 x 64     ->  alignas(16) float S_acc_0[4], S_acc_1[4], ..., S_acc_15[4]
-        P_frag: f16 x 64    ->  alignas(16) unsigned short P_frag_0[8], ..., P_frag_7[8]
-        S_acc: f32 x 32     ->  alignas(16) float S_acc[32]   (128 bytes: left whole)
+    The limits are measured, not arbitrary: the text differs, so ptxas allocates differently, and
+    where little is to gain that is a risk.  Cut into single variables, or with the 32-float
+    scores of head dim 256 cut, four planned attention kernels spilled 8 bytes; the GEMM's
+    128-float accumulator, bound by 4 or 8 wgmmas a K step (1.0 – 1.5 s compiles either way),
+    spilled 16 bytes at 128 x 256 tiles with edge guards when cut.  With these limits none of
+    the 72 planned sm_90a attention kernels of ``bench/fmha_spills.py`` spills, and the GEMMs,
+    W4A16 kernels and attention kernels of head dim 64 and 256 print as before::
+
+        S_acc: f32 x 64, 16 wgmmas      ->  alignas(16) float S_acc_0[4], ..., S_acc_15[4]
+        S_acc: f32 x 32, 48 wgmmas      ->  alignas(16) float S_acc[32]   (128 bytes: whole)
+        C_acc: f32 x 128, 8 wgmmas      ->  alignas(16) float C_acc[128]  (few bindings: whole)
     """
-    acc, frag = _wgmma_registers(kernel.body)
+    counts: dict[str, int] = {}
+    for call in _walk_calls(kernel.body):
+        if call.atom.family == sm90a.WGMMA:
+            for _, ref in call.args:
+                if isinstance(ref, ir.RegRef):
+                    counts[ref.buffer.name] = counts.get(ref.buffer.name, 0) + 1
     out = {}
     for b in kernel.regs:
-        if b.name not in acc and b.name not in frag:
+        if counts.get(b.name, 0) < PIECES_FROM_WGMMAS:
             continue
-        per = 16 if b.dtype.bits < 8 else 128 // b.dtype.bits
         if _array_len(b.dtype, b.size) * max(b.dtype.bits, 8) > 8 * PIECES_ABOVE_BYTES:
-            out[b.name] = per
+            out[b.name] = 16 if b.dtype.bits < 8 else 128 // b.dtype.bits
     return out
 
 

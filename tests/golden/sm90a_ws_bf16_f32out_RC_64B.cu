@@ -269,9 +269,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
     // C_smem: f32[8192] at byte 132096, 2 buffers x 2 consumer warpgroups x 64x32 f32, 128B swizzle (TMA-store staging)
     float* const C_smem = reinterpret_cast<float*>(fs_smem + 132096);
     const unsigned C_smem_base = (unsigned)__cvta_generic_to_shared(C_smem);
-    // C_acc: f32 x 64 in 16 arrays of 16 bytes: C_acc_k[j] is element 4k + j
-    alignas(16) float C_acc_0[4] = {}, C_acc_1[4] = {}, C_acc_2[4] = {}, C_acc_3[4] = {}, C_acc_4[4] = {}, C_acc_5[4] = {}, C_acc_6[4] = {}, C_acc_7[4] = {},
-        C_acc_8[4] = {}, C_acc_9[4] = {}, C_acc_10[4] = {}, C_acc_11[4] = {}, C_acc_12[4] = {}, C_acc_13[4] = {}, C_acc_14[4] = {}, C_acc_15[4] = {};
+    alignas(16) float C_acc[64] = {};  // f32 x 64
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) float out_f32[2] = {};  // f32 x 2
 
@@ -435,14 +433,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
         for (int tile_i = 0; tile_i < 2; ++tile_i) {
             if (bid_x + tile_i * 132 < 256) {
                 // C_acc[0 .. +64] = 0.0
-                C_acc_0[0] = 0.0f; C_acc_0[1] = 0.0f; C_acc_0[2] = 0.0f; C_acc_0[3] = 0.0f; C_acc_1[0] = 0.0f; C_acc_1[1] = 0.0f; C_acc_1[2] = 0.0f; C_acc_1[3] = 0.0f;
-                C_acc_2[0] = 0.0f; C_acc_2[1] = 0.0f; C_acc_2[2] = 0.0f; C_acc_2[3] = 0.0f; C_acc_3[0] = 0.0f; C_acc_3[1] = 0.0f; C_acc_3[2] = 0.0f; C_acc_3[3] = 0.0f;
-                C_acc_4[0] = 0.0f; C_acc_4[1] = 0.0f; C_acc_4[2] = 0.0f; C_acc_4[3] = 0.0f; C_acc_5[0] = 0.0f; C_acc_5[1] = 0.0f; C_acc_5[2] = 0.0f; C_acc_5[3] = 0.0f;
-                C_acc_6[0] = 0.0f; C_acc_6[1] = 0.0f; C_acc_6[2] = 0.0f; C_acc_6[3] = 0.0f; C_acc_7[0] = 0.0f; C_acc_7[1] = 0.0f; C_acc_7[2] = 0.0f; C_acc_7[3] = 0.0f;
-                C_acc_8[0] = 0.0f; C_acc_8[1] = 0.0f; C_acc_8[2] = 0.0f; C_acc_8[3] = 0.0f; C_acc_9[0] = 0.0f; C_acc_9[1] = 0.0f; C_acc_9[2] = 0.0f; C_acc_9[3] = 0.0f;
-                C_acc_10[0] = 0.0f; C_acc_10[1] = 0.0f; C_acc_10[2] = 0.0f; C_acc_10[3] = 0.0f; C_acc_11[0] = 0.0f; C_acc_11[1] = 0.0f; C_acc_11[2] = 0.0f; C_acc_11[3] = 0.0f;
-                C_acc_12[0] = 0.0f; C_acc_12[1] = 0.0f; C_acc_12[2] = 0.0f; C_acc_12[3] = 0.0f; C_acc_13[0] = 0.0f; C_acc_13[1] = 0.0f; C_acc_13[2] = 0.0f; C_acc_13[3] = 0.0f;
-                C_acc_14[0] = 0.0f; C_acc_14[1] = 0.0f; C_acc_14[2] = 0.0f; C_acc_14[3] = 0.0f; C_acc_15[0] = 0.0f; C_acc_15[1] = 0.0f; C_acc_15[2] = 0.0f; C_acc_15[3] = 0.0f;
+                #pragma unroll
+                for (int fs_r = 0; fs_r < 64; ++fs_r) {
+                    C_acc[fs_r] = 0.0f;
+                }
                 // K loop over 64 tiles of 32, one wgmma group in flight
                 #pragma unroll 1
                 for (int k0_c = 0; k0_c < 64; ++k0_c) {
@@ -453,14 +447,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         : "r"(full_base + (k0_c % 8 * 8)), "r"((int)(k0_c / 8 % 2))
                         : "memory");
                     // sm90a.wgmma_fence
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     asm volatile("wgmma.fence.sync.aligned;"
                         :
                         :
@@ -469,14 +459,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     // sm90a.wgmma_m64n128k16_bf16_f32_ss: MatMul<warpgroup>(A:SH bf16[64x16] Sw<2,3,3> x8 stages, B:SH bf16[16x128] Sw<2,3,3> x8 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 8 * 4096 + rtid / 128 * 2048], swizzle 64, lbo 16, sbo 512), desc_b = desc(&B_smem[k0_c % 8 * 4096], swizzle 64, lbo 16, sbo 512), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 0; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + rtid / 128 * 256))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512))), "r"((int)(1))
                         : "memory");
                     // k1 = 1
                     // sm90a.wgmma_m64n128k16_bf16_f32_ss: MatMul<warpgroup>(A:SH bf16[64x16] Sw<2,3,3> x8 stages, B:SH bf16[16x128] Sw<2,3,3> x8 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 8 * 4096 + rtid / 128 * 2048 + 16], swizzle 64, lbo 16, sbo 512), desc_b = desc(&B_smem[k0_c % 8 * 4096 + 16], swizzle 64, lbo 16, sbo 512), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 0; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + rtid / 128 * 256 + 2))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 16u, 512u, 2u), (k0_c % 8 * 512 + 2))), "r"((int)(1))
                         : "memory");
                     // sm90a.wgmma_commit
@@ -489,14 +479,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         :
                         : "memory");
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     if (k0_c >= 1 && rtid % 128 < 1) {
                         // sm90a.mbarrier_arrive: release the previous stage
                         //   bar = &empty[(k0_c + 7) % 8]
@@ -511,14 +497,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     :
                     : "memory");
-                asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                #pragma unroll
+                for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                    fs_fence_reg(C_acc[fs_i]);
+                }
                 if (rtid % 128 < 1) {
                     // sm90a.mbarrier_arrive: release the last stage
                     //   bar = &empty[7]
@@ -540,10 +522,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e0 = 0
-                    [[maybe_unused]] const int e0 = 0;
-                    epi[0] = C_acc_0[0];
-                    epi[1] = C_acc_0[1];
+                #pragma unroll
+                for (int e0 = 0; e0 < 4; ++e0) {
+                    epi[0] = C_acc[e0 * 4];
+                    epi[1] = C_acc[e0 * 4 + 1];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -552,77 +534,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
-                    epi[0] = C_acc_0[2];
-                    epi[1] = C_acc_0[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e0 = 1
-                    [[maybe_unused]] const int e0 = 1;
-                    epi[0] = C_acc_1[0];
-                    epi[1] = C_acc_1[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_1[2];
-                    epi[1] = C_acc_1[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e0 = 2
-                    [[maybe_unused]] const int e0 = 2;
-                    epi[0] = C_acc_2[0];
-                    epi[1] = C_acc_2[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_2[2];
-                    epi[1] = C_acc_2[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e0 = 3
-                    [[maybe_unused]] const int e0 = 3;
-                    epi[0] = C_acc_3[0];
-                    epi[1] = C_acc_3[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e0 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_3[2];
-                    epi[1] = C_acc_3[3];
+                    epi[0] = C_acc[e0 * 4 + 2];
+                    epi[1] = C_acc[e0 * 4 + 3];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -667,10 +580,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e1 = 0
-                    [[maybe_unused]] const int e1 = 0;
-                    epi[0] = C_acc_4[0];
-                    epi[1] = C_acc_4[1];
+                #pragma unroll
+                for (int e1 = 0; e1 < 4; ++e1) {
+                    epi[0] = C_acc[e1 * 4 + 16];
+                    epi[1] = C_acc[e1 * 4 + 17];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -679,77 +592,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
-                    epi[0] = C_acc_4[2];
-                    epi[1] = C_acc_4[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e1 = 1
-                    [[maybe_unused]] const int e1 = 1;
-                    epi[0] = C_acc_5[0];
-                    epi[1] = C_acc_5[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_5[2];
-                    epi[1] = C_acc_5[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e1 = 2
-                    [[maybe_unused]] const int e1 = 2;
-                    epi[0] = C_acc_6[0];
-                    epi[1] = C_acc_6[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_6[2];
-                    epi[1] = C_acc_6[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e1 = 3
-                    [[maybe_unused]] const int e1 = 3;
-                    epi[0] = C_acc_7[0];
-                    epi[1] = C_acc_7[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e1 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_7[2];
-                    epi[1] = C_acc_7[3];
+                    epi[0] = C_acc[e1 * 4 + 18];
+                    epi[1] = C_acc[e1 * 4 + 19];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -794,10 +638,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e2 = 0
-                    [[maybe_unused]] const int e2 = 0;
-                    epi[0] = C_acc_8[0];
-                    epi[1] = C_acc_8[1];
+                #pragma unroll
+                for (int e2 = 0; e2 < 4; ++e2) {
+                    epi[0] = C_acc[e2 * 4 + 32];
+                    epi[1] = C_acc[e2 * 4 + 33];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -806,77 +650,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
-                    epi[0] = C_acc_8[2];
-                    epi[1] = C_acc_8[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e2 = 1
-                    [[maybe_unused]] const int e2 = 1;
-                    epi[0] = C_acc_9[0];
-                    epi[1] = C_acc_9[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_9[2];
-                    epi[1] = C_acc_9[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e2 = 2
-                    [[maybe_unused]] const int e2 = 2;
-                    epi[0] = C_acc_10[0];
-                    epi[1] = C_acc_10[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_10[2];
-                    epi[1] = C_acc_10[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 256], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e2 = 3
-                    [[maybe_unused]] const int e2 = 3;
-                    epi[0] = C_acc_11[0];
-                    epi[1] = C_acc_11[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e2 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_11[2];
-                    epi[1] = C_acc_11[3];
+                    epi[0] = C_acc[e2 * 4 + 34];
+                    epi[1] = C_acc[e2 * 4 + 35];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -921,10 +696,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e3 = 0
-                    [[maybe_unused]] const int e3 = 0;
-                    epi[0] = C_acc_12[0];
-                    epi[1] = C_acc_12[1];
+                #pragma unroll
+                for (int e3 = 0; e3 < 4; ++e3) {
+                    epi[0] = C_acc[e3 * 4 + 48];
+                    epi[1] = C_acc[e3 * 4 + 49];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair
@@ -933,77 +708,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
                         : "memory");
-                    epi[0] = C_acc_12[2];
-                    epi[1] = C_acc_12[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e3 = 1
-                    [[maybe_unused]] const int e3 = 1;
-                    epi[0] = C_acc_13[0];
-                    epi[1] = C_acc_13[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_13[2];
-                    epi[1] = C_acc_13[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e3 = 2
-                    [[maybe_unused]] const int e3 = 2;
-                    epi[0] = C_acc_14[0];
-                    epi[1] = C_acc_14[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_14[2];
-                    epi[1] = C_acc_14[3];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4352], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                }
-                {  // e3 = 3
-                    [[maybe_unused]] const int e3 = 3;
-                    epi[0] = C_acc_15[0];
-                    epi[1] = C_acc_15[1];
-                    out_f32[0] = epi[0];
-                    out_f32[1] = epi[1];
-                    // sm70.st_shared_8: C pair
-                    //   dst = &C_smem[(rtid % 4 * 8) % 16 / 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 4 + rtid % 128 / 32 * 512 + rtid % 32 / 4 * 32 + rtid / 128 * 2048 + 4096], src = out_f32[0 .. +2]
-                    asm volatile("st.shared.v2.b32 [%0], {%1, %2};"
-                        :
-                        : "r"(C_smem_base + ((rtid % 4 * 8) % 16 / 4 * 4 + ((rtid % 4 * 8) / 16 + e3 * 2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f32[0])), "r"(*reinterpret_cast<unsigned*>(&out_f32[1]))
-                        : "memory");
-                    epi[0] = C_acc_15[2];
-                    epi[1] = C_acc_15[3];
+                    epi[0] = C_acc[e3 * 4 + 50];
+                    epi[1] = C_acc[e3 * 4 + 51];
                     out_f32[0] = epi[0];
                     out_f32[1] = epi[1];
                     // sm70.st_shared_8: C pair

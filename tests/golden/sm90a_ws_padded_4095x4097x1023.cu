@@ -897,9 +897,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
     // empty: f64[4] at byte 163872, one per stage: all 3 consumer warpgroups are done reading it
     unsigned long long* const empty = reinterpret_cast<unsigned long long*>(fs_smem + 163872);
     const unsigned empty_base = (unsigned)__cvta_generic_to_shared(empty);
-    // C_acc: f32 x 64 in 16 arrays of 16 bytes: C_acc_k[j] is element 4k + j
-    alignas(16) float C_acc_0[4] = {}, C_acc_1[4] = {}, C_acc_2[4] = {}, C_acc_3[4] = {}, C_acc_4[4] = {}, C_acc_5[4] = {}, C_acc_6[4] = {}, C_acc_7[4] = {},
-        C_acc_8[4] = {}, C_acc_9[4] = {}, C_acc_10[4] = {}, C_acc_11[4] = {}, C_acc_12[4] = {}, C_acc_13[4] = {}, C_acc_14[4] = {}, C_acc_15[4] = {};
+    alignas(16) float C_acc[64] = {};  // f32 x 64
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
@@ -1026,14 +1024,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
         for (int tile_i = 0; tile_i < 6; ++tile_i) {
             if (bid_x + tile_i * 132 < 726) {
                 // C_acc[0 .. +64] = 0.0
-                C_acc_0[0] = 0.0f; C_acc_0[1] = 0.0f; C_acc_0[2] = 0.0f; C_acc_0[3] = 0.0f; C_acc_1[0] = 0.0f; C_acc_1[1] = 0.0f; C_acc_1[2] = 0.0f; C_acc_1[3] = 0.0f;
-                C_acc_2[0] = 0.0f; C_acc_2[1] = 0.0f; C_acc_2[2] = 0.0f; C_acc_2[3] = 0.0f; C_acc_3[0] = 0.0f; C_acc_3[1] = 0.0f; C_acc_3[2] = 0.0f; C_acc_3[3] = 0.0f;
-                C_acc_4[0] = 0.0f; C_acc_4[1] = 0.0f; C_acc_4[2] = 0.0f; C_acc_4[3] = 0.0f; C_acc_5[0] = 0.0f; C_acc_5[1] = 0.0f; C_acc_5[2] = 0.0f; C_acc_5[3] = 0.0f;
-                C_acc_6[0] = 0.0f; C_acc_6[1] = 0.0f; C_acc_6[2] = 0.0f; C_acc_6[3] = 0.0f; C_acc_7[0] = 0.0f; C_acc_7[1] = 0.0f; C_acc_7[2] = 0.0f; C_acc_7[3] = 0.0f;
-                C_acc_8[0] = 0.0f; C_acc_8[1] = 0.0f; C_acc_8[2] = 0.0f; C_acc_8[3] = 0.0f; C_acc_9[0] = 0.0f; C_acc_9[1] = 0.0f; C_acc_9[2] = 0.0f; C_acc_9[3] = 0.0f;
-                C_acc_10[0] = 0.0f; C_acc_10[1] = 0.0f; C_acc_10[2] = 0.0f; C_acc_10[3] = 0.0f; C_acc_11[0] = 0.0f; C_acc_11[1] = 0.0f; C_acc_11[2] = 0.0f; C_acc_11[3] = 0.0f;
-                C_acc_12[0] = 0.0f; C_acc_12[1] = 0.0f; C_acc_12[2] = 0.0f; C_acc_12[3] = 0.0f; C_acc_13[0] = 0.0f; C_acc_13[1] = 0.0f; C_acc_13[2] = 0.0f; C_acc_13[3] = 0.0f;
-                C_acc_14[0] = 0.0f; C_acc_14[1] = 0.0f; C_acc_14[2] = 0.0f; C_acc_14[3] = 0.0f; C_acc_15[0] = 0.0f; C_acc_15[1] = 0.0f; C_acc_15[2] = 0.0f; C_acc_15[3] = 0.0f;
+                #pragma unroll
+                for (int fs_r = 0; fs_r < 64; ++fs_r) {
+                    C_acc[fs_r] = 0.0f;
+                }
                 // K loop over 16 tiles of 64, one wgmma group in flight
                 #pragma unroll 1
                 for (int k0_c = 0; k0_c < 16; ++k0_c) {
@@ -1044,14 +1038,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                         : "r"(full_base + (k0_c % 4 * 8)), "r"((int)(k0_c / 4 % 2))
                         : "memory");
                     // sm90a.wgmma_fence
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     asm volatile("wgmma.fence.sync.aligned;"
                         :
                         :
@@ -1060,28 +1050,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                     // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1536 + rtid / 128 * 512))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 1024))), "r"((int)(1))
                         : "memory");
                     // k1 = 1
                     // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 16], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1536 + rtid / 128 * 512 + 2))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 1024 + 128))), "r"((int)(1))
                         : "memory");
                     // k1 = 2
                     // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 32], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 2048], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1536 + rtid / 128 * 512 + 4))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 1024 + 256))), "r"((int)(1))
                         : "memory");
                     // k1 = 3
                     // sm90a.wgmma_m64n128k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x128] Sw<3,3,4> x4 stages, C:RF f32[64x128]) acc f32
                     //   d = C_acc[0 .. +64], desc_a = desc(&A_smem[k0_c % 4 * 12288 + rtid / 128 * 4096 + 48], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 8192 + 3072], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1536 + rtid / 128 * 512 + 6))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 1024 + 384))), "r"((int)(1))
                         : "memory");
                     // sm90a.wgmma_commit
@@ -1094,14 +1084,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                         :
                         :
                         : "memory");
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     if (k0_c >= 1 && rtid % 128 < 1) {
                         // sm90a.mbarrier_arrive: release the previous stage
                         //   bar = &empty[(k0_c + 3) % 4]
@@ -1116,14 +1102,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                     :
                     :
                     : "memory");
-                asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
+                #pragma unroll
+                for (int fs_i = 0; fs_i < 64; ++fs_i) {
+                    fs_fence_reg(C_acc[fs_i]);
+                }
                 if (rtid % 128 < 1) {
                     // sm90a.mbarrier_arrive: release the last stage
                     //   bar = &empty[3]
@@ -1133,10 +1115,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                         : "memory");
                 }
                 // Move<block>(C:RF f32[192x128] -> C:GL f16[192x128])
-                {  // f0 = 0
-                    [[maybe_unused]] const int f0 = 0;
-                    epi[0] = C_acc_0[0];
-                    epi[1] = C_acc_0[1];
+                #pragma unroll
+                for (int f0 = 0; f0 < 16; ++f0) {
+                    epi[0] = C_acc[f0 * 4];
+                    epi[1] = C_acc[f0 * 4 + 1];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -1158,743 +1140,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) firesched_matmul(
                             : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
                             : "memory");
                     }
-                    epi[0] = C_acc_0[2];
-                    epi[1] = C_acc_0[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 1
-                    [[maybe_unused]] const int f0 = 1;
-                    epi[0] = C_acc_1[0];
-                    epi[1] = C_acc_1[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_1[2];
-                    epi[1] = C_acc_1[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 2
-                    [[maybe_unused]] const int f0 = 2;
-                    epi[0] = C_acc_2[0];
-                    epi[1] = C_acc_2[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_2[2];
-                    epi[1] = C_acc_2[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 3
-                    [[maybe_unused]] const int f0 = 3;
-                    epi[0] = C_acc_3[0];
-                    epi[1] = C_acc_3[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_3[2];
-                    epi[1] = C_acc_3[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 4
-                    [[maybe_unused]] const int f0 = 4;
-                    epi[0] = C_acc_4[0];
-                    epi[1] = C_acc_4[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_4[2];
-                    epi[1] = C_acc_4[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 5
-                    [[maybe_unused]] const int f0 = 5;
-                    epi[0] = C_acc_5[0];
-                    epi[1] = C_acc_5[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_5[2];
-                    epi[1] = C_acc_5[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 6
-                    [[maybe_unused]] const int f0 = 6;
-                    epi[0] = C_acc_6[0];
-                    epi[1] = C_acc_6[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_6[2];
-                    epi[1] = C_acc_6[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 7
-                    [[maybe_unused]] const int f0 = 7;
-                    epi[0] = C_acc_7[0];
-                    epi[1] = C_acc_7[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_7[2];
-                    epi[1] = C_acc_7[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 8
-                    [[maybe_unused]] const int f0 = 8;
-                    epi[0] = C_acc_8[0];
-                    epi[1] = C_acc_8[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_8[2];
-                    epi[1] = C_acc_8[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 9
-                    [[maybe_unused]] const int f0 = 9;
-                    epi[0] = C_acc_9[0];
-                    epi[1] = C_acc_9[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_9[2];
-                    epi[1] = C_acc_9[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 10
-                    [[maybe_unused]] const int f0 = 10;
-                    epi[0] = C_acc_10[0];
-                    epi[1] = C_acc_10[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_10[2];
-                    epi[1] = C_acc_10[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 11
-                    [[maybe_unused]] const int f0 = 11;
-                    epi[0] = C_acc_11[0];
-                    epi[1] = C_acc_11[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_11[2];
-                    epi[1] = C_acc_11[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 12
-                    [[maybe_unused]] const int f0 = 12;
-                    epi[0] = C_acc_12[0];
-                    epi[1] = C_acc_12[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_12[2];
-                    epi[1] = C_acc_12[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 13
-                    [[maybe_unused]] const int f0 = 13;
-                    epi[0] = C_acc_13[0];
-                    epi[1] = C_acc_13[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_13[2];
-                    epi[1] = C_acc_13[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 14
-                    [[maybe_unused]] const int f0 = 14;
-                    epi[0] = C_acc_14[0];
-                    epi[1] = C_acc_14[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_14[2];
-                    epi[1] = C_acc_14[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32776)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 + 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 32777)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                }
-                {  // f0 = 15
-                    [[maybe_unused]] const int f0 = 15;
-                    epi[0] = C_acc_15[0];
-                    epi[1] = C_acc_15[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097], src = out_f16[0 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097)), "h"(out_f16[0])
-                            : "memory");
-                    }
-                    // sm70.st_global_2: C
-                    //   dst = &C[(bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1], src = out_f16[1 .. +1]
-                    if ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 192 + (bid_x + tile_i * 132) / 264 * 1536 + rtid % 128 / 32 * 16 + rtid / 128 * 64 + rtid / 4 % 8 < 4095 && (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + f0 * 8 + rtid % 4 * 2 + 1 < 4097) {
-                        asm volatile("st.global.b16 [%0], %1;"
-                            :
-                            : "l"(C + ((bid_x + tile_i * 132) % 264 % min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 786624 + (bid_x + tile_i * 132) % 264 / min(-(bid_x + tile_i * 132) / 264 * 8 + 22, 8) * 128 + (bid_x + tile_i * 132) / 264 * 6292992 + f0 * 8 + rtid % 128 / 32 * 65552 + rtid % 4 * 2 + rtid / 128 * 262208 + rtid / 4 % 8 * 4097 + 1)), "h"(out_f16[1])
-                            : "memory");
-                    }
-                    epi[0] = C_acc_15[2];
-                    epi[1] = C_acc_15[3];
+                    epi[0] = C_acc[f0 * 4 + 2];
+                    epi[1] = C_acc[f0 * 4 + 3];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"

@@ -269,11 +269,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
     // C_smem: f16[16384] at byte 197632, 2 buffers x 2 consumer warpgroups x 64x64 f16, 128B swizzle (TMA-store staging)
     unsigned short* const C_smem = reinterpret_cast<unsigned short*>(fs_smem + 197632);
     const unsigned C_smem_base = (unsigned)__cvta_generic_to_shared(C_smem);
-    // C_acc: f32 x 128 in 32 arrays of 16 bytes: C_acc_k[j] is element 4k + j
-    alignas(16) float C_acc_0[4] = {}, C_acc_1[4] = {}, C_acc_2[4] = {}, C_acc_3[4] = {}, C_acc_4[4] = {}, C_acc_5[4] = {}, C_acc_6[4] = {}, C_acc_7[4] = {},
-        C_acc_8[4] = {}, C_acc_9[4] = {}, C_acc_10[4] = {}, C_acc_11[4] = {}, C_acc_12[4] = {}, C_acc_13[4] = {}, C_acc_14[4] = {}, C_acc_15[4] = {},
-        C_acc_16[4] = {}, C_acc_17[4] = {}, C_acc_18[4] = {}, C_acc_19[4] = {}, C_acc_20[4] = {}, C_acc_21[4] = {}, C_acc_22[4] = {}, C_acc_23[4] = {},
-        C_acc_24[4] = {}, C_acc_25[4] = {}, C_acc_26[4] = {}, C_acc_27[4] = {}, C_acc_28[4] = {}, C_acc_29[4] = {}, C_acc_30[4] = {}, C_acc_31[4] = {};
+    alignas(16) float C_acc[128] = {};  // f32 x 128
     alignas(16) float epi[2] = {};  // f32 x 2
     alignas(16) unsigned short out_f16[2] = {};  // f16 x 2
 
@@ -407,22 +403,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
         for (int tile_i = 0; tile_i < 4; ++tile_i) {
             if (bid_x + tile_i * 132 < 512) {
                 // C_acc[0 .. +128] = 0.0
-                C_acc_0[0] = 0.0f; C_acc_0[1] = 0.0f; C_acc_0[2] = 0.0f; C_acc_0[3] = 0.0f; C_acc_1[0] = 0.0f; C_acc_1[1] = 0.0f; C_acc_1[2] = 0.0f; C_acc_1[3] = 0.0f;
-                C_acc_2[0] = 0.0f; C_acc_2[1] = 0.0f; C_acc_2[2] = 0.0f; C_acc_2[3] = 0.0f; C_acc_3[0] = 0.0f; C_acc_3[1] = 0.0f; C_acc_3[2] = 0.0f; C_acc_3[3] = 0.0f;
-                C_acc_4[0] = 0.0f; C_acc_4[1] = 0.0f; C_acc_4[2] = 0.0f; C_acc_4[3] = 0.0f; C_acc_5[0] = 0.0f; C_acc_5[1] = 0.0f; C_acc_5[2] = 0.0f; C_acc_5[3] = 0.0f;
-                C_acc_6[0] = 0.0f; C_acc_6[1] = 0.0f; C_acc_6[2] = 0.0f; C_acc_6[3] = 0.0f; C_acc_7[0] = 0.0f; C_acc_7[1] = 0.0f; C_acc_7[2] = 0.0f; C_acc_7[3] = 0.0f;
-                C_acc_8[0] = 0.0f; C_acc_8[1] = 0.0f; C_acc_8[2] = 0.0f; C_acc_8[3] = 0.0f; C_acc_9[0] = 0.0f; C_acc_9[1] = 0.0f; C_acc_9[2] = 0.0f; C_acc_9[3] = 0.0f;
-                C_acc_10[0] = 0.0f; C_acc_10[1] = 0.0f; C_acc_10[2] = 0.0f; C_acc_10[3] = 0.0f; C_acc_11[0] = 0.0f; C_acc_11[1] = 0.0f; C_acc_11[2] = 0.0f; C_acc_11[3] = 0.0f;
-                C_acc_12[0] = 0.0f; C_acc_12[1] = 0.0f; C_acc_12[2] = 0.0f; C_acc_12[3] = 0.0f; C_acc_13[0] = 0.0f; C_acc_13[1] = 0.0f; C_acc_13[2] = 0.0f; C_acc_13[3] = 0.0f;
-                C_acc_14[0] = 0.0f; C_acc_14[1] = 0.0f; C_acc_14[2] = 0.0f; C_acc_14[3] = 0.0f; C_acc_15[0] = 0.0f; C_acc_15[1] = 0.0f; C_acc_15[2] = 0.0f; C_acc_15[3] = 0.0f;
-                C_acc_16[0] = 0.0f; C_acc_16[1] = 0.0f; C_acc_16[2] = 0.0f; C_acc_16[3] = 0.0f; C_acc_17[0] = 0.0f; C_acc_17[1] = 0.0f; C_acc_17[2] = 0.0f; C_acc_17[3] = 0.0f;
-                C_acc_18[0] = 0.0f; C_acc_18[1] = 0.0f; C_acc_18[2] = 0.0f; C_acc_18[3] = 0.0f; C_acc_19[0] = 0.0f; C_acc_19[1] = 0.0f; C_acc_19[2] = 0.0f; C_acc_19[3] = 0.0f;
-                C_acc_20[0] = 0.0f; C_acc_20[1] = 0.0f; C_acc_20[2] = 0.0f; C_acc_20[3] = 0.0f; C_acc_21[0] = 0.0f; C_acc_21[1] = 0.0f; C_acc_21[2] = 0.0f; C_acc_21[3] = 0.0f;
-                C_acc_22[0] = 0.0f; C_acc_22[1] = 0.0f; C_acc_22[2] = 0.0f; C_acc_22[3] = 0.0f; C_acc_23[0] = 0.0f; C_acc_23[1] = 0.0f; C_acc_23[2] = 0.0f; C_acc_23[3] = 0.0f;
-                C_acc_24[0] = 0.0f; C_acc_24[1] = 0.0f; C_acc_24[2] = 0.0f; C_acc_24[3] = 0.0f; C_acc_25[0] = 0.0f; C_acc_25[1] = 0.0f; C_acc_25[2] = 0.0f; C_acc_25[3] = 0.0f;
-                C_acc_26[0] = 0.0f; C_acc_26[1] = 0.0f; C_acc_26[2] = 0.0f; C_acc_26[3] = 0.0f; C_acc_27[0] = 0.0f; C_acc_27[1] = 0.0f; C_acc_27[2] = 0.0f; C_acc_27[3] = 0.0f;
-                C_acc_28[0] = 0.0f; C_acc_28[1] = 0.0f; C_acc_28[2] = 0.0f; C_acc_28[3] = 0.0f; C_acc_29[0] = 0.0f; C_acc_29[1] = 0.0f; C_acc_29[2] = 0.0f; C_acc_29[3] = 0.0f;
-                C_acc_30[0] = 0.0f; C_acc_30[1] = 0.0f; C_acc_30[2] = 0.0f; C_acc_30[3] = 0.0f; C_acc_31[0] = 0.0f; C_acc_31[1] = 0.0f; C_acc_31[2] = 0.0f; C_acc_31[3] = 0.0f;
+                #pragma unroll
+                for (int fs_r = 0; fs_r < 128; ++fs_r) {
+                    C_acc[fs_r] = 0.0f;
+                }
                 // K loop over 64 tiles of 64, one wgmma group in flight
                 #pragma unroll 1
                 for (int k0_c = 0; k0_c < 64; ++k0_c) {
@@ -433,22 +417,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         : "r"(full_base + (k0_c % 4 * 8)), "r"((int)(k0_c / 4 % 2))
                         : "memory");
                     // sm90a.wgmma_fence
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 128; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     asm volatile("wgmma.fence.sync.aligned;"
                         :
                         :
@@ -457,28 +429,28 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
                     //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0_c % 4 * 8192 + rtid / 128 * 4096], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 16384], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]), "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]), "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]), "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]), "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]), "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]), "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]), "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]), "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1024 + rtid / 128 * 512))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 2048))), "r"((int)(1))
                         : "memory");
                     // k1 = 1
                     // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
                     //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0_c % 4 * 8192 + rtid / 128 * 4096 + 16], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 16384 + 1024], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]), "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]), "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]), "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]), "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]), "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]), "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]), "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]), "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1024 + rtid / 128 * 512 + 2))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 2048 + 128))), "r"((int)(1))
                         : "memory");
                     // k1 = 2
                     // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
                     //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0_c % 4 * 8192 + rtid / 128 * 4096 + 32], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 16384 + 2048], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]), "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]), "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]), "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]), "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]), "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]), "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]), "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]), "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1024 + rtid / 128 * 512 + 4))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 2048 + 256))), "r"((int)(1))
                         : "memory");
                     // k1 = 3
                     // sm90a.wgmma_m64n256k16_f16_f32_ss_tnspb: MatMul<warpgroup>(A:SH f16[64x16] Sw<3,3,3> x4 stages, B:SH f16[16x256] Sw<3,3,5> x4 stages, C:RF f32[64x256]) acc f32
                     //   d = C_acc[0 .. +128], desc_a = desc(&A_smem[k0_c % 4 * 8192 + rtid / 128 * 4096 + 48], swizzle 128, lbo 16, sbo 1024), desc_b = desc(&B_smem[k0_c % 4 * 16384 + 3072], swizzle 128, lbo 8192, sbo 1024), scale_d = 1
                     asm volatile("{ .reg .pred fs_p; setp.ne.b32 fs_p, %130, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, fs_p, 1, 1, 0, 1; }"
-                        : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]), "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]), "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]), "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]), "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]), "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]), "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]), "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]), "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]), "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]), "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]), "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]), "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]), "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]), "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]), "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3])
+                        : "+f"(C_acc[0]), "+f"(C_acc[1]), "+f"(C_acc[2]), "+f"(C_acc[3]), "+f"(C_acc[4]), "+f"(C_acc[5]), "+f"(C_acc[6]), "+f"(C_acc[7]), "+f"(C_acc[8]), "+f"(C_acc[9]), "+f"(C_acc[10]), "+f"(C_acc[11]), "+f"(C_acc[12]), "+f"(C_acc[13]), "+f"(C_acc[14]), "+f"(C_acc[15]), "+f"(C_acc[16]), "+f"(C_acc[17]), "+f"(C_acc[18]), "+f"(C_acc[19]), "+f"(C_acc[20]), "+f"(C_acc[21]), "+f"(C_acc[22]), "+f"(C_acc[23]), "+f"(C_acc[24]), "+f"(C_acc[25]), "+f"(C_acc[26]), "+f"(C_acc[27]), "+f"(C_acc[28]), "+f"(C_acc[29]), "+f"(C_acc[30]), "+f"(C_acc[31]), "+f"(C_acc[32]), "+f"(C_acc[33]), "+f"(C_acc[34]), "+f"(C_acc[35]), "+f"(C_acc[36]), "+f"(C_acc[37]), "+f"(C_acc[38]), "+f"(C_acc[39]), "+f"(C_acc[40]), "+f"(C_acc[41]), "+f"(C_acc[42]), "+f"(C_acc[43]), "+f"(C_acc[44]), "+f"(C_acc[45]), "+f"(C_acc[46]), "+f"(C_acc[47]), "+f"(C_acc[48]), "+f"(C_acc[49]), "+f"(C_acc[50]), "+f"(C_acc[51]), "+f"(C_acc[52]), "+f"(C_acc[53]), "+f"(C_acc[54]), "+f"(C_acc[55]), "+f"(C_acc[56]), "+f"(C_acc[57]), "+f"(C_acc[58]), "+f"(C_acc[59]), "+f"(C_acc[60]), "+f"(C_acc[61]), "+f"(C_acc[62]), "+f"(C_acc[63]), "+f"(C_acc[64]), "+f"(C_acc[65]), "+f"(C_acc[66]), "+f"(C_acc[67]), "+f"(C_acc[68]), "+f"(C_acc[69]), "+f"(C_acc[70]), "+f"(C_acc[71]), "+f"(C_acc[72]), "+f"(C_acc[73]), "+f"(C_acc[74]), "+f"(C_acc[75]), "+f"(C_acc[76]), "+f"(C_acc[77]), "+f"(C_acc[78]), "+f"(C_acc[79]), "+f"(C_acc[80]), "+f"(C_acc[81]), "+f"(C_acc[82]), "+f"(C_acc[83]), "+f"(C_acc[84]), "+f"(C_acc[85]), "+f"(C_acc[86]), "+f"(C_acc[87]), "+f"(C_acc[88]), "+f"(C_acc[89]), "+f"(C_acc[90]), "+f"(C_acc[91]), "+f"(C_acc[92]), "+f"(C_acc[93]), "+f"(C_acc[94]), "+f"(C_acc[95]), "+f"(C_acc[96]), "+f"(C_acc[97]), "+f"(C_acc[98]), "+f"(C_acc[99]), "+f"(C_acc[100]), "+f"(C_acc[101]), "+f"(C_acc[102]), "+f"(C_acc[103]), "+f"(C_acc[104]), "+f"(C_acc[105]), "+f"(C_acc[106]), "+f"(C_acc[107]), "+f"(C_acc[108]), "+f"(C_acc[109]), "+f"(C_acc[110]), "+f"(C_acc[111]), "+f"(C_acc[112]), "+f"(C_acc[113]), "+f"(C_acc[114]), "+f"(C_acc[115]), "+f"(C_acc[116]), "+f"(C_acc[117]), "+f"(C_acc[118]), "+f"(C_acc[119]), "+f"(C_acc[120]), "+f"(C_acc[121]), "+f"(C_acc[122]), "+f"(C_acc[123]), "+f"(C_acc[124]), "+f"(C_acc[125]), "+f"(C_acc[126]), "+f"(C_acc[127])
                         : "l"(fs_desc_add(fs_smem_desc(A_smem_base, 16u, 1024u, 1u), (k0_c % 4 * 1024 + rtid / 128 * 512 + 6))), "l"(fs_desc_add(fs_smem_desc(B_smem_base, 8192u, 1024u, 1u), (k0_c % 4 * 2048 + 384))), "r"((int)(1))
                         : "memory");
                     // sm90a.wgmma_commit
@@ -491,22 +463,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         :
                         : "memory");
-                    asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]) : : "memory");
-                    asm volatile("" : "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3]) : : "memory");
+                    #pragma unroll
+                    for (int fs_i = 0; fs_i < 128; ++fs_i) {
+                        fs_fence_reg(C_acc[fs_i]);
+                    }
                     if (k0_c >= 1 && rtid % 128 < 1) {
                         // sm90a.mbarrier_arrive: release the previous stage
                         //   bar = &empty[(k0_c + 3) % 4]
@@ -521,22 +481,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     :
                     : "memory");
-                asm volatile("" : "+f"(C_acc_0[0]), "+f"(C_acc_0[1]), "+f"(C_acc_0[2]), "+f"(C_acc_0[3]), "+f"(C_acc_1[0]), "+f"(C_acc_1[1]), "+f"(C_acc_1[2]), "+f"(C_acc_1[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_2[0]), "+f"(C_acc_2[1]), "+f"(C_acc_2[2]), "+f"(C_acc_2[3]), "+f"(C_acc_3[0]), "+f"(C_acc_3[1]), "+f"(C_acc_3[2]), "+f"(C_acc_3[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_4[0]), "+f"(C_acc_4[1]), "+f"(C_acc_4[2]), "+f"(C_acc_4[3]), "+f"(C_acc_5[0]), "+f"(C_acc_5[1]), "+f"(C_acc_5[2]), "+f"(C_acc_5[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_6[0]), "+f"(C_acc_6[1]), "+f"(C_acc_6[2]), "+f"(C_acc_6[3]), "+f"(C_acc_7[0]), "+f"(C_acc_7[1]), "+f"(C_acc_7[2]), "+f"(C_acc_7[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_8[0]), "+f"(C_acc_8[1]), "+f"(C_acc_8[2]), "+f"(C_acc_8[3]), "+f"(C_acc_9[0]), "+f"(C_acc_9[1]), "+f"(C_acc_9[2]), "+f"(C_acc_9[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_10[0]), "+f"(C_acc_10[1]), "+f"(C_acc_10[2]), "+f"(C_acc_10[3]), "+f"(C_acc_11[0]), "+f"(C_acc_11[1]), "+f"(C_acc_11[2]), "+f"(C_acc_11[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_12[0]), "+f"(C_acc_12[1]), "+f"(C_acc_12[2]), "+f"(C_acc_12[3]), "+f"(C_acc_13[0]), "+f"(C_acc_13[1]), "+f"(C_acc_13[2]), "+f"(C_acc_13[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_14[0]), "+f"(C_acc_14[1]), "+f"(C_acc_14[2]), "+f"(C_acc_14[3]), "+f"(C_acc_15[0]), "+f"(C_acc_15[1]), "+f"(C_acc_15[2]), "+f"(C_acc_15[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_16[0]), "+f"(C_acc_16[1]), "+f"(C_acc_16[2]), "+f"(C_acc_16[3]), "+f"(C_acc_17[0]), "+f"(C_acc_17[1]), "+f"(C_acc_17[2]), "+f"(C_acc_17[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_18[0]), "+f"(C_acc_18[1]), "+f"(C_acc_18[2]), "+f"(C_acc_18[3]), "+f"(C_acc_19[0]), "+f"(C_acc_19[1]), "+f"(C_acc_19[2]), "+f"(C_acc_19[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_20[0]), "+f"(C_acc_20[1]), "+f"(C_acc_20[2]), "+f"(C_acc_20[3]), "+f"(C_acc_21[0]), "+f"(C_acc_21[1]), "+f"(C_acc_21[2]), "+f"(C_acc_21[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_22[0]), "+f"(C_acc_22[1]), "+f"(C_acc_22[2]), "+f"(C_acc_22[3]), "+f"(C_acc_23[0]), "+f"(C_acc_23[1]), "+f"(C_acc_23[2]), "+f"(C_acc_23[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_24[0]), "+f"(C_acc_24[1]), "+f"(C_acc_24[2]), "+f"(C_acc_24[3]), "+f"(C_acc_25[0]), "+f"(C_acc_25[1]), "+f"(C_acc_25[2]), "+f"(C_acc_25[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_26[0]), "+f"(C_acc_26[1]), "+f"(C_acc_26[2]), "+f"(C_acc_26[3]), "+f"(C_acc_27[0]), "+f"(C_acc_27[1]), "+f"(C_acc_27[2]), "+f"(C_acc_27[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_28[0]), "+f"(C_acc_28[1]), "+f"(C_acc_28[2]), "+f"(C_acc_28[3]), "+f"(C_acc_29[0]), "+f"(C_acc_29[1]), "+f"(C_acc_29[2]), "+f"(C_acc_29[3]) : : "memory");
-                asm volatile("" : "+f"(C_acc_30[0]), "+f"(C_acc_30[1]), "+f"(C_acc_30[2]), "+f"(C_acc_30[3]), "+f"(C_acc_31[0]), "+f"(C_acc_31[1]), "+f"(C_acc_31[2]), "+f"(C_acc_31[3]) : : "memory");
+                #pragma unroll
+                for (int fs_i = 0; fs_i < 128; ++fs_i) {
+                    fs_fence_reg(C_acc[fs_i]);
+                }
                 if (rtid % 128 < 1) {
                     // sm90a.mbarrier_arrive: release the last stage
                     //   bar = &empty[3]
@@ -558,10 +506,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e0 = 0
-                    [[maybe_unused]] const int e0 = 0;
-                    epi[0] = C_acc_0[0];
-                    epi[1] = C_acc_0[1];
+                #pragma unroll
+                for (int e0 = 0; e0 < 8; ++e0) {
+                    epi[0] = C_acc[e0 * 4];
+                    epi[1] = C_acc[e0 * 4 + 1];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -573,211 +521,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
-                    epi[0] = C_acc_0[2];
-                    epi[1] = C_acc_0[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 1
-                    [[maybe_unused]] const int e0 = 1;
-                    epi[0] = C_acc_1[0];
-                    epi[1] = C_acc_1[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_1[2];
-                    epi[1] = C_acc_1[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 2
-                    [[maybe_unused]] const int e0 = 2;
-                    epi[0] = C_acc_2[0];
-                    epi[1] = C_acc_2[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_2[2];
-                    epi[1] = C_acc_2[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 3
-                    [[maybe_unused]] const int e0 = 3;
-                    epi[0] = C_acc_3[0];
-                    epi[1] = C_acc_3[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_3[2];
-                    epi[1] = C_acc_3[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 4
-                    [[maybe_unused]] const int e0 = 4;
-                    epi[0] = C_acc_4[0];
-                    epi[1] = C_acc_4[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_4[2];
-                    epi[1] = C_acc_4[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 5
-                    [[maybe_unused]] const int e0 = 5;
-                    epi[0] = C_acc_5[0];
-                    epi[1] = C_acc_5[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_5[2];
-                    epi[1] = C_acc_5[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 6
-                    [[maybe_unused]] const int e0 = 6;
-                    epi[0] = C_acc_6[0];
-                    epi[1] = C_acc_6[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_6[2];
-                    epi[1] = C_acc_6[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e0 = 7
-                    [[maybe_unused]] const int e0 = 7;
-                    epi[0] = C_acc_7[0];
-                    epi[1] = C_acc_7[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e0 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e0 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_7[2];
-                    epi[1] = C_acc_7[3];
+                    epi[0] = C_acc[e0 * 4 + 2];
+                    epi[1] = C_acc[e0 * 4 + 3];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -825,10 +570,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e1 = 0
-                    [[maybe_unused]] const int e1 = 0;
-                    epi[0] = C_acc_8[0];
-                    epi[1] = C_acc_8[1];
+                #pragma unroll
+                for (int e1 = 0; e1 < 8; ++e1) {
+                    epi[0] = C_acc[e1 * 4 + 32];
+                    epi[1] = C_acc[e1 * 4 + 33];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -840,211 +585,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
-                    epi[0] = C_acc_8[2];
-                    epi[1] = C_acc_8[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 1
-                    [[maybe_unused]] const int e1 = 1;
-                    epi[0] = C_acc_9[0];
-                    epi[1] = C_acc_9[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_9[2];
-                    epi[1] = C_acc_9[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 2
-                    [[maybe_unused]] const int e1 = 2;
-                    epi[0] = C_acc_10[0];
-                    epi[1] = C_acc_10[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_10[2];
-                    epi[1] = C_acc_10[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 3
-                    [[maybe_unused]] const int e1 = 3;
-                    epi[0] = C_acc_11[0];
-                    epi[1] = C_acc_11[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_11[2];
-                    epi[1] = C_acc_11[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 4
-                    [[maybe_unused]] const int e1 = 4;
-                    epi[0] = C_acc_12[0];
-                    epi[1] = C_acc_12[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_12[2];
-                    epi[1] = C_acc_12[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 5
-                    [[maybe_unused]] const int e1 = 5;
-                    epi[0] = C_acc_13[0];
-                    epi[1] = C_acc_13[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_13[2];
-                    epi[1] = C_acc_13[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 6
-                    [[maybe_unused]] const int e1 = 6;
-                    epi[0] = C_acc_14[0];
-                    epi[1] = C_acc_14[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_14[2];
-                    epi[1] = C_acc_14[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e1 = 7
-                    [[maybe_unused]] const int e1 = 7;
-                    epi[0] = C_acc_15[0];
-                    epi[1] = C_acc_15[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e1 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e1 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_15[2];
-                    epi[1] = C_acc_15[3];
+                    epi[0] = C_acc[e1 * 4 + 34];
+                    epi[1] = C_acc[e1 * 4 + 35];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -1092,10 +634,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e2 = 0
-                    [[maybe_unused]] const int e2 = 0;
-                    epi[0] = C_acc_16[0];
-                    epi[1] = C_acc_16[1];
+                #pragma unroll
+                for (int e2 = 0; e2 < 8; ++e2) {
+                    epi[0] = C_acc[e2 * 4 + 64];
+                    epi[1] = C_acc[e2 * 4 + 65];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -1107,211 +649,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
-                    epi[0] = C_acc_16[2];
-                    epi[1] = C_acc_16[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 1
-                    [[maybe_unused]] const int e2 = 1;
-                    epi[0] = C_acc_17[0];
-                    epi[1] = C_acc_17[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_17[2];
-                    epi[1] = C_acc_17[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 2
-                    [[maybe_unused]] const int e2 = 2;
-                    epi[0] = C_acc_18[0];
-                    epi[1] = C_acc_18[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_18[2];
-                    epi[1] = C_acc_18[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 3
-                    [[maybe_unused]] const int e2 = 3;
-                    epi[0] = C_acc_19[0];
-                    epi[1] = C_acc_19[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_19[2];
-                    epi[1] = C_acc_19[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 4
-                    [[maybe_unused]] const int e2 = 4;
-                    epi[0] = C_acc_20[0];
-                    epi[1] = C_acc_20[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_20[2];
-                    epi[1] = C_acc_20[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 5
-                    [[maybe_unused]] const int e2 = 5;
-                    epi[0] = C_acc_21[0];
-                    epi[1] = C_acc_21[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_21[2];
-                    epi[1] = C_acc_21[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 6
-                    [[maybe_unused]] const int e2 = 6;
-                    epi[0] = C_acc_22[0];
-                    epi[1] = C_acc_22[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_22[2];
-                    epi[1] = C_acc_22[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 512], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 1024)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e2 = 7
-                    [[maybe_unused]] const int e2 = 7;
-                    epi[0] = C_acc_23[0];
-                    epi[1] = C_acc_23[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e2 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e2 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_23[2];
-                    epi[1] = C_acc_23[3];
+                    epi[0] = C_acc[e2 * 4 + 66];
+                    epi[1] = C_acc[e2 * 4 + 67];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -1359,10 +698,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                     :
                     : "r"(rtid / 128 + 1), "n"(128)
                     : "memory");
-                {  // e3 = 0
-                    [[maybe_unused]] const int e3 = 0;
-                    epi[0] = C_acc_24[0];
-                    epi[1] = C_acc_24[1];
+                #pragma unroll
+                for (int e3 = 0; e3 < 8; ++e3) {
+                    epi[0] = C_acc[e3 * 4 + 96];
+                    epi[1] = C_acc[e3 * 4 + 97];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
@@ -1374,211 +713,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) firesched_matmul(
                         :
                         : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
                         : "memory");
-                    epi[0] = C_acc_24[2];
-                    epi[1] = C_acc_24[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 1
-                    [[maybe_unused]] const int e3 = 1;
-                    epi[0] = C_acc_25[0];
-                    epi[1] = C_acc_25[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_25[2];
-                    epi[1] = C_acc_25[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 2
-                    [[maybe_unused]] const int e3 = 2;
-                    epi[0] = C_acc_26[0];
-                    epi[1] = C_acc_26[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_26[2];
-                    epi[1] = C_acc_26[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 3
-                    [[maybe_unused]] const int e3 = 3;
-                    epi[0] = C_acc_27[0];
-                    epi[1] = C_acc_27[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_27[2];
-                    epi[1] = C_acc_27[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 4
-                    [[maybe_unused]] const int e3 = 4;
-                    epi[0] = C_acc_28[0];
-                    epi[1] = C_acc_28[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_28[2];
-                    epi[1] = C_acc_28[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 5
-                    [[maybe_unused]] const int e3 = 5;
-                    epi[0] = C_acc_29[0];
-                    epi[1] = C_acc_29[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_29[2];
-                    epi[1] = C_acc_29[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 6
-                    [[maybe_unused]] const int e3 = 6;
-                    epi[0] = C_acc_30[0];
-                    epi[1] = C_acc_30[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_30[2];
-                    epi[1] = C_acc_30[3];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8704], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 17408)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                }
-                {  // e3 = 7
-                    [[maybe_unused]] const int e3 = 7;
-                    epi[0] = C_acc_31[0];
-                    epi[1] = C_acc_31[1];
-                    // convert.cvt_f32x2_f16x2: two elements rounded into one register
-                    //   d = out_f16[0 .. +2], src = epi[0 .. +2]
-                    asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
-                        : "=r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "f"(epi[0]), "f"(epi[1]));
-                    // sm70.st_shared_4: C pair
-                    //   dst = &C_smem[(e3 ^ rtid % 32 / 4) * 8 + rtid % 128 / 32 * 1024 + rtid % 32 / 4 * 64 + rtid % 4 * 2 + rtid / 128 * 4096 + 8192], src = out_f16[0 .. +2]
-                    asm volatile("st.shared.b32 [%0], %1;"
-                        :
-                        : "r"(C_smem_base + ((e3 ^ rtid % 32 / 4) * 16 + rtid % 128 / 32 * 2048 + rtid % 32 / 4 * 128 + rtid % 4 * 4 + rtid / 128 * 8192 + 16384)), "r"(*reinterpret_cast<unsigned*>(&out_f16[0]))
-                        : "memory");
-                    epi[0] = C_acc_31[2];
-                    epi[1] = C_acc_31[3];
+                    epi[0] = C_acc[e3 * 4 + 98];
+                    epi[1] = C_acc[e3 * 4 + 99];
                     // convert.cvt_f32x2_f16x2: two elements rounded into one register
                     //   d = out_f16[0 .. +2], src = epi[0 .. +2]
                     asm volatile("cvt.rn.f16x2.f32 %0, %2, %1;"
