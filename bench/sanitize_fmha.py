@@ -11,6 +11,7 @@ for compute-sanitizer:
     compute-sanitizer --tool racecheck python bench/sanitize_fmha.py
     compute-sanitizer --tool synccheck python bench/sanitize_fmha.py
     compute-sanitizer --tool memcheck  python bench/sanitize_fmha.py pingpong persistent   # those designs
+    python bench/sanitize_fmha.py --check        # CPU only: build and check() every design, no launch
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CASES = [  # batch, heads, kv_heads, seq_q, seq_kv, head_dim, causal
 
 def main(argv=None) -> None:
     only = set(sys.argv[1:] if argv is None else argv)
+    check_only = "--check" in only
+    only.discard("--check")
 
     designs = [(c, a) for a in ("sm_80", "sm_90a") for c in CASES] + [
         (c, w) for w in ("pingpong", "q_by_producer") for c in CASES if c[5] > 64]
@@ -59,7 +62,8 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"sanitize_fmha: no design {', '.join(sorted(unknown))}; the designs are "
                          f"{', '.join(sorted({design for _, design in designs}))}")
-    import torch
+    if not check_only:
+        import torch
 
     for (b, h, kvh, sq, skv, d, causal), design in designs:
         if only and design not in only:
@@ -67,31 +71,33 @@ def main(argv=None) -> None:
         # the mma.sync schedule (planned for sm_80) and the wgmma one, both run on the H100; and
         # two consumer warpgroups taking turns (128-query tiles, whatever the plan picks)
         params = None
+        # the designs below are the plan's with two consumer warpgroups taking turns: one block an
+        # SM (a short causal loop plans two blocks of one consumer, which 384 threads cannot be)
+        base = attrs.evolve(fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal), blocks_per_sm=1)
         if design == "pingpong":
-            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True)
         if design == "q_by_producer":
             # the producer's own ring for Q; a persistent grid walking the query tiles (causal: the
             # steps past each tile's diagonal pass through the key ring)
-            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True)
         if design in ("separate", "separate_persistent"):
-            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, stages=2, separate=True)
             if design == "separate_persistent":
                 params = attrs.evolve(params, persistent=True, q_by_producer=True, q_stages=2)
         if design == "q_stages":
-            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, q_by_producer=True, persistent=True,
                                   stages=2, q_stages=2)
         if design == "persistent":
-            base = fs.recipes.fmha_plan(b, h, sq, skv, d, arch="sm_90a", causal=causal)
             params = attrs.evolve(base, block_q=128, warps=8, pingpong=True, persistent=True)
         if design == "two_blocks":
             params = fs.recipes.FmhaParams(block_q=64, block_kv=64, warps=4, stages=3, mma="wgmma", tma=True,
                                            warp_specialized=True, overlap=True, blocks_per_sm=2)
         arch = "sm_90a" if params or design.startswith("plan") else design
         sched = fs.recipes.fmha(b, h, sq, skv, d, kv_heads=kvh, causal=causal, lse=True, arch=arch, params=params)
+        if check_only:
+            sched.check("sm_90a")
+            print(f"{design} {b}x{h}({kvh})x{sq}x{skv}x{d} causal={causal}: checks")
+            continue
         k = fs.compile(sched, arch="sm_90a")
         g = h // kvh
         q = torch.randn(b, kvh, g, sq, d, device="cuda", dtype=torch.float16)
