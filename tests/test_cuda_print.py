@@ -775,8 +775,8 @@ def test_wgmma_registers_wider_than_128_bytes_print_in_16_byte_pieces():
     """The 64-float attention scores and output of head dim 128 are cut into arrays of four
     floats (NVVM optimizes an array in time its size times its accesses); every wgmma, fence
     and loop binds the pieces by constant indices; the f16 P fragment (64 halves, 128 bytes),
-    the scores of head dim 256 (32 floats), its output (128 floats, bound by 8 wgmmas) and every
-    non-wgmma buffer stay whole."""
+    the scores of head dim 256 (32 floats), its output (128 floats) where 8 wgmmas bind it (12
+    with a causal mask: cut) and every non-wgmma buffer stay whole."""
     import firesched as fs
 
     src = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_90a"), arch="sm_90a").source
@@ -789,5 +789,9 @@ def test_wgmma_registers_wider_than_128_bytes_print_in_16_byte_pieces():
     assert "[[maybe_unused]] const int e0 = 7;" in code and "for (int e0" not in code
     wide = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 256, dtype="f16", arch="sm_90a"), arch="sm_90a").source
     assert "alignas(16) float S_acc[32] = {}" in wide and "alignas(16) float O_acc[128] = {}" in wide
+    # with the causal mask's steps 12 wgmmas bind the output of head dim 256: cut
+    masked = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 256, dtype="f16", causal=True, arch="sm_90a"),
+                        arch="sm_90a").source
+    assert "alignas(16) float S_acc[32] = {}" in masked and "O_acc_31[" in masked
     sm80 = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_80"), arch="sm_80").source
     assert "S_acc_1[" not in sm80 and "maybe_unused" not in sm80

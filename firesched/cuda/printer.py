@@ -1256,7 +1256,7 @@ def _reg_refs(st):
 #: a register buffer wider than this many bytes, bound by at least ``PIECES_FROM_WGMMAS`` wgmma
 #: statements, is printed in 16-byte pieces
 PIECES_ABOVE_BYTES = 128
-PIECES_FROM_WGMMAS = 16
+PIECES_FROM_WGMMAS = 12
 
 
 def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
@@ -1266,19 +1266,22 @@ def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
 
     NVVM's optimizer takes time in an array's size times its accesses, and wgmma binds every
     register of its operands: a 64-float accumulator bound whole by each of 32 wgmmas costs 2.4
-    s to optimize, 0.26 s as 16 arrays of 4 (the sm_90a attention kernels of head dim 128, whose
-    scores and output 16 – 24 wgmmas bind, compile in 1.5 – 3.8 s instead of 3.7 – 8.2).  No
-    access straddles two pieces: a register is at most 8 bytes, aligned to its width.
+    s to optimize, 0.26 s as 16 arrays of 4.  The sm_90a attention kernels of head dim 128, whose
+    scores and output 16 – 24 wgmmas bind, compile in 1.5 – 3.3 s instead of 3.7 – 8.2; the
+    causal ones of head dim 256, whose 128-float output 12 bind, in 4.6 – 6.2 s instead of 6.9 –
+    10.4.  No access straddles two pieces: a register is at most 8 bytes, aligned to its width.
 
     The limits are measured, not arbitrary: the text differs, so ptxas allocates differently, and
     where little is to gain that is a risk.  Cut into single variables, or with the 32-float
     scores of head dim 256 cut, four planned attention kernels spilled 8 bytes; the GEMM's
     128-float accumulator, bound by 4 or 8 wgmmas a K step (1.0 – 1.5 s compiles either way),
     spilled 16 bytes at 128 x 256 tiles with edge guards when cut.  With these limits none of
-    the 72 planned sm_90a attention kernels of ``bench/fmha_spills.py`` spills, and the GEMMs,
-    W4A16 kernels and attention kernels of head dim 64 and 256 print as before::
+    92 sm_90a attention kernels (``bench/fmha_spills.py``: the planned ones and the unit tests'
+    1,000-key ones) spills, and the GEMMs, the W4A16 kernels and attention of head dim 64, and of
+    256 without a mask (8 wgmmas bind its output), print as before::
 
         S_acc: f32 x 64, 16 wgmmas      ->  alignas(16) float S_acc_0[4], ..., S_acc_15[4]
+        O_acc: f32 x 128, 12 wgmmas     ->  alignas(16) float O_acc_0[4], ..., O_acc_31[4]
         S_acc: f32 x 32, 48 wgmmas      ->  alignas(16) float S_acc[32]   (128 bytes: whole)
         C_acc: f32 x 128, 8 wgmmas      ->  alignas(16) float C_acc[128]  (few bindings: whole)
     """
