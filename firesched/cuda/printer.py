@@ -19,8 +19,8 @@ Storage conventions
     ``Kernel.shared_offsets()``; an address operand gets ``name_base + offset * element bytes``,
     ``name_base`` being the 32-bit shared-window address of the buffer computed once;
   * register buffers are ``alignas(16)`` local arrays of their storage type, zeroed at the start
-    as the interpreter's registers are; large ones many wgmmas bind are cut into arrays of 16
-    bytes (``_register_pieces``: element 4k + j of a float accumulator ``S`` is ``S_k[j]``),
+    as the interpreter's registers are; large wgmma accumulators many wgmmas bind are cut into
+    arrays of 16 bytes (``_register_pieces``: element 4k + j of a float accumulator ``S`` is ``S_k[j]``),
     since NVVM's optimizer takes time in an array's size times its accesses.  Pieces need every
     index known when the source is printed, so an unrolled loop whose variable indexes a cut
     buffer is unrolled in the printed text (``{ const int k = 3; ... }``), its expressions left
@@ -1253,7 +1253,7 @@ def _reg_refs(st):
     return []
 
 
-#: a register buffer wider than this many bytes, bound by at least ``PIECES_FROM_WGMMAS`` wgmma
+#: a wgmma accumulator wider than this many bytes, bound by at least ``PIECES_FROM_WGMMAS`` wgmma
 #: statements, is printed in 16-byte pieces
 PIECES_ABOVE_BYTES = 128
 PIECES_FROM_WGMMAS = 12
@@ -1261,8 +1261,8 @@ PIECES_FROM_WGMMAS = 12
 
 def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
     """The register buffers the printer cuts into 16-byte pieces, each to its storage units (C
-    array elements) a piece: wgmma accumulators and A fragments wider than
-    ``PIECES_ABOVE_BYTES`` that ``PIECES_FROM_WGMMAS`` or more wgmma statements bind.
+    array elements) a piece: wgmma accumulators wider than ``PIECES_ABOVE_BYTES`` that
+    ``PIECES_FROM_WGMMAS`` or more wgmma statements bind.
 
     NVVM's optimizer takes time in an array's size times its accesses, and wgmma binds every
     register of its operands: a 64-float accumulator bound whole by each of 32 wgmmas costs 2.4
@@ -1275,7 +1275,9 @@ def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
     where little is to gain that is a risk.  Cut into single variables, or with the 32-float
     scores of head dim 256 cut, four planned attention kernels spilled 8 bytes; the GEMM's
     128-float accumulator, bound by 4 or 8 wgmmas a K step (1.0 – 1.5 s compiles either way),
-    spilled 16 bytes at 128 x 256 tiles with edge guards when cut.  With these limits none of
+    spilled 16 bytes at 128 x 256 tiles with edge guards when cut.  A fragments stay whole: the
+    dequantised weights of W4A16's small-M plans (256 bf16 a thread, 32 wgmmas) compiled in 4.2 s
+    cut against 2.2 s whole, the loops that fill them unrolled in the text.  With these limits none of
     92 sm_90a attention kernels (``bench/fmha_spills.py``: the planned ones and the unit tests'
     1,000-key ones) spills, and the GEMMs, the W4A16 kernels and attention of head dim 64, and of
     256 without a mask (8 wgmmas bind its output), print as before::
@@ -1288,8 +1290,8 @@ def _register_pieces(kernel: ir.Kernel) -> dict[str, int]:
     counts: dict[str, int] = {}
     for call in _walk_calls(kernel.body):
         if call.atom.family == sm90a.WGMMA:
-            for _, ref in call.args:
-                if isinstance(ref, ir.RegRef):
+            for name, ref in call.args:
+                if name == "d" and isinstance(ref, ir.RegRef):
                     counts[ref.buffer.name] = counts.get(ref.buffer.name, 0) + 1
     out = {}
     for b in kernel.regs:
