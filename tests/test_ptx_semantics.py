@@ -864,7 +864,8 @@ _FENCE_LINE = re.compile(r'^\s*(asm volatile\("" :|fs_fence_reg\(|#pragma unroll
 def _pinned(lines: list[str], regs: dict) -> dict:
     """The elements of each register buffer in ``regs`` (name -> buffer) that the empty asm
     fences of ``lines`` pin: a loop of ``fs_fence_reg`` pins a whole array, an operand
-    ``"+f"(name_k[j])`` element 16 bytes x k + j of a buffer printed in pieces."""
+    ``"+f"(name_k[j])`` element per x k + j of a buffer printed in pieces of ``per`` elements
+    (16 bytes)."""
     text = "\n".join(lines)
     out = {n: set() for n in regs}
     for n, buf in regs.items():
