@@ -70,7 +70,7 @@ from ..hardware.atoms import sm90a
 from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Asm, Atom, Operand, asm_node
 from ..hardware.descriptors import DESCRIPTOR_MODE
 from ..ir import expr as ex
-from ..ir.rewrite import walk
+from ..ir.rewrite import map_stmt, walk
 from ..ops import SCALAR_OPS
 
 __all__ = ["emit", "emit_kernel", "PRELUDE", "PRELUDE_SM90", "c_type", "required_arch"]
@@ -668,9 +668,16 @@ class _KernelPrinter:
         self.emit("}")
 
     def _indexes_pieces(self, body, var: ex.Var) -> bool:
-        """Whether ``var`` reaches the index of a register buffer printed in pieces in ``body``."""
-        return any(r.buffer.name in self.pieces and var in ex.free_vars(r.offset)
-                   for st in walk([body]) for r in _reg_refs(st))
+        """Whether ``var`` reaches the index of a register buffer printed in pieces in ``body``
+        (every operand of every statement, through ``map_stmt``)."""
+        found = []
+
+        def look(r):
+            if isinstance(r, ir.RegRef) and r.buffer.name in self.pieces and var in ex.free_vars(r.offset):
+                found.append(r)
+            return r
+        map_stmt(body, lambda x: x, look)
+        return bool(found)
 
     def _unroll_in_text(self, node: ir.For) -> None:
         """An unrolled loop as its iterations, each a block binding the variable to a constant
@@ -836,7 +843,14 @@ class _KernelPrinter:
     # ------------------------------------------------------------------ atoms
 
     def _payload_bits(self, o: Operand, atom: Atom) -> int:
-        return _payload_bits(o, atom)
+        """Data bits one register of ``o`` carries: less than ``reg_bits`` only where PTX has no
+        register as narrow as the data (a one-byte copy goes through a 16-bit register)."""
+        try:
+            nominal = atom.dtype_of(o.name).bits
+        except KeyError:
+            return o.reg_bits
+        bits = nominal * o.values // max(o.regs, 1)
+        return bits if 0 < bits < o.reg_bits else o.reg_bits
 
     def _reg_group(self, ref, o: Operand, atom: Atom, temps: list[str]) -> _Group:
         if not isinstance(ref, ir.RegRef):
@@ -1229,28 +1243,6 @@ def _wgmma_registers(body) -> tuple[list[str], list[str]]:
                 if ref.buffer.name not in lst:
                     lst.append(ref.buffer.name)
     return acc, frag
-
-
-def _payload_bits(o: Operand, atom: Atom) -> int:
-    """Data bits one register of ``o`` carries: less than ``reg_bits`` only where PTX has no
-    register as narrow as the data (a one-byte copy goes through a 16-bit register)."""
-    try:
-        nominal = atom.dtype_of(o.name).bits
-    except KeyError:
-        return o.reg_bits
-    bits = nominal * o.values // max(o.regs, 1)
-    return bits if 0 < bits < o.reg_bits else o.reg_bits
-
-
-def _reg_refs(st):
-    """The register operands of one statement (an atom call's, a pointwise op's, a fill's)."""
-    if isinstance(st, ir.AtomCall):
-        return [r for _, r in st.args if isinstance(r, ir.RegRef)]
-    if isinstance(st, ir.Pointwise):
-        return [r for r in (st.dst, *st.srcs) if isinstance(r, ir.RegRef)]
-    if isinstance(st, ir.RegFill):
-        return [st.ref] if isinstance(st.ref, ir.RegRef) else []
-    return []
 
 
 #: a wgmma accumulator wider than this many bytes, bound by at least ``PIECES_FROM_WGMMAS`` wgmma
