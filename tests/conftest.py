@@ -3,6 +3,7 @@ processes ``pytest`` runs the tests in (pytest-xdist's ``-n auto``, set in ``pyp
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -24,6 +25,15 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+def pytest_collection_finish(session):
+    """Collection imported every test module and built every item; none of that is garbage.
+    ``gc.freeze`` moves it out of the collector's generations, so that the full collections the
+    tests' many small frozen values (specs, index expressions, IR) trigger do not traverse it
+    again each time (measured: a third of the collector's time in the interpreter-heavy files)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

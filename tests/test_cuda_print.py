@@ -779,7 +779,11 @@ def test_wgmma_registers_wider_than_128_bytes_print_in_16_byte_pieces():
     with a causal mask: cut) and every non-wgmma buffer stay whole."""
     import firesched as fs
 
-    src = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_90a"), arch="sm_90a").source
+    def source(arch, d, causal=False):
+        # the printed text is what is checked: lowered and printed, not compiled
+        return cuda.emit(fs.recipes.fmha(1, 2, 300, 300, d, dtype="f16", causal=causal, arch=arch).lower(arch))
+
+    src = source("sm_90a", 128)
     assert "alignas(16) float S_acc_0[4] = {}" in src and "S_acc_15[" in src and "S_acc_16[" not in src
     assert "O_acc_15[" in src and "alignas(16) unsigned short P_frag[64] = {}" in src
     code = "\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith("//"))
@@ -787,11 +791,10 @@ def test_wgmma_registers_wider_than_128_bytes_print_in_16_byte_pieces():
     assert "alignas(16) float m_acc[2]" in code                    # not a wgmma operand
     # an unrolled loop indexing a cut buffer is unrolled in the text, its variable a constant
     assert "[[maybe_unused]] const int e0 = 7;" in code and "for (int e0" not in code
-    wide = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 256, dtype="f16", arch="sm_90a"), arch="sm_90a").source
+    wide = source("sm_90a", 256)
     assert "alignas(16) float S_acc[32] = {}" in wide and "alignas(16) float O_acc[128] = {}" in wide
     # with the causal mask's steps 12 wgmmas bind the output of head dim 256: cut
-    masked = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 256, dtype="f16", causal=True, arch="sm_90a"),
-                        arch="sm_90a").source
+    masked = source("sm_90a", 256, causal=True)
     assert "alignas(16) float S_acc[32] = {}" in masked and "O_acc_31[" in masked
-    sm80 = fs.compile(fs.recipes.fmha(1, 2, 300, 300, 128, dtype="f16", arch="sm_80"), arch="sm_80").source
+    sm80 = source("sm_80", 128)
     assert "S_acc_1[" not in sm80 and "maybe_unused" not in sm80

@@ -10,6 +10,7 @@ Constants are plain Python ints; an expression is an int or an ``Expr``.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Union
 
@@ -86,7 +87,7 @@ class Expr:
         raise TypeError("a symbolic index expression has no truth value; compare with lt()/ge()")
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, cache_hash=True)
 class Var(Expr):
     """A named integer in ``[0, extent)``: a loop index, a thread or block index."""
 
@@ -100,7 +101,7 @@ class Var(Expr):
         return self.name
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, cache_hash=True)
 class Sum(Expr):
     """``const + Σ coeff·term``, terms sorted for a canonical form."""
 
@@ -114,7 +115,7 @@ class Sum(Expr):
         return to_c(self)
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, cache_hash=True)
 class BinOp(Expr):
     """A non-linear operation: ``//``, ``%``, ``&``, ``>>``, ``<<``, ``^``, ``*`` of two symbols,
     comparisons (``<``, ``>=``, ``==``), ``&&``, ``min``, ``max``."""
@@ -130,7 +131,7 @@ class BinOp(Expr):
         return to_c(self)
 
 
-@attrs.frozen(repr=False)
+@attrs.frozen(repr=False, cache_hash=True)
 class Select(Expr):
     cond: IntExpr
     a: IntExpr
@@ -151,11 +152,21 @@ def _as_sum(x: IntExpr) -> tuple[dict, int]:
 
 
 def _key(e: Expr) -> str:
+    """The sort key of a term in a ``Sum``: its C text (a variable's is its name)."""
+    return e.name if isinstance(e, Var) else _printed(e)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _printed(e: Expr) -> str:
+    # Sums are built term by term, each time sorting their terms by this text: remembering it
+    # (and each expression's hash, ``cache_hash``) keeps building an index linear in its terms
     return to_c(e)
 
 
 def _make_sum(terms: dict, const: int) -> IntExpr:
-    items = sorted(((t, c) for t, c in terms.items() if c != 0), key=lambda tc: _key(tc[0]))
+    items = [(t, c) for t, c in terms.items() if c != 0]
+    if len(items) > 1:
+        items.sort(key=lambda tc: _key(tc[0]))
     if not items:
         return const
     if const == 0 and len(items) == 1 and items[0][1] == 1:
@@ -488,15 +499,14 @@ def to_c(x: IntExpr, prec: int = 0) -> str:
     if isinstance(x, Sum):
         parts = []
         for t, c in x.terms:
-            body = to_c(t, _PREC["*"] + (0 if c == 1 or c == -1 else 0))
             if c == 1:
                 parts.append(("+", to_c(t, _PREC["+"])))
             elif c == -1:
                 parts.append(("-", to_c(t, _PREC["*"])))
             elif c > 0:
-                parts.append(("+", f"{body} * {c}"))
+                parts.append(("+", f"{to_c(t, _PREC['*'])} * {c}"))
             else:
-                parts.append(("-", f"{body} * {-c}"))
+                parts.append(("-", f"{to_c(t, _PREC['*'])} * {-c}"))
         if x.const > 0:
             parts.append(("+", str(x.const)))
         elif x.const < 0:
