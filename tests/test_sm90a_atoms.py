@@ -542,16 +542,18 @@ def test_asm_node_expansion(atom):
 # --------------------------------------------------------------------------- NVRTC
 
 _C = {"f": "float", "r": "unsigned", "h": "unsigned short", "l": "unsigned long long"}
-_SLOTS = 160
 
 
 def _atom_kernel(atom: Atom) -> str:
-    """A kernel ``k_<name>`` issuing ``atom`` once: registers from ``gin``, results to ``gout``,
-    descriptors from ``gdesc``, shared addresses ``smem + goff[t]``, scalars ``goff[128 + t]``,
-    the tensor map the kernel's ``__grid_constant__`` parameter."""
+    """A kernel ``k_<name>`` issuing ``atom`` once: its input registers distinct values derived
+    from one word of ``gin``, its results folded into one word of ``gout`` (one load and one
+    store a thread: NVVM takes several times as long over a load and a store per register, and
+    ptxas checks the same instruction either way), descriptors from ``gdesc``, shared addresses
+    ``smem + goff[t]``, scalars ``goff[128 + t]``, the tensor map the kernel's ``__grid_constant__``
+    parameter."""
     ready = _ready(atom)
     decl, writes, exprs = [], [], {}
-    n_in = n_out = 0
+    n_in = 0
     for o in ready.operands:
         if o.memory == "SH":
             exprs[o.name] = ["smem_base + (unsigned)goff[t]"]
@@ -567,17 +569,15 @@ def _atom_kernel(atom: Atom) -> str:
             exprs[o.name] = names
             for nm in names:
                 if o.role in ("in", "inout"):
-                    word = f"gin[t * {_SLOTS} + {n_in}]"
-                    init = f"__uint_as_float({word})" if ctype == "float" else f"({ctype}){word}"
+                    word = f"(w ^ {n_in}u)"
+                    init = f"__uint_as_float{word}" if ctype == "float" else f"({ctype}){word}"
                     decl.append(f"    {ctype} {nm} = {init};")
                     n_in += 1
                 else:
                     decl.append(f"    {ctype} {nm};")
                 if o.role in ("out", "inout"):
                     val = f"__float_as_uint({nm})" if ctype == "float" else f"(unsigned){nm}"
-                    writes.append(f"    gout[t * {_SLOTS} + {n_out}] = {val};")
-                    n_out += 1
-    assert n_in <= _SLOTS and n_out <= _SLOTS
+                    writes.append(f"    folded ^= {val};")
     asm = asm_node(ready, exprs, clobbers=("memory",)).to_c().replace("\n", "\n    ")
     return "\n".join([
         f'extern "C" __global__ void __launch_bounds__(128, 1) k_{atom.name}(',
@@ -587,9 +587,12 @@ def _atom_kernel(atom: Atom) -> str:
         "    __shared__ alignas(1024) unsigned char smem[4096];",
         "    const unsigned smem_base = (unsigned)__cvta_generic_to_shared(smem);",
         "    const int t = threadIdx.x;",
+        "    const unsigned w = gin[t];",
+        "    unsigned folded = 0;",
         *decl,
         "    " + asm,
         *writes,
+        "    gout[t] = folded;",
         "}",
     ])
 
