@@ -74,6 +74,9 @@ class Loop:
     # align(c=vec): a loop of one step over the row's window, which starts at the vector of vec
     # elements that holds the row's first element (its origin moves back by the row's phase)
     align: int = 0
+    # tile(..., unroll=False): a sequential loop inside a warp or warpgroup that runs at run time
+    # instead of being unrolled (its variable may index no registers)
+    rolled: bool = False
 
     @property
     def dim(self) -> str:
@@ -98,7 +101,8 @@ class Loop:
                                                        ("stream", self.stream, False),
                                                        ("fixup", self.fixup, False),
                                                        ("diagonal", self.diagonal, ()),
-                                                       ("align", self.align, 0)) if v != d)
+                                                       ("align", self.align, 0),
+                                                       ("rolled", self.rolled, False)) if v != d)
         return (f"Loop({self.var!r}, {self.count}, {self.steps!r}, {self.unit!r}, {self.stages}, "
                 f"{self.group}{extra})")
 
@@ -119,6 +123,7 @@ class Loop:
         diag = (f" until the diagonal of {self.diagonal[0]}" + (f"{self.diagonal[1]:+d}" if self.diagonal[1] else "")
                 if self.diagonal else "")
         occ += f" aligned({self.align})" if self.align else ""
+        occ += " rolled" if self.rolled else ""
         return f"{self.var} in {kind}({self.count}){pipe}{spec}{grp}{per}{clu}{occ}{diag}"
 
 

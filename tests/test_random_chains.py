@@ -54,10 +54,11 @@ def _accept_or_refuse(spec, chain, target="sm_80"):
 @given(M=st.integers(1, 80), N=st.integers(1, 80), K=st.integers(1, 80), bm=st.sampled_from([16, 32, 48, 64, 96]),
        bn=st.sampled_from([8, 16, 24, 32, 48, 64]), bk=st.sampled_from([8, 16, 24, 32, 48, 64]),
        wm=st.sampled_from([16, 32, 48]), wn=st.sampled_from([8, 16, 24, 32]), wk=st.sampled_from([16, 24, 32]),
-       stages=st.integers(1, 4), relu=st.booleans(), seed=st.integers(0, 99))
-def test_matmul_chains(M, N, K, bm, bn, bk, wm, wn, wk, stages, relu, seed):
+       stages=st.integers(1, 4), relu=st.booleans(), roll=st.booleans(), seed=st.integers(0, 99))
+def test_matmul_chains(M, N, K, bm, bn, bk, wm, wn, wk, stages, relu, roll, seed):
+    # roll: the warps' K loop runs at run time (tile(..., unroll=False)) instead of unrolled
     chain = [tile(m=bm, n=bn) >> to_blocks(), tile(k=bk), move_to_smem("A"), move_to_smem("B"), pipeline(stages),
-             tile(m=wm, n=wn) >> to_warps(), tile(k=wk), move_to_regs("A"), move_to_regs("B"),
+             tile(m=wm, n=wn) >> to_warps(), tile(k=wk, unroll=not roll), move_to_regs("A"), move_to_regs("B"),
              tile(m=16, n=8, k=16) >> done(sm80.mma_m16n8k16_f16_f32)]
     if relu:
         chain.append(epilogue(ops.relu()))

@@ -107,6 +107,13 @@ class FmhaParams:
       key fragment of the step before the next is loaded; wider
       slices load fewer times, and at head dim 128 ptxas allocates the kernel in fewer registers
       (4x16x4096x128: 255 registers and 8 bytes of spill with 16, 240 and none with 32);
+    * ``roll_slices``: with mma.sync, the loop over the query slices of S = Q Kᵀ runs at run time
+      (``tile(d=q_slice, unroll=False)``) instead of unrolled: each slice computes its fragments'
+      shared addresses itself, where unrolled the compiler keeps every slice's (16 at head dim
+      128, 32 columns a slice) in registers across the key loop.  It takes FlashAttention-2's
+      128 x 64 tile at head dim 128 from 136 bytes of spill to 8 (sm_90a), but measured on an
+      H200 the plan's tiles ran 13-15 % slower rolled and the 128 x 64 tile no faster than
+      unrolled (bench/README.md): not in the plan;
     * ``q_stages``: with ``q_by_producer``, buffers of the query tile's ring
       (``move_to_smem("Q", ..., stages=)``): with 2 a persistent block's next query tile arrives
       while the consumers still multiply the current one, and the output, which could borrow the
@@ -142,6 +149,7 @@ class FmhaParams:
     q_stages: int = 1
     separate: bool = False
     producer_regs: int = PRODUCER_REGS
+    roll_slices: bool = False
 
     def __attrs_post_init__(self):
         for f in ("block_q", "block_kv", "warps", "stages", "blocks_per_sm", "q_slice", "q_stages"):
@@ -151,7 +159,7 @@ class FmhaParams:
         if self.mma not in MMAS:
             raise ValueError(f"FmhaParams: mma={self.mma!r}; allowed {', '.join(map(repr, MMAS))}")
         for f in ("tma", "warp_specialized", "reverse", "pingpong", "overlap", "persistent", "q_by_producer",
-                  "separate"):
+                  "separate", "roll_slices"):
             if not isinstance(getattr(self, f), bool):
                 raise ValueError(f"FmhaParams: {f} must be a bool, got {getattr(self, f)!r}")
         if self.block_q % (16 * self.warps):
@@ -166,6 +174,10 @@ class FmhaParams:
         if self.q_slice % 16:
             raise ValueError(f"FmhaParams: q_slice={self.q_slice} must be a multiple of 16 (an ldmatrix x4 holds "
                              f"16 columns of a fragment)")
+        if self.mma == "wgmma" and self.roll_slices:
+            raise ValueError("FmhaParams: roll_slices=True runs the loop over the query slices mma.sync loads at run "
+                             "time; with mma='wgmma' S = Q Kᵀ reads Q from shared memory by descriptor: leave "
+                             "roll_slices=False")
         if self.mma == "wgmma" and self.q_slice != 16:
             raise ValueError(f"FmhaParams: q_slice={self.q_slice} slices the query fragments mma.sync loads into "
                              f"registers; with mma='wgmma' S = Q Kᵀ reads Q from shared memory by descriptor, "
@@ -329,7 +341,8 @@ def fmha_schedule(spec: Attention, p: FmhaParams) -> Schedule:
         place("S", RF), place("P", RF),
         # a warp's query fragments of one slice of d (q_slice columns) stay while its key
         # fragments come 16 keys at a time (one ldmatrix x4 each): few registers live next to S and O
-        part(SCORES, tile(q=rows) >> to_warps(), tile(d=min(p.q_slice, d)), move_to_regs("Q"), tile(kv=16),
+        part(SCORES, tile(q=rows) >> to_warps(), tile(d=min(p.q_slice, d), unroll=not p.roll_slices),
+             move_to_regs("Q"), tile(kv=16),
              move_to_regs("K"),
              tile(q=16, kv=8, d=16) >> done(mma)),
         part(VALUES, tile(q=rows) >> to_warps(), tile(kv=16), tile(d=min(d, 128)), move_to_regs("V"),

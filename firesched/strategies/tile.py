@@ -46,12 +46,24 @@ class tile(Strategy):
     docstring shows the ``Init`` and the store it creates); tile it in a strategy of its own.
 
     * ``**sizes``: dimension name -> tile size (a positive int), e.g. ``m=128``; at least one.
+    * ``unroll``: False makes the sequential loops of a warp- or warpgroup-level focus run at run
+      time (``#pragma unroll 1``) instead of being unrolled, where nothing in their body indexes
+      registers by their variable (else ``ScheduleError`` at lowering).  Unrolled, the compiler
+      may keep every iteration's loop-invariant addresses in registers across an enclosing loop
+      (the attention key loop's query-fragment addresses: 16 registers at head dim 128); rolled,
+      each iteration computes its own.  Loops above the warp level run at run time already::
+
+        MatMul<warp>(Q:SH f16[32x128], K:SH f16[64x128], S:RF f32[32x64]) acc f32   <- focus
+          tile(d=32, unroll=False)
+          for d0 in seq(4) rolled:
+            MatMul<warp>(Q:SH f16[32x32], K:SH f16[64x32], S:RF f32[32x64]) acc f32   <- focus
     """
 
     sizes: tuple[tuple[str, int], ...]
+    unroll: bool = True
 
-    def __init__(self, **sizes: int):
-        self.__attrs_init__(tuple(sizes.items()))
+    def __init__(self, *, unroll: bool = True, **sizes: int):
+        self.__attrs_init__(tuple(sizes.items()), unroll)
 
     def apply(self, sched: Schedule) -> Schedule:
         node = sched.open_focus(self)
@@ -60,6 +72,9 @@ class tile(Strategy):
         if not sizes:
             raise ScheduleError("give at least one of " + ", ".join(f"{d}=" for d in spec.dims), strategy=self,
                                 spec=spec, fix="e.g. tile(m=128, n=128)")
+        if not isinstance(self.unroll, bool):
+            raise ScheduleError("unroll must be True or False", strategy=self, spec=spec, field="unroll",
+                                value=self.unroll, allowed="True, False")
         ext = spec.extents
         for d, v in sizes.items():
             if d not in ext:
@@ -104,7 +119,7 @@ class tile(Strategy):
             if d in sizes:
                 var = _fresh(sched, d, taken)
                 taken.add(var)
-                loops.append(Loop(var, -(-ext[d] // sizes[d]), ((d, sizes[d]),)))
+                loops.append(Loop(var, -(-ext[d] // sizes[d]), ((d, sizes[d]),), rolled=not self.unroll))
         child = spec.with_extents(**sizes)
         if not needs_acc:
             new = attrs.evolve(node, strategy=self, loops=tuple(loops), body=(Node(child),))
@@ -122,7 +137,7 @@ class tile(Strategy):
         return sched.replace_focus(new)
 
     def __repr__(self):
-        return "tile(" + ", ".join(f"{d}={v!r}" for d, v in self.sizes) + ")"
+        return "tile(" + ", ".join([f"{d}={v!r}" for d, v in self.sizes] + ([] if self.unroll else ["unroll=False"])) + ")"
 
     __str__ = __repr__
 

@@ -24,7 +24,7 @@ from ... import ir
 from ...hardware.atoms import catalog, sm90a
 from ...hardware.atoms.base import WGMMA
 from ...ir import rewrite as ir_rewrite
-from ...ir.expr import IntExpr, Var, bounds, floordiv, maximum, minimum
+from ...ir.expr import IntExpr, Var, bounds, floordiv, free_vars, maximum, minimum
 from ...schedule import Loop, Node
 from ...spec import Fused, MatMul, Move
 from ...tensor import GL, RF, SH, WARPGROUP
@@ -133,6 +133,10 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
     if node.strategy is not None:
         ctx = attrs.evolve(ctx, made_by={**ctx.made_by, **{d: node.strategy for d, _ in lp.steps}})
     if lp.unit is not None:
+        if lp.rolled:
+            raise err(node, f"the loop {lp} is mapped onto {lp.unit}s: unroll=False names a sequential loop, which "
+                            "runs at run time or unrolled; a mapped loop's iterations run side by side",
+                      strategy=node.strategy, fix="drop unroll=False from the tile that a to_*() strategy maps")
         var = ctx.vars.get(lp.var)
         if var is None:
             raise err(node, f"the loop {lp} is mapped onto {lp.unit}s, which this part of the kernel "
@@ -154,13 +158,41 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
         raise err(node, f"the loop {lp} stops at a diagonal, which needs a loop that runs at run time; this one "
                         "is unrolled (it walks registers or runs below the block)", strategy=node.strategy,
                   fix="stop at the diagonal on a block-level loop over tiles in memory")
-    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=node.spec.level >= WARPGROUP or regs, stop=stop)
+    unroll = (node.spec.level >= WARPGROUP or regs) and not lp.rolled
+    if lp.rolled and regs:
+        raise err(node, f"the loop {lp} walks registers (an operand in registers has its dimension "
+                        f"{lp.dim!r}): register indices must be known when the kernel is compiled, so it is "
+                        "unrolled", strategy=node.strategy, fix="drop unroll=False from this tile")
+    if lp.rolled:
+        _check_rolled(node, lp, v, inner)
+    loop = ir.For(v, lp.count, ir.Seq(tuple(inner)), unroll=unroll, stop=stop)
     if loop.unroll and _async_issues(inner):
         # A loop of wgmma issues (the K steps of one tile) is written out here: NVRTC's own
         # unrolling of the volatile asm left the descriptor arithmetic of each step in the loop
         # (2% of a 192x128-tile GEMM on an H100, measured against the written-out steps).
         return [ir_rewrite.expand(loop)]
     return [loop]
+
+
+def _check_rolled(node: Node, lp: Loop, v: Var, stmts) -> None:
+    """A loop that runs at run time (``tile(..., unroll=False)``) must index no registers by its
+    variable: a register array indexed at run time lives in local memory."""
+    for st in ir_rewrite.walk(stmts):
+        if isinstance(st, ir.AtomCall):
+            refs = [r for _, r in st.args]
+        elif isinstance(st, ir.Pointwise):
+            refs = [st.dst, *st.srcs]
+        elif isinstance(st, ir.RegFill):
+            refs = [st.ref]
+        else:
+            continue
+        for r in refs:
+            if isinstance(r, ir.RegRef) and v in free_vars(r.offset):
+                raise err(node, f"the loop {lp} runs at run time (unroll=False), but its body indexes the "
+                                f"registers {r.buffer.name} by {v.name}: register indices must be known when the "
+                                "kernel is compiled", strategy=node.strategy,
+                          fix="drop unroll=False, or tile so that the registers the loop walks are refilled "
+                              "inside it (a move_to_regs below the tile)")
 
 
 def _async_issues(stmts) -> bool:
