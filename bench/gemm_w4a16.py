@@ -109,7 +109,8 @@ def gpu_row(torch, M, N, K, dt_name, rounds, params=None, other=None, programmat
 
     fns = {"ours": ours}
     if other is not None:
-        so = other.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a", params=params)
+        so = other.recipes.gemm_w4a16(M, N, K, group_size=GROUP, dtype=dt_name, arch="sm_90a",
+                                      params=_other_params(other, params))
         ko = other.compile(so, arch="sm_90a")
         ko.prepare(torch.cuda.current_device())
         opacks = [torch.from_numpy(other.recipes.pack_weights(q, so)).cuda() for _ in packs]
@@ -304,6 +305,47 @@ def plot(rows: list, path: str) -> str | None:
     return path
 
 
+def _other_params(other, params):
+    """``params`` as the other checkout's record of the same class (its ``gemm_w4a16`` checks the
+    class it knows), with the fields that checkout has (an older one lacks the newer fields)."""
+    if params is None:
+        return None
+    cls = getattr(other.recipes.w4a16, type(params).__name__)
+    known = {f.name for f in attrs.fields(cls)}
+    return cls(**{k: v for k, v in attrs.asdict(params).items() if k in known})
+
+
+def parse_vary(items) -> dict:
+    """``["cluster_combine=True", "stages=3,4"]`` -> field -> values, over the fields of either
+    parameter record."""
+    from bench.gemm_variants import parse_vary as parse
+
+    fields = {f.name for cls in (fs.recipes.W4A16Params, fs.recipes.W4A16WgmmaParams) for f in attrs.fields(cls)}
+    return parse(items, fields=tuple(sorted(fields)))
+
+
+def plan_variants(M: int, N: int, K: int, dt: str, vary: dict) -> list:
+    """The plan for one shape with each combination of ``vary`` (fields its record has) replaced;
+    combinations that change nothing, or that the record refuses, are left out."""
+    import itertools
+
+    if not vary:
+        return []
+    base = fs.recipes.w4a16.plan(M, N, K, wgmma=True, group_size=GROUP, dtype=dt)
+    have = {f.name for f in attrs.fields(type(base))}
+    out = []
+    for combo in itertools.product(*vary.values()):
+        over = {k: v for k, v in zip(vary, combo) if k in have}
+        try:
+            p = attrs.evolve(base, **over)
+        except ValueError as e:
+            print(f"{M}x{N}x{K} {over}: refused ({str(e).splitlines()[0][:90]})")
+            continue
+        if p != base and p not in out:
+            out.append(p)
+    return out
+
+
 def parse_params(text: str) -> list:
     """The parameter records of ``--params``: each the repr of a ``W4A16Params`` or a
     ``W4A16WgmmaParams`` (their reprs round-trip), ``;``-separated."""
@@ -357,6 +399,9 @@ def main(argv=None) -> list:
     ap.add_argument("--params", default="",
                     help="';'-separated parameter records (their repr: W4A16Params(...), W4A16WgmmaParams(...)) "
                          "timed next to the plan at each shape")
+    ap.add_argument("--vary", action="append", default=[],
+                    help="FIELD=V1,V2: the plan at each shape with the field replaced (each combination; "
+                         "fields of its W4A16Params or W4A16WgmmaParams), timed next to it")
     ap.add_argument("--old", default="", help="another checkout whose kernel is timed in the same rounds")
     ap.add_argument("--launches", choices=("default", "chained", "plain"), default="default",
                     help="ours as compile(..., programmatic=None / True / False) launches it: the default "
@@ -369,6 +414,7 @@ def main(argv=None) -> list:
 
         other = load_other(args.old)
     extra = parse_params(args.params)
+    vary = parse_vary(args.vary)
     if args.smoke:
         row = smoke()
         print(row)
@@ -395,7 +441,7 @@ def main(argv=None) -> list:
         nk = f"{N}x{K}"
         for M in (int(x) for x in args.m.split(",")):
             for dt in args.dtypes.split(","):
-                for p in [None, *extra]:
+                for p in [None, *extra, *plan_variants(M, N, K, dt, vary)]:
                     try:
                         r = gpu_row(torch, M, N, K, dt, args.rounds, params=p, other=other,
                                     programmatic=LAUNCHES[args.launches])

@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 
+import attrs
 import numpy as np
 import pytest
 
@@ -270,6 +271,17 @@ def test_gemm_w4a16_smoke_runs():
         fs.recipes.w4a16.W4A16Params(stream_k=4)]
     with pytest.raises(SystemExit, match="no W4A16Params"):
         b.parse_params("GemmParams(block_m=64)")
+    # --vary: the plan with a field replaced (the wgmma plan at M = 64, K split in two), and the
+    # other checkout's record of the same class (--old)
+    vary = b.parse_vary(["cluster_combine=True,False", "stages=3"])
+    assert vary == {"cluster_combine": [True, False], "stages": [3]}
+    got = b.plan_variants(64, 4096, 4096, "f16", vary)
+    base = fs.recipes.w4a16.plan(64, 4096, 4096, wgmma=True)
+    assert base.cluster_combine and got == [attrs.evolve(base, stages=3),
+                                            attrs.evolve(base, cluster_combine=False, stages=3)]
+    assert b._other_params(fs, got[0]) == got[0] and b._other_params(fs, None) is None
+    with pytest.raises(SystemExit, match="FIELD"):
+        b.parse_vary(["blockm=64"])
 
 
 def test_gemm_variants_smoke_and_vary():

@@ -1144,6 +1144,28 @@ def test_producer_ring_stages_the_group_scales():
     assert expect == {64 * 128 * 2 + 128 * 128 // 2 + 2 * 128 * 2}
 
 
+@pytest.mark.parametrize("params", [
+    W4A16WgmmaParams(block_m=64, block_n=64, block_k=256, stages=4, split_k=2, producer=True, cluster_combine=True),
+    W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, split_k=4, cluster_combine=True),
+    W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64, stages=4, stream_k=4),
+], ids=["cluster-wgmma", "cluster-mma", "stream-k"])
+def test_parts_of_k_on_whole_groups_stage_their_scales(params):
+    """K parts whose origin is a cluster rank (``bid_x % 2 * 2048``) or a stream-K chunk start
+    begin on whole groups: their rings stage the scales like the plain split's (they read them
+    from global memory in the dequantisation while their origin's alignment was not known)."""
+    from firesched import ir
+    from firesched.ir.rewrite import walk
+    from firesched.lower.transforms.staged_scales import _alignment
+
+    assert _alignment(ir.expr.mul(ir.expr.mod(ir.expr.Var("bid_x", 264), 2), 2048), 256) == 256
+    assert _alignment(ir.expr.add(ir.expr.mul(ir.expr.Var("t", 9), 96), 64), 256) == 32
+    k = gemm_w4a16(16, 4096, 4096, group_size=128, arch="sm_90a", params=params).lower("sm_90a").kernels[0]
+    assert "S_smem" in {b.name for b in k.shared}
+    loads = [s for s in walk([k.body]) if isinstance(s, ir.AtomCall) and s.atom.name.startswith("ld_global")
+             and any(isinstance(a, ir.MemRef) and a.buffer.name == "S" for _, a in s.args)]
+    assert not loads
+
+
 def test_scales_missing_from_the_stage_bytes_are_found():
     """Announcing only the tiles' bytes lets a stage complete before its scales land: the
     interpreter reports the consumers' read of them in flight (or the excess bytes)."""

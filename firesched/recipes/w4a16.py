@@ -373,6 +373,13 @@ MIN_SHARE_K = 128
 
 #: shared memory a block's ring may take (sm_90a's 227 KiB a block, less room for its mbarriers)
 RING_BYTES = 227 * 1024 - 1024
+#: K splits whose parts a producer-fed tile of 64 weight columns adds in a thread-block cluster
+#: (``cluster_combine``) instead of a second launch.  Measured on an H200 (bench/README.md), time
+#: launch / cluster: N = K = 4096 M = 17 1.16, 32 1.14, 64 1.10 (bf16 1.06, 1.09); N = 4096, K =
+#: 14336 M = 17 1.07, 32 1.09, 64 1.03.  Tiles of 128 columns read 0.95 - 1.05 (M = 96 - 256), and
+#: split in four their pushed tiles do not fit beside the ring; the mma.sync tiles' clusters of
+#: four measured slower (0.78 at M = 1): neither is taken.
+CLUSTER_SPLITS = (2,)
 #: activation rows a producer-fed block takes above M = 256, with the rate each was measured to
 #: reach on a full wave relative to 256 rows (H100, N = K = 4096 and 8192: bench/README.md)
 ROW_RATES = {256: 1.0, 192: 0.92, 128: 0.80}
@@ -396,7 +403,9 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
       0.92x (128 rows, split 2), 8192 0.75 -> 1.09x (128 rows);
     * up to M = 64, 64 weight columns a block (one consumer warpgroup) where they make as many
       blocks with fewer K parts (less partial-sum traffic, a longer K loop to hide the ring's
-      start behind), and a longer K tile: 512 k up to 32 rows, 256 up to 64 (a warpgroup
+      start behind; two parts add up in a thread-block cluster, ``CLUSTER_SPLITS``: 8.9 -> 8.1
+      us at M = 64, N = K = 4096 on an H200), and a longer K tile: 512 k up to 32 rows, 256 up
+      to 64 (a warpgroup
       dequantises a whole K tile, then retires its wgmmas: longer tiles take fewer such turns).
       Measured on an H100 (``bench/gemm_w4a16.py --sweep --family wgmma``): M = 64, N = K = 4096
       1.50 -> 1.63x cuBLAS (64 columns, split 2, 256 k); M = 32, 4096 1.89x and 8192 2.91x;
@@ -439,8 +448,12 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
         bk = next(b for b in (512, 256, 128, 64, PACK_K) if b <= longest and (K // split) % b == 0)
         stage = _stage_bytes(bm, bn, bk, group_size, zero_point)
         share = _shared_k(M, bn, bk, split, dtype)
-        return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, RING_BYTES // stage),
-                                split_k=split, producer=True, warpgroups_k=share,
+        # a 64-column tile's two K parts add up in a cluster: the lower part pushes its f32 tile
+        # into the upper one's shared memory beside the ring (CLUSTER_SPLITS)
+        cluster = bn == 64 and split in CLUSTER_SPLITS
+        push = (split - 1) * bm * bn * 4 if cluster else 0
+        return W4A16WgmmaParams(block_m=bm, block_n=bn, block_k=bk, stages=min(4, (RING_BYTES - push) // stage),
+                                split_k=split, producer=True, warpgroups_k=share, cluster_combine=cluster,
                                 scale_partials=_partials(bm, bk // share, group_size))
 
     def finish(bm: int) -> float:

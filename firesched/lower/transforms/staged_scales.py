@@ -75,11 +75,13 @@ class StagedScales:
 
 
 def _alignment(x: IntExpr, step: int) -> int:
-    """The largest power of two every value of ``x + i * step`` (any i) is a multiple of."""
+    """The largest power of two every value of ``x + i * step`` (any i) is a multiple of.  Every
+    term of a sum is an integer (a variable, or ``bid_x % 2``, ``t // 4``, ...), so its coefficient
+    divides it: a cluster's K part ``bid_x % 2 * 2048`` is 2048-aligned."""
     terms, const = _as_sum(x) if not isinstance(x, int) else ({}, x)
     g = step
-    for t, c in terms.items():
-        g = math.gcd(g, c if isinstance(t, Var) else 1)
+    for c in terms.values():
+        g = math.gcd(g, c)
     g = math.gcd(g, const)
     return g & -g if g else step
 
