@@ -4,7 +4,8 @@ loads, a prefetched multi-step K tile, the sm_90a wgmma family with the weights 
 its A fragment, with and without a TMA producer warpgroup (whose ring stages the scales), stream-K,
 split-K added in the kernel (``fixup``), the small-M plan's 64-column tiles with 256 and 512 k a
 stage, split-K in a thread-block cluster, warps sharing a K tile, consumer warpgroups sharing one,
-group scales on the partial products), for compute-sanitizer:
+group scales on the partial products, the default plans' K parts added in a cluster), for
+compute-sanitizer:
 
     compute-sanitizer --tool memcheck  python bench/sanitize_w4a16.py
     compute-sanitizer --tool racecheck python bench/sanitize_w4a16.py
@@ -86,6 +87,11 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     (13, 1000, 2048, 32, True, "bf16", W4A16WgmmaParams(block_m=16, block_n=128, block_k=256, stages=3, split_k=2,
                                                         producer=True, scale_partials=True)),
     (16, 8200, 1024, 128, True, "bf16", None),     # the bf16 plan up to M = 16: four consumers, partials
+    # the default plans that add two K parts in a cluster, their scales staged by the ring
+    # (w4a16.CLUSTER_SPLITS), one with zero points; a stream-K tile whose ring stages its scales
+    (64, 4096, 4096, 128, False, "f16", None), (24, 4096, 2048, 64, True, "bf16", "zero_point"),
+    (16, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64,
+                                                    stages=4, stream_k=4)),
 ]
 
 
