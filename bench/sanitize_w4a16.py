@@ -90,6 +90,7 @@ CASES = [  # M, N, K, group_size, signed, dtype, params
     # the default plans that add two K parts in a cluster, their scales staged by the ring
     # (w4a16.CLUSTER_SPLITS), one with zero points; a stream-K tile whose ring stages its scales
     (64, 4096, 4096, 128, False, "f16", None), (24, 4096, 2048, 64, True, "bf16", "zero_point"),
+    (1, 4096, 11008, 128, False, "f16", None), (13, 4096, 4096, 32, True, "bf16", "zero_point"),
     (16, 1000, 4096, 128, False, "f16", W4A16Params(block_m=16, block_n=64, block_k=128, warps_n=4, warp_k=64,
                                                     stages=4, stream_k=4)),
 ]

@@ -129,7 +129,7 @@ def gpu_row(torch, M: int, nk: int, rounds: int, params=None) -> dict:
 def smoke() -> list:
     """CPU: the schedules of a small shape build and compile; the plan's second launch is programmatic."""
     rows = []
-    for M, nk in ((1, 1024), (16, 4096)):
+    for M, nk in ((1, 1024), (16, 1024)):
         base, fixup = schedules(M, nk)
         kb, kf = fs.compile(base, arch="sm_90a"), fs.compile(fixup, arch="sm_90a")
         rows.append(dict(M=M, N=nk, kernels=len(kb.program.kernels), fixup_kernels=len(kf.program.kernels),

@@ -309,20 +309,22 @@ def test_wgmma_plan_up_to_256_rows_fills_one_wave(M, N, K, rows, cols, split, bk
 
 
 @pytest.mark.parametrize("M,N,K,family,cols", [(1, 8192, 8192, "wgmma", 64), (16, 8192, 8192, "wgmma", 64),
-                                               (1, 4096, 4096, "mma", 64), (16, 4096, 4096, "mma", 64),
+                                               (1, 4096, 4096, "wgmma", 64), (16, 4096, 4096, "wgmma", 64),
+                                               (1, 2048, 4096, "mma", 64), (16, 1024, 4096, "mma", 64),
                                                (7, 1000, 4128, "mma", 64), (1, 11008, 4096, "wgmma", 128),
                                                (1, 28672, 8192, "wgmma", 128), (16, 14336, 4096, "wgmma", 128),
                                                (16, 22016, 4096, "mma", 128), (17, 4096, 4096, "wgmma", 64)])
 def test_small_m_takes_wgmma_where_it_needs_no_split(M, N, K, family, cols):
     """M <= 16 runs the wgmma family only where its tiles fill more than half a wave with K
     unsplit (no second launch): 64 columns a block, or 128 where they make one wave or K is long
-    (w4a16.WIDE_WGMMA_K); otherwise the mma.sync tiles, which split K, and take 128 columns on 8
-    warps where 64 would make more than two waves.  Above 16 rows, wgmma."""
+    (w4a16.WIDE_WGMMA_K), or where its 64-column tiles' two K parts add up in a cluster
+    (w4a16.CLUSTER_SPLITS; N = 4096); otherwise the mma.sync tiles, which split K, and take 128
+    columns on 8 warps where 64 would make more than two waves.  Above 16 rows, wgmma."""
     p = plan(M, N, K, wgmma=True)
     assert isinstance(p, W4A16WgmmaParams if family == "wgmma" else W4A16Params)
     assert p.block_n == cols
     if M <= 16:
-        assert p.split_k == 1 or family == "mma"
+        assert p.split_k == 1 or family == "mma" or (p.cluster_combine and p.split_k == 2)
     assert isinstance(plan(M, N, K), W4A16Params)           # sm_80: always the mma.sync family
     assert plan(M, N, K).block_n == 64 or M > 16            # (and its 64 columns)
 
@@ -353,9 +355,12 @@ def test_plan_refuses_an_unknown_dtype():
 
 
 def test_small_m_k_tiles_of_64_where_128_stop_the_split():
-    """11,008 = 86 x 128: two parts of whole 128-k tiles, four of 64-k tiles (w4a16.SHORT_K_STAGES)."""
+    """11,008 = 86 x 128: two parts of whole 128-k tiles, four of 64-k tiles (w4a16.SHORT_K_STAGES);
+    at N = 4096 the wgmma tile's two parts added in a cluster instead."""
+    p = plan(1, 2048, 11008, wgmma=True)
+    assert isinstance(p, W4A16Params) and (p.block_k, p.stages, p.split_k) == (64, 8, 4)
     p = plan(1, 4096, 11008, wgmma=True)
-    assert (p.block_k, p.stages, p.split_k) == (64, 8, 4)
+    assert p.cluster_combine and (p.block_k, p.split_k) == (128, 2)
     assert plan(1, 1024, 4096).block_k == 128               # its split stops on the parts' length, not tiles
     assert plan(1, 4096, 8000).block_k == 128               # tiles of 64 split it no further
 
@@ -412,9 +417,12 @@ def test_every_variant_compiles_without_spills(M, N, K, gs, signed, dtype):
     sched = gemm_w4a16(M, N, K, group_size=gs, signed=signed, dtype=dtype, arch="sm_90a")
     k = fs.compile(sched, "sm_90a")
     assert k.spills == 0
-    # the plan's wgmma tiles (above M = 16, and M <= 16 at N = K = 8192) dequantise into its A fragment
-    wg = isinstance(plan(M, N, K, wgmma=True), W4A16WgmmaParams)
-    assert wg == (M > 16 or (N, K) in ((8192, 8192), (28672, 8192)))
+    # the plan's wgmma tiles (above M = 16; at M <= 16 where K is not split, N = K = 8192, or its two
+    # K parts add up in a cluster, N = 4096) dequantise into its A fragment
+    p = plan(M, N, K, wgmma=True)
+    wg = isinstance(p, W4A16WgmmaParams)
+    assert wg == (M > 16 or (N, K) in ((8192, 8192), (28672, 8192)) or N == 4096)
+    assert (wg and p.cluster_combine) == (N == 4096 and M <= 64)
     assert "lop3.b32" in k.source and ("wgmma.mma_async" if wg else "mma.sync") in k.source
 
 
