@@ -305,11 +305,12 @@ def plan(M: int, N: int, K: int, *, sms: int = 132, wgmma: bool = False, group_s
     N = K = 4096, 0.87 -> 1.19x at M = 128, N = K = 8192, 0.41 -> 0.91x at M = 1024, 1.56 -> 1.89x
     at M = 32, N = K = 4096 (bench/README.md).  So does M <= 16 where the wgmma family's tile is
     64 columns with K unsplit, more than half a wave without a second launch: 2.80 -> 3.07x at M = 1 and
-    2.71 -> 3.06x at M = 16, N = K = 8192; and so does M <= 16 where that tile's two K parts add
-    up in a thread-block cluster (``CLUSTER_SPLITS``; measured on an H200 against the tiles
-    above: N = K = 4096 6.0 -> 6.1 us at M = 1 f16, 6.2 - 6.6 -> 5.9 - 6.2 at M = 1 - 16 otherwise;
-    N = 4096, K = 14336 and N = 3072, K = 8192 3 - 5 % faster); where it would split K otherwise the
-    tiles above stay (2.50x against 2.36x at M = 1, N = K = 4096, parts added by a second launch).  Its tile of 128 columns (wide weights: N above 132 x
+    2.71 -> 3.06x at M = 16, N = K = 8192; and so does M <= 16 where that tile's two K parts
+    add up in a thread-block cluster (``CLUSTER_SPLITS``; measured on an H200 against the tiles
+    above: N = K = 4096 6.0 -> 6.1 us at M = 1 f16, 6.2 - 6.6 -> 5.9 - 6.2 at M = 1 - 16
+    otherwise; N = 4096, K = 11008 7 - 12 %, K = 14336 and N = 3072, K = 8192 3 - 5 % faster);
+    where it would split K otherwise the tiles above stay (2.50x against 2.36x at M = 1, N = K =
+    4096, parts added by a second launch).  Its tile of 128 columns (wide weights: N above 132 x
     64) is taken where it makes one wave or K is at least ``WIDE_WGMMA_K`` (measured on an H200:
     28672 x 8192 0.56-0.59 of the time of the 64-column cp.async tiles, 14336 x 4096 0.93-0.94,
     12288 and 11008 x 4096 0.97-0.98)."""
@@ -408,8 +409,8 @@ def plan_wgmma(M: int, N: int, K: int, *, sms: int = 132, group_size: int | None
       blocks with fewer K parts (less partial-sum traffic, a longer K loop to hide the ring's
       start behind; two parts add up in a thread-block cluster, ``CLUSTER_SPLITS``: 8.9 -> 8.1
       us at M = 64, N = K = 4096 on an H200), and a longer K tile: 512 k up to 32 rows, 256 up
-      to 64 (a warpgroup
-      dequantises a whole K tile, then retires its wgmmas: longer tiles take fewer such turns).
+      to 64 (a warpgroup dequantises a whole K tile, then retires its wgmmas: longer tiles take
+      fewer such turns).
       Measured on an H100 (``bench/gemm_w4a16.py --sweep --family wgmma``): M = 64, N = K = 4096
       1.50 -> 1.63x cuBLAS (64 columns, split 2, 256 k); M = 32, 4096 1.89x and 8192 2.91x;
       M = 16, 8192 3.06x (64 columns, no split, 512 k); where K is not split, consumer
