@@ -70,7 +70,7 @@ from ..hardware.atoms import sm90a
 from ..hardware.atoms.base import COPY, CP_ASYNC, LDMATRIX, SYNC, Asm, Atom, Operand, asm_node
 from ..hardware.descriptors import DESCRIPTOR_MODE
 from ..ir import expr as ex
-from ..ir.rewrite import map_stmt, walk
+from ..ir.rewrite import register_refs, walk
 from ..ops import SCALAR_OPS
 
 __all__ = ["emit", "emit_kernel", "PRELUDE", "PRELUDE_SM90", "c_type", "required_arch"]
@@ -669,15 +669,8 @@ class _KernelPrinter:
 
     def _indexes_pieces(self, body, var: ex.Var) -> bool:
         """Whether ``var`` reaches the index of a register buffer printed in pieces in ``body``
-        (every operand of every statement, through ``map_stmt``)."""
-        found = []
-
-        def look(r):
-            if isinstance(r, ir.RegRef) and r.buffer.name in self.pieces and var in ex.free_vars(r.offset):
-                found.append(r)
-            return r
-        map_stmt(body, lambda x: x, look)
-        return bool(found)
+        (every register operand of every statement, ``ir.rewrite.register_refs``)."""
+        return any(r.buffer.name in self.pieces and var in ex.free_vars(r.offset) for r in register_refs(body))
 
     def _unroll_in_text(self, node: ir.For) -> None:
         """An unrolled loop as its iterations, each a block binding the variable to a constant

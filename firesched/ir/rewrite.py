@@ -147,6 +147,20 @@ def map_stmt(st, expr: Callable[[IntExpr], IntExpr], ref: Callable | None = None
     return go(st)
 
 
+def register_refs(st) -> list:
+    """Every register operand (``RegRef``) of ``st`` and the statements nested in it, in program
+    order, found through ``map_stmt``'s operand hook (what reads a register index: an atom call's
+    arguments, a pointwise op's, a fill's)."""
+    found = []
+
+    def look(r):
+        if isinstance(r, RegRef):
+            found.append(r)
+        return r
+    map_stmt(st, lambda x: x, look)
+    return found
+
+
 def substitute_stmt(st, env: dict):
     """``st`` with the variables of ``env`` (by ``Var`` or name) replaced, expressions re-simplified."""
     return map_stmt(st, lambda x: substitute(x, env))
@@ -165,4 +179,4 @@ def expand(loop: For) -> Seq:
                      for i in range(loop.extent)))
 
 
-__all__ = ["flat", "walk", "map_operand", "map_stmt", "substitute_stmt", "expand"]
+__all__ = ["flat", "walk", "map_operand", "map_stmt", "register_refs", "substitute_stmt", "expand"]

@@ -177,22 +177,13 @@ def loops(lw: Lowerer, node: Node, ctx, rest: list[Loop]) -> list:
 def _check_rolled(node: Node, lp: Loop, v: Var, stmts) -> None:
     """A loop that runs at run time (``tile(..., unroll=False)``) must index no registers by its
     variable: a register array indexed at run time lives in local memory."""
-    for st in ir_rewrite.walk(stmts):
-        if isinstance(st, ir.AtomCall):
-            refs = [r for _, r in st.args]
-        elif isinstance(st, ir.Pointwise):
-            refs = [st.dst, *st.srcs]
-        elif isinstance(st, ir.RegFill):
-            refs = [st.ref]
-        else:
-            continue
-        for r in refs:
-            if isinstance(r, ir.RegRef) and v in free_vars(r.offset):
-                raise err(node, f"the loop {lp} runs at run time (unroll=False), but its body indexes the "
-                                f"registers {r.buffer.name} by {v.name}: register indices must be known when the "
-                                "kernel is compiled", strategy=node.strategy,
-                          fix="drop unroll=False, or tile so that the registers the loop walks are refilled "
-                              "inside it (a move_to_regs below the tile)")
+    for r in ir_rewrite.register_refs(ir.Seq(tuple(stmts))):
+        if v in free_vars(r.offset):
+            raise err(node, f"the loop {lp} runs at run time (unroll=False), but its body indexes the "
+                            f"registers {r.buffer.name} by {v.name}: register indices must be known when the "
+                            "kernel is compiled", strategy=node.strategy,
+                      fix="drop unroll=False, or tile so that the registers the loop walks are refilled "
+                          "inside it (a move_to_regs below the tile)")
 
 
 def _async_issues(stmts) -> bool:
